@@ -1,0 +1,48 @@
+# Declarative helpers so every module's CMakeLists reads the same way.
+#
+#   pitstop_cc_library(NAME foo SRCS a.cc b.cc DEPS absl::status ...)
+#   pitstop_cc_binary(NAME pitstop-agent SRCS main.cc DEPS pitstop_agent)
+#   pitstop_cc_test(NAME foo_test SRCS foo_test.cc DEPS foo [LABELS sanitize])
+#
+# Tests labelled "sanitize" are the ones .ci/run also runs under ASan/UBSan and
+# TSan (threads, the plugin, the ingest path). Tests labelled "data" read
+# ../shared/data and skip loudly when it is absent.
+
+function(pitstop_cc_library)
+  cmake_parse_arguments(P "" "NAME" "SRCS;DEPS;PUBLIC_INCLUDES" ${ARGN})
+  add_library(${P_NAME} STATIC ${P_SRCS})
+  target_include_directories(${P_NAME} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+    ${P_PUBLIC_INCLUDES})
+  target_link_libraries(${P_NAME} PUBLIC ${P_DEPS})
+endfunction()
+
+function(pitstop_cc_binary)
+  cmake_parse_arguments(P "" "NAME" "SRCS;DEPS" ${ARGN})
+  add_executable(${P_NAME} ${P_SRCS})
+  target_include_directories(${P_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${P_NAME} PRIVATE ${P_DEPS})
+endfunction()
+
+function(pitstop_cc_test)
+  cmake_parse_arguments(P "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${P_NAME} ${P_SRCS})
+  target_include_directories(${P_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${P_NAME} PRIVATE ${P_DEPS} GTest::gmock GTest::gtest_main)
+  if(NOT P_TIMEOUT)
+    set(P_TIMEOUT 120)
+  endif()
+  if("sanitize" IN_LIST P_LABELS)
+    set_property(GLOBAL APPEND PROPERTY PITSTOP_SANITIZE_TESTS ${P_NAME})
+  endif()
+  # One label per test (gtest_discover_tests cannot pass a list through).
+  set(_label unit)
+  if(P_LABELS)
+    list(GET P_LABELS 0 _label)
+  endif()
+  gtest_discover_tests(${P_NAME}
+    DISCOVERY_TIMEOUT 60
+    PROPERTIES TIMEOUT ${P_TIMEOUT} LABELS ${_label}
+               ENVIRONMENT "PITSTOP_SOURCE_DIR=${PROJECT_SOURCE_DIR};PITSTOP_BINARY_DIR=${PROJECT_BINARY_DIR};TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/tsan.supp halt_on_error=1 second_deadlock_stack=1;ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1;LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/lsan.supp")
+endfunction()

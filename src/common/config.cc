@@ -1,0 +1,301 @@
+#include "pitstop/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <type_traits>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "pitstop/status_macros.h"
+
+namespace pitstop {
+
+struct ConfigSchema::Entry {
+  std::string key;
+  FieldPtr field;
+  std::string help;
+  CLI::Option* option = nullptr;
+};
+
+namespace {
+
+template <typename Int>
+absl::Status ParseInteger(absl::string_view text, Int* out) {
+  absl::string_view t = absl::StripAsciiWhitespace(text);
+  Int value{};
+  const char* begin = t.data();
+  const char* end = t.data() + t.size();
+  auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (t.empty() || ec != std::errc() || ptr != end) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected ",
+        std::is_signed_v<Int> ? "an integer" : "an unsigned integer",
+        " in range, got '", text, "'"));
+  }
+  *out = value;
+  return absl::OkStatus();
+}
+
+absl::Status ParseBool(absl::string_view text, bool* out) {
+  const std::string t = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+  if (t == "true" || t == "yes" || t == "on" || t == "1") {
+    *out = true;
+  } else if (t == "false" || t == "no" || t == "off" || t == "0") {
+    *out = false;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected true or false, got '", text, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseDouble(absl::string_view text, double* out) {
+  std::string t(absl::StripAsciiWhitespace(text));
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(t.c_str(), &end);
+  if (t.empty() || errno != 0 || end != t.c_str() + t.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected a number, got '", text, "'"));
+  }
+  *out = v;
+  return absl::OkStatus();
+}
+
+// Sets a scalar field from text. Lists take one comma-separated string.
+struct ScalarSetter {
+  absl::string_view text;
+  absl::Status operator()(std::string* f) const {
+    *f = std::string(text);
+    return absl::OkStatus();
+  }
+  absl::Status operator()(bool* f) const { return ParseBool(text, f); }
+  absl::Status operator()(int32_t* f) const { return ParseInteger(text, f); }
+  absl::Status operator()(int64_t* f) const { return ParseInteger(text, f); }
+  absl::Status operator()(uint32_t* f) const { return ParseInteger(text, f); }
+  absl::Status operator()(uint64_t* f) const { return ParseInteger(text, f); }
+  absl::Status operator()(double* f) const { return ParseDouble(text, f); }
+  absl::Status operator()(std::vector<std::string>* f) const {
+    f->clear();
+    for (absl::string_view part :
+         absl::StrSplit(text, ',', absl::SkipEmpty())) {
+      f->emplace_back(absl::StripAsciiWhitespace(part));
+    }
+    return absl::OkStatus();
+  }
+};
+
+struct DefaultPrinter {
+  std::string operator()(std::string* f) const { return *f; }
+  std::string operator()(bool* f) const { return *f ? "true" : "false"; }
+  std::string operator()(std::vector<std::string>* f) const {
+    return absl::StrJoin(*f, ",");
+  }
+  template <typename T>
+  std::string operator()(T* f) const {
+    return absl::StrCat(*f);
+  }
+};
+
+std::string Where(absl::string_view source, const YAML::Mark& mark) {
+  if (mark.line < 0) return std::string(source);
+  return absl::StrCat(source, ":", mark.line + 1, ":", mark.column + 1);
+}
+
+// Flattens a YAML mapping into dotted keys, remembering each node.
+void Flatten(const YAML::Node& node, const std::string& prefix,
+             std::vector<std::pair<std::string, YAML::Node>>* out) {
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      const std::string key = kv.first.as<std::string>();
+      Flatten(kv.second, prefix.empty() ? key : prefix + "." + key, out);
+    }
+    return;
+  }
+  out->emplace_back(prefix, node);
+}
+
+}  // namespace
+
+ConfigSchema::ConfigSchema(std::string program, std::string description)
+    : program_(std::move(program)), description_(std::move(description)) {}
+
+ConfigSchema::~ConfigSchema() = default;
+
+std::string ConfigSchema::FlagForKey(std::string_view key) {
+  return absl::StrCat(
+      "--", absl::StrReplaceAll(absl::string_view(key.data(), key.size()),
+                                {{".", "-"}, {"_", "-"}}));
+}
+
+void ConfigSchema::AddEntry(std::string_view key, FieldPtr field,
+                            std::string help) {
+  entries_.push_back(Entry{std::string(key), field, std::move(help), nullptr});
+}
+
+void ConfigSchema::Add(std::string_view k, std::string* f, std::string h) {
+  AddEntry(k, f, std::move(h));
+}
+void ConfigSchema::Add(std::string_view k, bool* f, std::string h) {
+  AddEntry(k, f, std::move(h));
+}
+void ConfigSchema::Add(std::string_view k, int32_t* f, std::string h) {
+  AddEntry(k, f, std::move(h));
+}
+void ConfigSchema::Add(std::string_view k, int64_t* f, std::string h) {
+  AddEntry(k, f, std::move(h));
+}
+void ConfigSchema::Add(std::string_view k, uint32_t* f, std::string h) {
+  AddEntry(k, f, std::move(h));
+}
+void ConfigSchema::Add(std::string_view k, uint64_t* f, std::string h) {
+  AddEntry(k, f, std::move(h));
+}
+void ConfigSchema::Add(std::string_view k, double* f, std::string h) {
+  AddEntry(k, f, std::move(h));
+}
+void ConfigSchema::Add(std::string_view k, std::vector<std::string>* f,
+                       std::string h) {
+  AddEntry(k, f, std::move(h));
+}
+
+absl::Status ConfigSchema::LoadYamlString(std::string_view yaml,
+                                          std::string_view source_name) {
+  const absl::string_view source(source_name.data(), source_name.size());
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml));
+  } catch (const YAML::ParserException& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(source, e.mark), ": YAML syntax error: ", e.msg));
+  }
+  if (root.IsNull()) return absl::OkStatus();  // empty file: all defaults
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(source, root.Mark()), ": expected a mapping of keys"));
+  }
+  std::vector<std::pair<std::string, YAML::Node>> flat;
+  try {
+    Flatten(root, "", &flat);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(source, e.mark), ": ", e.msg));
+  }
+  for (const auto& [key, node] : flat) {
+    auto it = std::find_if(entries_.begin(), entries_.end(),
+                           [&](const Entry& e) { return e.key == key; });
+    const std::string where = Where(source, node.Mark());
+    if (it == entries_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": unknown key '", key, "'"));
+    }
+    std::string text;
+    if (node.IsSequence()) {
+      if (!std::holds_alternative<std::vector<std::string>*>(it->field)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": key '", key, "': expected a single value, got a list"));
+      }
+      std::vector<std::string> items;
+      for (const auto& item : node) items.push_back(item.as<std::string>());
+      text = absl::StrJoin(items, ",");
+    } else if (node.IsScalar()) {
+      text = node.Scalar();
+    } else if (node.IsNull()) {
+      text = "";
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": key '", key, "': expected a value"));
+    }
+    absl::Status s = std::visit(ScalarSetter{text}, it->field);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": key '", key, "': ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ConfigSchema::LoadYamlFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(
+        path, ": cannot open config file: ", std::strerror(errno)));
+  }
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return LoadYamlString(buf.str(), path);
+}
+
+void ConfigSchema::RegisterFlags(CLI::App* app) {
+  app->add_option("-c,--config", config_path_,
+                  "YAML config file; flags given on the command line win");
+  for (Entry& e : entries_) {
+    const std::string flag = FlagForKey(e.key);
+    const std::string help = absl::StrCat(e.help, " [yaml: ", e.key, "]");
+    // CLI11's add_option(name, description) takes the description by const
+    // reference; a named string keeps the overload unambiguous.
+    const std::string default_value = std::visit(DefaultPrinter{}, e.field);
+    if (std::holds_alternative<bool*>(e.field)) {
+      // CLI11 would substitute default_str for a bare flag, so the default
+      // of a boolean goes into the help text instead.
+      const std::string bool_help =
+          absl::StrCat(help, " (default: ", default_value, ")");
+      e.option = app->add_option(flag, bool_help);
+      e.option->expected(0, 1);
+    } else {
+      e.option = app->add_option(flag, help);
+      e.option->default_str(default_value);
+    }
+  }
+}
+
+absl::Status ConfigSchema::Apply() {
+  if (!config_path_.empty()) RETURN_IF_ERROR(LoadYamlFile(config_path_));
+  for (Entry& e : entries_) {
+    if (e.option == nullptr || e.option->count() == 0) continue;
+    const auto& results = e.option->results();
+    // A bare boolean flag ("--deep") means true.
+    std::string text = results.empty() || results.back().empty()
+                           ? std::string("true")
+                           : results.back();
+    absl::Status s = std::visit(ScalarSetter{text}, e.field);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("flag ", FlagForKey(e.key), ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ConfigParse> ConfigSchema::Parse(int argc,
+                                                const char* const* argv) {
+  CLI::App app(description_, program_);
+  app.get_formatter()->column_width(40);
+  RegisterFlags(&app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::cout << app.help();
+    return ConfigParse::kExit;
+  } catch (const CLI::CallForAllHelp& e) {
+    std::cout << app.help("", CLI::AppFormatMode::All);
+    return ConfigParse::kExit;
+  } catch (const CLI::ParseError& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(e.what(), " (run ", program_, " --help)"));
+  }
+  RETURN_IF_ERROR(Apply());
+  return ConfigParse::kRun;
+}
+
+}  // namespace pitstop

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Style gate used by .ci/run:
+#  - clang-format (Google base, .clang-format) on every tracked C++ file: fatal.
+#  - clang-tidy (.clang-tidy) on the C++ sources changed by the last commit
+#    (or since BASE if given): findings are printed; errors are fatal.
+# Usage: tools/check-style.sh [BASE_REV]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mapfile -t files < <(git ls-files '*.h' '*.cc' '*.cpp' | grep -v '^tests/data/')
+bad=()
+for f in "${files[@]}"; do
+  clang-format --dry-run -Werror "$f" >/dev/null 2>&1 || bad+=("$f")
+done
+if ((${#bad[@]})); then
+  echo "check-style: clang-format would change ${#bad[@]} file(s):"
+  printf '  %s\n' "${bad[@]}"
+  echo "fix with: clang-format -i <files>"
+  exit 1
+fi
+echo "check-style: clang-format clean on ${#files[@]} files"
+
+base=${1:-HEAD~1}
+if ! git rev-parse -q --verify "$base" >/dev/null; then
+  echo "check-style: no base revision $base; skipping clang-tidy"
+  exit 0
+fi
+if [[ ! -f build/compile_commands.json ]]; then
+  echo "check-style: build/compile_commands.json missing; configure first" >&2
+  exit 1
+fi
+mapfile -t changed < <(git diff --name-only --diff-filter=AM "$base" -- '*.cc' |
+  grep -E '^(src|plugin|tools)/' || true)
+if ((${#changed[@]} == 0)); then
+  echo "check-style: no changed sources for clang-tidy"
+  exit 0
+fi
+echo "check-style: clang-tidy on ${#changed[@]} changed file(s)"
+clang-tidy -p build --quiet "${changed[@]}" 2>/dev/null | grep -E 'warning:|error:' | head -100 || true
+clang-tidy -p build --quiet "${changed[@]}" >/dev/null 2>&1 ||
+  { echo "check-style: clang-tidy reported errors"; exit 1; }
+echo "check-style: done"

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of pitstop from Debian 12 packages.
+# Idempotent: packages already present are skipped by apt; safe to run again.
+# Usage: tools/install-deps.sh   (as root, or with sudo available)
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev
+  prometheus-cpp-dev libcivetweb-dev libsqlite3-dev sqlite3 zlib1g-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev libsystemd-dev
+  clang clang-format clang-tidy libclang-rt-14-dev binutils procps python3
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#PACKAGES[@]} packages already installed"
+  exit 0
+fi
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+echo "install-deps: installing ${#missing[@]} packages: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install-deps: done"
