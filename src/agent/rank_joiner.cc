@@ -1,0 +1,450 @@
+#include "src/agent/rank_joiner.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "src/agent/join_state.h"
+
+namespace pitstop::agent {
+namespace {
+
+constexpr size_t kRecentEmitted = 8192;
+
+uint64_t MinNonZero(uint64_t a, uint64_t b) {
+  if (a == 0) return b;
+  if (b == 0) return a;
+  return std::min(a, b);
+}
+
+uint64_t Dropped(const v1::DropCounters& d) {
+  return d.ring_full() + d.pool_exhausted() + d.export_dropped();
+}
+
+// Time in send / recv wait of one proxy step (ns): from entering the wait
+// state to the next state or the step's stop.
+void StepWaits(const v1::ProxyStepRecord& st, uint64_t* send_wait,
+               uint64_t* recv_wait) {
+  const uint64_t stop = st.stop_cpu_ns();
+  if (st.send_wait_cpu_ns() != 0 && stop > st.send_wait_cpu_ns()) {
+    *send_wait += stop - st.send_wait_cpu_ns();
+  }
+  if (st.recv_wait_cpu_ns() != 0) {
+    uint64_t end = st.recv_flush_wait_cpu_ns();
+    if (end == 0) end = st.recv_gpu_wait_cpu_ns();
+    if (end == 0) end = stop;
+    if (end > st.recv_wait_cpu_ns()) *recv_wait += end - st.recv_wait_cpu_ns();
+  }
+}
+
+}  // namespace
+
+RankJoiner::RankJoiner(Clock* clock, RankJoinerOptions options)
+    : clock_(clock), options_(std::move(options)) {}
+
+RankJoiner::~RankJoiner() = default;
+
+RankJoiner::Stream* RankJoiner::GetStream(uint64_t id) {
+  auto& slot = streams_[id];
+  if (!slot) {
+    slot = std::make_unique<Stream>();
+    slot->id = id;
+    slot->hello.set_global_rank(-1);
+  }
+  return slot.get();
+}
+
+namespace {
+
+// Returns the op for `op_id`, creating it; nullptr if it was emitted already
+// (a late record) or the cap forced an eviction that failed.
+JoinOp* FindOrCreateOp(RankJoiner::Stream* s, uint64_t op_id, int64_t now,
+                       RankJoinerStats* stats) {
+  auto it = s->ops.find(op_id);
+  if (it != s->ops.end()) return &it->second;
+  if (s->recent.contains(op_id)) {
+    ++stats->late_records;
+    return nullptr;
+  }
+  JoinOp& op = s->ops[op_id];
+  op.creation = s->next_creation++;
+  op.created_ns = now;
+  s->order.push_back(op_id);
+  return &op;
+}
+
+}  // namespace
+
+absl::Status RankJoiner::Add(uint64_t stream,
+                             const v1::StreamTelemetryRequest& req) {
+  Stream* s = GetStream(stream);
+  if (req.has_hello() && s->has_hello) {
+    return absl::InvalidArgumentError(
+        "hello: sent twice on one stream (only the first message carries it)");
+  }
+  if (s->goodbye) {
+    return absl::InvalidArgumentError(
+        "goodbye: a message arrived after the stream's goodbye");
+  }
+  const int64_t now = clock_->MonotonicNanos();
+  ++stats_.batches;
+  if (req.has_hello()) {
+    s->has_hello = true;
+    s->hello = req.hello();
+    EmitLifecycle(s, v1::RankLifecycle::KIND_STREAM_OPENED);
+  }
+  if (req.batch_seq() != 0) {
+    if (s->last_batch_seq != 0 && req.batch_seq() > s->last_batch_seq + 1) {
+      stats_.batches_lost += req.batch_seq() - s->last_batch_seq - 1;
+    }
+    s->last_batch_seq = std::max(s->last_batch_seq, req.batch_seq());
+  }
+  if (req.has_drops()) {
+    const uint64_t before = s->has_drops ? Dropped(s->drops) : 0;
+    const uint64_t after = Dropped(req.drops());
+    if (after > before) stats_.plugin_dropped += after - before;
+    s->drops = req.drops();
+    s->has_drops = true;
+  }
+  stats_.records += req.communicators_size() + req.ops_size() +
+                    req.completions_size() + req.kernel_channels_size() +
+                    req.proxy_ops_size() + req.proxy_steps_size() +
+                    req.net_events_size();
+
+  const std::string& host =
+      options_.host.empty() ? s->hello.host() : options_.host;
+  for (const v1::CommunicatorEvent& ev : req.communicators()) {
+    v1::CommunicatorInfo info = ev.info();
+    if (info.host().empty()) info.set_host(host);
+    if (info.pid() == 0) info.set_pid(s->hello.pid());
+    if (info.job_id().empty()) info.set_job_id(s->hello.job_id());
+    const int32_t g = s->hello.global_rank();
+    if (info.global_ranks_size() == 0 && g >= 0 && info.n_ranks() > 0 &&
+        info.rank() >= 0 && info.rank() < info.n_ranks()) {
+      for (int i = 0; i < info.n_ranks(); ++i) info.add_global_ranks(-1);
+      info.set_global_ranks(info.rank(), g);
+    }
+    if (ev.kind() == v1::CommunicatorEvent::KIND_FINALIZE ||
+        ev.kind() == v1::CommunicatorEvent::KIND_ABORT) {
+      communicators_.push_back(info);
+      s->comms.erase(info.comm_hash());
+      continue;
+    }
+    s->comms[info.comm_hash()] = info;
+    communicators_.push_back(std::move(info));
+  }
+
+  std::vector<uint64_t> touched;
+  for (const v1::OpRecord& r : req.ops()) {
+    JoinOp* op = FindOrCreateOp(s, r.op_id(), now, &stats_);
+    if (op == nullptr) continue;
+    op->has_record = true;
+    op->record = r;
+    ProgressState& p =
+        s->progress[{r.comm_hash(), r.rank(), static_cast<int>(r.func())}];
+    p.pid = s->hello.pid();
+    p.last_enqueued_seq = std::max(p.last_enqueued_seq, r.seq_number());
+    p.last_enqueue_cpu_ns =
+        std::max({p.last_enqueue_cpu_ns, r.enqueue_start_cpu_ns(),
+                  r.enqueue_stop_cpu_ns()});
+    touched.push_back(r.op_id());
+  }
+  for (const v1::KernelChannelRecord& k : req.kernel_channels()) {
+    JoinOp* op = FindOrCreateOp(s, k.op_id(), now, &stats_);
+    if (op == nullptr) continue;
+    ++op->channels;
+    ++op->children_seen;
+    s->fit.AddSample(k.start_cpu_ns(), k.start_gpu_ns());
+    s->fit.AddSample(k.stop_cpu_ns(), k.stop_gpu_ns());
+    op->start_gpu_min = MinNonZero(op->start_gpu_min, k.start_gpu_ns());
+    op->stop_gpu_max = std::max(op->stop_gpu_max, k.stop_gpu_ns());
+    if (k.start_gpu_ns() != 0 && k.stop_gpu_ns() >= k.start_gpu_ns()) {
+      op->kernel_duration_ns =
+          std::max(op->kernel_duration_ns, k.stop_gpu_ns() - k.start_gpu_ns());
+    }
+    op->start_cpu_min = MinNonZero(op->start_cpu_min, k.start_cpu_ns());
+    op->stop_cpu_max = std::max(op->stop_cpu_max, k.stop_cpu_ns());
+    touched.push_back(k.op_id());
+  }
+  for (const v1::ProxyOpRecord& p : req.proxy_ops()) {
+    JoinOp* op = FindOrCreateOp(s, p.op_id(), now, &stats_);
+    if (op == nullptr || p.proxy_index() > 4096) continue;
+    if (op->conns.size() <= p.proxy_index())
+      op->conns.resize(p.proxy_index() + 1);
+    JoinConn& c = op->conns[p.proxy_index()];
+    if (!c.present) ++op->children_seen;
+    c.present = true;
+    c.peer = p.peer();
+    c.channel = p.channel_id();
+    c.is_send = p.is_send();
+    c.bytes = p.bytes();
+    c.steps = std::max(p.n_steps(), p.steps_seen());
+    c.start_cpu_ns = p.start_cpu_ns();
+    c.stop_cpu_ns = p.stop_cpu_ns();
+    c.send_wait_ns = p.send_wait_ns();
+    c.recv_wait_ns = p.recv_wait_ns();
+    if (p.steps_seen() > 0) op->deep = true;
+    touched.push_back(p.op_id());
+  }
+  for (const v1::ProxyStepRecord& st : req.proxy_steps()) {
+    JoinOp* op = FindOrCreateOp(s, st.op_id(), now, &stats_);
+    if (op == nullptr || st.proxy_index() > 4096) continue;
+    if (op->conns.size() <= st.proxy_index()) {
+      op->conns.resize(st.proxy_index() + 1);
+    }
+    JoinConn& c = op->conns[st.proxy_index()];
+    ++c.step_records;
+    c.step_bytes += st.bytes();
+    StepWaits(st, &c.step_send_wait_ns, &c.step_recv_wait_ns);
+    op->deep = true;
+  }
+  for (const v1::OpCompletion& c : req.completions()) {
+    JoinOp* op = FindOrCreateOp(s, c.op_id(), now, &stats_);
+    if (op == nullptr) continue;
+    op->completed = true;
+    op->completion_cpu_ns = c.completion_cpu_ns();
+    op->children_expected = c.children();
+    op->completion_seen_ns = now;
+    touched.push_back(c.op_id());
+  }
+  // Emit what is complete; park completed ops still missing children.
+  for (uint64_t id : touched) {
+    auto it = s->ops.find(id);
+    if (it == s->ops.end() || !it->second.completed) continue;
+    JoinOp& op = it->second;
+    if (op.has_record && op.children_seen >= op.children_expected) {
+      EmitOp(s, id, /*forced=*/false);
+    } else if (std::find(s->pending.begin(), s->pending.end(), id) ==
+               s->pending.end()) {
+      s->pending.push_back(id);
+    }
+  }
+  // Cap: push out the oldest incomplete ops.
+  while (s->ops.size() > options_.max_open_ops && !s->order.empty()) {
+    const uint64_t id = s->order.front();
+    s->order.pop_front();
+    if (!s->ops.contains(id)) continue;
+    ++stats_.ops_evicted;
+    EmitOp(s, id, /*forced=*/true);
+  }
+  if (req.has_goodbye()) s->goodbye = true;
+  return absl::OkStatus();
+}
+
+void RankJoiner::EmitOp(Stream* s, uint64_t op_id, bool forced) {
+  auto it = s->ops.find(op_id);
+  if (it == s->ops.end()) return;
+  JoinOp& op = it->second;
+  if (op.has_record) {
+    const v1::OpRecord& r = op.record;
+    ProgressState& p =
+        s->progress[{r.comm_hash(), r.rank(), static_cast<int>(r.func())}];
+    if (op.channels > 0 || !op.conns.empty() || op.completed) {
+      p.last_started_seq = std::max(p.last_started_seq, r.seq_number());
+    }
+    if (op.completed) {
+      p.last_completed_seq = std::max(p.last_completed_seq, r.seq_number());
+      p.last_completion_cpu_ns =
+          std::max(p.last_completion_cpu_ns, op.completion_cpu_ns);
+    }
+    summaries_.push_back(BuildSummary(*s, op));
+    ++stats_.summaries;
+  } else {
+    ++stats_.orphan_ops;
+  }
+  (void)forced;
+  s->ops.erase(it);
+  s->recent.insert(op_id);
+  s->recent_order.push_back(op_id);
+  if (s->recent_order.size() > kRecentEmitted) {
+    s->recent.erase(s->recent_order.front());
+    s->recent_order.pop_front();
+  }
+  // Keep the creation-order queue from growing behind one long-open op.
+  if (s->order.size() > 4 * static_cast<size_t>(options_.max_open_ops) + 64) {
+    std::vector<std::pair<uint64_t, uint64_t>> live;
+    for (const auto& [id, o] : s->ops) live.push_back({o.creation, id});
+    std::sort(live.begin(), live.end());
+    s->order.clear();
+    for (const auto& [c, id] : live) s->order.push_back(id);
+  }
+}
+
+void RankJoiner::Poll() {
+  const int64_t now = clock_->MonotonicNanos();
+  for (auto& [id, sp] : streams_) {
+    Stream* s = sp.get();
+    std::vector<uint64_t> pending;
+    pending.swap(s->pending);
+    for (uint64_t op_id : pending) {
+      auto it = s->ops.find(op_id);
+      if (it == s->ops.end()) continue;
+      if (now - it->second.completion_seen_ns >= options_.grace_ns) {
+        EmitOp(s, op_id, /*forced=*/false);
+      } else {
+        s->pending.push_back(op_id);
+      }
+    }
+    while (!s->order.empty()) {
+      auto it = s->ops.find(s->order.front());
+      if (it != s->ops.end() &&
+          now - it->second.created_ns < options_.incomplete_timeout_ns) {
+        break;
+      }
+      const uint64_t op_id = s->order.front();
+      s->order.pop_front();
+      if (it == s->ops.end()) continue;
+      ++stats_.ops_timed_out;
+      EmitOp(s, op_id, /*forced=*/true);
+    }
+  }
+}
+
+void RankJoiner::EndStream(uint64_t stream, bool agent_stopping) {
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return;
+  Stream* s = it->second.get();
+  std::vector<std::pair<uint64_t, uint64_t>> live;
+  for (const auto& [id, op] : s->ops) live.push_back({op.creation, id});
+  std::sort(live.begin(), live.end());
+  for (const auto& [c, id] : live) EmitOp(s, id, /*forced=*/true);
+  if (s->goodbye) {
+    EmitLifecycle(s, v1::RankLifecycle::KIND_CLEAN_EXIT);
+  } else if (!agent_stopping) {
+    EmitLifecycle(s, v1::RankLifecycle::KIND_DIED);
+  }
+  streams_.erase(it);
+}
+
+void RankJoiner::FlushAll() {
+  for (auto& [id, sp] : streams_) {
+    Stream* s = sp.get();
+    std::vector<std::pair<uint64_t, uint64_t>> live;
+    for (const auto& [op_id, op] : s->ops) live.push_back({op.creation, op_id});
+    std::sort(live.begin(), live.end());
+    for (const auto& [c, op_id] : live) EmitOp(s, op_id, /*forced=*/true);
+    s->pending.clear();
+    s->order.clear();
+  }
+}
+
+void RankJoiner::EmitLifecycle(Stream* s, v1::RankLifecycle::Kind kind) {
+  v1::RankLifecycle ev;
+  ev.set_kind(kind);
+  ev.set_job_id(s->hello.job_id());
+  ev.set_pid(s->hello.pid());
+  ev.set_global_rank(s->hello.global_rank());
+  for (const auto& [hash, info] : s->comms) *ev.add_communicators() = info;
+  ev.set_time_cpu_ns(clock_->MonotonicNanos());
+  ev.set_time_unix_ns(absl::ToUnixNanos(clock_->Now()));
+  lifecycle_.push_back(std::move(ev));
+}
+
+void RankJoiner::TakeSummaries(std::vector<v1::CollectiveSummary>* out) {
+  if (out->empty()) {
+    out->swap(summaries_);
+  } else {
+    std::move(summaries_.begin(), summaries_.end(), std::back_inserter(*out));
+  }
+  summaries_.clear();
+}
+
+void RankJoiner::TakeLifecycle(std::vector<v1::RankLifecycle>* out) {
+  std::move(lifecycle_.begin(), lifecycle_.end(), std::back_inserter(*out));
+  lifecycle_.clear();
+}
+
+void RankJoiner::TakeCommunicators(std::vector<v1::CommunicatorInfo>* out) {
+  std::move(communicators_.begin(), communicators_.end(),
+            std::back_inserter(*out));
+  communicators_.clear();
+}
+
+void RankJoiner::SnapshotProgress(std::vector<v1::RankProgress>* out) const {
+  const int64_t now = clock_->MonotonicNanos();
+  for (const auto& [sid, sp] : streams_) {
+    const Stream& s = *sp;
+    for (const auto& [key, p] : s.progress) {
+      const auto& [comm, rank, func] = key;
+      v1::RankProgress& rp = out->emplace_back();
+      rp.set_comm_hash(comm);
+      rp.set_rank(rank);
+      int32_t g = s.hello.global_rank();
+      if (auto it = s.comms.find(comm); it != s.comms.end() && rank >= 0 &&
+                                        rank < it->second.global_ranks_size() &&
+                                        it->second.global_ranks(rank) >= 0) {
+        g = it->second.global_ranks(rank);
+      }
+      rp.set_global_rank(g);
+      rp.set_pid(p.pid != 0 ? p.pid : s.hello.pid());
+      rp.set_func(static_cast<v1::CollFunc>(func));
+      rp.set_last_enqueued_seq(p.last_enqueued_seq);
+      uint64_t started = p.last_started_seq;
+      rp.set_last_completed_seq(p.last_completed_seq);
+      rp.set_last_enqueue_cpu_ns(p.last_enqueue_cpu_ns);
+      rp.set_last_completion_cpu_ns(p.last_completion_cpu_ns);
+      rp.set_now_cpu_ns(now);
+      // Oldest incomplete op of this (comm, rank, func) and its proxy
+      // progress so far.
+      const JoinOp* oldest = nullptr;
+      for (const auto& [op_id, op] : s.ops) {
+        if (!op.has_record || op.completed) continue;
+        const v1::OpRecord& r = op.record;
+        if (r.comm_hash() != comm || r.rank() != rank ||
+            static_cast<int>(r.func()) != func) {
+          continue;
+        }
+        if (op.channels > 0 || !op.conns.empty()) {
+          started = std::max(started, r.seq_number());
+        }
+        if (oldest == nullptr || op.creation < oldest->creation) oldest = &op;
+      }
+      rp.set_last_started_seq(started);
+      if (oldest != nullptr) {
+        rp.set_oldest_incomplete_seq(oldest->record.seq_number());
+        rp.set_oldest_incomplete_age_ns(
+            now > oldest->created_ns ? now - oldest->created_ns : 0);
+        const v1::CollectiveSummary partial = BuildSummary(s, *oldest);
+        *rp.mutable_in_flight() = partial.connections();
+      }
+    }
+  }
+}
+
+void RankJoiner::AllCommunicators(
+    std::vector<v1::CommunicatorInfo>* out) const {
+  for (const auto& [sid, sp] : streams_) {
+    for (const auto& [hash, info] : sp->comms) out->push_back(info);
+  }
+}
+
+const v1::ProcessHello* RankJoiner::hello(uint64_t stream) const {
+  auto it = streams_.find(stream);
+  if (it == streams_.end() || !it->second->has_hello) return nullptr;
+  return &it->second->hello;
+}
+
+const v1::DropCounters* RankJoiner::drops(uint64_t stream) const {
+  auto it = streams_.find(stream);
+  if (it == streams_.end() || !it->second->has_drops) return nullptr;
+  return &it->second->drops;
+}
+
+bool RankJoiner::StreamInComm(uint64_t stream, uint64_t comm_hash,
+                              int32_t rank) const {
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return false;
+  if (comm_hash == 0) return true;
+  auto c = it->second->comms.find(comm_hash);
+  if (c == it->second->comms.end()) return false;
+  return rank < 0 || c->second.rank() == rank;
+}
+
+size_t RankJoiner::open_streams() const { return streams_.size(); }
+
+size_t RankJoiner::open_ops() const {
+  size_t n = 0;
+  for (const auto& [id, s] : streams_) n += s->ops.size();
+  return n;
+}
+
+}  // namespace pitstop::agent
