@@ -1,0 +1,133 @@
+// Per-communicator state of the detection engine: membership, the open
+// cross-rank joins, the current detection window and rank progress.
+// Internal to pitstop_detect; not thread-safe (the engine serialises).
+#ifndef PITSTOP_CONTROLLER_DETECT_COMM_STATE_H_
+#define PITSTOP_CONTROLLER_DETECT_COMM_STATE_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "pitstop/v1/agent.pb.h"
+#include "pitstop/v1/common.pb.h"
+
+namespace pitstop::controller {
+
+// Where one comm rank runs. Filled from whatever report names it first and
+// refined by later ones.
+struct Member {
+  bool known = false;  // some report named this rank
+  int32_t global_rank = -1;
+  std::string host;
+  uint32_t pid = 0;
+  int32_t cuda_device = -1;
+  // Heuristic: GPU i <-> NIC i on rail-optimised nodes (see engine docs).
+  std::string nic;
+  bool dead = false;    // RankLifecycle DIED
+  bool exited = false;  // RankLifecycle CLEAN_EXIT
+};
+
+// One connection sample of a joined collective (directed src -> dst).
+struct ConnSample {
+  int32_t src = 0;  // comm ranks
+  int32_t dst = 0;
+  double throughput_bps = 0;
+};
+
+// The summaries of one (func, seq) collided so far, one slot per comm rank.
+struct Join {
+  std::vector<int64_t> duration_ns;  // -1 = not reported yet / unknown
+  std::vector<uint8_t> reported;
+  uint32_t n_reported = 0;
+  uint64_t bytes = 0;
+  int64_t first_seen_ns = 0;  // engine clock
+  std::vector<ConnSample> connections;
+};
+
+// What the closing detection window has accumulated.
+struct WindowAccum {
+  uint32_t collectives = 0;             // with durations on every member
+  std::vector<double> sum_wait_ns;      // per comm rank
+  std::vector<uint32_t> last_count;     // times the rank arrived last
+  std::vector<double> min_duration_ns;  // per collective
+  std::vector<double> lateness_ns;      // per collective: median wait
+  // Per (func, log2 bytes) key: min durations in this window.
+  std::map<uint64_t, std::vector<double>> min_duration_by_key;
+  // Directed link -> throughput ratios to the collective's median.
+  std::map<std::pair<int32_t, int32_t>, std::vector<double>> link_ratio;
+  uint32_t collectives_with_connections = 0;
+  bool any_deep = false;
+};
+
+// One rank's progress in one (comm, func); -1 = nothing yet.
+struct RankProgressState {
+  bool reported = false;
+  int64_t enqueued = -1;
+  int64_t started = -1;
+  int64_t completed = -1;
+  uint64_t oldest_incomplete_age_ns = 0;
+  int64_t oldest_incomplete_seq = -1;
+  // In-flight proxy bytes per (peer, channel, is_send), now and before.
+  std::map<std::tuple<int32_t, uint32_t, bool>, std::pair<uint64_t, uint64_t>>
+      in_flight;
+};
+
+struct FuncProgress {
+  std::vector<RankProgressState> ranks;  // per comm rank
+  int64_t min_completed = -2;            // -2 = not computed yet
+  int64_t last_advance_ns = 0;           // engine clock
+};
+
+// Baseline of the min duration per (func, size) for the comm-slow detector.
+struct Baseline {
+  double ewma_ns = 0;
+  uint32_t windows = 0;
+};
+
+struct CommState {
+  uint64_t comm_hash = 0;
+  std::string comm_name;
+  std::string job_id;
+  int32_t n_ranks = 0;  // 0 = unknown
+  bool n_ranks_known = false;
+  uint64_t parent_comm_hash = 0;
+  std::vector<Member> members;
+
+  // Joins by (func, seq).
+  absl::flat_hash_map<std::pair<int32_t, uint64_t>, Join> pending;
+  std::deque<std::pair<int32_t, uint64_t>> pending_order;
+  // Per func: every seq <= watermark has been folded or evicted.
+  absl::flat_hash_map<int32_t, int64_t> folded_watermark;
+  uint64_t collectives_joined = 0;
+  uint64_t last_joined_seq = 0;
+
+  WindowAccum window;
+  int64_t window_start_ns = 0;
+  // Recent max durations (ring) for the adaptive hang timeout.
+  std::vector<double> recent_max_duration_ns;
+  size_t recent_next = 0;
+
+  std::map<uint64_t, Baseline> baselines;
+  absl::flat_hash_map<int32_t, FuncProgress> progress;
+  int64_t deep_requested_until_ns = 0;
+
+  // Grows members to hold `rank`; returns the member.
+  Member& MemberAt(int32_t rank);
+  // Number of ranks a join needs: n_ranks if known, else members seen.
+  int32_t ExpectedRanks() const;
+  void ResetWindow();
+};
+
+// Folds a complete join of `func` into the comm's window statistics
+// (waits, last arrivals, min durations, connection throughput ratios) and
+// the recent-duration ring used by the hang timeout.
+void FoldJoin(CommState* comm, int32_t func, const Join& join);
+
+}  // namespace pitstop::controller
+
+#endif  // PITSTOP_CONTROLLER_DETECT_COMM_STATE_H_

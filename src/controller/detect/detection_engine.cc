@@ -1,0 +1,296 @@
+// Inputs and the detection cycle of the engine. Snapshots are in
+// engine_snapshots.cc.
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "src/controller/detect/comm_slow_detector.h"
+#include "src/controller/detect/engine_impl.h"
+#include "src/controller/detect/hang_detector.h"
+#include "src/controller/detect/straggler_detector.h"
+#include "src/controller/detect/suspects.h"
+
+namespace pitstop::controller {
+namespace {
+
+int64_t SeqOrNone(uint64_t seq, uint64_t time_ns) {
+  return (seq == 0 && time_ns == 0) ? -1 : static_cast<int64_t>(seq);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DetectionEngine>> DetectionEngine::Create(
+    Clock* clock, Options options) {
+  if (clock == nullptr) return absl::InvalidArgumentError("clock: null");
+  if (absl::Status s = ValidatePolicy(options.default_policy); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("default_", s.message()));
+  }
+  return std::unique_ptr<DetectionEngine>(
+      new EngineImpl(clock, std::move(options)));
+}
+
+EngineImpl::EngineImpl(Clock* clock, Options options)
+    : clock_(clock),
+      options_(std::move(options)),
+      default_policy_(ResolvePolicy(options_.default_policy)),
+      tracker_(clock, options_.fault_id_prefix, options_.first_fault_number) {}
+
+absl::Status EngineImpl::AddNode(const v1::NodeRegistration& registration) {
+  if (registration.host().empty()) {
+    return absl::InvalidArgumentError("registration.host: empty");
+  }
+  nodes_[registration.host()] = registration;
+  for (auto& [hash, c] : comms_) {
+    for (Member& m : c.members) {
+      if (m.host == registration.host()) AssignNic(&m);
+    }
+  }
+  return absl::OkStatus();
+}
+
+void EngineImpl::AssignNic(Member* m) const {
+  auto it = nodes_.find(m->host);
+  if (it == nodes_.end()) return;
+  const v1::NodeRegistration& reg = it->second;
+  if (reg.nics_size() == 1) {
+    m->nic = reg.nics(0).name();
+  } else if (m->cuda_device >= 0 && reg.nics_size() == reg.gpus_size() &&
+             m->cuda_device < reg.nics_size()) {
+    m->nic = reg.nics(m->cuda_device).name();  // rail-optimised guess
+  }
+}
+
+void EngineImpl::NoteMember(CommState* c, int32_t rank, int32_t global_rank,
+                            absl::string_view host, uint32_t pid,
+                            int32_t cuda_device) {
+  const size_t before = c->members.size();
+  Member& m = c->MemberAt(rank);
+  if (c->members.size() != before) stats_.ranks += c->members.size() - before;
+  const bool changed = !m.known || (!host.empty() && m.host != host) ||
+                       (cuda_device >= 0 && m.cuda_device != cuda_device);
+  m.known = true;
+  if (global_rank >= 0) m.global_rank = global_rank;
+  if (!host.empty()) m.host = std::string(host);
+  if (pid != 0) m.pid = pid;
+  if (cuda_device >= 0) m.cuda_device = cuda_device;
+  if (changed) AssignNic(&m);
+}
+
+absl::Status EngineImpl::AddCommunicator(absl::string_view host,
+                                         const v1::CommunicatorInfo& info) {
+  if (info.comm_hash() == 0) {
+    return absl::InvalidArgumentError("communicator.comm_hash: 0");
+  }
+  if (info.rank() < 0 ||
+      (info.n_ranks() > 0 && info.rank() >= info.n_ranks())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("communicator.rank: ", info.rank(), " not in [0, n_ranks ",
+                     info.n_ranks(), ")"));
+  }
+  CommState& c = comms_[info.comm_hash()];
+  c.comm_hash = info.comm_hash();
+  if (!info.comm_name().empty()) c.comm_name = info.comm_name();
+  if (!info.job_id().empty()) c.job_id = info.job_id();
+  if (info.parent_comm_hash() != 0)
+    c.parent_comm_hash = info.parent_comm_hash();
+  if (info.n_ranks() > 0) {
+    c.n_ranks = info.n_ranks();
+    c.n_ranks_known = true;
+    NoteMember(&c, info.n_ranks() - 1, -1, "", 0, -1);
+  }
+  const std::string reporter(info.host().empty() ? host : info.host());
+  const int32_t global = info.rank() < info.global_ranks_size()
+                             ? info.global_ranks(info.rank())
+                             : -1;
+  NoteMember(&c, info.rank(), global, reporter, info.pid(), info.cuda_device());
+  for (int r = 0; r < info.global_ranks_size() && r < c.ExpectedRanks(); ++r) {
+    if (info.global_ranks(r) >= 0)
+      c.members[r].global_rank = info.global_ranks(r);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::AddSummary(absl::string_view host,
+                                    const v1::CollectiveSummary& s) {
+  if (s.comm_hash() == 0) {
+    return absl::InvalidArgumentError("summary.comm_hash: 0");
+  }
+  if (s.rank() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("summary.rank: ", s.rank(), " is negative"));
+  }
+  CommState& c = comms_[s.comm_hash()];
+  c.comm_hash = s.comm_hash();
+  if (c.n_ranks_known && s.rank() >= c.n_ranks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("summary.rank: ", s.rank(), " >= n_ranks ", c.n_ranks));
+  }
+  ++stats_.summaries;
+  NoteMember(&c, s.rank(), s.global_rank(), host, s.pid(), -1);
+  const std::pair<int32_t, uint64_t> key{s.func(), s.seq_number()};
+  auto it = c.pending.find(key);
+  if (it == c.pending.end()) {
+    auto wm = c.folded_watermark.find(s.func());
+    if (wm != c.folded_watermark.end() &&
+        static_cast<int64_t>(s.seq_number()) <= wm->second) {
+      ++stats_.late_summaries;
+      return absl::OkStatus();
+    }
+    it = c.pending.emplace(key, Join{}).first;
+    it->second.first_seen_ns = clock_->MonotonicNanos();
+    c.pending_order.push_back(key);
+  }
+  Join& j = it->second;
+  const size_t need = static_cast<size_t>(c.ExpectedRanks());
+  if (j.reported.size() < need) {
+    j.reported.resize(need, 0);
+    j.duration_ns.resize(need, -1);
+  }
+  if (j.reported[s.rank()]) return absl::OkStatus();  // duplicate
+  j.reported[s.rank()] = 1;
+  ++j.n_reported;
+  const uint64_t d =
+      s.kernel_duration_ns() ? s.kernel_duration_ns() : s.proxy_duration_ns();
+  j.duration_ns[s.rank()] = d ? static_cast<int64_t>(d) : -1;
+  j.bytes = std::max<uint64_t>(j.bytes, s.bytes());
+  for (const v1::ConnectionSummary& cs : s.connections()) {
+    double tput = cs.throughput_bps();
+    if (tput <= 0 && cs.duration_ns() > 0) {
+      tput = static_cast<double>(cs.bytes()) * 1e9 / cs.duration_ns();
+    }
+    j.connections.push_back(cs.is_send()
+                                ? ConnSample{s.rank(), cs.peer_rank(), tput}
+                                : ConnSample{cs.peer_rank(), s.rank(), tput});
+  }
+  if (c.n_ranks_known && j.n_reported >= static_cast<uint32_t>(c.n_ranks)) {
+    Fold(&c, key);
+  }
+  return absl::OkStatus();
+}
+
+void EngineImpl::Fold(CommState* c, std::pair<int32_t, uint64_t> key) {
+  auto it = c->pending.find(key);
+  FoldJoin(c, key.first, it->second);
+  c->pending.erase(it);
+  ++c->collectives_joined;
+  ++stats_.collectives_joined;
+  c->last_joined_seq = std::max(c->last_joined_seq, key.second);
+  int64_t& wm = c->folded_watermark.try_emplace(key.first, -1).first->second;
+  wm = std::max(wm, static_cast<int64_t>(key.second));
+}
+
+void EngineImpl::EvictJoins(CommState* c, int64_t now_ns) {
+  const int64_t horizon = absl::ToInt64Nanoseconds(options_.join_horizon);
+  while (!c->pending_order.empty()) {
+    auto key = c->pending_order.front();
+    auto it = c->pending.find(key);
+    if (it != c->pending.end()) {
+      const bool old = now_ns - it->second.first_seen_ns > horizon;
+      const bool over = c->pending.size() > options_.max_pending_joins_per_comm;
+      if (!old && !over) break;
+      c->pending.erase(it);
+      ++stats_.incomplete_dropped;
+      int64_t& wm =
+          c->folded_watermark.try_emplace(key.first, -1).first->second;
+      wm = std::max(wm, static_cast<int64_t>(key.second));
+    }
+    c->pending_order.pop_front();
+  }
+}
+
+absl::Status EngineImpl::AddProgress(absl::string_view host,
+                                     const v1::RankProgress& p) {
+  if (p.comm_hash() == 0) {
+    return absl::InvalidArgumentError("progress.comm_hash: 0");
+  }
+  if (p.rank() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("progress.rank: ", p.rank(), " is negative"));
+  }
+  CommState& c = comms_[p.comm_hash()];
+  c.comm_hash = p.comm_hash();
+  if (c.n_ranks_known && p.rank() >= c.n_ranks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("progress.rank: ", p.rank(), " >= n_ranks ", c.n_ranks));
+  }
+  NoteMember(&c, p.rank(), p.global_rank(), host, p.pid(), -1);
+  FuncProgress& fp = c.progress[p.func()];
+  if (fp.last_advance_ns == 0) fp.last_advance_ns = clock_->MonotonicNanos();
+  if (static_cast<int32_t>(fp.ranks.size()) <= p.rank()) {
+    fp.ranks.resize(p.rank() + 1);
+  }
+  RankProgressState& rs = fp.ranks[p.rank()];
+  rs.reported = true;
+  rs.enqueued = SeqOrNone(p.last_enqueued_seq(), p.last_enqueue_cpu_ns());
+  rs.completed = SeqOrNone(p.last_completed_seq(), p.last_completion_cpu_ns());
+  rs.started = std::max<int64_t>(
+      p.last_started_seq() ? static_cast<int64_t>(p.last_started_seq()) : -1,
+      rs.completed);
+  rs.enqueued = std::max(rs.enqueued, rs.started);
+  const int64_t oldest = p.oldest_incomplete_age_ns()
+                             ? static_cast<int64_t>(p.oldest_incomplete_seq())
+                             : -1;
+  if (oldest != rs.oldest_incomplete_seq) rs.in_flight.clear();
+  rs.oldest_incomplete_seq = oldest;
+  rs.oldest_incomplete_age_ns = p.oldest_incomplete_age_ns();
+  for (const v1::ConnectionSummary& cs : p.in_flight()) {
+    auto [it, fresh] = rs.in_flight.try_emplace(
+        std::make_tuple(cs.peer_rank(), cs.channel_id(), cs.is_send()),
+        cs.bytes(), UINT64_MAX);
+    if (!fresh) {
+      it->second.second = it->second.first;
+      it->second.first = cs.bytes();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::AddLifecycle(absl::string_view host,
+                                      const v1::RankLifecycle& l) {
+  if (host.empty()) return absl::InvalidArgumentError("host: empty");
+  for (const v1::CommunicatorInfo& info : l.communicators()) {
+    v1::CommunicatorInfo copy = info;
+    if (copy.pid() == 0) copy.set_pid(l.pid());
+    if (copy.job_id().empty()) copy.set_job_id(l.job_id());
+    if (absl::Status s = AddCommunicator(host, copy); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("lifecycle.communicators: ", s.message()));
+    }
+  }
+  if (l.kind() != v1::RankLifecycle::KIND_DIED &&
+      l.kind() != v1::RankLifecycle::KIND_CLEAN_EXIT) {
+    return absl::OkStatus();
+  }
+  const bool died = l.kind() == v1::RankLifecycle::KIND_DIED;
+  for (auto& [hash, c] : comms_) {
+    for (Member& m : c.members) {
+      if (m.host == host && m.pid == l.pid() && l.pid() != 0) {
+        (died ? m.dead : m.exited) = true;
+      }
+    }
+  }
+  if (died) RaiseProcessDied(host, l);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::JobPolicy> EngineImpl::SetJobPolicy(
+    absl::string_view job_id, const v1::JobPolicy& policy) {
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id: empty");
+  if (absl::Status s = ValidatePolicy(policy); !s.ok()) return s;
+  const v1::JobPolicy resolved = ResolvePolicy(policy);
+  policies_[std::string(job_id)] = resolved;
+  return resolved;
+}
+
+v1::JobPolicy EngineImpl::GetJobPolicy(absl::string_view job_id) const {
+  auto it = policies_.find(std::string(job_id));
+  return it == policies_.end() ? default_policy_ : it->second;
+}
+
+void EngineImpl::ForgetFault(absl::string_view fault_id) {
+  tracker_.Forget(fault_id);
+}
+
+}  // namespace pitstop::controller

@@ -1,0 +1,173 @@
+// The detection engine: C4D-style fault detection and localisation over the
+// per-rank telemetry of many agents, as a plain library (no threads, no gRPC,
+// no I/O). pitstop-controller feeds it from AgentLink streams; `pitstop
+// analyze` feeds it imported Flight Recorder / Kineto data with a FakeClock.
+//
+//   FakeClock clock;
+//   ASSIGN_OR_RETURN(auto engine, DetectionEngine::Create(&clock, {}));
+//   engine->AddCommunicator("node1", info);       // membership, any order
+//   engine->AddProgress("node1", progress);       // hang detector input
+//   engine->AddSummary("node1", summary);         // slow detectors input
+//   clock.Advance(absl::Seconds(30));
+//   CycleResult r = engine->RunCycle();           // new / changed faults
+//
+// Detection never compares clocks of two nodes: durations and sequence
+// numbers only (design.md, "Detection without synchronised clocks"). Time
+// that the engine measures itself (windows, hang timeouts) is read from the
+// injected Clock when an input arrives or a cycle runs.
+//
+// Fault classes and how they are localised (C4, HPCA'25, §4):
+//   NON_COMM_SLOW  per collective, wait_r = duration_r - min duration; the rank
+//                  with a robustly low mean wait, window after window, is the
+//                  straggler (suspect: GPU level; others are victims).
+//   COMM_SLOW      durations grow on all ranks with no late rank; the
+//                  connection / NIC / node pair common to slow connections
+//                  (ConnectionSummary throughput) is the suspect. Without
+//                  connection data the engine asks for deep profiling.
+//   NON_COMM_HANG  from RankProgress: ranks that never enqueued the first
+//                  sequence number not completed by all are suspects, the
+//                  others victims; works on enqueue/complete states alone
+//                  (Flight Recorder data has no kernel timers).
+//   COMM_HANG      every member enqueued it, none completes: the in-flight
+//                  connection(s) whose proxy progress is lowest are suspects.
+//   PROCESS_DIED   RankLifecycle DIED; hangs of its peers are folded into it.
+// Verdicts need warm-up, a minimum effect and persistence (N of M windows)
+// for the slow classes, and an adaptive timeout (max(floor, k x p99)) for the
+// hang classes, all from the job's JobPolicy.
+#ifndef PITSTOP_CONTROLLER_DETECT_DETECTION_ENGINE_H_
+#define PITSTOP_CONTROLLER_DETECT_DETECTION_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "pitstop/clock.h"
+#include "pitstop/v1/agent.pb.h"
+#include "pitstop/v1/common.pb.h"
+#include "pitstop/v1/controller.pb.h"
+
+namespace pitstop::controller {
+
+// Activation mask bits of the profiler plugin (nccl-plugin-abi.md).
+inline constexpr uint32_t kDefaultActivationMask = 0x4E;
+inline constexpr uint32_t kDeepActivationMask = 0x4E | 0x10 | 0x80;
+
+// The controller defaults for every JobPolicy field (observe mode, 1 s
+// windows, 3 of 5 windows, 20% minimum effect, hang timeout max(5 s,
+// 10 x p99), 20 warm-up collectives, robust z > 3.5).
+v1::JobPolicy DefaultJobPolicy();
+
+// Returns `policy` with every zero field replaced by DefaultJobPolicy()'s.
+v1::JobPolicy ResolvePolicy(const v1::JobPolicy& policy);
+
+// InvalidArgument naming the field ("policy.persistence_n: ...") when a
+// non-zero field is out of range (e.g. persistence_n > persistence_m,
+// min_effect < 0, z_threshold < 0).
+absl::Status ValidatePolicy(const v1::JobPolicy& policy);
+
+// A request to turn on deep profiling (proxy steps) on one agent; the
+// controller turns it into AgentCommand.set_activation_mask.
+struct ProfilingRequest {
+  std::string host;
+  uint64_t comm_hash = 0;  // 0 = all communicators on the node
+  int32_t rank = -1;       // -1 = all local ranks of the communicator
+  uint32_t event_mask = kDeepActivationMask;
+  uint32_t duration_ms = 30'000;
+};
+
+struct CycleResult {
+  // Faults opened or changed in this cycle (state, suspects, evidence),
+  // including auto-resolved ones (state RESOLVED). Each carries its stable
+  // fault_id; times are unix ns from the clock's Now().
+  std::vector<v1::Fault> faults;
+  std::vector<ProfilingRequest> profiling;
+  // Wall time the cycle took on the real clock (for metrics).
+  absl::Duration cycle_time;
+};
+
+struct EngineStats {
+  uint64_t summaries = 0;           // AddSummary calls accepted
+  uint64_t collectives_joined = 0;  // collectives with every member reported
+  uint64_t late_summaries = 0;      // arrived after their collective was folded
+  uint64_t incomplete_dropped = 0;  // joins evicted before all members came
+  uint64_t pending_joins = 0;       // joins currently open
+  uint32_t communicators = 0;
+  uint32_t ranks = 0;  // distinct (comm, rank) members known
+  uint64_t cycles = 0;
+};
+
+// Not thread-safe: one caller at a time (pitstop-controller serialises calls
+// with a mutex; the offline analyzer calls it from one thread).
+class DetectionEngine {
+ public:
+  struct Options {
+    // Policy for jobs without their own; zero fields take DefaultJobPolicy().
+    v1::JobPolicy default_policy;
+    // Fault ids are absl::StrCat(fault_id_prefix, n) with n counting from
+    // first_fault_number (the controller passes its store's next number).
+    std::string fault_id_prefix = "F";
+    uint64_t first_fault_number = 1;
+    // Open (incomplete) joins kept per communicator; the oldest is evicted
+    // and counted in incomplete_dropped beyond it.
+    uint32_t max_pending_joins_per_comm = 512;
+    // An incomplete join older than this is evicted (late members lost).
+    absl::Duration join_horizon = absl::Seconds(30);
+    // How long deep profiling is requested for.
+    absl::Duration deep_profiling_duration = absl::Seconds(30);
+  };
+
+  // InvalidArgument if `clock` is null or the default policy is invalid.
+  static absl::StatusOr<std::unique_ptr<DetectionEngine>> Create(
+      Clock* clock, Options options);
+  virtual ~DetectionEngine() = default;
+
+  // --- inputs; `host` is the reporting agent's registration host ----------
+  // InvalidArgument (naming the field) when host is empty.
+  virtual absl::Status AddNode(const v1::NodeRegistration& registration) = 0;
+  // Membership. InvalidArgument for comm_hash 0, rank < 0, rank >= n_ranks.
+  virtual absl::Status AddCommunicator(absl::string_view host,
+                                       const v1::CommunicatorInfo& info) = 0;
+  // One rank's part of one collective; joined across members by (comm_hash,
+  // func, seq_number) in any order. Durations used: kernel_duration_ns, else
+  // proxy_duration_ns. InvalidArgument for comm_hash 0 or rank < 0.
+  virtual absl::Status AddSummary(absl::string_view host,
+                                  const v1::CollectiveSummary& summary) = 0;
+  // Where one rank is in one communicator (per func). Hang detector input.
+  virtual absl::Status AddProgress(absl::string_view host,
+                                   const v1::RankProgress& progress) = 0;
+  // STREAM_OPENED / CLEAN_EXIT / DIED of one process.
+  virtual absl::Status AddLifecycle(absl::string_view host,
+                                    const v1::RankLifecycle& lifecycle) = 0;
+
+  // --- policy -----------------------------------------------------------
+  // Stores the job's policy (zero fields = defaults). InvalidArgument from
+  // ValidatePolicy. Returns the resolved policy.
+  virtual absl::StatusOr<v1::JobPolicy> SetJobPolicy(
+      absl::string_view job_id, const v1::JobPolicy& policy) = 0;
+  // The resolved policy of a job (defaults for unknown jobs).
+  virtual v1::JobPolicy GetJobPolicy(absl::string_view job_id) const = 0;
+
+  // --- detection --------------------------------------------------------
+  // Closes the windows whose time has come, runs every detector and returns
+  // what changed. Call every 500 ms or so (any period works; windows are
+  // measured on the clock).
+  virtual CycleResult RunCycle() = 0;
+  // Tells the engine an operator resolved `fault_id`: it stops updating it
+  // and opens a new fault if the condition is still seen.
+  virtual void ForgetFault(absl::string_view fault_id) = 0;
+
+  // --- snapshots for the API ---------------------------------------------
+  virtual std::vector<v1::Communicator> Communicators() const = 0;
+  // Jobs with n_ranks, hosts and comm_hashes filled (faults/policy not).
+  virtual std::vector<v1::Job> Jobs() const = 0;
+  virtual EngineStats stats() const = 0;
+};
+
+}  // namespace pitstop::controller
+
+#endif  // PITSTOP_CONTROLLER_DETECT_DETECTION_ENGINE_H_

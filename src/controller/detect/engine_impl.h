@@ -1,0 +1,65 @@
+// The DetectionEngine implementation (internal to pitstop_detect).
+#ifndef PITSTOP_CONTROLLER_DETECT_ENGINE_IMPL_H_
+#define PITSTOP_CONTROLLER_DETECT_ENGINE_IMPL_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "src/controller/detect/comm_state.h"
+#include "src/controller/detect/detection_engine.h"
+#include "src/controller/detect/fault_tracker.h"
+
+namespace pitstop::controller {
+
+class EngineImpl final : public DetectionEngine {
+ public:
+  EngineImpl(Clock* clock, Options options);
+
+  absl::Status AddNode(const v1::NodeRegistration& registration) override;
+  absl::Status AddCommunicator(absl::string_view host,
+                               const v1::CommunicatorInfo& info) override;
+  absl::Status AddSummary(absl::string_view host,
+                          const v1::CollectiveSummary& summary) override;
+  absl::Status AddProgress(absl::string_view host,
+                           const v1::RankProgress& progress) override;
+  absl::Status AddLifecycle(absl::string_view host,
+                            const v1::RankLifecycle& lifecycle) override;
+  absl::StatusOr<v1::JobPolicy> SetJobPolicy(
+      absl::string_view job_id, const v1::JobPolicy& policy) override;
+  v1::JobPolicy GetJobPolicy(absl::string_view job_id) const override;
+  CycleResult RunCycle() override;
+  void ForgetFault(absl::string_view fault_id) override;
+  std::vector<v1::Communicator> Communicators() const override;
+  std::vector<v1::Job> Jobs() const override;
+  EngineStats stats() const override;
+
+ private:
+  // Updates member `rank` of `c` from a report by `host`.
+  void NoteMember(CommState* c, int32_t rank, int32_t global_rank,
+                  absl::string_view host, uint32_t pid, int32_t cuda_device);
+  // GPU i <-> NIC i when the node has as many NICs as GPUs, else the only
+  // NIC, else unknown.
+  void AssignNic(Member* m) const;
+  void Fold(CommState* c, std::pair<int32_t, uint64_t> key);
+  void EvictJoins(CommState* c, int64_t now_ns);
+  void CloseWindow(CommState* c, const v1::JobPolicy& policy, int64_t now_ns,
+                   CycleResult* result);
+  void RequestProfiling(CommState* c, int64_t now_ns, CycleResult* result);
+  void RaiseProcessDied(absl::string_view host,
+                        const v1::RankLifecycle& lifecycle);
+
+  Clock* const clock_;
+  const Options options_;
+  v1::JobPolicy default_policy_;
+  std::map<std::string, v1::JobPolicy> policies_;
+  std::map<uint64_t, CommState> comms_;
+  absl::flat_hash_map<std::string, v1::NodeRegistration> nodes_;
+  FaultTracker tracker_;
+  EngineStats stats_;
+};
+
+}  // namespace pitstop::controller
+
+#endif  // PITSTOP_CONTROLLER_DETECT_ENGINE_IMPL_H_

@@ -1,0 +1,181 @@
+#include "src/controller/detect/fault_tracker.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace pitstop::controller {
+namespace {
+
+uint32_t CountHits(const std::deque<bool>& d) {
+  return static_cast<uint32_t>(std::count(d.begin(), d.end(), true));
+}
+
+// Whether two faults name the same suspects and victims.
+bool SameBlame(const v1::Fault& a, const v1::Fault& b) {
+  if (a.suspects_size() != b.suspects_size() ||
+      a.victims_size() != b.victims_size()) {
+    return false;
+  }
+  for (int i = 0; i < a.suspects_size(); ++i) {
+    if (a.suspects(i).SerializeAsString() !=
+        b.suspects(i).SerializeAsString()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+FaultTracker::FaultTracker(Clock* clock, std::string id_prefix,
+                           uint64_t first_number)
+    : clock_(clock),
+      id_prefix_(std::move(id_prefix)),
+      next_number_(first_number) {}
+
+void FaultTracker::EndWindow(uint64_t comm_hash,
+                             const std::map<std::string, v1::Fault>& hits,
+                             uint32_t n, uint32_t m) {
+  for (const auto& [key, fault] : hits) {
+    std::deque<bool>& d = history_[key][comm_hash];
+    d.push_back(true);
+    while (d.size() > m) d.pop_front();
+  }
+  for (auto it = history_.begin(); it != history_.end();) {
+    const std::string& key = it->first;
+    auto& per_comm = it->second;
+    const auto hit = hits.find(key);
+    auto c = per_comm.find(comm_hash);
+    if (hit == hits.end() && c != per_comm.end()) {
+      c->second.push_back(false);
+      while (c->second.size() > m) c->second.pop_front();
+    }
+    uint32_t best = 0;
+    for (const auto& [comm, d] : per_comm) best = std::max(best, CountHits(d));
+    const bool is_open = open_.count(key) > 0;
+    if (hit != hits.end()) {
+      if (is_open) {
+        const v1::Fault& f = open_[key].fault;
+        const uint32_t total = f.windows_hit() + 1;
+        OpenOrUpdate(key, hit->second,
+                     total >= m ? v1::FAULT_STATE_CONFIRMED : f.state(), total,
+                     m);
+      } else if (best >= n) {
+        OpenOrUpdate(key, hit->second, v1::FAULT_STATE_SUSPECTED, best, m);
+      }
+    } else if (best == 0) {
+      if (is_open) {
+        Clear(key,
+              absl::StrCat("condition not seen in the last ", m, " windows"));
+      }
+      it = history_.erase(it);
+      continue;
+    }
+    ++it;
+  }
+}
+
+void FaultTracker::Raise(const std::string& key, const v1::Fault& fault,
+                         v1::FaultState state) {
+  auto it = open_.find(key);
+  const uint32_t hits = it == open_.end() ? 1 : it->second.fault.windows_hit();
+  OpenOrUpdate(key, fault, state, hits, 0);
+}
+
+void FaultTracker::OpenOrUpdate(const std::string& key, const v1::Fault& fault,
+                                v1::FaultState state, uint32_t windows_hit,
+                                uint32_t windows_total) {
+  const uint64_t now = absl::ToUnixNanos(clock_->Now());
+  auto it = open_.find(key);
+  if (it == open_.end()) {
+    Open o{fault};
+    o.fault.set_fault_id(absl::StrCat(id_prefix_, next_number_++));
+    o.fault.set_state(state);
+    o.fault.set_first_seen_unix_ns(now);
+    o.fault.set_updated_unix_ns(now);
+    if (state == v1::FAULT_STATE_CONFIRMED) o.fault.set_confirmed_unix_ns(now);
+    o.fault.set_windows_hit(windows_hit);
+    o.fault.set_windows_total(windows_total);
+    open_.emplace(key, std::move(o));
+    MarkChanged(key);
+    return;
+  }
+  v1::Fault& f = it->second.fault;
+  const bool blame_changed = !SameBlame(f, fault);
+  const bool upgraded = state == v1::FAULT_STATE_CONFIRMED &&
+                        f.state() == v1::FAULT_STATE_SUSPECTED;
+  // Keep identity and history; take the newest blame and evidence.
+  v1::Fault next = fault;
+  next.set_fault_id(f.fault_id());
+  next.set_first_seen_unix_ns(f.first_seen_unix_ns());
+  next.set_confirmed_unix_ns(f.confirmed_unix_ns());
+  next.set_state(upgraded ? state : f.state());
+  next.set_windows_hit(windows_hit);
+  next.set_windows_total(windows_total ? windows_total : f.windows_total());
+  next.set_updated_unix_ns(f.updated_unix_ns());
+  if (upgraded) next.set_confirmed_unix_ns(now);
+  if (upgraded || blame_changed) next.set_updated_unix_ns(now);
+  f = std::move(next);
+  if (upgraded || blame_changed) MarkChanged(key);
+}
+
+void FaultTracker::Clear(const std::string& key, absl::string_view note) {
+  auto it = open_.find(key);
+  if (it == open_.end()) return;
+  const uint64_t now = absl::ToUnixNanos(clock_->Now());
+  v1::Fault f = std::move(it->second.fault);
+  f.set_state(v1::FAULT_STATE_RESOLVED);
+  f.set_resolved_unix_ns(now);
+  f.set_updated_unix_ns(now);
+  f.set_resolution_note(absl::StrCat("auto: ", note));
+  open_.erase(it);
+  changed_.erase(key);
+  resolved_.push_back(std::move(f));
+}
+
+std::vector<std::string> FaultTracker::OpenKeys(
+    absl::string_view prefix) const {
+  std::vector<std::string> keys;
+  for (const auto& [key, o] : open_) {
+    if (absl::StartsWith(key, prefix)) keys.push_back(key);
+  }
+  return keys;
+}
+
+bool FaultTracker::IsOpen(const std::string& key) const {
+  return open_.count(key) > 0;
+}
+
+std::string FaultTracker::FaultIdOf(const std::string& key) const {
+  auto it = open_.find(key);
+  return it == open_.end() ? "" : it->second.fault.fault_id();
+}
+
+void FaultTracker::Forget(absl::string_view fault_id) {
+  for (auto it = open_.begin(); it != open_.end(); ++it) {
+    if (it->second.fault.fault_id() == fault_id) {
+      changed_.erase(it->first);
+      history_.erase(it->first);
+      open_.erase(it);
+      return;
+    }
+  }
+}
+
+void FaultTracker::MarkChanged(const std::string& key) { changed_.insert(key); }
+
+std::vector<v1::Fault> FaultTracker::TakeChanged() {
+  std::vector<v1::Fault> out = std::move(resolved_);
+  resolved_.clear();
+  for (const std::string& key : changed_) {
+    auto it = open_.find(key);
+    if (it != open_.end()) out.push_back(it->second.fault);
+  }
+  changed_.clear();
+  return out;
+}
+
+}  // namespace pitstop::controller

@@ -1,0 +1,186 @@
+#include "src/controller/detect/hang_detector.h"
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "src/controller/detect/robust_stats.h"
+#include "src/controller/detect/suspects.h"
+
+namespace pitstop::controller {
+namespace {
+
+bool IsP2p(int32_t func) {
+  return func == v1::COLL_FUNC_SEND || func == v1::COLL_FUNC_RECV ||
+         func == v1::COLL_FUNC_SEND_RECV;
+}
+
+struct Stalled {
+  int32_t rank;
+  int32_t peer;
+  uint64_t bytes;
+};
+
+// In-flight connections of ranks working on `seq` whose bytes did not move
+// since the previous report and are the lowest of all; empty when nothing
+// stands out.
+std::vector<Stalled> LeastProgress(const FuncProgress& fp) {
+  std::vector<Stalled> all;
+  for (size_t r = 0; r < fp.ranks.size(); ++r) {
+    for (const auto& [k, bytes] : fp.ranks[r].in_flight) {
+      if (bytes.first == bytes.second) {
+        all.push_back({static_cast<int32_t>(r), std::get<0>(k), bytes.first});
+      }
+    }
+  }
+  if (all.size() < 2) return {};
+  const uint64_t min_bytes =
+      std::min_element(all.begin(), all.end(), [](auto& a, auto& b) {
+        return a.bytes < b.bytes;
+      })->bytes;
+  const double median = Median([&] {
+    std::vector<double> v;
+    for (const Stalled& s : all) v.push_back(static_cast<double>(s.bytes));
+    return v;
+  }());
+  std::vector<Stalled> least;
+  for (const Stalled& s : all) {
+    if (s.bytes <= min_bytes + (median - min_bytes) / 4) least.push_back(s);
+  }
+  if (least.size() * 2 > all.size() || median <= min_bytes) return {};
+  return least;
+}
+
+void Resolve(CommState* comm, int32_t func, FaultTracker* tracker) {
+  tracker->Clear(absl::StrFormat("hang/%x/%d", comm->comm_hash, func),
+                 "collectives complete again");
+}
+
+void BuildCommHang(const CommState& comm, const FuncProgress& fp, v1::Fault* f,
+                   bool* want_profiling) {
+  FillFaultHeader(comm, v1::FAULT_CLASS_COMM_HANG, "hang", f);
+  const std::vector<Stalled> least = LeastProgress(fp);
+  std::set<int32_t> blamed;
+  for (const Stalled& s : least) {
+    v1::Suspect* sus = f->add_suspects();
+    *sus = MemberSuspect(comm, s.rank, v1::SUSPECT_LEVEL_LINK, 0.7);
+    const v1::Suspect peer =
+        MemberSuspect(comm, s.peer, v1::SUSPECT_LEVEL_LINK, 0);
+    sus->set_peer_comm_rank(s.peer);
+    sus->set_peer_global_rank(peer.global_rank());
+    sus->set_peer_host(peer.host());
+    (*f->mutable_evidence(0)->mutable_values())[absl::StrCat(
+        "in_flight_bytes/", s.rank, ">", s.peer)] = s.bytes;
+  }
+  if (least.empty()) *want_profiling = true;
+  AddVictims(comm, blamed, f);
+  f->set_summary(absl::StrFormat(
+      "comm-hang: every member of %s entered seq %d and none completes; %s",
+      comm.comm_name, f->seq_number(),
+      least.empty() ? "no connection stands out yet (deep profiling asked)"
+                    : absl::StrCat(least.size(),
+                                   " connection(s) with the least proxy "
+                                   "progress")));
+}
+
+}  // namespace
+
+int64_t HangTimeoutNs(const CommState& comm, const v1::JobPolicy& policy) {
+  const double p99 = Quantile(comm.recent_max_duration_ns, 0.99);
+  return std::max<int64_t>(
+      static_cast<int64_t>(policy.hang_timeout_floor_ms()) * 1'000'000,
+      static_cast<int64_t>(policy.hang_timeout_multiplier() * p99));
+}
+
+void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
+                 FaultTracker* tracker, bool* want_profiling) {
+  const int32_t n = comm->ExpectedRanks();
+  bool any_dead = false;
+  for (const Member& m : comm->members) any_dead |= m.dead;
+  const int64_t timeout = HangTimeoutNs(*comm, policy);
+  for (auto& [func, fp] : comm->progress) {
+    if (IsP2p(func)) continue;
+    if (static_cast<int32_t>(fp.ranks.size()) < n) fp.ranks.resize(n);
+    int64_t min_completed = INT64_MAX;
+    int64_t max_enqueued = -1;
+    for (int32_t r = 0; r < n; ++r) {
+      if (r < static_cast<int32_t>(comm->members.size()) &&
+          comm->members[r].exited) {
+        continue;
+      }
+      min_completed = std::min(min_completed, fp.ranks[r].completed);
+      max_enqueued = std::max(max_enqueued, fp.ranks[r].enqueued);
+    }
+    if (min_completed == INT64_MAX) continue;
+    if (min_completed != fp.min_completed) {
+      // The first computation keeps the time the progress arrived.
+      if (fp.min_completed != -2 || fp.last_advance_ns == 0) {
+        fp.last_advance_ns = now_ns;
+      }
+      fp.min_completed = min_completed;
+    }
+    if (any_dead || max_enqueued <= min_completed) {
+      Resolve(comm, func, tracker);
+      continue;
+    }
+    const int64_t seq = min_completed + 1;
+    int64_t stuck = now_ns - fp.last_advance_ns;
+    for (const RankProgressState& rp : fp.ranks) {
+      if (rp.oldest_incomplete_seq == seq) {
+        stuck =
+            std::max(stuck, static_cast<int64_t>(rp.oldest_incomplete_age_ns));
+      }
+    }
+    if (stuck < timeout) {
+      Resolve(comm, func, tracker);
+      continue;
+    }
+    std::set<int32_t> behind;
+    for (int32_t r = 0; r < n; ++r) {
+      const bool exited = r < static_cast<int32_t>(comm->members.size()) &&
+                          comm->members[r].exited;
+      if (!exited && fp.ranks[r].enqueued < seq) behind.insert(r);
+    }
+    v1::Fault f;
+    f.set_func(static_cast<v1::CollFunc>(func));
+    f.set_seq_number(static_cast<uint64_t>(seq));
+    v1::Evidence* e = f.add_evidence();
+    e->set_comm_hash(comm->comm_hash);
+    e->add_seq_numbers(static_cast<uint64_t>(seq));
+    auto& values = *e->mutable_values();
+    values["stuck_ns"] = static_cast<double>(stuck);
+    values["timeout_ns"] = static_cast<double>(timeout);
+    values["max_enqueued_seq"] = static_cast<double>(max_enqueued);
+    if (!behind.empty()) {
+      FillFaultHeader(*comm, v1::FAULT_CLASS_NON_COMM_HANG, "hang", &f);
+      std::string who;
+      for (int32_t r : behind) {
+        *f.add_suspects() =
+            MemberSuspect(*comm, r, v1::SUSPECT_LEVEL_RANK, 0.9);
+        values[absl::StrCat("last_enqueued_seq/rank", r)] =
+            static_cast<double>(fp.ranks[r].enqueued);
+        if (f.suspects_size() <= 8) {
+          absl::StrAppend(&who, who.empty() ? "" : ", ",
+                          DescribeRank(*comm, r));
+        }
+      }
+      AddVictims(*comm, behind, &f);
+      f.set_summary(absl::StrFormat(
+          "non-comm-hang: %zu of %d ranks of %s never enqueued seq %d that "
+          "the others wait in for %.1f s: %s",
+          behind.size(), n, comm->comm_name, seq, stuck / 1e9, who));
+      e->set_text(f.summary());
+    } else {
+      BuildCommHang(*comm, fp, &f, want_profiling);
+      e->set_text(f.summary());
+    }
+    tracker->Raise(absl::StrFormat("hang/%x/%d", comm->comm_hash, func), f,
+                   stuck >= 2 * timeout ? v1::FAULT_STATE_CONFIRMED
+                                        : v1::FAULT_STATE_SUSPECTED);
+  }
+}
+
+}  // namespace pitstop::controller

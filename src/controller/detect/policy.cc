@@ -1,0 +1,73 @@
+// JobPolicy defaults and validation.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "src/controller/detect/detection_engine.h"
+
+namespace pitstop::controller {
+
+v1::JobPolicy DefaultJobPolicy() {
+  v1::JobPolicy p;
+  p.set_mode(v1::POLICY_MODE_OBSERVE);
+  p.set_window_ms(1000);
+  p.set_persistence_n(3);
+  p.set_persistence_m(5);
+  p.set_min_effect(0.2);
+  p.set_hang_timeout_multiplier(10);
+  p.set_hang_timeout_floor_ms(5000);
+  p.set_warmup_collectives(20);
+  p.set_z_threshold(3.5);
+  return p;
+}
+
+v1::JobPolicy ResolvePolicy(const v1::JobPolicy& policy) {
+  const v1::JobPolicy d = DefaultJobPolicy();
+  v1::JobPolicy p = policy;
+  if (p.mode() == v1::POLICY_MODE_UNSPECIFIED) p.set_mode(d.mode());
+  if (p.window_ms() == 0) p.set_window_ms(d.window_ms());
+  if (p.persistence_n() == 0) p.set_persistence_n(d.persistence_n());
+  if (p.persistence_m() == 0) {
+    p.set_persistence_m(std::max(d.persistence_m(), p.persistence_n()));
+  }
+  if (p.min_effect() == 0) p.set_min_effect(d.min_effect());
+  if (p.hang_timeout_multiplier() == 0) {
+    p.set_hang_timeout_multiplier(d.hang_timeout_multiplier());
+  }
+  if (p.hang_timeout_floor_ms() == 0) {
+    p.set_hang_timeout_floor_ms(d.hang_timeout_floor_ms());
+  }
+  if (p.warmup_collectives() == 0) {
+    p.set_warmup_collectives(d.warmup_collectives());
+  }
+  if (p.z_threshold() == 0) p.set_z_threshold(d.z_threshold());
+  return p;
+}
+
+absl::Status ValidatePolicy(const v1::JobPolicy& policy) {
+  const v1::JobPolicy p = ResolvePolicy(policy);
+  if (p.persistence_n() > p.persistence_m()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("policy.persistence_n: ", p.persistence_n(),
+                     " is more than policy.persistence_m ", p.persistence_m()));
+  }
+  if (p.persistence_m() > 1000) {
+    return absl::InvalidArgumentError("policy.persistence_m: at most 1000");
+  }
+  if (p.min_effect() < 0) {
+    return absl::InvalidArgumentError("policy.min_effect: must be >= 0");
+  }
+  if (p.hang_timeout_multiplier() < 0) {
+    return absl::InvalidArgumentError(
+        "policy.hang_timeout_multiplier: must be >= 0");
+  }
+  if (p.z_threshold() < 0) {
+    return absl::InvalidArgumentError("policy.z_threshold: must be >= 0");
+  }
+  if (!v1::PolicyMode_IsValid(p.mode())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("policy.mode: unknown value ", p.mode()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pitstop::controller

@@ -1,0 +1,32 @@
+// Non-comm-slow (straggler) detection over one closed window of one
+// communicator. Clock-free: per collective, wait_r = duration_r - the
+// shortest member duration, all measured on each rank's own clock (C4 §4).
+#ifndef PITSTOP_CONTROLLER_DETECT_STRAGGLER_DETECTOR_H_
+#define PITSTOP_CONTROLLER_DETECT_STRAGGLER_DETECTOR_H_
+
+#include <string>
+
+#include "pitstop/v1/controller.pb.h"
+#include "src/controller/detect/comm_state.h"
+
+namespace pitstop::controller {
+
+struct StragglerVerdict {
+  bool hit = false;
+  int32_t rank = -1;  // comm rank of the straggler
+  std::string key;    // fault key ("straggler/<job>/<rank identity>")
+  v1::Fault fault;    // suspect (GPU level), victims, evidence
+};
+
+// A window hits when one rank's mean wait is robustly below the others'
+// (robust z = (median - its wait) / (1.4826 MAD) >= z_threshold; for comms
+// of < 4 ranks, z is replaced by "last in >= 90% of collectives"), it was
+// last in at least half the window's collectives, and the lateness it
+// causes is >= min_effect x the median collective duration. No hit before
+// warmup_collectives or with < 2 timed collectives in the window.
+StragglerVerdict DetectStraggler(const CommState& comm,
+                                 const v1::JobPolicy& policy);
+
+}  // namespace pitstop::controller
+
+#endif  // PITSTOP_CONTROLLER_DETECT_STRAGGLER_DETECTOR_H_
