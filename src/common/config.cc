@@ -264,10 +264,10 @@ absl::Status ConfigSchema::Apply() {
   for (Entry& e : entries_) {
     if (e.option == nullptr || e.option->count() == 0) continue;
     const auto& results = e.option->results();
-    // A bare boolean flag ("--deep") means true.
-    std::string text = results.empty() || results.back().empty()
-                           ? std::string("true")
-                           : results.back();
+    // A bare boolean flag ("--deep") means true; an empty value of any other
+    // option ("--controller ''") is the empty string.
+    std::string text = results.empty() ? std::string() : results.back();
+    if (text.empty() && std::holds_alternative<bool*>(e.field)) text = "true";
     absl::Status s = std::visit(ScalarSetter{text}, e.field);
     if (!s.ok()) {
       return absl::InvalidArgumentError(
