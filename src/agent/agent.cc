@@ -1,0 +1,66 @@
+#include "src/agent/agent.h"
+
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "pitstop/logging.h"
+#include "pitstop/status_macros.h"
+#include "src/agent/node_info.h"
+
+namespace pitstop::agent {
+
+absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
+    const AgentOptions& options, Clock* clock) {
+  if (options.batch_ms == 0) {
+    return absl::InvalidArgumentError("batch_ms: must be > 0");
+  }
+  if (options.buffer_summaries == 0) {
+    return absl::InvalidArgumentError("buffer.summaries: must be > 0");
+  }
+  std::unique_ptr<Agent> a(new Agent());
+  a->host_ = options.host.empty() ? LocalHostName() : options.host;
+  a->metrics_ = std::make_unique<AgentMetrics>();
+  if (!options.metrics_address.empty()) {
+    RETURN_IF_ERROR(a->metrics_->Serve(options.metrics_address));
+    a->metrics_port_ = a->metrics_->port();
+  }
+  AgentCoreOptions core;
+  core.host = a->host_;
+  core.buffer_summaries = options.buffer_summaries;
+  core.join.max_open_ops = std::max<uint32_t>(options.join_max_open_ops, 1);
+  core.join.incomplete_timeout_ns =
+      static_cast<int64_t>(options.join_incomplete_timeout_s) * 1'000'000'000;
+  a->core_ = std::make_unique<AgentCore>(clock, core, a->metrics_.get());
+  ASSIGN_OR_RETURN(a->ingest_, IngestServer::Create(options.ingest_socket,
+                                                    options.ingest_socket_group,
+                                                    a->core_.get()));
+  if (!options.controller.empty()) {
+    UpstreamOptions up;
+    up.address = options.controller;
+    up.batch = absl::Milliseconds(options.batch_ms);
+    up.backoff_max = absl::Milliseconds(
+        std::max<uint32_t>(options.upstream_backoff_max_ms, 100));
+    v1::NodeRegistration& reg = up.registration;
+    reg.set_host(a->host_);
+    reg.set_agent_id(absl::StrCat(a->host_, "-", getpid(), "-",
+                                  absl::ToUnixNanos(clock->Now())));
+    reg.set_agent_version(PITSTOP_VERSION);
+    reg.set_standby(options.standby);
+    reg.set_boot_unix_ns(absl::ToUnixNanos(clock->Now()));
+    for (auto& n : ReadNics(options.sysfs_root)) *reg.add_nics() = n;
+    for (auto& g : ReadGpus("/proc")) *reg.add_gpus() = g;
+    a->upstream_ = std::make_unique<UpstreamClient>(up, a->core_.get());
+    a->upstream_->Start();
+  }
+  a->core_->PublishMetrics(false, 0);
+  return a;
+}
+
+void Agent::Stop() {
+  if (ingest_ != nullptr) ingest_->Stop();      // rank streams end first
+  if (upstream_ != nullptr) upstream_->Stop();  // then flush upstream
+}
+
+Agent::~Agent() { Stop(); }
+
+}  // namespace pitstop::agent

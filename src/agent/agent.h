@@ -1,0 +1,49 @@
+// pitstop-agent as a library: metrics endpoint, ingest server, upstream
+// client around one AgentCore. main.cc adds config, signals and sd_notify;
+// tests and benchmarks run it in-process.
+//
+// Create/Stop from one owner thread.
+#ifndef PITSTOP_AGENT_AGENT_H_
+#define PITSTOP_AGENT_AGENT_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "pitstop/clock.h"
+#include "src/agent/agent_core.h"
+#include "src/agent/agent_metrics.h"
+#include "src/agent/agent_options.h"
+#include "src/agent/ingest_server.h"
+#include "src/agent/upstream_client.h"
+
+namespace pitstop::agent {
+
+class Agent {
+ public:
+  // Starts serving. Errors: InvalidArgument (bad option), FailedPrecondition
+  // (socket held by a live agent / not a socket), Internal (metrics port).
+  static absl::StatusOr<std::unique_ptr<Agent>> Create(
+      const AgentOptions& options, Clock* clock);
+  ~Agent();
+
+  // Graceful stop: ends rank streams, flushes upstream, closes everything.
+  void Stop();
+
+  int metrics_port() const { return metrics_port_; }
+  const std::string& host() const { return host_; }
+  AgentCore* core() { return core_.get(); }
+  UpstreamClient* upstream() { return upstream_.get(); }
+
+ private:
+  Agent() = default;
+  std::string host_;
+  int metrics_port_ = 0;
+  std::unique_ptr<AgentMetrics> metrics_;
+  std::unique_ptr<AgentCore> core_;
+  std::unique_ptr<IngestServer> ingest_;
+  std::unique_ptr<UpstreamClient> upstream_;
+};
+
+}  // namespace pitstop::agent
+
+#endif  // PITSTOP_AGENT_AGENT_H_

@@ -1,0 +1,203 @@
+#include "src/agent/agent_core.h"
+
+#include <utility>
+
+namespace pitstop::agent {
+
+AgentCore::AgentCore(Clock* clock, AgentCoreOptions options,
+                     AgentMetrics* metrics)
+    : clock_(clock),
+      options_(std::move(options)),
+      metrics_(metrics),
+      buffer_(options_.buffer_summaries) {}
+
+AgentCore::~AgentCore() = default;
+
+uint64_t AgentCore::OpenStream(CommandSink* sink) {
+  auto slot = std::make_shared<Slot>();
+  RankJoinerOptions join = options_.join;
+  join.host = options_.host;
+  {
+    MutexLock l(&slot->mu);
+    slot->joiner = std::make_unique<RankJoiner>(clock_, join);
+  }
+  slot->sink = sink;
+  MutexLock lock(&mu_);
+  const uint64_t id = next_stream_++;
+  slots_[id] = std::move(slot);
+  return id;
+}
+
+std::shared_ptr<AgentCore::Slot> AgentCore::FindSlot(uint64_t stream) {
+  MutexLock lock(&mu_);
+  auto it = slots_.find(stream);
+  return it == slots_.end() ? nullptr : it->second;
+}
+
+void AgentCore::Collect(RankJoiner* joiner) {
+  std::vector<v1::CollectiveSummary> summaries;
+  joiner->TakeSummaries(&summaries);
+  std::vector<v1::RankLifecycle> lifecycle;
+  joiner->TakeLifecycle(&lifecycle);
+  std::vector<v1::CommunicatorInfo> comms;
+  joiner->TakeCommunicators(&comms);
+  for (const v1::RankLifecycle& ev : lifecycle) {
+    if (ev.kind() == v1::RankLifecycle::KIND_DIED) deaths_.fetch_add(1);
+  }
+  if (metrics_ != nullptr && !summaries.empty()) {
+    metrics_->RecordSummaries(summaries);
+  }
+  if (!summaries.empty()) buffer_.PushSummaries(&summaries);
+  if (!lifecycle.empty()) buffer_.PushLifecycle(&lifecycle);
+  if (!comms.empty()) buffer_.PushCommunicators(&comms);
+}
+
+absl::Status AgentCore::OnMessage(uint64_t stream,
+                                  const v1::StreamTelemetryRequest& req) {
+  std::shared_ptr<Slot> slot = FindSlot(stream);
+  if (slot == nullptr) {
+    return absl::FailedPreconditionError("stream already closed");
+  }
+  uint32_t pid = 0;
+  {
+    MutexLock l(&slot->mu);
+    if (!slot->got_first && !req.has_hello()) {
+      return absl::InvalidArgumentError(
+          "hello: missing on the first message of the stream");
+    }
+    slot->got_first = true;
+    RankJoiner* j = slot->joiner.get();
+    const uint64_t lost_before = j->stats().batches_lost;
+    const uint64_t records_before = j->stats().records;
+    absl::Status st = j->Add(stream, req);
+    if (!st.ok()) return st;
+    j->Poll();
+    records_.fetch_add(j->stats().records - records_before,
+                       std::memory_order_relaxed);
+    batches_lost_.fetch_add(j->stats().batches_lost - lost_before,
+                            std::memory_order_relaxed);
+    if (const v1::ProcessHello* h = j->hello(stream)) pid = h->pid();
+    Collect(j);
+  }
+  if (req.has_drops()) {
+    const v1::DropCounters& d = req.drops();
+    const uint64_t dropped =
+        d.ring_full() + d.pool_exhausted() + d.export_dropped();
+    MutexLock lock(&mu_);
+    uint64_t& v = dropped_by_pid_[pid];
+    v = std::max(v, dropped);
+  }
+  return absl::OkStatus();
+}
+
+void AgentCore::CloseStream(uint64_t stream) {
+  std::shared_ptr<Slot> slot;
+  bool stopping;
+  {
+    MutexLock lock(&mu_);
+    auto it = slots_.find(stream);
+    if (it == slots_.end()) return;
+    slot = std::move(it->second);
+    slots_.erase(it);
+    stopping = stopping_;
+  }
+  MutexLock l(&slot->mu);
+  slot->joiner->EndStream(stream, stopping);
+  Collect(slot->joiner.get());
+}
+
+void AgentCore::SetStopping() {
+  MutexLock lock(&mu_);
+  stopping_ = true;
+}
+
+void AgentCore::FillBatch(size_t max_summaries, v1::ConnectRequest* out) {
+  std::vector<std::shared_ptr<Slot>> slots;
+  {
+    MutexLock lock(&mu_);
+    for (auto& [id, s] : slots_) slots.push_back(s);
+  }
+  std::vector<v1::RankProgress> progress;
+  for (auto& s : slots) {
+    MutexLock l(&s->mu);
+    s->joiner->Poll();
+    Collect(s->joiner.get());
+    s->joiner->SnapshotProgress(&progress);
+  }
+  for (auto& p : progress) *out->add_progress() = std::move(p);
+  buffer_.Drain(max_summaries, out);
+  *out->mutable_counters() = Counters();
+  out->set_sent_cpu_ns(clock_->MonotonicNanos());
+  out->set_sent_unix_ns(absl::ToUnixNanos(clock_->Now()));
+}
+
+void AgentCore::AllCommunicators(std::vector<v1::CommunicatorInfo>* out) {
+  std::vector<std::shared_ptr<Slot>> slots;
+  {
+    MutexLock lock(&mu_);
+    for (auto& [id, s] : slots_) slots.push_back(s);
+  }
+  for (auto& s : slots) {
+    MutexLock l(&s->mu);
+    s->joiner->AllCommunicators(out);
+  }
+}
+
+int AgentCore::ApplyActivation(uint64_t command_id,
+                               const v1::SetActivationMask& mask) {
+  v1::ActivationCommand cmd;
+  cmd.set_comm_hash(mask.comm_hash());
+  cmd.set_event_mask(mask.event_mask());
+  cmd.set_duration_ms(mask.duration_ms());
+  cmd.set_command_id(command_id);
+  int sent = 0;
+  MutexLock lock(&mu_);
+  for (auto& [id, s] : slots_) {
+    MutexLock l(&s->mu);
+    if (!s->joiner->StreamInComm(id, mask.comm_hash(), mask.rank())) continue;
+    s->sink->SendActivation(cmd);
+    ++sent;
+  }
+  return sent;
+}
+
+uint32_t AgentCore::connected_ranks() {
+  MutexLock lock(&mu_);
+  return static_cast<uint32_t>(slots_.size());
+}
+
+v1::AgentCounters AgentCore::Counters() {
+  v1::AgentCounters c;
+  {
+    MutexLock lock(&mu_);
+    uint64_t dropped = 0;
+    for (const auto& [pid, d] : dropped_by_pid_) dropped += d;
+    c.set_plugin_dropped(dropped);
+    c.set_connected_ranks(static_cast<uint32_t>(slots_.size()));
+  }
+  const UpstreamBuffer::Counters b = buffer_.counters();
+  c.set_summaries_aggregated(b.summaries_aggregated);
+  c.set_summaries_dropped(b.summaries_dropped);
+  c.set_records_ingested(records_.load());
+  return c;
+}
+
+void AgentCore::PublishMetrics(bool upstream_connected,
+                               uint64_t upstream_reconnects) {
+  if (metrics_ == nullptr) return;
+  const v1::AgentCounters c = Counters();
+  AgentMetrics::Totals t;
+  t.records_ingested = c.records_ingested();
+  t.batches_lost = batches_lost_.load();
+  t.plugin_dropped = c.plugin_dropped();
+  t.summaries_aggregated = c.summaries_aggregated();
+  t.summaries_dropped = c.summaries_dropped();
+  t.rank_deaths = deaths_.load();
+  t.upstream_reconnects = upstream_reconnects;
+  t.queued_summaries = buffer_.counters().queued;
+  t.connected_ranks = c.connected_ranks();
+  t.upstream_connected = upstream_connected;
+  metrics_->SetTotals(t);
+}
+
+}  // namespace pitstop::agent

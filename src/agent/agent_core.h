@@ -1,0 +1,105 @@
+// The agent's state shared by ingest and upstream: one RankJoiner per rank
+// stream, the bounded upstream buffer, counters and metrics.
+//
+// Thread-safe. Ingest reactors call OpenStream/OnMessage/CloseStream (each
+// stream from one thread at a time); the upstream thread calls FillBatch and
+// ApplyActivation. Lock order: core mutex, then a stream's mutex, then the
+// CommandSink's own lock.
+#ifndef PITSTOP_AGENT_AGENT_CORE_H_
+#define PITSTOP_AGENT_AGENT_CORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "pitstop/clock.h"
+#include "pitstop/sync.h"
+#include "pitstop/v1/agent.pb.h"
+#include "pitstop/v1/telemetry.pb.h"
+#include "src/agent/agent_metrics.h"
+#include "src/agent/rank_joiner.h"
+#include "src/agent/upstream_buffer.h"
+
+namespace pitstop::agent {
+
+// Where activation commands for one rank stream go (the ingest reactor).
+class CommandSink {
+ public:
+  virtual ~CommandSink() = default;
+  // Any thread; must not block or call back into AgentCore.
+  virtual void SendActivation(const v1::ActivationCommand& command) = 0;
+};
+
+struct AgentCoreOptions {
+  std::string host;        // written into infos and summaries
+  RankJoinerOptions join;  // .host is set from `host`
+  size_t buffer_summaries = 100'000;
+};
+
+class AgentCore {
+ public:
+  // `clock` must outlive the core; `metrics` may be null.
+  AgentCore(Clock* clock, AgentCoreOptions options, AgentMetrics* metrics);
+  ~AgentCore();
+
+  // A rank stream connected; `sink` stays valid until CloseStream returns.
+  uint64_t OpenStream(CommandSink* sink);
+  // One message of a stream. InvalidArgument naming the field for protocol
+  // violations (first message without hello, second hello, ...): the
+  // caller ends the stream with that status.
+  absl::Status OnMessage(uint64_t stream,
+                         const v1::StreamTelemetryRequest& request);
+  // The stream ended (cleanly or not). Idempotent.
+  void CloseStream(uint64_t stream);
+  // From now on streams that end are not reported as dead ranks.
+  void SetStopping();
+
+  // One upstream batch: polls the joiners, then adds progress of every
+  // local (comm, rank, func), lifecycle, communicators, aggregates, up to
+  // `max_summaries` summaries and the counters.
+  void FillBatch(size_t max_summaries, v1::ConnectRequest* out);
+  // Communicator infos of every connected rank (sent after registering).
+  void AllCommunicators(std::vector<v1::CommunicatorInfo>* out);
+  // Sends the mask to the matching rank streams; returns how many.
+  int ApplyActivation(uint64_t command_id, const v1::SetActivationMask& mask);
+
+  UpstreamBuffer* buffer() { return &buffer_; }
+  v1::AgentCounters Counters();
+  uint32_t connected_ranks();
+  uint64_t rank_deaths() const { return deaths_.load(); }
+  // Publishes totals to the metrics (if any), with the upstream state.
+  void PublishMetrics(bool upstream_connected, uint64_t upstream_reconnects);
+
+ private:
+  struct Slot {
+    Mutex mu;
+    std::unique_ptr<RankJoiner> joiner ABSL_GUARDED_BY(mu);
+    bool got_first ABSL_GUARDED_BY(mu) = false;
+    CommandSink* sink = nullptr;
+  };
+  std::shared_ptr<Slot> FindSlot(uint64_t stream);
+  // Moves what `joiner` emitted into the buffer and metrics.
+  void Collect(RankJoiner* joiner);
+
+  Clock* const clock_;
+  const AgentCoreOptions options_;
+  AgentMetrics* const metrics_;
+  UpstreamBuffer buffer_;
+  Mutex mu_;
+  uint64_t next_stream_ ABSL_GUARDED_BY(mu_) = 1;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Slot>> slots_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint32_t, uint64_t> dropped_by_pid_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> records_{0};
+  std::atomic<uint64_t> batches_lost_{0};
+  std::atomic<uint64_t> deaths_{0};
+};
+
+}  // namespace pitstop::agent
+
+#endif  // PITSTOP_AGENT_AGENT_CORE_H_

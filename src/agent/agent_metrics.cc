@@ -1,0 +1,138 @@
+#include "src/agent/agent_metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "pitstop/v1/common.pb.h"
+
+namespace pitstop::agent {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+AgentMetrics::AgentMetrics()
+    : registry_(std::make_shared<prometheus::Registry>()) {
+  auto& r = *registry_;
+  ops_family_ = &BuildCounter()
+                     .Name("pitstop_agent_ops_total")
+                     .Help("Operations joined, per communicator and function")
+                     .Register(r);
+  bytes_family_ = &BuildCounter()
+                       .Name("pitstop_agent_op_bytes_total")
+                       .Help("Bytes of joined operations")
+                       .Register(r);
+  duration_family_ =
+      &BuildHistogram()
+           .Name("pitstop_agent_op_duration_seconds")
+           .Help(
+               "Operation duration: GPU kernel, else proxy, else "
+               "enqueue to completion")
+           .Register(r);
+  busbw_family_ = &BuildGauge()
+                       .Name("pitstop_agent_bus_bandwidth_bytes_per_second")
+                       .Help(
+                           "Bus bandwidth of the last operation (NCCL's "
+                           "definition)")
+                       .Register(r);
+  auto counter = [&](const char* name, const char* help) {
+    return &BuildCounter().Name(name).Help(help).Register(r).Add({});
+  };
+  auto gauge = [&](const char* name, const char* help) {
+    return &BuildGauge().Name(name).Help(help).Register(r).Add({});
+  };
+  records_ = counter("pitstop_agent_records_ingested_total",
+                     "Telemetry records received from ranks");
+  batches_lost_ = counter("pitstop_agent_batches_lost_total",
+                          "Gaps in the ranks' batch sequence numbers");
+  plugin_dropped_ = gauge("pitstop_agent_plugin_dropped",
+                          "Events the in-process libraries dropped "
+                          "(cumulative, as they report)");
+  aggregated_ = counter("pitstop_agent_summaries_aggregated_total",
+                        "Summaries folded into aggregates (buffer full)");
+  dropped_ = counter("pitstop_agent_summaries_dropped_total",
+                     "Summaries discarded by the agent");
+  deaths_ = counter("pitstop_agent_rank_deaths_total",
+                    "Rank streams that ended without goodbye");
+  reconnects_ = counter("pitstop_agent_upstream_reconnects_total",
+                        "Connections made to the controller");
+  queued_ = gauge("pitstop_agent_upstream_queued_summaries",
+                  "Summaries waiting to be sent upstream");
+  connected_ranks_ =
+      gauge("pitstop_agent_connected_ranks", "Rank streams connected now");
+  upstream_connected_ = gauge("pitstop_agent_upstream_connected",
+                              "1 while the controller stream is up");
+}
+
+AgentMetrics::~AgentMetrics() = default;
+
+absl::Status AgentMetrics::Serve(const std::string& address) {
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(address);
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("metrics: cannot listen on ", address, ": ", e.what()));
+  }
+  exposer_->RegisterCollectable(registry_);
+  const std::vector<int> ports = exposer_->GetListeningPorts();
+  port_ = ports.empty() ? 0 : ports[0];
+  return absl::OkStatus();
+}
+
+AgentMetrics::PerOp& AgentMetrics::PerOpLocked(uint64_t comm, int func) {
+  auto it = per_op_.find({comm, func});
+  if (it != per_op_.end()) return it->second;
+  const std::map<std::string, std::string> labels = {
+      {"comm", absl::StrCat("0x", absl::Hex(comm))},
+      {"func", v1::CollFunc_Name(static_cast<v1::CollFunc>(func))}};
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1, 3, 10};
+  PerOp p{&ops_family_->Add(labels), &bytes_family_->Add(labels),
+          &duration_family_->Add(labels, kBuckets),
+          &busbw_family_->Add(labels)};
+  return per_op_.emplace(std::make_pair(comm, func), p).first->second;
+}
+
+void AgentMetrics::RecordSummaries(
+    const std::vector<v1::CollectiveSummary>& summaries) {
+  MutexLock lock(&mu_);
+  for (const v1::CollectiveSummary& s : summaries) {
+    PerOp& p = PerOpLocked(s.comm_hash(), s.func());
+    p.ops->Increment();
+    p.bytes->Increment(static_cast<double>(s.bytes()));
+    uint64_t ns = s.kernel_duration_ns();
+    if (ns == 0) ns = s.proxy_duration_ns();
+    if (ns == 0 && s.completion_cpu_ns() > s.enqueue_cpu_ns() &&
+        s.enqueue_cpu_ns() != 0) {
+      ns = s.completion_cpu_ns() - s.enqueue_cpu_ns();
+    }
+    if (ns != 0) p.duration->Observe(ns * 1e-9);
+    if (s.bus_bandwidth_bps() > 0) p.busbw->Set(s.bus_bandwidth_bps());
+  }
+}
+
+void AgentMetrics::SetTotals(const Totals& t) {
+  MutexLock lock(&mu_);
+  auto advance = [](prometheus::Counter* c, uint64_t now, uint64_t before) {
+    if (now > before) c->Increment(static_cast<double>(now - before));
+  };
+  advance(records_, t.records_ingested, last_.records_ingested);
+  advance(batches_lost_, t.batches_lost, last_.batches_lost);
+  advance(aggregated_, t.summaries_aggregated, last_.summaries_aggregated);
+  advance(dropped_, t.summaries_dropped, last_.summaries_dropped);
+  advance(deaths_, t.rank_deaths, last_.rank_deaths);
+  advance(reconnects_, t.upstream_reconnects, last_.upstream_reconnects);
+  plugin_dropped_->Set(static_cast<double>(t.plugin_dropped));
+  queued_->Set(static_cast<double>(t.queued_summaries));
+  connected_ranks_->Set(t.connected_ranks);
+  upstream_connected_->Set(t.upstream_connected ? 1 : 0);
+  last_ = t;
+}
+
+}  // namespace pitstop::agent

@@ -1,0 +1,106 @@
+// Prometheus metrics of pitstop-agent (prometheus-cpp), served on /metrics.
+//
+//   pitstop_agent_ops_total{comm,func}                 summaries joined
+//   pitstop_agent_op_bytes_total{comm,func}
+//   pitstop_agent_op_duration_seconds{comm,func}       histogram: kernel
+//       duration (GPU clock), else proxy duration, else enqueue->completion
+//   pitstop_agent_bus_bandwidth_bytes_per_second{comm,func}  last op's busbw
+//   pitstop_agent_records_ingested_total, _batches_lost_total,
+//   pitstop_agent_plugin_dropped (sum of the ranks' cumulative drops),
+//   pitstop_agent_summaries_aggregated_total, _summaries_dropped_total,
+//   pitstop_agent_connected_ranks, pitstop_agent_rank_deaths_total,
+//   pitstop_agent_upstream_connected (0/1), _upstream_reconnects_total,
+//   pitstop_agent_upstream_queued_summaries
+//
+// Thread-safe.
+#ifndef PITSTOP_AGENT_AGENT_METRICS_H_
+#define PITSTOP_AGENT_AGENT_METRICS_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pitstop/sync.h"
+#include "pitstop/v1/agent.pb.h"
+
+namespace prometheus {
+class Registry;
+class Exposer;
+class Counter;
+class Gauge;
+class Histogram;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace pitstop::agent {
+
+class AgentMetrics {
+ public:
+  AgentMetrics();
+  ~AgentMetrics();
+
+  // Serves /metrics on `address` (host:port; port 0 picks one). Internal if
+  // the port cannot be bound.
+  absl::Status Serve(const std::string& address);
+  // The port actually bound; 0 when not serving.
+  int port() const { return port_; }
+
+  // Accounts joined summaries (one lock per call).
+  void RecordSummaries(const std::vector<v1::CollectiveSummary>& summaries);
+
+  struct Totals {
+    uint64_t records_ingested = 0;
+    uint64_t batches_lost = 0;
+    uint64_t plugin_dropped = 0;
+    uint64_t summaries_aggregated = 0;
+    uint64_t summaries_dropped = 0;
+    uint64_t rank_deaths = 0;
+    uint64_t upstream_reconnects = 0;
+    uint64_t queued_summaries = 0;
+    uint32_t connected_ranks = 0;
+    bool upstream_connected = false;
+  };
+  // Publishes cumulative totals (counters advance by the difference).
+  void SetTotals(const Totals& totals);
+
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
+ private:
+  struct PerOp {
+    prometheus::Counter* ops;
+    prometheus::Counter* bytes;
+    prometheus::Histogram* duration;
+    prometheus::Gauge* busbw;
+  };
+  PerOp& PerOpLocked(uint64_t comm, int func)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_ = 0;
+  Mutex mu_;
+  std::map<std::pair<uint64_t, int>, PerOp> per_op_ ABSL_GUARDED_BY(mu_);
+  Totals last_ ABSL_GUARDED_BY(mu_);
+  prometheus::Family<prometheus::Counter>* ops_family_;
+  prometheus::Family<prometheus::Counter>* bytes_family_;
+  prometheus::Family<prometheus::Histogram>* duration_family_;
+  prometheus::Family<prometheus::Gauge>* busbw_family_;
+  prometheus::Counter* records_;
+  prometheus::Counter* batches_lost_;
+  prometheus::Gauge* plugin_dropped_;
+  prometheus::Counter* aggregated_;
+  prometheus::Counter* dropped_;
+  prometheus::Counter* deaths_;
+  prometheus::Counter* reconnects_;
+  prometheus::Gauge* queued_;
+  prometheus::Gauge* connected_ranks_;
+  prometheus::Gauge* upstream_connected_;
+};
+
+}  // namespace pitstop::agent
+
+#endif  // PITSTOP_AGENT_AGENT_METRICS_H_

@@ -1,0 +1,35 @@
+#include "src/agent/agent_options.h"
+
+namespace pitstop::agent {
+
+void RegisterAgentOptions(ConfigSchema* s, AgentOptions* o) {
+  s->Add("ingest.socket", &o->ingest_socket,
+         "Unix socket the training processes stream telemetry to");
+  s->Add("ingest.socket_group", &o->ingest_socket_group,
+         "Group that owns the socket (mode 0660); empty = the agent's group");
+  s->Add("controller", &o->controller,
+         "pitstop-controller address host:port; empty = no upstream");
+  s->Add("host", &o->host,
+         "Host name this agent registers as (default: gethostname)");
+  s->Add("batch_ms", &o->batch_ms, "Upstream batch period (ms)");
+  s->Add("metrics.address", &o->metrics_address,
+         "Prometheus /metrics listen address host:port; empty = off; port 0 "
+         "picks a free port (printed at start)");
+  s->Add("buffer.summaries", &o->buffer_summaries,
+         "Summaries held while the controller is unreachable; more are "
+         "folded into per-communicator aggregates");
+  s->Add("upstream.backoff_max_ms", &o->upstream_backoff_max_ms,
+         "Longest wait between reconnect attempts (ms)");
+  s->Add("join.max_open_ops", &o->join_max_open_ops,
+         "Incomplete operations kept per rank stream");
+  s->Add("join.incomplete_timeout_s", &o->join_incomplete_timeout_s,
+         "Incomplete operations older than this are reported as they are (s)");
+  s->Add("node.sysfs_root", &o->sysfs_root,
+         "Root of the sysfs tree NICs are read from");
+  s->Add("node.standby", &o->standby, "Register as a standby spare node");
+  s->Add("log.level", &o->log_level,
+         "trace, debug, info, warn, error, critical, off");
+  s->Add("log.file", &o->log_file, "Log file; empty = stderr");
+}
+
+}  // namespace pitstop::agent

@@ -1,0 +1,51 @@
+// pitstop-agent settings: YAML keys, the flags derived from them (see
+// pitstop/config.h) and their defaults. docs/agent.md lists them all.
+#ifndef PITSTOP_AGENT_AGENT_OPTIONS_H_
+#define PITSTOP_AGENT_AGENT_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "pitstop/config.h"
+
+namespace pitstop::agent {
+
+struct AgentOptions {
+  // ingest.socket (--ingest-socket): Unix socket the ranks connect to.
+  std::string ingest_socket = "/run/pitstop/agent.sock";
+  // ingest.socket_group (--ingest-socket-group): group owning the socket
+  // (mode 0660); empty = the agent's group.
+  std::string ingest_socket_group;
+  // controller (--controller): host:port of pitstop-controller; empty = run
+  // without upstream.
+  std::string controller = "localhost:7070";
+  // host (--host): host name to register as; empty = gethostname().
+  std::string host;
+  // batch_ms (--batch-ms): upstream batch period.
+  uint32_t batch_ms = 1000;
+  // metrics.address (--metrics-address): Prometheus /metrics; empty = off.
+  std::string metrics_address = "0.0.0.0:9471";
+  // buffer.summaries (--buffer-summaries): summaries held while the
+  // controller is unreachable; beyond that they are folded into aggregates.
+  uint32_t buffer_summaries = 100'000;
+  // upstream.backoff_max_ms (--upstream-backoff-max-ms): reconnect backoff cap.
+  uint32_t upstream_backoff_max_ms = 5000;
+  // join.max_open_ops / join.incomplete_timeout_s: RankJoinerOptions.
+  uint32_t join_max_open_ops = 65536;
+  uint32_t join_incomplete_timeout_s = 600;
+  // node.sysfs_root (--node-sysfs-root): where /sys/class/{infiniband,net}
+  // are read from (tests point it at a fake tree).
+  std::string sysfs_root = "/sys";
+  // node.standby (--node-standby): this node is a standby spare.
+  bool standby = false;
+  // log.level / log.file.
+  std::string log_level = "info";
+  std::string log_file;
+};
+
+// Binds every field of `options` to its key in `schema`.
+void RegisterAgentOptions(ConfigSchema* schema, AgentOptions* options);
+
+}  // namespace pitstop::agent
+
+#endif  // PITSTOP_AGENT_AGENT_OPTIONS_H_

@@ -1,0 +1,222 @@
+#include "src/agent/ingest_server.h"
+
+#include <grp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+
+#include "absl/strings/str_cat.h"
+#include "pitstop/grpc_util.h"
+#include "pitstop/logging.h"
+#include "pitstop/v1/telemetry.grpc.pb.h"
+
+namespace pitstop::agent {
+namespace {
+
+using Req = v1::StreamTelemetryRequest;
+using Resp = v1::StreamTelemetryResponse;
+
+// One rank stream. Deletes itself in OnDone.
+class IngestReactor final : public grpc::ServerBidiReactor<Req, Resp>,
+                            public CommandSink {
+ public:
+  explicit IngestReactor(AgentCore* core) : core_(core) {
+    id_ = core_->OpenStream(this);
+    StartRead(&req_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // client half-closed, broke or was cancelled
+      EndStream(grpc::Status::OK);
+      return;
+    }
+    absl::Status st = core_->OnMessage(id_, req_);
+    if (!st.ok()) {
+      Logger("agent.ingest")->warn("stream {}: {}", id_, st.ToString());
+      EndStream(ToGrpcStatus(st));
+      return;
+    }
+    req_.Clear();
+    StartRead(&req_);
+  }
+
+  void SendActivation(const v1::ActivationCommand& cmd) override {
+    MutexLock lock(&mu_);
+    if (finishing_) return;
+    Resp r;
+    *r.add_activation() = cmd;
+    out_.push_back(std::move(r));
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&out_.front());
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    MutexLock lock(&mu_);
+    out_.pop_front();
+    if (!ok) out_.clear();
+    if (!out_.empty() && !finishing_) {
+      StartWrite(&out_.front());
+      return;
+    }
+    writing_ = false;
+    if (finishing_ && !finished_) {
+      finished_ = true;
+      Finish(final_status_);
+    }
+  }
+
+  void OnDone() override {
+    core_->CloseStream(id_);
+    delete this;
+  }
+
+ private:
+  void EndStream(const grpc::Status& status) {
+    // Close first so no more commands are routed here.
+    core_->CloseStream(id_);
+    MutexLock lock(&mu_);
+    finishing_ = true;
+    final_status_ = status;
+    if (!writing_ && !finished_) {
+      finished_ = true;
+      Finish(status);
+    }
+  }
+
+  AgentCore* const core_;
+  uint64_t id_ = 0;
+  Req req_;
+  Mutex mu_;
+  std::deque<Resp> out_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+class IngestServer::Service final : public v1::Telemetry::CallbackService {
+ public:
+  explicit Service(AgentCore* core) : core_(core) {}
+  grpc::ServerBidiReactor<Req, Resp>* StreamTelemetry(
+      grpc::CallbackServerContext*) override {
+    return new IngestReactor(core_);
+  }
+
+ private:
+  AgentCore* core_;
+};
+
+absl::Status ClaimSocketPath(const std::string& path) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": ", std::strerror(errno)));
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": exists and is not a socket; refusing to replace it"));
+  }
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError("socket(AF_UNIX) failed");
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  const int rc = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  const int err = errno;
+  close(fd);
+  if (rc == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": another agent is serving on this socket; not taking it over"));
+  }
+  if (err != ECONNREFUSED) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": cannot probe socket: ", std::strerror(err)));
+  }
+  Logger("agent.ingest")->warn("{}: removing stale socket", path);
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": cannot remove stale socket: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<IngestServer>> IngestServer::Create(
+    const std::string& socket_path, const std::string& socket_group,
+    AgentCore* core) {
+  if (socket_path.empty() ||
+      socket_path.size() >= sizeof(sockaddr_un{}.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ingest.socket: path must be 1..107 bytes, got '", socket_path, "'"));
+  }
+  gid_t gid = static_cast<gid_t>(-1);
+  if (!socket_group.empty()) {
+    struct group* g = getgrnam(socket_group.c_str());
+    if (g == nullptr) {
+      return absl::NotFoundError(absl::StrCat(
+          "ingest.socket_group: no such group '", socket_group, "'"));
+    }
+    gid = g->gr_gid;
+  }
+  if (absl::Status st = ClaimSocketPath(socket_path); !st.ok()) return st;
+
+  std::unique_ptr<IngestServer> s(new IngestServer());
+  s->socket_path_ = socket_path;
+  s->core_ = core;
+  s->service_ = std::make_unique<Service>(core);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + socket_path,
+                           grpc::InsecureServerCredentials());
+  ApplyServerKeepalive(&builder);
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  builder.RegisterService(s->service_.get());
+  // The socket is created by BuildAndStart: owner+group rw, nothing else.
+  const mode_t old_umask = umask(0117);
+  s->server_ = builder.BuildAndStart();
+  umask(old_umask);
+  if (s->server_ == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("ingest.socket: cannot listen on ", socket_path));
+  }
+  chmod(socket_path.c_str(), 0660);
+  if (gid != static_cast<gid_t>(-1) &&
+      chown(socket_path.c_str(), static_cast<uid_t>(-1), gid) != 0) {
+    const std::string err = std::strerror(errno);
+    s->Stop(absl::ZeroDuration());
+    return absl::PermissionDeniedError(
+        absl::StrCat("ingest.socket_group: cannot give ", socket_path,
+                     " to group '", socket_group, "': ", err));
+  }
+  struct stat st;
+  if (stat(socket_path.c_str(), &st) == 0) s->inode_ = st.st_ino;
+  return s;
+}
+
+void IngestServer::Stop(absl::Duration grace) {
+  if (stopped_) return;
+  stopped_ = true;
+  core_->SetStopping();
+  server_->Shutdown(std::chrono::system_clock::now() +
+                    absl::ToChronoNanoseconds(grace));
+  server_->Wait();
+  // Remove the file only if it is still ours.
+  struct stat st;
+  if (stat(socket_path_.c_str(), &st) == 0 && st.st_ino == inode_) {
+    unlink(socket_path_.c_str());
+  }
+}
+
+IngestServer::~IngestServer() {
+  if (server_ != nullptr) Stop(absl::ZeroDuration());
+}
+
+}  // namespace pitstop::agent

@@ -1,0 +1,55 @@
+// The agent's ingest endpoint: gRPC service pitstop.v1.Telemetry on a Unix
+// socket, one callback reactor per rank stream feeding AgentCore.
+//
+// Socket handling (Create): a stale socket file left by a crashed agent
+// (connect() refused) is replaced; a live one (another agent accepts on it)
+// is not stolen: FailedPrecondition. A path that exists and is not a socket
+// is an error too. The socket is created with mode 0660 and, if given, the
+// named group (NotFound for an unknown group). Stop() removes the file.
+//
+// Thread-safe; Stop() from the thread that owns the server.
+#ifndef PITSTOP_AGENT_INGEST_SERVER_H_
+#define PITSTOP_AGENT_INGEST_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+#include "src/agent/agent_core.h"
+
+namespace pitstop::agent {
+
+class IngestServer {
+ public:
+  // Binds `socket_path` (< 108 bytes) and starts serving `core`.
+  static absl::StatusOr<std::unique_ptr<IngestServer>> Create(
+      const std::string& socket_path, const std::string& socket_group,
+      AgentCore* core);
+  ~IngestServer();
+
+  // Marks the core stopping, ends all streams (waiting up to `grace` for
+  // reactors to finish) and removes the socket file.
+  void Stop(absl::Duration grace = absl::Seconds(2));
+
+  const std::string& socket_path() const { return socket_path_; }
+
+ private:
+  class Service;
+  IngestServer() = default;
+
+  std::string socket_path_;
+  AgentCore* core_ = nullptr;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  ino_t inode_ = 0;
+  bool stopped_ = false;
+};
+
+// Removes `path` if it is a socket nobody accepts on. FailedPrecondition if
+// a live server accepts there, or the path is not a socket.
+absl::Status ClaimSocketPath(const std::string& path);
+
+}  // namespace pitstop::agent
+
+#endif  // PITSTOP_AGENT_INGEST_SERVER_H_

@@ -1,0 +1,94 @@
+// pitstop-agent: the node agent. See docs/agent.md.
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "pitstop/config.h"
+#include "pitstop/logging.h"
+#include "pitstop/signals.h"
+#include "src/agent/agent.h"
+#include "src/agent/agent_options.h"
+
+namespace {
+
+// sd_notify(3) without libsystemd: one datagram to $NOTIFY_SOCKET.
+void Notify(const char* state) {
+  const char* path = std::getenv("NOTIFY_SOCKET");
+  if (path == nullptr || path[0] == '\0') return;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const size_t len = std::strlen(path);
+  if (len >= sizeof(addr.sun_path)) return;
+  std::memcpy(addr.sun_path, path, len);
+  if (addr.sun_path[0] == '@') addr.sun_path[0] = '\0';  // abstract socket
+  const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  sendto(fd, state, std::strlen(state), MSG_NOSIGNAL,
+         reinterpret_cast<sockaddr*>(&addr),
+         static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len));
+  close(fd);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pitstop::agent::AgentOptions options;
+  pitstop::ConfigSchema schema(
+      "pitstop-agent",
+      "pitstop node agent: receives the telemetry streams of the local "
+      "training processes on a Unix socket, joins them into per-collective "
+      "summaries, sends them to pitstop-controller and serves Prometheus "
+      "metrics. Every YAML key of --config has a flag (ingest.socket -> "
+      "--ingest-socket); flags win.");
+  pitstop::agent::RegisterAgentOptions(&schema, &options);
+  auto parsed = schema.Parse(argc, argv);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "pitstop-agent: %s\n",
+                 std::string(parsed.status().message()).c_str());
+    return 2;
+  }
+  if (*parsed == pitstop::ConfigParse::kExit) return 0;
+  pitstop::LoggingOptions log;
+  log.level = options.log_level;
+  log.file = options.log_file;
+  log.program = "pitstop-agent";
+  if (auto st = pitstop::SetupLogging(log); !st.ok()) {
+    std::fprintf(stderr, "pitstop-agent: log.level: %s\n",
+                 std::string(st.message()).c_str());
+    return 2;
+  }
+  auto signals = pitstop::ShutdownSignals::Create();
+  if (!signals.ok()) {
+    std::fprintf(stderr, "pitstop-agent: %s\n",
+                 signals.status().ToString().c_str());
+    return 1;
+  }
+  auto agent = pitstop::agent::Agent::Create(options, pitstop::Clock::Real());
+  if (!agent.ok()) {
+    std::fprintf(stderr, "pitstop-agent: %s\n",
+                 std::string(agent.status().message()).c_str());
+    return 1;
+  }
+  auto logger = pitstop::Logger("agent");
+  logger->info("ready: host {} socket {} controller '{}' metrics port {}",
+               (*agent)->host(), options.ingest_socket, options.controller,
+               (*agent)->metrics_port());
+  std::printf("pitstop-agent ready socket=%s metrics_port=%d\n",
+              options.ingest_socket.c_str(), (*agent)->metrics_port());
+  std::fflush(stdout);
+  Notify("READY=1");
+  int sig = 0;
+  while ((sig = (*signals)->Wait(absl::Seconds(1))) == 0) {
+  }
+  logger->info("signal {}: shutting down", sig);
+  Notify("STOPPING=1");
+  (*agent)->Stop();
+  agent->reset();
+  logger->info("stopped");
+  return 0;
+}

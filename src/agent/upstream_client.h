@@ -1,0 +1,75 @@
+// The agent's stream to the controller (pitstop.v1.AgentLink.Connect).
+//
+// One thread keeps the stream: connect, send NodeRegistration and every
+// known communicator, then every `batch` a ConnectRequest with RankProgress
+// for every local (comm, rank, func), lifecycle events, aggregates, counters
+// and up to kMaxSummariesPerMessage summaries (more messages follow at once
+// when more are queued). A second thread reads commands: SetActivationMask
+// is applied through AgentCore (and acked), ping answered with pong. On any
+// failure the stream is dropped and re-established with exponential backoff
+// (100 ms .. backoff_max); meanwhile AgentCore's bounded buffer holds
+// summaries, then aggregates.
+//
+// Start/Stop from one owner thread. Stop() sends a last batch (flush) and
+// half-closes the stream.
+#ifndef PITSTOP_AGENT_UPSTREAM_CLIENT_H_
+#define PITSTOP_AGENT_UPSTREAM_CLIENT_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "pitstop/clock.h"
+#include "pitstop/sync.h"
+#include "pitstop/v1/agent.pb.h"
+#include "src/agent/agent_core.h"
+
+namespace pitstop::agent {
+
+struct UpstreamOptions {
+  std::string address;  // host:port or unix:PATH
+  absl::Duration batch = absl::Seconds(1);
+  absl::Duration backoff_max = absl::Seconds(5);
+  v1::NodeRegistration registration;
+};
+
+class UpstreamClient {
+ public:
+  static constexpr int kMaxSummariesPerMessage = 8192;
+
+  UpstreamClient(UpstreamOptions options, AgentCore* core);
+  ~UpstreamClient();  // Stop()
+
+  void Start();
+  // Flushes what is queued (if connected) and ends the stream.
+  void Stop();
+
+  bool connected() const { return connected_.load(); }
+  uint64_t connects() const { return connects_.load(); }
+
+ private:
+  void Run();
+  // One connection; returns when it breaks or Stop() was called.
+  void RunStream();
+  // Waits up to `d` unless stopping or a pong/ack is pending; true if
+  // stopping.
+  bool WaitFor(absl::Duration d);
+
+  const UpstreamOptions options_;
+  AgentCore* const core_;
+  std::thread thread_;
+  std::atomic<bool> connected_{false};
+  std::atomic<uint64_t> connects_{0};
+  Mutex mu_;
+  CondVar cv_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<uint64_t> acks_ ABSL_GUARDED_BY(mu_);
+  uint64_t pong_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace pitstop::agent
+
+#endif  // PITSTOP_AGENT_UPSTREAM_CLIENT_H_
