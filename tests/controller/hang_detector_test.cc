@@ -1,0 +1,163 @@
+// Hang detection (non-comm, comm) and process death on deterministic
+// RankProgress inputs, Flight Recorder style (no kernel timers).
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/controller/engine_test_base.h"
+
+namespace pitstop::controller::testing {
+namespace {
+
+class HangTest : public EngineTest {
+ protected:
+  void Report(const SimJob& job, int32_t rank, uint64_t enq, uint64_t done,
+              std::vector<std::pair<int32_t, uint64_t>> in_flight = {}) {
+    v1::RankProgress p = job.Progress(rank, enq, done);
+    if (enq > done) {
+      p.set_oldest_incomplete_seq(done + 1);
+      p.set_oldest_incomplete_age_ns(1);
+    }
+    for (auto [peer, bytes] : in_flight) {
+      v1::ConnectionSummary* c = p.add_in_flight();
+      c->set_peer_rank(peer);
+      c->set_is_send(true);
+      c->set_bytes(bytes);
+    }
+    ASSERT_TRUE(engine_->AddProgress(job.HostOf(rank), p).ok());
+  }
+};
+
+// The example: 16 ranks, ranks 12 and 14 never enqueued seq 10 that
+// all the others enqueued.
+TEST_F(HangTest, NonCommHangBlamesRanksThatNeverEnqueued) {
+  SimJob job(0xC3, 16, 8);
+  job.Register(engine_.get());
+  for (int32_t r = 0; r < 16; ++r) {
+    Report(job, r, (r == 12 || r == 14) ? 9 : 10, 9);
+  }
+  Cycle(absl::Seconds(4));
+  EXPECT_TRUE(faults_.empty()) << "below the 5 s floor";
+
+  Cycle(absl::Seconds(2));
+  ASSERT_EQ(Latest().size(), 1u);
+  v1::Fault f = Latest()[0];
+  EXPECT_EQ(f.fault_class(), v1::FAULT_CLASS_NON_COMM_HANG);
+  EXPECT_EQ(f.state(), v1::FAULT_STATE_SUSPECTED);
+  EXPECT_EQ(f.seq_number(), 10u);
+  EXPECT_EQ(f.comm_hash(), 0xC3u);
+  EXPECT_EQ(SuspectGlobals(f), (std::set<int32_t>{12, 14}));
+  for (const v1::Suspect& s : f.suspects()) {
+    EXPECT_EQ(s.level(), v1::SUSPECT_LEVEL_RANK);
+    EXPECT_EQ(s.host(), "node1");
+  }
+  std::set<int32_t> victims = VictimGlobals(f);
+  EXPECT_EQ(victims.size(), 14u);
+  EXPECT_FALSE(victims.count(12) || victims.count(14));
+  EXPECT_EQ(f.evidence(0).values().at("last_enqueued_seq/rank12"), 9);
+
+  Cycle(absl::Seconds(5));
+  EXPECT_EQ(Latest()[0].state(), v1::FAULT_STATE_CONFIRMED);
+
+  // Ranks 12 and 14 catch up and everyone completes: resolved.
+  for (int32_t r = 0; r < 16; ++r) Report(job, r, 10, 10);
+  Cycle(absl::Milliseconds(500));
+  ASSERT_EQ(Latest().size(), 1u);
+  EXPECT_EQ(Latest()[0].state(), v1::FAULT_STATE_RESOLVED);
+}
+
+TEST_F(HangTest, AdaptiveTimeoutFollowsRecentDurations) {
+  SimJob job(0xC4, 4, 4);
+  job.Register(engine_.get());
+  // Collectives of 2 s: the timeout is 10 x p99 = 20 s, not the 5 s floor.
+  for (uint64_t seq = 1; seq <= 5; ++seq) {
+    job.Feed(engine_.get(), seq, std::vector<uint64_t>(4, 2'000'000'000));
+  }
+  for (int32_t r = 0; r < 4; ++r) Report(job, r, r == 0 ? 5 : 6, 5);
+  Cycle(absl::Seconds(15));
+  EXPECT_TRUE(faults_.empty());
+  Cycle(absl::Seconds(6));
+  ASSERT_EQ(Latest().size(), 1u);
+  EXPECT_EQ(SuspectGlobals(Latest()[0]), std::set<int32_t>{0});
+}
+
+TEST_F(HangTest, IdleCommunicatorIsNotAHang) {
+  SimJob job(0xC5, 8, 8);
+  job.Register(engine_.get());
+  for (int32_t r = 0; r < 8; ++r) Report(job, r, 42, 42);
+  for (int i = 0; i < 60; ++i) Cycle(absl::Seconds(1));
+  EXPECT_TRUE(faults_.empty());
+}
+
+TEST_F(HangTest, CommHangLocalisesTheStalledConnection) {
+  SimJob job(0xC6, 4, 2);
+  job.Register(engine_.get());
+  // Everyone entered seq 10; proxy progress stopped everywhere, and the
+  // connection 1 -> 2 (node0 -> node1) moved least.
+  for (int round = 0; round < 2; ++round) {
+    for (int32_t r = 0; r < 4; ++r) {
+      Report(job, r, 10, 9, {{(r + 1) % 4, r == 1 ? 4096 : 262144}});
+    }
+    Cycle(absl::Seconds(3));
+  }
+  ASSERT_EQ(Latest().size(), 1u);
+  v1::Fault f = Latest()[0];
+  EXPECT_EQ(f.fault_class(), v1::FAULT_CLASS_COMM_HANG);
+  ASSERT_EQ(f.suspects_size(), 1);
+  EXPECT_EQ(f.suspects(0).level(), v1::SUSPECT_LEVEL_LINK);
+  EXPECT_EQ(f.suspects(0).global_rank(), 1);
+  EXPECT_EQ(f.suspects(0).peer_global_rank(), 2);
+  EXPECT_EQ(f.suspects(0).host(), "node0");
+  EXPECT_EQ(f.suspects(0).peer_host(), "node1");
+}
+
+TEST_F(HangTest, CommHangWithoutProxyDataAsksForDeepProfiling) {
+  SimJob job(0xC7, 4, 2);
+  job.Register(engine_.get());
+  for (int32_t r = 0; r < 4; ++r) Report(job, r, 10, 9);
+  Cycle(absl::Seconds(6));
+  ASSERT_EQ(Latest().size(), 1u);
+  EXPECT_EQ(Latest()[0].fault_class(), v1::FAULT_CLASS_COMM_HANG);
+  EXPECT_EQ(Latest()[0].suspects_size(), 0);
+  ASSERT_EQ(profiling_.size(), 2u);  // node0, node1
+  EXPECT_EQ(profiling_[0].event_mask, kDeepActivationMask);
+  EXPECT_EQ(profiling_[0].comm_hash, 0xC7u);
+}
+
+TEST_F(HangTest, ProcessDiedBlamesTheDeadProcessNotItsPeers) {
+  SimJob job(0xC8, 4, 2);
+  job.Register(engine_.get());
+  for (int32_t r = 0; r < 4; ++r) Report(job, r, r == 2 ? 9 : 10, 9);
+  Cycle(absl::Seconds(6));
+  ASSERT_EQ(Latest().size(), 1u);  // hang of the peers seen first
+  EXPECT_EQ(Latest()[0].fault_class(), v1::FAULT_CLASS_NON_COMM_HANG);
+
+  v1::RankLifecycle died;
+  died.set_kind(v1::RankLifecycle::KIND_DIED);
+  died.set_job_id("job1");
+  died.set_pid(job.PidOf(2));
+  died.set_global_rank(2);
+  ASSERT_TRUE(engine_->AddLifecycle(job.HostOf(2), died).ok());
+  Cycle(absl::Seconds(1));
+  Cycle(absl::Seconds(10));
+
+  std::vector<v1::Fault> latest = Latest();
+  ASSERT_EQ(latest.size(), 2u);
+  int open = 0;
+  for (const v1::Fault& f : latest) {
+    if (f.state() == v1::FAULT_STATE_RESOLVED) {
+      EXPECT_EQ(f.fault_class(), v1::FAULT_CLASS_NON_COMM_HANG);
+      continue;
+    }
+    ++open;
+    EXPECT_EQ(f.fault_class(), v1::FAULT_CLASS_PROCESS_DIED);
+    EXPECT_EQ(f.state(), v1::FAULT_STATE_CONFIRMED);
+    ASSERT_EQ(f.suspects_size(), 1);
+    EXPECT_EQ(f.suspects(0).level(), v1::SUSPECT_LEVEL_PROCESS);
+    EXPECT_EQ(f.suspects(0).pid(), job.PidOf(2));
+    EXPECT_EQ(f.suspects(0).gpu_index(), 0);
+    EXPECT_EQ(VictimGlobals(f), (std::set<int32_t>{0, 1, 3}));
+  }
+  EXPECT_EQ(open, 1);
+}
+
+}  // namespace
+}  // namespace pitstop::controller::testing
