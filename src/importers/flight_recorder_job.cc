@@ -1,0 +1,253 @@
+// BuildFlightRecorderJob: the cross-dump half of the Flight Recorder reader
+// (see flight_recorder_reader.h for the mapping).
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "src/importers/flight_recorder_reader.h"
+#include "src/importers/import_util.h"
+
+namespace pitstop::importers {
+namespace {
+
+constexpr uint64_t kDerivedOpBit = uint64_t{1} << 62;
+
+std::string CanonicalRanks(const std::vector<int32_t>& ranks) {
+  return absl::StrJoin(ranks, ",");
+}
+
+// Parses "nccl:send 0->3" / "nccl:recv 3<-0": the peer's group rank.
+int32_t PeerFromName(absl::string_view name) {
+  size_t arrow = name.find("->");
+  if (arrow == absl::string_view::npos) arrow = name.find("<-");
+  if (arrow == absl::string_view::npos) return -1;
+  int32_t peer = 0;
+  bool any = false;
+  for (size_t k = arrow + 2; k < name.size() && std::isdigit(name[k]); ++k) {
+    peer = peer * 10 + (name[k] - '0');
+    any = true;
+  }
+  return any ? peer : -1;
+}
+
+v1::OpState StateOf(absl::string_view s) {
+  if (s == "completed") return v1::OP_STATE_COMPLETED;
+  if (s == "started") return v1::OP_STATE_STARTED;
+  return v1::OP_STATE_ENQUEUED;
+}
+
+struct GroupView {
+  FrProcessGroup group;
+  uint64_t comm_hash = 0;
+  bool p2p = false;  // carries point-to-point traffic
+  // seq -> an entry describing that collective (from any dump).
+  std::map<int64_t, const FrEntry*> known;
+};
+
+}  // namespace
+
+absl::StatusOr<ImportedJob> BuildFlightRecorderJob(
+    std::vector<FlightRecorderDump> dumps, const FrJobOptions& options) {
+  ImportedJob job;
+  job.format = "flight-recorder";
+  job.job_id = options.job_id;
+  if (dumps.empty()) {
+    return absl::InvalidArgumentError("no Flight Recorder dumps given");
+  }
+  std::sort(dumps.begin(), dumps.end(),
+            [](const FlightRecorderDump& a, const FlightRecorderDump& b) {
+              return a.rank < b.rank;
+            });
+  for (size_t k = 1; k < dumps.size(); ++k) {
+    if (dumps[k].rank == dumps[k - 1].rank) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(dumps[k].file, ": rank ", dumps[k].rank,
+                       " also dumped by ", dumps[k - 1].file));
+    }
+  }
+  // Every group, by name, as the dumps describe it.
+  std::map<std::string, GroupView> groups;
+  std::set<int32_t> expected;
+  for (const FlightRecorderDump& d : dumps) {
+    for (const std::string& w : d.warnings) job.warnings.push_back(w);
+    for (const auto& [name, g] : d.groups) {
+      GroupView& view = groups[name];
+      if (view.comm_hash == 0) {
+        view.group = g;
+        view.comm_hash = StableHash(
+            absl::StrCat("fr-pg|", name, "|", CanonicalRanks(g.ranks)));
+      }
+      expected.insert(g.ranks.begin(), g.ranks.end());
+      if (g.desc == "default_pg" || name == "0") {
+        job.world_size =
+            std::max(job.world_size, static_cast<int32_t>(g.ranks.size()));
+      }
+    }
+    for (const FrEntry& e : d.entries) {
+      auto it = groups.find(e.pg_name);
+      if (it == groups.end()) continue;
+      if (e.is_p2p) {
+        it->second.p2p = true;
+      } else {
+        it->second.known.emplace(e.collective_seq_id, &e);
+      }
+    }
+  }
+  std::set<int32_t> present;
+  for (const FlightRecorderDump& d : dumps) present.insert(d.rank);
+  for (int32_t r = 0; r < job.world_size; ++r) expected.insert(r);
+  for (int32_t r : expected) {
+    if (!present.count(r)) job.missing_ranks.push_back(r);
+  }
+  if (!job.missing_ranks.empty()) {
+    job.warnings.push_back(absl::StrCat(
+        "no dump for rank(s) ", absl::StrJoin(job.missing_ranks, ","),
+        ": analysis is partial (their groups are judged from the others)"));
+  }
+  // Groups whose counters cannot be collective sequence numbers: nothing
+  // pending on any member, yet members disagree (a collective cannot
+  // complete on one member without the others enqueuing it).
+  for (auto& [name, view] : groups) {
+    if (view.p2p) continue;
+    std::set<int64_t> values;
+    bool pending = false;
+    for (const FlightRecorderDump& d : dumps) {
+      auto it = d.status.find(name);
+      if (it == d.status.end()) continue;
+      values.insert(it->second.last_completed);
+      pending |= it->second.last_enqueued != it->second.last_completed;
+    }
+    if (!pending && values.size() > 1) view.p2p = true;
+  }
+
+  for (const FlightRecorderDump& d : dumps) {
+    ImportedRank rank;
+    rank.global_rank = d.rank;
+    rank.file = d.file;
+    rank.host = SyntheticHost("fr-", d.rank, options.ranks_per_node);
+    std::map<std::string, int32_t> comm_rank;  // pg name -> rank in it
+    for (const auto& [name, g] : d.groups) {
+      auto pos = std::find(g.ranks.begin(), g.ranks.end(), d.rank);
+      if (pos == g.ranks.end()) continue;
+      const GroupView& view = groups[name];
+      v1::CommunicatorInfo info;
+      info.set_comm_hash(view.comm_hash);
+      info.set_comm_name(g.desc.empty()
+                             ? absl::StrCat("pg ", name)
+                             : absl::StrCat(g.desc, " (pg ", name, ")"));
+      info.set_n_ranks(static_cast<int32_t>(g.ranks.size()));
+      info.set_rank(static_cast<int32_t>(pos - g.ranks.begin()));
+      for (int32_t r : g.ranks) info.add_global_ranks(r);
+      info.set_host(rank.host);
+      info.set_job_id(job.job_id);
+      info.set_source(v1::CommunicatorInfo::SOURCE_IMPORTED);
+      info.set_n_nodes(0);
+      comm_rank[name] = info.rank();
+      rank.comms.push_back(std::move(info));
+    }
+    // Ops from entries, keyed by (group, seq) for collectives.
+    std::map<std::pair<std::string, int64_t>, size_t> by_seq;
+    for (const FrEntry& e : d.entries) {
+      auto cr = comm_rank.find(e.pg_name);
+      if (cr == comm_rank.end()) continue;
+      ImportedOp op;
+      v1::OpRecord& r = op.record;
+      r.set_op_id(static_cast<uint64_t>(e.record_id) + 1);
+      r.set_comm_hash(groups[e.pg_name].comm_hash);
+      r.set_rank(cr->second);
+      r.set_kind(e.is_p2p ? v1::OP_KIND_P2P : v1::OP_KIND_COLLECTIVE);
+      r.set_func(ParseCollFunc(e.profiling_name));
+      r.set_seq_number(static_cast<uint64_t>(
+          std::max<int64_t>(0, e.is_p2p ? e.p2p_seq_id : e.collective_seq_id)));
+      uint32_t size = 1;
+      r.set_datatype(ParseDataType(e.dtype, &size));
+      r.set_count(e.elements);
+      r.set_bytes(e.elements * size);
+      r.set_root(-1);
+      r.set_peer(e.is_p2p ? PeerFromName(e.profiling_name) : -1);
+      r.set_enqueue_start_cpu_ns(e.time_created_ns);
+      r.set_enqueue_stop_cpu_ns(e.time_created_ns);
+      op.state = StateOf(e.state);
+      op.start_ns = e.time_started_ns;
+      op.end_ns = e.time_completed_ns;
+      op.name = e.profiling_name;
+      op.track = groups[e.pg_name].group.desc.empty()
+                     ? absl::StrCat("pg ", e.pg_name)
+                     : absl::StrCat(groups[e.pg_name].group.desc, " (pg ",
+                                    e.pg_name, ")");
+      if (!e.is_p2p) by_seq[{e.pg_name, e.collective_seq_id}] = rank.ops.size();
+      rank.ops.push_back(std::move(op));
+    }
+    // Derived ops from pg_status for collective-only groups.
+    uint64_t next_derived = kDerivedOpBit;
+    for (const auto& [name, st] : d.status) {
+      auto cr = comm_rank.find(name);
+      if (cr == comm_rank.end()) continue;
+      GroupView& view = groups[name];
+      if (view.p2p) continue;
+      int64_t lo = INT64_MAX, hi = -1;
+      for (const FlightRecorderDump& other : dumps) {
+        auto it = other.status.find(name);
+        if (it == other.status.end()) continue;
+        lo = std::min(lo, it->second.last_completed);
+        hi = std::max(hi, it->second.last_enqueued);
+      }
+      lo = std::max<int64_t>(lo, 1);
+      if (hi - lo + 1 > options.max_window) {
+        job.warnings.push_back(
+            absl::StrCat(d.file, ": group ", name, " spans ", hi - lo + 1,
+                         " pending sequence numbers; only the last ",
+                         options.max_window, " are used"));
+        lo = hi - options.max_window + 1;
+      }
+      for (int64_t seq = lo; seq <= hi; ++seq) {
+        v1::OpState state = seq <= st.last_completed ? v1::OP_STATE_COMPLETED
+                            : seq <= st.last_started ? v1::OP_STATE_STARTED
+                            : seq <= st.last_enqueued
+                                ? v1::OP_STATE_ENQUEUED
+                                : v1::OP_STATE_UNSPECIFIED;
+        auto have = by_seq.find({name, seq});
+        if (have != by_seq.end()) {
+          ImportedOp& op = rank.ops[have->second];
+          if (state > op.state) op.state = state;
+          continue;
+        }
+        if (state == v1::OP_STATE_UNSPECIFIED) continue;
+        ImportedOp op;
+        v1::OpRecord& r = op.record;
+        r.set_op_id(++next_derived);
+        r.set_comm_hash(view.comm_hash);
+        r.set_rank(cr->second);
+        r.set_kind(v1::OP_KIND_COLLECTIVE);
+        r.set_seq_number(static_cast<uint64_t>(seq));
+        r.set_root(-1);
+        r.set_peer(-1);
+        auto k = view.known.find(seq);
+        if (k != view.known.end()) {
+          r.set_func(ParseCollFunc(k->second->profiling_name));
+          uint32_t size = 1;
+          r.set_datatype(ParseDataType(k->second->dtype, &size));
+          op.name = k->second->profiling_name;
+        } else {
+          r.set_func(v1::COLL_FUNC_OTHER);
+          op.name = "(from pg_status)";
+        }
+        op.state = state;
+        op.derived = true;
+        rank.ops.push_back(std::move(op));
+      }
+    }
+    job.ranks.push_back(std::move(rank));
+  }
+  job.notes.push_back(absl::StrCat(
+      "flight recorder: ", dumps.size(), " dumps, format version ",
+      dumps[0].version.empty() ? "?" : dumps[0].version,
+      dumps[0].nccl_version.empty() ? "" : ", NCCL " + dumps[0].nccl_version,
+      "; hosts are not in the dumps: ", options.ranks_per_node,
+      " ranks per node assumed"));
+  return job;
+}
+
+}  // namespace pitstop::importers

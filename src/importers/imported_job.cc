@@ -1,0 +1,65 @@
+#include "src/importers/imported_job.h"
+
+#include <algorithm>
+
+namespace pitstop::importers {
+
+std::vector<v1::StreamTelemetryRequest> ToTelemetry(const ImportedJob& job,
+                                                    const ImportedRank& rank,
+                                                    size_t max_records) {
+  std::vector<v1::StreamTelemetryRequest> out;
+  max_records = std::max<size_t>(max_records, 1);
+  v1::StreamTelemetryRequest first;
+  v1::ProcessHello* hello = first.mutable_hello();
+  hello->set_host(rank.host);
+  hello->set_pid(rank.pid);
+  hello->set_job_id(job.job_id);
+  hello->set_library_version("imported");
+  hello->set_load_mode("imported");
+  hello->set_global_rank(rank.global_rank);
+  for (const v1::CommunicatorInfo& info : rank.comms) {
+    v1::CommunicatorEvent* ev = first.add_communicators();
+    ev->set_kind(v1::CommunicatorEvent::KIND_INIT);
+    *ev->mutable_info() = info;
+  }
+  out.push_back(std::move(first));
+  size_t in_batch = 0;
+  for (const ImportedOp& op : rank.ops) {
+    if (!op.for_detection) continue;
+    if (in_batch == max_records) {
+      out.emplace_back();
+      in_batch = 0;
+    }
+    v1::StreamTelemetryRequest& batch = out.back();
+    *batch.add_ops() = op.record;
+    ++in_batch;
+    bool has_times = op.start_ns != 0 && op.end_ns >= op.start_ns;
+    if (has_times) {
+      v1::KernelChannelRecord* k = batch.add_kernel_channels();
+      k->set_op_id(op.record.op_id());
+      k->set_channel_id(0);
+      k->set_start_gpu_ns(op.start_ns);
+      k->set_stop_gpu_ns(op.state == v1::OP_STATE_COMPLETED ? op.end_ns : 0);
+      k->set_start_cpu_ns(op.start_ns);
+      k->set_stop_cpu_ns(op.state == v1::OP_STATE_COMPLETED ? op.end_ns : 0);
+    } else if (op.state == v1::OP_STATE_STARTED) {
+      v1::KernelChannelRecord* k = batch.add_kernel_channels();
+      k->set_op_id(op.record.op_id());
+      uint64_t t =
+          op.start_ns != 0 ? op.start_ns : op.record.enqueue_start_cpu_ns();
+      k->set_start_cpu_ns(t);
+    }
+    if (op.state == v1::OP_STATE_COMPLETED) {
+      v1::OpCompletion* c = batch.add_completions();
+      c->set_op_id(op.record.op_id());
+      uint64_t t =
+          op.end_ns != 0 ? op.end_ns : op.record.enqueue_start_cpu_ns();
+      c->set_completion_cpu_ns(t);
+      c->set_children(has_times ? 1 : 0);
+    }
+  }
+  for (size_t k = 0; k < out.size(); ++k) out[k].set_batch_seq(k + 1);
+  return out;
+}
+
+}  // namespace pitstop::importers

@@ -1,0 +1,196 @@
+#include "src/importers/importer.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "pitstop/status_macros.h"
+#include "src/importers/flight_recorder_reader.h"
+#include "src/importers/input_file.h"
+#include "src/importers/inspector_reader.h"
+#include "src/importers/kineto_reader.h"
+#include "src/importers/pickle_decoder.h"
+
+namespace pitstop::importers {
+namespace {
+
+const char* FormatName(FileFormat f) {
+  switch (f) {
+    case FileFormat::kFlightRecorder:
+      return "Flight Recorder";
+    case FileFormat::kKineto:
+      return "Kineto trace";
+    case FileFormat::kInspector:
+      return "NCCL Inspector log";
+    default:
+      return "unknown";
+  }
+}
+
+struct Input {
+  std::string path;
+  bool explicit_file;
+};
+
+absl::Status Expand(const std::vector<std::string>& paths,
+                    std::vector<Input>* out) {
+  for (const std::string& p : paths) {
+    struct stat st;
+    if (stat(p.c_str(), &st) != 0) {
+      return absl::NotFoundError(
+          absl::StrCat(p, ": no such file or directory"));
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      out->push_back({p, true});
+      continue;
+    }
+    DIR* dir = opendir(p.c_str());
+    if (dir == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(p, ": cannot read directory"));
+    }
+    std::vector<std::string> names;
+    while (struct dirent* e = readdir(dir)) {
+      std::string name = e->d_name;
+      if (name.empty() || name[0] == '.') continue;
+      std::string full = absl::StrCat(absl::StripSuffix(p, "/"), "/", name);
+      struct stat fst;
+      if (stat(full.c_str(), &fst) == 0 && S_ISREG(fst.st_mode)) {
+        names.push_back(full);
+      }
+    }
+    closedir(dir);
+    std::sort(names.begin(), names.end());
+    for (std::string& n : names) out->push_back({std::move(n), false});
+  }
+  return absl::OkStatus();
+}
+
+// First bytes of a file after decompression ("" for an empty file).
+absl::StatusOr<std::string> Head(const std::string& path) {
+  ASSIGN_OR_RETURN(auto in, InputStream::Open(path));
+  std::string head(4096, '\0');
+  in->stream().read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in->stream().gcount()));
+  if (head.size() < 4096 && !in->status().ok()) return in->status();
+  return head;
+}
+
+}  // namespace
+
+FileFormat DetectFormat(absl::string_view head) {
+  if (LooksLikePickle(head)) return FileFormat::kFlightRecorder;
+  absl::string_view s = absl::StripLeadingAsciiWhitespace(head);
+  if (!absl::StartsWith(s, "{")) return FileFormat::kUnknown;
+  if (LooksLikeKineto(head)) return FileFormat::kKineto;
+  if (LooksLikeInspector(head)) return FileFormat::kInspector;
+  if (LooksLikeFlightRecorder(head)) return FileFormat::kFlightRecorder;
+  return FileFormat::kUnknown;
+}
+
+absl::StatusOr<ImportedJob> ImportPaths(const std::vector<std::string>& paths,
+                                        const ImportOptions& options) {
+  if (paths.empty()) return absl::InvalidArgumentError("no input paths given");
+  std::vector<Input> inputs;
+  RETURN_IF_ERROR(Expand(paths, &inputs));
+  FileFormat format = FileFormat::kUnknown;
+  std::vector<std::string> files;
+  std::vector<std::string> skipped;
+  for (const Input& in : inputs) {
+    auto head = Head(in.path);
+    if (!head.ok()) {
+      if (in.explicit_file) return head.status();
+      return head.status();  // a damaged file in a job directory is fatal too
+    }
+    if (head->empty()) {
+      if (in.explicit_file || format != FileFormat::kUnknown ||
+          absl::StrContains(in.path, "dump") ||
+          absl::StrContains(in.path, "trace")) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(in.path, ": empty file"));
+      }
+      skipped.push_back(in.path);
+      continue;
+    }
+    FileFormat f = DetectFormat(*head);
+    if (f == FileFormat::kUnknown) {
+      if (in.explicit_file) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            in.path,
+            ": not a recognised format (expected a Flight Recorder dump, a "
+            "Kineto/Chrome trace or an NCCL Inspector log)"));
+      }
+      skipped.push_back(in.path);
+      continue;
+    }
+    if (format != FileFormat::kUnknown && f != format) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          in.path, ": is a ", FormatName(f), " but earlier files are ",
+          FormatName(format), "; analyse one kind of file at a time"));
+    }
+    format = f;
+    files.push_back(in.path);
+  }
+  if (files.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no Flight Recorder, Kineto or Inspector files found in the given "
+        "path(s)",
+        skipped.empty()
+            ? ""
+            : absl::StrCat(" (", skipped.size(), " other files skipped)")));
+  }
+  absl::StatusOr<ImportedJob> job;
+  if (format == FileFormat::kFlightRecorder) {
+    std::vector<FlightRecorderDump> dumps;
+    for (const std::string& f : files) {
+      ASSIGN_OR_RETURN(std::string bytes, ReadInputFile(f));
+      ASSIGN_OR_RETURN(FlightRecorderDump d, ParseFlightRecorderDump(bytes, f));
+      dumps.push_back(std::move(d));
+    }
+    FrJobOptions o;
+    o.job_id = options.job_id;
+    o.ranks_per_node = options.ranks_per_node;
+    job = BuildFlightRecorderJob(std::move(dumps), o);
+  } else if (format == FileFormat::kKineto) {
+    std::vector<KinetoTrace> traces;
+    for (const std::string& f : files) {
+      ASSIGN_OR_RETURN(auto in, InputStream::Open(f));
+      std::function<void(uint64_t, uint64_t)> progress;
+      if (options.progress) {
+        progress = [&](uint64_t done, uint64_t total) {
+          options.progress(absl::StrCat("reading ", f, ": ", done >> 20, "/",
+                                        total >> 20, " MiB"));
+        };
+      }
+      ASSIGN_OR_RETURN(KinetoTrace t, ParseKinetoTrace(in.get(), f, progress));
+      traces.push_back(std::move(t));
+    }
+    KinetoJobOptions o;
+    o.job_id = options.job_id;
+    o.ranks_per_node = options.ranks_per_node;
+    o.match_tolerance_us = options.kineto_match_tolerance_us;
+    job = BuildKinetoJob(std::move(traces), o);
+  } else {
+    std::vector<InspectorFile> logs;
+    for (const std::string& f : files) {
+      ASSIGN_OR_RETURN(auto in, InputStream::Open(f));
+      ASSIGN_OR_RETURN(InspectorFile l, ParseInspectorFile(in.get(), f));
+      logs.push_back(std::move(l));
+    }
+    InspectorJobOptions o;
+    o.job_id = options.job_id;
+    job = BuildInspectorJob(std::move(logs), o);
+  }
+  if (job.ok() && !skipped.empty()) {
+    job->notes.push_back(absl::StrCat("skipped ", skipped.size(),
+                                      " file(s) of no known format (e.g. ",
+                                      skipped[0], ")"));
+  }
+  return job;
+}
+
+}  // namespace pitstop::importers

@@ -1,0 +1,294 @@
+// BuildKinetoJob: communicators, cross-rank matching and records for Kineto
+// traces (see kineto_reader.h).
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "src/importers/import_util.h"
+#include "src/importers/kineto_reader.h"
+
+namespace pitstop::importers {
+namespace {
+
+// "0-3,7,9-11" for a sorted list.
+std::string Ranges(const std::vector<int32_t>& v) {
+  std::string out;
+  for (size_t k = 0; k < v.size();) {
+    size_t j = k;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    absl::StrAppend(&out, out.empty() ? "" : ",", v[k]);
+    if (j > k) absl::StrAppend(&out, "-", v[j]);
+    k = j + 1;
+  }
+  return out;
+}
+
+struct CommGroup {
+  std::string name;
+  uint64_t hash = 0;
+  std::vector<int32_t> members;  // global ranks (comm rank = index)
+  bool inferred = false;         // membership from the traces, not stated
+  // trace index -> kernel indices
+  std::map<size_t, std::vector<size_t>> kernels;
+};
+
+double End(const KinetoKernel& k) { return k.ts_us + k.dur_us; }
+
+}  // namespace
+
+absl::StatusOr<ImportedJob> BuildKinetoJob(std::vector<KinetoTrace> traces,
+                                           const KinetoJobOptions& options) {
+  ImportedJob job;
+  job.format = "kineto";
+  job.job_id = options.job_id;
+  if (traces.empty())
+    return absl::InvalidArgumentError("no Kineto traces given");
+  std::sort(traces.begin(), traces.end(),
+            [](const KinetoTrace& a, const KinetoTrace& b) {
+              return a.rank < b.rank;
+            });
+  std::set<int32_t> present;
+  for (size_t k = 0; k < traces.size(); ++k) {
+    if (!present.insert(traces[k].rank).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(traces[k].file, ": rank ", traces[k].rank,
+                       " also traced by ", traces[k - 1].file));
+    }
+    job.world_size = std::max(job.world_size, traces[k].world_size);
+    for (const std::string& w : traces[k].warnings) job.warnings.push_back(w);
+  }
+  // Communicators.
+  std::map<std::string, CommGroup> comms;
+  std::set<int32_t> expected;
+  for (size_t t = 0; t < traces.size(); ++t) {
+    for (size_t i = 0; i < traces[t].kernels.size(); ++i) {
+      const KinetoKernel& k = traces[t].kernels[i];
+      std::string key;
+      if (!k.pg_name.empty() && !k.pg_ranks.empty()) {
+        key =
+            absl::StrCat("pg|", k.pg_name, "|", absl::StrJoin(k.pg_ranks, ","));
+      } else {
+        key = absl::StrCat("stream|", k.stream);
+      }
+      CommGroup& g = comms[key];
+      if (g.hash == 0) {
+        g.hash = StableHash(absl::StrCat("kineto|", key));
+        if (!k.pg_name.empty() && !k.pg_ranks.empty()) {
+          g.members = k.pg_ranks;
+          g.name = k.pg_desc.empty()
+                       ? absl::StrCat("pg ", k.pg_name)
+                       : absl::StrCat(k.pg_desc, " (pg ", k.pg_name, ")");
+        } else {
+          g.inferred = true;
+          g.name = absl::StrCat("stream ", k.stream);
+        }
+      }
+      g.kernels[t].push_back(i);
+    }
+  }
+  for (auto& [key, g] : comms) {
+    if (g.inferred) {
+      for (const auto& [t, idx] : g.kernels)
+        g.members.push_back(traces[t].rank);
+      std::sort(g.members.begin(), g.members.end());
+      job.warnings.push_back(absl::StrCat(
+          g.name,
+          ": the traces do not name its process group; members taken "
+          "as the ranks whose traces use it (",
+          absl::StrJoin(g.members, ","), ")"));
+    }
+    expected.insert(g.members.begin(), g.members.end());
+  }
+  for (int32_t r = 0; r < job.world_size; ++r) expected.insert(r);
+  for (int32_t r : expected) {
+    if (!present.count(r)) job.missing_ranks.push_back(r);
+  }
+  if (!job.missing_ranks.empty()) {
+    job.warnings.push_back(absl::StrCat(
+        "no trace for rank(s) ", Ranges(job.missing_ranks), " of ",
+        std::max<size_t>(job.world_size, expected.size()),
+        ": analysis covers rank(s) ",
+        absl::StrJoin(std::vector<int32_t>(present.begin(), present.end()),
+                      ",")));
+  }
+  // Ranks and communicator infos.
+  std::map<int32_t, size_t> rank_index;
+  for (size_t t = 0; t < traces.size(); ++t) {
+    ImportedRank r;
+    r.global_rank = traces[t].rank;
+    r.file = traces[t].file;
+    r.pid = traces[t].pid;
+    r.host = SyntheticHost("kineto-", r.global_rank, options.ranks_per_node);
+    rank_index[r.global_rank] = t;
+    job.ranks.push_back(std::move(r));
+  }
+  // Ops: one per kernel; seq from cross-rank matching.
+  std::vector<std::vector<ImportedOp>> ops(traces.size());
+  std::vector<std::vector<int64_t>> op_of(traces.size());
+  for (size_t t = 0; t < traces.size(); ++t) {
+    op_of[t].assign(traces[t].kernels.size(), -1);
+  }
+  for (auto& [key, g] : comms) {
+    for (auto& [t, idx] : g.kernels) {
+      auto pos = std::find(g.members.begin(), g.members.end(), traces[t].rank);
+      if (pos == g.members.end()) continue;
+      v1::CommunicatorInfo info;
+      info.set_comm_hash(g.hash);
+      info.set_comm_name(g.name);
+      info.set_n_ranks(static_cast<int32_t>(g.members.size()));
+      info.set_rank(static_cast<int32_t>(pos - g.members.begin()));
+      for (int32_t m : g.members) info.add_global_ranks(m);
+      info.set_host(job.ranks[t].host);
+      info.set_job_id(job.job_id);
+      info.set_source(v1::CommunicatorInfo::SOURCE_IMPORTED);
+      job.ranks[t].comms.push_back(info);
+      std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+        return End(traces[t].kernels[a]) < End(traces[t].kernels[b]);
+      });
+      for (size_t i : idx) {
+        const KinetoKernel& k = traces[t].kernels[i];
+        ImportedOp op;
+        v1::OpRecord& rec = op.record;
+        rec.set_op_id(i + 1);
+        rec.set_comm_hash(g.hash);
+        rec.set_rank(info.rank());
+        v1::CollFunc func =
+            ParseCollFunc(k.coll_name.empty() ? k.name : k.coll_name);
+        rec.set_func(func);
+        rec.set_kind(func == v1::COLL_FUNC_SEND || func == v1::COLL_FUNC_RECV
+                         ? v1::OP_KIND_P2P
+                         : v1::OP_KIND_COLLECTIVE);
+        uint32_t size = 1;
+        rec.set_datatype(ParseDataType(k.dtype, &size));
+        rec.set_count(k.in_nelems);
+        rec.set_bytes(k.in_nelems > 0 ? k.in_nelems * size : k.msg_bytes);
+        rec.set_root(-1);
+        rec.set_peer(-1);
+        uint64_t start = static_cast<uint64_t>(std::llround(k.ts_us * 1000));
+        uint64_t end = static_cast<uint64_t>(std::llround(End(k) * 1000));
+        uint64_t cpu =
+            k.cpu_ts_us > 0
+                ? static_cast<uint64_t>(std::llround(k.cpu_ts_us * 1000))
+                : start;
+        rec.set_api_cpu_ns(cpu);
+        rec.set_enqueue_start_cpu_ns(cpu);
+        rec.set_enqueue_stop_cpu_ns(cpu);
+        op.state = v1::OP_STATE_COMPLETED;
+        op.start_ns = start;
+        op.end_ns = end;
+        op.name = k.name.substr(0, k.name.find('('));
+        op.track = absl::StrCat("stream ", k.stream);
+        op.for_detection = false;  // until matched
+        op_of[t][i] = static_cast<int64_t>(ops[t].size());
+        ops[t].push_back(std::move(op));
+      }
+    }
+    // Matching across the present members.
+    std::vector<size_t> tr;  // trace indices of present members
+    for (int32_t m : g.members) {
+      auto it = rank_index.find(m);
+      if (it != rank_index.end() && g.kernels.count(it->second))
+        tr.push_back(it->second);
+    }
+    if (tr.size() < g.members.size() || tr.size() < 2) {
+      job.warnings.push_back(absl::StrCat(
+          g.name, ": only rank(s) present of ", g.members.size(),
+          " members have kernels here; its collectives are shown in the "
+          "timeline but cannot be compared"));
+      continue;
+    }
+    std::vector<std::vector<bool>> used(tr.size());
+    for (size_t m = 0; m < tr.size(); ++m)
+      used[m].assign(g.kernels[tr[m]].size(), false);
+    uint64_t seq = 0;
+    const std::vector<size_t>& anchor = g.kernels[tr[0]];
+    for (size_t a = 0; a < anchor.size(); ++a) {
+      double end = End(traces[tr[0]].kernels[anchor[a]]);
+      std::vector<size_t> pick(tr.size(), SIZE_MAX);
+      pick[0] = a;
+      bool all = true;
+      for (size_t m = 1; m < tr.size() && all; ++m) {
+        const std::vector<size_t>& list = g.kernels[tr[m]];
+        double best = options.match_tolerance_us;
+        for (size_t j = 0; j < list.size(); ++j) {
+          double d = std::fabs(End(traces[tr[m]].kernels[list[j]]) - end);
+          if (!used[m][j] && d <= best) {
+            best = d;
+            pick[m] = j;
+          }
+        }
+        all = pick[m] != SIZE_MAX;
+      }
+      if (!all) continue;
+      ++seq;
+      MatchedCollective mc;
+      mc.comm_name = g.name;
+      mc.comm_hash = g.hash;
+      mc.seq_number = seq;
+      double min_dur = 1e300, max_dur = 0;
+      for (size_t m = 0; m < tr.size(); ++m) {
+        used[m][pick[m]] = true;
+        size_t ki = g.kernels[tr[m]][pick[m]];
+        const KinetoKernel& k = traces[tr[m]].kernels[ki];
+        ImportedOp& op = ops[tr[m]][op_of[tr[m]][ki]];
+        op.record.set_seq_number(seq);
+        op.for_detection = true;
+        mc.global_ranks.push_back(traces[tr[m]].rank);
+        mc.duration_us.push_back(k.dur_us);
+        mc.end_us.push_back(End(k));
+        if (k.dur_us < min_dur) {
+          min_dur = k.dur_us;
+          mc.late_rank = traces[tr[m]].rank;
+        }
+        max_dur = std::max(max_dur, k.dur_us);
+      }
+      mc.max_wait_us = max_dur - min_dur;
+      job.matched.push_back(std::move(mc));
+    }
+    size_t unmatched = 0;
+    for (size_t m = 0; m < tr.size(); ++m) {
+      for (bool u : used[m]) unmatched += !u;
+    }
+    job.notes.push_back(absl::StrFormat(
+        "%s: %d collectives matched across ranks %s on end time (tolerance "
+        "%.0f us); %d kernels without a partner (sampling) kept for the "
+        "timeline only",
+        g.name, seq, absl::StrJoin(g.members, ","), options.match_tolerance_us,
+        unmatched));
+  }
+  for (size_t t = 0; t < traces.size(); ++t)
+    job.ranks[t].ops = std::move(ops[t]);
+  // Who waited for whom.
+  std::map<int32_t, int> late_count;
+  for (const MatchedCollective& mc : job.matched) {
+    ++late_count[mc.late_rank];
+    std::vector<std::string> waiters;
+    for (size_t m = 0; m < mc.global_ranks.size(); ++m) {
+      if (mc.global_ranks[m] == mc.late_rank) continue;
+      double min_dur =
+          *std::min_element(mc.duration_us.begin(), mc.duration_us.end());
+      waiters.push_back(absl::StrFormat("rank %d waited %.3f ms",
+                                        mc.global_ranks[m],
+                                        (mc.duration_us[m] - min_dur) / 1000));
+    }
+    job.notes.push_back(
+        absl::StrFormat("%s #%d: late rank %d; %s", mc.comm_name, mc.seq_number,
+                        mc.late_rank, absl::StrJoin(waiters, ", ")));
+  }
+  if (!late_count.empty()) {
+    auto best = std::max_element(
+        late_count.begin(), late_count.end(),
+        [](const auto& a, const auto& b) { return a.second < b.second; });
+    job.notes.push_back(absl::StrFormat(
+        "overall: rank %d started last in %d of %d matched collectives (the "
+        "others waited for it)",
+        best->first, best->second, job.matched.size()));
+  }
+  return job;
+}
+
+}  // namespace pitstop::importers
