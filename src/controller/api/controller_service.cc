@@ -1,0 +1,179 @@
+// The Controller API adapter: unary calls map core results to responses.
+#include "src/controller/api/controller_service.h"
+
+#include "pitstop/grpc_util.h"
+#include "src/controller/api/streams.h"
+
+namespace pitstop::controller {
+namespace {
+
+grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx,
+                               const absl::Status& status) {
+  grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+  r->Finish(ToGrpcStatus(status));
+  return r;
+}
+
+// Copies a StatusOr's value into *out, returning the status.
+template <typename T>
+absl::Status Take(absl::StatusOr<T> v, T* out) {
+  if (!v.ok()) return v.status();
+  *out = std::move(*v);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* ControllerService::GetStatus(
+    grpc::CallbackServerContext* ctx, const v1::GetStatusRequest*,
+    v1::GetStatusResponse* resp) {
+  *resp->mutable_status() = core_->Status();
+  return Done(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* ControllerService::ListNodes(
+    grpc::CallbackServerContext* ctx, const v1::ListNodesRequest*,
+    v1::ListNodesResponse* resp) {
+  for (v1::Node& n : core_->Nodes()) *resp->add_nodes() = std::move(n);
+  return Done(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* ControllerService::GetNode(
+    grpc::CallbackServerContext* ctx, const v1::GetNodeRequest* req,
+    v1::GetNodeResponse* resp) {
+  return Done(ctx, Take(core_->Node(req->host()), resp->mutable_node()));
+}
+
+grpc::ServerUnaryReactor* ControllerService::ListJobs(
+    grpc::CallbackServerContext* ctx, const v1::ListJobsRequest*,
+    v1::ListJobsResponse* resp) {
+  for (v1::Job& j : core_->Jobs()) *resp->add_jobs() = std::move(j);
+  return Done(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* ControllerService::GetJob(
+    grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
+    v1::GetJobResponse* resp) {
+  return Done(ctx, Take(core_->Job(req->job_id()), resp->mutable_job()));
+}
+
+grpc::ServerUnaryReactor* ControllerService::ListCommunicators(
+    grpc::CallbackServerContext* ctx, const v1::ListCommunicatorsRequest* req,
+    v1::ListCommunicatorsResponse* resp) {
+  for (v1::Communicator& c : core_->Communicators(req->job_id())) {
+    *resp->add_communicators() = std::move(c);
+  }
+  return Done(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* ControllerService::GetCommunicator(
+    grpc::CallbackServerContext* ctx, const v1::GetCommunicatorRequest* req,
+    v1::GetCommunicatorResponse* resp) {
+  return Done(ctx, Take(core_->Communicator(req->comm_hash()),
+                        resp->mutable_communicator()));
+}
+
+grpc::ServerUnaryReactor* ControllerService::ListFaults(
+    grpc::CallbackServerContext* ctx, const v1::ListFaultsRequest* req,
+    v1::ListFaultsResponse* resp) {
+  absl::StatusOr<std::vector<v1::Fault>> faults =
+      core_->Faults(req->job_id(), req->include_resolved(), req->limit());
+  if (!faults.ok()) return Done(ctx, faults.status());
+  for (v1::Fault& f : *faults) *resp->add_faults() = std::move(f);
+  return Done(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* ControllerService::GetFault(
+    grpc::CallbackServerContext* ctx, const v1::GetFaultRequest* req,
+    v1::GetFaultResponse* resp) {
+  return Done(ctx, Take(core_->Fault(req->fault_id()), resp->mutable_fault()));
+}
+
+grpc::ServerWriteReactor<v1::WatchFaultsResponse>*
+ControllerService::WatchFaults(grpc::CallbackServerContext*,
+                               const v1::WatchFaultsRequest* req) {
+  return NewWatchReactor(core_, *req);
+}
+
+grpc::ServerUnaryReactor* ControllerService::AcknowledgeFault(
+    grpc::CallbackServerContext* ctx, const v1::AcknowledgeFaultRequest* req,
+    v1::AcknowledgeFaultResponse* resp) {
+  return Done(ctx,
+              Take(core_->Acknowledge(req->fault_id(), req->who(), req->note()),
+                   resp->mutable_fault()));
+}
+
+grpc::ServerUnaryReactor* ControllerService::ResolveFault(
+    grpc::CallbackServerContext* ctx, const v1::ResolveFaultRequest* req,
+    v1::ResolveFaultResponse* resp) {
+  return Done(ctx,
+              Take(core_->Resolve(req->fault_id(), req->who(), req->note()),
+                   resp->mutable_fault()));
+}
+
+grpc::ServerUnaryReactor* ControllerService::DrainNode(
+    grpc::CallbackServerContext* ctx, const v1::DrainNodeRequest* req,
+    v1::DrainNodeResponse* resp) {
+  return Done(ctx, Take(core_->Drain(req->host(), req->reason()),
+                        resp->mutable_node()));
+}
+
+grpc::ServerUnaryReactor* ControllerService::UncordonNode(
+    grpc::CallbackServerContext* ctx, const v1::UncordonNodeRequest* req,
+    v1::UncordonNodeResponse* resp) {
+  return Done(ctx, Take(core_->Uncordon(req->host()), resp->mutable_node()));
+}
+
+grpc::ServerUnaryReactor* ControllerService::GetJobPolicy(
+    grpc::CallbackServerContext* ctx, const v1::GetJobPolicyRequest* req,
+    v1::GetJobPolicyResponse* resp) {
+  return Done(ctx,
+              Take(core_->GetPolicy(req->job_id()), resp->mutable_policy()));
+}
+
+grpc::ServerUnaryReactor* ControllerService::SetJobPolicy(
+    grpc::CallbackServerContext* ctx, const v1::SetJobPolicyRequest* req,
+    v1::SetJobPolicyResponse* resp) {
+  if (!req->has_policy()) {
+    return Done(ctx, absl::InvalidArgumentError("policy: required"));
+  }
+  return Done(ctx, Take(core_->SetPolicy(req->job_id(), req->policy()),
+                        resp->mutable_policy()));
+}
+
+grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
+AgentLinkService::Connect(grpc::CallbackServerContext*) {
+  return NewAgentStreamReactor(core_);
+}
+
+ControllerServer::ControllerServer(ControllerCore* core)
+    : controller_(core), agent_link_(core) {}
+
+absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
+    ControllerCore* core, const std::string& listen) {
+  std::unique_ptr<ControllerServer> s(new ControllerServer(core));
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
+                           &s->port_);
+  builder.RegisterService(&s->controller_);
+  builder.RegisterService(&s->agent_link_);
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  ApplyServerKeepalive(&builder);
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", listen, " (address in use?)"));
+  }
+  return s;
+}
+
+ControllerServer::~ControllerServer() { Shutdown(absl::ZeroDuration()); }
+
+void ControllerServer::Shutdown(absl::Duration grace) {
+  if (server_ == nullptr) return;
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  server_->Wait();
+  server_.reset();
+}
+
+}  // namespace pitstop::controller

@@ -1,0 +1,110 @@
+// gRPC adapters over ControllerCore: the Controller API (unary calls and the
+// WatchFaults server stream) and AgentLink.Connect (one bidi stream per
+// agent), both on the callback API, plus the server that hosts them.
+#ifndef PITSTOP_CONTROLLER_API_CONTROLLER_SERVICE_H_
+#define PITSTOP_CONTROLLER_API_CONTROLLER_SERVICE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "pitstop/v1/agent.grpc.pb.h"
+#include "pitstop/v1/controller.grpc.pb.h"
+#include "src/controller/controller_core.h"
+
+namespace pitstop::controller {
+
+// Request validation lives here: INVALID_ARGUMENT names the field, unknown
+// ids get NOT_FOUND (from the core).
+class ControllerService final : public v1::Controller::CallbackService {
+ public:
+  explicit ControllerService(ControllerCore* core) : core_(core) {}
+
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx,
+                                      const v1::GetStatusRequest* req,
+                                      v1::GetStatusResponse* resp) override;
+  grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* ctx,
+                                      const v1::ListNodesRequest* req,
+                                      v1::ListNodesResponse* resp) override;
+  grpc::ServerUnaryReactor* GetNode(grpc::CallbackServerContext* ctx,
+                                    const v1::GetNodeRequest* req,
+                                    v1::GetNodeResponse* resp) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
+                                     const v1::ListJobsRequest* req,
+                                     v1::ListJobsResponse* resp) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx,
+                                   const v1::GetJobRequest* req,
+                                   v1::GetJobResponse* resp) override;
+  grpc::ServerUnaryReactor* ListCommunicators(
+      grpc::CallbackServerContext* ctx, const v1::ListCommunicatorsRequest* req,
+      v1::ListCommunicatorsResponse* resp) override;
+  grpc::ServerUnaryReactor* GetCommunicator(
+      grpc::CallbackServerContext* ctx, const v1::GetCommunicatorRequest* req,
+      v1::GetCommunicatorResponse* resp) override;
+  grpc::ServerUnaryReactor* ListFaults(grpc::CallbackServerContext* ctx,
+                                       const v1::ListFaultsRequest* req,
+                                       v1::ListFaultsResponse* resp) override;
+  grpc::ServerUnaryReactor* GetFault(grpc::CallbackServerContext* ctx,
+                                     const v1::GetFaultRequest* req,
+                                     v1::GetFaultResponse* resp) override;
+  grpc::ServerWriteReactor<v1::WatchFaultsResponse>* WatchFaults(
+      grpc::CallbackServerContext* ctx,
+      const v1::WatchFaultsRequest* req) override;
+  grpc::ServerUnaryReactor* AcknowledgeFault(
+      grpc::CallbackServerContext* ctx, const v1::AcknowledgeFaultRequest* req,
+      v1::AcknowledgeFaultResponse* resp) override;
+  grpc::ServerUnaryReactor* ResolveFault(
+      grpc::CallbackServerContext* ctx, const v1::ResolveFaultRequest* req,
+      v1::ResolveFaultResponse* resp) override;
+  grpc::ServerUnaryReactor* DrainNode(grpc::CallbackServerContext* ctx,
+                                      const v1::DrainNodeRequest* req,
+                                      v1::DrainNodeResponse* resp) override;
+  grpc::ServerUnaryReactor* UncordonNode(
+      grpc::CallbackServerContext* ctx, const v1::UncordonNodeRequest* req,
+      v1::UncordonNodeResponse* resp) override;
+  grpc::ServerUnaryReactor* GetJobPolicy(
+      grpc::CallbackServerContext* ctx, const v1::GetJobPolicyRequest* req,
+      v1::GetJobPolicyResponse* resp) override;
+  grpc::ServerUnaryReactor* SetJobPolicy(
+      grpc::CallbackServerContext* ctx, const v1::SetJobPolicyRequest* req,
+      v1::SetJobPolicyResponse* resp) override;
+
+ private:
+  ControllerCore* const core_;
+};
+
+class AgentLinkService final : public v1::AgentLink::CallbackService {
+ public:
+  explicit AgentLinkService(ControllerCore* core) : core_(core) {}
+  grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>* Connect(
+      grpc::CallbackServerContext* ctx) override;
+
+ private:
+  ControllerCore* const core_;
+};
+
+// Hosts both services on one port. Not thread-safe; owned by main().
+class ControllerServer {
+ public:
+  // Binds `listen` ("0.0.0.0:7070", "127.0.0.1:0" picks a free port).
+  // Unavailable naming the address when it cannot bind.
+  static absl::StatusOr<std::unique_ptr<ControllerServer>> Start(
+      ControllerCore* core, const std::string& listen);
+  ~ControllerServer();
+  int port() const { return port_; }
+  // Stops accepting, cancels open streams after `grace`, waits for calls.
+  void Shutdown(absl::Duration grace);
+
+ private:
+  ControllerServer(ControllerCore* core);
+  ControllerService controller_;
+  AgentLinkService agent_link_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+}  // namespace pitstop::controller
+
+#endif  // PITSTOP_CONTROLLER_API_CONTROLLER_SERVICE_H_

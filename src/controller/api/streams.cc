@@ -1,0 +1,149 @@
+#include "src/controller/api/streams.h"
+
+#include <deque>
+
+#include "pitstop/logging.h"
+#include "pitstop/sync.h"
+
+namespace pitstop::controller {
+namespace {
+
+// Writes queued messages one at a time. Enqueue() may be called from any
+// thread (the core calls it with its lock held, so it must not block).
+template <typename Reactor, typename Msg>
+class WriteQueue {
+ public:
+  explicit WriteQueue(Reactor* reactor) : reactor_(reactor) {}
+
+  void Enqueue(const Msg& m) {
+    MutexLock lock(&mu_);
+    if (finished_) return;
+    queue_.push_back(m);
+    if (!writing_) WriteNextLocked();
+  }
+  // Call from OnWriteDone; returns false when the stream broke.
+  bool WriteDone(bool ok) {
+    MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok || finished_) return ok;
+    WriteNextLocked();
+    return true;
+  }
+  // Finishes the RPC once, whatever called first.
+  void Finish(const grpc::Status& s) {
+    MutexLock lock(&mu_);
+    if (finished_) return;
+    finished_ = true;
+    reactor_->Finish(s);
+  }
+
+ private:
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (queue_.empty()) return;
+    current_ = std::move(queue_.front());
+    queue_.pop_front();
+    writing_ = true;
+    reactor_->StartWrite(&current_);
+  }
+
+  Reactor* const reactor_;
+  Mutex mu_;
+  std::deque<Msg> queue_ ABSL_GUARDED_BY(mu_);
+  Msg current_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class WatchReactor final
+    : public grpc::ServerWriteReactor<v1::WatchFaultsResponse> {
+ public:
+  WatchReactor(ControllerCore* core, const v1::WatchFaultsRequest& req)
+      : core_(core), out_(this) {
+    id_ = core_->Subscribe(
+        req.job_id(), req.include_existing(),
+        [this](const v1::WatchFaultsResponse& r) { out_.Enqueue(r); });
+  }
+  void OnWriteDone(bool ok) override {
+    if (!out_.WriteDone(ok)) out_.Finish(grpc::Status::CANCELLED);
+  }
+  void OnCancel() override { out_.Finish(grpc::Status::CANCELLED); }
+  void OnDone() override {
+    core_->Unsubscribe(id_);
+    delete this;
+  }
+
+ private:
+  ControllerCore* const core_;
+  WriteQueue<WatchReactor, v1::WatchFaultsResponse> out_;
+  uint64_t id_ = 0;
+};
+
+class AgentStreamReactor final
+    : public grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>,
+      public CommandSink {
+ public:
+  explicit AgentStreamReactor(ControllerCore* core) : core_(core), out_(this) {
+    StartRead(&request_);
+  }
+  void Send(const v1::ConnectResponse& response) override {
+    out_.Enqueue(response);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the agent closed its side (or the stream broke)
+      out_.Finish(grpc::Status::OK);
+      return;
+    }
+    if (session_ == 0) {
+      if (!request_.has_registration()) {
+        out_.Finish(grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            "registration: the first ConnectRequest must carry it"));
+        return;
+      }
+      absl::StatusOr<uint64_t> s =
+          core_->AgentConnected(request_.registration(), this);
+      if (!s.ok()) {
+        out_.Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 std::string(s.status().message())));
+        return;
+      }
+      session_ = *s;
+      host_ = request_.registration().host();
+    }
+    absl::Status st = core_->AgentBatch(session_, request_);
+    if (!st.ok()) {
+      Logger("controller")->warn("agent {}: {}", host_, st.ToString());
+    }
+    request_.Clear();
+    StartRead(&request_);
+  }
+  void OnWriteDone(bool ok) override {
+    if (!out_.WriteDone(ok)) out_.Finish(grpc::Status::CANCELLED);
+  }
+  void OnCancel() override { out_.Finish(grpc::Status::CANCELLED); }
+  void OnDone() override {
+    if (session_ != 0) core_->AgentDisconnected(session_);
+    delete this;
+  }
+
+ private:
+  ControllerCore* const core_;
+  WriteQueue<AgentStreamReactor, v1::ConnectResponse> out_;
+  v1::ConnectRequest request_;
+  uint64_t session_ = 0;
+  std::string host_;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::WatchFaultsResponse>* NewWatchReactor(
+    ControllerCore* core, const v1::WatchFaultsRequest& request) {
+  return new WatchReactor(core, request);
+}
+
+grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
+NewAgentStreamReactor(ControllerCore* core) {
+  return new AgentStreamReactor(core);
+}
+
+}  // namespace pitstop::controller

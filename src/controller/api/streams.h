@@ -1,0 +1,25 @@
+// Stream reactors of the controller's services (callback API).
+#ifndef PITSTOP_CONTROLLER_API_STREAMS_H_
+#define PITSTOP_CONTROLLER_API_STREAMS_H_
+
+#include "grpcpp/grpcpp.h"
+#include "pitstop/v1/agent.pb.h"
+#include "pitstop/v1/controller.pb.h"
+#include "src/controller/controller_core.h"
+
+namespace pitstop::controller {
+
+// WatchFaults: subscribes to the core and writes every change in order
+// until the client cancels. Deletes itself when done.
+grpc::ServerWriteReactor<v1::WatchFaultsResponse>* NewWatchReactor(
+    ControllerCore* core, const v1::WatchFaultsRequest& request);
+
+// AgentLink.Connect: the first message must carry `registration`
+// (INVALID_ARGUMENT otherwise); later batches feed the core; commands from
+// the core are written back. Deletes itself when done.
+grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
+NewAgentStreamReactor(ControllerCore* core);
+
+}  // namespace pitstop::controller
+
+#endif  // PITSTOP_CONTROLLER_API_STREAMS_H_

@@ -1,0 +1,233 @@
+// ControllerCore: agent streams, the detection loop and fault notification.
+// API queries are in controller_queries.cc.
+#include "src/controller/controller_core.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "pitstop/logging.h"
+
+namespace pitstop::controller {
+
+absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::Create(
+    Options options) {
+  absl::StatusOr<std::unique_ptr<FaultStore>> store =
+      FaultStore::Open(options.db_path);
+  if (!store.ok()) return store.status();
+  options.engine.first_fault_number = (*store)->NextFaultNumber();
+  absl::StatusOr<std::unique_ptr<DetectionEngine>> engine =
+      DetectionEngine::Create(options.clock, options.engine);
+  if (!engine.ok()) return engine.status();
+  for (const auto& [job, policy] : (*store)->Policies()) {
+    (void)(*engine)->SetJobPolicy(job, policy);
+  }
+  return std::unique_ptr<ControllerCore>(new ControllerCore(
+      std::move(options), std::move(*store), std::move(*engine)));
+}
+
+ControllerCore::ControllerCore(Options options,
+                               std::unique_ptr<FaultStore> store,
+                               std::unique_ptr<DetectionEngine> engine)
+    : options_(std::move(options)),
+      store_(std::move(store)),
+      start_unix_ns_(absl::ToUnixNanos(options_.clock->Now())),
+      engine_(std::move(engine)) {
+  MutexLock lock(&mu_);
+  drains_ = store_->Drains();
+}
+
+ControllerCore::~ControllerCore() { Stop(); }
+
+uint64_t ControllerCore::NowUnixNs() const {
+  return static_cast<uint64_t>(absl::ToUnixNanos(options_.clock->Now()));
+}
+
+void ControllerCore::Start() {
+  MutexLock lock(&loop_mu_);
+  if (loop_.joinable()) return;
+  stopping_ = false;
+  loop_ = std::thread([this] { Loop(); });
+}
+
+void ControllerCore::Stop() {
+  {
+    MutexLock lock(&loop_mu_);
+    stopping_ = true;
+    loop_cv_.SignalAll();
+  }
+  if (loop_.joinable()) loop_.join();
+}
+
+void ControllerCore::Loop() {
+  for (;;) {
+    {
+      MutexLock lock(&loop_mu_);
+      if (!stopping_)
+        loop_cv_.WaitWithTimeout(&loop_mu_, options_.cycle_period);
+      if (stopping_) return;
+    }
+    RunCycle();
+  }
+}
+
+absl::StatusOr<uint64_t> ControllerCore::AgentConnected(
+    const v1::NodeRegistration& reg, CommandSink* sink) {
+  MutexLock lock(&mu_);
+  absl::Status s = engine_->AddNode(reg);
+  if (!s.ok()) return s;
+  const uint64_t session = next_id_++;
+  NodeEntry& e = nodes_[reg.host()];
+  if (e.session != 0) sessions_.erase(e.session);  // superseded stream
+  e.registration = reg;
+  e.session = session;
+  e.sink = sink;
+  e.last_seen_unix_ns = NowUnixNs();
+  sessions_[session] = reg.host();
+  if (options_.metrics) options_.metrics->SetAgentsConnected(sessions_.size());
+  Logger("controller")
+      ->info("agent {} connected (agent_id {}, {} GPUs)", reg.host(),
+             reg.agent_id(), reg.gpus_size());
+  return session;
+}
+
+absl::Status ControllerCore::AgentBatch(uint64_t session,
+                                        const v1::ConnectRequest& batch) {
+  MutexLock lock(&mu_);
+  auto sit = sessions_.find(session);
+  if (sit == sessions_.end()) {
+    return absl::FailedPreconditionError("stream is not registered");
+  }
+  const std::string& host = sit->second;
+  NodeEntry& node = nodes_[host];
+  node.last_seen_unix_ns = NowUnixNs();
+  if (batch.has_counters()) {
+    node.connected_ranks = batch.counters().connected_ranks();
+    node.plugin_dropped = batch.counters().plugin_dropped();
+  }
+  absl::Status first;
+  auto note = [&](absl::Status s, absl::string_view what, int i) {
+    if (!s.ok() && first.ok()) {
+      first = absl::InvalidArgumentError(
+          absl::StrCat(what, "[", i, "]: ", s.message()));
+    }
+  };
+  for (int i = 0; i < batch.communicators_size(); ++i) {
+    note(engine_->AddCommunicator(host, batch.communicators(i)),
+         "communicators", i);
+  }
+  for (int i = 0; i < batch.lifecycle_size(); ++i) {
+    note(engine_->AddLifecycle(host, batch.lifecycle(i)), "lifecycle", i);
+  }
+  for (int i = 0; i < batch.summaries_size(); ++i) {
+    note(engine_->AddSummary(host, batch.summaries(i)), "summaries", i);
+  }
+  for (int i = 0; i < batch.progress_size(); ++i) {
+    note(engine_->AddProgress(host, batch.progress(i)), "progress", i);
+  }
+  if (options_.metrics) options_.metrics->AddSummaries(batch.summaries_size());
+  return first;
+}
+
+void ControllerCore::AgentDisconnected(uint64_t session) {
+  MutexLock lock(&mu_);
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;
+  NodeEntry& e = nodes_[it->second];
+  e.session = 0;
+  e.sink = nullptr;
+  e.last_seen_unix_ns = NowUnixNs();
+  Logger("controller")->info("agent {} disconnected", it->second);
+  sessions_.erase(it);
+  if (options_.metrics) options_.metrics->SetAgentsConnected(sessions_.size());
+}
+
+void ControllerCore::RunCycle() {
+  MutexLock lock(&mu_);
+  CycleResult r = engine_->RunCycle();
+  last_cycle_ms_ = absl::ToDoubleMilliseconds(r.cycle_time);
+  const uint64_t joined = engine_->stats().collectives_joined;
+  if (options_.metrics) {
+    options_.metrics->ObserveCycle(absl::ToDoubleSeconds(r.cycle_time));
+    options_.metrics->AddCollectivesJoined(joined - last_joined_);
+  }
+  last_joined_ = joined;
+  for (const v1::Fault& f : r.faults) {
+    const bool is_new = absl::IsNotFound(store_->Get(f.fault_id()).status());
+    bool ignored = false;
+    absl::StatusOr<v1::Fault> stored = store_->Upsert(f, &ignored);
+    if (!stored.ok()) {
+      Logger("controller")
+          ->error("storing fault {}: {}", f.fault_id(),
+                  stored.status().ToString());
+      continue;
+    }
+    if (ignored) {
+      engine_->ForgetFault(f.fault_id());
+      continue;
+    }
+    if (is_new) {
+      Logger("controller")
+          ->warn("fault {} opened: {}", f.fault_id(), f.summary());
+      if (options_.metrics) options_.metrics->FaultOpened(f.fault_class());
+    }
+    Notify(is_new ? v1::WatchFaultsResponse::CHANGE_OPENED
+           : stored->state() == v1::FAULT_STATE_RESOLVED
+               ? v1::WatchFaultsResponse::CHANGE_RESOLVED
+               : v1::WatchFaultsResponse::CHANGE_UPDATED,
+           *stored);
+  }
+  for (const ProfilingRequest& p : r.profiling) SendProfiling(p);
+}
+
+void ControllerCore::SendProfiling(const ProfilingRequest& r) {
+  auto it = nodes_.find(r.host);
+  if (it == nodes_.end() || it->second.sink == nullptr) return;
+  v1::ConnectResponse resp;
+  v1::AgentCommand* cmd = resp.add_commands();
+  cmd->set_command_id(next_command_id_++);
+  v1::SetActivationMask* m = cmd->mutable_set_activation_mask();
+  m->set_comm_hash(r.comm_hash);
+  m->set_rank(r.rank);
+  m->set_event_mask(r.event_mask);
+  m->set_duration_ms(r.duration_ms);
+  it->second.sink->Send(resp);
+  Logger("controller")
+      ->info("deep profiling asked of {} for comm {:x}", r.host, r.comm_hash);
+}
+
+void ControllerCore::Notify(v1::WatchFaultsResponse::Change change,
+                            const v1::Fault& f) {
+  v1::WatchFaultsResponse resp;
+  resp.set_change(change);
+  *resp.mutable_fault() = f;
+  for (const auto& [id, w] : watchers_) {
+    if (w.job_id.empty() || w.job_id == f.job_id()) w.fn(resp);
+  }
+}
+
+uint64_t ControllerCore::Subscribe(const std::string& job_id,
+                                   bool include_existing, WatchFn fn) {
+  MutexLock lock(&mu_);
+  if (include_existing) {
+    absl::StatusOr<std::vector<v1::Fault>> open =
+        store_->List(job_id, false, 0);
+    if (open.ok()) {
+      v1::WatchFaultsResponse resp;
+      resp.set_change(v1::WatchFaultsResponse::CHANGE_EXISTING);
+      for (auto it = open->rbegin(); it != open->rend(); ++it) {
+        *resp.mutable_fault() = *it;
+        fn(resp);
+      }
+    }
+  }
+  const uint64_t id = next_id_++;
+  watchers_[id] = Watcher{job_id, std::move(fn)};
+  return id;
+}
+
+void ControllerCore::Unsubscribe(uint64_t id) {
+  MutexLock lock(&mu_);
+  watchers_.erase(id);
+}
+
+}  // namespace pitstop::controller

@@ -1,0 +1,156 @@
+// The controller's state and logic behind its two gRPC services: the
+// detection engine fed by agent streams, the fault store, node registry,
+// drains, policies and fault watchers. The gRPC service classes are thin
+// adapters over this class; tests drive it directly too.
+#ifndef PITSTOP_CONTROLLER_CONTROLLER_CORE_H_
+#define PITSTOP_CONTROLLER_CONTROLLER_CORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "pitstop/clock.h"
+#include "pitstop/sync.h"
+#include "pitstop/v1/agent.pb.h"
+#include "pitstop/v1/controller.pb.h"
+#include "src/controller/controller_metrics.h"
+#include "src/controller/detect/detection_engine.h"
+#include "src/controller/store/fault_store.h"
+
+namespace pitstop::controller {
+
+// Where the core sends commands for one agent stream. Send() must not block
+// (implementations queue); it is called with the core's lock held.
+class CommandSink {
+ public:
+  virtual ~CommandSink() = default;
+  virtual void Send(const v1::ConnectResponse& response) = 0;
+};
+
+// Thread-safe: any method from any thread. Start() runs the detection loop
+// on its own thread; Stop() (or the destructor) joins it.
+class ControllerCore {
+ public:
+  struct Options {
+    Clock* clock = Clock::Real();
+    std::string db_path = ":memory:";
+    absl::Duration cycle_period = absl::Milliseconds(500);
+    // An agent gone for longer than this makes its node UNREACHABLE.
+    absl::Duration node_grace = absl::Seconds(30);
+    DetectionEngine::Options engine;
+    ControllerMetrics* metrics = nullptr;  // optional, not owned
+    std::string version = "0.1.0";
+  };
+
+  // Opens the store (Internal naming the path on failure) and loads drains,
+  // policies and the next fault number from it.
+  static absl::StatusOr<std::unique_ptr<ControllerCore>> Create(
+      Options options);
+  ~ControllerCore();
+
+  void Start();
+  void Stop();
+
+  // --- AgentLink ---------------------------------------------------------
+  // A stream registered; returns its session id. InvalidArgument naming
+  // registration.host when empty. `sink` must outlive the session.
+  absl::StatusOr<uint64_t> AgentConnected(const v1::NodeRegistration& reg,
+                                          CommandSink* sink);
+  // One batch of a registered stream: feeds the engine. InvalidArgument
+  // names the first bad item (others in the batch are still taken).
+  absl::Status AgentBatch(uint64_t session, const v1::ConnectRequest& batch);
+  void AgentDisconnected(uint64_t session);
+
+  // One detection cycle now (the loop calls this every cycle_period):
+  // runs the engine, stores faults, notifies watchers, sends commands.
+  void RunCycle();
+
+  // --- Controller API (errors as in controller.proto) ---------------------
+  v1::ControllerStatus Status();
+  std::vector<v1::Node> Nodes();
+  absl::StatusOr<v1::Node> Node(const std::string& host);
+  std::vector<v1::Job> Jobs();
+  absl::StatusOr<v1::Job> Job(const std::string& job_id);
+  std::vector<v1::Communicator> Communicators(const std::string& job_id);
+  absl::StatusOr<v1::Communicator> Communicator(uint64_t comm_hash);
+  absl::StatusOr<std::vector<v1::Fault>> Faults(const std::string& job_id,
+                                                bool include_resolved,
+                                                uint32_t limit);
+  absl::StatusOr<v1::Fault> Fault(const std::string& fault_id);
+  absl::StatusOr<v1::Fault> Acknowledge(const std::string& fault_id,
+                                        const std::string& who,
+                                        const std::string& note);
+  absl::StatusOr<v1::Fault> Resolve(const std::string& fault_id,
+                                    const std::string& who,
+                                    const std::string& note);
+  absl::StatusOr<v1::Node> Drain(const std::string& host,
+                                 const std::string& reason);
+  absl::StatusOr<v1::Node> Uncordon(const std::string& host);
+  absl::StatusOr<v1::JobPolicy> GetPolicy(const std::string& job_id);
+  absl::StatusOr<v1::JobPolicy> SetPolicy(const std::string& job_id,
+                                          const v1::JobPolicy& policy);
+
+  // --- WatchFaults --------------------------------------------------------
+  using WatchFn = std::function<void(const v1::WatchFaultsResponse&)>;
+  // Calls `fn` (with the core's lock held; it must not block or call back)
+  // for every fault change of `job_id` ("" = all); with include_existing,
+  // first for every open fault. Returns an id for Unsubscribe.
+  uint64_t Subscribe(const std::string& job_id, bool include_existing,
+                     WatchFn fn);
+  void Unsubscribe(uint64_t id);
+
+ private:
+  struct NodeEntry {
+    v1::NodeRegistration registration;
+    uint64_t session = 0;  // 0 = not connected
+    CommandSink* sink = nullptr;
+    uint64_t last_seen_unix_ns = 0;
+    uint32_t connected_ranks = 0;
+    uint64_t plugin_dropped = 0;
+  };
+  struct Watcher {
+    std::string job_id;
+    WatchFn fn;
+  };
+
+  ControllerCore(Options options, std::unique_ptr<FaultStore> store,
+                 std::unique_ptr<DetectionEngine> engine);
+  void Loop();
+  v1::Node ToNode(const std::string& host, const NodeEntry* e) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Notify(v1::WatchFaultsResponse::Change change, const v1::Fault& f)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SendProfiling(const ProfilingRequest& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t NowUnixNs() const;
+
+  const Options options_;
+  const std::unique_ptr<FaultStore> store_;
+  const uint64_t start_unix_ns_;
+
+  Mutex mu_;
+  std::unique_ptr<DetectionEngine> engine_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, NodeEntry> nodes_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, std::string> sessions_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> drains_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, Watcher> watchers_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_command_id_ ABSL_GUARDED_BY(mu_) = 1;
+  double last_cycle_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t last_joined_ ABSL_GUARDED_BY(mu_) = 0;
+
+  Mutex loop_mu_;
+  CondVar loop_cv_;
+  bool stopping_ ABSL_GUARDED_BY(loop_mu_) = false;
+  std::thread loop_;
+};
+
+}  // namespace pitstop::controller
+
+#endif  // PITSTOP_CONTROLLER_CONTROLLER_CORE_H_

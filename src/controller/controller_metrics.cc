@@ -1,0 +1,56 @@
+#include "src/controller/controller_metrics.h"
+
+#include <string>
+
+#include "absl/strings/ascii.h"
+
+namespace pitstop::controller {
+
+ControllerMetrics::ControllerMetrics()
+    : registry_(std::make_shared<prometheus::Registry>()) {
+  cycle_seconds_ =
+      &prometheus::BuildHistogram()
+           .Name("pitstop_controller_detection_cycle_seconds")
+           .Help("Wall time of one detection cycle over all communicators")
+           .Register(*registry_)
+           .Add({},
+                prometheus::Histogram::BucketBoundaries{
+                    0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
+  collectives_joined_ =
+      &prometheus::BuildCounter()
+           .Name("pitstop_controller_collectives_joined_total")
+           .Help("Collectives whose summaries arrived from every member")
+           .Register(*registry_)
+           .Add({});
+  summaries_ = &prometheus::BuildCounter()
+                    .Name("pitstop_controller_summaries_total")
+                    .Help("Collective summaries received from agents")
+                    .Register(*registry_)
+                    .Add({});
+  faults_ = &prometheus::BuildCounter()
+                 .Name("pitstop_controller_faults_total")
+                 .Help("Faults opened, by class")
+                 .Register(*registry_);
+  agents_ = &prometheus::BuildGauge()
+                 .Name("pitstop_controller_agents_connected")
+                 .Help("Agent streams currently connected")
+                 .Register(*registry_)
+                 .Add({});
+}
+
+void ControllerMetrics::ObserveCycle(double seconds) {
+  cycle_seconds_->Observe(seconds);
+}
+void ControllerMetrics::AddCollectivesJoined(double n) {
+  collectives_joined_->Increment(n);
+}
+void ControllerMetrics::AddSummaries(double n) { summaries_->Increment(n); }
+void ControllerMetrics::FaultOpened(v1::FaultClass c) {
+  std::string name = v1::FaultClass_Name(c);
+  const std::string prefix = "FAULT_CLASS_";
+  if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
+  faults_->Add({{"class", absl::AsciiStrToLower(name)}}).Increment();
+}
+void ControllerMetrics::SetAgentsConnected(double n) { agents_->Set(n); }
+
+}  // namespace pitstop::controller

@@ -1,0 +1,40 @@
+// Prometheus metrics of pitstop-controller (served by the daemon's
+// exposer; tests read them from the registry).
+#ifndef PITSTOP_CONTROLLER_CONTROLLER_METRICS_H_
+#define PITSTOP_CONTROLLER_CONTROLLER_METRICS_H_
+
+#include <memory>
+
+#include "pitstop/v1/common.pb.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace pitstop::controller {
+
+// Thread-safe (prometheus-cpp metrics are atomic).
+class ControllerMetrics {
+ public:
+  ControllerMetrics();
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
+  // Detection cycle wall time, seconds.
+  void ObserveCycle(double seconds);
+  void AddCollectivesJoined(double n);
+  void AddSummaries(double n);
+  void FaultOpened(v1::FaultClass c);
+  void SetAgentsConnected(double n);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Histogram* cycle_seconds_;
+  prometheus::Counter* collectives_joined_;
+  prometheus::Counter* summaries_;
+  prometheus::Family<prometheus::Counter>* faults_;
+  prometheus::Gauge* agents_;
+};
+
+}  // namespace pitstop::controller
+
+#endif  // PITSTOP_CONTROLLER_CONTROLLER_METRICS_H_

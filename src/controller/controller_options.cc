@@ -1,0 +1,55 @@
+#include "src/controller/controller_options.h"
+
+namespace pitstop::controller {
+
+v1::JobPolicy ControllerOptions::DefaultPolicy() const {
+  v1::JobPolicy p;
+  p.set_mode(v1::POLICY_MODE_OBSERVE);
+  p.set_window_ms(window_ms);
+  p.set_persistence_n(persistence_n);
+  p.set_persistence_m(persistence_m);
+  p.set_min_effect(min_effect);
+  p.set_hang_timeout_multiplier(hang_timeout_multiplier);
+  p.set_hang_timeout_floor_ms(hang_timeout_floor_ms);
+  p.set_warmup_collectives(warmup_collectives);
+  p.set_z_threshold(z_threshold);
+  return p;
+}
+
+void RegisterControllerOptions(ConfigSchema* s, ControllerOptions* o) {
+  s->Add("listen", &o->listen,
+         "gRPC address for AgentLink and Controller (127.0.0.1:0 picks a "
+         "free port)");
+  s->Add("port_file", &o->port_file,
+         "write the bound port and a newline here once listening");
+  s->Add("db", &o->db, "SQLite database of faults, drains and policies");
+  s->Add("metrics_address", &o->metrics_address,
+         "Prometheus /metrics address; empty disables");
+  s->Add("log_level", &o->log_level,
+         "trace, debug, info, warn, error, critical or off");
+  s->Add("log_file", &o->log_file, "log file; empty = stderr");
+  s->Add("detection.cycle_ms", &o->cycle_ms, "detection cycle period (ms)");
+  s->Add("node_grace_s", &o->node_grace_s,
+         "seconds without an agent stream before a node is UNREACHABLE");
+  s->Add("shutdown_grace_ms", &o->shutdown_grace_ms,
+         "on SIGTERM, time given to open calls before they are cancelled");
+  s->Add("detection.window_ms", &o->window_ms,
+         "default policy: detection window (ms); 0 = 1000");
+  s->Add("detection.persistence_n", &o->persistence_n,
+         "default policy: windows that must hit (N of M); 0 = 3");
+  s->Add("detection.persistence_m", &o->persistence_m,
+         "default policy: windows considered (N of M); 0 = 5");
+  s->Add("detection.min_effect", &o->min_effect,
+         "default policy: minimum effect (0.2 = 20%); 0 = 0.2");
+  s->Add("detection.hang_timeout_multiplier", &o->hang_timeout_multiplier,
+         "default policy: hang timeout = k x recent p99; 0 = 10");
+  s->Add("detection.hang_timeout_floor_ms", &o->hang_timeout_floor_ms,
+         "default policy: hang timeout floor (ms); 0 = 5000");
+  s->Add("detection.warmup_collectives", &o->warmup_collectives,
+         "default policy: collectives per communicator before verdicts; "
+         "0 = 20");
+  s->Add("detection.z_threshold", &o->z_threshold,
+         "default policy: robust z-score threshold; 0 = 3.5");
+}
+
+}  // namespace pitstop::controller

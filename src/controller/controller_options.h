@@ -1,0 +1,42 @@
+// Options of pitstop-controller (YAML keys and flags via ConfigSchema).
+#ifndef PITSTOP_CONTROLLER_CONTROLLER_OPTIONS_H_
+#define PITSTOP_CONTROLLER_CONTROLLER_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "pitstop/config.h"
+#include "pitstop/v1/controller.pb.h"
+
+namespace pitstop::controller {
+
+struct ControllerOptions {
+  std::string listen = "0.0.0.0:7070";
+  std::string port_file;
+  std::string db = "/var/lib/pitstop/controller.db";
+  std::string metrics_address = "0.0.0.0:9470";
+  std::string log_level = "info";
+  std::string log_file;
+  uint32_t cycle_ms = 500;
+  uint32_t node_grace_s = 30;
+  uint32_t shutdown_grace_ms = 2000;
+  // Default JobPolicy (0 = built-in default).
+  uint32_t window_ms = 0;
+  uint32_t persistence_n = 0;
+  uint32_t persistence_m = 0;
+  double min_effect = 0;
+  double hang_timeout_multiplier = 0;
+  uint32_t hang_timeout_floor_ms = 0;
+  uint32_t warmup_collectives = 0;
+  double z_threshold = 0;
+
+  v1::JobPolicy DefaultPolicy() const;
+};
+
+// Binds every option: "listen" <-> --listen, "detection.window_ms" <->
+// --detection-window-ms, ...
+void RegisterControllerOptions(ConfigSchema* schema, ControllerOptions* o);
+
+}  // namespace pitstop::controller
+
+#endif  // PITSTOP_CONTROLLER_CONTROLLER_OPTIONS_H_

@@ -1,0 +1,110 @@
+// pitstop-controller: joins the telemetry of all agents, detects and
+// localises faults, keeps them in SQLite and serves the Controller API.
+// See docs/controller.md.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "pitstop/config.h"
+#include "pitstop/logging.h"
+#include "pitstop/signals.h"
+#include "prometheus/exposer.h"
+#include "src/controller/api/controller_service.h"
+#include "src/controller/controller_core.h"
+#include "src/controller/controller_options.h"
+
+namespace {
+
+using pitstop::controller::ControllerOptions;
+
+int Fail(const std::string& what) {
+  std::fprintf(stderr, "pitstop-controller: %s\n", what.c_str());
+  return 1;
+}
+
+// Writes "<port>\n" atomically (temp file + rename): the readiness signal.
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << "\n";
+    if (!out.good()) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ControllerOptions options;
+  pitstop::ConfigSchema schema(
+      "pitstop-controller",
+      "pitstop cluster controller: receives per-collective summaries from "
+      "every pitstop-agent (AgentLink), detects and localises faults "
+      "(straggler, comm-slow, hangs, dead processes), records them in "
+      "SQLite and serves the Controller gRPC API on the same port. Every "
+      "YAML key of --config has a flag (detection.window_ms -> "
+      "--detection-window-ms); flags win.");
+  pitstop::controller::RegisterControllerOptions(&schema, &options);
+  auto parsed = schema.Parse(argc, argv);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "pitstop-controller: %s\n",
+                 std::string(parsed.status().message()).c_str());
+    return 2;
+  }
+  if (*parsed == pitstop::ConfigParse::kExit) return 0;
+  pitstop::LoggingOptions log;
+  log.level = options.log_level;
+  log.file = options.log_file;
+  log.program = "pitstop-controller";
+  if (auto st = pitstop::SetupLogging(log); !st.ok()) {
+    std::fprintf(stderr, "pitstop-controller: log_level: %s\n",
+                 std::string(st.message()).c_str());
+    return 2;
+  }
+  auto signals = pitstop::ShutdownSignals::Create();
+  if (!signals.ok()) return Fail(signals.status().ToString());
+
+  auto metrics = std::make_unique<pitstop::controller::ControllerMetrics>();
+  std::unique_ptr<prometheus::Exposer> exposer;
+  if (!options.metrics_address.empty()) {
+    try {
+      exposer = std::make_unique<prometheus::Exposer>(options.metrics_address);
+      exposer->RegisterCollectable(metrics->registry());
+    } catch (const std::exception& e) {
+      return Fail(absl::StrCat("metrics_address ", options.metrics_address,
+                               ": ", e.what()));
+    }
+  }
+  pitstop::controller::ControllerCore::Options core_options;
+  core_options.db_path = options.db;
+  core_options.cycle_period = absl::Milliseconds(options.cycle_ms);
+  core_options.node_grace = absl::Seconds(options.node_grace_s);
+  core_options.engine.default_policy = options.DefaultPolicy();
+  core_options.metrics = metrics.get();
+  auto core = pitstop::controller::ControllerCore::Create(core_options);
+  if (!core.ok()) return Fail(std::string(core.status().message()));
+  auto server =
+      pitstop::controller::ControllerServer::Start(core->get(), options.listen);
+  if (!server.ok()) return Fail(std::string(server.status().message()));
+  (*core)->Start();
+  if (!options.port_file.empty() &&
+      !WritePortFile(options.port_file, (*server)->port())) {
+    return Fail(
+        absl::StrCat("port_file ", options.port_file, ": cannot write"));
+  }
+  auto logger = pitstop::Logger("controller");
+  logger->info("ready: listening on port {} ({}), db {}, metrics '{}'",
+               (*server)->port(), options.listen, options.db,
+               options.metrics_address);
+  int sig = 0;
+  while ((sig = (*signals)->Wait(absl::Seconds(1))) == 0) {
+  }
+  logger->info("signal {}: shutting down", sig);
+  (*server)->Shutdown(absl::Milliseconds(options.shutdown_grace_ms));
+  (*core)->Stop();
+  logger->info("stopped");
+  return 0;
+}
