@@ -153,9 +153,10 @@ class Op {
   void* coll_handle() const;
   void* api_handle() const;
 
+  struct State;  // implementation detail
+
  private:
   friend class Comm;
-  struct State;
   explicit Op(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };
@@ -182,9 +183,10 @@ class Comm {
   void* context() const;
   const CommSpec& spec() const;
 
+  struct State;  // implementation detail
+
  private:
   friend class Emulator;
-  struct State;
   explicit Comm(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };

@@ -1,0 +1,88 @@
+// The communicators this process profiles, their activation masks, and the
+// CommunicatorEvents waiting to be exported.
+//
+// Thread safety: all methods lock; none is on the hot path (profiler init and
+// finalize, the interposer, the exporter thread). The hot path reads only
+// CommContext::mask and the P2p counters (atomics).
+#ifndef PITSTOP_PLUGIN_COMM_REGISTRY_H_
+#define PITSTOP_PLUGIN_COMM_REGISTRY_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "pitstop/sync.h"
+#include "plugin/wire.h"
+
+namespace pitstop::plugin {
+
+// One profiled communicator: the profiler `context` NCCL hands back to us.
+struct CommContext {
+  uint64_t comm_hash = 0;
+  int rank = 0;
+  int n_ranks = 0;
+  // Effective event mask (NCCL bits) for this communicator's events.
+  std::atomic<uint32_t> mask{0};
+  // P2p sequence counters, [peer * 2 + is_recv]; sized 2 * n_ranks.
+  std::unique_ptr<std::atomic<uint64_t>[]> p2p_seq;
+};
+
+class CommRegistry {
+ public:
+  // default_mask: always-on event bits; deep_mask: bits added on request.
+  CommRegistry(uint32_t default_mask, uint32_t deep_mask);
+  CommRegistry(const CommRegistry&) = delete;
+  CommRegistry& operator=(const CommRegistry&) = delete;
+
+  // Registers a communicator (queues kCommInit). `nccl_mask` is NCCL's
+  // process-global activation mask (may be null); it is rewritten to the
+  // union of all live communicators' masks. The context lives until the
+  // registry dies (handles in flight may still name it).
+  CommContext* Add(const CommInfo& info, int* nccl_mask, uint64_t now_cpu_ns);
+  // Merges interposer knowledge (parent, global ranks, device) into the
+  // communicator with `comm_hash` (queues kCommUpdate). False if unknown.
+  bool Update(uint64_t comm_hash, const CommInfo& extra, uint64_t now_cpu_ns);
+  // Ends a communicator (kCommFinalize, or kCommAbort which a later FINALIZE
+  // does not override). Returns how many remain live.
+  int End(CommContext* ctx, CommEventKind kind, uint64_t now_cpu_ns);
+  CommContext* Find(uint64_t comm_hash);
+  int live() const;
+
+  // Exporter thread: queued events since the last call.
+  std::vector<CommEvent> TakeEvents();
+  // kCommInit for every live communicator (sent first on a new stream).
+  std::vector<CommEvent> Snapshot() const;
+  // Applies an agent command: comm_hash 0 = all; event_mask 0 = back to the
+  // default; duration_ms > 0 reverts after that long. Masks are clipped to
+  // the supported bits.
+  void Apply(const Activation& cmd, uint64_t now_cpu_ns);
+  // Reverts masks whose duration has passed.
+  void ExpireActivations(uint64_t now_cpu_ns);
+
+  uint32_t default_mask() const { return default_mask_; }
+  uint32_t deep_mask() const { return deep_mask_; }
+
+ private:
+  struct Entry {
+    std::unique_ptr<CommContext> ctx;
+    CommInfo info;
+    int* nccl_mask = nullptr;
+    uint64_t revert_at_ns = 0;  // 0 = no pending revert
+    bool live = true;
+    bool aborted = false;
+  };
+  void PublishMasksLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void QueueLocked(const Entry& e, CommEventKind kind, uint64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const uint32_t default_mask_;
+  const uint32_t deep_mask_;
+  mutable Mutex mu_;
+  std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
+  std::vector<CommEvent> pending_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pitstop::plugin
+
+#endif  // PITSTOP_PLUGIN_COMM_REGISTRY_H_

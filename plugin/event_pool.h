@@ -1,0 +1,70 @@
+// Preallocated pools of event handles (the `void*` NCCL keeps between
+// startEvent and stopEvent).
+//
+// Acquire is lock-free: a shared cursor walks the pool round-robin and a CAS
+// claims a free slot, so a released slot is reused only after the cursor has
+// gone round once. That matters because NCCL may still name a stopped handle
+// as a parent (CUDA-graph replays; children that start after their Coll
+// stopped). No allocation after construction; exhaustion returns nullptr
+// (the caller counts it).
+#ifndef PITSTOP_PLUGIN_EVENT_POOL_H_
+#define PITSTOP_PLUGIN_EVENT_POOL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+namespace pitstop::plugin {
+
+// Every slot type starts with this. `word`: 0 free; pool-specific values
+// otherwise (see recorder.cc).
+struct SlotHeader {
+  std::atomic<uint32_t> word{0};
+};
+
+template <typename T>
+class SlotPool {
+ public:
+  // `size` must be a power of two.
+  explicit SlotPool(uint32_t size)
+      : slots_(new T[size]), size_(size), mask_(size - 1) {}
+  SlotPool(const SlotPool&) = delete;
+  SlotPool& operator=(const SlotPool&) = delete;
+
+  // Claims a slot whose word is 0 or `reclaimable` (if nonzero), setting it
+  // to 1. Tries a few slots, then gives up.
+  T* Acquire(uint32_t reclaimable = 0) noexcept {
+    for (int probe = 0; probe < kProbes; ++probe) {
+      T& s = slots_[cursor_.fetch_add(1, std::memory_order_relaxed) & mask_];
+      uint32_t w = s.header.word.load(std::memory_order_relaxed);
+      if ((w == 0 || (reclaimable != 0 && w == reclaimable)) &&
+          s.header.word.compare_exchange_strong(w, 1,
+                                                std::memory_order_acquire)) {
+        return &s;
+      }
+    }
+    return nullptr;
+  }
+  void Release(T* s) noexcept {
+    s->header.word.store(0, std::memory_order_release);
+  }
+  // True if `p` is the address of one of this pool's slots: handles and
+  // parents are checked before they are dereferenced.
+  bool Owns(const void* p) const noexcept {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    const auto b = reinterpret_cast<uintptr_t>(slots_.get());
+    return a >= b && a < b + sizeof(T) * size_ && (a - b) % sizeof(T) == 0;
+  }
+  uint32_t size() const { return size_; }
+
+ private:
+  static constexpr int kProbes = 8;
+  std::unique_ptr<T[]> slots_;
+  const uint32_t size_;
+  const uint32_t mask_;
+  alignas(64) std::atomic<uint32_t> cursor_{0};
+};
+
+}  // namespace pitstop::plugin
+
+#endif  // PITSTOP_PLUGIN_EVENT_POOL_H_

@@ -1,0 +1,242 @@
+// The exported profiler tables ncclProfiler_v3..v6: decode each version's
+// descriptor and call the version-independent Recorder. Only these symbols
+// and the interposer's nccl* functions leave the library (pitstop_plugin.map).
+#include <cstdint>
+
+#include "plugin/abi/profiler_common.h"
+#include "plugin/abi/profiler_v3.h"
+#include "plugin/abi/profiler_v4.h"
+#include "plugin/abi/profiler_v5.h"
+#include "plugin/abi/profiler_v6.h"
+#include "plugin/recorder.h"
+#include "plugin/runtime.h"
+
+namespace pitstop::plugin {
+namespace {
+
+using abi::NcclResult;
+
+inline CommContext* Ctx(void* context) {
+  return static_cast<CommContext*>(context);
+}
+
+inline Recorder* Rec() noexcept {
+  Runtime* rt = Runtime::Get();
+  return rt != nullptr ? rt->recorder() : nullptr;
+}
+
+// v4, v5 and v6 share the coll/p2p/proxy/kernel/net layouts except for the
+// fields v5 added; one template decodes them.
+template <typename Descr, bool kHasApi>
+NcclResult StartEventV4Plus(void* context, void** handle, Descr* d) noexcept {
+  if (handle == nullptr) return abi::kNcclSuccess;
+  *handle = nullptr;
+  Recorder* rec = Rec();
+  if (rec == nullptr || d == nullptr) return abi::kNcclSuccess;
+  CommContext* ctx = Ctx(context);
+  switch (static_cast<uint32_t>(d->type)) {
+    case abi::kColl: {
+      OpStart a;
+      a.rank = d->rank;
+      a.seq_number = d->coll.seq_number;
+      a.func = d->coll.func;
+      a.count = d->coll.count;
+      a.root = d->coll.root;
+      a.datatype = d->coll.datatype;
+      a.n_channels = d->coll.n_channels;
+      a.n_warps = d->coll.n_warps;
+      a.algo = d->coll.algo;
+      a.proto = d->coll.proto;
+      *handle = rec->StartOp(ctx, d->parent_obj, a);
+      break;
+    }
+    case abi::kP2p: {
+      OpStart a;
+      a.p2p = true;
+      a.rank = d->rank;
+      a.func = d->p2p.func;
+      a.count = d->p2p.count;
+      a.datatype = d->p2p.datatype;
+      a.peer = d->p2p.peer;
+      a.n_channels = d->p2p.n_channels;
+      *handle = rec->StartOp(ctx, d->parent_obj, a);
+      break;
+    }
+    case abi::kProxyOp: {
+      ProxyOpStart a;
+      a.pid = d->proxy_op.pid;
+      a.channel = d->proxy_op.channel_id;
+      a.peer = d->proxy_op.peer;
+      a.n_steps = d->proxy_op.n_steps;
+      a.chunk_size = d->proxy_op.chunk_size;
+      a.is_send = d->proxy_op.is_send != 0;
+      *handle = rec->StartProxyOp(ctx, d->parent_obj, a);
+      break;
+    }
+    case abi::kProxyStep:
+      *handle = rec->StartProxyStep(ctx, d->parent_obj, d->proxy_step.step);
+      break;
+    case abi::kKernelCh:
+      *handle = rec->StartKernelCh(ctx, d->parent_obj, d->kernel_ch.channel_id,
+                                   d->kernel_ch.p_timer);
+      break;
+    case abi::kNetPlugin:
+      *handle = rec->StartNetPlugin(ctx, d->parent_obj, d->net_plugin.id,
+                                    d->net_plugin.data);
+      break;
+    case abi::kCollApi:
+      if constexpr (kHasApi) {
+        *handle = rec->StartApi(ctx, false, d->coll_api.graph_captured);
+      }
+      break;
+    case abi::kP2pApi:
+      if constexpr (kHasApi) {
+        *handle = rec->StartApi(ctx, true, d->p2p_api.graph_captured);
+      }
+      break;
+    default:
+      // Group, GroupApi, KernelLaunch, ProxyCtrl, CE events: not recorded;
+      // a NULL handle tells NCCL to skip their stop/record calls.
+      break;
+  }
+  return abi::kNcclSuccess;
+}
+
+NcclResult StartEventV3(void* context, void** handle,
+                        abi::DescrV3* d) noexcept {
+  if (handle == nullptr) return abi::kNcclSuccess;
+  *handle = nullptr;
+  Recorder* rec = Rec();
+  if (rec == nullptr || d == nullptr) return abi::kNcclSuccess;
+  CommContext* ctx = Ctx(context);
+  switch (d->type) {
+    case abi::kColl: {
+      OpStart a;
+      a.comm_hash = d->coll.comm_hash;
+      a.rank = d->rank;
+      a.seq_number = d->coll.seq_number;
+      a.func = d->coll.func;
+      a.count = d->coll.count;
+      a.root = d->coll.root;
+      a.datatype = d->coll.datatype;
+      a.n_channels = d->coll.n_max_channels;
+      a.n_warps = d->coll.n_warps;
+      a.algo = d->coll.algo;
+      a.proto = d->coll.proto;
+      *handle = rec->StartOp(ctx, d->parent_obj, a);
+      break;
+    }
+    case abi::kP2p: {
+      OpStart a;
+      a.p2p = true;
+      a.comm_hash = d->p2p.comm_hash;
+      a.rank = d->rank;
+      a.func = d->p2p.func;
+      a.count = d->p2p.count;
+      a.datatype = d->p2p.datatype;
+      a.peer = d->p2p.peer;
+      *handle = rec->StartOp(ctx, d->parent_obj, a);
+      break;
+    }
+    case abi::kProxyOp: {
+      ProxyOpStart a;
+      a.pid = d->proxy_op.pid;
+      a.channel = d->proxy_op.channel_id;
+      a.peer = d->proxy_op.peer;
+      a.n_steps = d->proxy_op.n_steps;
+      a.chunk_size = d->proxy_op.chunk_size;
+      a.is_send = d->proxy_op.is_send != 0;
+      *handle = rec->StartProxyOp(ctx, d->parent_obj, a);
+      break;
+    }
+    case abi::kProxyStep:
+      *handle = rec->StartProxyStep(ctx, d->parent_obj, d->proxy_step.step);
+      break;
+    case abi::kKernelCh:
+      *handle =
+          rec->StartKernelCh(ctx, d->parent_obj, d->kernel_ch.channel_id, 0);
+      break;
+    case abi::kNetPlugin:
+      *handle = rec->StartNetPlugin(ctx, d->parent_obj, d->net_plugin.id,
+                                    d->net_plugin.data);
+      break;
+    default:
+      break;
+  }
+  return abi::kNcclSuccess;
+}
+
+NcclResult StopEvent(void* handle) noexcept {
+  if (Recorder* rec = Rec()) rec->Stop(handle);
+  return abi::kNcclSuccess;
+}
+
+NcclResult RecordStateV3(void* handle, int state,
+                         abi::StateArgsV3* args) noexcept {
+  if (Recorder* rec = Rec()) {
+    rec->RecordState(handle, state,
+                     args != nullptr ? args->proxy_op.trans_size : 0);
+  }
+  return abi::kNcclSuccess;
+}
+
+NcclResult RecordStateV4(void* handle, int state,
+                         abi::StateArgsV4* args) noexcept {
+  if (Recorder* rec = Rec()) {
+    // proxyStep.transSize and kernelCh.pTimer share the first 8 bytes.
+    rec->RecordState(handle, state,
+                     args != nullptr ? args->kernel_ch.p_timer : 0);
+  }
+  return abi::kNcclSuccess;
+}
+
+NcclResult Finalize(void* context) noexcept {
+  Runtime* rt = Runtime::Get();
+  return rt != nullptr ? rt->FinalizeComm(context) : abi::kNcclSuccess;
+}
+
+NcclResult InitV3(void** context, int* mask) noexcept {
+  return Runtime::GetOrCreate()->InitComm(context, 3, 0, mask, nullptr, 0, 0, 0,
+                                          nullptr);
+}
+
+NcclResult InitV4(void** context, int* mask, const char* name, uint64_t hash,
+                  int n_nodes, int n_ranks, int rank,
+                  abi::NcclLogger logfn) noexcept {
+  return Runtime::GetOrCreate()->InitComm(context, 4, hash, mask, name, n_nodes,
+                                          n_ranks, rank, logfn);
+}
+
+template <int kVersion>
+NcclResult InitV5Plus(void** context, uint64_t comm_id, int* mask,
+                      const char* name, int n_nodes, int n_ranks, int rank,
+                      abi::NcclLogger logfn) noexcept {
+  return Runtime::GetOrCreate()->InitComm(context, kVersion, comm_id, mask,
+                                          name, n_nodes, n_ranks, rank, logfn);
+}
+
+}  // namespace
+}  // namespace pitstop::plugin
+
+namespace pp = pitstop::plugin;
+namespace pa = pitstop::abi;
+
+extern "C" {
+
+__attribute__((visibility("default"))) pa::ProfilerV6 ncclProfiler_v6 = {
+    "pitstop",     pp::InitV5Plus<6>, pp::StartEventV4Plus<pa::DescrV6, true>,
+    pp::StopEvent, pp::RecordStateV4, pp::Finalize};
+
+__attribute__((visibility("default"))) pa::ProfilerV5 ncclProfiler_v5 = {
+    "pitstop",     pp::InitV5Plus<5>, pp::StartEventV4Plus<pa::DescrV5, true>,
+    pp::StopEvent, pp::RecordStateV4, pp::Finalize};
+
+__attribute__((visibility("default"))) pa::ProfilerV4 ncclProfiler_v4 = {
+    "pitstop",     pp::InitV4,        pp::StartEventV4Plus<pa::DescrV4, false>,
+    pp::StopEvent, pp::RecordStateV4, pp::Finalize};
+
+__attribute__((visibility("default"))) pa::ProfilerV3 ncclProfiler_v3 = {
+    "pitstop",     pp::InitV3,        pp::StartEventV3,
+    pp::StopEvent, pp::RecordStateV3, pp::Finalize};
+
+}  // extern "C"

@@ -1,0 +1,230 @@
+// LD_PRELOAD interposer over NCCL's public communicator API.
+//
+// Each ncclX defined here wins over libnccl's weak ncclX and forwards to the
+// strong alias pncclX (found with dlsym; NCCL absent -> ncclSystemError, no
+// crash). Around the forwarded call it tells the profiler side (same thread,
+// NCCL runs profiler init inside comm creation) the parent communicator, and
+// afterwards reports the CUDA device and aborts. This layer is where
+// communicator virtualisation for migration will go: keep it thin.
+//
+// When preloaded, a constructor points NCCL_PROFILER_PLUGIN at this very
+// file unless the user chose another profiler.
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "pitstop/sync.h"
+#include "plugin/abi/profiler_common.h"
+#include "plugin/runtime.h"
+
+namespace pitstop::plugin {
+namespace {
+
+using abi::NcclResult;
+
+struct NcclCommOpaque;
+using NcclComm = NcclCommOpaque*;
+struct NcclUniqueId {
+  char internal[128];
+};
+struct NcclConfig;  // ncclConfig_t: passed through untouched
+
+// Real entry points, looked up once.
+template <typename Fn>
+Fn Real(const char* name, std::atomic<void*>* cache) {
+  void* p = cache->load(std::memory_order_acquire);
+  if (p == nullptr) {
+    p = dlsym(RTLD_NEXT, name);
+    if (p == nullptr) p = dlsym(RTLD_DEFAULT, name);
+    if (p != nullptr) cache->store(p, std::memory_order_release);
+  }
+  return reinterpret_cast<Fn>(p);
+}
+
+#define PITSTOP_REAL(type, name)                    \
+  static std::atomic<void*> cache_##name{};         \
+  auto real = pp::Real<type>(#name, &cache_##name); \
+  if (real == nullptr) return pitstop::abi::kNcclSystemError
+
+// ncclComm_t -> commHash, learned from profiler init inside creation.
+Mutex g_mu;
+std::map<NcclComm, uint64_t>* g_comms ABSL_GUARDED_BY(g_mu) = nullptr;
+
+uint64_t HashOf(NcclComm comm) {
+  MutexLock lock(&g_mu);
+  if (g_comms == nullptr) return 0;
+  auto it = g_comms->find(comm);
+  return it == g_comms->end() ? 0 : it->second;
+}
+
+void Forget(NcclComm comm) {
+  MutexLock lock(&g_mu);
+  if (g_comms != nullptr) g_comms->erase(comm);
+}
+
+// Runs `create` with the thread's InterposerCall set, then records which
+// communicators it made and their CUDA devices.
+template <typename F>
+NcclResult Create(uint64_t parent_hash, NcclComm* comms, int n, F&& create) {
+  InterposerCall call;
+  call.parent_comm_hash = parent_hash;
+  InterposerCall*& slot = Runtime::ThreadInterposerCall();
+  InterposerCall* prev = slot;
+  slot = &call;
+  const NcclResult r = create();
+  slot = prev;
+  if ((r != abi::kNcclSuccess && r != abi::kNcclInProgress) ||
+      comms == nullptr) {
+    return r;
+  }
+  using CuDeviceFn = NcclResult (*)(NcclComm, int*);
+  static std::atomic<void*> cache{};
+  auto cu_device = Real<CuDeviceFn>("pncclCommCuDevice", &cache);
+  try {
+    for (int i = 0; i < n && i < static_cast<int>(call.created.size()); ++i) {
+      if (comms[i] == nullptr) continue;
+      const uint64_t hash = call.created[i];
+      {
+        MutexLock lock(&g_mu);
+        if (g_comms == nullptr) g_comms = new std::map<NcclComm, uint64_t>();
+        (*g_comms)[comms[i]] = hash;
+      }
+      CommInfo extra;
+      extra.cuda_device = -1;
+      extra.source = CommInfo::kInterposer;
+      extra.parent_comm_hash = parent_hash;
+      int dev = -1;
+      if (cu_device != nullptr && r == abi::kNcclSuccess &&
+          cu_device(comms[i], &dev) == abi::kNcclSuccess) {
+        extra.cuda_device = dev;
+      }
+      if (Runtime* rt = Runtime::Get()) rt->UpdateComm(hash, extra);
+    }
+  } catch (...) {
+  }
+  return r;
+}
+
+void MarkAbort(NcclComm comm) {
+  const uint64_t hash = HashOf(comm);
+  if (Runtime* rt = Runtime::Get(); rt != nullptr && hash != 0) {
+    rt->AbortComm(hash);
+  }
+}
+
+// When preloaded, make NCCL load this file as its profiler (unless the user
+// set NCCL_PROFILER_PLUGIN).
+__attribute__((constructor)) void OnLoad() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&OnLoad), &info) == 0 ||
+      info.dli_fname == nullptr) {
+    return;
+  }
+  const char* preload = std::getenv("LD_PRELOAD");
+  if (preload == nullptr) return;
+  const char* base = std::strrchr(info.dli_fname, '/');
+  base = base != nullptr ? base + 1 : info.dli_fname;
+  if (std::strstr(preload, base) == nullptr) return;
+  Runtime::MarkPreloaded();
+  setenv("NCCL_PROFILER_PLUGIN", info.dli_fname, /*overwrite=*/0);
+}
+
+}  // namespace
+}  // namespace pitstop::plugin
+
+namespace pp = pitstop::plugin;
+using pp::NcclComm;
+using pp::NcclConfig;
+using pp::NcclResult;
+using pp::NcclUniqueId;
+
+#define PITSTOP_EXPORT extern "C" __attribute__((visibility("default")))
+
+PITSTOP_EXPORT NcclResult ncclCommInitRank(NcclComm* comm, int nranks,
+                                           NcclUniqueId id, int rank) noexcept {
+  using Fn = NcclResult (*)(NcclComm*, int, NcclUniqueId, int);
+  PITSTOP_REAL(Fn, pncclCommInitRank);
+  return pp::Create(0, comm, 1, [&] { return real(comm, nranks, id, rank); });
+}
+
+PITSTOP_EXPORT NcclResult ncclCommInitRankConfig(NcclComm* comm, int nranks,
+                                                 NcclUniqueId id, int rank,
+                                                 NcclConfig* config) noexcept {
+  using Fn = NcclResult (*)(NcclComm*, int, NcclUniqueId, int, NcclConfig*);
+  PITSTOP_REAL(Fn, pncclCommInitRankConfig);
+  return pp::Create(0, comm, 1,
+                    [&] { return real(comm, nranks, id, rank, config); });
+}
+
+PITSTOP_EXPORT NcclResult ncclCommInitAll(NcclComm* comms, int ndev,
+                                          const int* devlist) noexcept {
+  using Fn = NcclResult (*)(NcclComm*, int, const int*);
+  PITSTOP_REAL(Fn, pncclCommInitAll);
+  return pp::Create(0, comms, ndev, [&] { return real(comms, ndev, devlist); });
+}
+
+PITSTOP_EXPORT NcclResult
+ncclCommInitRankScalable(NcclComm* comm, int nranks, int myrank, int n_id,
+                         NcclUniqueId* ids, NcclConfig* config) noexcept {
+  using Fn =
+      NcclResult (*)(NcclComm*, int, int, int, NcclUniqueId*, NcclConfig*);
+  PITSTOP_REAL(Fn, pncclCommInitRankScalable);
+  return pp::Create(0, comm, 1, [&] {
+    return real(comm, nranks, myrank, n_id, ids, config);
+  });
+}
+
+PITSTOP_EXPORT NcclResult ncclCommSplit(NcclComm comm, int color, int key,
+                                        NcclComm* newcomm,
+                                        NcclConfig* config) noexcept {
+  using Fn = NcclResult (*)(NcclComm, int, int, NcclComm*, NcclConfig*);
+  PITSTOP_REAL(Fn, pncclCommSplit);
+  return pp::Create(pp::HashOf(comm), newcomm, 1,
+                    [&] { return real(comm, color, key, newcomm, config); });
+}
+
+PITSTOP_EXPORT NcclResult ncclCommShrink(NcclComm comm, int* exclude_ranks,
+                                         int exclude_count, NcclComm* newcomm,
+                                         NcclConfig* config,
+                                         int shrink_flags) noexcept {
+  using Fn = NcclResult (*)(NcclComm, int*, int, NcclComm*, NcclConfig*, int);
+  PITSTOP_REAL(Fn, pncclCommShrink);
+  return pp::Create(pp::HashOf(comm), newcomm, 1, [&] {
+    return real(comm, exclude_ranks, exclude_count, newcomm, config,
+                shrink_flags);
+  });
+}
+
+PITSTOP_EXPORT NcclResult ncclCommFinalize(NcclComm comm) noexcept {
+  using Fn = NcclResult (*)(NcclComm);
+  PITSTOP_REAL(Fn, pncclCommFinalize);
+  return real(comm);
+}
+
+PITSTOP_EXPORT NcclResult ncclCommDestroy(NcclComm comm) noexcept {
+  using Fn = NcclResult (*)(NcclComm);
+  PITSTOP_REAL(Fn, pncclCommDestroy);
+  const NcclResult r = real(comm);
+  pp::Forget(comm);
+  return r;
+}
+
+PITSTOP_EXPORT NcclResult ncclCommAbort(NcclComm comm) noexcept {
+  using Fn = NcclResult (*)(NcclComm);
+  PITSTOP_REAL(Fn, pncclCommAbort);
+  pp::MarkAbort(comm);
+  const NcclResult r = real(comm);
+  pp::Forget(comm);
+  return r;
+}
+
+PITSTOP_EXPORT NcclResult ncclCommRevoke(NcclComm comm,
+                                         int revoke_flags) noexcept {
+  using Fn = NcclResult (*)(NcclComm, int);
+  PITSTOP_REAL(Fn, pncclCommRevoke);
+  pp::MarkAbort(comm);
+  return real(comm, revoke_flags);
+}

@@ -1,0 +1,469 @@
+#include "plugin/recorder.h"
+
+#include <cstring>
+#include <initializer_list>
+
+#include "plugin/abi/profiler_common.h"
+
+namespace pitstop::plugin {
+
+// Slot layouts. `header.word` meanings:
+//   ApiSlot: 0 free, 1 in flight, kPinned a stopped graph-captured API call
+//     (kept so replays can still read it).
+//   OpSlot: bit kStopped set once Coll/P2p stopped; low bits count the event
+//     itself (1 until stopped) plus live children. kStopped alone = done and
+//     reclaimable.
+//   others: 0 free, 1 in flight.
+namespace {
+constexpr uint32_t kPinned = 2;
+constexpr uint32_t kStopped = 1u << 31;
+}  // namespace
+
+struct Recorder::ApiSlot {
+  SlotHeader header;
+  uint64_t api_cpu_ns;
+  bool graph_captured;
+};
+
+struct Recorder::OpSlot {
+  SlotHeader header;
+  OpRec rec;
+  std::atomic<uint32_t> children{0};
+  std::atomic<uint32_t> next_proxy_index{0};
+};
+
+struct Recorder::ProxyOpSlot {
+  SlotHeader header;
+  ProxyOpRec rec;
+  OpSlot* parent;  // null for PXN ops of another process
+};
+
+struct Recorder::StepSlot {
+  SlotHeader header;
+  ProxyStepRec rec;
+  ProxyOpSlot* parent;
+  bool is_send;
+};
+
+struct Recorder::KernelSlot {
+  SlotHeader header;
+  KernelChRec rec;
+  OpSlot* parent;
+};
+
+struct Recorder::NetSlot {
+  SlotHeader header;
+  NetPluginRec rec;
+};
+
+Recorder::Recorder(RingSet* rings, pid_t self_pid, const PoolSizes& sizes)
+    : rings_(rings),
+      self_pid_(self_pid),
+      api_(new SlotPool<ApiSlot>(sizes.api)),
+      op_(new SlotPool<OpSlot>(sizes.op)),
+      proxy_op_(new SlotPool<ProxyOpSlot>(sizes.proxy_op)),
+      step_(new SlotPool<StepSlot>(sizes.proxy_step)),
+      kernel_(new SlotPool<KernelSlot>(sizes.kernel)),
+      net_(new SlotPool<NetSlot>(sizes.net)) {}
+
+Recorder::~Recorder() {
+  delete api_;
+  delete op_;
+  delete proxy_op_;
+  delete step_;
+  delete kernel_;
+  delete net_;
+}
+
+Record* Recorder::Reserve(Ring** ring) noexcept {
+  *ring = rings_->ThreadRing();
+  return *ring == nullptr ? nullptr : (*ring)->Reserve();
+}
+
+Recorder::OpSlot* Recorder::AsOp(void* p) const noexcept {
+  return (p != nullptr && op_->Owns(p)) ? static_cast<OpSlot*>(p) : nullptr;
+}
+
+void* Recorder::StartApi(CommContext* ctx, bool p2p,
+                         bool graph_captured) noexcept {
+  if (ctx == nullptr || (ctx->mask.load(std::memory_order_relaxed) &
+                         (p2p ? abi::kP2p : abi::kColl)) == 0) {
+    return nullptr;
+  }
+  ApiSlot* s = api_->Acquire();
+  if (s == nullptr) {
+    pool_exhausted_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  s->api_cpu_ns = NowCpuNs();
+  s->graph_captured = graph_captured;
+  return s;
+}
+
+void* Recorder::StartOp(CommContext* ctx, void* parent,
+                        const OpStart& a) noexcept {
+  if (ctx == nullptr || (ctx->mask.load(std::memory_order_relaxed) &
+                         (a.p2p ? abi::kP2p : abi::kColl)) == 0) {
+    return nullptr;
+  }
+  const uint64_t now = NowCpuNs();
+  Ring* ring = rings_->ThreadRing();
+  OpSlot* s = op_->Acquire(kStopped);
+  if (s == nullptr || ring == nullptr) {
+    if (s != nullptr) op_->Release(s);
+    pool_exhausted_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  OpRec& r = s->rec;
+  r.op_id = (uint64_t{ring->index() + 1} << 48) | ++ring->next_op_seq;
+  r.comm_hash = a.comm_hash != 0 ? a.comm_hash : ctx->comm_hash;
+  r.rank = a.rank;
+  r.is_p2p = a.p2p ? 1 : 0;
+  r.n_channels = a.n_channels;
+  r.n_warps = a.n_warps;
+  r.graph_captured = 0;
+  r.graph_replay = 0;
+  r.count = a.count;
+  r.root = a.p2p ? -1 : a.root;
+  r.peer = a.p2p ? a.peer : -1;
+  r.func = a.func;
+  r.datatype = a.datatype;
+  r.algo = a.algo;
+  r.proto = a.proto;
+  r.api_cpu_ns = 0;
+  r.enqueue_start_cpu_ns = now;
+  r.enqueue_stop_cpu_ns = 0;
+  if (a.p2p) {
+    // Our own per-comm, per-peer, per-direction counter.
+    const bool recv = a.func != nullptr && a.func[0] == 'R';
+    r.seq_number = (a.peer >= 0 && a.peer < ctx->n_ranks)
+                       ? ctx->p2p_seq[a.peer * 2 + (recv ? 1 : 0)].fetch_add(
+                             1, std::memory_order_relaxed)
+                       : 0;
+  } else {
+    r.seq_number = a.seq_number;
+  }
+  if (parent != nullptr && api_->Owns(parent)) {
+    const ApiSlot* api = static_cast<const ApiSlot*>(parent);
+    if (api->graph_captured) {
+      // Host task of a graph launch: the API call is long past.
+      r.graph_captured = 1;
+      r.graph_replay = 1;
+    } else {
+      r.api_cpu_ns = api->api_cpu_ns;
+    }
+  }
+  s->children.store(0, std::memory_order_relaxed);
+  s->next_proxy_index.store(0, std::memory_order_relaxed);
+  return s;
+}
+
+void* Recorder::StartProxyOp(CommContext* ctx, void* parent,
+                             const ProxyOpStart& a) noexcept {
+  if (ctx == nullptr ||
+      (ctx->mask.load(std::memory_order_relaxed) & abi::kProxyOp) == 0) {
+    return nullptr;
+  }
+  ProxyOpSlot* s = proxy_op_->Acquire();
+  if (s == nullptr) {
+    pool_exhausted_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  // PXN: another process's op; its parent handle is not ours to read.
+  OpSlot* p = (a.pid == self_pid_) ? AsOp(parent) : nullptr;
+  ProxyOpRec& r = s->rec;
+  std::memset(&r, 0, sizeof(r));
+  s->parent = p;
+  if (p != nullptr) {
+    p->header.word.fetch_add(1, std::memory_order_acq_rel);
+    p->children.fetch_add(1, std::memory_order_relaxed);
+    r.op_id = p->rec.op_id;
+    r.proxy_index = p->next_proxy_index.fetch_add(1, std::memory_order_relaxed);
+  }
+  r.pid = static_cast<uint32_t>(a.pid);
+  r.channel_id = a.channel;
+  r.peer = a.peer;
+  r.is_send = a.is_send ? 1 : 0;
+  r.n_steps = static_cast<uint32_t>(a.n_steps);
+  r.chunk_size_bytes = static_cast<uint32_t>(a.chunk_size);
+  r.start_cpu_ns = NowCpuNs();
+  return s;
+}
+
+void* Recorder::StartProxyStep(CommContext* ctx, void* parent,
+                               int step) noexcept {
+  if (ctx == nullptr ||
+      (ctx->mask.load(std::memory_order_relaxed) & abi::kProxyStep) == 0) {
+    return nullptr;
+  }
+  StepSlot* s = step_->Acquire();
+  if (s == nullptr) {
+    pool_exhausted_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  ProxyStepRec& r = s->rec;
+  std::memset(&r, 0, sizeof(r));
+  ProxyOpSlot* p = (parent != nullptr && proxy_op_->Owns(parent))
+                       ? static_cast<ProxyOpSlot*>(parent)
+                       : nullptr;
+  s->parent = p;
+  s->is_send = p != nullptr && p->rec.is_send != 0;
+  if (p != nullptr) {
+    r.op_id = p->rec.op_id;
+    r.proxy_index = p->rec.proxy_index;
+  }
+  r.step = static_cast<uint32_t>(step);
+  r.start_cpu_ns = NowCpuNs();
+  return s;
+}
+
+void* Recorder::StartKernelCh(CommContext* ctx, void* parent, uint8_t channel,
+                              uint64_t gpu_ns) noexcept {
+  if (ctx == nullptr ||
+      (ctx->mask.load(std::memory_order_relaxed) & abi::kKernelCh) == 0) {
+    return nullptr;
+  }
+  KernelSlot* s = kernel_->Acquire();
+  if (s == nullptr) {
+    pool_exhausted_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  OpSlot* p = AsOp(parent);
+  s->parent = p;
+  KernelChRec& r = s->rec;
+  r.op_id = 0;
+  if (p != nullptr) {
+    p->header.word.fetch_add(1, std::memory_order_acq_rel);
+    p->children.fetch_add(1, std::memory_order_relaxed);
+    r.op_id = p->rec.op_id;
+  }
+  r.channel_id = channel;
+  r.start_gpu_ns = gpu_ns;
+  r.stop_gpu_ns = 0;
+  r.start_cpu_ns = NowCpuNs();
+  r.stop_cpu_ns = 0;
+  return s;
+}
+
+void* Recorder::StartNetPlugin(CommContext* ctx, void* parent, int64_t id,
+                               const void* data) noexcept {
+  if (ctx == nullptr ||
+      (ctx->mask.load(std::memory_order_relaxed) & abi::kNetPlugin) == 0) {
+    return nullptr;
+  }
+  NetSlot* s = net_->Acquire();
+  if (s == nullptr) {
+    pool_exhausted_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  NetPluginRec& r = s->rec;
+  std::memset(&r, 0, sizeof(r));
+  r.socket_fd = -1;
+  r.device = -1;
+  if (parent != nullptr && step_->Owns(parent)) {
+    const StepSlot* st = static_cast<const StepSlot*>(parent);
+    r.op_id = st->rec.op_id;
+    r.proxy_index = st->rec.proxy_index;
+  }
+  const int64_t type = id & ~abi::kNetPluginVersionMask;
+  const int64_t version = id & abi::kNetPluginVersionMask;
+  if (type == abi::kNetPluginTypeIb) {
+    r.transport = 1;
+    if (data != nullptr && version == 1) {
+      const auto* ib = static_cast<const abi::NetIbEventV1*>(data);
+      r.device = ib->qp.device;
+      r.qp_num = static_cast<uint32_t>(ib->qp.qp_num);
+      r.length_bytes = ib->qp.length;
+    }
+  } else if (type == abi::kNetPluginTypeSocket) {
+    r.transport = 2;
+    if (data != nullptr && version == 1) {
+      const auto* so = static_cast<const abi::NetSocketEventV1*>(data);
+      r.socket_fd = so->sock.fd;
+      r.length_bytes = so->sock.length;
+    }
+  }
+  r.start_cpu_ns = NowCpuNs();
+  return s;
+}
+
+void Recorder::EmitCompletion(OpSlot* s, uint64_t now) noexcept {
+  Ring* ring;
+  Record* out = Reserve(&ring);
+  if (out == nullptr) return;
+  out->type = RecordType::kCompletion;
+  out->completion.op_id = s->rec.op_id;
+  out->completion.completion_cpu_ns = now;
+  out->completion.children = s->children.load(std::memory_order_relaxed);
+  ring->Publish();
+}
+
+void Recorder::DetachChild(OpSlot* parent, uint64_t now) noexcept {
+  if (parent == nullptr) return;
+  const uint32_t left =
+      parent->header.word.fetch_sub(1, std::memory_order_acq_rel) - 1;
+  if (left == kStopped) EmitCompletion(parent, now);
+}
+
+void Recorder::StopOp(OpSlot* s) noexcept {
+  const uint64_t now = NowCpuNs();
+  s->rec.enqueue_stop_cpu_ns = now;
+  Ring* ring;
+  if (Record* out = Reserve(&ring)) {
+    out->type = RecordType::kOp;
+    out->op = s->rec;
+    ring->Publish();
+  }
+  // Drop the event's own reference and mark it stopped.
+  const uint32_t now_word =
+      s->header.word.fetch_add(kStopped - 1, std::memory_order_acq_rel) +
+      kStopped - 1;
+  if (now_word == kStopped && s->children.load(std::memory_order_relaxed) > 0) {
+    EmitCompletion(s, now);  // every child finished before the enqueue did
+  }
+}
+
+void Recorder::StopStep(StepSlot* s) noexcept {
+  ProxyStepRec& r = s->rec;
+  const uint64_t stop = NowCpuNs();
+  r.stop_cpu_ns = stop;
+  if (ProxyOpSlot* p = s->parent) {
+    // Same proxy thread as the ProxyOp: plain accumulation.
+    const uint64_t* t = r.state_cpu_ns;
+    auto first = [&](std::initializer_list<int> idx) -> uint64_t {
+      for (int i : idx) {
+        if (t[i] != 0) return t[i];
+      }
+      return stop;
+    };
+    ProxyOpRec& o = p->rec;
+    o.steps_seen += 1;
+    o.bytes += r.bytes;
+    if (t[kStepSendGpuWait] != 0) {
+      o.gpu_wait_ns +=
+          first({kStepSendPeerWait, kStepSendWait}) - t[kStepSendGpuWait];
+    }
+    if (t[kStepSendPeerWait] != 0) {
+      o.peer_wait_ns += first({kStepSendWait}) - t[kStepSendPeerWait];
+    }
+    if (t[kStepSendWait] != 0) o.send_wait_ns += stop - t[kStepSendWait];
+    if (t[kStepRecvWait] != 0) {
+      o.recv_wait_ns +=
+          first({kStepRecvFlushWait, kStepRecvGpuWait}) - t[kStepRecvWait];
+    }
+    if (t[kStepRecvGpuWait] != 0) o.gpu_wait_ns += stop - t[kStepRecvGpuWait];
+  }
+  Ring* ring;
+  if (Record* out = Reserve(&ring)) {
+    out->type = RecordType::kProxyStep;
+    out->proxy_step = r;
+    ring->Publish();
+  }
+  step_->Release(s);
+}
+
+void Recorder::Stop(void* handle) noexcept {
+  if (handle == nullptr) {
+    CountIgnored();
+    return;
+  }
+  Ring* ring;
+  if (OpSlot* s = AsOp(handle)) {
+    StopOp(s);
+  } else if (api_->Owns(handle)) {
+    auto* s = static_cast<ApiSlot*>(handle);
+    // Keep graph-captured calls for their replays, up to half the pool.
+    if (s->graph_captured &&
+        pinned_api_.fetch_add(1, std::memory_order_relaxed) <
+            api_->size() / 2) {
+      s->header.word.store(kPinned, std::memory_order_release);
+    } else {
+      api_->Release(s);
+    }
+  } else if (proxy_op_->Owns(handle)) {
+    auto* s = static_cast<ProxyOpSlot*>(handle);
+    const uint64_t now = NowCpuNs();
+    s->rec.stop_cpu_ns = now;
+    if (Record* out = Reserve(&ring)) {
+      out->type = RecordType::kProxyOp;
+      out->proxy_op = s->rec;
+      ring->Publish();
+    }
+    OpSlot* parent = s->parent;
+    proxy_op_->Release(s);
+    DetachChild(parent, now);
+  } else if (step_->Owns(handle)) {
+    StopStep(static_cast<StepSlot*>(handle));
+  } else if (kernel_->Owns(handle)) {
+    auto* s = static_cast<KernelSlot*>(handle);
+    const uint64_t now = NowCpuNs();
+    s->rec.stop_cpu_ns = now;
+    if (Record* out = Reserve(&ring)) {
+      out->type = RecordType::kKernelCh;
+      out->kernel = s->rec;
+      ring->Publish();
+    }
+    OpSlot* parent = s->parent;
+    kernel_->Release(s);
+    DetachChild(parent, now);
+  } else if (net_->Owns(handle)) {
+    auto* s = static_cast<NetSlot*>(handle);
+    s->rec.stop_cpu_ns = NowCpuNs();
+    if (Record* out = Reserve(&ring)) {
+      out->type = RecordType::kNetPlugin;
+      out->net = s->rec;
+      ring->Publish();
+    }
+    net_->Release(s);
+  } else {
+    CountIgnored();
+  }
+}
+
+void Recorder::RecordState(void* handle, int state, uint64_t arg) noexcept {
+  if (handle == nullptr) {
+    CountIgnored();
+    return;
+  }
+  if (step_->Owns(handle)) {
+    auto* s = static_cast<StepSlot*>(handle);
+    int idx = -1;
+    switch (state) {
+      case abi::kProxyStepSendGpuWait:
+        idx = kStepSendGpuWait;
+        break;
+      case abi::kProxyStepSendPeerWait:
+        idx = kStepSendPeerWait;
+        break;
+      case abi::kProxyStepSendWait:
+        idx = kStepSendWait;
+        break;
+      case abi::kProxyStepRecvWait:
+        idx = kStepRecvWait;
+        break;
+      case abi::kProxyStepRecvFlushWait:
+        idx = kStepRecvFlushWait;
+        break;
+      case abi::kProxyStepRecvGpuWait:
+        idx = kStepRecvGpuWait;
+        break;
+      default:
+        break;
+    }
+    if (idx < 0) return;
+    s->rec.state_cpu_ns[idx] = NowCpuNs();
+    if (arg != 0) s->rec.bytes = arg;
+  } else if (proxy_op_->Owns(handle)) {
+    if (state == abi::kProxyOpInProgress) {
+      static_cast<ProxyOpSlot*>(handle)->rec.in_progress_cpu_ns = NowCpuNs();
+    }
+  } else if (kernel_->Owns(handle)) {
+    if (state == abi::kKernelChStop) {
+      static_cast<KernelSlot*>(handle)->rec.stop_gpu_ns = arg;
+    }
+  } else if (!api_->Owns(handle) && !op_->Owns(handle) && !net_->Owns(handle)) {
+    CountIgnored();
+  }
+}
+
+}  // namespace pitstop::plugin

@@ -1,0 +1,140 @@
+// The hot path: turns profiler callbacks (already decoded from a version's
+// descriptor by exports.cc) into handles and Records.
+//
+// Every method is noexcept and, after construction, takes no lock, makes no
+// allocation and no system call besides clock_gettime(CLOCK_MONOTONIC).
+// Handles come from preallocated pools; records go to the calling thread's
+// ring. Full ring / empty pool: the event is dropped and counted.
+//
+// Threads: any NCCL thread (user, CUDA host-task, proxy). A handle is used by
+// the threads NCCL passes it to, with NCCL's own ordering between them.
+#ifndef PITSTOP_PLUGIN_RECORDER_H_
+#define PITSTOP_PLUGIN_RECORDER_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <ctime>
+
+#include "plugin/comm_registry.h"
+#include "plugin/event_pool.h"
+#include "plugin/record.h"
+#include "plugin/ring.h"
+
+namespace pitstop::plugin {
+
+inline uint64_t NowCpuNs() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull +
+         static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Coll / P2p start, version-independent.
+struct OpStart {
+  bool p2p = false;
+  uint64_t comm_hash = 0;  // v3 descriptors carry it; 0 = the context's
+  int rank = 0;
+  uint64_t seq_number = 0;
+  const char* func = nullptr;
+  size_t count = 0;
+  int root = -1;
+  int peer = -1;
+  const char* datatype = nullptr;
+  uint8_t n_channels = 0;
+  uint8_t n_warps = 0;
+  const char* algo = nullptr;
+  const char* proto = nullptr;
+};
+
+struct ProxyOpStart {
+  pid_t pid = 0;
+  uint8_t channel = 0;
+  int peer = -1;
+  int n_steps = 0;
+  int chunk_size = 0;
+  bool is_send = false;
+};
+
+struct PoolSizes {
+  uint32_t api = 4096;
+  uint32_t op = 8192;
+  uint32_t proxy_op = 16384;
+  uint32_t proxy_step = 16384;
+  uint32_t kernel = 8192;
+  uint32_t net = 4096;
+};
+
+class Recorder {
+ public:
+  // `rings` must outlive the recorder. `self_pid`: getpid() of this process,
+  // cached (PXN checks must not make a system call).
+  Recorder(RingSet* rings, pid_t self_pid, const PoolSizes& sizes = {});
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  // Each Start* returns the handle for NCCL, or nullptr (not recorded).
+  // `ctx` may be null (failed init): nothing is recorded.
+  void* StartApi(CommContext* ctx, bool p2p, bool graph_captured) noexcept;
+  // `parent`: the CollApi/P2pApi handle (v5+) or a Group handle / nullptr.
+  void* StartOp(CommContext* ctx, void* parent, const OpStart& a) noexcept;
+  void* StartProxyOp(CommContext* ctx, void* parent,
+                     const ProxyOpStart& a) noexcept;
+  void* StartProxyStep(CommContext* ctx, void* parent, int step) noexcept;
+  // gpu_ns: kernelCh.pTimer (0 when the ABI has none).
+  void* StartKernelCh(CommContext* ctx, void* parent, uint8_t channel,
+                      uint64_t gpu_ns) noexcept;
+  // `data`: the net plugin's event struct (IB/socket v1), may be null.
+  void* StartNetPlugin(CommContext* ctx, void* parent, int64_t id,
+                       const void* data) noexcept;
+  void Stop(void* handle) noexcept;
+  // `arg`: transSize (ProxyStep states) or pTimer (KernelChStop).
+  void RecordState(void* handle, int state, uint64_t arg) noexcept;
+  // A callback we do not record (NULL handle, unknown type, no context).
+  void CountIgnored() noexcept {
+    ignored_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // Counters for DropCounters (any thread).
+  uint64_t pool_exhausted() const {
+    return pool_exhausted_.load(std::memory_order_relaxed);
+  }
+  uint64_t ignored() const { return ignored_.load(std::memory_order_relaxed); }
+  RingSet* rings() const { return rings_; }
+
+ private:
+  struct ApiSlot;
+  struct OpSlot;
+  struct ProxyOpSlot;
+  struct StepSlot;
+  struct KernelSlot;
+  struct NetSlot;
+
+  Record* Reserve(Ring** ring) noexcept;
+  OpSlot* AsOp(void* p) const noexcept;
+  void StopOp(OpSlot* s) noexcept;
+  void DetachChild(OpSlot* parent, uint64_t now) noexcept;
+  void EmitCompletion(OpSlot* s, uint64_t now) noexcept;
+  void StopStep(StepSlot* s) noexcept;
+
+  RingSet* const rings_;
+  const pid_t self_pid_;
+  SlotPool<ApiSlot>* api_;
+  SlotPool<OpSlot>* op_;
+  SlotPool<ProxyOpSlot>* proxy_op_;
+  SlotPool<StepSlot>* step_;
+  SlotPool<KernelSlot>* kernel_;
+  SlotPool<NetSlot>* net_;
+  std::atomic<uint32_t> pinned_api_{0};
+  std::atomic<uint64_t> pool_exhausted_{0};
+  std::atomic<uint64_t> ignored_{0};
+
+ public:
+  ~Recorder();
+};
+
+}  // namespace pitstop::plugin
+
+#endif  // PITSTOP_PLUGIN_RECORDER_H_

@@ -1,0 +1,69 @@
+#include "plugin/ring.h"
+
+namespace pitstop::plugin {
+namespace {
+
+// The calling thread's ring, tagged with the id of the set it belongs to
+// (tests create several sets). initial-exec TLS: no allocation on first use
+// even when the library is dlopened.
+struct ThreadSlot {
+  uint32_t set_id;
+  Ring* ring;
+};
+__attribute__((tls_model("initial-exec"))) thread_local ThreadSlot t_slot{
+    0, nullptr};
+
+std::atomic<uint32_t> g_next_set_id{1};
+
+}  // namespace
+
+// Slots are left uninitialised: large arrays come from mmap, so a ring's
+// pages are only touched by the thread that uses it.
+Ring::Ring(uint32_t capacity, uint32_t index)
+    : capacity_(capacity),
+      mask_(capacity - 1),
+      index_(index),
+      slots_(new Record[capacity]) {}
+
+RingSet::RingSet(uint32_t max_rings, uint32_t ring_capacity)
+    : id_(g_next_set_id.fetch_add(1)),
+      rings_(new std::unique_ptr<Ring>[max_rings]),
+      max_rings_(max_rings) {
+  for (uint32_t i = 0; i < max_rings; ++i) {
+    rings_[i] = std::make_unique<Ring>(ring_capacity, i);
+  }
+}
+
+Ring* RingSet::ThreadRing() noexcept {
+  if (t_slot.set_id == id_) return t_slot.ring;
+  Ring* ring = Claim();
+  if (ring != nullptr) t_slot = {id_, ring};
+  return ring;
+}
+
+Ring* RingSet::Claim() noexcept {
+  uint32_t n = claimed_.load(std::memory_order_relaxed);
+  while (n < max_rings_) {
+    if (claimed_.compare_exchange_weak(n, n + 1, std::memory_order_acq_rel)) {
+      return rings_[n].get();
+    }
+  }
+  no_ring_drops_.fetch_add(1, std::memory_order_relaxed);
+  return nullptr;
+}
+
+uint64_t RingSet::TotalFullDrops() const {
+  uint64_t sum = 0;
+  const uint32_t n = claimed_.load(std::memory_order_acquire);
+  for (uint32_t i = 0; i < n; ++i) sum += rings_[i]->full_drops();
+  return sum;
+}
+
+uint64_t RingSet::TotalPublished() const {
+  uint64_t sum = 0;
+  const uint32_t n = claimed_.load(std::memory_order_acquire);
+  for (uint32_t i = 0; i < n; ++i) sum += rings_[i]->published();
+  return sum;
+}
+
+}  // namespace pitstop::plugin

@@ -1,0 +1,212 @@
+#include "plugin/runtime.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+
+namespace pitstop::plugin {
+namespace {
+
+std::atomic<Runtime*> g_runtime{nullptr};
+std::atomic<bool> g_preloaded{false};
+Mutex g_create_mu;
+
+constexpr char kLibraryVersion[] = "0.1.0";
+
+void ExitHandler() {
+  if (Runtime* rt = Runtime::Get()) rt->ShutdownAtExit();
+}
+
+// NCCL version via the public API when libnccl is in the process.
+uint32_t NcclVersion() {
+  using GetVersionFn = int (*)(int*);
+  auto fn =
+      reinterpret_cast<GetVersionFn>(dlsym(RTLD_DEFAULT, "pncclGetVersion"));
+  int v = 0;
+  if (fn != nullptr && fn(&v) == 0 && v > 0) return static_cast<uint32_t>(v);
+  return 0;
+}
+
+}  // namespace
+
+Runtime* Runtime::Get() noexcept {
+  return g_runtime.load(std::memory_order_acquire);
+}
+
+Runtime* Runtime::GetOrCreate() noexcept {
+  if (Runtime* rt = Get()) return rt;
+  MutexLock lock(&g_create_mu);
+  if (Runtime* rt = Get()) return rt;
+  Runtime* rt = new (std::nothrow) Runtime();
+  g_runtime.store(rt, std::memory_order_release);
+  return rt;
+}
+
+void Runtime::MarkPreloaded() noexcept { g_preloaded.store(true); }
+
+InterposerCall*& Runtime::ThreadInterposerCall() noexcept {
+  static thread_local InterposerCall* call = nullptr;
+  return call;
+}
+
+Runtime::Runtime()
+    : config_(ReadPluginConfig()),
+      pid_(getpid()),
+      rings_(config_.max_rings, config_.ring_capacity),
+      recorder_(&rings_, pid_),
+      registry_(config_.event_mask, config_.deep_event_mask) {}
+
+void Runtime::Log(abi::NcclLogLevel level, const std::string& msg) {
+  abi::NcclLogger fn = nullptr;
+  {
+    MutexLock lock(&mu_);
+    fn = logfn_;
+  }
+  if (fn != nullptr) {
+    fn(level, abi::kNcclLogSubsysInit | abi::kNcclLogSubsysProfile, __FILE__,
+       __LINE__, "pitstop: %s", msg.c_str());
+  } else {
+    std::fprintf(stderr, "pitstop: %s\n", msg.c_str());
+  }
+}
+
+void Runtime::StartExporterLocked() {
+  if (exporter_ != nullptr) return;
+  ExporterOptions o;
+  // Re-read so a process can point a restarted exporter elsewhere (tests).
+  const char* socket = std::getenv("PITSTOP_AGENT_SOCKET");
+  o.socket_path =
+      (socket != nullptr && socket[0] != '\0') ? socket : config_.agent_socket;
+  o.flush_interval_ms = config_.flush_interval_ms;
+  o.finalize_timeout_ms = config_.finalize_timeout_ms;
+  o.reconnect_max_ms = config_.reconnect_max_ms;
+  Hello& h = o.hello;
+  h.host = config_.host;
+  h.pid = static_cast<uint32_t>(pid_);
+  h.job_id = config_.job_id;
+  h.library_version = kLibraryVersion;
+  h.nccl_version = NcclVersion();
+  h.load_mode = g_preloaded.load() ? "both" : "profiler";
+  h.global_rank = config_.global_rank;
+  o.drop_source = [this](Drops* d) {
+    d->ring_full = rings_.TotalFullDrops() + rings_.no_ring_drops();
+    d->pool_exhausted = recorder_.pool_exhausted();
+    d->ignored = recorder_.ignored();
+    d->events_recorded = rings_.TotalPublished();
+  };
+  exporter_ = Exporter::Start(std::move(o), &rings_, &registry_);
+  if (!atexit_registered_) {
+    // Registered after gRPC initialised, so it runs before gRPC's handlers.
+    atexit_registered_ = true;
+    std::atexit(ExitHandler);
+  }
+}
+
+abi::NcclResult Runtime::InitComm(void** context, int abi_version,
+                                  uint64_t comm_hash, int* activation_mask,
+                                  const char* comm_name, int n_nodes,
+                                  int n_ranks, int rank,
+                                  abi::NcclLogger logfn) noexcept {
+  if (context == nullptr) return abi::kNcclInvalidArgument;
+  *context = nullptr;
+  std::vector<std::string> warnings;
+  {
+    MutexLock lock(&mu_);
+    if (logfn != nullptr) logfn_ = logfn;
+    if (!warned_) {
+      warned_ = true;
+      warnings = config_.warnings;
+    }
+  }
+  for (const auto& w : warnings) Log(abi::kNcclLogWarn, w);
+  // v3 init carries no communicator data; everything else must be sane.
+  if (abi_version >= 4 && (n_ranks <= 0 || rank < 0 || rank >= n_ranks)) {
+    Log(abi::kNcclLogWarn, "init with rank " + std::to_string(rank) + " of " +
+                               std::to_string(n_ranks) +
+                               " ranks; profiling disabled for this comm");
+    return abi::kNcclInvalidArgument;
+  }
+  try {
+    CommInfo info;
+    info.comm_hash = comm_hash;
+    if (comm_name != nullptr) info.comm_name = comm_name;
+    info.n_ranks = n_ranks;
+    info.n_nodes = n_nodes;
+    info.rank = rank;
+    info.host = config_.host;
+    info.pid = static_cast<uint32_t>(pid_);
+    info.cuda_device = config_.local_rank;
+    info.job_id = config_.job_id;
+    info.profiler_abi_version = static_cast<uint32_t>(abi_version);
+    info.source = CommInfo::kProfilerInit;
+    if (InterposerCall* call = ThreadInterposerCall()) {
+      info.source = CommInfo::kInterposer;
+      info.parent_comm_hash = call->parent_comm_hash;
+      call->created.push_back(comm_hash);
+    }
+    if (config_.global_rank >= 0 && n_ranks > 0 && rank >= 0 &&
+        rank < n_ranks && n_ranks <= 65536) {
+      // Only our own entry is known here; the agent joins the members'.
+      info.global_ranks.assign(n_ranks, -1);
+      info.global_ranks[rank] = config_.global_rank;
+    }
+    MutexLock lock(&mu_);
+    abi_version_ = abi_version;
+    *context = registry_.Add(info, activation_mask, NowCpuNs());
+    StartExporterLocked();
+  } catch (...) {
+    *context = nullptr;
+    return abi::kNcclSystemError;
+  }
+  return abi::kNcclSuccess;
+}
+
+abi::NcclResult Runtime::FinalizeComm(void* context) noexcept {
+  if (context == nullptr) return abi::kNcclSuccess;
+  try {
+    const int live = registry_.End(static_cast<CommContext*>(context),
+                                   kCommFinalize, NowCpuNs());
+    if (live == 0) {
+      std::unique_ptr<Exporter> exporter;
+      {
+        MutexLock lock(&mu_);
+        exporter = std::move(exporter_);
+      }
+      if (exporter) exporter->Stop(kGoodbyeFinalize);
+    }
+  } catch (...) {
+    return abi::kNcclSystemError;
+  }
+  return abi::kNcclSuccess;
+}
+
+void Runtime::UpdateComm(uint64_t comm_hash, const CommInfo& extra) noexcept {
+  try {
+    registry_.Update(comm_hash, extra, NowCpuNs());
+  } catch (...) {
+  }
+}
+
+void Runtime::AbortComm(uint64_t comm_hash) noexcept {
+  try {
+    if (CommContext* ctx = registry_.Find(comm_hash)) {
+      registry_.End(ctx, kCommAbort, NowCpuNs());
+    }
+  } catch (...) {
+  }
+}
+
+void Runtime::ShutdownAtExit() noexcept {
+  std::unique_ptr<Exporter> exporter;
+  {
+    MutexLock lock(&mu_);
+    exporter = std::move(exporter_);
+  }
+  if (exporter) exporter->Stop(kGoodbyeExit);
+}
+
+}  // namespace pitstop::plugin

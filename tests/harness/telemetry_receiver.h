@@ -1,0 +1,72 @@
+// A real gRPC Telemetry server on a Unix socket that stands in for the node
+// agent in tests: records every batch of every stream, can send activation
+// commands, and can be shut down (killed) and started again on the same path.
+//
+// Thread-safe. Uses the callback API; batches are appended from gRPC threads.
+#ifndef PITSTOP_TESTS_HARNESS_TELEMETRY_RECEIVER_H_
+#define PITSTOP_TESTS_HARNESS_TELEMETRY_RECEIVER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "pitstop/v1/telemetry.pb.h"
+
+namespace pitstop::emu {
+
+struct ReceivedStream {
+  std::vector<v1::StreamTelemetryRequest> batches;
+  bool ended = false;  // client half-closed or the call finished
+};
+
+class TelemetryReceiver {
+ public:
+  // Listens on unix:`socket_path` (removed first if it exists).
+  static absl::StatusOr<std::unique_ptr<TelemetryReceiver>> Start(
+      const std::string& socket_path);
+  ~TelemetryReceiver();  // Shutdown()
+
+  // Stops the server at once, cancelling open streams (like a killed agent).
+  void Shutdown();
+
+  std::vector<ReceivedStream> Streams() const;
+  // Waits until pred(Streams()) holds; false on timeout.
+  bool WaitFor(
+      const std::function<bool(const std::vector<ReceivedStream>&)>& pred,
+      absl::Duration timeout) const;
+  // Sends `cmd` on every open stream. Returns how many got it.
+  int SendActivation(const v1::ActivationCommand& cmd);
+
+  struct Impl;
+
+ private:
+  explicit TelemetryReceiver(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Helpers over received streams.
+// All records of one kind over all batches of all streams.
+std::vector<v1::OpRecord> AllOps(const std::vector<ReceivedStream>& s);
+std::vector<v1::OpCompletion> AllCompletions(
+    const std::vector<ReceivedStream>& s);
+std::vector<v1::KernelChannelRecord> AllKernels(
+    const std::vector<ReceivedStream>& s);
+std::vector<v1::ProxyOpRecord> AllProxyOps(
+    const std::vector<ReceivedStream>& s);
+std::vector<v1::ProxyStepRecord> AllProxySteps(
+    const std::vector<ReceivedStream>& s);
+std::vector<v1::NetPluginRecord> AllNetEvents(
+    const std::vector<ReceivedStream>& s);
+std::vector<v1::CommunicatorEvent> AllCommEvents(
+    const std::vector<ReceivedStream>& s);
+// The last DropCounters seen (cumulative), and whether any goodbye arrived.
+v1::DropCounters LastDrops(const std::vector<ReceivedStream>& s);
+bool HasGoodbye(const std::vector<ReceivedStream>& s,
+                v1::ProcessGoodbye::Reason reason);
+
+}  // namespace pitstop::emu
+
+#endif  // PITSTOP_TESTS_HARNESS_TELEMETRY_RECEIVER_H_
