@@ -37,7 +37,7 @@ class CommandSink {
 struct AgentCoreOptions {
   std::string host;        // written into infos and summaries
   RankJoinerOptions join;  // .host is set from `host`
-  size_t buffer_summaries = 100'000;
+  size_t buffer_summaries = 50'000;
 };
 
 class AgentCore {

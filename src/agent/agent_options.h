@@ -27,7 +27,7 @@ struct AgentOptions {
   std::string metrics_address = "0.0.0.0:9471";
   // buffer.summaries (--buffer-summaries): summaries held while the
   // controller is unreachable; beyond that they are folded into aggregates.
-  uint32_t buffer_summaries = 100'000;
+  uint32_t buffer_summaries = 50'000;
   // upstream.backoff_max_ms (--upstream-backoff-max-ms): reconnect backoff cap.
   uint32_t upstream_backoff_max_ms = 5000;
   // join.max_open_ops / join.incomplete_timeout_s: RankJoinerOptions.

@@ -111,3 +111,12 @@ UpstreamBuffer::Counters UpstreamBuffer::counters() const {
 }
 
 }  // namespace pitstop::agent
+
+namespace pitstop::agent {
+
+size_t UpstreamBuffer::queued() const {
+  MutexLock lock(&mu_);
+  return summaries_.size();
+}
+
+}  // namespace pitstop::agent

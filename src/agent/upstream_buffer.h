@@ -48,6 +48,8 @@ class UpstreamBuffer {
     size_t queued = 0;
   };
   Counters counters() const;
+  // Summaries queued now.
+  size_t queued() const;
 
  private:
   void FoldLocked(const v1::CollectiveSummary& s)

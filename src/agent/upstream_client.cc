@@ -26,15 +26,23 @@ void UpstreamClient::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool UpstreamClient::WaitFor(absl::Duration d) {
+bool UpstreamClient::WaitFor(absl::Duration d, bool wake_on_backlog) {
   const absl::Time deadline = absl::Now() + d;
-  MutexLock lock(&mu_);
-  while (!stop_ && acks_.empty() && pong_ == 0) {
+  while (true) {
+    // A full message's worth of summaries goes out at once: bounds memory
+    // and loss under bursts without waiting for the batch period.
+    const bool backlog = wake_on_backlog && Backlog();
+    MutexLock lock(&mu_);
+    if (stop_ || backlog || !acks_.empty() || pong_ != 0) return stop_;
     const absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) break;
-    cv_.WaitWithTimeout(&mu_, left);
+    if (left <= absl::ZeroDuration()) return stop_;
+    cv_.WaitWithTimeout(&mu_, std::min(left, absl::Milliseconds(20)));
   }
-  return stop_;
+}
+
+bool UpstreamClient::Backlog() const {
+  return core_->buffer()->queued() >=
+         static_cast<size_t>(kMaxSummariesPerMessage);
 }
 
 void UpstreamClient::Run() {
@@ -51,7 +59,7 @@ void UpstreamClient::Run() {
     log->info("controller {} unreachable; retrying in {} ms", options_.address,
               absl::ToInt64Milliseconds(backoff));
     core_->PublishMetrics(false, connects_.load());
-    if (WaitFor(backoff)) return;
+    if (WaitFor(backoff, /*wake_on_backlog=*/false)) return;
     backoff = std::min(backoff * 2, options_.backoff_max);
   }
 }
@@ -101,11 +109,12 @@ void UpstreamClient::RunStream() {
   bool stopping = false;
   while (!server_ended) {
     const absl::Duration wait = next_batch - absl::Now();
-    stopping = wait > absl::ZeroDuration() ? WaitFor(wait)
-                                           : WaitFor(absl::ZeroDuration());
+    stopping = WaitFor(std::max(wait, absl::ZeroDuration()),
+                       /*wake_on_backlog=*/true);
     if (server_ended) break;
     v1::ConnectRequest batch;
-    const bool periodic = absl::Now() >= next_batch || stopping;
+    const bool backlog = Backlog();
+    const bool periodic = absl::Now() >= next_batch || stopping || backlog;
     {
       MutexLock lock(&mu_);
       for (uint64_t id : acks_) batch.add_acked_command_ids(id);
@@ -114,7 +123,7 @@ void UpstreamClient::RunStream() {
       pong_ = 0;
     }
     if (periodic) {
-      next_batch = absl::Now() + options_.batch;
+      if (!backlog) next_batch = absl::Now() + options_.batch;
       core_->FillBatch(kMaxSummariesPerMessage, &batch);
     }
     bool ok = stream->Write(batch);

@@ -4,7 +4,8 @@
 // known communicator, then every `batch` a ConnectRequest with RankProgress
 // for every local (comm, rank, func), lifecycle events, aggregates, counters
 // and up to kMaxSummariesPerMessage summaries (more messages follow at once
-// when more are queued). A second thread reads commands: SetActivationMask
+// when more are queued, and a full message's worth goes out without waiting
+// for the period). A second thread reads commands: SetActivationMask
 // is applied through AgentCore (and acked), ping answered with pong. On any
 // failure the stream is dropped and re-established with exponential backoff
 // (100 ms .. backoff_max); meanwhile AgentCore's bounded buffer holds
@@ -54,9 +55,12 @@ class UpstreamClient {
   void Run();
   // One connection; returns when it breaks or Stop() was called.
   void RunStream();
-  // Waits up to `d` unless stopping or a pong/ack is pending; true if
+  // Waits up to `d` unless stopping, a pong/ack is pending or (with
+  // `wake_on_backlog`) a full message of summaries is queued; true if
   // stopping.
-  bool WaitFor(absl::Duration d);
+  bool WaitFor(absl::Duration d, bool wake_on_backlog);
+  // A full message of summaries is queued.
+  bool Backlog() const;
 
   const UpstreamOptions options_;
   AgentCore* const core_;
