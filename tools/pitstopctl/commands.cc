@@ -1,0 +1,172 @@
+#include "tools/pitstopctl/commands.h"
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "pitstop/grpc_util.h"
+#include "pitstop/v1/controller.grpc.pb.h"
+#include "tools/pitstopctl/ctl_client.h"
+#include "tools/pitstopctl/ctl_format.h"
+#include "tools/pitstopctl/exit_codes.h"
+
+namespace pitstop::ctl {
+namespace {
+
+std::string Short(const std::string& name, const std::string& prefix) {
+  return ShortEnum(name, prefix);
+}
+
+void PrintNode(const v1::Node& n, Table* t) {
+  std::vector<std::string> nics;
+  for (const auto& nic : n.registration().nics()) nics.push_back(nic.name());
+  t->AddRow({n.host(), Short(v1::NodeState_Name(n.state()), "NODE_STATE_"),
+             n.agent_connected() ? "yes" : "no",
+             absl::StrCat(n.connected_ranks()),
+             absl::StrCat(n.registration().gpus_size()),
+             nics.empty() ? "-" : absl::StrJoin(nics, ","),
+             Age(n.last_seen_unix_ns()),
+             n.drain_reason().empty() ? "-" : n.drain_reason()});
+}
+
+void AddStatus(CLI::App* app, GlobalOptions* g, int* rc) {
+  app->add_subcommand("status", "controller health and counts")
+      ->callback([g, rc] {
+        v1::GetStatusResponse r;
+        if ((*rc = Call(*g, &v1::Controller::Stub::GetStatus,
+                        v1::GetStatusRequest(), &r))) {
+          return;
+        }
+        if (g->output == "json") {
+          std::cout << ToJson(r.status()) << "\n";
+          return;
+        }
+        const v1::ControllerStatus& s = r.status();
+        Table t({"FIELD", "VALUE"});
+        t.AddRow({"controller", g->controller});
+        t.AddRow({"version", s.version()});
+        t.AddRow({"started", Age(s.start_unix_ns())});
+        t.AddRow({"nodes ready/total",
+                  absl::StrCat(s.nodes_ready(), "/", s.nodes_total())});
+        t.AddRow({"jobs", absl::StrCat(s.jobs())});
+        t.AddRow({"communicators", absl::StrCat(s.communicators())});
+        t.AddRow({"collectives joined", absl::StrCat(s.collectives_joined())});
+        t.AddRow({"open faults", absl::StrCat(s.open_faults())});
+        t.AddRow({"last detection cycle",
+                  absl::StrFormat("%.3f ms", s.last_detection_cycle_ms())});
+        t.AddRow({"database", s.database_path()});
+        t.Print(std::cout);
+      });
+}
+
+void AddNodes(CLI::App* app, GlobalOptions* g, int* rc) {
+  app->add_subcommand("nodes", "nodes (agents) known to the controller")
+      ->callback([g, rc] {
+        v1::ListNodesResponse r;
+        if ((*rc = Call(*g, &v1::Controller::Stub::ListNodes,
+                        v1::ListNodesRequest(), &r))) {
+          return;
+        }
+        if (g->output == "json") {
+          std::cout << ToJson(r) << "\n";
+          return;
+        }
+        Table t({"HOST", "STATE", "AGENT", "RANKS", "GPUS", "NICS", "LAST SEEN",
+                 "DRAIN REASON"});
+        for (const v1::Node& n : r.nodes()) PrintNode(n, &t);
+        t.Print(std::cout);
+      });
+}
+
+void AddJobs(CLI::App* app, GlobalOptions* g, int* rc) {
+  app->add_subcommand("jobs", "training jobs seen in telemetry")
+      ->callback([g, rc] {
+        v1::ListJobsResponse r;
+        if ((*rc = Call(*g, &v1::Controller::Stub::ListJobs,
+                        v1::ListJobsRequest(), &r))) {
+          return;
+        }
+        if (g->output == "json") {
+          std::cout << ToJson(r) << "\n";
+          return;
+        }
+        Table t({"JOB", "RANKS", "HOSTS", "COMMS", "OPEN FAULTS", "MODE"});
+        for (const v1::Job& j : r.jobs()) {
+          t.AddRow(
+              {j.job_id().empty() ? "(none)" : j.job_id(),
+               absl::StrCat(j.n_ranks()), absl::StrCat(j.hosts_size()),
+               absl::StrCat(j.comm_hashes_size()),
+               absl::StrCat(j.open_faults()),
+               Short(v1::PolicyMode_Name(j.policy().mode()), "POLICY_MODE_")});
+        }
+        t.Print(std::cout);
+      });
+  auto* comms = app->add_subcommand("comms", "communicators and members");
+  static std::string job;
+  comms->add_option("--job", job, "only this job's communicators");
+  comms->callback([g, rc] {
+    v1::ListCommunicatorsRequest req;
+    req.set_job_id(job);
+    v1::ListCommunicatorsResponse r;
+    if ((*rc = Call(*g, &v1::Controller::Stub::ListCommunicators, req, &r))) {
+      return;
+    }
+    if (g->output == "json") {
+      std::cout << ToJson(r) << "\n";
+      return;
+    }
+    Table t({"COMM", "NAME", "JOB", "RANKS", "JOINED", "LAST SEQ"});
+    for (const v1::Communicator& c : r.communicators()) {
+      t.AddRow({absl::StrFormat("%x", c.comm_hash()), c.comm_name(), c.job_id(),
+                absl::StrCat(c.n_ranks()), absl::StrCat(c.collectives_joined()),
+                absl::StrCat(c.last_completed_seq())});
+    }
+    t.Print(std::cout);
+  });
+}
+
+}  // namespace
+
+void AddCommands(CLI::App* app, GlobalOptions* g, int* exit_code) {
+  AddStatus(app, g, exit_code);
+  AddNodes(app, g, exit_code);
+  AddJobs(app, g, exit_code);
+  AddFaultCommands(app, g, exit_code);
+  AddNodeActions(app, g, exit_code);
+}
+
+int ExitCodeFor(const grpc::Status& s) {
+  switch (s.error_code()) {
+    case grpc::StatusCode::OK:
+      return kExitOk;
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return kExitUnreachable;
+    case grpc::StatusCode::NOT_FOUND:
+      return kExitNotFound;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return kExitRejected;
+    default:
+      return kExitError;
+  }
+}
+
+void PrintError(const GlobalOptions& g, const grpc::Status& s) {
+  std::cerr << "pitstopctl: " << g.controller << ": "
+            << (ExitCodeFor(s) == kExitUnreachable ? "controller unreachable: "
+                                                   : "")
+            << s.error_message() << "\n";
+}
+
+std::string DefaultWho() {
+  const char* user = std::getenv("USER");
+  return user && *user ? user : "pitstopctl";
+}
+
+}  // namespace pitstop::ctl

@@ -1,0 +1,29 @@
+// pitstopctl subcommands.
+#ifndef PITSTOP_TOOLS_PITSTOPCTL_COMMANDS_H_
+#define PITSTOP_TOOLS_PITSTOPCTL_COMMANDS_H_
+
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace pitstop::ctl {
+
+struct GlobalOptions {
+  std::string controller = "localhost:7070";
+  std::string output = "table";
+  double timeout_s = 10;
+};
+
+// Adds status, nodes, jobs, comms, faults, fault show, ack, resolve, drain,
+// uncordon and policy. Each callback stores its exit code in *exit_code.
+void AddCommands(CLI::App* app, GlobalOptions* g, int* exit_code);
+// faults, fault show, ack, resolve (fault_commands.cc).
+void AddFaultCommands(CLI::App* app, GlobalOptions* g, int* exit_code);
+// drain, uncordon, policy (fault_commands.cc).
+void AddNodeActions(CLI::App* app, GlobalOptions* g, int* exit_code);
+
+}  // namespace pitstop::ctl
+
+#endif  // PITSTOP_TOOLS_PITSTOPCTL_COMMANDS_H_

@@ -1,0 +1,39 @@
+// gRPC call helpers of pitstopctl: one unary call with a deadline, errors
+// printed once, status mapped to an exit code (exit_codes.h).
+#ifndef PITSTOP_TOOLS_PITSTOPCTL_CTL_CLIENT_H_
+#define PITSTOP_TOOLS_PITSTOPCTL_CTL_CLIENT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <string>
+
+#include "grpcpp/grpcpp.h"
+#include "pitstop/grpc_util.h"
+#include "pitstop/v1/controller.grpc.pb.h"
+#include "tools/pitstopctl/commands.h"
+#include "tools/pitstopctl/exit_codes.h"
+
+namespace pitstop::ctl {
+
+int ExitCodeFor(const grpc::Status& s);
+// Prints "pitstopctl: ADDR: message" to stderr.
+void PrintError(const GlobalOptions& g, const grpc::Status& s);
+// $USER, or "pitstopctl".
+std::string DefaultWho();
+
+template <typename Req, typename Resp, typename Method>
+int Call(const GlobalOptions& g, Method method, const Req& req, Resp* resp) {
+  auto stub = v1::Controller::NewStub(CreateChannel(g.controller));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(g.timeout_s * 1000)));
+  const grpc::Status s = ((*stub).*method)(&ctx, req, resp);
+  if (!s.ok()) PrintError(g, s);
+  return ExitCodeFor(s);
+}
+
+}  // namespace pitstop::ctl
+
+#endif  // PITSTOP_TOOLS_PITSTOPCTL_CTL_CLIENT_H_

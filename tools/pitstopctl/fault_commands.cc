@@ -1,0 +1,190 @@
+// pitstopctl: faults [--watch], fault show, ack, resolve, drain, uncordon,
+// policy get/set.
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tools/pitstopctl/commands.h"
+#include "tools/pitstopctl/ctl_client.h"
+#include "tools/pitstopctl/ctl_format.h"
+
+namespace pitstop::ctl {
+namespace {
+
+struct FaultArgs {
+  std::string job;
+  bool all = false;
+  uint32_t limit = 0;
+  bool watch = false;
+  bool fail_if_any = false;
+  std::string id;
+  std::string who;
+  std::string note;
+  std::string host;
+  std::string reason;
+};
+
+FaultArgs& Args() {
+  static FaultArgs args;
+  return args;
+}
+
+int Watch(const GlobalOptions& g, const FaultArgs& a) {
+  auto stub = v1::Controller::NewStub(CreateChannel(g.controller));
+  grpc::ClientContext ctx;
+  v1::WatchFaultsRequest req;
+  req.set_job_id(a.job);
+  req.set_include_existing(true);
+  auto reader = stub->WatchFaults(&ctx, req);
+  v1::WatchFaultsResponse r;
+  while (reader->Read(&r)) {
+    if (g.output == "json") {
+      std::cout << ToJson(r) << std::endl;
+      continue;
+    }
+    const v1::Fault& f = r.fault();
+    std::cout << ShortEnum(v1::WatchFaultsResponse::Change_Name(r.change()),
+                           "CHANGE_")
+              << "  " << f.fault_id() << "  "
+              << ShortEnum(v1::FaultClass_Name(f.fault_class()), "FAULT_CLASS_")
+              << "  "
+              << ShortEnum(v1::FaultState_Name(f.state()), "FAULT_STATE_")
+              << "  " << SuspectList(f) << "  " << f.summary() << std::endl;
+  }
+  const grpc::Status s = reader->Finish();
+  if (!s.ok()) PrintError(g, s);
+  return ExitCodeFor(s);
+}
+
+void AddFaults(CLI::App* app, GlobalOptions* g, int* rc) {
+  FaultArgs& a = Args();
+  CLI::App* cmd =
+      app->add_subcommand("faults", "list faults (open by default)");
+  cmd->add_option("--job", a.job, "only this job");
+  cmd->add_flag("--all", a.all, "include resolved faults");
+  cmd->add_option("--limit", a.limit, "at most this many (newest first)");
+  cmd->add_flag("--watch", a.watch,
+                "print open faults, then every change as it happens (until "
+                "interrupted)");
+  cmd->add_flag("--fail-if-any", a.fail_if_any,
+                "exit 1 when any fault is listed (for scripts)");
+  cmd->callback([g, rc, &a] {
+    if (a.watch) {
+      *rc = Watch(*g, a);
+      return;
+    }
+    v1::ListFaultsRequest req;
+    req.set_job_id(a.job);
+    req.set_include_resolved(a.all);
+    req.set_limit(a.limit);
+    v1::ListFaultsResponse r;
+    if ((*rc = Call(*g, &v1::Controller::Stub::ListFaults, req, &r))) return;
+    if (g->output == "json") {
+      std::cout << ToJson(r) << "\n";
+    } else {
+      PrintFaultTable({r.faults().begin(), r.faults().end()}, std::cout);
+    }
+    if (a.fail_if_any && r.faults_size() > 0) *rc = kExitFaultsPresent;
+  });
+}
+
+void AddFaultShow(CLI::App* app, GlobalOptions* g, int* rc) {
+  FaultArgs& a = Args();
+  CLI::App* fault = app->add_subcommand("fault", "one fault");
+  fault->require_subcommand(1);
+  CLI::App* show = fault->add_subcommand(
+      "show", "a fault with its suspects, victims and evidence");
+  show->add_option("ID", a.id, "fault id, e.g. F12")->required();
+  show->callback([g, rc, &a] {
+    v1::GetFaultRequest req;
+    req.set_fault_id(a.id);
+    v1::GetFaultResponse r;
+    if ((*rc = Call(*g, &v1::Controller::Stub::GetFault, req, &r))) return;
+    if (g->output == "json") {
+      std::cout << ToJson(r.fault()) << "\n";
+    } else {
+      PrintFaultDetails(r.fault(), std::cout);
+    }
+  });
+}
+
+template <typename Req, typename Resp, typename Method>
+void AddStateMove(CLI::App* app, GlobalOptions* g, int* rc, const char* name,
+                  const char* help, Method method) {
+  FaultArgs& a = Args();
+  CLI::App* cmd = app->add_subcommand(name, help);
+  cmd->add_option("ID", a.id, "fault id")->required();
+  cmd->add_option("--who", a.who, "your name (default $USER)");
+  cmd->add_option("--note", a.note, "free text kept with the fault");
+  cmd->callback([g, rc, &a, method] {
+    Req req;
+    req.set_fault_id(a.id);
+    req.set_who(a.who.empty() ? DefaultWho() : a.who);
+    req.set_note(a.note);
+    Resp r;
+    if ((*rc = Call(*g, method, req, &r))) return;
+    if (g->output == "json") {
+      std::cout << ToJson(r.fault()) << "\n";
+    } else {
+      std::cout << r.fault().fault_id() << " is now "
+                << ShortEnum(v1::FaultState_Name(r.fault().state()),
+                             "FAULT_STATE_")
+                << "\n";
+    }
+  });
+}
+
+template <typename Resp>
+void PrintNodeResult(const GlobalOptions& g, const Resp& r) {
+  if (g.output == "json") {
+    std::cout << ToJson(r.node()) << "\n";
+    return;
+  }
+  std::cout << r.node().host() << " is now "
+            << ShortEnum(v1::NodeState_Name(r.node().state()), "NODE_STATE_")
+            << "\n";
+}
+
+}  // namespace
+
+void AddFaultCommands(CLI::App* app, GlobalOptions* g, int* rc) {
+  AddFaults(app, g, rc);
+  AddFaultShow(app, g, rc);
+  AddStateMove<v1::AcknowledgeFaultRequest, v1::AcknowledgeFaultResponse>(
+      app, g, rc, "ack", "acknowledge a fault (suspected/confirmed only)",
+      &v1::Controller::Stub::AcknowledgeFault);
+  AddStateMove<v1::ResolveFaultRequest, v1::ResolveFaultResponse>(
+      app, g, rc, "resolve", "mark a fault resolved",
+      &v1::Controller::Stub::ResolveFault);
+}
+
+void AddNodeActions(CLI::App* app, GlobalOptions* g, int* rc) {
+  FaultArgs& a = Args();
+  CLI::App* drain = app->add_subcommand(
+      "drain", "mark a node drained (recorded; no migration yet)");
+  drain->add_option("HOST", a.host, "node host name")->required();
+  drain->add_option("--reason", a.reason, "why (required)")->required();
+  drain->callback([g, rc, &a] {
+    v1::DrainNodeRequest req;
+    req.set_host(a.host);
+    req.set_reason(a.reason);
+    v1::DrainNodeResponse r;
+    if ((*rc = Call(*g, &v1::Controller::Stub::DrainNode, req, &r))) return;
+    PrintNodeResult(*g, r);
+  });
+  CLI::App* uncordon =
+      app->add_subcommand("uncordon", "undo a drain of a node");
+  uncordon->add_option("HOST", a.host, "node host name")->required();
+  uncordon->callback([g, rc, &a] {
+    v1::UncordonNodeRequest req;
+    req.set_host(a.host);
+    v1::UncordonNodeResponse r;
+    if ((*rc = Call(*g, &v1::Controller::Stub::UncordonNode, req, &r))) {
+      return;
+    }
+    PrintNodeResult(*g, r);
+  });
+}
+
+}  // namespace pitstop::ctl

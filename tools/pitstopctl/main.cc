@@ -1,0 +1,45 @@
+// pitstopctl: the operator CLI of pitstop-controller. See docs/controller.md.
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "tools/pitstopctl/commands.h"
+#include "tools/pitstopctl/exit_codes.h"
+
+int main(int argc, char** argv) {
+  using namespace pitstop::ctl;
+  GlobalOptions g;
+  if (const char* env = std::getenv("PITSTOP_CONTROLLER"); env && *env) {
+    g.controller = env;
+  }
+  CLI::App app(
+      "pitstopctl: inspect and operate pitstop-controller.\n"
+      "Exit codes: 0 ok, 1 faults present (faults --fail-if-any), 2 usage, "
+      "3 controller unreachable, 4 not found, 5 request rejected, 6 other "
+      "error.");
+  app.require_subcommand(1);
+  app.add_option("--controller", g.controller,
+                 "controller address host:port (env PITSTOP_CONTROLLER)")
+      ->capture_default_str();
+  app.add_option("-o,--output", g.output, "output format: table or json")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->capture_default_str();
+  app.add_option("--timeout-s", g.timeout_s, "deadline of each call (s)")
+      ->capture_default_str();
+  int exit_code = kExitOk;
+  AddCommands(&app, &g, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  }
+  return exit_code;
+}
