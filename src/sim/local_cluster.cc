@@ -309,17 +309,27 @@ absl::Status LocalCluster::Shutdown(absl::Duration grace) {
   if (shut_down_) return absl::OkStatus();
   shut_down_ = true;
   std::vector<std::string> unclean;
-  auto stop = [&](Subprocess* p, const std::string& what) {
+  // One SIGTERM each: a second one may kill a daemon that already restored
+  // its default signal disposition while shutting down.
+  auto stop = [&](Subprocess* p, const std::string& what, bool was_running) {
     if (p == nullptr) return;
-    const bool was_running = p->Running();
-    const int status = p->Stop(grace);
+    const int status = p->WaitOrKill(grace);
     if (was_running && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
       unclean.push_back(absl::StrCat(what, ": ", p->DescribeExit()));
     }
   };
-  for (auto& a : agents_) a.process ? a.process->Signal(SIGTERM) : void();
-  for (auto& a : agents_) stop(a.process.get(), "pitstop-agent " + a.host);
-  stop(controller_.get(), "pitstop-controller");
+  std::vector<bool> running;
+  for (auto& a : agents_) {
+    running.push_back(a.process != nullptr && a.process->Running());
+    if (running.back()) a.process->Signal(SIGTERM);
+  }
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    stop(agents_[i].process.get(), "pitstop-agent " + agents_[i].host,
+         running[i]);
+  }
+  const bool controller_running = ControllerRunning();
+  if (controller_running) controller_->Signal(SIGTERM);
+  stop(controller_.get(), "pitstop-controller", controller_running);
   if (!unclean.empty()) {
     return absl::InternalError(
         absl::StrCat("unclean shutdown: ", absl::StrJoin(unclean, "; ")));

@@ -139,6 +139,10 @@ bool Subprocess::Wait(absl::Duration timeout) {
 
 int Subprocess::Stop(absl::Duration grace) {
   Signal(SIGTERM);
+  return WaitOrKill(grace);
+}
+
+int Subprocess::WaitOrKill(absl::Duration grace) {
   if (!Wait(grace)) {
     Signal(SIGKILL);
     Reap(/*block=*/true);

@@ -53,6 +53,10 @@ class Subprocess {
   // SIGTERM, wait up to `grace`, then SIGKILL and reap. Returns the wait
   // status (as waitpid reports it).
   int Stop(absl::Duration grace);
+  // Like Stop() without the SIGTERM (already sent): wait up to `grace`, then
+  // SIGKILL. Daemons may die of a second SIGTERM once they restored their
+  // signal mask, so callers that signal many children first use this.
+  int WaitOrKill(absl::Duration grace);
   // Wait status once exited (valid only after Running() returned false).
   int wait_status() const { return wait_status_; }
   // "exit 0", "signal 9 (Killed)", ... for messages.

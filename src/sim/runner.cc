@@ -1,0 +1,288 @@
+#include "src/sim/runner.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "pitstop/clock.h"
+#include "pitstop/grpc_util.h"
+#include "pitstop/status_macros.h"
+#include "pitstop/sync.h"
+#include "pitstop/v1/controller.grpc.pb.h"
+#include "src/sim/local_cluster.h"
+#include "src/sim/subprocess.h"
+
+namespace pitstop::sim {
+namespace {
+
+// Collects WatchFaults changes on its own thread until Stop().
+class FaultWatcher {
+ public:
+  FaultWatcher(std::shared_ptr<grpc::Channel> channel, int64_t start_ns)
+      : stub_(v1::Controller::NewStub(channel)), start_ns_(start_ns) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~FaultWatcher() { Stop(); }
+
+  void Stop() {
+    {
+      MutexLock lock(&mu_);
+      if (stopped_) return;
+      stopped_ = true;
+      if (ctx_ != nullptr) ctx_->TryCancel();
+    }
+    thread_.join();
+  }
+
+  // Faults opened since the last call (for progress lines).
+  std::vector<ObservedFault> TakeNew() {
+    MutexLock lock(&mu_);
+    std::vector<ObservedFault> out;
+    for (const std::string& id : new_ids_) out.push_back(faults_[index_[id]]);
+    new_ids_.clear();
+    return out;
+  }
+
+  // Adds faults the stream did not show (e.g. resolved quickly), with the
+  // time of their record, and returns all in order of appearance.
+  std::vector<ObservedFault> Merge(const std::vector<v1::Fault>& listed,
+                                   int64_t now_plan_ns) {
+    MutexLock lock(&mu_);
+    for (const v1::Fault& f : listed) {
+      auto it = index_.find(f.fault_id());
+      if (it != index_.end()) {
+        faults_[it->second].fault = f;
+        continue;
+      }
+      index_[f.fault_id()] = faults_.size();
+      faults_.push_back({f, now_plan_ns});
+    }
+    return faults_;
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      auto ctx = std::make_unique<grpc::ClientContext>();
+      {
+        MutexLock lock(&mu_);
+        if (stopped_) return;
+        ctx_ = ctx.get();
+      }
+      v1::WatchFaultsRequest req;
+      req.set_include_existing(true);
+      auto reader = stub_->WatchFaults(ctx.get(), req);
+      v1::WatchFaultsResponse resp;
+      while (reader->Read(&resp)) Record(resp.fault());
+      reader->Finish();
+      {
+        MutexLock lock(&mu_);
+        ctx_ = nullptr;
+        if (stopped_) return;
+      }
+      usleep(200000);  // controller restarting: retry
+    }
+  }
+
+  void Record(const v1::Fault& f) {
+    MutexLock lock(&mu_);
+    auto it = index_.find(f.fault_id());
+    if (it != index_.end()) {
+      faults_[it->second].fault = f;
+      return;
+    }
+    index_[f.fault_id()] = faults_.size();
+    faults_.push_back({f, MonotonicNowNs() - start_ns_});
+    new_ids_.push_back(f.fault_id());
+  }
+
+  std::unique_ptr<v1::Controller::Stub> stub_;
+  const int64_t start_ns_;
+  std::thread thread_;
+  Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::vector<ObservedFault> faults_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, size_t> index_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> new_ids_ ABSL_GUARDED_BY(mu_);
+};
+
+std::string FaultLine(const ObservedFault& o) {
+  std::string line = absl::StrFormat(
+      "[sim %6.1fs] FAULT %s %s", o.first_seen_ns / 1e9,
+      ShortClassName(o.fault.fault_class()), o.fault.fault_id());
+  if (o.fault.suspects_size() > 0) {
+    absl::StrAppend(&line, ": ", DescribeSuspect(o.fault.suspects(0)));
+  }
+  return line;
+}
+
+uint64_t JoinedCollectives(v1::Controller::Stub* stub) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(500));
+  v1::GetStatusResponse resp;
+  if (!stub->GetStatus(&ctx, v1::GetStatusRequest(), &resp).ok()) return 0;
+  return resp.status().collectives_joined();
+}
+
+absl::StatusOr<std::vector<v1::Fault>> ListAllFaults(
+    v1::Controller::Stub* stub) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::ListFaultsRequest req;
+  req.set_include_resolved(true);
+  v1::ListFaultsResponse resp;
+  RETURN_IF_ERROR(FromGrpcStatus(stub->ListFaults(&ctx, req, &resp)));
+  return std::vector<v1::Fault>(resp.faults().begin(), resp.faults().end());
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RunResult>> RunScenario(
+    const Scenario& scenario, const RunOptions& options) {
+  auto say = [&](const std::string& line) {
+    if (options.progress) options.progress(line);
+  };
+  const int64_t wall_start = MonotonicNowNs();
+  ASSIGN_OR_RETURN(const std::string rank_bin,
+                   FindPitstopBinary("pitstop-sim-rank"));
+  ASSIGN_OR_RETURN(const std::string plugin,
+                   FindPitstopBinary("libnccl-profiler-pitstop.so"));
+  // Ranks read the scenario back from YAML; so does the coordinator, so both
+  // build the plan from the very same numbers.
+  ASSIGN_OR_RETURN(Scenario resolved,
+                   ParseScenario(ScenarioToYaml(scenario), scenario.source));
+  auto result = std::make_unique<RunResult>();
+  ASSIGN_OR_RETURN(result->plan, BuildPlan(resolved));
+  const Plan& plan = result->plan;
+
+  LocalClusterOptions copts;
+  copts.nodes = resolved.nodes;
+  for (int i = 0; i < resolved.nodes; ++i) {
+    copts.host_names.push_back(HostName(i));
+  }
+  copts.work_dir = options.work_dir;
+  copts.keep_work_dir = options.keep_work_dir;
+  copts.log_level = options.daemon_log_level;
+  copts.agent_batch_ms = options.agent_batch_ms;
+  copts.controller_config = options.controller_config;
+  say(absl::StrCat("[sim] scenario ", resolved.name, ": ",
+                   resolved.description));
+  say(absl::StrCat("[sim] starting pitstop-controller and ", resolved.nodes,
+                   " pitstop-agent(s) on loopback"));
+  ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster,
+                   LocalCluster::Start(copts));
+  result->controller_address = cluster->controller_address();
+  result->work_dir = cluster->work_dir();
+  const std::string scenario_path = cluster->work_dir() + "/scenario.yaml";
+  {
+    std::ofstream out(scenario_path);
+    out << ScenarioToYaml(resolved);
+    if (!out.good()) {
+      return absl::InternalError(absl::StrCat("cannot write ", scenario_path));
+    }
+  }
+  if (options.on_cluster_ready) {
+    options.on_cluster_ready(cluster->controller_address(),
+                             cluster->work_dir());
+  }
+  auto channel = CreateChannel(cluster->controller_address());
+  auto stub = v1::Controller::NewStub(channel);
+  const int world = resolved.world_size();
+  // Time for every rank process to load the plugin and connect first.
+  const int64_t start_ns =
+      MonotonicNowNs() + 1'500'000'000 + int64_t{60'000'000} * world;
+  FaultWatcher watcher(channel, start_ns);
+  say(absl::StrCat("[sim] starting ", world, " emulated ranks (",
+                   resolved.nodes, " nodes x ", resolved.gpus_per_node,
+                   " GPUs, ", plan.comms.size(), " communicators); job runs ",
+                   resolved.duration_s, " s"));
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (int r = 0; r < world; ++r) {
+    const RankPlan& rp = plan.ranks[r];
+    SubprocessOptions so;
+    so.argv = {
+        rank_bin,        "--scenario", scenario_path,          "--rank",
+        absl::StrCat(r), "--start-ns", absl::StrCat(start_ns), "--plugin",
+        plugin};
+    so.env = {{"PITSTOP_AGENT_SOCKET", cluster->agent_socket(rp.node)},
+              {"PITSTOP_HOST", HostName(rp.node)},
+              {"PITSTOP_JOB_ID", resolved.job_id},
+              {"RANK", absl::StrCat(r)},
+              {"LOCAL_RANK", absl::StrCat(rp.gpu)},
+              {"WORLD_SIZE", absl::StrCat(world)}};
+    so.log_path = absl::StrCat(cluster->work_dir(), "/rank", r, ".log");
+    ASSIGN_OR_RETURN(auto p, Subprocess::Start(so));
+    ranks.push_back(std::move(p));
+  }
+  for (const FaultTruth& t : plan.truths) {
+    say(absl::StrFormat(
+        "[sim] schedule: %s%s", t.Describe(),
+        t.expect_fault ? "" : " (deceptive normal: no fault expected)"));
+  }
+  // Run: progress lines, fault lines.
+  int64_t end_plan = plan.duration_ns;
+  for (const RankPlan& rp : plan.ranks)
+    end_plan = std::max(end_plan, rp.finish_ns);
+  const int64_t hard_deadline = start_ns + end_plan + 20'000'000'000;
+  int64_t next_progress = start_ns;
+  while (true) {
+    int alive = 0;
+    for (auto& p : ranks) alive += p->Running();
+    const int64_t now = MonotonicNowNs();
+    for (const ObservedFault& f : watcher.TakeNew()) say(FaultLine(f));
+    if (now >= next_progress && now >= start_ns) {
+      say(
+          absl::StrFormat("[sim %6.1fs/%.0fs] %d/%d ranks running, %d "
+                          "collectives joined by the controller",
+                          (now - start_ns) / 1e9, resolved.duration_s, alive,
+                          world, JoinedCollectives(stub.get())));
+      next_progress =
+          now + static_cast<int64_t>(options.progress_period_s * 1e9);
+    }
+    if (alive == 0 || now > hard_deadline) break;
+    usleep(100000);
+  }
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (ranks[r]->Running()) {
+      result->rank_errors.push_back(absl::StrCat("rank ", r, " did not exit"));
+      ranks[r]->Stop(absl::Seconds(1));
+      continue;
+    }
+    const int st = ranks[r]->wait_status();
+    const bool planned_crash = plan.ranks[r].crash_ns < plan.duration_ns;
+    const bool clean = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    if (planned_crash && WIFEXITED(st) && WEXITSTATUS(st) == 1) {
+      ++result->ranks_crashed;
+    } else if (!clean) {
+      result->rank_errors.push_back(absl::StrCat("rank ", r, ": ",
+                                                 ranks[r]->DescribeExit(),
+                                                 " (log rank", r, ".log)"));
+    }
+  }
+  usleep(static_cast<useconds_t>(options.drain_s * 1e6));
+  for (const ObservedFault& f : watcher.TakeNew()) say(FaultLine(f));
+  ASSIGN_OR_RETURN(std::vector<v1::Fault> listed, ListAllFaults(stub.get()));
+  result->faults = watcher.Merge(listed, MonotonicNowNs() - start_ns);
+  result->score = ScoreRun(result->plan, result->faults);
+  if (options.keep_running) {
+    while (options.keep_running() && cluster->ControllerRunning()) {
+      usleep(200000);
+    }
+  }
+  watcher.Stop();
+  const absl::Status shut = cluster->Shutdown(absl::Seconds(5));
+  if (!shut.ok()) say(absl::StrCat("[sim] warning: ", shut.message()));
+  result->wall_s = (MonotonicNowNs() - wall_start) / 1e9;
+  return result;
+}
+
+}  // namespace pitstop::sim

@@ -1,0 +1,119 @@
+#include "src/sim/score.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "pitstop/v1/common.pb.h"
+
+namespace pitstop::sim {
+namespace {
+
+// Faults first seen up to this long before the planned onset still count
+// (planned onsets are at step boundaries; hang onsets are exact).
+constexpr int64_t kOnsetSlackNs = 500'000'000;
+
+bool SameHostPair(const v1::Suspect& s, const FaultTruth& t) {
+  return (s.host() == t.host && s.peer_host() == t.peer_host) ||
+         (s.host() == t.peer_host && s.peer_host() == t.host);
+}
+
+}  // namespace
+
+std::string ShortClassName(v1::FaultClass c) {
+  std::string name = v1::FaultClass_Name(c);
+  absl::string_view v = name;
+  if (absl::StartsWith(v, "FAULT_CLASS_")) v.remove_prefix(12);
+  return std::string(v);
+}
+
+bool SuspectMatches(const v1::Suspect& s, const FaultTruth& t) {
+  switch (t.spec.kind) {
+    case FaultKind::kSlowGpu:
+    case FaultKind::kNonCommHang:
+    case FaultKind::kCrash:
+      return s.global_rank() == t.rank ||
+             (s.global_rank() < 0 && s.host() == t.host &&
+              s.gpu_index() == t.gpu);
+    case FaultKind::kSlowNic:
+    case FaultKind::kFlappingNic:
+      return s.host() == t.host && s.nic() == t.nic;
+    case FaultKind::kSlowLink:
+    case FaultKind::kCommHang:
+      return SameHostPair(s, t);
+    default:
+      return false;
+  }
+}
+
+bool RunScore::ok() const {
+  if (!false_faults.empty()) return false;
+  for (const TruthScore& t : truths) {
+    if (t.scored && !(t.detected && t.localised)) return false;
+  }
+  return true;
+}
+
+RunScore ScoreRun(const Plan& plan, const std::vector<ObservedFault>& faults) {
+  RunScore score;
+  std::vector<bool> explained(faults.size(), false);
+  for (const FaultTruth& t : plan.truths) {
+    TruthScore ts;
+    ts.truth = &t;
+    ts.scored = t.expect_fault && t.happened;
+    for (size_t i = 0; i < faults.size(); ++i) {
+      const ObservedFault& o = faults[i];
+      if (o.first_seen_ns + kOnsetSlackNs < t.onset_ns) continue;
+      bool names_culprit = false;
+      for (const v1::Suspect& s : o.fault.suspects()) {
+        names_culprit = names_culprit || SuspectMatches(s, t);
+      }
+      const bool same_class =
+          ShortClassName(o.fault.fault_class()) == t.expected_class;
+      if (!ts.scored) continue;
+      if (same_class || names_culprit) explained[i] = true;
+      if (!same_class) continue;
+      const bool top =
+          o.fault.suspects_size() > 0 && SuspectMatches(o.fault.suspects(0), t);
+      // Prefer the earliest correctly localised match, else the earliest.
+      const int64_t latency = o.first_seen_ns - t.onset_ns;
+      const bool better = !ts.detected || (top && !ts.localised) ||
+                          (top == ts.localised && latency < ts.latency_ns);
+      if (better) {
+        ts.detected = true;
+        ts.localised = top;
+        ts.latency_ns = std::max<int64_t>(0, latency);
+        ts.fault_id = o.fault.fault_id();
+      }
+    }
+    if (ts.scored && !ts.detected) {
+      ts.note = absl::StrCat("no ", t.expected_class, " fault after onset");
+    } else if (ts.scored && !ts.localised) {
+      ts.note = "found, but the first suspect is not the culprit";
+    }
+    score.truths.push_back(ts);
+  }
+  for (size_t i = 0; i < faults.size(); ++i) {
+    if (!explained[i]) score.false_faults.push_back(&faults[i]);
+  }
+  return score;
+}
+
+std::string DescribeSuspect(const v1::Suspect& s) {
+  std::string level = v1::SuspectLevel_Name(s.level());
+  if (absl::StartsWith(level, "SUSPECT_LEVEL_")) level = level.substr(14);
+  std::string out = absl::StrCat(level, " ", s.host().empty() ? "?" : s.host());
+  if (s.gpu_index() >= 0) absl::StrAppend(&out, " GPU ", s.gpu_index());
+  if (!s.nic().empty()) absl::StrAppend(&out, " NIC ", s.nic());
+  if (!s.peer_host().empty()) absl::StrAppend(&out, " <-> ", s.peer_host());
+  if (s.global_rank() >= 0) absl::StrAppend(&out, " (rank ", s.global_rank());
+  if (s.global_rank() >= 0 && s.peer_global_rank() >= 0) {
+    absl::StrAppend(&out, " -> rank ", s.peer_global_rank());
+  }
+  if (s.global_rank() >= 0) absl::StrAppend(&out, ")");
+  if (s.confidence() > 0) {
+    absl::StrAppend(&out, " confidence ",
+                    static_cast<int>(s.confidence() * 100 + 0.5), "%");
+  }
+  return out;
+}
+
+}  // namespace pitstop::sim
