@@ -202,6 +202,49 @@ absl::StatusOr<ImportedJob> BuildFlightRecorderJob(
                          options.max_window, " are used"));
         lo = hi - options.max_window + 1;
       }
+      // FR numbers collectives per group across functions; pitstop keeps
+      // progress per (communicator, function). So every function F seen in
+      // the window gets a completed marker just below its first op there
+      // (or at this rank's last completed, if lower): every member had
+      // completed its F ops up to that point.
+      std::map<v1::CollFunc, int64_t> first_of;
+      for (auto k = view.known.upper_bound(lo);
+           k != view.known.end() && k->first <= hi; ++k) {
+        first_of.emplace(ParseCollFunc(k->second->profiling_name), k->first);
+      }
+      if (lo >= 1) {
+        for (const auto& [f, first] : first_of) {
+          // Every op in (completed, first) is known and of another
+          // function: then all F ops before `first` are complete.
+          int64_t mark = std::min(first - 1, st.last_completed);
+          bool others_only = true;
+          for (int64_t q = st.last_completed + 1; q < first && others_only;
+               ++q) {
+            others_only = view.known.count(q) > 0;
+          }
+          if (others_only) mark = first - 1;
+          if (mark < 1) continue;
+          auto real = view.known.find(mark);
+          if (real != view.known.end() &&
+              ParseCollFunc(real->second->profiling_name) == f) {
+            continue;  // a real op of F is at the mark
+          }
+          ImportedOp op;
+          op.record.set_op_id(++next_derived);
+          op.record.set_comm_hash(view.comm_hash);
+          op.record.set_rank(cr->second);
+          op.record.set_kind(v1::OP_KIND_COLLECTIVE);
+          op.record.set_func(f);
+          op.record.set_seq_number(static_cast<uint64_t>(mark));
+          op.record.set_root(-1);
+          op.record.set_peer(-1);
+          op.state = v1::OP_STATE_COMPLETED;
+          op.derived = true;
+          op.for_detection = true;
+          op.name = "(progress marker from pg_status)";
+          rank.ops.push_back(std::move(op));
+        }
+      }
       for (int64_t seq = lo; seq <= hi; ++seq) {
         v1::OpState state = seq <= st.last_completed ? v1::OP_STATE_COMPLETED
                             : seq <= st.last_started ? v1::OP_STATE_STARTED

@@ -195,10 +195,14 @@ absl::StatusOr<ImportedJob> BuildKinetoJob(std::vector<KinetoTrace> traces,
         tr.push_back(it->second);
     }
     if (tr.size() < g.members.size() || tr.size() < 2) {
+      std::vector<int32_t> have;
+      for (size_t t : tr) have.push_back(traces[t].rank);
       job.warnings.push_back(absl::StrCat(
-          g.name, ": only rank(s) present of ", g.members.size(),
-          " members have kernels here; its collectives are shown in the "
-          "timeline but cannot be compared"));
+          g.name, ": only rank(s) ",
+          have.empty() ? "none" : absl::StrJoin(have, ","), " of its ",
+          g.members.size(),
+          " members have traces; its collectives are shown in the timeline "
+          "but cannot be compared"));
       continue;
     }
     std::vector<std::vector<bool>> used(tr.size());

@@ -1,0 +1,80 @@
+// Offline analysis of an imported job with the controller's own detectors:
+// the job's per-rank records go through the agent's per-rank join
+// (pitstop_agent_join) and into the detection engine (pitstop_detect), fed
+// as the live controller would be, with a FakeClock advanced past the hang
+// timeouts and the detection windows. So `pitstop analyze` and a live
+// controller share every detector.
+//
+//   ASSIGN_OR_RETURN(ImportedJob job, ImportPaths(paths, {}));
+//   ASSIGN_OR_RETURN(AnalysisResult r, AnalyzeJob(job, {}));
+//   std::cout << FormatVerdictTable(job, r);
+#ifndef PITSTOP_IMPORTERS_ANALYSIS_H_
+#define PITSTOP_IMPORTERS_ANALYSIS_H_
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "pitstop/v1/controller.pb.h"
+#include "src/importers/imported_job.h"
+
+namespace pitstop::importers {
+
+// The detection policy used for imported data: the controller defaults, but
+// statistics trusted after 2 collectives and verdicts from a single window
+// (an import is one snapshot, not a stream of windows).
+v1::JobPolicy ImportedJobPolicy();
+
+struct AnalysisOptions {
+  // Zero fields take ImportedJobPolicy()'s.
+  v1::JobPolicy policy;
+  // How far the clock is moved past the last record, in steps, so hang
+  // timeouts expire and faults are confirmed (2 x timeout).
+  absl::Duration settle = absl::Seconds(60);
+};
+
+// The job-level verdict distilled from the engine's faults.
+struct Verdict {
+  // FAULT_CLASS_UNSPECIFIED when nothing was found.
+  v1::FaultClass fault_class = v1::FAULT_CLASS_UNSPECIFIED;
+  // Global ranks (or comm ranks when global ranks are unknown), sorted.
+  std::vector<int32_t> suspects;
+  std::vector<int32_t> victims;
+  // "all_to_all seq 20537 in EXPERT_MODEL_PARALLEL_GROUP (pg 74)" for each
+  // hang fault with suspects.
+  std::vector<std::string> hung_collectives;
+};
+
+struct AnalysisResult {
+  // Open faults at the end (latest state of each fault id).
+  std::vector<v1::Fault> faults;
+  Verdict verdict;
+};
+
+// Runs join + detection. InvalidArgument if the engine rejects a record
+// (with the engine's message).
+absl::StatusOr<AnalysisResult> AnalyzeJob(const ImportedJob& job,
+                                          const AnalysisOptions& options);
+
+// Builds the verdict from a set of faults (also used by replay on the
+// faults read back from a controller).
+Verdict VerdictFromFaults(const std::vector<v1::Fault>& faults);
+
+// Human-readable report: verdict, one table row per fault, warnings, notes.
+std::string FormatVerdictTable(const ImportedJob& job,
+                               const std::vector<v1::Fault>& faults,
+                               const Verdict& verdict);
+
+// The same as JSON: {"format", "job_id", "ranks", "missing_ranks",
+// "verdict": {"fault_class", "suspects", "victims", "hung_collectives"},
+// "faults": [Fault as proto JSON], "warnings", "notes", "matched"}.
+nlohmann::json VerdictJson(const ImportedJob& job,
+                           const std::vector<v1::Fault>& faults,
+                           const Verdict& verdict);
+
+}  // namespace pitstop::importers
+
+#endif  // PITSTOP_IMPORTERS_ANALYSIS_H_
