@@ -18,6 +18,14 @@ bool IsP2p(int32_t func) {
          func == v1::COLL_FUNC_SEND_RECV;
 }
 
+// Collectives that no member can complete before every member has taken
+// part (each rank receives data from all others).
+bool NeedsEveryMember(int32_t func) {
+  return func == v1::COLL_FUNC_ALL_REDUCE || func == v1::COLL_FUNC_ALL_GATHER ||
+         func == v1::COLL_FUNC_REDUCE_SCATTER ||
+         func == v1::COLL_FUNC_ALL_TO_ALL || func == v1::COLL_FUNC_BARRIER;
+}
+
 struct Stalled {
   int32_t rank;
   int32_t peer;
@@ -144,6 +152,26 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
                           comm->members[r].exited;
       if (!exited && fp.ranks[r].enqueued < seq) behind.insert(r);
     }
+    // Completion stall (added for imported Flight Recorder dumps): a member
+    // whose completions stopped below what another member completed, in a
+    // collective that needs every member, did take part in those
+    // collectives but no longer reports them: its GPU or process stopped
+    // (e.g. a GPU error freezes the watchdog's view).
+    std::set<int32_t> stalled;
+    int64_t max_completed = -1;
+    if (NeedsEveryMember(func)) {
+      for (int32_t r = 0; r < n; ++r) {
+        max_completed = std::max(max_completed, fp.ranks[r].completed);
+      }
+      for (int32_t r = 0; r < n && max_completed >= seq; ++r) {
+        const bool exited = r < static_cast<int32_t>(comm->members.size()) &&
+                            comm->members[r].exited;
+        if (!exited && fp.ranks[r].completed < max_completed &&
+            !behind.count(r)) {
+          stalled.insert(r);
+        }
+      }
+    }
     v1::Fault f;
     f.set_func(static_cast<v1::CollFunc>(func));
     f.set_seq_number(static_cast<uint64_t>(seq));
@@ -154,7 +182,28 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
     values["stuck_ns"] = static_cast<double>(stuck);
     values["timeout_ns"] = static_cast<double>(timeout);
     values["max_enqueued_seq"] = static_cast<double>(max_enqueued);
-    if (!behind.empty()) {
+    if (behind.empty() && !stalled.empty()) {
+      FillFaultHeader(*comm, v1::FAULT_CLASS_NON_COMM_HANG, "hang", &f);
+      std::string who;
+      for (int32_t r : stalled) {
+        *f.add_suspects() = MemberSuspect(*comm, r, v1::SUSPECT_LEVEL_GPU, 0.8);
+        values[absl::StrCat("last_completed_seq/rank", r)] =
+            static_cast<double>(fp.ranks[r].completed);
+        if (f.suspects_size() <= 8) {
+          absl::StrAppend(&who, who.empty() ? "" : ", ",
+                          DescribeRank(*comm, r));
+        }
+      }
+      values["max_completed_seq"] = static_cast<double>(max_completed);
+      AddVictims(*comm, stalled, &f);
+      f.set_summary(absl::StrFormat(
+          "non-comm-hang: %zu of %d ranks of %s stopped completing at seq %d "
+          "while others completed up to seq %d, which needed them (GPU or "
+          "process stalled), for %.1f s: %s",
+          stalled.size(), n, comm->comm_name, seq, max_completed, stuck / 1e9,
+          who));
+      e->set_text(f.summary());
+    } else if (!behind.empty()) {
       FillFaultHeader(*comm, v1::FAULT_CLASS_NON_COMM_HANG, "hang", &f);
       std::string who;
       for (int32_t r : behind) {
