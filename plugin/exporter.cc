@@ -20,7 +20,9 @@ namespace pitstop::plugin {
 class Exporter::Stream final
     : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  explicit Stream(const std::string& socket_path) {
+  // `dropped` counts the records of writes that fail.
+  Stream(const std::string& socket_path, std::atomic<uint64_t>* dropped)
+      : dropped_(dropped) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
@@ -40,11 +42,12 @@ class Exporter::Stream final
   }
 
   // Exporter thread. False if a write is in flight or the stream is over.
-  bool TryWrite(const std::string& request, bool last) {
+  bool TryWrite(const std::string& request, uint32_t records, bool last) {
     {
       MutexLock lock(&mu_);
       if (writing_ || done_ || broken_) return false;
       writing_ = true;
+      in_flight_records_ = records;
       grpc::Slice slice(request);
       in_flight_ = grpc::ByteBuffer(&slice, 1);
     }
@@ -103,6 +106,7 @@ class Exporter::Stream final
       delivered_any_ = true;
     } else {
       broken_ = true;
+      dropped_->fetch_add(in_flight_records_);
     }
     cv_.SignalAll();
   }
@@ -134,6 +138,7 @@ class Exporter::Stream final
   }
 
  private:
+  std::atomic<uint64_t>* const dropped_;
   std::shared_ptr<grpc::Channel> channel_;
   static constexpr char kMethod[] = "/pitstop.v1.Telemetry/StreamTelemetry";
   std::unique_ptr<grpc::GenericStub> stub_;
@@ -143,6 +148,7 @@ class Exporter::Stream final
   Mutex mu_;
   CondVar cv_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  uint32_t in_flight_records_ ABSL_GUARDED_BY(mu_) = 0;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   bool delivered_any_ ABSL_GUARDED_BY(mu_) = false;
@@ -187,7 +193,7 @@ void Exporter::Stop(GoodbyeReason reason) {
 }
 
 void Exporter::OpenStream(uint64_t now_ns) {
-  stream_ = new Stream(options_.socket_path);
+  stream_ = new Stream(options_.socket_path, &export_dropped_);
   const uint64_t opened = streams_opened_.fetch_add(1);
   batch_seq_ = 0;
   // Hello and the live communicators go first on every stream; queued
@@ -280,7 +286,7 @@ bool Exporter::TrySend(bool force_empty, const std::string* goodbye) {
   w.Message(kReqDrops, EncodeDrops(drops));
   w.Varint(kReqSentCpuNs, now);
   if (goodbye != nullptr) w.Message(kReqGoodbye, *goodbye);
-  if (!stream_->TryWrite(pending_, goodbye != nullptr)) {
+  if (!stream_->TryWrite(pending_, pending_records_, goodbye != nullptr)) {
     // Cannot happen (checked Writable above, one writer); keep it sane.
     --batch_seq_;
     export_dropped_.fetch_add(pending_records_);

@@ -64,7 +64,7 @@ struct LoadOptions {
   // NCCL_PROFILER_PLUGIN-style value: a name ("pitstop" -> tries "pitstop",
   // then "libnccl-profiler-pitstop.so" via the loader's search path) or a
   // path. Empty: $NCCL_PROFILER_PLUGIN, else the plugin built with this tree.
-  std::string plugin;
+  std::string plugin{};
   // 3..6 to load ncclProfiler_v<N> only; 0 probes v6, v5, v4, v3 like NCCL.
   int force_version = 0;
 };
@@ -78,7 +78,7 @@ absl::StatusOr<void*> OpenPluginLibrary(const std::string& value);
 
 struct CommSpec {
   uint64_t comm_hash = 0;
-  std::string name;  // ncclConfig_t.commName; empty passes NULL
+  std::string name{};  // ncclConfig_t.commName; empty passes NULL
   int n_ranks = 1;
   int rank = 0;
   int n_nodes = 1;

@@ -1,0 +1,205 @@
+// The library in real processes: clean finalize, exit without finalize,
+// crash; LD_PRELOAD into an unchanged program over a fake libnccl.so.2;
+// the interposer without NCCL; exported symbols.
+#include <dlfcn.h>
+#include <stdio.h>
+
+#include <array>
+#include <set>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/harness/nccl_emulator.h"
+#include "tests/harness/telemetry_receiver.h"
+#include "tests/plugin/test_util.h"
+
+namespace pitstop::emu {
+namespace {
+
+using ::testing::UnorderedElementsAreArray;
+
+std::vector<ReceivedStream> RunRank(const std::string& end, int* status,
+                                    const std::string& linger_ms = "0") {
+  const std::string sock = TempSocketPath("proc");
+  auto receiver = TelemetryReceiver::Start(sock);
+  EXPECT_TRUE(receiver.ok()) << receiver.status();
+  if (!receiver.ok()) return {};
+  *status = RunChild({PITSTOP_EMULATED_RANK, "--ops", "12", "--end", end,
+                      "--linger-ms", linger_ms},
+                     {{"PITSTOP_AGENT_SOCKET", sock},
+                      {"RANK", "7"},
+                      {"PITSTOP_HOST", "node-b"}});
+  // The child is gone: its stream has ended (cleanly or not).
+  EXPECT_TRUE((*receiver)->WaitFor(
+      [](const auto& s) { return !s.empty() && s.back().ended; },
+      absl::Seconds(10)));
+  return (*receiver)->Streams();
+}
+
+size_t Ops(const std::vector<ReceivedStream>& s) { return AllOps(s).size(); }
+
+TEST(ProcessTest, FinalizeEndsStreamWithGoodbye) {
+  int status = 0;
+  const auto s = RunRank("finalize", &status);
+  EXPECT_TRUE(ExitedWith(status, 0));
+  EXPECT_EQ(Ops(s), 12u);
+  EXPECT_TRUE(HasGoodbye(s, v1::ProcessGoodbye::REASON_FINALIZE));
+  ASSERT_FALSE(s.empty());
+  EXPECT_EQ(s[0].batches[0].hello().host(), "node-b");
+  EXPECT_EQ(s[0].batches[0].hello().global_rank(), 7);
+}
+
+TEST(ProcessTest, ExitWithoutFinalizeFlushesAndSaysExit) {
+  int status = 0;
+  const auto s = RunRank("exit", &status);
+  EXPECT_TRUE(ExitedWith(status, 0));
+  EXPECT_EQ(Ops(s), 12u);
+  EXPECT_TRUE(HasGoodbye(s, v1::ProcessGoodbye::REASON_EXIT));
+  EXPECT_FALSE(HasGoodbye(s, v1::ProcessGoodbye::REASON_FINALIZE));
+}
+
+TEST(ProcessTest, CrashEndsStreamWithoutGoodbye) {
+  int status = 0;
+  // Linger so the exporter has opened its stream before the crash.
+  const auto s = RunRank("crash", &status, "500");
+  EXPECT_TRUE(ExitedWith(status, 0));
+  EXPECT_FALSE(HasGoodbye(s, v1::ProcessGoodbye::REASON_EXIT));
+  EXPECT_FALSE(HasGoodbye(s, v1::ProcessGoodbye::REASON_FINALIZE));
+  EXPECT_LE(Ops(s), 12u);
+}
+
+TEST(InterposerTest, PreloadedIntoUnchangedProgram) {
+  const std::string sock = TempSocketPath("pre");
+  auto receiver = TelemetryReceiver::Start(sock);
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  const int status =
+      RunChild({PITSTOP_INTERPOSER_DRIVER}, {{"LD_PRELOAD", BuiltPluginPath()},
+                                             {"-NCCL_PROFILER_PLUGIN", ""},
+                                             {"PITSTOP_AGENT_SOCKET", sock},
+                                             {"RANK", "3"}});
+  ASSERT_TRUE(ExitedWith(status, 0)) << status;
+  ASSERT_TRUE((*receiver)->WaitFor(
+      [](const auto& s) {
+        return HasGoodbye(s, v1::ProcessGoodbye::REASON_FINALIZE);
+      },
+      absl::Seconds(10)));
+  const auto s = (*receiver)->Streams();
+  const auto& hello = s[0].batches[0].hello();
+  EXPECT_EQ(hello.load_mode(), "both");
+  EXPECT_EQ(hello.nccl_version(), 22809u);
+  uint64_t world = 0, child = 0;
+  bool child_aborted = false, world_finalized = false, world_device = false;
+  for (const auto& ev : AllCommEvents(s)) {
+    const auto& info = ev.info();
+    EXPECT_EQ(info.source(), v1::CommunicatorInfo::SOURCE_INTERPOSER)
+        << ev.DebugString();
+    if (ev.kind() == v1::CommunicatorEvent::KIND_INIT && info.n_ranks() == 8) {
+      world = info.comm_hash();
+      EXPECT_EQ(info.parent_comm_hash(), 0u);
+      ASSERT_EQ(info.global_ranks_size(), 8);
+      EXPECT_EQ(info.global_ranks(3), 3);
+    }
+    if (ev.kind() == v1::CommunicatorEvent::KIND_INIT && info.n_ranks() == 4) {
+      child = info.comm_hash();
+      EXPECT_EQ(info.parent_comm_hash(), world);
+    }
+    if (ev.kind() == v1::CommunicatorEvent::KIND_UPDATE &&
+        info.comm_hash() == world) {
+      world_device = info.cuda_device() == 3;  // fake: rank % 8
+    }
+    if (ev.kind() == v1::CommunicatorEvent::KIND_ABORT) {
+      child_aborted = info.comm_hash() == child;
+    }
+    if (ev.kind() == v1::CommunicatorEvent::KIND_FINALIZE) {
+      world_finalized |= info.comm_hash() == world;
+      EXPECT_NE(info.comm_hash(), child) << "abort is not overridden";
+    }
+  }
+  EXPECT_NE(world, 0u);
+  EXPECT_NE(child, 0u);
+  EXPECT_TRUE(world_device);
+  EXPECT_TRUE(child_aborted);
+  EXPECT_TRUE(world_finalized);
+}
+
+TEST(InterposerTest, UserChoiceOfProfilerIsKept) {
+  const std::string sock = TempSocketPath("own");
+  auto receiver = TelemetryReceiver::Start(sock);
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  // The user picked another profiler (absent here): NCCL must not load us,
+  // and the forwarded API still works.
+  const int status = RunChild({PITSTOP_INTERPOSER_DRIVER},
+                              {{"LD_PRELOAD", BuiltPluginPath()},
+                               {"NCCL_PROFILER_PLUGIN", "someone-else"},
+                               {"PITSTOP_AGENT_SOCKET", sock}});
+  EXPECT_TRUE(ExitedWith(status, 0)) << status;
+  EXPECT_TRUE((*receiver)->Streams().empty());
+}
+
+TEST(InterposerTest, WithoutNcclReturnsAnErrorInsteadOfCrashing) {
+  ASSERT_EQ(dlopen("libnccl.so.2", RTLD_NOLOAD | RTLD_LAZY), nullptr)
+      << "this test process must not have NCCL loaded";
+  void* lib = dlopen(BuiltPluginPath().c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  using InitRank = int (*)(void**, int, std::array<char, 128>, int);
+  auto init = reinterpret_cast<InitRank>(dlsym(lib, "ncclCommInitRank"));
+  ASSERT_NE(init, nullptr);
+  void* comm = nullptr;
+  EXPECT_EQ(init(&comm, 2, {}, 0), 2);  // ncclSystemError
+  EXPECT_EQ(comm, nullptr);
+  using Destroy = int (*)(void*);
+  auto destroy = reinterpret_cast<Destroy>(dlsym(lib, "ncclCommDestroy"));
+  ASSERT_NE(destroy, nullptr);
+  EXPECT_EQ(destroy(nullptr), 2);
+}
+
+const char* const kInterposed[] = {
+    "ncclCommInitRank", "ncclCommInitRankConfig",
+    "ncclCommInitAll",  "ncclCommInitRankScalable",
+    "ncclCommSplit",    "ncclCommShrink",
+    "ncclCommFinalize", "ncclCommDestroy",
+    "ncclCommAbort",    "ncclCommRevoke"};
+
+TEST(InterposerTest, RealLibncclHasTheForwardedEntryPoints) {
+  void* nccl = dlopen("libnccl.so.2", RTLD_LAZY | RTLD_LOCAL);
+  if (nccl == nullptr) {
+    GTEST_SKIP() << "SKIPPED LOUDLY: libnccl.so.2 is not installed on this "
+                    "machine, so the interposer cannot be checked against the "
+                    "real NCCL symbols ("
+                 << dlerror() << ")";
+  }
+  int version = 0;
+  auto get_version =
+      reinterpret_cast<int (*)(int*)>(dlsym(nccl, "ncclGetVersion"));
+  ASSERT_NE(get_version, nullptr);
+  get_version(&version);
+  for (const char* name : kInterposed) {
+    const std::string n = name;
+    if (n == "ncclCommShrink" && version < 22700) continue;
+    if (n == "ncclCommRevoke" && version < 22807) continue;
+    EXPECT_NE(dlsym(nccl, ("p" + n).c_str()), nullptr) << "p" << n;
+    EXPECT_NE(dlsym(nccl, name), nullptr) << name;
+  }
+}
+
+TEST(SymbolsTest, OnlyNcclSymbolsAreExported) {
+  const std::string cmd =
+      "nm -D --defined-only --format=posix " + BuiltPluginPath();
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::set<std::string> names;
+  char line[4096];
+  while (fgets(line, sizeof(line), p) != nullptr) {
+    std::string s(line);
+    names.insert(s.substr(0, s.find(' ')));
+  }
+  ASSERT_EQ(pclose(p), 0) << cmd;
+  std::vector<std::string> want = {"ncclProfiler_v3", "ncclProfiler_v4",
+                                   "ncclProfiler_v5", "ncclProfiler_v6"};
+  for (const char* n : kInterposed) want.push_back(n);
+  EXPECT_THAT(names, UnorderedElementsAreArray(want));
+}
+
+}  // namespace
+}  // namespace pitstop::emu
