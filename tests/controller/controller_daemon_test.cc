@@ -1,0 +1,203 @@
+// The pitstop-controller process: readiness via --port-file, a fault from
+// a real agent stream, `kill -9` and restart keeping the fault, pitstopctl
+// showing it with the documented exit codes.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "pitstop/grpc_util.h"
+#include "pitstop/v1/controller.grpc.pb.h"
+#include "tests/controller/sim_job.h"
+#include "tests/controller/test_agent.h"
+
+extern char** environ;
+
+namespace pitstop::controller::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Paths of the binaries under test, baked in by CMake.
+#ifndef PITSTOP_CONTROLLER_BIN
+#error "PITSTOP_CONTROLLER_BIN must be defined by the build"
+#endif
+
+// Runs argv; stdout (and stderr when `merge`) go to `out_path`.
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& out_path) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  std::vector<char*> args;
+  for (const std::string& a : argv)
+    args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ) != 0) {
+    pid = -1;
+  }
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
+// Runs argv to completion; returns the exit code and fills *out.
+int RunProcess(const std::vector<std::string>& argv,
+               const std::string& out_path, std::string* out) {
+  const pid_t pid = Spawn(argv, out_path);
+  if (pid < 0) return -1;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::ifstream in(out_path);
+  out->assign(std::istreambuf_iterator<char>(in), {});
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+class ControllerDaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/pitstop-ctl-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    controller_ = PITSTOP_CONTROLLER_BIN;
+    ctl_ = PITSTOP_PITSTOPCTL_BIN;
+    ASSERT_TRUE(std::filesystem::exists(controller_)) << controller_;
+  }
+  void TearDown() override {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    std::filesystem::remove_all(dir_);
+  }
+
+  // Starts the daemon and waits for its port file. Returns "127.0.0.1:PORT".
+  std::string StartController() {
+    const std::string port_file = dir_ + "/port";
+    std::filesystem::remove(port_file);
+    pid_ = Spawn({controller_, "--listen", "127.0.0.1:0", "--port-file",
+                  port_file, "--db", dir_ + "/controller.db",
+                  "--metrics-address", "", "--detection-cycle-ms", "50",
+                  "--detection-hang-timeout-floor-ms", "300"},
+                 dir_ + "/controller.log");
+    EXPECT_GT(pid_, 0);
+    std::string port;
+    EXPECT_TRUE(WaitUntil([&] {
+      std::ifstream in(port_file);
+      return static_cast<bool>(std::getline(in, port)) && !port.empty();
+    })) << "no port file; log: "
+        << Log();
+    return absl::StrCat("127.0.0.1:", port);
+  }
+  std::string Log() {
+    std::ifstream in(dir_ + "/controller.log");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  std::vector<v1::Fault> Faults(const std::string& target) {
+    auto stub = v1::Controller::NewStub(CreateChannel(target));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
+    v1::ListFaultsResponse resp;
+    if (!stub->ListFaults(&ctx, {}, &resp).ok()) return {};
+    return {resp.faults().begin(), resp.faults().end()};
+  }
+  int Ctl(const std::string& target, std::vector<std::string> args,
+          std::string* out) {
+    std::vector<std::string> argv = {ctl_, "--controller", target};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunProcess(argv, dir_ + "/ctl.out", out);
+  }
+
+  std::string dir_;
+  std::string controller_;
+  std::string ctl_;
+  pid_t pid_ = -1;
+};
+
+TEST_F(ControllerDaemonTest, FaultSurvivesKill9AndPitstopctlShowsIt) {
+  std::string target = StartController();
+  SimJob job(0x77, 4, 2);
+  std::vector<std::unique_ptr<TestAgent>> agents;
+  for (const v1::NodeRegistration& reg : job.Nodes()) {
+    agents.push_back(std::make_unique<TestAgent>(target, reg));
+  }
+  for (int32_t r = 0; r < 4; ++r) {
+    v1::ConnectRequest batch;
+    *batch.add_communicators() = job.Info(r);
+    *batch.add_progress() = job.Progress(r, r == 3 ? 9 : 10, 9);
+    ASSERT_TRUE(agents[r / 2]->Send(batch));
+  }
+  ASSERT_TRUE(WaitUntil([&] { return !Faults(target).empty(); })) << Log();
+  const v1::Fault before = Faults(target)[0];
+  EXPECT_EQ(before.fault_class(), v1::FAULT_CLASS_NON_COMM_HANG);
+  ASSERT_EQ(before.suspects_size(), 1);
+  EXPECT_EQ(before.suspects(0).global_rank(), 3);
+  agents.clear();
+
+  ASSERT_EQ(kill(pid_, SIGKILL), 0);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+  target = StartController();
+  std::vector<v1::Fault> after = Faults(target);
+  ASSERT_EQ(after.size(), 1u) << Log();
+  EXPECT_EQ(after[0].fault_id(), before.fault_id());
+  EXPECT_EQ(after[0].suspects(0).global_rank(), 3);
+
+  std::string out;
+  EXPECT_EQ(Ctl(target, {"faults"}, &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr(before.fault_id()));
+  EXPECT_THAT(out, HasSubstr("NON_COMM_HANG"));
+  EXPECT_EQ(Ctl(target, {"faults", "--fail-if-any"}, &out), 1) << out;
+  EXPECT_EQ(Ctl(target, {"fault", "show", before.fault_id()}, &out), 0);
+  EXPECT_THAT(out, HasSubstr("rank 3 node1"));
+  EXPECT_EQ(
+      Ctl(target, {"-o", "json", "fault", "show", before.fault_id()}, &out), 0);
+  EXPECT_THAT(out, HasSubstr("\"fault_id\":\"" + before.fault_id() + "\""));
+  EXPECT_EQ(Ctl(target, {"fault", "show", "F424242"}, &out), 4) << out;
+  EXPECT_EQ(Ctl(target, {"ack", before.fault_id(), "--who", "me"}, &out), 0)
+      << out;
+  EXPECT_EQ(Ctl(target, {"resolve", before.fault_id()}, &out), 0) << out;
+  EXPECT_EQ(Ctl(target, {"ack", before.fault_id(), "--who", "me"}, &out), 5)
+      << out;
+  EXPECT_EQ(Ctl(target, {"faults", "--fail-if-any"}, &out), 0) << out;
+  EXPECT_EQ(Ctl(target, {"nodez"}, &out), 2) << out;
+
+  // SIGTERM: graceful shutdown, exit code 0.
+  ASSERT_EQ(kill(pid_, SIGTERM), 0);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Log();
+}
+
+TEST_F(ControllerDaemonTest, UnreachableControllerExitsWith3) {
+  std::string out;
+  EXPECT_EQ(Ctl("127.0.0.1:1", {"--timeout-s", "2", "status"}, &out), 3) << out;
+  EXPECT_THAT(out, HasSubstr("unreachable"));
+}
+
+TEST_F(ControllerDaemonTest, BadConfigNamesTheKey) {
+  std::ofstream(dir_ + "/c.yaml") << "listen: 127.0.0.1:0\ndetection:\n  "
+                                     "window_ms: soon\n";
+  std::string out;
+  EXPECT_EQ(RunProcess({controller_, "--config", dir_ + "/c.yaml"}, dir_ + "/o",
+                       &out),
+            2);
+  EXPECT_THAT(out, HasSubstr("detection.window_ms"));
+}
+
+}  // namespace
+}  // namespace pitstop::controller::testing
