@@ -1,0 +1,221 @@
+// Unit tests of the library's parts: the SPSC ring under two threads, the
+// hand-written wire encoding (decoded with the generated classes), the
+// response decoder, event-mask parsing, the comm registry's masks.
+#include <atomic>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "pitstop/v1/telemetry.pb.h"
+#include "plugin/comm_registry.h"
+#include "plugin/config.h"
+#include "plugin/packer.h"
+#include "plugin/ring.h"
+#include "plugin/wire.h"
+
+namespace pitstop::plugin {
+namespace {
+
+TEST(RingTest, TwoThreadsDeliverInOrderOrCountDrops) {
+  Ring ring(256, 0);
+  constexpr uint64_t kN = 200000;
+  std::atomic<bool> done{false};
+  uint64_t dropped = 0;
+  std::thread producer([&] {
+    for (uint64_t i = 0; i < kN; ++i) {
+      Record* r = ring.Reserve();
+      if (r == nullptr) {
+        ++dropped;
+        continue;
+      }
+      r->type = RecordType::kCompletion;
+      r->completion.op_id = i;
+      ring.Publish();
+    }
+    done = true;
+  });
+  uint64_t received = 0, last = 0;
+  bool ordered = true;
+  auto consume = [&](const Record& r) {
+    if (received > 0 && r.completion.op_id <= last) ordered = false;
+    last = r.completion.op_id;
+    ++received;
+  };
+  for (;;) {
+    const bool finished = done.load();
+    ring.Drain(64, consume);
+    if (finished && ring.published() == received) break;
+  }
+  producer.join();
+  EXPECT_TRUE(ordered);
+  EXPECT_EQ(received + dropped, kN);
+  EXPECT_EQ(ring.full_drops(), dropped);
+  EXPECT_EQ(ring.published(), received);
+}
+
+TEST(RingSetTest, EachThreadGetsItsOwnRingUntilNoneLeft) {
+  RingSet set(2, 16);
+  Ring* main_ring = set.ThreadRing();
+  ASSERT_NE(main_ring, nullptr);
+  EXPECT_EQ(set.ThreadRing(), main_ring);
+  Ring* other = nullptr;
+  Ring* third = main_ring;
+  std::thread([&] { other = set.ThreadRing(); }).join();
+  std::thread([&] { third = set.ThreadRing(); }).join();
+  EXPECT_NE(other, nullptr);
+  EXPECT_NE(other, main_ring);
+  EXPECT_EQ(third, nullptr);
+  EXPECT_EQ(set.no_ring_drops(), 1u);
+}
+
+TEST(WireTest, RecordsDecodeWithGeneratedClasses) {
+  std::string batch, scratch;
+  Record op{};
+  op.type = RecordType::kOp;
+  op.op.op_id = 77;
+  op.op.comm_hash = 0xABCDEF0123456789ull;
+  op.op.rank = 3;
+  op.op.seq_number = 9;
+  op.op.count = 100;
+  op.op.root = -1;
+  op.op.peer = -1;
+  op.op.func = "ReduceScatter";
+  op.op.datatype = "ncclFloat16";
+  op.op.algo = "NVLS_TREE";
+  op.op.proto = "LL128";
+  op.op.n_channels = 4;
+  op.op.graph_replay = 1;
+  op.op.enqueue_start_cpu_ns = 5;
+  PackRecord(op, &batch, &scratch);
+  Record step{};
+  step.type = RecordType::kProxyStep;
+  step.proxy_step.op_id = 77;
+  step.proxy_step.proxy_index = 2;
+  step.proxy_step.bytes = 1 << 20;
+  step.proxy_step.state_cpu_ns[kStepRecvFlushWait] = 123;
+  PackRecord(step, &batch, &scratch);
+  Record net{};
+  net.type = RecordType::kNetPlugin;
+  net.net.transport = 2;
+  net.net.socket_fd = 17;
+  net.net.device = -1;
+  PackRecord(net, &batch, &scratch);
+  ProtoWriter w(&batch);
+  Drops d;
+  d.ring_full = 4;
+  d.events_recorded = 1000;
+  w.Message(kReqDrops, EncodeDrops(d));
+  w.Message(kReqGoodbye, EncodeGoodbye(kGoodbyeExit, 99));
+  CommEvent ev;
+  ev.kind = kCommAbort;
+  ev.info.comm_hash = 5;
+  ev.info.global_ranks = {-1, 12};
+  ev.info.source = CommInfo::kInterposer;
+  w.Message(kReqCommunicators, EncodeCommEvent(ev));
+
+  v1::StreamTelemetryRequest req;
+  ASSERT_TRUE(req.ParseFromString(batch));
+  ASSERT_EQ(req.ops_size(), 1);
+  const auto& o = req.ops(0);
+  EXPECT_EQ(o.op_id(), 77u);
+  EXPECT_EQ(o.comm_hash(), 0xABCDEF0123456789ull);
+  EXPECT_EQ(o.rank(), 3);
+  EXPECT_EQ(o.root(), -1);
+  EXPECT_EQ(o.func(), v1::COLL_FUNC_REDUCE_SCATTER);
+  EXPECT_EQ(o.datatype(), v1::DATA_TYPE_FLOAT16);
+  EXPECT_EQ(o.bytes(), 200u);
+  EXPECT_EQ(o.algorithm(), v1::ALGORITHM_NVLS_TREE);
+  EXPECT_EQ(o.protocol(), v1::PROTOCOL_LL128);
+  EXPECT_EQ(o.kind(), v1::OP_KIND_COLLECTIVE);
+  EXPECT_TRUE(o.graph_replay());
+  EXPECT_FALSE(o.graph_captured());
+  ASSERT_EQ(req.proxy_steps_size(), 1);
+  EXPECT_EQ(req.proxy_steps(0).recv_flush_wait_cpu_ns(), 123u);
+  EXPECT_EQ(req.proxy_steps(0).bytes(), 1u << 20);
+  ASSERT_EQ(req.net_events_size(), 1);
+  EXPECT_EQ(req.net_events(0).transport(),
+            v1::NetPluginRecord::TRANSPORT_SOCKET);
+  EXPECT_EQ(req.net_events(0).socket_fd(), 17);
+  EXPECT_EQ(req.net_events(0).device(), -1);
+  EXPECT_EQ(req.drops().ring_full(), 4u);
+  EXPECT_EQ(req.goodbye().reason(), v1::ProcessGoodbye::REASON_EXIT);
+  ASSERT_EQ(req.communicators_size(), 1);
+  EXPECT_EQ(req.communicators(0).kind(), v1::CommunicatorEvent::KIND_ABORT);
+  EXPECT_THAT(req.communicators(0).info().global_ranks(),
+              ::testing::ElementsAre(-1, 12));
+  EXPECT_EQ(req.communicators(0).info().cuda_device(), -1);
+  EXPECT_EQ(req.communicators(0).info().source(),
+            v1::CommunicatorInfo::SOURCE_INTERPOSER);
+}
+
+TEST(WireTest, UnknownStringsMapToOther) {
+  EXPECT_EQ(MapFunc("Frobnicate"), v1::COLL_FUNC_OTHER);
+  EXPECT_EQ(MapFunc(nullptr), v1::COLL_FUNC_UNSPECIFIED);
+  EXPECT_EQ(MapDataType("Unknown"), v1::DATA_TYPE_OTHER);
+  EXPECT_EQ(MapAlgorithm("Unknown"), v1::ALGORITHM_OTHER);
+  EXPECT_EQ(MapProtocol("SIMPLE"), v1::PROTOCOL_SIMPLE);
+  EXPECT_EQ(DataTypeSize("ncclBfloat16"), 2u);
+}
+
+TEST(WireTest, DecodesActivationCommands) {
+  v1::StreamTelemetryResponse resp;
+  auto* a = resp.add_activation();
+  a->set_comm_hash(0xFFFFFFFFFFFFFFFFull);
+  a->set_event_mask(0x5E);
+  a->set_duration_ms(30000);
+  a->set_command_id(42);
+  resp.add_activation();  // all defaults
+  std::vector<Activation> out;
+  ASSERT_TRUE(DecodeResponse(resp.SerializeAsString(), &out));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].comm_hash, 0xFFFFFFFFFFFFFFFFull);
+  EXPECT_EQ(out[0].event_mask, 0x5Eu);
+  EXPECT_EQ(out[0].duration_ms, 30000u);
+  EXPECT_EQ(out[0].command_id, 42u);
+  EXPECT_EQ(out[1].event_mask, 0u);
+  out.clear();
+  EXPECT_FALSE(DecodeResponse(std::string("\x0a\x05\x08", 3), &out));
+}
+
+TEST(ConfigTest, ParsesEventMasks) {
+  uint32_t m = 0;
+  EXPECT_TRUE(ParseEventMask("0x4e", &m));
+  EXPECT_EQ(m, 0x4Eu);
+  EXPECT_TRUE(ParseEventMask("78", &m));
+  EXPECT_EQ(m, 78u);
+  EXPECT_TRUE(ParseEventMask("Coll|p2p, KernelCh", &m));
+  EXPECT_EQ(m, 0x2u | 0x4u | 0x40u);
+  EXPECT_FALSE(ParseEventMask("0x100", &m));  // GroupApi: not supported
+  EXPECT_FALSE(ParseEventMask("coll|", &m));
+  EXPECT_FALSE(ParseEventMask("12abc", &m));
+  EXPECT_FALSE(ParseEventMask("", &m));
+}
+
+TEST(CommRegistryTest, NcclMaskIsTheUnionAndRevertsAfterDuration) {
+  CommRegistry reg(kDefaultEventMask, kDefaultDeepEventMask);
+  int nccl_mask = 0;
+  CommInfo a, b;
+  a.comm_hash = 1;
+  a.n_ranks = 2;
+  b.comm_hash = 2;
+  b.n_ranks = 2;
+  CommContext* ca = reg.Add(a, &nccl_mask, 100);
+  CommContext* cb = reg.Add(b, &nccl_mask, 100);
+  EXPECT_EQ(nccl_mask, static_cast<int>(kDefaultEventMask));
+  reg.Apply({.comm_hash = 2, .event_mask = 0x5E, .duration_ms = 1}, 1000);
+  EXPECT_EQ(cb->mask.load(), 0x5Eu);
+  EXPECT_EQ(ca->mask.load(), kDefaultEventMask);
+  EXPECT_EQ(nccl_mask, 0x5E);
+  reg.ExpireActivations(1000 + 999999);
+  EXPECT_EQ(nccl_mask, 0x5E);
+  reg.ExpireActivations(1000 + 1000000);
+  EXPECT_EQ(nccl_mask, static_cast<int>(kDefaultEventMask));
+  EXPECT_EQ(reg.End(ca, kCommFinalize, 2000), 1);
+  EXPECT_EQ(reg.End(cb, kCommFinalize, 2000), 0);
+  const auto events = reg.TakeEvents();
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[3].kind, kCommFinalize);
+}
+
+}  // namespace
+}  // namespace pitstop::plugin
