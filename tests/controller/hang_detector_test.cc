@@ -87,6 +87,17 @@ TEST_F(HangTest, IdleCommunicatorIsNotAHang) {
   EXPECT_TRUE(faults_.empty());
 }
 
+TEST_F(HangTest, RanksWithoutAnyProgressReportAreNotBlamed) {
+  SimJob job(0xC9, 8, 4);
+  job.Register(engine_.get());
+  // node1's agent (ranks 4..7) never connected; node0's ranks are healthy.
+  for (int i = 0; i < 30; ++i) {
+    for (int32_t r = 0; r < 4; ++r) Report(job, r, 10 + i, 10 + i);
+    Cycle(absl::Seconds(1));
+  }
+  EXPECT_TRUE(faults_.empty()) << faults_[0].DebugString();
+}
+
 TEST_F(HangTest, CommHangLocalisesTheStalledConnection) {
   SimJob job(0xC6, 4, 2);
   job.Register(engine_.get());

@@ -109,16 +109,25 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
   bool any_dead = false;
   for (const Member& m : comm->members) any_dead |= m.dead;
   const int64_t timeout = HangTimeoutNs(*comm, policy);
+  // Members that never reported progress (no agent on their node, or not
+  // connected yet) cannot be judged: they are left out, not blamed.
+  std::vector<bool> skip(n, true);
+  for (const auto& [func, fp] : comm->progress) {
+    for (size_t r = 0; r < fp.ranks.size() && r < skip.size(); ++r) {
+      if (fp.ranks[r].reported) skip[r] = false;
+    }
+  }
+  for (int32_t r = 0; r < n && r < static_cast<int32_t>(comm->members.size());
+       ++r) {
+    if (comm->members[r].exited) skip[r] = true;
+  }
   for (auto& [func, fp] : comm->progress) {
     if (IsP2p(func)) continue;
     if (static_cast<int32_t>(fp.ranks.size()) < n) fp.ranks.resize(n);
     int64_t min_completed = INT64_MAX;
     int64_t max_enqueued = -1;
     for (int32_t r = 0; r < n; ++r) {
-      if (r < static_cast<int32_t>(comm->members.size()) &&
-          comm->members[r].exited) {
-        continue;
-      }
+      if (skip[r]) continue;
       min_completed = std::min(min_completed, fp.ranks[r].completed);
       max_enqueued = std::max(max_enqueued, fp.ranks[r].enqueued);
     }
@@ -147,10 +156,10 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
       continue;
     }
     std::set<int32_t> behind;
+    int unreported = 0;
     for (int32_t r = 0; r < n; ++r) {
-      const bool exited = r < static_cast<int32_t>(comm->members.size()) &&
-                          comm->members[r].exited;
-      if (!exited && fp.ranks[r].enqueued < seq) behind.insert(r);
+      unreported += skip[r];
+      if (!skip[r] && fp.ranks[r].enqueued < seq) behind.insert(r);
     }
     // Completion stall (added for imported Flight Recorder dumps): a member
     // whose completions stopped below what another member completed, in a
@@ -182,6 +191,7 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
     values["stuck_ns"] = static_cast<double>(stuck);
     values["timeout_ns"] = static_cast<double>(timeout);
     values["max_enqueued_seq"] = static_cast<double>(max_enqueued);
+    values["members_without_progress"] = unreported;
     if (behind.empty() && !stalled.empty()) {
       FillFaultHeader(*comm, v1::FAULT_CLASS_NON_COMM_HANG, "hang", &f);
       std::string who;

@@ -29,7 +29,10 @@ int64_t HangTimeoutNs(const CommState& comm, const v1::JobPolicy& policy);
 //     `*want_profiling` is set).
 // SUSPECTED after one timeout, CONFIRMED after two; resolved when the
 // completions advance. Communicators with a dead member are skipped (the
-// process-died fault covers them). Key: "hang/<comm hex>/<func>".
+// process-died fault covers them). Members that never reported any
+// progress for the comm (no agent, not connected yet) and members that
+// exited cleanly are left out: neither blamed nor waited for. Key:
+// "hang/<comm hex>/<func>".
 void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
                  FaultTracker* tracker, bool* want_profiling);
 
