@@ -30,7 +30,8 @@ class IngestServer {
 
   // Marks the core stopping, ends all streams (waiting up to `grace` for
   // reactors to finish) and removes the socket file.
-  void Stop(absl::Duration grace = absl::Seconds(2));
+  // Ranks reconnect to the next agent, so the default grace is short.
+  void Stop(absl::Duration grace = absl::Milliseconds(100));
 
   const std::string& socket_path() const { return socket_path_; }
 

@@ -81,6 +81,11 @@ struct RankJoiner::Stream {
   absl::flat_hash_set<uint64_t> recent;
   std::deque<uint64_t> recent_order;
   absl::flat_hash_map<uint64_t, v1::CommunicatorInfo> comms;
+  // Recently finalized/aborted communicators (bounded), still used to
+  // summarise their last ops.
+  std::deque<v1::CommunicatorInfo> ended_comms;
+  // Looks up a live or recently ended communicator; nullptr if unknown.
+  const v1::CommunicatorInfo* FindComm(uint64_t comm_hash) const;
   // (comm_hash, rank, func) -> progress.
   std::map<std::tuple<uint64_t, int32_t, int>, ProgressState> progress;
 };

@@ -44,6 +44,15 @@ v1::ConnectionSummary BuildConnection(const JoinConn& c) {
 
 }  // namespace
 
+const v1::CommunicatorInfo* RankJoiner::Stream::FindComm(
+    uint64_t comm_hash) const {
+  if (auto it = comms.find(comm_hash); it != comms.end()) return &it->second;
+  for (const v1::CommunicatorInfo& c : ended_comms) {
+    if (c.comm_hash() == comm_hash) return &c;
+  }
+  return nullptr;
+}
+
 v1::CollectiveSummary BuildSummary(const RankJoiner::Stream& s,
                                    const JoinOp& op) {
   v1::CollectiveSummary out;
@@ -70,8 +79,8 @@ v1::CollectiveSummary BuildSummary(const RankJoiner::Stream& s,
 
   int32_t n_ranks = 0;
   int32_t global_rank = s.has_hello ? s.hello.global_rank() : -1;
-  if (auto it = s.comms.find(r.comm_hash()); it != s.comms.end()) {
-    const v1::CommunicatorInfo& info = it->second;
+  if (const v1::CommunicatorInfo* found = s.FindComm(r.comm_hash())) {
+    const v1::CommunicatorInfo& info = *found;
     n_ranks = info.n_ranks();
     if (r.rank() >= 0 && r.rank() < info.global_ranks_size() &&
         info.global_ranks(r.rank()) >= 0) {

@@ -9,6 +9,7 @@ namespace pitstop::agent {
 namespace {
 
 constexpr size_t kRecentEmitted = 8192;
+constexpr size_t kEndedComms = 64;
 
 uint64_t MinNonZero(uint64_t a, uint64_t b) {
   if (a == 0) return b;
@@ -112,6 +113,7 @@ absl::Status RankJoiner::Add(uint64_t stream,
 
   const std::string& host =
       options_.host.empty() ? s->hello.host() : options_.host;
+  std::vector<uint64_t> ended;
   for (const v1::CommunicatorEvent& ev : req.communicators()) {
     v1::CommunicatorInfo info = ev.info();
     if (info.host().empty()) info.set_host(host);
@@ -125,8 +127,8 @@ absl::Status RankJoiner::Add(uint64_t stream,
     }
     if (ev.kind() == v1::CommunicatorEvent::KIND_FINALIZE ||
         ev.kind() == v1::CommunicatorEvent::KIND_ABORT) {
-      communicators_.push_back(info);
-      s->comms.erase(info.comm_hash());
+      ended.push_back(info.comm_hash());  // after this batch's ops
+      communicators_.push_back(std::move(info));
       continue;
     }
     s->comms[info.comm_hash()] = info;
@@ -226,8 +228,22 @@ absl::Status RankJoiner::Add(uint64_t stream,
     ++stats_.ops_evicted;
     EmitOp(s, id, /*forced=*/true);
   }
+  for (uint64_t hash : ended) EndComm(s, hash);
   if (req.has_goodbye()) s->goodbye = true;
   return absl::OkStatus();
+}
+
+void RankJoiner::EndComm(Stream* s, uint64_t comm_hash) {
+  auto it = s->comms.find(comm_hash);
+  if (it == s->comms.end()) return;
+  s->ended_comms.push_back(std::move(it->second));
+  if (s->ended_comms.size() > kEndedComms) s->ended_comms.pop_front();
+  s->comms.erase(it);
+  // No progress is expected from a finalized communicator.
+  for (auto p = s->progress.begin(); p != s->progress.end();) {
+    p = std::get<0>(p->first) == comm_hash ? s->progress.erase(p)
+                                           : std::next(p);
+  }
 }
 
 void RankJoiner::EmitOp(Stream* s, uint64_t op_id, bool forced) {
@@ -236,8 +252,15 @@ void RankJoiner::EmitOp(Stream* s, uint64_t op_id, bool forced) {
   JoinOp& op = it->second;
   if (op.has_record) {
     const v1::OpRecord& r = op.record;
-    ProgressState& p =
-        s->progress[{r.comm_hash(), r.rank(), static_cast<int>(r.func())}];
+    // No progress for a communicator that has ended (its last ops may
+    // still be emitted after the finalize).
+    static thread_local ProgressState discard;
+    const bool ended = !s->comms.contains(r.comm_hash()) &&
+                       s->FindComm(r.comm_hash()) != nullptr;
+    discard = ProgressState();
+    ProgressState& p = ended ? discard
+                             : s->progress[{r.comm_hash(), r.rank(),
+                                            static_cast<int>(r.func())}];
     if (op.channels > 0 || !op.conns.empty() || op.completed) {
       p.last_started_seq = std::max(p.last_started_seq, r.seq_number());
     }
@@ -369,10 +392,10 @@ void RankJoiner::SnapshotProgress(std::vector<v1::RankProgress>* out) const {
       rp.set_comm_hash(comm);
       rp.set_rank(rank);
       int32_t g = s.hello.global_rank();
-      if (auto it = s.comms.find(comm); it != s.comms.end() && rank >= 0 &&
-                                        rank < it->second.global_ranks_size() &&
-                                        it->second.global_ranks(rank) >= 0) {
-        g = it->second.global_ranks(rank);
+      if (const v1::CommunicatorInfo* c = s.FindComm(comm);
+          c != nullptr && rank >= 0 && rank < c->global_ranks_size() &&
+          c->global_ranks(rank) >= 0) {
+        g = c->global_ranks(rank);
       }
       rp.set_global_rank(g);
       rp.set_pid(p.pid != 0 ? p.pid : s.hello.pid());

@@ -149,6 +149,8 @@ class RankJoiner {
   Stream* GetStream(uint64_t id);
   void EmitOp(Stream* s, uint64_t op_id, bool forced);
   void EmitLifecycle(Stream* s, v1::RankLifecycle::Kind kind);
+  // A communicator was finalized/aborted: keep it only for summaries.
+  void EndComm(Stream* s, uint64_t comm_hash);
 
   Clock* clock_;
   RankJoinerOptions options_;

@@ -327,6 +327,28 @@ TEST_F(RankJoinerTest, CountsBatchGapsDropsAndProxySteps) {
   EXPECT_TRUE(s[0].connections(0).from_proxy_steps());
 }
 
+TEST_F(RankJoinerTest, FinalizeInTheBatchOfTheLastOpKeepsItsCommunicator) {
+  auto req = Hello(1, 0);
+  AddCommInit(&req, 1, 4);
+  ASSERT_TRUE(joiner_.Add(1, req).ok());
+  v1::StreamTelemetryRequest last;
+  auto* ev = last.add_communicators();  // packed before the ops
+  ev->set_kind(v1::CommunicatorEvent::KIND_FINALIZE);
+  ev->mutable_info()->set_comm_hash(kComm);
+  ev->mutable_info()->set_rank(1);
+  ev->mutable_info()->set_n_ranks(4);
+  AddOp(&last, 3, 0);
+  AddCompletion(&last, 3, 90'000, 0);
+  ASSERT_TRUE(joiner_.Add(1, last).ok());
+  auto s = Summaries();
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_GT(s[0].bus_bandwidth_bps(), 0);  // n_ranks still known
+  std::vector<v1::RankProgress> progress;
+  joiner_.SnapshotProgress(&progress);
+  EXPECT_TRUE(progress.empty());  // nothing expected from an ended comm
+  EXPECT_FALSE(joiner_.StreamInComm(1, kComm, -1));
+}
+
 TEST(BusBandwidthFactorTest, MatchesNcclDefinitions) {
   EXPECT_DOUBLE_EQ(BusBandwidthFactor(v1::COLL_FUNC_ALL_REDUCE, 8), 1.75);
   EXPECT_DOUBLE_EQ(BusBandwidthFactor(v1::COLL_FUNC_ALL_GATHER, 4), 0.75);

@@ -1,0 +1,215 @@
+// End to end: emulated rank processes (NCCL emulator harness + the real
+// libnccl-profiler-pitstop.so) -> real pitstop-agent process -> in-test
+// AgentLink receiver.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <map>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/agent/process_util.h"
+#include "tests/agent/test_receiver.h"
+#include "tests/agent/test_util.h"
+
+namespace pitstop::agent {
+namespace {
+
+using testing::CountLifecycle;
+using testing::CountSummaries;
+using testing::Eventually;
+using ::testing::HasSubstr;
+using testing::Process;
+using testing::ReadFile;
+using testing::TempDir;
+using testing::TestReceiver;
+using Reqs = std::vector<v1::ConnectRequest>;
+
+constexpr uint64_t kComm = 0xE2E1;
+constexpr uint64_t kGpuOffset = 7'000'000'000'000;  // emu_rank_main.cc
+
+class E2eTest : public ::testing::Test {
+ protected:
+  // Starts (or restarts) the agent; returns its metrics port.
+  int StartAgent() {
+    agent_.reset();
+    const std::string n = std::to_string(agent_starts_++);
+    agent_ = std::make_unique<Process>(
+        std::vector<std::string>{testing::BinaryPath("src/agent/pitstop-agent"),
+                                 "--ingest-socket", sock_, "--controller",
+                                 receiver_.address(), "--host", "emu-node-0",
+                                 "--batch-ms", "200", "--metrics-address",
+                                 "127.0.0.1:0", "--log-level", "warn"},
+        std::vector<std::string>{}, dir_.file("agent" + n + ".out"),
+        dir_.file("agent" + n + ".err"));
+    int port = -1;
+    Eventually([&] {
+      const std::string out = ReadFile(dir_.file("agent" + n + ".out"));
+      const size_t at = out.find("metrics_port=");
+      if (at == std::string::npos) return false;
+      const std::string rest = out.substr(at + 13);
+      return absl::SimpleAtoi(rest.substr(0, rest.find('\n')), &port);
+    });
+    return port;
+  }
+  std::unique_ptr<Process> StartRank(int rank, int n_ranks, int colls, int rate,
+                                     const std::string& mode) {
+    const std::string r = std::to_string(rank);
+    return std::make_unique<Process>(
+        std::vector<std::string>{
+            testing::BinaryPath("tests/agent/pitstop_emu_rank"), r,
+            std::to_string(n_ranks), std::to_string(colls),
+            std::to_string(rate), mode},
+        std::vector<std::string>{"PITSTOP_AGENT_SOCKET=" + sock_, "RANK=" + r,
+                                 "PITSTOP_HOST=emu-node-0",
+                                 "PITSTOP_JOB_ID=e2e",
+                                 "PITSTOP_RECONNECT_MAX_MS=50"},
+        dir_.file("rank" + r + ".out"), dir_.file("rank" + r + ".err"));
+  }
+  void TearDown() override {
+    if (agent_) {
+      agent_->Signal(SIGTERM);
+      agent_->Wait();
+    }
+  }
+
+  TempDir dir_;
+  std::string sock_ = dir_.file("agent.sock");
+  TestReceiver receiver_;
+  std::unique_ptr<Process> agent_;
+  int agent_starts_ = 0;
+};
+
+TEST_F(E2eTest, EightRanksThroughThePluginReachTheReceiver) {
+  const int port = StartAgent();
+  ASSERT_GT(port, 0);
+  constexpr int kRanks = 8, kColls = 40;
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r = 0; r < kRanks; ++r) {
+    ranks.push_back(StartRank(r, kRanks, kColls, 0, "finalize"));
+  }
+  for (int r = 0; r < kRanks; ++r) {
+    const int st = ranks[r]->Wait();
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        << ReadFile(dir_.file("rank" + std::to_string(r) + ".err"));
+  }
+  ASSERT_TRUE(receiver_.WaitUntil([](const Reqs& r) {
+    return CountSummaries(r) == kRanks * kColls &&
+           CountLifecycle(r, v1::RankLifecycle::KIND_CLEAN_EXIT) == kRanks;
+  })) << CountSummaries(receiver_.requests());
+  std::map<int, std::set<uint64_t>> seqs;
+  for (const auto& q : receiver_.requests()) {
+    for (const auto& s : q.summaries()) {
+      ASSERT_EQ(s.comm_hash(), kComm);
+      ASSERT_EQ(s.state(), v1::OP_STATE_COMPLETED);
+      ASSERT_EQ(s.global_rank(), s.rank());  // RANK env == comm rank here
+      // max over channels of GPU stop - start, as the emulator scripted it.
+      ASSERT_EQ(s.kernel_duration_ns(), 40'000u + 1'000u * s.rank());
+      // Converted to the node clock with the fitted offset: near the real
+      // time the kernel ran, not 7000 s away.
+      ASSERT_NE(s.kernel_start_cpu_ns(), 0u);
+      ASSERT_LE(s.kernel_start_cpu_ns(), s.completion_cpu_ns());
+      ASSERT_LT(s.completion_cpu_ns() - s.kernel_start_cpu_ns(),
+                1'000'000'000u);
+      ASSERT_EQ(s.func(), v1::COLL_FUNC_ALL_REDUCE);
+      ASSERT_GE(s.connections_size(), 2);  // send + recv per channel
+      ASSERT_GT(s.bus_bandwidth_bps(), 0) << s.DebugString();
+      seqs[s.rank()].insert(s.seq_number());
+    }
+  }
+  ASSERT_EQ(seqs.size(), static_cast<size_t>(kRanks));
+  for (const auto& [rank, s] : seqs) EXPECT_EQ(s.size(), kColls) << rank;
+  // The registration and communicators name the (emulated) host.
+  const Reqs reqs = receiver_.requests();
+  EXPECT_EQ(reqs[0].registration().host(), "emu-node-0");
+  std::set<int> comm_ranks;
+  for (const auto& q : reqs) {
+    for (const auto& c : q.communicators()) {
+      if (c.comm_hash() == kComm && c.host() == "emu-node-0") {
+        comm_ranks.insert(c.rank());
+      }
+    }
+  }
+  EXPECT_EQ(comm_ranks.size(), static_cast<size_t>(kRanks));
+  std::string metrics;
+  ASSERT_TRUE(Eventually([&] {
+    metrics = testing::HttpGet(port, "/metrics");
+    return metrics.find(
+               "pitstop_agent_ops_total{comm=\"0xe2e1\","
+               "func=\"COLL_FUNC_ALL_REDUCE\"} 320") != std::string::npos;
+  })) << metrics;
+  EXPECT_THAT(metrics, HasSubstr("pitstop_agent_plugin_dropped 0"));
+}
+
+TEST_F(E2eTest, SigkilledRankIsReportedDied) {
+  ASSERT_GT(StartAgent(), 0);
+  auto ok_rank = StartRank(0, 2, 10, 0, "finalize");
+  auto doomed = StartRank(1, 2, 10, 0, "hold");
+  EXPECT_EQ(ok_rank->Wait(), 0);
+  ASSERT_TRUE(Eventually(
+      [&] { return ReadFile(dir_.file("rank1.out")).find("ran 10") == 0; }));
+  ASSERT_TRUE(receiver_.WaitUntil([](const Reqs& r) {
+    return CountSummaries(r) == 20 &&
+           CountLifecycle(r, v1::RankLifecycle::KIND_STREAM_OPENED) == 2;
+  }));
+  doomed->Signal(SIGKILL);
+  doomed->Wait();
+  ASSERT_TRUE(receiver_.WaitUntil([](const Reqs& r) {
+    return CountLifecycle(r, v1::RankLifecycle::KIND_DIED) == 1 &&
+           CountLifecycle(r, v1::RankLifecycle::KIND_CLEAN_EXIT) == 1;
+  }));
+  for (const auto& q : receiver_.requests()) {
+    for (const auto& l : q.lifecycle()) {
+      if (l.kind() != v1::RankLifecycle::KIND_DIED) continue;
+      EXPECT_EQ(l.pid(), static_cast<uint32_t>(doomed->pid()));
+      EXPECT_EQ(l.global_rank(), 1);
+      EXPECT_EQ(l.job_id(), "e2e");
+    }
+  }
+}
+
+// The agent restarts (SIGTERM, then a new process on the same socket) while
+// ranks stream: every collective reaches the receiver unless the plugin
+// counted it as dropped.
+TEST_F(E2eTest, AgentRestartUnderLoadLosesOnlyWhatThePluginDropped) {
+  ASSERT_GT(StartAgent(), 0);
+  constexpr int kRanks = 2, kColls = 600, kRate = 300;
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r = 0; r < kRanks; ++r) {
+    ranks.push_back(StartRank(r, kRanks, kColls, kRate, "finalize"));
+  }
+  ASSERT_TRUE(receiver_.WaitUntil(
+      [](const Reqs& r) { return CountSummaries(r) >= 100; }));
+  agent_->Signal(SIGTERM);
+  ASSERT_EQ(agent_->Wait(), 0);
+  ASSERT_GT(StartAgent(), 0);
+  for (auto& r : ranks) ASSERT_EQ(r->Wait(), 0);
+  ASSERT_TRUE(receiver_.WaitUntil([](const Reqs& r) {
+    return CountLifecycle(r, v1::RankLifecycle::KIND_CLEAN_EXIT) == kRanks;
+  }));
+  // The second agent registered and carried part of the load.
+  int registrations = 0, after_restart = 0;
+  for (const auto& q : receiver_.requests()) {
+    registrations += q.has_registration();
+    if (registrations == 2) after_restart += q.summaries_size();
+  }
+  ASSERT_EQ(registrations, 2) << ReadFile(dir_.file("agent1.err"));
+  EXPECT_GT(after_restart, 0);
+  std::map<int, std::set<uint64_t>> seqs;
+  uint64_t plugin_dropped = 0;
+  for (const auto& q : receiver_.requests()) {
+    for (const auto& s : q.summaries()) seqs[s.rank()].insert(s.seq_number());
+    plugin_dropped = std::max(plugin_dropped, q.counters().plugin_dropped());
+  }
+  int missing = 0;
+  for (int r = 0; r < kRanks; ++r) missing += kColls - seqs[r].size();
+  // Each collective lost needs at least its OpRecord dropped by the plugin.
+  EXPECT_LE(static_cast<uint64_t>(missing), plugin_dropped)
+      << "missing " << missing << " dropped " << plugin_dropped;
+}
+
+}  // namespace
+}  // namespace pitstop::agent
