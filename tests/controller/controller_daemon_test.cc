@@ -199,5 +199,27 @@ TEST_F(ControllerDaemonTest, BadConfigNamesTheKey) {
   EXPECT_THAT(out, HasSubstr("detection.window_ms"));
 }
 
+// The shipped systemd unit only uses flags the daemon knows.
+TEST_F(ControllerDaemonTest, SystemdUnitUsesKnownFlags) {
+  std::ifstream unit(PITSTOP_CONTROLLER_UNIT);
+  ASSERT_TRUE(unit.good()) << PITSTOP_CONTROLLER_UNIT;
+  std::string line, exec;
+  while (std::getline(unit, line)) {
+    if (line.rfind("ExecStart=", 0) == 0) exec = line;
+  }
+  ASSERT_THAT(exec, HasSubstr("pitstop-controller"));
+  std::string help;
+  ASSERT_EQ(RunProcess({controller_, "--help"}, dir_ + "/help", &help), 0);
+  int flags = 0;
+  for (size_t pos = exec.find(" --"); pos != std::string::npos;
+       pos = exec.find(" --", pos + 1)) {
+    const std::string flag =
+        exec.substr(pos + 1, exec.find(' ', pos + 1) - pos - 1);
+    EXPECT_THAT(help, HasSubstr(flag)) << flag;
+    ++flags;
+  }
+  EXPECT_GE(flags, 3);
+}
+
 }  // namespace
 }  // namespace pitstop::controller::testing
