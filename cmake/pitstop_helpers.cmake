@@ -43,6 +43,14 @@ function(pitstop_cc_test)
   endif()
   gtest_discover_tests(${P_NAME}
     DISCOVERY_TIMEOUT 60
-    PROPERTIES TIMEOUT ${P_TIMEOUT} LABELS ${_label}
-               ENVIRONMENT "PITSTOP_SOURCE_DIR=${PROJECT_SOURCE_DIR};PITSTOP_BINARY_DIR=${PROJECT_BINARY_DIR};TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/tsan.supp halt_on_error=1 second_deadlock_stack=1;ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1;LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/lsan.supp")
+    PROPERTIES TIMEOUT ${P_TIMEOUT} LABELS ${_label})
+  # gtest_discover_tests passes only the first element of a list-valued
+  # property (ENVIRONMENT "A;B" sets A only), so the environment is set by
+  # a file ctest includes after the discovered tests (${P_NAME}_TESTS).
+  set(_env_file ${CMAKE_CURRENT_BINARY_DIR}/${P_NAME}_env.cmake)
+  file(WRITE ${_env_file}
+    "if(${P_NAME}_TESTS)\n"
+    "  set_tests_properties(\${${P_NAME}_TESTS} PROPERTIES ENVIRONMENT \"PITSTOP_SOURCE_DIR=${PROJECT_SOURCE_DIR};PITSTOP_BINARY_DIR=${PROJECT_BINARY_DIR};TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/tsan.supp halt_on_error=1 second_deadlock_stack=1;ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1;LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/lsan.supp\")\n"
+    "endif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${_env_file})
 endfunction()
