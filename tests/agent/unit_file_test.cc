@@ -1,0 +1,58 @@
+// deploy/pitstop-agent.service as shipped: systemd-analyze verify accepts
+// it (with ExecStart pointed at the built binary), and it keeps the settings
+// the agent relies on.
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_replace.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/agent/process_util.h"
+#include "tests/agent/test_util.h"
+
+namespace pitstop::agent {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string UnitPath() {
+  const char* src = std::getenv("PITSTOP_SOURCE_DIR");
+  return std::string(src != nullptr ? src : ".") +
+         "/deploy/pitstop-agent.service";
+}
+
+TEST(UnitFileTest, HasTheSettingsTheAgentNeeds) {
+  const std::string unit = testing::ReadFile(UnitPath());
+  ASSERT_FALSE(unit.empty()) << UnitPath();
+  EXPECT_THAT(unit, HasSubstr("\nType=notify\n"));  // main.cc sends READY=1
+  EXPECT_THAT(unit, HasSubstr("\nRestart=on-failure\n"));
+  EXPECT_THAT(unit, HasSubstr("\nRuntimeDirectory=pitstop\n"));
+  EXPECT_THAT(unit, HasSubstr("--ingest-socket /run/pitstop/agent.sock"));
+  EXPECT_THAT(unit, HasSubstr("\nKillSignal=SIGTERM\n"));
+}
+
+TEST(UnitFileTest, SystemdAnalyzeVerifyAcceptsIt) {
+  if (std::system("command -v systemd-analyze >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "systemd-analyze absent; unit not verified";
+  }
+  testing::TempDir dir;
+  const std::string copy = dir.file("pitstop-agent.service");
+  std::ofstream(copy) << absl::StrReplaceAll(
+      testing::ReadFile(UnitPath()),
+      {{"/usr/local/bin/pitstop-agent",
+        testing::BinaryPath("src/agent/pitstop-agent")}});
+  testing::Process verify({"/usr/bin/env", "systemd-analyze", "verify", copy},
+                          {}, dir.file("out"), dir.file("err"));
+  const int st = verify.Wait();
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
+      << testing::ReadFile(dir.file("err"));
+  // Warnings about the unit itself (not about the environment) fail too.
+  EXPECT_THAT(testing::ReadFile(dir.file("err")),
+              ::testing::Not(HasSubstr("pitstop-agent.service:")));
+}
+
+}  // namespace
+}  // namespace pitstop::agent
