@@ -42,6 +42,9 @@ absl::Status Feed(const ImportedJob& job, agent::RankJoiner* joiner,
     }
   }
   joiner->Poll();
+  for (size_t i = 0; i < job.ranks.size(); ++i) {
+    if (job.ranks[i].absent) joiner->EndStream(i + 1);
+  }
   std::vector<v1::CommunicatorInfo> comms;
   joiner->TakeCommunicators(&comms);
   for (const v1::CommunicatorInfo& c : comms) {
@@ -139,11 +142,16 @@ absl::StatusOr<AnalysisResult> AnalyzeJob(const ImportedJob& job,
   }
   AnalysisResult result;
   for (auto& [id, f] : open) result.faults.push_back(f);
-  result.verdict = VerdictFromFaults(result.faults);
+  std::vector<int32_t> absent;
+  for (const ImportedRank& r : job.ranks) {
+    if (r.absent) absent.push_back(r.global_rank);
+  }
+  result.verdict = VerdictFromFaults(result.faults, absent);
   return result;
 }
 
-Verdict VerdictFromFaults(const std::vector<v1::Fault>& faults) {
+Verdict VerdictFromFaults(const std::vector<v1::Fault>& faults,
+                          const std::vector<int32_t>& absent) {
   Verdict v;
   std::set<int32_t> suspects, victims;
   int best_rank = -1;
@@ -183,6 +191,7 @@ Verdict VerdictFromFaults(const std::vector<v1::Fault>& faults) {
     }
   }
   for (int32_t s : suspects) victims.erase(s);
+  for (int32_t a : absent) victims.erase(a);
   v.suspects.assign(suspects.begin(), suspects.end());
   v.victims.assign(victims.begin(), victims.end());
   std::sort(v.hung_collectives.begin(), v.hung_collectives.end());
@@ -193,8 +202,10 @@ std::string FormatVerdictTable(const ImportedJob& job,
                                const std::vector<v1::Fault>& faults,
                                const Verdict& verdict) {
   std::string out;
+  size_t present = 0;
+  for (const ImportedRank& r : job.ranks) present += !r.absent;
   absl::StrAppend(
-      &out, "pitstop analyze: ", job.format, ", ", job.ranks.size(), " rank(s)",
+      &out, "pitstop analyze: ", job.format, ", ", present, " rank(s)",
       job.world_size > 0 ? absl::StrCat(" of ", job.world_size) : "", "\n");
   for (const std::string& w : job.warnings)
     absl::StrAppend(&out, "warning: ", w, "\n");
@@ -247,7 +258,9 @@ nlohmann::json VerdictJson(const ImportedJob& job,
   out["format"] = job.format;
   out["job_id"] = job.job_id;
   json ranks = json::array();
-  for (const ImportedRank& r : job.ranks) ranks.push_back(r.global_rank);
+  for (const ImportedRank& r : job.ranks) {
+    if (!r.absent) ranks.push_back(r.global_rank);
+  }
   out["ranks"] = ranks;
   out["world_size"] = job.world_size;
   out["missing_ranks"] = job.missing_ranks;

@@ -61,7 +61,9 @@ absl::StatusOr<AnalysisResult> AnalyzeJob(const ImportedJob& job,
 
 // Builds the verdict from a set of faults (also used by replay on the
 // faults read back from a controller).
-Verdict VerdictFromFaults(const std::vector<v1::Fault>& faults);
+// Ranks in `absent` (members without a file) are left out of the victims.
+Verdict VerdictFromFaults(const std::vector<v1::Fault>& faults,
+                          const std::vector<int32_t>& absent = {});
 
 // Human-readable report: verdict, one table row per fault, warnings, notes.
 std::string FormatVerdictTable(const ImportedJob& job,

@@ -1,6 +1,8 @@
 #include "src/importers/imported_job.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 
 namespace pitstop::importers {
 
@@ -58,8 +60,49 @@ std::vector<v1::StreamTelemetryRequest> ToTelemetry(const ImportedJob& job,
       c->set_children(has_times ? 1 : 0);
     }
   }
+  if (rank.absent) {
+    out.back().mutable_goodbye()->set_reason(v1::ProcessGoodbye::REASON_EXIT);
+  }
   for (size_t k = 0; k < out.size(); ++k) out[k].set_batch_seq(k + 1);
   return out;
+}
+
+void AddAbsentRanks(ImportedJob* job,
+                    const std::function<std::string(int32_t)>& host_of) {
+  std::set<int32_t> present;
+  std::map<uint64_t, const v1::CommunicatorInfo*> comms;
+  for (const ImportedRank& r : job->ranks) {
+    present.insert(r.global_rank);
+    for (const v1::CommunicatorInfo& c : r.comms)
+      comms.emplace(c.comm_hash(), &c);
+  }
+  std::map<int32_t, ImportedRank> absent;
+  for (const auto& [hash, info] : comms) {
+    for (int32_t i = 0; i < info->global_ranks_size(); ++i) {
+      int32_t g = info->global_ranks(i);
+      if (g < 0 || present.count(g)) continue;
+      ImportedRank& r = absent[g];
+      r.global_rank = g;
+      r.absent = true;
+      r.host = host_of(g);
+      r.file = "(no file)";
+      v1::CommunicatorInfo copy = *info;
+      copy.set_rank(i);
+      copy.set_host(r.host);
+      copy.set_pid(0);
+      r.comms.push_back(std::move(copy));
+    }
+  }
+  for (auto& [g, r] : absent) job->ranks.push_back(std::move(r));
+  std::sort(job->ranks.begin(), job->ranks.end(),
+            [](const ImportedRank& a, const ImportedRank& b) {
+              return a.global_rank < b.global_rank;
+            });
+  for (ImportedRank& r : job->ranks) {
+    if (r.pid == 0)
+      r.pid = 1000000 + static_cast<uint32_t>(std::max(0, r.global_rank));
+    for (v1::CommunicatorInfo& c : r.comms) c.set_pid(r.pid);
+  }
 }
 
 }  // namespace pitstop::importers

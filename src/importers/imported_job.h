@@ -12,6 +12,7 @@
 #define PITSTOP_IMPORTERS_IMPORTED_JOB_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,10 @@ struct ImportedRank {
   // ranks filled when the source says).
   std::vector<v1::CommunicatorInfo> comms;
   std::vector<ImportedOp> ops;
+  // A member of some communicator whose file is missing: it carries only
+  // its memberships, and its telemetry stream ends with a goodbye so that
+  // detection treats it as absent (exited) instead of "never enqueued".
+  bool absent = false;
 };
 
 // A collective matched across ranks by an importer (Kineto: end times).
@@ -90,12 +95,20 @@ struct ImportedJob {
   std::vector<MatchedCollective> matched;
 };
 
+// Completes a job after a reader built it: gives ranks without a pid a
+// synthetic one (1000000 + global rank; the engine tells processes apart
+// by host and pid) and adds an absent rank (see ImportedRank::absent) for
+// every communicator member without a file, placed on host_of(rank).
+void AddAbsentRanks(ImportedJob* job,
+                    const std::function<std::string(int32_t)>& host_of);
+
 // Builds the telemetry one rank's in-process library would have streamed:
 // a hello (global rank, host, job id, load_mode "imported"), the
 // communicators (KIND_INIT), the ops, their completions and (when GPU times
 // are known) one kernel channel each; split into batches of at most
 // `max_records` ops. batch_seq counts from 1. The last batch carries no
-// goodbye: a dump says nothing about how the process ended.
+// goodbye (a dump says nothing about how the process ended), except for an
+// absent rank, whose single batch ends with one.
 std::vector<v1::StreamTelemetryRequest> ToTelemetry(const ImportedJob& job,
                                                     const ImportedRank& rank,
                                                     size_t max_records = 4096);

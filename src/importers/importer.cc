@@ -10,6 +10,7 @@
 #include "absl/strings/strip.h"
 #include "pitstop/status_macros.h"
 #include "src/importers/flight_recorder_reader.h"
+#include "src/importers/import_util.h"
 #include "src/importers/input_file.h"
 #include "src/importers/inspector_reader.h"
 #include "src/importers/kineto_reader.h"
@@ -184,6 +185,14 @@ absl::StatusOr<ImportedJob> ImportPaths(const std::vector<std::string>& paths,
     InspectorJobOptions o;
     o.job_id = options.job_id;
     job = BuildInspectorJob(std::move(logs), o);
+  }
+  if (job.ok()) {
+    std::string prefix = format == FileFormat::kFlightRecorder ? "fr-"
+                         : format == FileFormat::kKineto       ? "kineto-"
+                                                               : "inspector-";
+    int32_t per_node = options.ranks_per_node;
+    AddAbsentRanks(
+        &*job, [&](int32_t g) { return SyntheticHost(prefix, g, per_node); });
   }
   if (job.ok() && !skipped.empty()) {
     job->notes.push_back(absl::StrCat("skipped ", skipped.size(),
