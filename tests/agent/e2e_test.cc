@@ -7,7 +7,6 @@
 #include <map>
 #include <set>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -45,14 +44,8 @@ class E2eTest : public ::testing::Test {
                                  "127.0.0.1:0", "--log-level", "warn"},
         std::vector<std::string>{}, dir_.file("agent" + n + ".out"),
         dir_.file("agent" + n + ".err"));
-    int port = -1;
-    Eventually([&] {
-      const std::string out = ReadFile(dir_.file("agent" + n + ".out"));
-      const size_t at = out.find("metrics_port=");
-      if (at == std::string::npos) return false;
-      const std::string rest = out.substr(at + 13);
-      return absl::SimpleAtoi(rest.substr(0, rest.find('\n')), &port);
-    });
+    const int port =
+        testing::WaitAgentReady(dir_.file("agent" + n + ".out"), agent_.get());
     return port;
   }
   std::unique_ptr<Process> StartRank(int rank, int n_ranks, int colls, int rate,

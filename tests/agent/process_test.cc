@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -48,19 +47,7 @@ class AgentProcess {
     proc_ = std::make_unique<Process>(args, env, out_, err_);
   }
   // Metrics port from the readiness line; -1 if the agent never got ready.
-  int WaitReady() {
-    int port = -1;
-    Eventually(
-        [&] {
-          const std::string out = ReadFile(out_);
-          const size_t at = out.find("metrics_port=");
-          if (at == std::string::npos) return !proc_->running();
-          const std::string rest = out.substr(at + 13);
-          return absl::SimpleAtoi(rest.substr(0, rest.find('\n')), &port);
-        },
-        absl::Seconds(30));
-    return port;
-  }
+  int WaitReady() { return testing::WaitAgentReady(out_, proc_.get()); }
   Process& proc() { return *proc_; }
   std::string err() const { return ReadFile(err_); }
 

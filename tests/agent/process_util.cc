@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
 
 extern char** environ;
@@ -88,6 +89,23 @@ std::string ReadFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+int WaitAgentReady(const std::string& out_path, Process* agent) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < deadline) {
+    const std::string out = ReadFile(out_path);
+    const size_t at = out.find("metrics_port=");
+    const size_t end = out.find('\n', at);
+    int port = -1;
+    if (at != std::string::npos && end != std::string::npos &&
+        absl::SimpleAtoi(out.substr(at + 13, end - at - 13), &port)) {
+      return port;
+    }
+    if (!agent->running()) return -1;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return -1;
 }
 
 std::string BinaryPath(const std::string& relative) {

@@ -32,6 +32,10 @@ class Process {
 };
 
 std::string ReadFile(const std::string& path);
+// Waits for pitstop-agent's readiness line in `out_path` ("... ready ...
+// metrics_port=N"); returns N (0 = metrics off), or -1 if `agent` exited or
+// 30 s passed first.
+int WaitAgentReady(const std::string& out_path, Process* agent);
 // Path of a built binary: $PITSTOP_BINARY_DIR/<relative>.
 std::string BinaryPath(const std::string& relative);
 // GET http://127.0.0.1:port/path; body ("" on failure).
