@@ -1,0 +1,313 @@
+// Importer tests on files made here (no ../shared/data needed): bad input,
+// the Inspector format, the Flight Recorder JSON form, the timeline.
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/importers/analysis.h"
+#include "src/importers/importer.h"
+#include "src/importers/input_file.h"
+#include "src/importers/timeline.h"
+
+namespace pitstop::importers {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/pitstop-imp-XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::system(("rm -rf " + path_).c_str()); }
+  std::string Write(const std::string& name, const std::string& bytes) {
+    std::string p = path_ + "/" + name;
+    std::ofstream(p, std::ios::binary) << bytes;
+    return p;
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string Gzip(const std::string& data) {
+  z_stream z{};
+  deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+  std::string out(compressBound(data.size()) + 64, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  z.avail_in = data.size();
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = out.size();
+  deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+std::string KinetoTrace(int rank, int world,
+                        const std::vector<std::pair<double, double>>& k) {
+  json events = json::array();
+  for (const auto& [ts, dur] : k) {
+    events.push_back(
+        {{"ph", "X"},
+         {"cat", "kernel"},
+         {"name", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)"},
+         {"pid", 0},
+         {"tid", 7},
+         {"ts", ts},
+         {"dur", dur},
+         {"args", {{"stream", 7}, {"device", rank}, {"correlation", 1}}}});
+  }
+  json doc = {{"schemaVersion", 1},
+              {"distributedInfo",
+               {{"backend", "nccl"}, {"rank", rank}, {"world_size", world}}},
+              {"traceEvents", events}};
+  return doc.dump();
+}
+
+TEST(InputFileTest, TruncatedGzipNamesFileAndOffset) {
+  TempDir dir;
+  std::string gz = Gzip(KinetoTrace(0, 2, {{1000, 50}, {2000, 50}}));
+  std::string p = dir.Write("rank-0.json.gz", gz.substr(0, gz.size() / 2));
+  auto text = ReadInputFile(p);
+  ASSERT_FALSE(text.ok());
+  EXPECT_THAT(text.status().message(), HasSubstr(p));
+  EXPECT_THAT(text.status().message(), HasSubstr("truncated gzip"));
+  EXPECT_THAT(text.status().message(),
+              HasSubstr(absl::StrCat("offset ", gz.size() / 2)));
+  auto job = ImportPaths({p}, ImportOptions());
+  ASSERT_FALSE(job.ok());
+  EXPECT_THAT(job.status().message(), HasSubstr("truncated gzip"));
+}
+
+TEST(InputFileTest, GzipRoundTripAndPlainPassThrough) {
+  std::string data(300000, 'x');
+  for (size_t i = 0; i < data.size(); i += 7)
+    data[i] = static_cast<char>('a' + i % 26);
+  auto back = MaybeGunzip(Gzip(data), "mem");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, data);
+  EXPECT_EQ(*MaybeGunzip("plain", "mem"), "plain");
+}
+
+TEST(ImporterTest, MalformedJsonNamesFileAndByte) {
+  TempDir dir;
+  std::string good = KinetoTrace(0, 1, {{1000, 50}});
+  std::string p =
+      dir.Write("trace-0.json", good.substr(0, good.size() - 5) + "@@");
+  auto job = ImportPaths({p}, ImportOptions());
+  ASSERT_FALSE(job.ok());
+  EXPECT_THAT(job.status().message(), HasSubstr(p));
+  EXPECT_THAT(job.status().message(), HasSubstr("malformed JSON at byte"));
+}
+
+TEST(ImporterTest, EmptyAndUnknownFilesAreClearErrors) {
+  TempDir dir;
+  std::string empty = dir.Write("_dump_0", "");
+  auto job = ImportPaths({empty}, ImportOptions());
+  ASSERT_FALSE(job.ok());
+  EXPECT_THAT(job.status().message(), HasSubstr(empty + ": empty file"));
+  std::string text = dir.Write("notes.txt", "hello");
+  job = ImportPaths({text}, ImportOptions());
+  ASSERT_FALSE(job.ok());
+  EXPECT_THAT(job.status().message(), HasSubstr("not a recognised format"));
+  EXPECT_FALSE(ImportPaths({dir.path() + "/nope"}, ImportOptions()).ok());
+}
+
+TEST(ImporterTest, ForbiddenPickleOpcodeInADumpIsRefused) {
+  TempDir dir;
+  std::string evil =
+      std::string("\x80\x02", 2) + "cposix\nsystem\nX\x02\x00\x00\x00id\x85R.";
+  std::string p = dir.Write("_dump_3", evil);
+  auto job = ImportPaths({dir.path()}, ImportOptions());
+  ASSERT_FALSE(job.ok());
+  EXPECT_THAT(job.status().message(), HasSubstr(p + ": offset 2"));
+  EXPECT_THAT(job.status().message(), HasSubstr("'GLOBAL' refused"));
+}
+
+// A 4-rank job in Flight Recorder's JSON form: rank 2 never enqueues seq 8
+// of the all-reduce group that the others wait in.
+TEST(ImporterTest, FlightRecorderJsonFormNonCommHang) {
+  TempDir dir;
+  for (int r = 0; r < 4; ++r) {
+    json entries = json::array();
+    int last = r == 2 ? 7 : 8;
+    for (int seq = 6; seq <= last; ++seq) {
+      entries.push_back({{"record_id", seq},
+                         {"pg_id", 0},
+                         {"process_group", {"0", "default_pg"}},
+                         {"collective_seq_id", seq},
+                         {"p2p_seq_id", 0},
+                         {"profiling_name", "nccl:all_reduce"},
+                         {"input_sizes", {{1024}}},
+                         {"input_dtypes", {"Float"}},
+                         {"state", seq <= 7 ? "completed" : "scheduled"},
+                         {"time_created_ns", 1000 * seq},
+                         {"is_p2p", false}});
+    }
+    json doc = {{"version", "2.9"},
+                {"pg_config",
+                 {{"0",
+                   {{"name", "0"},
+                    {"desc", "default_pg"},
+                    {"ranks", "[0, 1, 2, 3]"}}}}},
+                {"pg_status",
+                 {{"0",
+                   {{"last_enqueued_collective", last},
+                    {"last_started_collective", -1},
+                    {"last_completed_collective", 7}}}}},
+                {"entries", entries}};
+    dir.Write(absl::StrCat("_dump_", r, ".json"), doc.dump());
+  }
+  dir.Write("README", "not a dump");  // skipped with a note
+  auto job = ImportPaths({dir.path()}, ImportOptions());
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->format, "flight-recorder");
+  auto result = AnalyzeJob(*job, AnalysisOptions());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->verdict.fault_class, v1::FAULT_CLASS_NON_COMM_HANG);
+  EXPECT_EQ(result->verdict.suspects, std::vector<int32_t>{2});
+  EXPECT_EQ(result->verdict.victims, (std::vector<int32_t>{0, 1, 3}));
+  ASSERT_EQ(result->verdict.hung_collectives.size(), 1u);
+  EXPECT_THAT(result->verdict.hung_collectives[0],
+              HasSubstr("all_reduce seq 8"));
+  EXPECT_THAT(result->verdict.hung_collectives[0],
+              HasSubstr("default_pg (pg 0)"));
+}
+
+// A 4-rank job in Inspector's format (one JSONL file per process, real field
+// names): rank 3 arrives late at every all-reduce, so its kernel time is the
+// shortest (the others wait for it).
+std::string InspectorLine(int rank, uint64_t sn, double exec_us, bool verbose) {
+  json coll = {{"coll", "AllReduce"},
+               {"coll_sn", sn},
+               {"coll_msg_size_bytes", 1 << 24},
+               {"coll_exec_time_us", exec_us},
+               {"coll_timing_source", "kernel_gpu"},
+               {"coll_algobw_gbs", 100.0},
+               {"coll_busbw_gbs", 150.0}};
+  uint64_t end = 1752867229235000 + sn * 100000;
+  if (verbose) {
+    coll["event_trace_sn"] = {{"coll_start_sn", 1}, {"coll_stop_sn", 2}};
+    json kernel = {{"channel_id", 0},
+                   {"kernel_start_ts", end - static_cast<uint64_t>(exec_us)},
+                   {"kernel_stop_ts", end},
+                   {"kernel_record_ts", end}};
+    coll["event_trace_ts"] = {{"coll_start_ts", end - 1000},
+                              {"coll_stop_ts", end - 990},
+                              {"kernel_events", json::array({kernel})}};
+  }
+  json line = {{"header",
+                {{"id", "0x7f8c496ae9f661"},
+                 {"rank", rank},
+                 {"n_ranks", 4},
+                 {"nnodes", 2}}},
+               {"metadata",
+                {{"inspector_output_format_version", "v4.0"},
+                 {"git_rev", ""},
+                 {"rec_mechanism", "profiler_plugin"},
+                 {"dump_timestamp_us", end + 500},
+                 {"hostname", absl::StrCat("node", rank / 2)},
+                 {"pid", 4000 + rank}}},
+               {"coll_perf", coll}};
+  return line.dump();
+}
+
+TEST(InspectorTest, StragglerFromAMadeUpMultiRankJob) {
+  TempDir dir;
+  for (int r = 0; r < 4; ++r) {
+    std::string body;
+    for (uint64_t sn = 1; sn <= 30; ++sn) {
+      double exec = r == 3 ? 2000 : 6000 + 100 * r;
+      body += InspectorLine(r, sn, exec, sn % 2 == 0) + "\n";
+    }
+    dir.Write(absl::StrCat("node", r / 2, "-pid", 4000 + r, ".log"), body);
+  }
+  auto job = ImportPaths({dir.path()}, ImportOptions());
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->format, "inspector");
+  ASSERT_EQ(job->ranks.size(), 4u);
+  EXPECT_EQ(job->ranks[1].host, "node0");
+  EXPECT_EQ(job->ranks[3].host, "node1");
+  EXPECT_EQ(job->ranks[3].ops.size(), 30u);
+  auto result = AnalyzeJob(*job, AnalysisOptions());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->verdict.fault_class, v1::FAULT_CLASS_NON_COMM_SLOW);
+  EXPECT_EQ(result->verdict.suspects, std::vector<int32_t>{3});
+  EXPECT_TRUE(ValidateTraceEvents(BuildTimeline(*job, result->faults)).ok());
+}
+
+TEST(InspectorTest, MissingProcessFileIsPartialAndBadLineNamed) {
+  TempDir dir;
+  for (int r = 0; r < 3; ++r) {
+    std::string body;
+    for (uint64_t sn = 1; sn <= 5; ++sn)
+      body += InspectorLine(r, sn, 5000, false) + "\n";
+    dir.Write(absl::StrCat("p", r, ".log"), body);
+  }
+  auto job = ImportPaths({dir.path()}, ImportOptions());
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->missing_ranks, std::vector<int32_t>{3});
+  EXPECT_THAT(job->warnings.back(), HasSubstr("rank(s) 3"));
+  dir.Write("p0.log", InspectorLine(0, 1, 5000, false) + "\n{\"header\": {\n");
+  auto bad = ImportPaths({dir.path() + "/p0.log"}, ImportOptions());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("p0.log: line 2"));
+}
+
+TEST(TimelineTest, KinetoPairTimelineIsValidAndAnnotated) {
+  TempDir dir;
+  // Rank 1 starts 3 ms late each time; both end together.
+  std::vector<std::pair<double, double>> k0, k1;
+  for (int i = 0; i < 6; ++i) {
+    double end = 1e6 + i * 20000;
+    k0.push_back({end - 8000, 8000});
+    k1.push_back({end - 5000 + 20, 5000 - 20});
+  }
+  std::string p0 = dir.Write("trace-0.json.gz", Gzip(KinetoTrace(0, 2, k0)));
+  std::string p1 = dir.Write("trace-1.json", KinetoTrace(1, 2, k1));
+  auto job = ImportPaths({p0, p1}, ImportOptions());
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->matched.size(), 6u);
+  for (const MatchedCollective& m : job->matched) EXPECT_EQ(m.late_rank, 1);
+  auto result = AnalyzeJob(*job, AnalysisOptions());
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result->verdict.suspects, std::vector<int32_t>{1});
+  std::string out = dir.path() + "/timeline.json";
+  ASSERT_TRUE(WriteTimeline(*job, result->faults, out).ok());
+  auto text = ReadInputFile(out);
+  ASSERT_TRUE(text.ok());
+  json doc = json::parse(*text);
+  ASSERT_TRUE(ValidateTraceEvents(doc).ok()) << ValidateTraceEvents(doc);
+  int slices = 0, faults = 0, procs = 0;
+  for (const json& e : doc["traceEvents"]) {
+    slices += e["ph"] == "X";
+    faults += e.value("cat", "") == "fault";
+    procs += e["ph"] == "M" && e["name"] == "process_name";
+  }
+  EXPECT_EQ(slices, 12);
+  EXPECT_EQ(procs, 2);
+  EXPECT_GE(faults, 2);  // a global marker and one on the suspect
+  // The validator catches what Perfetto would reject.
+  json broken = doc;
+  broken["traceEvents"].push_back({{"ph", "X"},
+                                   {"name", "x"},
+                                   {"pid", 0},
+                                   {"tid", 1},
+                                   {"ts", -1},
+                                   {"dur", 1}});
+  EXPECT_FALSE(ValidateTraceEvents(broken).ok());
+}
+
+}  // namespace
+}  // namespace pitstop::importers
