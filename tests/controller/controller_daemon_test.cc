@@ -174,6 +174,19 @@ TEST_F(ControllerDaemonTest, FaultSurvivesKill9AndPitstopctlShowsIt) {
       << out;
   EXPECT_EQ(Ctl(target, {"faults", "--fail-if-any"}, &out), 0) << out;
   EXPECT_EQ(Ctl(target, {"nodez"}, &out), 2) << out;
+  EXPECT_EQ(
+      Ctl(target, {"policy", "set", "job1", "--hang-timeout-floor-ms", "2000"},
+          &out),
+      0)
+      << out;
+  EXPECT_THAT(out, HasSubstr("max(2000 ms, 10 x p99)"));
+  EXPECT_EQ(Ctl(target,
+                {"policy", "set", "job1", "--persistence-n", "9",
+                 "--persistence-m", "3"},
+                &out),
+            5)
+      << out;
+  EXPECT_THAT(out, HasSubstr("policy.persistence_n"));
 
   // SIGTERM: graceful shutdown, exit code 0.
   ASSERT_EQ(kill(pid_, SIGTERM), 0);

@@ -21,7 +21,7 @@ struct GlobalOptions {
 void AddCommands(CLI::App* app, GlobalOptions* g, int* exit_code);
 // faults, fault show, ack, resolve (fault_commands.cc).
 void AddFaultCommands(CLI::App* app, GlobalOptions* g, int* exit_code);
-// drain, uncordon, policy (fault_commands.cc).
+// drain, uncordon, policy get/set (fault_commands.cc).
 void AddNodeActions(CLI::App* app, GlobalOptions* g, int* exit_code);
 
 }  // namespace pitstop::ctl

@@ -146,6 +146,71 @@ void PrintNodeResult(const GlobalOptions& g, const Resp& r) {
             << "\n";
 }
 
+void PrintPolicy(const GlobalOptions& g, const std::string& job,
+                 const v1::JobPolicy& p) {
+  if (g.output == "json") {
+    std::cout << ToJson(p) << "\n";
+    return;
+  }
+  Table t({"JOB", "MODE", "WINDOW", "N/M", "MIN EFFECT", "HANG TIMEOUT",
+           "WARMUP", "Z"});
+  t.AddRow({job, ShortEnum(v1::PolicyMode_Name(p.mode()), "POLICY_MODE_"),
+            absl::StrCat(p.window_ms(), " ms"),
+            absl::StrCat(p.persistence_n(), "/", p.persistence_m()),
+            absl::StrCat(p.min_effect()),
+            absl::StrCat("max(", p.hang_timeout_floor_ms(), " ms, ",
+                         p.hang_timeout_multiplier(), " x p99)"),
+            absl::StrCat(p.warmup_collectives()),
+            absl::StrCat(p.z_threshold())});
+  t.Print(std::cout);
+}
+
+void AddPolicy(CLI::App* app, GlobalOptions* g, int* rc) {
+  static std::string job;
+  static v1::JobPolicy set;
+  CLI::App* policy = app->add_subcommand("policy", "per-job detection policy");
+  policy->require_subcommand(1);
+  CLI::App* get = policy->add_subcommand("get", "show a job's policy");
+  get->add_option("JOB", job, "job id")->required();
+  get->callback([g, rc] {
+    v1::GetJobPolicyRequest req;
+    req.set_job_id(job);
+    v1::GetJobPolicyResponse r;
+    if ((*rc = Call(*g, &v1::Controller::Stub::GetJobPolicy, req, &r))) return;
+    PrintPolicy(*g, job, r.policy());
+  });
+  CLI::App* put = policy->add_subcommand(
+      "set", "set a job's policy; options not given take the defaults");
+  put->add_option("JOB", job, "job id")->required();
+  static uint32_t window_ms = 0, n = 0, m = 0, floor_ms = 0, warmup = 0;
+  static double min_effect = 0, multiplier = 0, z = 0;
+  put->add_option("--window-ms", window_ms, "detection window (ms)");
+  put->add_option("--persistence-n", n, "windows that must hit");
+  put->add_option("--persistence-m", m, "windows considered");
+  put->add_option("--min-effect", min_effect, "minimum effect, e.g. 0.2");
+  put->add_option("--hang-timeout-multiplier", multiplier, "k of k x p99");
+  put->add_option("--hang-timeout-floor-ms", floor_ms, "hang timeout floor");
+  put->add_option("--warmup-collectives", warmup,
+                  "collectives before verdicts");
+  put->add_option("--z-threshold", z, "robust z-score threshold");
+  put->callback([g, rc] {
+    v1::SetJobPolicyRequest req;
+    req.set_job_id(job);
+    v1::JobPolicy* p = req.mutable_policy();
+    p->set_window_ms(window_ms);
+    p->set_persistence_n(n);
+    p->set_persistence_m(m);
+    p->set_min_effect(min_effect);
+    p->set_hang_timeout_multiplier(multiplier);
+    p->set_hang_timeout_floor_ms(floor_ms);
+    p->set_warmup_collectives(warmup);
+    p->set_z_threshold(z);
+    v1::SetJobPolicyResponse r;
+    if ((*rc = Call(*g, &v1::Controller::Stub::SetJobPolicy, req, &r))) return;
+    PrintPolicy(*g, job, r.policy());
+  });
+}
+
 }  // namespace
 
 void AddFaultCommands(CLI::App* app, GlobalOptions* g, int* rc) {
@@ -185,6 +250,7 @@ void AddNodeActions(CLI::App* app, GlobalOptions* g, int* rc) {
     }
     PrintNodeResult(*g, r);
   });
+  AddPolicy(app, g, rc);
 }
 
 }  // namespace pitstop::ctl
