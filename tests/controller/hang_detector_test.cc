@@ -87,6 +87,22 @@ TEST_F(HangTest, IdleCommunicatorIsNotAHang) {
   EXPECT_TRUE(faults_.empty());
 }
 
+TEST_F(HangTest, RankWhoseCompletionsStoppedIsTheSuspect) {
+  SimJob job(0xCA, 8, 4);
+  job.Register(engine_.get());
+  // Everyone enqueued up to 13; ranks 0..6 completed 12 (which needed rank
+  // 7), rank 7's completions stopped at 9: its GPU stopped reporting.
+  for (int32_t r = 0; r < 8; ++r) Report(job, r, 13, r == 7 ? 9 : 12);
+  Cycle(absl::Seconds(6));
+  ASSERT_EQ(Latest().size(), 1u);
+  const v1::Fault f = Latest()[0];
+  EXPECT_EQ(f.fault_class(), v1::FAULT_CLASS_NON_COMM_HANG);
+  EXPECT_EQ(SuspectGlobals(f), std::set<int32_t>{7});
+  EXPECT_EQ(f.suspects(0).level(), v1::SUSPECT_LEVEL_GPU);
+  EXPECT_EQ(VictimGlobals(f).size(), 7u);
+  EXPECT_FALSE(VictimGlobals(f).count(7));
+}
+
 TEST_F(HangTest, RanksWithoutAnyProgressReportAreNotBlamed) {
   SimJob job(0xC9, 8, 4);
   job.Register(engine_.get());

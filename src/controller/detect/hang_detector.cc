@@ -170,12 +170,12 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
     int64_t max_completed = -1;
     if (NeedsEveryMember(func)) {
       for (int32_t r = 0; r < n; ++r) {
-        max_completed = std::max(max_completed, fp.ranks[r].completed);
+        if (!skip[r]) {
+          max_completed = std::max(max_completed, fp.ranks[r].completed);
+        }
       }
       for (int32_t r = 0; r < n && max_completed >= seq; ++r) {
-        const bool exited = r < static_cast<int32_t>(comm->members.size()) &&
-                            comm->members[r].exited;
-        if (!exited && fp.ranks[r].completed < max_completed &&
+        if (!skip[r] && fp.ranks[r].completed < max_completed &&
             !behind.count(r)) {
           stalled.insert(r);
         }

@@ -24,6 +24,11 @@ int64_t HangTimeoutNs(const CommState& comm, const v1::JobPolicy& policy);
 // longer):
 //   - members that never enqueued N are suspects (NON_COMM_HANG, RANK level),
 //     the others victims;
+//   - members whose completions stopped below what another member
+//     completed, in a collective that needs every member (all-reduce,
+//     all-gather, reduce-scatter, all-to-all, barrier), took part but
+//     stopped reporting: their GPU or process stalled (NON_COMM_HANG, GPU
+//     level; Flight Recorder dumps after a GPU error look like this);
 //   - if all enqueued N: COMM_HANG; suspects are the in-flight connections
 //     with the least proxy progress when they stand out, else none yet (and
 //     `*want_profiling` is set).
