@@ -307,6 +307,7 @@ void Builder::MakeTruths() {
     t.onset_ns = Sec(f.at_s);
     if (f.duration_s > 0) t.end_ns = Sec(f.at_s + f.duration_s);
     t.expect_fault = !IsDeceptiveNormal(f.kind);
+    t.nics_per_node = s_.nics_per_node;
     switch (f.kind) {
       case FaultKind::kSlowGpu:
         t.expected_class = "NON_COMM_SLOW";

@@ -100,6 +100,7 @@ struct FaultTruth {
   int rank = -1;
   std::string host, nic, peer_host;
   int gpu = -1;
+  int nics_per_node = 1;  // for the rail mapping GPU g -> NIC g % n
   std::string Describe() const;
 };
 

@@ -273,6 +273,7 @@ absl::StatusOr<std::unique_ptr<RunResult>> RunScenario(
   ASSIGN_OR_RETURN(std::vector<v1::Fault> listed, ListAllFaults(stub.get()));
   result->faults = watcher.Merge(listed, MonotonicNowNs() - start_ns);
   result->score = ScoreRun(result->plan, result->faults);
+  if (options.after_run) options.after_run(*result);
   if (options.keep_running) {
     while (options.keep_running() && cluster->ControllerRunning()) {
       usleep(200000);

@@ -22,6 +22,8 @@
 
 namespace pitstop::sim {
 
+struct RunResult;
+
 struct RunOptions {
   // Logs, sockets, database; empty = fresh dir under /tmp, removed after
   // unless keep_work_dir.
@@ -39,6 +41,9 @@ struct RunOptions {
   // Keep the cluster up after the run until `keep_running()` returns false
   // (polled every 200 ms); null = stop at once.
   std::function<bool()> keep_running;
+  // Called with the scored result while the cluster is still up (before
+  // keep_running is polled), e.g. to print the report.
+  std::function<void(const RunResult&)> after_run;
   // Called once the cluster is up (e.g. to print its address).
   std::function<void(const std::string& controller_address,
                      const std::string& work_dir)>

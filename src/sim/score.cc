@@ -35,7 +35,14 @@ bool SuspectMatches(const v1::Suspect& s, const FaultTruth& t) {
               s.gpu_index() == t.gpu);
     case FaultKind::kSlowNic:
     case FaultKind::kFlappingNic:
-      return s.host() == t.host && s.nic() == t.nic;
+      // A NIC suspect may name the NIC, or (when the controller does not
+      // know NIC names) the GPU whose rail NIC it is: GPU g uses NIC
+      // g % nics_per_node.
+      return s.host() == t.host &&
+             (s.nic() == t.nic ||
+              (s.nic().empty() && s.level() == v1::SUSPECT_LEVEL_NIC &&
+               s.gpu_index() >= 0 && t.nics_per_node > 0 &&
+               NicName(s.gpu_index() % t.nics_per_node) == t.nic));
     case FaultKind::kSlowLink:
     case FaultKind::kCommHang:
       return SameHostPair(s, t);

@@ -1,17 +1,208 @@
-// `pitstop sim`: placeholder until its issue lands.
+// `pitstop sim`: the fault-injection cluster simulator (docs/sim.md).
+//
+//   pitstop sim                          the default scenario (nic-degraded)
+//   pitstop sim --scenario straggler     a built-in scenario by name
+//   pitstop sim --scenario my.yaml       a scenario file
+//   pitstop sim --list                   built-in scenarios
+//   pitstop sim --bench [--quick]        detection-quality benchmark
+//
+// Exit codes: 0 pitstop's verdict matched what was injected (bench: ran),
+// 1 it did not (a miss, a wrong suspect or a false fault), 2 usage/input
+// error or the cluster could not start.
+#include <signal.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <atomic>
+#include <filesystem>
 #include <iostream>
 
+#include "absl/strings/str_cat.h"
+#include "src/sim/bench.h"
+#include "src/sim/report.h"
+#include "src/sim/runner.h"
+#include "src/sim/scenario.h"
+#include "src/sim/timeline.h"
 #include "tools/pitstop/commands.h"
 
 namespace pitstop::tool {
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+void OnInterrupt(int) { g_interrupted = true; }
+
+struct SimArgs {
+  std::string scenario = "nic-degraded";
+  bool list = false;
+  bool bench = false;
+  bool quick = false;
+  std::string bench_out;
+  int64_t seed = -1;
+  double duration_s = 0;
+  std::string timeline = "pitstop-sim-timeline.json";
+  bool keep_running = false;
+  std::string work_dir;
+  bool keep_work_dir = false;
+  std::string log_level = "warn";
+  std::string controller_config;
+  bool quiet = false;
+};
+
+absl::StatusOr<sim::Scenario> ResolveScenario(const SimArgs& a) {
+  std::error_code ec;
+  absl::StatusOr<sim::Scenario> s =
+      std::filesystem::is_regular_file(a.scenario, ec)
+          ? sim::LoadScenarioFile(a.scenario)
+          : sim::BuiltinScenario(a.scenario);
+  if (!s.ok()) return s;
+  if (a.seed >= 0) s->seed = static_cast<uint64_t>(a.seed);
+  if (a.duration_s > 0) s->duration_s = a.duration_s;
+  return s;
+}
+
+int ListScenarios() {
+  for (const std::string& name : sim::BuiltinScenarioNames()) {
+    auto s = sim::BuiltinScenario(name);
+    std::cout << name << "\n    "
+              << (s.ok() ? s->description : s.status().ToString()) << "\n";
+  }
+  std::cout << "\nRun one: pitstop sim --scenario NAME; show its YAML: "
+               "pitstop sim --scenario NAME --print\n";
+  return 0;
+}
+
+int RunOne(const SimArgs& a) {
+  auto scenario = ResolveScenario(a);
+  if (!scenario.ok()) {
+    std::cerr << "pitstop sim: " << scenario.status().message() << "\n";
+    return 2;
+  }
+  sim::RunOptions opts;
+  opts.work_dir = a.work_dir;
+  opts.keep_work_dir = a.keep_work_dir || a.keep_running;
+  opts.daemon_log_level = a.log_level;
+  opts.controller_config = a.controller_config;
+  if (!a.quiet) {
+    opts.progress = [](const std::string& line) {
+      std::cout << line << std::endl;
+    };
+  }
+  opts.on_cluster_ready = [&a](const std::string& addr,
+                               const std::string& dir) {
+    if (a.quiet) return;
+    std::cout << "[sim] controller at " << addr << ", logs and database in "
+              << dir << std::endl;
+  };
+  signal(SIGINT, OnInterrupt);
+  if (a.keep_running) {
+    opts.keep_running = [] { return !g_interrupted.load(); };
+  }
+  // The report must be printed while the cluster is still up when asked to
+  // keep it running, so print from the runner's keep-running hook.
+  std::string timeline_path;
+  std::unique_ptr<sim::RunResult> early;
+  auto finish = [&](const sim::RunResult& r, bool still_running) {
+    if (!a.timeline.empty()) {
+      const absl::Status st = sim::WriteTimeline(r.plan, r.faults, a.timeline);
+      if (st.ok()) {
+        timeline_path = std::filesystem::absolute(a.timeline).string();
+      } else {
+        std::cerr << "pitstop sim: " << st.message() << "\n";
+      }
+    }
+    sim::ReportOptions ro;
+    ro.timeline_path = timeline_path;
+    ro.cluster_still_running = still_running;
+    ro.rerun_command = absl::StrCat("pitstop sim --scenario ", a.scenario);
+    sim::PrintReport(r, ro, std::cout);
+    std::cout.flush();
+  };
+  opts.after_run = [&](const sim::RunResult& r) {
+    if (a.keep_running) finish(r, /*still_running=*/true);
+  };
+  auto result = sim::RunScenario(*scenario, opts);
+  if (!result.ok()) {
+    std::cerr << "pitstop sim: " << result.status().message() << "\n";
+    return 2;
+  }
+  if (!a.keep_running) finish(**result, /*still_running=*/false);
+  return (*result)->score.ok() && (*result)->rank_errors.empty() ? 0 : 1;
+}
+
+}  // namespace
 
 void AddSimCommand(CLI::App* app, int* exit_code) {
-  CLI::App* cmd = app->add_subcommand("sim", "(not implemented yet)");
-  cmd->allow_extras();
-  cmd->callback([exit_code] {
-    std::cerr << "pitstop sim: not implemented yet\n";
-    *exit_code = 2;
+  static SimArgs a;
+  CLI::App* cmd = app->add_subcommand(
+      "sim",
+      "Fault-injection cluster simulator: emulated ranks drive the real "
+      "in-process library through the NCCL profiler ABI into real "
+      "pitstop-agent processes (one per emulated node) and a real "
+      "pitstop-controller on loopback, with faults injected on schedule; "
+      "prints what pitstop found and scores it against what was injected.");
+  cmd->add_option("-s,--scenario", a.scenario,
+                  "built-in scenario name (see --list) or a YAML file "
+                  "(format: docs/sim.md)")
+      ->capture_default_str();
+  cmd->add_flag("--list", a.list, "list the built-in scenarios and exit");
+  bool print = false;
+  cmd->add_flag("--print", print,
+                "print the scenario's YAML (resolved) and exit");
+  cmd->add_option("--seed", a.seed, "override the scenario's random seed");
+  cmd->add_option("--duration-s", a.duration_s,
+                  "override the scenario's run length (s)");
+  cmd->add_option("--timeline", a.timeline,
+                  "Perfetto/Chrome trace JSON to write; empty = none")
+      ->capture_default_str();
+  cmd->add_flag("--keep-running", a.keep_running,
+                "keep the controller up after the run (for pitstopctl) "
+                "until Ctrl-C");
+  cmd->add_option("--work-dir", a.work_dir,
+                  "directory for logs, sockets and the database (default: "
+                  "a fresh /tmp/pitstop-sim-*, removed afterwards)");
+  cmd->add_flag("--keep-work-dir", a.keep_work_dir,
+                "do not remove the work directory (daemon and rank logs)");
+  cmd->add_option("--log-level", a.log_level, "log level of the daemons")
+      ->capture_default_str();
+  cmd->add_option("--controller-config", a.controller_config,
+                  "YAML config for pitstop-controller (detection settings)");
+  cmd->add_flag("-q,--quiet", a.quiet, "no progress lines");
+  cmd->add_flag("--bench", a.bench,
+                "run the detection-quality benchmark (every fault kind x "
+                "seeds x two cluster sizes, plus clean runs; ~15 min)");
+  cmd->add_flag("--quick", a.quick,
+                "with --bench: one seed, the small cluster only (~5 min)");
+  cmd->add_option("--bench-out", a.bench_out,
+                  "with --bench: also write the Markdown report here");
+  cmd->callback([exit_code, &print] {
+    if (a.list) {
+      *exit_code = ListScenarios();
+      return;
+    }
+    if (print) {
+      auto s = ResolveScenario(a);
+      if (!s.ok()) {
+        std::cerr << "pitstop sim: " << s.status().message() << "\n";
+        *exit_code = 2;
+        return;
+      }
+      std::cout << sim::ScenarioToYaml(*s);
+      *exit_code = 0;
+      return;
+    }
+    if (a.bench) {
+      sim::BenchOptions bo;
+      bo.quick = a.quick;
+      bo.markdown_path = a.bench_out;
+      bo.daemon_log_level = a.log_level;
+      bo.progress = [](const std::string& line) {
+        std::cout << line << std::endl;
+      };
+      *exit_code = sim::RunBench(bo, std::cout);
+      return;
+    }
+    *exit_code = RunOne(a);
   });
 }
 

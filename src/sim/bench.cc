@@ -1,0 +1,297 @@
+#include "src/sim/bench.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "src/sim/runner.h"
+
+namespace pitstop::sim {
+namespace {
+
+constexpr double kOnsetS = 6;
+constexpr double kRunS = 20;
+
+Scenario Shape(int nodes, int gpus, uint64_t seed) {
+  Scenario s;
+  s.nodes = nodes;
+  s.gpus_per_node = gpus;
+  s.nics_per_node = gpus;
+  s.tp = gpus;
+  s.dp = nodes;
+  s.channels = 2;
+  s.steps_per_proxy_op = 4;
+  s.seed = seed;
+  s.duration_s = kRunS;
+  s.step = {PhaseSpec{true, 60, Group::kTp, "", 0},
+            PhaseSpec{false, 0, Group::kTp, "AllReduce", 16 << 20},
+            PhaseSpec{true, 90, Group::kDp, "", 0},
+            PhaseSpec{false, 0, Group::kDp, "AllReduce", 128 << 20},
+            PhaseSpec{false, 0, Group::kWorld, "AllReduce", 64 << 10}};
+  s.eval_step = {PhaseSpec{true, 60, Group::kDp, "", 0},
+                 PhaseSpec{false, 0, Group::kWorld, "AllGather", 1 << 20},
+                 PhaseSpec{false, 0, Group::kWorld, "Broadcast", 64 << 10}};
+  return s;
+}
+
+FaultSpec Draw(FaultKind kind, const Scenario& s, std::mt19937_64* rng) {
+  auto pick = [rng](int n) {
+    return static_cast<int>(std::uniform_int_distribution<int>(0, n - 1)(*rng));
+  };
+  FaultSpec f;
+  f.kind = kind;
+  f.at_s = kOnsetS;
+  switch (kind) {
+    case FaultKind::kSlowGpu:
+      f.rank = pick(s.world_size());
+      f.factor = 1.5;
+      break;
+    case FaultKind::kSlowNic:
+    case FaultKind::kFlappingNic:
+      f.node = pick(s.nodes);
+      f.nic = pick(s.nics_per_node);
+      f.factor = kind == FaultKind::kSlowNic ? 4 : 5;
+      f.period_s = 2;
+      break;
+    case FaultKind::kSlowLink:
+    case FaultKind::kCommHang:
+      f.node = pick(s.nodes);
+      f.peer_node = (f.node + 1) % s.nodes;  // ring neighbours: crossed
+      f.factor = 4;
+      break;
+    case FaultKind::kNonCommHang:
+    case FaultKind::kCrash:
+      f.rank = pick(s.world_size());
+      break;
+    default:
+      break;
+  }
+  return f;
+}
+
+std::vector<FaultSpec> Deceptive() {
+  FaultSpec ckpt{.kind = FaultKind::kCheckpointPause, .at_s = 4, .pause_s = 3};
+  FaultSpec eval{.kind = FaultKind::kEvalPhase, .at_s = 9, .duration_s = 3};
+  FaultSpec jitter{.kind = FaultKind::kDataLoaderJitter,
+                   .at_s = 12,
+                   .duration_s = 6,
+                   .jitter_ms = 30,
+                   .probability = 0.2};
+  FaultSpec slow{.kind = FaultKind::kSlowCollective, .at_s = 17, .factor = 8};
+  return {ckpt, eval, jitter, slow};
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  const size_t i =
+      std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+std::string Sec(double s) { return s < 0 ? "-" : absl::StrFormat("%.1f s", s); }
+
+struct Row {
+  int runs = 0, scored = 0, detected = 0, localised = 0, false_faults = 0;
+  std::vector<double> latency_s;
+  std::vector<std::string> notes;
+};
+
+}  // namespace
+
+std::vector<BenchCase> BenchCases(bool quick) {
+  const std::vector<std::pair<int, int>> sizes =
+      quick ? std::vector<std::pair<int, int>>{{4, 2}}
+            : std::vector<std::pair<int, int>>{{4, 2}, {4, 4}};
+  const std::vector<uint64_t> seeds =
+      quick ? std::vector<uint64_t>{1} : std::vector<uint64_t>{1, 2};
+  const FaultKind kinds[] = {FaultKind::kSlowGpu,     FaultKind::kSlowNic,
+                             FaultKind::kFlappingNic, FaultKind::kSlowLink,
+                             FaultKind::kNonCommHang, FaultKind::kCommHang,
+                             FaultKind::kCrash};
+  std::vector<BenchCase> cases;
+  for (auto [nodes, gpus] : sizes) {
+    const std::string size = absl::StrCat(nodes, "x", gpus);
+    for (FaultKind k : kinds) {
+      for (uint64_t seed : seeds) {
+        Scenario s = Shape(nodes, gpus, seed * 1000 + static_cast<int>(k));
+        std::mt19937_64 rng(s.seed);
+        s.faults = {Draw(k, s, &rng)};
+        s.name = absl::StrCat(FaultKindName(k), "-", size, "-", seed);
+        s.source = "bench";
+        cases.push_back(
+            {absl::StrCat(FaultKindName(k), " ", size, " seed ", seed), size,
+             s});
+      }
+    }
+    Scenario clean = Shape(nodes, gpus, 77);
+    clean.name = absl::StrCat("clean-", size);
+    clean.source = "bench";
+    cases.push_back({absl::StrCat("clean ", size), size, clean});
+    Scenario dec = Shape(nodes, gpus, 78);
+    dec.name = absl::StrCat("deceptive-", size);
+    dec.source = "bench";
+    dec.faults = Deceptive();
+    cases.push_back({absl::StrCat("deceptive normals ", size), size, dec});
+  }
+  if (!quick) {
+    Scenario large = Shape(8, 8, 99);
+    large.channels = 1;
+    large.steps_per_proxy_op = 2;
+    large.duration_s = 25;
+    large.step[0].compute_ms = 120;
+    large.step[2].compute_ms = 160;
+    std::mt19937_64 rng(99);
+    large.faults = {Draw(FaultKind::kSlowNic, large, &rng)};
+    large.faults[0].at_s = 10;
+    large.name = "slow_nic-8x8";
+    large.source = "bench";
+    cases.push_back({"slow_nic 8x8 (64 ranks)", "8x8", large});
+  }
+  return cases;
+}
+
+int RunBench(const BenchOptions& options, std::ostream& out) {
+  auto say = [&](const std::string& s) {
+    if (options.progress) options.progress(s);
+  };
+  const std::vector<BenchCase> cases = BenchCases(options.quick);
+  std::map<std::string, Row> rows;  // "kind|size"
+  std::vector<std::string> kinds_order;
+  double clean_hours = 0, all_hours = 0;
+  int clean_false = 0, all_false = 0;
+  std::map<std::string, std::vector<double>> lat_by_class;
+  std::vector<std::string> misses;
+  int failed = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const BenchCase& c = cases[i];
+    say(absl::StrFormat("[bench %zu/%zu] %s ...", i + 1, cases.size(),
+                        c.label));
+    RunOptions ro;
+    ro.daemon_log_level = options.daemon_log_level;
+    ro.drain_s = 1.5;
+    auto result = RunScenario(c.scenario, ro);
+    if (!result.ok()) {
+      say(absl::StrCat("[bench] ", c.label,
+                       ": could not run: ", result.status().message()));
+      ++failed;
+      continue;
+    }
+    const RunResult& r = **result;
+    const std::string kind = c.scenario.faults.empty() ? "clean"
+                             : c.label.rfind("deceptive", 0) == 0
+                                 ? "deceptive normals"
+                                 : FaultKindName(c.scenario.faults[0].kind);
+    const std::string key = absl::StrCat(kind, "|", c.size);
+    if (!rows.count(key)) kinds_order.push_back(key);
+    Row& row = rows[key];
+    ++row.runs;
+    const double hours = c.scenario.duration_s / 3600.0;
+    all_hours += hours;
+    all_false += r.score.false_faults.size();
+    bool any_expected = false;
+    for (const TruthScore& ts : r.score.truths) {
+      if (!ts.scored) continue;
+      any_expected = true;
+      ++row.scored;
+      row.detected += ts.detected;
+      row.localised += ts.detected && ts.localised;
+      if (ts.detected) {
+        row.latency_s.push_back(ts.latency_ns / 1e9);
+        lat_by_class[ts.truth->expected_class].push_back(ts.latency_ns / 1e9);
+      }
+      if (!ts.detected || !ts.localised) {
+        std::string got;
+        for (const ObservedFault& f : r.faults) {
+          absl::StrAppend(&got, got.empty() ? "" : "; ",
+                          ShortClassName(f.fault.fault_class()),
+                          f.fault.suspects_size() > 0
+                              ? " " + DescribeSuspect(f.fault.suspects(0))
+                              : "");
+        }
+        misses.push_back(absl::StrCat(
+            c.label, ": injected ", ts.truth->Describe(), "; ", ts.note,
+            "; pitstop raised: ", got.empty() ? "nothing" : got));
+      }
+    }
+    if (!any_expected) {
+      clean_hours += hours;
+      clean_false += r.score.false_faults.size();
+    }
+    row.false_faults += r.score.false_faults.size();
+    for (const ObservedFault* f : r.score.false_faults) {
+      misses.push_back(absl::StrCat(
+          c.label, ": false fault ", ShortClassName(f->fault.fault_class()),
+          f->fault.suspects_size() > 0
+              ? " " + DescribeSuspect(f->fault.suspects(0))
+              : "",
+          " at t=", absl::StrFormat("%.1f", f->first_seen_ns / 1e9), " s"));
+    }
+    say(absl::StrFormat("[bench %zu/%zu] %s: %s (%.0f s)", i + 1, cases.size(),
+                        c.label, r.score.ok() ? "ok" : "MISMATCH", r.wall_s));
+  }
+  const double minutes =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count() /
+      60;
+  std::ostringstream md;
+  int scored = 0, detected = 0, localised = 0;
+  md << "| fault kind | cluster | runs | detected | localised | false faults"
+        " | latency p50 | latency p90 |\n"
+     << "|---|---|---|---|---|---|---|---|\n";
+  for (const std::string& key : kinds_order) {
+    const Row& row = rows[key];
+    const size_t bar = key.find('|');
+    scored += row.scored;
+    detected += row.detected;
+    localised += row.localised;
+    md << absl::StrFormat(
+        "| %s | %s | %d | %s | %s | %d | %s | %s |\n", key.substr(0, bar),
+        key.substr(bar + 1), row.runs,
+        row.scored ? absl::StrCat(row.detected, "/", row.scored) : "-",
+        row.scored ? absl::StrCat(row.localised, "/", row.scored) : "-",
+        row.false_faults, Sec(Percentile(row.latency_s, 0.5)),
+        Sec(Percentile(row.latency_s, 0.9)));
+  }
+  md << "\n";
+  md << absl::StrFormat(
+      "- **Recall**: %d/%d = %.1f%% of injected faults raised with the right "
+      "class.\n",
+      detected, scored, scored ? 100.0 * detected / scored : 0);
+  md << absl::StrFormat(
+      "- **Localisation**: %d/%d = %.1f%% (first suspect is the injected "
+      "rank/GPU, NIC or node pair), %d/%d of the detected ones.\n",
+      localised, scored, scored ? 100.0 * localised / scored : 0, localised,
+      detected);
+  md << absl::StrFormat(
+      "- **False faults**: %d in %.1f min of clean and deceptive-normal "
+      "running (%.0f per hour); %d in all %.1f min simulated.\n",
+      clean_false, clean_hours * 60,
+      clean_hours > 0 ? clean_false / clean_hours : 0, all_false,
+      all_hours * 60);
+  for (const auto& [cls, v] : lat_by_class) {
+    md << absl::StrFormat("- **Latency %s**: p50 %s, p90 %s (%zu faults).\n",
+                          cls, Sec(Percentile(v, 0.5)), Sec(Percentile(v, 0.9)),
+                          v.size());
+  }
+  md << absl::StrFormat("- Cases that could not run: %d. Wall time %.1f min.\n",
+                        failed, minutes);
+  if (!misses.empty()) {
+    md << "\nMisses, wrong suspects and false faults:\n\n";
+    for (const std::string& m : misses) md << "- " << m << "\n";
+  }
+  out << "\n" << md.str();
+  if (!options.markdown_path.empty()) {
+    std::ofstream f(options.markdown_path);
+    f << md.str();
+  }
+  return failed > 0 ? 2 : 0;
+}
+
+}  // namespace pitstop::sim

@@ -1,0 +1,107 @@
+#include "src/sim/report.h"
+
+#include "absl/strings/str_format.h"
+
+namespace pitstop::sim {
+namespace {
+
+std::string StateName(v1::FaultState s) {
+  std::string n = v1::FaultState_Name(s);
+  return n.size() > 12 ? n.substr(12) : n;  // FAULT_STATE_
+}
+
+void PrintFault(const ObservedFault& o, std::ostream& out) {
+  const v1::Fault& f = o.fault;
+  out << absl::StrFormat("  %s  %s (%s), first seen at t=%.1f s\n",
+                         f.fault_id(), ShortClassName(f.fault_class()),
+                         StateName(f.state()), o.first_seen_ns / 1e9);
+  if (!f.summary().empty()) out << "    " << f.summary() << "\n";
+  for (const v1::Suspect& s : f.suspects()) {
+    out << "    suspect: " << DescribeSuspect(s) << "\n";
+  }
+  if (f.victims_size() > 0) {
+    out << "    victims: " << f.victims_size()
+        << " (first: " << DescribeSuspect(f.victims(0)) << ")\n";
+  }
+  int shown = 0;
+  for (const v1::Evidence& e : f.evidence()) {
+    if (shown++ == 4) {
+      out << "    evidence: ... (" << f.evidence_size() - 4 << " more)\n";
+      break;
+    }
+    out << "    evidence: " << e.text() << "\n";
+  }
+}
+
+}  // namespace
+
+void PrintReport(const RunResult& result, const ReportOptions& options,
+                 std::ostream& out) {
+  const Plan& plan = result.plan;
+  out << "\n== injected ==\n";
+  if (plan.truths.empty()) out << "  nothing (clean run)\n";
+  for (const TruthScore& ts : result.score.truths) {
+    const FaultTruth& t = *ts.truth;
+    out << absl::StrFormat("  %s at t=%.1f s", t.Describe(), t.onset_ns / 1e9);
+    if (!t.expect_fault) {
+      out << "  [deceptive normal: no fault expected]\n";
+    } else if (!t.happened) {
+      out << "  [did not take effect in this run]\n";
+    } else {
+      out << absl::StrFormat("  -> expect %s\n", t.expected_class);
+    }
+  }
+  out << "\n== pitstop found ==\n";
+  if (result.faults.empty()) out << "  no fault\n";
+  for (const ObservedFault& o : result.faults) PrintFault(o, out);
+  out << "\n== score ==\n";
+  for (const TruthScore& ts : result.score.truths) {
+    if (!ts.scored) continue;
+    out << absl::StrFormat(
+        "  %s: %s%s\n", FaultKindName(ts.truth->spec.kind),
+        ts.detected
+            ? (ts.localised ? "FOUND and localised" : "FOUND, wrong place")
+            : "MISSED",
+        ts.detected ? absl::StrFormat(" (%s, %.1f s after onset)", ts.fault_id,
+                                      ts.latency_ns / 1e9)
+                    : absl::StrCat(" (", ts.note, ")"));
+  }
+  for (const ObservedFault* f : result.score.false_faults) {
+    out << absl::StrFormat("  FALSE FAULT: %s %s\n", f->fault.fault_id(),
+                           ShortClassName(f->fault.fault_class()));
+  }
+  for (const std::string& e : result.rank_errors) {
+    out << "  rank process problem: " << e << "\n";
+  }
+  out << "  verdict: "
+      << (result.score.ok() && result.rank_errors.empty()
+              ? "PASS (pitstop's verdict matches what was injected)"
+              : "FAIL (see above)")
+      << "\n";
+  out << absl::StrFormat("  wall time %.1f s\n", result.wall_s);
+
+  const std::string ctl =
+      absl::StrCat("pitstopctl --controller ", result.controller_address);
+  out << "\n== inspect ==\n";
+  if (options.cluster_still_running) {
+    out << "  the controller is still running (Ctrl-C to stop):\n";
+  } else {
+    out << "  (the cluster has been stopped; add --keep-running to keep the "
+           "controller up and run these)\n";
+  }
+  out << "    " << ctl << " faults --all\n";
+  if (!result.faults.empty()) {
+    out << "    " << ctl << " fault show " << result.faults[0].fault.fault_id()
+        << "\n";
+  }
+  out << "    " << ctl << " comms\n";
+  if (!options.timeline_path.empty()) {
+    out << "  timeline: " << options.timeline_path
+        << " (open in https://ui.perfetto.dev)\n";
+  }
+  if (!options.rerun_command.empty()) {
+    out << "  rerun: " << options.rerun_command << "\n";
+  }
+}
+
+}  // namespace pitstop::sim

@@ -1,0 +1,25 @@
+// Human-readable report of a simulator run: what was injected, what
+// pitstop found (class, suspects with host / GPU / NIC, evidence), how it
+// scored, and how to look at it with pitstopctl.
+#ifndef PITSTOP_SRC_SIM_REPORT_H_
+#define PITSTOP_SRC_SIM_REPORT_H_
+
+#include <ostream>
+#include <string>
+
+#include "src/sim/runner.h"
+
+namespace pitstop::sim {
+
+struct ReportOptions {
+  std::string timeline_path;  // empty: none written
+  bool cluster_still_running = false;
+  std::string rerun_command;
+};
+
+void PrintReport(const RunResult& result, const ReportOptions& options,
+                 std::ostream& out);
+
+}  // namespace pitstop::sim
+
+#endif  // PITSTOP_SRC_SIM_REPORT_H_
