@@ -6,155 +6,14 @@
 #include <utility>
 #include <vector>
 
-#include "grpcpp/generic/generic_stub.h"
-#include "grpcpp/grpcpp.h"
 #include "plugin/packer.h"
 #include "plugin/recorder.h"
+#include "plugin/telemetry_stream.h"
 
 namespace pitstop::plugin {
 
 // One StreamTelemetry call. The exporter thread writes; gRPC's threads run
 // the reactions. Deleted by the exporter thread after OnDone.
-// Bytes on the wire: requests are encoded by wire.h/packer.h, so the
-// library needs no libprotobuf (grpc::GenericStub over ByteBuffers).
-class Exporter::Stream final
-    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
- public:
-  // `dropped` counts the records of writes that fail.
-  Stream(const std::string& socket_path, std::atomic<uint64_t>* dropped)
-      : dropped_(dropped) {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    // Each stream gets its own channel: a fresh connection attempt instead
-    // of waiting out a shared channel's backoff after the agent restarts.
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    channel_ = grpc::CreateCustomChannel(
-        "unix:" + socket_path, grpc::InsecureChannelCredentials(), args);
-    stub_ = std::make_unique<grpc::GenericStub>(channel_);
-    stub_->PrepareBidiStreamingCall(&context_, kMethod, grpc::StubOptions(),
-                                    this);
-    StartRead(&response_);
-    StartCall();
-  }
-
-  // Exporter thread. False if a write is in flight or the stream is over.
-  bool TryWrite(const std::string& request, uint32_t records, bool last) {
-    {
-      MutexLock lock(&mu_);
-      if (writing_ || done_ || broken_) return false;
-      writing_ = true;
-      in_flight_records_ = records;
-      grpc::Slice slice(request);
-      in_flight_ = grpc::ByteBuffer(&slice, 1);
-    }
-    if (last) {
-      StartWriteLast(&in_flight_, grpc::WriteOptions());
-    } else {
-      StartWrite(&in_flight_);
-    }
-    return true;
-  }
-  bool Writable() {
-    MutexLock lock(&mu_);
-    return !writing_ && !done_ && !broken_;
-  }
-  bool Broken() {
-    MutexLock lock(&mu_);
-    return broken_ || done_;
-  }
-  bool Done() {
-    MutexLock lock(&mu_);
-    return done_;
-  }
-  // Waits until OnDone or the deadline (CLOCK_MONOTONIC ns).
-  bool WaitDone(uint64_t deadline_ns) {
-    MutexLock lock(&mu_);
-    while (!done_) {
-      const uint64_t now = NowCpuNs();
-      if (now >= deadline_ns) return false;
-      cv_.WaitWithTimeout(&mu_, absl::Nanoseconds(deadline_ns - now));
-    }
-    return true;
-  }
-  bool WaitWritable(uint64_t deadline_ns) {
-    MutexLock lock(&mu_);
-    while (writing_ && !done_ && !broken_) {
-      const uint64_t now = NowCpuNs();
-      if (now >= deadline_ns) return false;
-      cv_.WaitWithTimeout(&mu_, absl::Nanoseconds(deadline_ns - now));
-    }
-    return !writing_ && !done_ && !broken_;
-  }
-  void Cancel() { context_.TryCancel(); }
-  bool delivered_any() {
-    MutexLock lock(&mu_);
-    return delivered_any_;
-  }
-  std::vector<Activation> TakeCommands() {
-    MutexLock lock(&mu_);
-    return std::exchange(commands_, {});
-  }
-
-  void OnWriteDone(bool ok) override {
-    MutexLock lock(&mu_);
-    writing_ = false;
-    if (ok) {
-      delivered_any_ = true;
-    } else {
-      broken_ = true;
-      dropped_->fetch_add(in_flight_records_);
-    }
-    cv_.SignalAll();
-  }
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      MutexLock lock(&mu_);
-      broken_ = true;
-      cv_.SignalAll();
-      return;
-    }
-    std::vector<grpc::Slice> slices;
-    std::string bytes;
-    if (response_.Dump(&slices).ok()) {
-      for (const auto& sl : slices) {
-        bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
-      }
-    }
-    {
-      MutexLock lock(&mu_);
-      DecodeResponse(bytes, &commands_);  // malformed: keep what parsed
-    }
-    response_.Clear();
-    StartRead(&response_);
-  }
-  void OnDone(const grpc::Status& /*status*/) override {
-    MutexLock lock(&mu_);
-    done_ = true;
-    cv_.SignalAll();
-  }
-
- private:
-  std::atomic<uint64_t>* const dropped_;
-  std::shared_ptr<grpc::Channel> channel_;
-  static constexpr char kMethod[] = "/pitstop.v1.Telemetry/StreamTelemetry";
-  std::unique_ptr<grpc::GenericStub> stub_;
-  grpc::ClientContext context_;
-  grpc::ByteBuffer in_flight_;
-  grpc::ByteBuffer response_;
-  Mutex mu_;
-  CondVar cv_;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  uint32_t in_flight_records_ ABSL_GUARDED_BY(mu_) = 0;
-  bool broken_ ABSL_GUARDED_BY(mu_) = false;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  bool delivered_any_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<Activation> commands_ ABSL_GUARDED_BY(mu_);
-};
-
 namespace {
 uint64_t UnixNowNs() {
   timespec ts;
@@ -193,7 +52,7 @@ void Exporter::Stop(GoodbyeReason reason) {
 }
 
 void Exporter::OpenStream(uint64_t now_ns) {
-  stream_ = new Stream(options_.socket_path, &export_dropped_);
+  stream_ = new TelemetryStream(options_.socket_path, &export_dropped_);
   const uint64_t opened = streams_opened_.fetch_add(1);
   batch_seq_ = 0;
   // Hello and the live communicators go first on every stream; queued

@@ -30,6 +30,8 @@
 
 namespace pitstop::plugin {
 
+class TelemetryStream;
+
 struct ExporterOptions {
   std::string socket_path = "/run/pitstop/agent.sock";
   // Copied into every stream's ProcessHello (reconnects and the start times
@@ -71,7 +73,6 @@ class Exporter {
   uint64_t streams_opened() const { return streams_opened_.load(); }
 
  private:
-  class Stream;
   Exporter(ExporterOptions options, RingSet* rings, CommRegistry* registry);
   void Run();
   void OpenStream(uint64_t now_ns);
@@ -90,7 +91,7 @@ class Exporter {
   CommRegistry* const registry_;
 
   // Exporter thread only.
-  Stream* stream_ = nullptr;
+  TelemetryStream* stream_ = nullptr;
   std::string pending_;  // encoded StreamTelemetryRequest fields
   bool pending_hello_ = false;
   bool pending_comms_ = false;

@@ -416,20 +416,35 @@ struct Op::State {
 
 std::string BuiltPluginPath() { return PITSTOP_PLUGIN_PATH; }
 
+namespace {
+// dlopen by name, as NCCL does. Sanitizer runtimes intercept dlopen, which
+// hides this executable's RUNPATH from the loader; so a bare name is also
+// tried in the directory of the plugin built with this tree.
+void* OpenByName(const std::string& name, std::string* err) {
+  void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (h != nullptr) return h;
+  *err = dlerror();
+  if (name.find('/') != std::string::npos) return nullptr;
+  const std::string built = BuiltPluginPath();
+  const std::string in_build_dir = built.substr(0, built.rfind('/') + 1) + name;
+  h = dlopen(in_build_dir.c_str(), RTLD_NOW | RTLD_LOCAL);
+  return h;
+}
+}  // namespace
+
 absl::StatusOr<void*> OpenPluginLibrary(const std::string& value) {
   std::vector<std::string> tried;
   const std::string first = value.empty() ? "libnccl-profiler.so" : value;
   tried.push_back(first);
-  void* h = dlopen(first.c_str(), RTLD_NOW | RTLD_LOCAL);
-  std::string err = h == nullptr ? dlerror() : "";
+  std::string err;
+  void* h = OpenByName(first, &err);
   const bool looks_like_lib = value.rfind("lib", 0) == 0 && value.size() > 3 &&
                               value.compare(value.size() - 3, 3, ".so") == 0;
   if (h == nullptr && !value.empty() && value.find('/') == std::string::npos &&
       !looks_like_lib) {
     const std::string second = "libnccl-profiler-" + value + ".so";
     tried.push_back(second);
-    h = dlopen(second.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (h == nullptr) err = dlerror();
+    h = OpenByName(second, &err);
   }
   if (h == nullptr) {
     return absl::NotFoundError(absl::StrCat("profiler plugin not found; tried ",

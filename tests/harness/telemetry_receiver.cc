@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -26,6 +27,9 @@ struct TelemetryReceiver::Impl final : public v1::Telemetry::CallbackService {
   std::vector<ReceivedStream> streams ABSL_GUARDED_BY(mu);
   std::set<Reactor*> open ABSL_GUARDED_BY(mu);
   bool shut_down ABSL_GUARDED_BY(mu) = false;
+  bool keep_batches = true;
+  std::atomic<uint64_t> records{0};
+  std::atomic<uint64_t> bytes{0};
 };
 
 namespace {
@@ -48,9 +52,17 @@ class Reactor final
       Finish(grpc::Status::OK);
       return;
     }
+    const auto& q = request_;
+    impl_->records += q.ops_size() + q.completions_size() +
+                      q.kernel_channels_size() + q.proxy_ops_size() +
+                      q.proxy_steps_size() + q.net_events_size();
+    impl_->bytes += q.ByteSizeLong();
     {
       MutexLock lock(&impl_->mu);
-      impl_->streams[index_].batches.push_back(request_);
+      if (impl_->keep_batches || request_.has_hello() ||
+          request_.has_goodbye()) {
+        impl_->streams[index_].batches.push_back(request_);
+      }
       impl_->cv.SignalAll();
     }
     request_.Clear();
@@ -123,9 +135,10 @@ TelemetryReceiver::Impl::StreamTelemetry(grpc::CallbackServerContext*) {
 }
 
 absl::StatusOr<std::unique_ptr<TelemetryReceiver>> TelemetryReceiver::Start(
-    const std::string& socket_path) {
+    const std::string& socket_path, bool keep_batches) {
   unlink(socket_path.c_str());
   auto impl = std::make_unique<Impl>();
+  impl->keep_batches = keep_batches;
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + socket_path,
                            grpc::InsecureServerCredentials());
@@ -178,6 +191,13 @@ int TelemetryReceiver::SendActivation(const v1::ActivationCommand& cmd) {
   int n = 0;
   for (Reactor* r : impl_->open) n += r->Send(cmd) ? 1 : 0;
   return n;
+}
+
+uint64_t TelemetryReceiver::records_received() const {
+  return impl_->records.load();
+}
+uint64_t TelemetryReceiver::bytes_received() const {
+  return impl_->bytes.load();
 }
 
 std::vector<v1::OpRecord> AllOps(const std::vector<ReceivedStream>& s) {

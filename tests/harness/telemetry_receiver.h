@@ -24,9 +24,10 @@ struct ReceivedStream {
 
 class TelemetryReceiver {
  public:
-  // Listens on unix:`socket_path` (removed first if it exists).
+  // Listens on unix:`socket_path` (removed first if it exists). With
+  // keep_batches false only the counters below are kept (benchmarks).
   static absl::StatusOr<std::unique_ptr<TelemetryReceiver>> Start(
-      const std::string& socket_path);
+      const std::string& socket_path, bool keep_batches = true);
   ~TelemetryReceiver();  // Shutdown()
 
   // Stops the server at once, cancelling open streams (like a killed agent).
@@ -39,6 +40,10 @@ class TelemetryReceiver {
       absl::Duration timeout) const;
   // Sends `cmd` on every open stream. Returns how many got it.
   int SendActivation(const v1::ActivationCommand& cmd);
+  // Records (ops, completions, kernel channels, proxy ops/steps, net
+  // events) and serialized bytes received so far, over all streams.
+  uint64_t records_received() const;
+  uint64_t bytes_received() const;
 
   struct Impl;
 

@@ -1,0 +1,264 @@
+// Benchmarks of the in-process library (docs/benchmarks.md has the command
+// and the numbers).
+//
+//   BM_Pair/<type>      start+stop of one event through the exported
+//                       ncclProfiler_v5 table of the real .so, 1 and 2
+//                       producing threads; counter allocs_per_pair comes from
+//                       this binary's malloc wrappers (counted, not assumed).
+//   BM_ExporterThroughput  the real exporter draining one ring into a real
+//                       gRPC receiver on a Unix socket: records/s, bytes/rec.
+//   BM_EightRanks       8 exporters (8 emulated ranks) x 20,000 records/s
+//                       each for 2 s into one receiver: drops must be 0.
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "plugin/abi/profiler_v5.h"
+#include "plugin/comm_registry.h"
+#include "plugin/config.h"
+#include "plugin/exporter.h"
+#include "plugin/recorder.h"
+#include "plugin/ring.h"
+#include "tests/harness/nccl_emulator.h"
+#include "tests/harness/telemetry_receiver.h"
+
+// Counting allocator: every malloc on the calling thread (the .so's
+// included, and operator new, which calls malloc) bumps that thread's
+// counter. Executable TLS (local-exec) needs no allocation itself.
+thread_local uint64_t t_allocs = 0;
+extern "C" void* __libc_malloc(size_t);
+extern "C" void* __libc_calloc(size_t, size_t);
+extern "C" void* __libc_realloc(void*, size_t);
+extern "C" void* malloc(size_t n) {
+  ++t_allocs;
+  return __libc_malloc(n);
+}
+extern "C" void* calloc(size_t a, size_t b) {
+  ++t_allocs;
+  return __libc_calloc(a, b);
+}
+extern "C" void* realloc(void* p, size_t n) {
+  ++t_allocs;
+  return __libc_realloc(p, n);
+}
+
+namespace pitstop {
+namespace {
+
+namespace abi = ::pitstop::abi;
+
+struct Loaded {
+  abi::ProfilerV5* p = nullptr;
+  void* ctx = nullptr;
+  int mask = 0;
+};
+
+Loaded& Plugin() {
+  static Loaded* l = [] {
+    auto* l = new Loaded();
+    // No agent: the exporter drains and drops (counted), so the rings
+    // never fill and only the hot path is measured.
+    setenv("PITSTOP_AGENT_SOCKET", "/tmp/pitstop-bench-no-agent.sock", 1);
+    setenv("PITSTOP_EVENT_MASK", "coll|p2p|proxyop|kernelch|proxystep", 1);
+    auto lib = emu::OpenPluginLibrary(emu::BuiltPluginPath());
+    if (!lib.ok()) std::abort();
+    l->p = static_cast<abi::ProfilerV5*>(dlsym(*lib, "ncclProfiler_v5"));
+    if (l->p == nullptr ||
+        l->p->init(&l->ctx, 0xBE7C, &l->mask, "bench", 1, 8, 0, nullptr) != 0) {
+      std::abort();
+    }
+    return l;
+  }();
+  return *l;
+}
+
+enum PairType { kColl, kKernelCh, kProxyOp, kProxyStep };
+
+void BM_ClockGettime(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(plugin::NowCpuNs());
+}
+BENCHMARK(BM_ClockGettime);
+
+void BM_Pair(benchmark::State& state) {
+  Loaded& l = Plugin();
+  const auto type = static_cast<PairType>(state.range(0));
+  abi::DescrV5 d;
+  std::memset(&d, 0, sizeof(d));
+  // Parents for the child types: one Coll (kept open) and one ProxyOp.
+  void* coll = nullptr;
+  void* proxy = nullptr;
+  d.type = abi::kColl;
+  d.coll.func = "AllReduce";
+  d.coll.datatype = "ncclFloat32";
+  d.coll.algo = "RING";
+  d.coll.proto = "SIMPLE";
+  d.coll.count = 1024;
+  d.coll.n_channels = 2;
+  l.p->start_event(l.ctx, &coll, &d);
+  abi::DescrV5 pd;
+  std::memset(&pd, 0, sizeof(pd));
+  pd.type = abi::kProxyOp;
+  pd.parent_obj = coll;
+  pd.proxy_op.pid = getpid();
+  pd.proxy_op.n_steps = 8;
+  l.p->start_event(l.ctx, &proxy, &pd);
+
+  abi::DescrV5 e;
+  std::memset(&e, 0, sizeof(e));
+  switch (type) {
+    case kColl: e = d; break;
+    case kKernelCh:
+      e.type = abi::kKernelCh;
+      e.parent_obj = coll;
+      e.kernel_ch.p_timer = 1000;
+      break;
+    case kProxyOp: e = pd; break;
+    case kProxyStep:
+      e.type = abi::kProxyStep;
+      e.parent_obj = proxy;
+      break;
+  }
+  abi::StateArgsV5 args;
+  args.kernel_ch.p_timer = 2000;
+  const uint64_t allocs_before = t_allocs;
+  for (auto _ : state) {
+    void* h = nullptr;
+    if (type == kColl) e.coll.seq_number++;
+    l.p->start_event(l.ctx, &h, &e);
+    if (type == kKernelCh) {
+      l.p->record_event_state(h, abi::kKernelChStop, &args);
+    }
+    l.p->stop_event(h);
+    benchmark::DoNotOptimize(h);
+  }
+  // Allocations made by this (NCCL-emulating) thread inside the loop.
+  state.counters["allocs_per_pair"] = benchmark::Counter(
+      static_cast<double>(t_allocs - allocs_before) /
+      static_cast<double>(state.iterations()));
+  l.p->stop_event(proxy);
+  l.p->stop_event(coll);
+}
+BENCHMARK(BM_Pair)
+    ->ArgName("type")  // 0 Coll, 1 KernelCh, 2 ProxyOp, 3 ProxyStep
+    ->DenseRange(0, 3)
+    ->Threads(1)
+    ->Threads(2)
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true);
+
+void Fill(plugin::Ring* ring, uint64_t i) {
+  plugin::Record* r = ring->Reserve();
+  if (r == nullptr) return;
+  r->type = plugin::RecordType::kKernelCh;
+  r->kernel = {i, static_cast<uint32_t>(i % 32), 1000 + i, 2000 + i, 3000 + i,
+               4000 + i};
+  ring->Publish();
+}
+
+void BM_ExporterThroughput(benchmark::State& state) {
+  const std::string sock = "/tmp/pitstop-bench-thr.sock";
+  auto receiver = emu::TelemetryReceiver::Start(sock, /*keep_batches=*/false);
+  if (!receiver.ok()) return state.SkipWithError("no receiver");
+  constexpr uint64_t kRecords = 200000;
+  for (auto _ : state) {
+    plugin::RingSet rings(2, 1 << 16);
+    plugin::CommRegistry registry(plugin::kDefaultEventMask, 0);
+    plugin::ExporterOptions o;
+    o.socket_path = sock;
+    const uint64_t base = (*receiver)->records_received();
+    const uint64_t base_bytes = (*receiver)->bytes_received();
+    auto exporter = plugin::Exporter::Start(o, &rings, &registry);
+    plugin::Ring* ring = rings.ThreadRing();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (uint64_t i = 0; i < kRecords;) {
+      // Produce as fast as the ring takes it.
+      if (ring->published() - (*receiver)->records_received() + base <
+          ring->capacity() / 2) {
+        for (int k = 0; k < 1024; ++k) Fill(ring, i++);
+      } else {
+        std::this_thread::yield();
+      }
+    }
+    (*receiver)->WaitFor(
+        [&](const auto&) {
+          return (*receiver)->records_received() - base >= kRecords;
+        },
+        absl::Seconds(60));
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
+    exporter->Stop(plugin::kGoodbyeExit);
+    state.SetIterationTime(secs);
+    state.counters["records_per_s"] =
+        static_cast<double>((*receiver)->records_received() - base) / secs;
+    state.counters["bytes_per_record"] =
+        static_cast<double>((*receiver)->bytes_received() - base_bytes) /
+        static_cast<double>(kRecords);
+    state.counters["ring_full"] = static_cast<double>(rings.TotalFullDrops());
+  }
+}
+BENCHMARK(BM_ExporterThroughput)->UseManualTime()->Iterations(3)->Unit(benchmark::kMillisecond);
+
+void BM_EightRanks(benchmark::State& state) {
+  const std::string sock = "/tmp/pitstop-bench-8r.sock";
+  auto receiver = emu::TelemetryReceiver::Start(sock, /*keep_batches=*/false);
+  if (!receiver.ok()) return state.SkipWithError("no receiver");
+  constexpr int kRanks = 8;
+  constexpr int kPerSecond = 20000;
+  constexpr int kSeconds = 2;
+  for (auto _ : state) {
+    const uint64_t base = (*receiver)->records_received();
+    std::vector<std::unique_ptr<plugin::RingSet>> rings;
+    std::vector<std::unique_ptr<plugin::CommRegistry>> registries;
+    std::vector<std::unique_ptr<plugin::Exporter>> exporters;
+    for (int r = 0; r < kRanks; ++r) {
+      rings.push_back(std::make_unique<plugin::RingSet>(2, 4096));
+      registries.push_back(
+          std::make_unique<plugin::CommRegistry>(plugin::kDefaultEventMask, 0));
+      plugin::ExporterOptions o;
+      o.socket_path = sock;
+      o.hello.global_rank = r;
+      exporters.push_back(plugin::Exporter::Start(o, rings.back().get(),
+                                                  registries.back().get()));
+    }
+    std::vector<std::thread> producers;
+    for (int r = 0; r < kRanks; ++r) {
+      producers.emplace_back([&, r] {
+        plugin::Ring* ring = rings[r]->ThreadRing();
+        // 200 records every 10 ms = 20,000/s.
+        auto next = std::chrono::steady_clock::now();
+        uint64_t i = 0;
+        for (int tick = 0; tick < kSeconds * 100; ++tick) {
+          for (int k = 0; k < kPerSecond / 100; ++k) Fill(ring, i++);
+          next += std::chrono::milliseconds(10);
+          std::this_thread::sleep_until(next);
+        }
+      });
+    }
+    for (auto& t : producers) t.join();
+    uint64_t drops = 0;
+    for (auto& e : exporters) {
+      e->Stop(plugin::kGoodbyeExit);
+      drops += e->export_dropped();
+    }
+    for (auto& r : rings) drops += r->TotalFullDrops();
+    const uint64_t want = uint64_t{kRanks} * kPerSecond * kSeconds;
+    state.counters["records"] =
+        static_cast<double>((*receiver)->records_received() - base);
+    state.counters["expected"] = static_cast<double>(want);
+    state.counters["drops"] = static_cast<double>(drops);
+  }
+}
+BENCHMARK(BM_EightRanks)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace pitstop
+
+BENCHMARK_MAIN();
