@@ -138,9 +138,15 @@ class DetectionEngine {
   virtual absl::Status AddSummary(absl::string_view host,
                                   const v1::CollectiveSummary& summary) = 0;
   // Where one rank is in one communicator (per func). Hang detector input.
+  // A last_*_seq of 0 whose matching *_cpu_ns is also 0 means "none yet";
+  // last_started_seq 0 means unknown. The latest report of a rank replaces
+  // the previous one. Same errors as AddSummary.
   virtual absl::Status AddProgress(absl::string_view host,
                                    const v1::RankProgress& progress) = 0;
-  // STREAM_OPENED / CLEAN_EXIT / DIED of one process.
+  // STREAM_OPENED / CLEAN_EXIT / DIED of one process, matched to members by
+  // (host, pid); its `communicators` are added as membership. DIED raises a
+  // PROCESS_DIED fault at once; CLEAN_EXIT removes the process from hang
+  // detection. InvalidArgument for an empty host.
   virtual absl::Status AddLifecycle(absl::string_view host,
                                     const v1::RankLifecycle& lifecycle) = 0;
 
