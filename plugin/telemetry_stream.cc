@@ -7,7 +7,33 @@
 #include "pitstop/sync.h"
 #include "plugin/recorder.h"
 
+#ifdef PITSTOP_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
 namespace pitstop::plugin {
+namespace {
+
+// gRPC hands the reactor between our exporter thread and its own threads
+// inside Debian's uninstrumented libgrpc, where TSan cannot see it. These
+// annotations state that handoff: release before giving gRPC work, acquire
+// when gRPC calls back.
+inline void HandOff(void* p) {
+#ifdef PITSTOP_TSAN
+  __tsan_release(p);
+#else
+  (void)p;
+#endif
+}
+inline void TakeBack(void* p) {
+#ifdef PITSTOP_TSAN
+  __tsan_acquire(p);
+#else
+  (void)p;
+#endif
+}
+
+}  // namespace
 
 class TelemetryStream::Reactor final
     : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
@@ -29,6 +55,7 @@ class TelemetryStream::Reactor final
     stub_ = std::make_unique<grpc::GenericStub>(channel_);
     stub_->PrepareBidiStreamingCall(&context_, kMethod, grpc::StubOptions(),
                                     this);
+    HandOff(this);
     StartRead(&response_);
     StartCall();
   }
@@ -43,6 +70,7 @@ class TelemetryStream::Reactor final
       grpc::Slice slice(request);
       in_flight_ = grpc::ByteBuffer(&slice, 1);
     }
+    HandOff(this);
     if (last) {
       StartWriteLast(&in_flight_, grpc::WriteOptions());
     } else {
@@ -92,6 +120,7 @@ class TelemetryStream::Reactor final
   }
 
   void OnWriteDone(bool ok) override {
+    TakeBack(this);
     MutexLock lock(&mu_);
     writing_ = false;
     if (ok) {
@@ -103,6 +132,7 @@ class TelemetryStream::Reactor final
     cv_.SignalAll();
   }
   void OnReadDone(bool ok) override {
+    TakeBack(this);
     if (!ok) {
       MutexLock lock(&mu_);
       broken_ = true;
@@ -121,9 +151,11 @@ class TelemetryStream::Reactor final
       DecodeResponse(bytes, &commands_);  // malformed: keep what parsed
     }
     response_.Clear();
+    HandOff(this);
     StartRead(&response_);
   }
   void OnDone(const grpc::Status& /*status*/) override {
+    TakeBack(this);
     MutexLock lock(&mu_);
     done_ = true;
     cv_.SignalAll();
