@@ -3,8 +3,11 @@
 // and drained by an in-process AgentLink receiver. See docs/benchmarks.md.
 //
 //   pitstop_agent_bench [--ranks 8] [--ops 100000] [--batch 100]
-//                       [--rate 0] [--batch-ms 1000]
-//   --rate: ops per second per rank (6 records each); 0 = as fast as they go.
+//                       [--rate 0] [--batch-ms 1000] [--emu]
+//   --rate: ops per second per rank; 0 = as fast as they go.
+//   --emu: ranks are pitstop_emu_rank processes (NCCL emulator driving the
+//   real plugin, 8 records per collective) instead of pitstop_fake_rank
+//   (hand-made batches of --batch ops, 6 records per op).
 // Prints records ingested per agent CPU second, the agent's peak RSS, and
 // completion -> summary-received latency percentiles (same node clock).
 #include <signal.h>
@@ -61,6 +64,7 @@ int main(int argc, char** argv) {
   long ops = 100000;
   double rate = 0;
   std::string bin_dir = ".";
+  bool emu = false;
   CLI::App app("pitstop-agent benchmark", "pitstop_agent_bench");
   app.add_option("--ranks", ranks, "emulated rank processes");
   app.add_option("--ops", ops, "ops per rank (6 records each)");
@@ -68,6 +72,7 @@ int main(int argc, char** argv) {
   app.add_option("--rate", rate, "ops/s per rank; 0 = unpaced");
   app.add_option("--batch-ms", batch_ms, "agent upstream batch period");
   app.add_option("--bin-dir", bin_dir, "build directory");
+  app.add_flag("--emu", emu, "ranks through the real plugin (emulator)");
   CLI11_PARSE(app, argc, argv);
 
   TempDir dir;
@@ -76,6 +81,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> latency_ns;
   long summaries = 0;
   uint64_t aggregated = 0;
+  uint64_t records_ingested = 0;
   receiver.SetOnRequest([&](const pitstop::v1::ConnectRequest& r) {
     const int64_t now = pitstop::MonotonicNowNs();
     pitstop::MutexLock lock(&mu);
@@ -85,6 +91,8 @@ int main(int argc, char** argv) {
     summaries += r.summaries_size();
     aggregated =
         std::max<uint64_t>(aggregated, r.counters().summaries_aggregated());
+    records_ingested =
+        std::max<uint64_t>(records_ingested, r.counters().records_ingested());
   });
   const std::string sock = dir.file("agent.sock");
   Process agent({bin_dir + "/src/agent/pitstop-agent", "--ingest-socket", sock,
@@ -104,17 +112,28 @@ int main(int argc, char** argv) {
   const absl::Time t0 = absl::Now();
   std::vector<std::unique_ptr<Process>> rs;
   for (int r = 0; r < ranks; ++r) {
-    std::vector<std::string> a = {bin_dir + "/tests/agent/pitstop_fake_rank",
-                                  sock,
-                                  std::to_string(r),
-                                  std::to_string(ranks),
-                                  std::to_string(ops),
-                                  std::to_string(batch),
-                                  "goodbye",
-                                  std::to_string(rate)};
-    rs.push_back(std::make_unique<Process>(a, std::vector<std::string>{},
-                                           dir.file("r" + std::to_string(r)),
-                                           dir.file("e" + std::to_string(r))));
+    const std::string rs_ = std::to_string(r);
+    std::vector<std::string> a, env;
+    if (emu) {
+      a = {bin_dir + "/tests/agent/pitstop_emu_rank",
+           rs_,
+           std::to_string(ranks),
+           std::to_string(ops),
+           std::to_string(static_cast<long>(rate)),
+           "finalize"};
+      env = {"PITSTOP_AGENT_SOCKET=" + sock, "RANK=" + rs_};
+    } else {
+      a = {bin_dir + "/tests/agent/pitstop_fake_rank",
+           sock,
+           rs_,
+           std::to_string(ranks),
+           std::to_string(ops),
+           std::to_string(batch),
+           "goodbye",
+           std::to_string(rate)};
+    }
+    rs.push_back(std::make_unique<Process>(a, env, dir.file("r" + rs_),
+                                           dir.file("e" + rs_)));
   }
   long rss_max = 0;
   int failed = 0;
@@ -147,9 +166,9 @@ int main(int argc, char** argv) {
                                static_cast<size_t>(p * latency_ns.size()))] *
            1e-6;
   };
-  const double records = static_cast<double>(expected) * 6;
-  std::printf("ranks %d, ops/rank %ld, batch %d ops, rate %s, batch_ms %d\n",
-              ranks, ops, batch,
+  const double records = static_cast<double>(records_ingested);
+  std::printf("%s ranks %d, ops/rank %ld, batch %d ops, rate %s, batch_ms %d\n",
+              emu ? "emulator+plugin" : "fake", ranks, ops, batch,
               rate > 0
                   ? (std::to_string(static_cast<long>(rate)) + " ops/s").c_str()
                   : "unpaced",

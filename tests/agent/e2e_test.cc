@@ -179,7 +179,10 @@ TEST_F(E2eTest, AgentRestartUnderLoadLosesOnlyWhatThePluginDropped) {
   agent_->Signal(SIGTERM);
   ASSERT_EQ(agent_->Wait(), 0);
   ASSERT_GT(StartAgent(), 0);
-  for (auto& r : ranks) ASSERT_EQ(r->Wait(), 0);
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_EQ(ranks[r]->Wait(), 0)
+        << ReadFile(dir_.file("rank" + std::to_string(r) + ".err"));
+  }
   ASSERT_TRUE(receiver_.WaitUntil([](const Reqs& r) {
     return CountLifecycle(r, v1::RankLifecycle::KIND_CLEAN_EXIT) == kRanks;
   }));

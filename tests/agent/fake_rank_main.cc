@@ -50,7 +50,11 @@ int main(int argc, char** argv) {
     const int n = static_cast<int>(std::min<long>(batch, ops - seq));
     AddCompleteOps(&req, kComm, rank, seq, n);
     seq += n;
-    if (!stream.Send(req)) return 1;
+    if (!stream.Send(req)) {
+      std::fprintf(stderr, "send failed after %lu ops\n",
+                   static_cast<unsigned long>(seq));
+      return 1;
+    }
   }
   std::printf("sent %lu\n", static_cast<unsigned long>(seq));
   std::fflush(stdout);
@@ -58,5 +62,11 @@ int main(int argc, char** argv) {
     while (true) pause();
   }
   stream.Send(MakeGoodbye());
-  return stream.Close().ok() ? 0 : 1;
+  const grpc::Status st = stream.Close();
+  if (!st.ok()) {
+    std::fprintf(stderr, "stream ended with %d: %s\n",
+                 static_cast<int>(st.error_code()), st.error_message().c_str());
+    return 1;
+  }
+  return 0;
 }

@@ -118,7 +118,8 @@ TEST(AgentProcessTest, KilledRankIsReportedDiedAndMetricsShowTheNumbers) {
                 dir.file("r0.out"), dir.file("r0.err"));
   Process doomed({RankBin(), sock, "1", "2", "200", "50", "hold"}, {},
                  dir.file("r1.out"), dir.file("r1.err"));
-  EXPECT_EQ(ExitCode(clean.Wait()), 0) << ReadFile(dir.file("r0.err"));
+  EXPECT_EQ(ExitCode(clean.Wait()), 0)
+      << ReadFile(dir.file("r0.err")) << agent.err();
   ASSERT_TRUE(Eventually(
       [&] { return ReadFile(dir.file("r1.out")).find("sent 200") == 0; }));
   ASSERT_TRUE(receiver.WaitUntil([](const Reqs& r) {
