@@ -115,6 +115,8 @@ v1::JobPolicy ImportedJobPolicy() {
   p.set_warmup_collectives(2);
   p.set_persistence_n(1);
   p.set_persistence_m(1);
+  // Replay runs on a real clock: a short floor keeps it to seconds.
+  p.set_hang_timeout_floor_ms(1000);
   return p;
 }
 
@@ -200,12 +202,13 @@ Verdict VerdictFromFaults(const std::vector<v1::Fault>& faults,
 
 std::string FormatVerdictTable(const ImportedJob& job,
                                const std::vector<v1::Fault>& faults,
-                               const Verdict& verdict) {
+                               const Verdict& verdict,
+                               const std::string& tool) {
   std::string out;
   size_t present = 0;
   for (const ImportedRank& r : job.ranks) present += !r.absent;
   absl::StrAppend(
-      &out, "pitstop analyze: ", job.format, ", ", present, " rank(s)",
+      &out, tool, ": ", job.format, ", ", present, " rank(s)",
       job.world_size > 0 ? absl::StrCat(" of ", job.world_size) : "", "\n");
   for (const std::string& w : job.warnings)
     absl::StrAppend(&out, "warning: ", w, "\n");

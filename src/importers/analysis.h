@@ -66,9 +66,11 @@ Verdict VerdictFromFaults(const std::vector<v1::Fault>& faults,
                           const std::vector<int32_t>& absent = {});
 
 // Human-readable report: verdict, one table row per fault, warnings, notes.
+// `tool` heads the report ("pitstop analyze", "pitstop replay").
 std::string FormatVerdictTable(const ImportedJob& job,
                                const std::vector<v1::Fault>& faults,
-                               const Verdict& verdict);
+                               const Verdict& verdict,
+                               const std::string& tool = "pitstop analyze");
 
 // The same as JSON: {"format", "job_id", "ranks", "missing_ranks",
 // "verdict": {"fault_class", "suspects", "victims", "hung_collectives"},
