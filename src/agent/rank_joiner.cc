@@ -430,6 +430,25 @@ void RankJoiner::SnapshotProgress(std::vector<v1::RankProgress>* out) const {
         *rp.mutable_in_flight() = partial.connections();
       }
     }
+    // Members that have not enqueued anything in a communicator yet are
+    // reported too (func UNSPECIFIED, no sequence numbers): a rank that
+    // never reaches the first collective is a non-comm-hang suspect.
+    for (const auto& [hash, info] : s.comms) {
+      bool any = false;
+      for (const auto& [key, p] : s.progress) {
+        any |= std::get<0>(key) == hash && std::get<1>(key) == info.rank();
+      }
+      if (any) continue;
+      v1::RankProgress& rp = out->emplace_back();
+      rp.set_comm_hash(hash);
+      rp.set_rank(info.rank());
+      const int32_t r = info.rank();
+      rp.set_global_rank(r >= 0 && r < info.global_ranks_size()
+                             ? info.global_ranks(r)
+                             : s.hello.global_rank());
+      rp.set_pid(s.hello.pid());
+      rp.set_now_cpu_ns(now);
+    }
   }
 }
 

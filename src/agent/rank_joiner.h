@@ -125,7 +125,9 @@ class RankJoiner {
   void TakeCommunicators(std::vector<v1::CommunicatorInfo>* out);
 
   // Appends one RankProgress per (comm, rank, func) of every open stream,
-  // with now_cpu_ns from the clock.
+  // with now_cpu_ns from the clock, plus one with func UNSPECIFIED and no
+  // sequence numbers (all 0) for each live communicator in which the rank
+  // has not enqueued anything yet.
   void SnapshotProgress(std::vector<v1::RankProgress>* out) const;
 
   // Communicators of open streams (for re-registration upstream).

@@ -247,6 +247,28 @@ TEST_F(RankJoinerTest, ProgressReportsOldestIncompleteOp) {
   EXPECT_EQ(rp.in_flight(0).bytes(), 4096u);
 }
 
+TEST_F(RankJoinerTest, MemberWithoutOpsStillReportsProgress) {
+  auto req = Hello(1, 6);
+  AddCommInit(&req, 2, 4);
+  ASSERT_TRUE(joiner_.Add(1, req).ok());
+  std::vector<v1::RankProgress> progress;
+  joiner_.SnapshotProgress(&progress);
+  ASSERT_EQ(progress.size(), 1u);
+  EXPECT_EQ(progress[0].comm_hash(), kComm);
+  EXPECT_EQ(progress[0].rank(), 2);
+  EXPECT_EQ(progress[0].global_rank(), 6);
+  EXPECT_EQ(progress[0].func(), v1::COLL_FUNC_UNSPECIFIED);
+  EXPECT_EQ(progress[0].last_enqueue_cpu_ns(), 0u);
+  // Once it enqueues, the per-function entry replaces it.
+  v1::StreamTelemetryRequest b;
+  AddOp(&b, 1, 0, /*rank=*/2);
+  ASSERT_TRUE(joiner_.Add(1, b).ok());
+  progress.clear();
+  joiner_.SnapshotProgress(&progress);
+  ASSERT_EQ(progress.size(), 1u);
+  EXPECT_EQ(progress[0].func(), v1::COLL_FUNC_ALL_REDUCE);
+}
+
 TEST_F(RankJoinerTest, LifecycleOpenedDiedAndClean) {
   ASSERT_TRUE(joiner_.Add(1, Hello(11, 0)).ok());
   ASSERT_TRUE(joiner_.Add(2, Hello(12, 1)).ok());
