@@ -1,5 +1,7 @@
 #include "plugin/telemetry_stream.h"
 
+#include <unistd.h>
+
 #include <utility>
 
 #include "grpcpp/generic/generic_stub.h"
@@ -90,25 +92,6 @@ class TelemetryStream::Reactor final
     MutexLock lock(&mu_);
     return done_;
   }
-  // Waits until OnDone or the deadline (CLOCK_MONOTONIC ns).
-  bool WaitDone(uint64_t deadline_ns) {
-    MutexLock lock(&mu_);
-    while (!done_) {
-      const uint64_t now = NowCpuNs();
-      if (now >= deadline_ns) return false;
-      cv_.WaitWithTimeout(&mu_, absl::Nanoseconds(deadline_ns - now));
-    }
-    return true;
-  }
-  bool WaitWritable(uint64_t deadline_ns) {
-    MutexLock lock(&mu_);
-    while (writing_ && !done_ && !broken_) {
-      const uint64_t now = NowCpuNs();
-      if (now >= deadline_ns) return false;
-      cv_.WaitWithTimeout(&mu_, absl::Nanoseconds(deadline_ns - now));
-    }
-    return !writing_ && !done_ && !broken_;
-  }
   void Cancel() { context_.TryCancel(); }
   bool delivered_any() {
     MutexLock lock(&mu_);
@@ -129,14 +112,12 @@ class TelemetryStream::Reactor final
       broken_ = true;
       dropped_->fetch_add(in_flight_records_);
     }
-    cv_.SignalAll();
   }
   void OnReadDone(bool ok) override {
     TakeBack(this);
     if (!ok) {
       MutexLock lock(&mu_);
       broken_ = true;
-      cv_.SignalAll();
       return;
     }
     std::vector<grpc::Slice> slices;
@@ -158,7 +139,6 @@ class TelemetryStream::Reactor final
     TakeBack(this);
     MutexLock lock(&mu_);
     done_ = true;
-    cv_.SignalAll();
   }
 
  private:
@@ -170,7 +150,6 @@ class TelemetryStream::Reactor final
   grpc::ByteBuffer in_flight_;
   grpc::ByteBuffer response_;
   Mutex mu_;
-  CondVar cv_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   uint32_t in_flight_records_ ABSL_GUARDED_BY(mu_) = 0;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
@@ -190,11 +169,23 @@ bool TelemetryStream::TryWrite(const std::string& request, uint32_t records,
 bool TelemetryStream::Writable() { return reactor_->Writable(); }
 bool TelemetryStream::Broken() { return reactor_->Broken(); }
 bool TelemetryStream::Done() { return reactor_->Done(); }
+// Polls (1 ms) instead of a timed condition-variable wait: libstdc++ waits
+// with pthread_cond_clockwait, which GCC 12's TSan does not intercept, so a
+// timed wait here looked like a mutex held forever. This is the exporter's
+// own thread; 1 ms granularity is plenty for flush bounds.
 bool TelemetryStream::WaitDone(uint64_t deadline_ns) {
-  return reactor_->WaitDone(deadline_ns);
+  while (!reactor_->Done()) {
+    if (NowCpuNs() >= deadline_ns) return false;
+    usleep(1000);
+  }
+  return true;
 }
 bool TelemetryStream::WaitWritable(uint64_t deadline_ns) {
-  return reactor_->WaitWritable(deadline_ns);
+  for (;;) {
+    if (reactor_->Writable()) return true;
+    if (reactor_->Broken() || NowCpuNs() >= deadline_ns) return false;
+    usleep(1000);
+  }
 }
 void TelemetryStream::Cancel() { reactor_->Cancel(); }
 bool TelemetryStream::delivered_any() { return reactor_->delivered_any(); }

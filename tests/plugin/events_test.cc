@@ -28,6 +28,8 @@ class EventsTest : public ::testing::Test {
     ASSERT_TRUE(r.ok()) << r.status();
     receiver_ = std::move(*r);
     setenv("PITSTOP_AGENT_SOCKET", sock_.c_str(), 1);
+    // Generous flush bound: sanitizer builds connect slowly under load.
+    setenv("PITSTOP_FINALIZE_TIMEOUT_MS", "20000", 1);
     auto e = Emulator::Create({.plugin = "pitstop"});
     ASSERT_TRUE(e.ok()) << e.status();
     emu_ = std::move(*e);
@@ -47,16 +49,16 @@ class EventsTest : public ::testing::Test {
         [](const auto& s) {
           return HasGoodbye(s, v1::ProcessGoodbye::REASON_FINALIZE);
         },
-        absl::Seconds(10)));
+        absl::Seconds(30)));
     return receiver_->Streams();
   }
   bool WaitHello() {
     return receiver_->WaitFor(
         [](const auto& s) { return !s.empty() && !s.back().batches.empty(); },
-        absl::Seconds(10));
+        absl::Seconds(30));
   }
   bool WaitMask(int want) {
-    for (int i = 0; i < 1000 && emu_->activation_mask() != want; ++i) {
+    for (int i = 0; i < 3000 && emu_->activation_mask() != want; ++i) {
       usleep(10000);
     }
     return emu_->activation_mask() == want;
@@ -269,7 +271,7 @@ TEST_F(EventsTest, AgentKilledAndRestartedMidRun) {
   auto comm = Init(0xD1E);
   for (int i = 0; i < 5; ++i) comm->RunCollective(OpSpec{}, {.kernel_us = 0});
   ASSERT_TRUE(receiver_->WaitFor(
-      [](const auto& s) { return AllOps(s).size() == 5; }, absl::Seconds(10)));
+      [](const auto& s) { return AllOps(s).size() == 5; }, absl::Seconds(30)));
   // Counters are cumulative per process: start from what the agent saw.
   usleep(20000);
   const v1::DropCounters before = LastDrops(receiver_->Streams());
@@ -284,7 +286,7 @@ TEST_F(EventsTest, AgentKilledAndRestartedMidRun) {
       (*restarted)
           ->WaitFor(
               [](const auto& s) { return !s.empty() && !s[0].batches.empty(); },
-              absl::Seconds(10)));
+              absl::Seconds(30)));
   for (int i = 0; i < 7; ++i) {
     OpSpec spec;
     spec.seq_number = 1000 + i;
@@ -297,7 +299,7 @@ TEST_F(EventsTest, AgentKilledAndRestartedMidRun) {
                         return HasGoodbye(s,
                                           v1::ProcessGoodbye::REASON_FINALIZE);
                       },
-                      absl::Seconds(10)));
+                      absl::Seconds(30)));
   const auto streams = (*restarted)->Streams();
   const auto& first = streams[0].batches[0];
   ASSERT_TRUE(first.has_hello());

@@ -113,13 +113,17 @@ void BM_Pair(benchmark::State& state) {
   abi::DescrV5 e;
   std::memset(&e, 0, sizeof(e));
   switch (type) {
-    case kColl: e = d; break;
+    case kColl:
+      e = d;
+      break;
     case kKernelCh:
       e.type = abi::kKernelCh;
       e.parent_obj = coll;
       e.kernel_ch.p_timer = 1000;
       break;
-    case kProxyOp: e = pd; break;
+    case kProxyOp:
+      e = pd;
+      break;
     case kProxyStep:
       e.type = abi::kProxyStep;
       e.parent_obj = proxy;
@@ -139,9 +143,9 @@ void BM_Pair(benchmark::State& state) {
     benchmark::DoNotOptimize(h);
   }
   // Allocations made by this (NCCL-emulating) thread inside the loop.
-  state.counters["allocs_per_pair"] = benchmark::Counter(
-      static_cast<double>(t_allocs - allocs_before) /
-      static_cast<double>(state.iterations()));
+  state.counters["allocs_per_pair"] =
+      benchmark::Counter(static_cast<double>(t_allocs - allocs_before) /
+                         static_cast<double>(state.iterations()));
   l.p->stop_event(proxy);
   l.p->stop_event(coll);
 }
@@ -157,8 +161,8 @@ void Fill(plugin::Ring* ring, uint64_t i) {
   plugin::Record* r = ring->Reserve();
   if (r == nullptr) return;
   r->type = plugin::RecordType::kKernelCh;
-  r->kernel = {i, static_cast<uint32_t>(i % 32), 1000 + i, 2000 + i, 3000 + i,
-               4000 + i};
+  r->kernel = {
+      i, static_cast<uint32_t>(i % 32), 1000 + i, 2000 + i, 3000 + i, 4000 + i};
   ring->Publish();
 }
 
@@ -204,7 +208,10 @@ void BM_ExporterThroughput(benchmark::State& state) {
     state.counters["ring_full"] = static_cast<double>(rings.TotalFullDrops());
   }
 }
-BENCHMARK(BM_ExporterThroughput)->UseManualTime()->Iterations(3)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ExporterThroughput)
+    ->UseManualTime()
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
 
 void BM_EightRanks(benchmark::State& state) {
   const std::string sock = "/tmp/pitstop-bench-8r.sock";

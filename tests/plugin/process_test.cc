@@ -3,6 +3,7 @@
 // the interposer without NCCL; exported symbols.
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <array>
 #include <set>
@@ -19,6 +20,16 @@ namespace {
 
 using ::testing::UnorderedElementsAreArray;
 
+// ASan builds: our library is preloaded ahead of the ASan runtime, which
+// ASan refuses by default; tell it that this order is intended.
+std::string AsanOptionsForPreload() {
+  const char* v = std::getenv("ASAN_OPTIONS");
+  return std::string(v != nullptr ? v : "") + ":verify_asan_link_order=0";
+}
+
+// Generous flush bound: sanitizer builds connect slowly on a loaded machine.
+constexpr char kFlushBoundMs[] = "20000";
+
 std::vector<ReceivedStream> RunRank(const std::string& end, int* status,
                                     const std::string& linger_ms = "0") {
   const std::string sock = TempSocketPath("proc");
@@ -28,12 +39,13 @@ std::vector<ReceivedStream> RunRank(const std::string& end, int* status,
   *status = RunChild({PITSTOP_EMULATED_RANK, "--ops", "12", "--end", end,
                       "--linger-ms", linger_ms},
                      {{"PITSTOP_AGENT_SOCKET", sock},
+                      {"PITSTOP_FINALIZE_TIMEOUT_MS", kFlushBoundMs},
                       {"RANK", "7"},
                       {"PITSTOP_HOST", "node-b"}});
   // The child is gone: its stream has ended (cleanly or not).
   EXPECT_TRUE((*receiver)->WaitFor(
       [](const auto& s) { return !s.empty() && s.back().ended; },
-      absl::Seconds(10)));
+      absl::Seconds(30)));
   return (*receiver)->Streams();
 }
 
@@ -73,17 +85,19 @@ TEST(InterposerTest, PreloadedIntoUnchangedProgram) {
   const std::string sock = TempSocketPath("pre");
   auto receiver = TelemetryReceiver::Start(sock);
   ASSERT_TRUE(receiver.ok()) << receiver.status();
-  const int status =
-      RunChild({PITSTOP_INTERPOSER_DRIVER}, {{"LD_PRELOAD", BuiltPluginPath()},
-                                             {"-NCCL_PROFILER_PLUGIN", ""},
-                                             {"PITSTOP_AGENT_SOCKET", sock},
-                                             {"RANK", "3"}});
+  const int status = RunChild({PITSTOP_INTERPOSER_DRIVER},
+                              {{"LD_PRELOAD", BuiltPluginPath()},
+                               {"ASAN_OPTIONS", AsanOptionsForPreload()},
+                               {"-NCCL_PROFILER_PLUGIN", ""},
+                               {"PITSTOP_AGENT_SOCKET", sock},
+                               {"PITSTOP_FINALIZE_TIMEOUT_MS", kFlushBoundMs},
+                               {"RANK", "3"}});
   ASSERT_TRUE(ExitedWith(status, 0)) << status;
   ASSERT_TRUE((*receiver)->WaitFor(
       [](const auto& s) {
         return HasGoodbye(s, v1::ProcessGoodbye::REASON_FINALIZE);
       },
-      absl::Seconds(10)));
+      absl::Seconds(30)));
   const auto s = (*receiver)->Streams();
   const auto& hello = s[0].batches[0].hello();
   EXPECT_EQ(hello.load_mode(), "both");
@@ -131,6 +145,7 @@ TEST(InterposerTest, UserChoiceOfProfilerIsKept) {
   // and the forwarded API still works.
   const int status = RunChild({PITSTOP_INTERPOSER_DRIVER},
                               {{"LD_PRELOAD", BuiltPluginPath()},
+                               {"ASAN_OPTIONS", AsanOptionsForPreload()},
                                {"NCCL_PROFILER_PLUGIN", "someone-else"},
                                {"PITSTOP_AGENT_SOCKET", sock}});
   EXPECT_TRUE(ExitedWith(status, 0)) << status;

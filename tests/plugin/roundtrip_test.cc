@@ -21,6 +21,8 @@ TEST_P(RoundTripTest, CollectivesAndP2pArriveComplete) {
   auto receiver = TelemetryReceiver::Start(sock);
   ASSERT_TRUE(receiver.ok()) << receiver.status();
   setenv("PITSTOP_AGENT_SOCKET", sock.c_str(), 1);
+  // Generous flush bound: sanitizer builds connect slowly under load.
+  setenv("PITSTOP_FINALIZE_TIMEOUT_MS", "20000", 1);
   setenv("RANK", "5", 1);
   setenv("PITSTOP_HOST", "emu-node-1", 1);
   setenv("PITSTOP_JOB_ID", "job-rt", 1);
@@ -59,7 +61,7 @@ TEST_P(RoundTripTest, CollectivesAndP2pArriveComplete) {
       [](const auto& s) {
         return HasGoodbye(s, v1::ProcessGoodbye::REASON_FINALIZE);
       },
-      absl::Seconds(10)));
+      absl::Seconds(30)));
   const auto streams = (*receiver)->Streams();
   ASSERT_FALSE(streams.empty());
   const auto& first = streams.back().batches.front();

@@ -18,6 +18,8 @@ const bool kEnvSet = [] {
   setenv("PITSTOP_RING_CAPACITY", "64", 1);
   setenv("PITSTOP_EVENT_MASK", "coll|bogus", 1);  // invalid: default kept
   setenv("PITSTOP_DEEP_EVENT_MASK", "proxystep", 1);
+  // Generous flush bound: sanitizer builds connect slowly under load.
+  setenv("PITSTOP_FINALIZE_TIMEOUT_MS", "20000", 1);
   return true;
 }();
 
@@ -46,7 +48,7 @@ TEST(SmallRingTest, NothingLostBelowCapacityEveryDropCountedAbove) {
     (*comm)->StartOp(spec)->EnqueueDone();
   }
   ASSERT_TRUE((*receiver)->WaitFor(
-      [](const auto& s) { return AllOps(s).size() == 50; }, absl::Seconds(10)));
+      [](const auto& s) { return AllOps(s).size() == 50; }, absl::Seconds(30)));
   EXPECT_EQ(LastDrops((*receiver)->Streams()).ring_full(), 0u);
 
   // Above capacity: a burst of 5000 outruns the exporter; every record
@@ -62,7 +64,7 @@ TEST(SmallRingTest, NothingLostBelowCapacityEveryDropCountedAbove) {
       [](const auto& s) {
         return HasGoodbye(s, v1::ProcessGoodbye::REASON_FINALIZE);
       },
-      absl::Seconds(10)));
+      absl::Seconds(30)));
   const auto streams = (*receiver)->Streams();
   const auto drops = LastDrops(streams);
   const uint64_t arrived = AllOps(streams).size() - 50;
