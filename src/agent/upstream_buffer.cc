@@ -87,8 +87,11 @@ void UpstreamBuffer::Requeue(v1::ConnectRequest* batch) {
       FoldLocked(s->Get(i));
     }
   }
-  for (auto& e : *batch->mutable_lifecycle()) {
-    if (lifecycle_.size() < kMaxEvents) lifecycle_.push_front(std::move(e));
+  auto* events = batch->mutable_lifecycle();
+  for (int i = events->size() - 1; i >= 0; --i) {  // keep their order
+    if (lifecycle_.size() < kMaxEvents) {
+      lifecycle_.push_front(std::move(*events->Mutable(i)));
+    }
   }
   for (auto& a : *batch->mutable_aggregates()) {
     const std::pair<uint64_t, int> key{a.comm_hash(),
