@@ -2,9 +2,11 @@
 // 8 per node; per node one tensor-parallel communicator of 8 ranks and, per
 // local GPU index, one data-parallel communicator across all nodes (N/8
 // ranks). Each iteration every TP comm runs 4 all-reduces and every DP comm
-// two; agents report every rank's summary and progress. Prints summaries and
-// collectives joined per second (feeding, single thread), the detection
-// cycle time (windows closing, every detector running) and the RSS.
+// two; every rank's summaries and progress are fed node by node (as agent
+// batches arrive), so each collective's join stays open until the last node.
+// Prints summaries and collectives joined per second (feeding, single thread),
+// the detection cycle time (windows closing, every detector running) and the
+// RSS.
 //
 //   controller_engine_bench --ranks 100000 --iterations 20
 #include <unistd.h>
@@ -101,21 +103,36 @@ int Main(int argc, char** argv) {
   p.set_func(v1::COLL_FUNC_ALL_REDUCE);
   p.set_last_enqueue_cpu_ns(1);
   p.set_last_completion_cpu_ns(1);
+  // global rank -> (comm index, comm rank) of its communicators.
+  std::vector<std::vector<std::pair<size_t, int32_t>>> member_of(ranks);
+  for (size_t ci = 0; ci < comms.size(); ++ci) {
+    for (size_t r = 0; r < comms[ci].globals.size(); ++r) {
+      member_of[comms[ci].globals[r]].push_back({ci, static_cast<int32_t>(r)});
+    }
+  }
+  uint64_t max_pending = 0;
   uint64_t summaries = 0;
   double feed_s = 0, cycle_s = 0, cycle_max_s = 0;
   uint64_t seq[2] = {0, 0};
   for (int it = 0; it < iterations; ++it) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (const Comm& c : comms) {
-      const bool tp = c.hash < 0x2000000;
-      const int ops = tp ? 4 : 2;
-      const uint64_t first = seq[tp] + 1;
-      for (int op = 0; op < ops; ++op) {
+    // Node by node, as agents' batches arrive: every collective stays open
+    // until the last node reported it.
+    for (int32_t g = 0; g < ranks; ++g) {
+      if (g == ranks / 2) {  // half the nodes reported: joins are open
+        max_pending =
+            std::max<uint64_t>(max_pending, engine->stats().pending_joins);
+      }
+      for (const auto& [ci, r] : member_of[g]) {
+        const Comm& c = comms[ci];
+        const bool tp = c.hash < 0x2000000;
+        const int ops = tp ? 4 : 2;
+        const uint64_t first = seq[tp] + 1;
         s.set_comm_hash(c.hash);
-        s.set_seq_number(first + op);
-        for (size_t r = 0; r < c.globals.size(); ++r) {
-          s.set_rank(r);
-          s.set_global_rank(c.globals[r]);
+        s.set_rank(r);
+        s.set_global_rank(g);
+        for (int op = 0; op < ops; ++op) {
+          s.set_seq_number(first + op);
           s.set_kernel_duration_ns(1'000'000 +
                                    (r * 7919 + op * 104729) % 20'000);
           s.clear_connections();
@@ -129,20 +146,20 @@ int Main(int argc, char** argv) {
               cs->set_throughput_bps(20e9 + (r % 13) * 1e8);
             }
           }
-          (void)engine->AddSummary(Host(c.globals[r]), s);
+          (void)engine->AddSummary(Host(g), s);
           ++summaries;
         }
-      }
-      p.set_comm_hash(c.hash);
-      p.set_last_enqueued_seq(first + ops - 1);
-      p.set_last_started_seq(first + ops - 1);
-      p.set_last_completed_seq(first + ops - 1);
-      for (size_t r = 0; r < c.globals.size(); ++r) {
+        p.set_comm_hash(c.hash);
         p.set_rank(r);
-        p.set_global_rank(c.globals[r]);
-        (void)engine->AddProgress(Host(c.globals[r]), p);
+        p.set_global_rank(g);
+        p.set_last_enqueued_seq(first + ops - 1);
+        p.set_last_started_seq(first + ops - 1);
+        p.set_last_completed_seq(first + ops - 1);
+        (void)engine->AddProgress(Host(g), p);
       }
     }
+    max_pending =
+        std::max<uint64_t>(max_pending, engine->stats().pending_joins);
     seq[1] += 4;
     seq[0] += 2;
     const auto t1 = std::chrono::steady_clock::now();
@@ -161,12 +178,12 @@ int Main(int argc, char** argv) {
   std::printf(
       "ranks %d comms %zu iterations %d | summaries/s %.0f | collectives "
       "joined %lu (%.0f/s) | cycle mean %.1f ms max %.1f ms | RSS %.0f MiB "
-      "(engine %.0f MiB) | pending %lu dropped %lu\n",
+      "(engine %.0f MiB) | open joins mid-iteration %lu, dropped %lu\n",
       ranks, comms.size(), iterations, summaries / feed_s,
       static_cast<unsigned long>(st.collectives_joined),
       st.collectives_joined / feed_s, cycle_s / iterations * 1e3,
       cycle_max_s * 1e3, RssMiB(), RssMiB() - rss0,
-      static_cast<unsigned long>(st.pending_joins),
+      static_cast<unsigned long>(max_pending),
       static_cast<unsigned long>(st.incomplete_dropped));
   return 0;
 }
