@@ -161,8 +161,13 @@ void Fill(plugin::Ring* ring, uint64_t i) {
   plugin::Record* r = ring->Reserve();
   if (r == nullptr) return;
   r->type = plugin::RecordType::kKernelCh;
-  r->kernel = {
-      i, static_cast<uint32_t>(i % 32), 1000 + i, 2000 + i, 3000 + i, 4000 + i};
+  // Realistic magnitudes (op ids, GPU globaltimer, CPU monotonic ns) so the
+  // varint sizes, hence bytes/record, are honest.
+  constexpr uint64_t kGpu = 1'795'000'000'000'000'000ull;
+  constexpr uint64_t kCpu = 1'600'000'000'000ull;
+  r->kernel = {(uint64_t{1} << 48) | i, static_cast<uint32_t>(i % 32),
+               kGpu + i * 1000,         kGpu + i * 1000 + 40'000,
+               kCpu + i * 1000,         kCpu + i * 1000 + 45'000};
   ring->Publish();
 }
 
