@@ -122,6 +122,10 @@ class ControllerCore {
   ControllerCore(Options options, std::unique_ptr<FaultStore> store,
                  std::unique_ptr<DetectionEngine> engine);
   void Loop();
+  // Acknowledge (resolve = false) or Resolve, then notify watchers.
+  absl::StatusOr<v1::Fault> MoveFault(const std::string& fault_id,
+                                      const std::string& who,
+                                      const std::string& note, bool resolve);
   v1::Node ToNode(const std::string& host, const NodeEntry* e) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Notify(v1::WatchFaultsResponse::Change change, const v1::Fault& f)

@@ -139,35 +139,36 @@ absl::StatusOr<v1::Fault> ControllerCore::Fault(const std::string& fault_id) {
   return store_->Get(fault_id);
 }
 
-absl::StatusOr<v1::Fault> ControllerCore::Acknowledge(
-    const std::string& fault_id, const std::string& who,
-    const std::string& note) {
+absl::StatusOr<v1::Fault> ControllerCore::MoveFault(const std::string& fault_id,
+                                                    const std::string& who,
+                                                    const std::string& note,
+                                                    bool resolve) {
   if (absl::Status s = Required(fault_id, "fault_id"); !s.ok()) return s;
   if (absl::Status s = Required(who, "who"); !s.ok()) return s;
   MutexLock lock(&mu_);
   absl::StatusOr<v1::Fault> before = store_->Get(fault_id);
   absl::StatusOr<v1::Fault> f =
-      store_->Acknowledge(fault_id, who, note, NowUnixNs());
+      resolve ? store_->Resolve(fault_id, who, note, NowUnixNs())
+              : store_->Acknowledge(fault_id, who, note, NowUnixNs());
   if (f.ok() && before.ok() && before->state() != f->state()) {
-    Notify(v1::WatchFaultsResponse::CHANGE_UPDATED, *f);
+    if (resolve) engine_->ForgetFault(fault_id);
+    Notify(resolve ? v1::WatchFaultsResponse::CHANGE_RESOLVED
+                   : v1::WatchFaultsResponse::CHANGE_UPDATED,
+           *f);
   }
   return f;
+}
+
+absl::StatusOr<v1::Fault> ControllerCore::Acknowledge(
+    const std::string& fault_id, const std::string& who,
+    const std::string& note) {
+  return MoveFault(fault_id, who, note, /*resolve=*/false);
 }
 
 absl::StatusOr<v1::Fault> ControllerCore::Resolve(const std::string& fault_id,
                                                   const std::string& who,
                                                   const std::string& note) {
-  if (absl::Status s = Required(fault_id, "fault_id"); !s.ok()) return s;
-  if (absl::Status s = Required(who, "who"); !s.ok()) return s;
-  MutexLock lock(&mu_);
-  absl::StatusOr<v1::Fault> before = store_->Get(fault_id);
-  absl::StatusOr<v1::Fault> f =
-      store_->Resolve(fault_id, who, note, NowUnixNs());
-  if (f.ok() && before.ok() && before->state() != f->state()) {
-    engine_->ForgetFault(fault_id);
-    Notify(v1::WatchFaultsResponse::CHANGE_RESOLVED, *f);
-  }
-  return f;
+  return MoveFault(fault_id, who, note, /*resolve=*/true);
 }
 
 absl::StatusOr<v1::Node> ControllerCore::Drain(const std::string& host,

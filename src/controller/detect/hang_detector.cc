@@ -207,9 +207,9 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
       values["max_completed_seq"] = static_cast<double>(max_completed);
       AddVictims(*comm, stalled, &f);
       f.set_summary(absl::StrFormat(
-          "non-comm-hang: %zu of %d ranks of %s stopped completing at seq %d "
-          "while others completed up to seq %d, which needed them (GPU or "
-          "process stalled), for %.1f s: %s",
+          "non-comm-hang: %zu of %d ranks of %s never completed seq %d, "
+          "which the others completed (up to seq %d) and which needed them: "
+          "their GPU or process stalled %.1f s ago: %s",
           stalled.size(), n, comm->comm_name, seq, max_completed, stuck / 1e9,
           who));
       e->set_text(f.summary());
