@@ -25,6 +25,35 @@ inline Recorder* Rec() noexcept {
   return rt != nullptr ? rt->recorder() : nullptr;
 }
 
+// ProxyOp, ProxyStep and NetPlugin have the same members in every version.
+// Returns true if `d` was one of them (and *handle is set).
+template <typename Descr>
+bool StartProxyEvent(Recorder* rec, CommContext* ctx, void** handle,
+                     const Descr* d, uint32_t type) noexcept {
+  switch (type) {
+    case abi::kProxyOp: {
+      ProxyOpStart a;
+      a.pid = d->proxy_op.pid;
+      a.channel = d->proxy_op.channel_id;
+      a.peer = d->proxy_op.peer;
+      a.n_steps = d->proxy_op.n_steps;
+      a.chunk_size = d->proxy_op.chunk_size;
+      a.is_send = d->proxy_op.is_send != 0;
+      *handle = rec->StartProxyOp(ctx, d->parent_obj, a);
+      return true;
+    }
+    case abi::kProxyStep:
+      *handle = rec->StartProxyStep(ctx, d->parent_obj, d->proxy_step.step);
+      return true;
+    case abi::kNetPlugin:
+      *handle = rec->StartNetPlugin(ctx, d->parent_obj, d->net_plugin.id,
+                                    d->net_plugin.data);
+      return true;
+    default:
+      return false;
+  }
+}
+
 // v4, v5 and v6 share the coll/p2p/proxy/kernel/net layouts except for the
 // fields v5 added; one template decodes them.
 template <typename Descr, bool kHasApi>
@@ -34,7 +63,9 @@ NcclResult StartEventV4Plus(void* context, void** handle, Descr* d) noexcept {
   Recorder* rec = Rec();
   if (rec == nullptr || d == nullptr) return abi::kNcclSuccess;
   CommContext* ctx = Ctx(context);
-  switch (static_cast<uint32_t>(d->type)) {
+  const auto type = static_cast<uint32_t>(d->type);
+  if (StartProxyEvent(rec, ctx, handle, d, type)) return abi::kNcclSuccess;
+  switch (type) {
     case abi::kColl: {
       OpStart a;
       a.rank = d->rank;
@@ -62,27 +93,9 @@ NcclResult StartEventV4Plus(void* context, void** handle, Descr* d) noexcept {
       *handle = rec->StartOp(ctx, d->parent_obj, a);
       break;
     }
-    case abi::kProxyOp: {
-      ProxyOpStart a;
-      a.pid = d->proxy_op.pid;
-      a.channel = d->proxy_op.channel_id;
-      a.peer = d->proxy_op.peer;
-      a.n_steps = d->proxy_op.n_steps;
-      a.chunk_size = d->proxy_op.chunk_size;
-      a.is_send = d->proxy_op.is_send != 0;
-      *handle = rec->StartProxyOp(ctx, d->parent_obj, a);
-      break;
-    }
-    case abi::kProxyStep:
-      *handle = rec->StartProxyStep(ctx, d->parent_obj, d->proxy_step.step);
-      break;
     case abi::kKernelCh:
       *handle = rec->StartKernelCh(ctx, d->parent_obj, d->kernel_ch.channel_id,
                                    d->kernel_ch.p_timer);
-      break;
-    case abi::kNetPlugin:
-      *handle = rec->StartNetPlugin(ctx, d->parent_obj, d->net_plugin.id,
-                                    d->net_plugin.data);
       break;
     case abi::kCollApi:
       if constexpr (kHasApi) {
@@ -109,6 +122,7 @@ NcclResult StartEventV3(void* context, void** handle,
   Recorder* rec = Rec();
   if (rec == nullptr || d == nullptr) return abi::kNcclSuccess;
   CommContext* ctx = Ctx(context);
+  if (StartProxyEvent(rec, ctx, handle, d, d->type)) return abi::kNcclSuccess;
   switch (d->type) {
     case abi::kColl: {
       OpStart a;
@@ -138,27 +152,9 @@ NcclResult StartEventV3(void* context, void** handle,
       *handle = rec->StartOp(ctx, d->parent_obj, a);
       break;
     }
-    case abi::kProxyOp: {
-      ProxyOpStart a;
-      a.pid = d->proxy_op.pid;
-      a.channel = d->proxy_op.channel_id;
-      a.peer = d->proxy_op.peer;
-      a.n_steps = d->proxy_op.n_steps;
-      a.chunk_size = d->proxy_op.chunk_size;
-      a.is_send = d->proxy_op.is_send != 0;
-      *handle = rec->StartProxyOp(ctx, d->parent_obj, a);
-      break;
-    }
-    case abi::kProxyStep:
-      *handle = rec->StartProxyStep(ctx, d->parent_obj, d->proxy_step.step);
-      break;
     case abi::kKernelCh:
       *handle =
           rec->StartKernelCh(ctx, d->parent_obj, d->kernel_ch.channel_id, 0);
-      break;
-    case abi::kNetPlugin:
-      *handle = rec->StartNetPlugin(ctx, d->parent_obj, d->net_plugin.id,
-                                    d->net_plugin.data);
       break;
     default:
       break;

@@ -43,6 +43,8 @@
 // PITSTOP_AGENT_SOCKET, PITSTOP_HOST, PITSTOP_JOB_ID, RANK, ... (see
 // docs/plugin.md); set them before Emulator::Create / InitComm.
 //
+// Lifetimes: destroy Ops and Comms before their Emulator.
+//
 // Thread safety: Emulator, Comm and Op are thread-safe; every call blocks
 // until the plugin callbacks it makes have returned (proxy/graph-thread work
 // is handed to that thread and waited for), so the caller controls timing.
