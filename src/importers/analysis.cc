@@ -224,30 +224,50 @@ std::string FormatVerdictTable(const ImportedJob& job,
   for (const std::string& h : verdict.hung_collectives) {
     absl::StrAppend(&out, "  hung:     ", h, "\n");
   }
+  // Faults with suspects first, then by number (F2 before F10).
+  std::vector<const v1::Fault*> order;
+  for (const v1::Fault& f : faults) order.push_back(&f);
+  auto number = [](const v1::Fault* f) {
+    uint64_t n = 0;
+    for (char c : f->fault_id()) {
+      if (c >= '0' && c <= '9') n = n * 10 + static_cast<uint64_t>(c - '0');
+    }
+    return n;
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](const v1::Fault* a, const v1::Fault* b) {
+                     bool sa = a->suspects_size() > 0;
+                     bool sb = b->suspects_size() > 0;
+                     return sa != sb ? sa : number(a) < number(b);
+                   });
+  auto row = [](absl::string_view a, absl::string_view b, absl::string_view c,
+                absl::string_view d, absl::string_view e, absl::string_view f,
+                absl::string_view g) {
+    return absl::StrFormat("%-6s %-14s %-10s %-48s %-22s %-14s %s\n", a, b, c,
+                           d, e, f, g);
+  };
   if (!faults.empty()) {
     absl::StrAppend(&out, "\n",
-                    absl::StrFormat("%-6s %-14s %-10s %-44s %-16s %-14s %s\n",
-                                    "ID", "CLASS", "STATE", "COMMUNICATOR",
-                                    "OP", "SUSPECTS", "VICTIMS"));
+                    row("ID", "CLASS", "STATE", "COMMUNICATOR", "OP",
+                        "SUSPECTS", "VICTIMS"));
   }
-  for (const v1::Fault& f : faults) {
+  for (const v1::Fault* fp : order) {
+    const v1::Fault& f = *fp;
     std::vector<int32_t> s, v;
     for (const v1::Suspect& x : f.suspects()) s.push_back(RankOf(x));
     for (const v1::Suspect& x : f.victims()) v.push_back(RankOf(x));
     std::string op = f.seq_number() > 0 ? absl::StrCat(CollFuncName(f.func()),
                                                        "#", f.seq_number())
                                         : "-";
-    absl::StrAppend(&out,
-                    absl::StrFormat("%-6s %-14s %-10s %-44s %-16s %-14s %s\n",
-                                    f.fault_id(), ClassName(f.fault_class()),
-                                    v1::FaultState_Name(f.state()).substr(12),
-                                    f.comm_name().substr(0, 44), op,
-                                    s.empty() ? "-" : absl::StrJoin(s, ","),
-                                    v.empty() ? "-" : absl::StrJoin(v, ",")));
+    absl::StrAppend(&out, row(f.fault_id(), ClassName(f.fault_class()),
+                              v1::FaultState_Name(f.state()).substr(12),
+                              f.comm_name().substr(0, 48), op,
+                              s.empty() ? "-" : absl::StrJoin(s, ","),
+                              v.empty() ? "-" : absl::StrJoin(v, ",")));
   }
   if (!faults.empty()) absl::StrAppend(&out, "\nEVIDENCE\n");
-  for (const v1::Fault& f : faults) {
-    absl::StrAppend(&out, "  ", f.fault_id(), ": ", f.summary(), "\n");
+  for (const v1::Fault* f : order) {
+    absl::StrAppend(&out, "  ", f->fault_id(), ": ", f->summary(), "\n");
   }
   if (!job.notes.empty()) absl::StrAppend(&out, "\nNOTES\n");
   for (const std::string& n : job.notes) absl::StrAppend(&out, "  ", n, "\n");

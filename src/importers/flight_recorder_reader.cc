@@ -22,7 +22,7 @@ int64_t GetInt(const json& obj, const char* key, int64_t dflt) {
   auto it = obj.find(key);
   if (it == obj.end()) return dflt;
   if (it->is_number_integer()) return it->get<int64_t>();
-  if (it->is_number_float()) return static_cast<int64_t>(it->get<double>());
+  if (it->is_number_float()) return SaturatingInt(it->get<double>());
   if (it->is_string()) {
     int64_t v;
     if (absl::SimpleAtoi(it->get_ref<const std::string&>(), &v)) return v;
@@ -68,8 +68,10 @@ FrEntry ParseEntry(const json& e) {
     if ((*pg)[0].is_string()) out.pg_name = (*pg)[0].get<std::string>();
     if ((*pg)[1].is_string()) out.pg_desc = (*pg)[1].get<std::string>();
   }
-  out.collective_seq_id = GetInt(e, "collective_seq_id", 0);
-  out.p2p_seq_id = GetInt(e, "p2p_seq_id", 0);
+  out.collective_seq_id = std::clamp<int64_t>(GetInt(e, "collective_seq_id", 0),
+                                              0, int64_t{1} << 60);
+  out.p2p_seq_id =
+      std::clamp<int64_t>(GetInt(e, "p2p_seq_id", 0), 0, int64_t{1} << 60);
   out.profiling_name = GetString(e, "profiling_name");
   out.state = GetString(e, "state");
   out.is_p2p = GetBool(e, "is_p2p");
@@ -132,9 +134,13 @@ void MapStatus(const json& status, FlightRecorderDump* dump) {
     const json& s = status[absl::StrCat(ids[k])];
     if (!s.is_object()) continue;
     FrStatus st;
-    st.last_enqueued = GetInt(s, "last_enqueued_collective", -1);
-    st.last_started = GetInt(s, "last_started_collective", -1);
-    st.last_completed = GetInt(s, "last_completed_collective", -1);
+    // Clamped so later arithmetic (seq + 1, windows) cannot overflow.
+    auto counter = [&s](const char* key) {
+      return std::clamp<int64_t>(GetInt(s, key, -1), -1, int64_t{1} << 60);
+    };
+    st.last_enqueued = counter("last_enqueued_collective");
+    st.last_started = counter("last_started_collective");
+    st.last_completed = counter("last_completed_collective");
     dump->status[name] = st;
   }
   if (unmapped > 0) {

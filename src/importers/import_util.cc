@@ -135,6 +135,13 @@ const char* CollFuncName(v1::CollFunc func) {
   }
 }
 
+int64_t SaturatingInt(double v) {
+  if (!(v == v)) return 0;
+  if (v >= 9.2e18) return INT64_MAX;
+  if (v <= -9.2e18) return INT64_MIN;
+  return static_cast<int64_t>(v);
+}
+
 uint64_t StableHash(absl::string_view key) {
   uint64_t h = 1469598103934665603ull;
   for (char c : key) {

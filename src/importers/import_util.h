@@ -25,6 +25,10 @@ v1::DataType ParseDataType(absl::string_view name, uint32_t* size_bytes);
 // Short display name of a function ("all_reduce", "send", ...).
 const char* CollFuncName(v1::CollFunc func);
 
+// `v` converted to int64, saturating at the type's limits (NaN -> 0):
+// numbers in untrusted JSON may be anything.
+int64_t SaturatingInt(double v);
+
 // FNV-1a 64 of `key`, never 0 (0 means "unknown" in the protocol).
 uint64_t StableHash(absl::string_view key);
 

@@ -21,7 +21,7 @@ int64_t Int(const json& o, const char* key, int64_t dflt) {
   auto it = o.find(key);
   if (it == o.end()) return dflt;
   if (it->is_number_integer()) return it->get<int64_t>();
-  if (it->is_number_float()) return static_cast<int64_t>(it->get<double>());
+  if (it->is_number_float()) return SaturatingInt(it->get<double>());
   return dflt;
 }
 
@@ -249,8 +249,8 @@ absl::StatusOr<ImportedJob> BuildInspectorJob(
       rec.set_bytes(r.msg_bytes);
       rec.set_root(-1);
       rec.set_peer(-1);
-      uint64_t dur_ns =
-          static_cast<uint64_t>(std::llround(r.exec_time_us * 1000));
+      uint64_t dur_ns = static_cast<uint64_t>(
+          std::max<int64_t>(0, SaturatingInt(r.exec_time_us * 1000)));
       uint64_t end = r.stop_us > 0 ? r.stop_us * 1000 : r.dump_ts_us * 1000;
       uint64_t start = r.start_us > 0 && r.stop_us > 0 ? r.start_us * 1000
                        : end > dur_ns                  ? end - dur_ns

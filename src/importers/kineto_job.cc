@@ -146,8 +146,9 @@ absl::StatusOr<ImportedJob> BuildKinetoJob(std::vector<KinetoTrace> traces,
       info.set_job_id(job.job_id);
       info.set_source(v1::CommunicatorInfo::SOURCE_IMPORTED);
       job.ranks[t].comms.push_back(info);
-      std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
-        return End(traces[t].kernels[a]) < End(traces[t].kernels[b]);
+      const std::vector<KinetoKernel>& kernels = traces[t].kernels;
+      std::sort(idx.begin(), idx.end(), [&kernels](size_t a, size_t b) {
+        return End(kernels[a]) < End(kernels[b]);
       });
       for (size_t i : idx) {
         const KinetoKernel& k = traces[t].kernels[i];
@@ -168,12 +169,14 @@ absl::StatusOr<ImportedJob> BuildKinetoJob(std::vector<KinetoTrace> traces,
         rec.set_bytes(k.in_nelems > 0 ? k.in_nelems * size : k.msg_bytes);
         rec.set_root(-1);
         rec.set_peer(-1);
-        uint64_t start = static_cast<uint64_t>(std::llround(k.ts_us * 1000));
-        uint64_t end = static_cast<uint64_t>(std::llround(End(k) * 1000));
-        uint64_t cpu =
-            k.cpu_ts_us > 0
-                ? static_cast<uint64_t>(std::llround(k.cpu_ts_us * 1000))
-                : start;
+        uint64_t start = static_cast<uint64_t>(
+            std::max<int64_t>(0, SaturatingInt(k.ts_us * 1000)));
+        uint64_t end = static_cast<uint64_t>(
+            std::max<int64_t>(0, SaturatingInt(End(k) * 1000)));
+        uint64_t cpu = k.cpu_ts_us > 0
+                           ? static_cast<uint64_t>(std::max<int64_t>(
+                                 0, SaturatingInt(k.cpu_ts_us * 1000)))
+                           : start;
         rec.set_api_cpu_ns(cpu);
         rec.set_enqueue_start_cpu_ns(cpu);
         rec.set_enqueue_stop_cpu_ns(cpu);

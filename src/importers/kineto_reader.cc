@@ -35,7 +35,7 @@ int64_t Int(const json& obj, const char* key, int64_t dflt) {
   auto it = obj.find(key);
   if (it == obj.end()) return dflt;
   if (it->is_number_integer()) return it->get<int64_t>();
-  if (it->is_number_float()) return static_cast<int64_t>(it->get<double>());
+  if (it->is_number_float()) return SaturatingInt(it->get<double>());
   return dflt;
 }
 

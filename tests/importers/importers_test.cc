@@ -1,6 +1,7 @@
 // Importer tests on files made here (no ../shared/data needed): bad input,
 // the Inspector format, the Flight Recorder JSON form, the timeline.
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -307,6 +308,47 @@ TEST(TimelineTest, KinetoPairTimelineIsValidAndAnnotated) {
                                    {"ts", -1},
                                    {"dur", 1}});
   EXPECT_FALSE(ValidateTraceEvents(broken).ok());
+}
+
+// Runs `cmd`, returns its exit code and output (stdout + stderr).
+int RunCommand(const std::string& cmd, std::string* out) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
+  int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(CliTest, AnalyzeExitCodesAndJson) {
+  const char* bin_dir = std::getenv("PITSTOP_BINARY_DIR");
+  if (bin_dir == nullptr) {
+    GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set (run through ctest)";
+  }
+  std::string pitstop = std::string(bin_dir) + "/tools/pitstop/pitstop";
+  TempDir dir;
+  std::string empty = dir.Write("_dump_0", "");
+  std::string out;
+  EXPECT_EQ(RunCommand(pitstop + " analyze " + empty, &out), 2);
+  EXPECT_THAT(out, HasSubstr(empty + ": empty file"));
+  // Two ranks that agree: no fault, exit 0.
+  std::vector<std::pair<double, double>> k = {
+      {1000, 50}, {2000, 50}, {3000, 50}};
+  dir.Write("trace-0.json", KinetoTrace(0, 2, k));
+  dir.Write("trace-1.json", KinetoTrace(1, 2, k));
+  std::remove(empty.c_str());
+  out.clear();
+  EXPECT_EQ(RunCommand(pitstop + " analyze -q -o json " + dir.path(), &out), 0)
+      << out;
+  json doc = json::parse(out, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << out;
+  EXPECT_EQ(doc["format"], "kineto");
+  EXPECT_EQ(doc["verdict"]["fault_class"], "none");
+  EXPECT_EQ(doc["matched"].size(), 3u);
+  out.clear();
+  EXPECT_EQ(RunCommand(pitstop + " analyze --bogus-flag " + dir.path(), &out),
+            2);
 }
 
 }  // namespace
