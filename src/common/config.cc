@@ -192,8 +192,10 @@ absl::Status ConfigSchema::LoadYamlString(std::string_view yaml,
         absl::StrCat(Where(source, e.mark), ": ", e.msg));
   }
   for (const auto& [key, node] : flat) {
+    // clang < 16 cannot capture structured bindings (fuzz preset).
+    const auto& wanted = key;
     auto it = std::find_if(entries_.begin(), entries_.end(),
-                           [&](const Entry& e) { return e.key == key; });
+                           [&](const Entry& e) { return e.key == wanted; });
     const std::string where = Where(source, node.Mark());
     if (it == entries_.end()) {
       return absl::InvalidArgumentError(
