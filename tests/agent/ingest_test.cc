@@ -212,11 +212,8 @@ TEST(IngestSocketTest, StaleSocketIsReplaced) {
   TempDir dir;
   const std::string path = dir.file("s.sock");
   // A socket file nobody listens on, as a crashed agent leaves it.
-  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const int fd = testing::BindUnixSocket(path, SOCK_STREAM);
+  ASSERT_GE(fd, 0);
   close(fd);
   AgentCore core(Clock::Real(), {}, nullptr);
   auto s = IngestServer::Create(path, "", &core);

@@ -94,11 +94,8 @@ TEST(AgentProcessTest, KilledRankIsReportedDiedAndMetricsShowTheNumbers) {
   TestReceiver receiver;
   // sd_notify target.
   const std::string notify = dir.file("notify");
-  const int nfd = socket(AF_UNIX, SOCK_DGRAM, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, notify.c_str(), sizeof(addr.sun_path) - 1);
-  ASSERT_EQ(bind(nfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const int nfd = testing::BindUnixSocket(notify, SOCK_DGRAM);
+  ASSERT_GE(nfd, 0);
   const std::string sock = dir.file("agent.sock");
   const std::string cfg = dir.file("agent.yaml");
   std::ofstream(cfg) << "ingest:\n  socket: /nonexistent/overridden.sock\n"

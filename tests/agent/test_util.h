@@ -3,8 +3,11 @@
 #define PITSTOP_TESTS_AGENT_TEST_UTIL_H_
 
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -32,6 +35,20 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// A Unix socket of `type` (SOCK_STREAM, SOCK_DGRAM) bound to `path`, not
+// listening; -1 on failure.
+inline int BindUnixSocket(const std::string& path, int type) {
+  const int fd = socket(AF_UNIX, type, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr))) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  return fd;
+}
 
 // Polls `cond` every 10 ms until it holds or `timeout` passes.
 inline bool Eventually(const std::function<bool()>& cond,
