@@ -167,6 +167,15 @@ absl::StatusOr<std::unique_ptr<IngestServer>> IngestServer::Create(
     }
     gid = g->gr_gid;
   }
+  const std::string dir = socket_path.substr(0, socket_path.rfind('/') + 1);
+  struct stat dir_st;
+  if (!dir.empty() &&
+      (stat(dir.c_str(), &dir_st) != 0 || !S_ISDIR(dir_st.st_mode))) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ingest.socket: directory '", dir, "' of ", socket_path,
+        " does not exist (the systemd unit's RuntimeDirectory=pitstop "
+        "creates /run/pitstop)"));
+  }
   if (absl::Status st = ClaimSocketPath(socket_path); !st.ok()) return st;
 
   std::unique_ptr<IngestServer> s(new IngestServer());

@@ -237,6 +237,9 @@ TEST(IngestSocketTest, BadPathsAndGroupsAreClearErrors) {
   s = IngestServer::Create("/tmp/" + std::string(120, 'x'), "", &core);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.status().message(), HasSubstr("ingest.socket"));
+  s = IngestServer::Create(dir.file("missing/a.sock"), "", &core);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.status().message(), HasSubstr("does not exist"));
   s = IngestServer::Create(dir.file("g.sock"), "no-such-group-pitstop", &core);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(s.status().message(), HasSubstr("no-such-group-pitstop"));
