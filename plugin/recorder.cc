@@ -17,41 +17,78 @@ namespace pitstop::plugin {
 namespace {
 constexpr uint32_t kPinned = 2;
 constexpr uint32_t kStopped = 1u << 31;
+
+// Handles given to NCCL carry their slot kind in the low bits (slots are
+// 64-byte aligned), so stop/record dispatch with one check instead of
+// probing every pool; the pool's Owns() still validates the address.
+enum Tag : uintptr_t {
+  kTagApi = 1,
+  kTagOp = 2,
+  kTagProxyOp = 3,
+  kTagStep = 4,
+  kTagKernel = 5,
+  kTagNet = 6,
+  kTagMask = 7,
+};
+
+template <typename T>
+void* Tagged(T* slot, Tag tag) noexcept {
+  return slot == nullptr
+             ? nullptr
+             : reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(slot) | tag);
+}
+
+inline Tag TagOf(const void* h) noexcept {
+  return static_cast<Tag>(reinterpret_cast<uintptr_t>(h) & kTagMask);
+}
+
+inline void* Untagged(const void* h) noexcept {
+  return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(h) &
+                                 ~uintptr_t{kTagMask});
+}
+
+// The slot `h` names if it carries `tag` and lies in `pool`, else null.
+template <typename T>
+T* Slot(const SlotPool<T>* pool, const void* h, Tag tag) noexcept {
+  if (h == nullptr || TagOf(h) != tag) return nullptr;
+  void* p = Untagged(h);
+  return pool->Owns(p) ? static_cast<T*>(p) : nullptr;
+}
 }  // namespace
 
-struct Recorder::ApiSlot {
+struct alignas(64) Recorder::ApiSlot {
   SlotHeader header;
   uint64_t api_cpu_ns;
   bool graph_captured;
 };
 
-struct Recorder::OpSlot {
+struct alignas(64) Recorder::OpSlot {
   SlotHeader header;
   OpRec rec;
   std::atomic<uint32_t> children{0};
   std::atomic<uint32_t> next_proxy_index{0};
 };
 
-struct Recorder::ProxyOpSlot {
+struct alignas(64) Recorder::ProxyOpSlot {
   SlotHeader header;
   ProxyOpRec rec;
   OpSlot* parent;  // null for PXN ops of another process
 };
 
-struct Recorder::StepSlot {
+struct alignas(64) Recorder::StepSlot {
   SlotHeader header;
   ProxyStepRec rec;
   ProxyOpSlot* parent;
   bool is_send;
 };
 
-struct Recorder::KernelSlot {
+struct alignas(64) Recorder::KernelSlot {
   SlotHeader header;
   KernelChRec rec;
   OpSlot* parent;
 };
 
-struct Recorder::NetSlot {
+struct alignas(64) Recorder::NetSlot {
   SlotHeader header;
   NetPluginRec rec;
 };
@@ -81,7 +118,7 @@ Record* Recorder::Reserve(Ring** ring) noexcept {
 }
 
 Recorder::OpSlot* Recorder::AsOp(void* p) const noexcept {
-  return (p != nullptr && op_->Owns(p)) ? static_cast<OpSlot*>(p) : nullptr;
+  return Slot(op_, p, kTagOp);
 }
 
 void* Recorder::StartApi(CommContext* ctx, bool p2p,
@@ -97,7 +134,7 @@ void* Recorder::StartApi(CommContext* ctx, bool p2p,
   }
   s->api_cpu_ns = NowCpuNs();
   s->graph_captured = graph_captured;
-  return s;
+  return Tagged(s, kTagApi);
 }
 
 void* Recorder::StartOp(CommContext* ctx, void* parent,
@@ -143,8 +180,7 @@ void* Recorder::StartOp(CommContext* ctx, void* parent,
   } else {
     r.seq_number = a.seq_number;
   }
-  if (parent != nullptr && api_->Owns(parent)) {
-    const ApiSlot* api = static_cast<const ApiSlot*>(parent);
+  if (const ApiSlot* api = Slot(api_, parent, kTagApi)) {
     if (api->graph_captured) {
       // Host task of a graph launch: the API call is long past.
       r.graph_captured = 1;
@@ -155,7 +191,7 @@ void* Recorder::StartOp(CommContext* ctx, void* parent,
   }
   s->children.store(0, std::memory_order_relaxed);
   s->next_proxy_index.store(0, std::memory_order_relaxed);
-  return s;
+  return Tagged(s, kTagOp);
 }
 
 void* Recorder::StartProxyOp(CommContext* ctx, void* parent,
@@ -187,7 +223,7 @@ void* Recorder::StartProxyOp(CommContext* ctx, void* parent,
   r.n_steps = static_cast<uint32_t>(a.n_steps);
   r.chunk_size_bytes = static_cast<uint32_t>(a.chunk_size);
   r.start_cpu_ns = NowCpuNs();
-  return s;
+  return Tagged(s, kTagProxyOp);
 }
 
 void* Recorder::StartProxyStep(CommContext* ctx, void* parent,
@@ -203,9 +239,7 @@ void* Recorder::StartProxyStep(CommContext* ctx, void* parent,
   }
   ProxyStepRec& r = s->rec;
   std::memset(&r, 0, sizeof(r));
-  ProxyOpSlot* p = (parent != nullptr && proxy_op_->Owns(parent))
-                       ? static_cast<ProxyOpSlot*>(parent)
-                       : nullptr;
+  ProxyOpSlot* p = Slot(proxy_op_, parent, kTagProxyOp);
   s->parent = p;
   s->is_send = p != nullptr && p->rec.is_send != 0;
   if (p != nullptr) {
@@ -214,7 +248,7 @@ void* Recorder::StartProxyStep(CommContext* ctx, void* parent,
   }
   r.step = static_cast<uint32_t>(step);
   r.start_cpu_ns = NowCpuNs();
-  return s;
+  return Tagged(s, kTagStep);
 }
 
 void* Recorder::StartKernelCh(CommContext* ctx, void* parent, uint8_t channel,
@@ -242,7 +276,7 @@ void* Recorder::StartKernelCh(CommContext* ctx, void* parent, uint8_t channel,
   r.stop_gpu_ns = 0;
   r.start_cpu_ns = NowCpuNs();
   r.stop_cpu_ns = 0;
-  return s;
+  return Tagged(s, kTagKernel);
 }
 
 void* Recorder::StartNetPlugin(CommContext* ctx, void* parent, int64_t id,
@@ -260,8 +294,7 @@ void* Recorder::StartNetPlugin(CommContext* ctx, void* parent, int64_t id,
   std::memset(&r, 0, sizeof(r));
   r.socket_fd = -1;
   r.device = -1;
-  if (parent != nullptr && step_->Owns(parent)) {
-    const StepSlot* st = static_cast<const StepSlot*>(parent);
+  if (const StepSlot* st = Slot(step_, parent, kTagStep)) {
     r.op_id = st->rec.op_id;
     r.proxy_index = st->rec.proxy_index;
   }
@@ -284,7 +317,7 @@ void* Recorder::StartNetPlugin(CommContext* ctx, void* parent, int64_t id,
     }
   }
   r.start_cpu_ns = NowCpuNs();
-  return s;
+  return Tagged(s, kTagNet);
 }
 
 void Recorder::EmitCompletion(OpSlot* s, uint64_t now) noexcept {
@@ -363,107 +396,133 @@ void Recorder::StopStep(StepSlot* s) noexcept {
 }
 
 void Recorder::Stop(void* handle) noexcept {
-  if (handle == nullptr) {
-    CountIgnored();
-    return;
-  }
   Ring* ring;
-  if (OpSlot* s = AsOp(handle)) {
-    StopOp(s);
-  } else if (api_->Owns(handle)) {
-    auto* s = static_cast<ApiSlot*>(handle);
-    // Keep graph-captured calls for their replays, up to half the pool.
-    if (s->graph_captured &&
-        pinned_api_.fetch_add(1, std::memory_order_relaxed) <
-            api_->size() / 2) {
-      s->header.word.store(kPinned, std::memory_order_release);
-    } else {
-      api_->Release(s);
-    }
-  } else if (proxy_op_->Owns(handle)) {
-    auto* s = static_cast<ProxyOpSlot*>(handle);
-    const uint64_t now = NowCpuNs();
-    s->rec.stop_cpu_ns = now;
-    if (Record* out = Reserve(&ring)) {
-      out->type = RecordType::kProxyOp;
-      out->proxy_op = s->rec;
-      ring->Publish();
-    }
-    OpSlot* parent = s->parent;
-    proxy_op_->Release(s);
-    DetachChild(parent, now);
-  } else if (step_->Owns(handle)) {
-    StopStep(static_cast<StepSlot*>(handle));
-  } else if (kernel_->Owns(handle)) {
-    auto* s = static_cast<KernelSlot*>(handle);
-    const uint64_t now = NowCpuNs();
-    s->rec.stop_cpu_ns = now;
-    if (Record* out = Reserve(&ring)) {
-      out->type = RecordType::kKernelCh;
-      out->kernel = s->rec;
-      ring->Publish();
-    }
-    OpSlot* parent = s->parent;
-    kernel_->Release(s);
-    DetachChild(parent, now);
-  } else if (net_->Owns(handle)) {
-    auto* s = static_cast<NetSlot*>(handle);
-    s->rec.stop_cpu_ns = NowCpuNs();
-    if (Record* out = Reserve(&ring)) {
-      out->type = RecordType::kNetPlugin;
-      out->net = s->rec;
-      ring->Publish();
-    }
-    net_->Release(s);
-  } else {
-    CountIgnored();
+  switch (TagOf(handle)) {
+    case kTagOp:
+      if (OpSlot* s = Slot(op_, handle, kTagOp)) return StopOp(s);
+      break;
+    case kTagApi:
+      if (ApiSlot* s = Slot(api_, handle, kTagApi)) {
+        // Keep graph-captured calls for their replays, up to half the pool.
+        if (s->graph_captured &&
+            pinned_api_.fetch_add(1, std::memory_order_relaxed) <
+                api_->size() / 2) {
+          s->header.word.store(kPinned, std::memory_order_release);
+        } else {
+          api_->Release(s);
+        }
+        return;
+      }
+      break;
+    case kTagProxyOp:
+      if (ProxyOpSlot* s = Slot(proxy_op_, handle, kTagProxyOp)) {
+        const uint64_t now = NowCpuNs();
+        s->rec.stop_cpu_ns = now;
+        if (Record* out = Reserve(&ring)) {
+          out->type = RecordType::kProxyOp;
+          out->proxy_op = s->rec;
+          ring->Publish();
+        }
+        OpSlot* parent = s->parent;
+        proxy_op_->Release(s);
+        return DetachChild(parent, now);
+      }
+      break;
+    case kTagStep:
+      if (StepSlot* s = Slot(step_, handle, kTagStep)) return StopStep(s);
+      break;
+    case kTagKernel:
+      if (KernelSlot* s = Slot(kernel_, handle, kTagKernel)) {
+        const uint64_t now = NowCpuNs();
+        s->rec.stop_cpu_ns = now;
+        if (Record* out = Reserve(&ring)) {
+          out->type = RecordType::kKernelCh;
+          out->kernel = s->rec;
+          ring->Publish();
+        }
+        OpSlot* parent = s->parent;
+        kernel_->Release(s);
+        return DetachChild(parent, now);
+      }
+      break;
+    case kTagNet:
+      if (NetSlot* s = Slot(net_, handle, kTagNet)) {
+        s->rec.stop_cpu_ns = NowCpuNs();
+        if (Record* out = Reserve(&ring)) {
+          out->type = RecordType::kNetPlugin;
+          out->net = s->rec;
+          ring->Publish();
+        }
+        net_->Release(s);
+        return;
+      }
+      break;
+    default:
+      break;
   }
+  CountIgnored();  // NULL, foreign or stale-kind handle
 }
 
 void Recorder::RecordState(void* handle, int state, uint64_t arg) noexcept {
-  if (handle == nullptr) {
-    CountIgnored();
-    return;
+  switch (TagOf(handle)) {
+    case kTagStep:
+      if (StepSlot* s = Slot(step_, handle, kTagStep)) {
+        int idx = -1;
+        switch (state) {
+          case abi::kProxyStepSendGpuWait:
+            idx = kStepSendGpuWait;
+            break;
+          case abi::kProxyStepSendPeerWait:
+            idx = kStepSendPeerWait;
+            break;
+          case abi::kProxyStepSendWait:
+            idx = kStepSendWait;
+            break;
+          case abi::kProxyStepRecvWait:
+            idx = kStepRecvWait;
+            break;
+          case abi::kProxyStepRecvFlushWait:
+            idx = kStepRecvFlushWait;
+            break;
+          case abi::kProxyStepRecvGpuWait:
+            idx = kStepRecvGpuWait;
+            break;
+          default:
+            break;
+        }
+        if (idx < 0) return;
+        s->rec.state_cpu_ns[idx] = NowCpuNs();
+        if (arg != 0) s->rec.bytes = arg;
+        return;
+      }
+      break;
+    case kTagProxyOp:
+      if (ProxyOpSlot* s = Slot(proxy_op_, handle, kTagProxyOp)) {
+        if (state == abi::kProxyOpInProgress) {
+          s->rec.in_progress_cpu_ns = NowCpuNs();
+        }
+        return;
+      }
+      break;
+    case kTagKernel:
+      if (KernelSlot* s = Slot(kernel_, handle, kTagKernel)) {
+        if (state == abi::kKernelChStop) s->rec.stop_gpu_ns = arg;
+        return;
+      }
+      break;
+    case kTagApi:
+    case kTagOp:
+    case kTagNet:
+      // Never updated by NCCL (or nothing we keep); valid handles are fine.
+      if (Slot(api_, handle, kTagApi) || Slot(op_, handle, kTagOp) ||
+          Slot(net_, handle, kTagNet)) {
+        return;
+      }
+      break;
+    default:
+      break;
   }
-  if (step_->Owns(handle)) {
-    auto* s = static_cast<StepSlot*>(handle);
-    int idx = -1;
-    switch (state) {
-      case abi::kProxyStepSendGpuWait:
-        idx = kStepSendGpuWait;
-        break;
-      case abi::kProxyStepSendPeerWait:
-        idx = kStepSendPeerWait;
-        break;
-      case abi::kProxyStepSendWait:
-        idx = kStepSendWait;
-        break;
-      case abi::kProxyStepRecvWait:
-        idx = kStepRecvWait;
-        break;
-      case abi::kProxyStepRecvFlushWait:
-        idx = kStepRecvFlushWait;
-        break;
-      case abi::kProxyStepRecvGpuWait:
-        idx = kStepRecvGpuWait;
-        break;
-      default:
-        break;
-    }
-    if (idx < 0) return;
-    s->rec.state_cpu_ns[idx] = NowCpuNs();
-    if (arg != 0) s->rec.bytes = arg;
-  } else if (proxy_op_->Owns(handle)) {
-    if (state == abi::kProxyOpInProgress) {
-      static_cast<ProxyOpSlot*>(handle)->rec.in_progress_cpu_ns = NowCpuNs();
-    }
-  } else if (kernel_->Owns(handle)) {
-    if (state == abi::kKernelChStop) {
-      static_cast<KernelSlot*>(handle)->rec.stop_gpu_ns = arg;
-    }
-  } else if (!api_->Owns(handle) && !op_->Owns(handle) && !net_->Owns(handle)) {
-    CountIgnored();
-  }
+  CountIgnored();
 }
 
 }  // namespace pitstop::plugin
