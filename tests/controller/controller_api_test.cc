@@ -33,7 +33,7 @@ class ControllerApiTest : public ::testing::Test {
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
     target_ = absl::StrCat("127.0.0.1:", server_->port());
-    stub_ = v1::Controller::NewStub(CreateChannel(target_));
+    stub_ = v1::Controller::NewStub(TestChannel(target_));
   }
   void TearDown() override {
     agents_.clear();
@@ -280,7 +280,7 @@ TEST_F(ControllerApiTest, BadRequestsNameTheFieldAndUnknownIdsAreNotFound) {
 }
 
 TEST_F(ControllerApiTest, AgentStreamWithoutRegistrationIsRejected) {
-  auto stub = v1::AgentLink::NewStub(CreateChannel(target_));
+  auto stub = v1::AgentLink::NewStub(TestChannel(target_));
   grpc::ClientContext ctx;
   auto stream = stub->Connect(&ctx);
   v1::ConnectRequest batch;

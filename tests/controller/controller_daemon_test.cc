@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,7 @@ class ControllerDaemonTest : public ::testing::Test {
     ASSERT_TRUE(std::filesystem::exists(controller_)) << controller_;
   }
   void TearDown() override {
+    if (HasFailure()) std::cerr << "controller log:\n" << Log();
     if (pid_ > 0) {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
@@ -106,7 +108,7 @@ class ControllerDaemonTest : public ::testing::Test {
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
   std::vector<v1::Fault> Faults(const std::string& target) {
-    auto stub = v1::Controller::NewStub(CreateChannel(target));
+    auto stub = v1::Controller::NewStub(TestChannel(target));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::seconds(5));

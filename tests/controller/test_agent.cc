@@ -1,11 +1,13 @@
 #include "tests/controller/test_agent.h"
 
-#include "pitstop/grpc_util.h"
-
 namespace pitstop::controller::testing {
 
+std::shared_ptr<grpc::Channel> TestChannel(const std::string& target) {
+  return grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+}
+
 TestAgent::TestAgent(const std::string& target, const v1::NodeRegistration& reg)
-    : channel_(CreateChannel(target)),
+    : channel_(TestChannel(target)),
       stub_(v1::AgentLink::NewStub(channel_)),
       stream_(stub_->Connect(&ctx_)) {
   v1::ConnectRequest first;

@@ -44,6 +44,10 @@ class TestAgent {
   bool closed_ = false;
 };
 
+// A loopback channel with gRPC's default connect timeout (20 s): sanitizer
+// builds on a loaded machine can miss pitstop::CreateChannel's 100 ms.
+std::shared_ptr<grpc::Channel> TestChannel(const std::string& target);
+
 // Waits (polling every 10 ms) up to `timeout` for `pred` to hold.
 template <typename Pred>
 bool WaitUntil(Pred pred, absl::Duration timeout = absl::Seconds(10)) {

@@ -164,6 +164,10 @@ void PrintError(const GlobalOptions& g, const grpc::Status& s) {
             << s.error_message() << "\n";
 }
 
+std::shared_ptr<grpc::Channel> CliChannel(const std::string& target) {
+  return grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+}
+
 std::string DefaultWho() {
   const char* user = std::getenv("USER");
   return user && *user ? user : "pitstopctl";

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <iostream>
+#include <memory>
 #include <string>
 
 #include "grpcpp/grpcpp.h"
@@ -22,9 +23,15 @@ void PrintError(const GlobalOptions& g, const grpc::Status& s);
 // $USER, or "pitstopctl".
 std::string DefaultWho();
 
+// A channel for one-shot CLI calls. Not pitstop::CreateChannel: its
+// 100 ms minimum reconnect backoff is also gRPC's connect timeout, too short
+// for a loaded controller; here gRPC's defaults (20 s, bounded by the call
+// deadline) apply. A refused connection still fails at once.
+std::shared_ptr<grpc::Channel> CliChannel(const std::string& target);
+
 template <typename Req, typename Resp, typename Method>
 int Call(const GlobalOptions& g, Method method, const Req& req, Resp* resp) {
-  auto stub = v1::Controller::NewStub(CreateChannel(g.controller));
+  auto stub = v1::Controller::NewStub(CliChannel(g.controller));
   grpc::ClientContext ctx;
   ctx.set_deadline(
       std::chrono::system_clock::now() +

@@ -31,7 +31,7 @@ FaultArgs& Args() {
 }
 
 int Watch(const GlobalOptions& g, const FaultArgs& a) {
-  auto stub = v1::Controller::NewStub(CreateChannel(g.controller));
+  auto stub = v1::Controller::NewStub(CliChannel(g.controller));
   grpc::ClientContext ctx;
   v1::WatchFaultsRequest req;
   req.set_job_id(a.job);
