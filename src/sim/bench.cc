@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "src/sim/model.h"
 #include "src/sim/runner.h"
 
 namespace pitstop::sim {
@@ -74,6 +75,13 @@ FaultSpec Draw(FaultKind kind, const Scenario& s, std::mt19937_64* rng) {
   return f;
 }
 
+// "rank 5", "node2 mlx5_1", "node0 -> node1".
+std::string Target(const FaultSpec& f) {
+  if (f.rank >= 0) return absl::StrCat("rank ", f.rank);
+  if (f.nic >= 0) return absl::StrCat(HostName(f.node), " ", NicName(f.nic));
+  return absl::StrCat(HostName(f.node), " -> ", HostName(f.peer_node));
+}
+
 std::vector<FaultSpec> Deceptive() {
   FaultSpec ckpt{.kind = FaultKind::kCheckpointPause, .at_s = 4, .pause_s = 3};
   FaultSpec eval{.kind = FaultKind::kEvalPhase, .at_s = 9, .duration_s = 3};
@@ -120,13 +128,16 @@ std::vector<BenchCase> BenchCases(bool quick) {
     for (FaultKind k : kinds) {
       for (uint64_t seed : seeds) {
         Scenario s = Shape(nodes, gpus, seed * 1000 + static_cast<int>(k));
-        std::mt19937_64 rng(s.seed);
+        std::seed_seq seq{seed, static_cast<uint64_t>(k),
+                          static_cast<uint64_t>(nodes),
+                          static_cast<uint64_t>(gpus)};
+        std::mt19937_64 rng(seq);
         s.faults = {Draw(k, s, &rng)};
         s.name = absl::StrCat(FaultKindName(k), "-", size, "-", seed);
         s.source = "bench";
-        cases.push_back(
-            {absl::StrCat(FaultKindName(k), " ", size, " seed ", seed), size,
-             s});
+        cases.push_back({absl::StrCat(FaultKindName(k), " ", size, " seed ",
+                                      seed, " (", Target(s.faults[0]), ")"),
+                         size, s});
       }
     }
     Scenario clean = Shape(nodes, gpus, 77);
@@ -151,7 +162,9 @@ std::vector<BenchCase> BenchCases(bool quick) {
     large.faults[0].at_s = 10;
     large.name = "slow_nic-8x8";
     large.source = "bench";
-    cases.push_back({"slow_nic 8x8 (64 ranks)", "8x8", large});
+    cases.push_back({absl::StrCat("slow_nic 8x8 seed 1 (64 ranks, ",
+                                  Target(large.faults[0]), ")"),
+                     "8x8", large});
   }
   return cases;
 }
