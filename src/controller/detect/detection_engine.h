@@ -26,7 +26,9 @@
 //                  connection data the engine asks for deep profiling.
 //   NON_COMM_HANG  from RankProgress: ranks that never enqueued the first
 //                  sequence number not completed by all are suspects, the
-//                  others victims; works on enqueue/complete states alone
+//                  others victims; a member whose completions stopped below
+//                  what others completed in an all-member collective is a
+//                  GPU-level suspect. Works on enqueue/complete states alone
 //                  (Flight Recorder data has no kernel timers).
 //   COMM_HANG      every member enqueued it, none completes: the in-flight
 //                  connection(s) whose proxy progress is lowest are suspects.
