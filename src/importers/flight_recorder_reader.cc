@@ -33,7 +33,7 @@ int64_t GetInt(const json& obj, const char* key, int64_t dflt) {
 std::string GetString(const json& obj, const char* key) {
   auto it = obj.find(key);
   if (it == obj.end()) return "";
-  if (it->is_string()) return it->get<std::string>();
+  if (it->is_string()) return CleanText(it->get_ref<const std::string&>());
   if (it->is_number_integer()) return absl::StrCat(it->get<int64_t>());
   return "";
 }
@@ -65,8 +65,10 @@ FrEntry ParseEntry(const json& e) {
   out.pg_id = GetInt(e, "pg_id", -1);
   auto pg = e.find("process_group");
   if (pg != e.end() && pg->is_array() && pg->size() >= 2) {
-    if ((*pg)[0].is_string()) out.pg_name = (*pg)[0].get<std::string>();
-    if ((*pg)[1].is_string()) out.pg_desc = (*pg)[1].get<std::string>();
+    if ((*pg)[0].is_string())
+      out.pg_name = CleanText((*pg)[0].get<std::string>());
+    if ((*pg)[1].is_string())
+      out.pg_desc = CleanText((*pg)[1].get<std::string>());
   }
   out.collective_seq_id = std::clamp<int64_t>(GetInt(e, "collective_seq_id", 0),
                                               0, int64_t{1} << 60);
@@ -86,7 +88,7 @@ FrEntry ParseEntry(const json& e) {
   }
   if (auto it = e.find("input_dtypes");
       it != e.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) {
-    out.dtype = (*it)[0].get<std::string>();
+    out.dtype = CleanText((*it)[0].get<std::string>());
   }
   out.timeout_ms = GetInt(e, "timeout_ms", 0);
   return out;
@@ -100,12 +102,15 @@ void MapStatus(const json& status, FlightRecorderDump* dump) {
   for (const FrEntry& e : dump->entries) {
     if (e.pg_id >= 0 && !e.pg_name.empty()) known[e.pg_id] = e.pg_name;
   }
-  std::vector<int64_t> ids;
+  // (pg id, its status object); the key text is kept as found ("07").
+  std::vector<std::pair<int64_t, const json*>> ids;
   for (auto it = status.begin(); it != status.end(); ++it) {
     int64_t id;
-    if (absl::SimpleAtoi(it.key(), &id)) ids.push_back(id);
+    if (absl::SimpleAtoi(it.key(), &id)) ids.push_back({id, &*it});
   }
-  std::sort(ids.begin(), ids.end());
+  std::stable_sort(ids.begin(), ids.end(), [](const auto& a, const auto& b) {
+    return a.first < b.first;
+  });
   std::vector<std::string> names;
   for (const auto& [name, pg] : dump->groups) names.push_back(name);
   std::sort(names.begin(), names.end(),
@@ -117,13 +122,13 @@ void MapStatus(const json& status, FlightRecorderDump* dump) {
             });
   bool by_order = ids.size() == names.size();
   for (size_t k = 0; by_order && k < ids.size(); ++k) {
-    auto it = known.find(ids[k]);
+    auto it = known.find(ids[k].first);
     if (it != known.end() && it->second != names[k]) by_order = false;
   }
   int unmapped = 0;
   for (size_t k = 0; k < ids.size(); ++k) {
     std::string name;
-    if (auto it = known.find(ids[k]); it != known.end()) {
+    if (auto it = known.find(ids[k].first); it != known.end()) {
       name = it->second;
     } else if (by_order) {
       name = names[k];
@@ -131,7 +136,7 @@ void MapStatus(const json& status, FlightRecorderDump* dump) {
       ++unmapped;
       continue;
     }
-    const json& s = status[absl::StrCat(ids[k])];
+    const json& s = *ids[k].second;
     if (!s.is_object()) continue;
     FrStatus st;
     // Clamped so later arithmetic (seq + 1, windows) cannot overflow.
@@ -164,7 +169,7 @@ absl::Status ParseDoc(const json& doc, FlightRecorderDump* dump) {
   if (auto it = doc.find("pg_config"); it != doc.end() && it->is_object()) {
     for (auto pg = it->begin(); pg != it->end(); ++pg) {
       FrProcessGroup g;
-      g.name = pg.key();
+      g.name = CleanText(pg.key());
       if (pg->is_object()) {
         g.desc = GetString(*pg, "desc");
         std::string n = GetString(*pg, "name");
@@ -271,6 +276,9 @@ absl::StatusOr<FlightRecorderDump> ParseFlightRecorderDump(
     } catch (const json::parse_error& e) {
       return JsonParseError(file, bytes, e.byte > 0 ? e.byte - 1 : 0,
                             absl::StrCat("malformed JSON: ", e.what()));
+    } catch (const json::exception& e) {  // e.g. a number out of range
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": bad JSON: ", e.what()));
     }
   }
   RETURN_IF_ERROR(ParseDoc(doc, &dump));

@@ -142,6 +142,33 @@ int64_t SaturatingInt(double v) {
   return static_cast<int64_t>(v);
 }
 
+std::string CleanText(absl::string_view s) {
+  std::string out;
+  size_t i = 0;
+  while (i < s.size() && out.size() < 256) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t len = c < 0x80           ? 1
+                 : (c >> 5) == 0x6  ? 2
+                 : (c >> 4) == 0xe  ? 3
+                 : (c >> 3) == 0x1e ? 4
+                                    : 0;
+    bool ok =
+        len > 0 && i + len <= s.size() && !(c >= 0xc0 && c < 0xc2) && c < 0xf5;
+    for (size_t k = 1; ok && k < len; ++k) {
+      ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
+    }
+    if (ok && len == 1 && (c < 0x20 || c == 0x7f)) ok = false;
+    if (!ok) {
+      out.push_back('?');
+      ++i;
+      continue;
+    }
+    out.append(s.data() + i, len);
+    i += len;
+  }
+  return out;
+}
+
 uint64_t StableHash(absl::string_view key) {
   uint64_t h = 1469598103934665603ull;
   for (char c : key) {

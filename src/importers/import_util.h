@@ -29,6 +29,11 @@ const char* CollFuncName(v1::CollFunc func);
 // numbers in untrusted JSON may be anything.
 int64_t SaturatingInt(double v);
 
+// `s` with every byte that is not part of a valid UTF-8 sequence (and
+// control characters) replaced by '?', at most 256 bytes: names from
+// untrusted files end up in proto3 strings and JSON, which need UTF-8.
+std::string CleanText(absl::string_view s);
+
 // FNV-1a 64 of `key`, never 0 (0 means "unknown" in the protocol).
 uint64_t StableHash(absl::string_view key);
 

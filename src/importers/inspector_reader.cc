@@ -32,7 +32,9 @@ double Num(const json& o, const char* key) {
 
 std::string Str(const json& o, const char* key) {
   auto it = o.find(key);
-  return it != o.end() && it->is_string() ? it->get<std::string>() : "";
+  return it != o.end() && it->is_string()
+             ? CleanText(it->get_ref<const std::string&>())
+             : "";
 }
 
 bool Record(const json& obj, int64_t line, InspectorRecord* r) {
@@ -130,7 +132,7 @@ absl::StatusOr<InspectorFile> ParseInspectorFile(InputStream* in,
     json obj;
     try {
       obj = json::parse(pending);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
       return absl::InvalidArgumentError(absl::StrCat(
           file, ": line ", start_line, ": malformed JSON: ", e.what()));
     }

@@ -42,7 +42,7 @@ int64_t Int(const json& obj, const char* key, int64_t dflt) {
 std::string Str(const json& obj, const char* key) {
   auto it = obj.find(key);
   if (it == obj.end()) return "";
-  if (it->is_string()) return it->get<std::string>();
+  if (it->is_string()) return CleanText(it->get_ref<const std::string&>());
   if (it->is_number_integer()) return absl::StrCat(it->get<int64_t>());
   return "";
 }

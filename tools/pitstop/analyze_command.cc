@@ -60,9 +60,10 @@ int RunAnalyze(const AnalyzeArgs& a) {
     }
   }
   if (a.output == "json") {
-    std::cout
-        << importers::VerdictJson(*job, result->faults, result->verdict).dump(2)
-        << "\n";
+    std::cout << importers::VerdictJson(*job, result->faults, result->verdict)
+                     .dump(2, ' ', false,
+                           nlohmann::json::error_handler_t::replace)
+              << "\n";
   } else {
     std::cout << importers::FormatVerdictTable(*job, result->faults,
                                                result->verdict);

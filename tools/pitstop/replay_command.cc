@@ -76,7 +76,8 @@ int RunReplay(const ReplayArgs& a) {
     j["replay"] = {{"records_sent", result->records_sent},
                    {"nodes", result->nodes},
                    {"speed", result->speed}};
-    std::cout << j.dump(2) << "\n";
+    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+              << "\n";
   } else {
     std::cout << importers::FormatVerdictTable(*job, result->faults, verdict,
                                                "pitstop replay");
