@@ -28,10 +28,14 @@ std::string SyntheticTrace(int kernels) {
           ts + j, R"(, "dur": 3.0, "args": {"External id": )", i * 10 + j,
           R"(, "Input Dims": [[2048, 1024], [1024, 1024]], "Input type": ["float", "float"]}},)");
     }
-    absl::StrAppend(&s, R"({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "pid": 0, "tid": 7, "ts": )",
-                    ts, R"(, "dur": 500.0, "args": {"stream": 7, "device": 0, "correlation": )", i,
-                    R"(, "Collective name": "allreduce", "In msg nelems": 1048576, "dtype": "Float", "Group size": 8}})",
-                    i + 1 < kernels ? "," : "");
+    absl::StrAppend(
+        &s,
+        R"x({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "pid": 0, "tid": 7, "ts": )x",
+        ts,
+        R"(, "dur": 500.0, "args": {"stream": 7, "device": 0, "correlation": )",
+        i,
+        R"(, "Collective name": "allreduce", "In msg nelems": 1048576, "dtype": "Float", "Group size": 8}})",
+        i + 1 < kernels ? "," : "");
   }
   s += "]}";
   return s;
