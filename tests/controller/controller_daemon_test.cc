@@ -1,9 +1,7 @@
 // The pitstop-controller process: readiness via --port-file, a fault from
 // a real agent stream, `kill -9` and restart keeping the fault, pitstopctl
 // showing it with the documented exit codes.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,9 +19,8 @@
 #include "pitstop/grpc_util.h"
 #include "pitstop/v1/controller.grpc.pb.h"
 #include "tests/controller/sim_job.h"
+#include "tests/controller/subprocess.h"
 #include "tests/controller/test_agent.h"
-
-extern char** environ;
 
 namespace pitstop::controller::testing {
 namespace {
@@ -34,37 +31,6 @@ using ::testing::HasSubstr;
 #ifndef PITSTOP_CONTROLLER_BIN
 #error "PITSTOP_CONTROLLER_BIN must be defined by the build"
 #endif
-
-// Runs argv; stdout (and stderr when `merge`) go to `out_path`.
-pid_t Spawn(const std::vector<std::string>& argv, const std::string& out_path) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  std::vector<char*> args;
-  for (const std::string& a : argv)
-    args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ) != 0) {
-    pid = -1;
-  }
-  posix_spawn_file_actions_destroy(&fa);
-  return pid;
-}
-
-// Runs argv to completion; returns the exit code and fills *out.
-int RunProcess(const std::vector<std::string>& argv,
-               const std::string& out_path, std::string* out) {
-  const pid_t pid = Spawn(argv, out_path);
-  if (pid < 0) return -1;
-  int status = 0;
-  waitpid(pid, &status, 0);
-  std::ifstream in(out_path);
-  out->assign(std::istreambuf_iterator<char>(in), {});
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
 
 class ControllerDaemonTest : public ::testing::Test {
  protected:
