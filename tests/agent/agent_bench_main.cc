@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
            std::to_string(ops),
            std::to_string(static_cast<long>(rate)),
            "finalize"};
-      env = {"PITSTOP_AGENT_SOCKET=" + sock, "RANK=" + rs_};
+      env = {"PITSTOP_AGENT_SOCKET=" + sock, "RANK=" + rs_,
+             "PITSTOP_FINALIZE_TIMEOUT_MS=30000"};
     } else {
       a = {bin_dir + "/tests/agent/pitstop_fake_rank",
            sock,

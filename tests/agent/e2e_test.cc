@@ -59,7 +59,10 @@ class E2eTest : public ::testing::Test {
         std::vector<std::string>{"PITSTOP_AGENT_SOCKET=" + sock_, "RANK=" + r,
                                  "PITSTOP_HOST=emu-node-0",
                                  "PITSTOP_JOB_ID=e2e",
-                                 "PITSTOP_RECONNECT_MAX_MS=50"},
+                                 "PITSTOP_RECONNECT_MAX_MS=50",
+                                 // Slow sanitizer builds on 2 cores: let
+                                 // finalize wait for the last flush.
+                                 "PITSTOP_FINALIZE_TIMEOUT_MS=30000"},
         dir_.file("rank" + r + ".out"), dir_.file("rank" + r + ".err"));
   }
   void TearDown() override {
@@ -169,7 +172,8 @@ TEST_F(E2eTest, SigkilledRankIsReportedDied) {
 // counted it as dropped.
 TEST_F(E2eTest, AgentRestartUnderLoadLosesOnlyWhatThePluginDropped) {
   ASSERT_GT(StartAgent(), 0);
-  constexpr int kRanks = 2, kColls = 600, kRate = 300;
+  // Ranks run ~5 s so they are still streaming when the new agent is up.
+  constexpr int kRanks = 2, kColls = 1500, kRate = 300;
   std::vector<std::unique_ptr<Process>> ranks;
   for (int r = 0; r < kRanks; ++r) {
     ranks.push_back(StartRank(r, kRanks, kColls, kRate, "finalize"));
@@ -179,13 +183,27 @@ TEST_F(E2eTest, AgentRestartUnderLoadLosesOnlyWhatThePluginDropped) {
   agent_->Signal(SIGTERM);
   ASSERT_EQ(agent_->Wait(), 0);
   ASSERT_GT(StartAgent(), 0);
+  // Both ranks reconnect to the new agent.
+  ASSERT_TRUE(receiver_.WaitUntil(
+      [](const Reqs& r) {
+        return CountLifecycle(r, v1::RankLifecycle::KIND_STREAM_OPENED) >=
+               2 * kRanks;
+      },
+      absl::Seconds(60)))
+      << "streams opened "
+      << CountLifecycle(receiver_.requests(),
+                        v1::RankLifecycle::KIND_STREAM_OPENED)
+      << "; rank 0: " << ReadFile(dir_.file("rank0.err"))
+      << "; agent: " << ReadFile(dir_.file("agent1.err"));
   for (int r = 0; r < kRanks; ++r) {
-    ASSERT_EQ(ranks[r]->Wait(), 0)
+    ASSERT_EQ(ranks[r]->Wait(absl::Seconds(60)), 0)
         << ReadFile(dir_.file("rank" + std::to_string(r) + ".err"));
   }
-  ASSERT_TRUE(receiver_.WaitUntil([](const Reqs& r) {
-    return CountLifecycle(r, v1::RankLifecycle::KIND_CLEAN_EXIT) == kRanks;
-  }));
+  ASSERT_TRUE(receiver_.WaitUntil(
+      [](const Reqs& r) {
+        return CountLifecycle(r, v1::RankLifecycle::KIND_CLEAN_EXIT) == kRanks;
+      },
+      absl::Seconds(60)));
   // The second agent registered and carried part of the load.
   int registrations = 0, after_restart = 0;
   for (const auto& q : receiver_.requests()) {
