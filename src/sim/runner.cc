@@ -273,16 +273,20 @@ absl::StatusOr<std::unique_ptr<RunResult>> RunScenario(
   ASSIGN_OR_RETURN(std::vector<v1::Fault> listed, ListAllFaults(stub.get()));
   result->faults = watcher.Merge(listed, MonotonicNowNs() - start_ns);
   result->score = ScoreRun(result->plan, result->faults);
+  result->wall_s = (MonotonicNowNs() - wall_start) / 1e9;
   if (options.after_run) options.after_run(*result);
   if (options.keep_running) {
     while (options.keep_running() && cluster->ControllerRunning()) {
       usleep(200000);
     }
+    say("[sim] stopping the cluster");
   }
   watcher.Stop();
   const absl::Status shut = cluster->Shutdown(absl::Seconds(5));
   if (!shut.ok()) say(absl::StrCat("[sim] warning: ", shut.message()));
-  result->wall_s = (MonotonicNowNs() - wall_start) / 1e9;
+  if (!options.keep_running) {
+    result->wall_s = (MonotonicNowNs() - wall_start) / 1e9;
+  }
   return result;
 }
 
