@@ -16,9 +16,7 @@ v1::CollFunc ParseCollFunc(absl::string_view name) {
   // after the op name ("nccl:send 0->3", kernel signatures).
   std::string norm;
   absl::string_view s = name;
-  if (absl::ConsumePrefix(&s, "nccl:")) {
-  } else if (absl::ConsumePrefix(&s, "c10d::")) {
-  }
+  if (!absl::ConsumePrefix(&s, "nccl:")) absl::ConsumePrefix(&s, "c10d::");
   for (char c : s) {
     if (c == '(' || c == ' ') break;
     if (c == '_' || c == '-') continue;
