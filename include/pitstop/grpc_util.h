@@ -16,8 +16,8 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
 // Channel arguments for long-lived streams: keepalive ping every 10 s, dead
-// after 5 s without an answer, pings allowed without calls in flight, and
-// reconnect backoff 100 ms .. 5 s.
+// after 5 s without an answer, pings allowed without calls in flight,
+// reconnect backoff 100 ms .. 5 s, and up to 5 s for one connect attempt.
 grpc::ChannelArguments StreamChannelArguments();
 
 // Creates an insecure channel to `target` ("unix:/path", "host:port") with

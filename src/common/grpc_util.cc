@@ -21,7 +21,10 @@ grpc::ChannelArguments StreamChannelArguments() {
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // unlimited
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // gRPC also uses the minimum backoff as the connect timeout of one attempt;
+  // 100 ms was too short on a loaded machine (and under sanitizers), so a
+  // connect may take up to 5 s while retries still start 100 ms apart.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5'000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5'000);
   return args;
 }
