@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "plugin/record.h"
 
 namespace pitstop::plugin {
 namespace {
@@ -61,10 +62,13 @@ bool ParseEventMask(const char* text, uint32_t* mask) {
   if (s.empty()) return false;
   uint32_t value = 0;
   if (absl::ascii_isdigit(s[0])) {
+    // Decimal, or hex with 0x; a leading zero is decimal, never octal.
+    const bool hex =
+        s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
     errno = 0;
     char* end = nullptr;
     const std::string str(s);
-    const unsigned long v = std::strtoul(str.c_str(), &end, 0);
+    const unsigned long v = std::strtoul(str.c_str(), &end, hex ? 16 : 10);
     if (errno != 0 || end == str.c_str() || *end != '\0' || v > 0xffffffffUL) {
       return false;
     }
@@ -81,9 +85,22 @@ bool ParseEventMask(const char* text, uint32_t* mask) {
   return true;
 }
 
+bool ValidAgentSocketPath(absl::string_view path) {
+  return !path.empty() && path[0] == '/' && path.size() <= kMaxSocketPathBytes;
+}
+
 PluginConfig ReadPluginConfig() {
   PluginConfig c;
-  if (const char* v = Env("PITSTOP_AGENT_SOCKET")) c.agent_socket = v;
+  if (const char* v = Env("PITSTOP_AGENT_SOCKET")) {
+    if (ValidAgentSocketPath(v)) {
+      c.agent_socket = v;
+    } else {
+      c.warnings.push_back(
+          absl::StrCat("PITSTOP_AGENT_SOCKET='", v,
+                       "' is invalid (want an absolute path of at most ",
+                       kMaxSocketPathBytes, " bytes); using ", c.agent_socket));
+    }
+  }
   if (const char* v = Env("PITSTOP_HOST")) {
     c.host = v;
   } else {
@@ -124,11 +141,28 @@ PluginConfig ReadPluginConfig() {
           absl::Hex(*field)));
       continue;
     }
+    if (mask == 0) {
+      c.warnings.push_back(absl::StrCat(
+          name, "='", v,
+          "' selects no events; nothing of that kind is recorded"));
+    }
     *field = mask;
   }
   ReadUint("PITSTOP_RING_CAPACITY", 16, 1u << 20, true, &c.ring_capacity,
            &c.warnings);
   ReadUint("PITSTOP_MAX_THREADS", 1, 1024, false, &c.max_rings, &c.warnings);
+  const uint64_t ring_bytes =
+      uint64_t{c.max_rings} * c.ring_capacity * sizeof(Record);
+  if (ring_bytes > kMaxRingBytes) {
+    const PluginConfig d;
+    c.warnings.push_back(absl::StrCat(
+        "PITSTOP_MAX_THREADS=", c.max_rings,
+        " x PITSTOP_RING_CAPACITY=", c.ring_capacity, " needs ",
+        ring_bytes >> 20, " MiB of rings (limit ", kMaxRingBytes >> 20,
+        " MiB); using ", d.max_rings, " x ", d.ring_capacity));
+    c.max_rings = d.max_rings;
+    c.ring_capacity = d.ring_capacity;
+  }
   ReadUint("PITSTOP_FLUSH_INTERVAL_MS", 1, 10, false, &c.flush_interval_ms,
            &c.warnings);
   ReadUint("PITSTOP_FINALIZE_TIMEOUT_MS", 0, 60000, false,

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "plugin/abi/profiler_common.h"
 
 namespace pitstop::plugin {
@@ -20,6 +21,13 @@ inline constexpr uint32_t kDefaultDeepEventMask =
 // Bits we know how to record; others are ignored in masks.
 inline constexpr uint32_t kSupportedEventMask =
     kDefaultEventMask | kDefaultDeepEventMask;
+
+// Most bytes all rings together may take (PITSTOP_MAX_THREADS x
+// PITSTOP_RING_CAPACITY x sizeof(Record)); above it both fall back to their
+// defaults with a warning.
+inline constexpr uint64_t kMaxRingBytes = uint64_t{1} << 30;
+// Longest Unix socket path (sun_path holds 108 bytes with the NUL).
+inline constexpr size_t kMaxSocketPathBytes = 107;
 
 struct PluginConfig {
   std::string agent_socket = "/run/pitstop/agent.sock";
@@ -42,9 +50,13 @@ struct PluginConfig {
 // TORCHELASTIC_RUN_ID). A bad value adds a warning and keeps the default.
 PluginConfig ReadPluginConfig();
 
-// Parses an event mask: decimal, 0x-hex, or '|'/','-separated names
-// (coll, p2p, proxyop, proxystep, kernelch, netplugin). False if invalid or
-// if it has bits outside kSupportedEventMask.
+// True if `path` is usable as PITSTOP_AGENT_SOCKET: absolute, at most
+// kMaxSocketPathBytes bytes.
+bool ValidAgentSocketPath(absl::string_view path);
+
+// Parses an event mask: decimal (a leading zero stays decimal), 0x-hex, or
+// '|'/','-separated names (coll, p2p, proxyop, proxystep, kernelch, netplugin).
+// False if invalid or if it has bits outside kSupportedEventMask.
 bool ParseEventMask(const char* text, uint32_t* mask);
 
 }  // namespace pitstop::plugin

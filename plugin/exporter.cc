@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 #include <vector>
 
@@ -28,7 +29,16 @@ std::unique_ptr<Exporter> Exporter::Start(ExporterOptions options,
                                           CommRegistry* registry) {
   std::unique_ptr<Exporter> e(
       new Exporter(std::move(options), rings, registry));
-  e->thread_ = std::thread([p = e.get()] { p->Run(); });
+  e->thread_ = std::thread([p = e.get()] {
+    // Nothing may escape a thread inside the training process: on an
+    // exception (out of memory) the exporter ends; the rings then fill and
+    // their drops are counted.
+    try {
+      p->Run();
+    } catch (...) {
+      std::fputs("pitstop: exporter stopped after an internal error\n", stderr);
+    }
+  });
   return e;
 }
 

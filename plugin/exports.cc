@@ -191,24 +191,35 @@ NcclResult Finalize(void* context) noexcept {
   return rt != nullptr ? rt->FinalizeComm(context) : abi::kNcclSuccess;
 }
 
+// Init when the runtime could not be created: no context, NCCL goes on.
+NcclResult NoRuntime(void** context) noexcept {
+  if (context != nullptr) *context = nullptr;
+  return abi::kNcclSystemError;
+}
+
 NcclResult InitV3(void** context, int* mask) noexcept {
-  return Runtime::GetOrCreate()->InitComm(context, 3, 0, mask, nullptr, 0, 0, 0,
-                                          nullptr);
+  Runtime* rt = Runtime::GetOrCreate();
+  if (rt == nullptr) return NoRuntime(context);
+  return rt->InitComm(context, 3, 0, mask, nullptr, 0, 0, 0, nullptr);
 }
 
 NcclResult InitV4(void** context, int* mask, const char* name, uint64_t hash,
                   int n_nodes, int n_ranks, int rank,
                   abi::NcclLogger logfn) noexcept {
-  return Runtime::GetOrCreate()->InitComm(context, 4, hash, mask, name, n_nodes,
-                                          n_ranks, rank, logfn);
+  Runtime* rt = Runtime::GetOrCreate();
+  if (rt == nullptr) return NoRuntime(context);
+  return rt->InitComm(context, 4, hash, mask, name, n_nodes, n_ranks, rank,
+                      logfn);
 }
 
 template <int kVersion>
 NcclResult InitV5Plus(void** context, uint64_t comm_id, int* mask,
                       const char* name, int n_nodes, int n_ranks, int rank,
                       abi::NcclLogger logfn) noexcept {
-  return Runtime::GetOrCreate()->InitComm(context, kVersion, comm_id, mask,
-                                          name, n_nodes, n_ranks, rank, logfn);
+  Runtime* rt = Runtime::GetOrCreate();
+  if (rt == nullptr) return NoRuntime(context);
+  return rt->InitComm(context, kVersion, comm_id, mask, name, n_nodes, n_ranks,
+                      rank, logfn);
 }
 
 }  // namespace

@@ -13,10 +13,25 @@ namespace pitstop::plugin {
 //   OpSlot: bit kStopped set once Coll/P2p stopped; low bits count the event
 //     itself (1 until stopped) plus live children. kStopped alone = done and
 //     reclaimable.
-//   others: 0 free, 1 in flight.
+//     kStopping is set while the one accepted Stop is writing its record.
+//   others: 0 free, 1 in flight, kBeingStopped while the one accepted Stop
+//     writes its record.
+// A Stop is accepted only by a CAS from the in-flight state, so a second
+// (or stale) Stop of the same handle is ignored and counted.
 namespace {
 constexpr uint32_t kPinned = 2;
+constexpr uint32_t kBeingStopped = 3;
+constexpr uint32_t kStopping = 1u << 30;
 constexpr uint32_t kStopped = 1u << 31;
+
+// Moves a simple slot from in flight (1) to `to`; false if it was not in
+// flight (already stopped, free or pinned).
+template <typename T>
+bool ClaimStop(T* s, uint32_t to) noexcept {
+  uint32_t w = 1;
+  return s->header.word.compare_exchange_strong(w, to,
+                                                std::memory_order_acq_rel);
+}
 
 // Handles given to NCCL carry their slot kind in the low bits (slots are
 // 64-byte aligned), so stop/record dispatch with one check instead of
@@ -145,9 +160,9 @@ void* Recorder::StartOp(CommContext* ctx, void* parent,
   }
   const uint64_t now = NowCpuNs();
   Ring* ring = rings_->ThreadRing();
+  if (ring == nullptr) return nullptr;  // counted once, as no_ring_drops
   OpSlot* s = op_->Acquire(kStopped);
-  if (s == nullptr || ring == nullptr) {
-    if (s != nullptr) op_->Release(s);
+  if (s == nullptr) {
     pool_exhausted_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
@@ -339,6 +354,12 @@ void Recorder::DetachChild(OpSlot* parent, uint64_t now) noexcept {
 }
 
 void Recorder::StopOp(OpSlot* s) noexcept {
+  // Accept one Stop: in flight (nonzero, neither stopping nor stopped).
+  uint32_t w = s->header.word.load(std::memory_order_relaxed);
+  do {
+    if (w == 0 || (w & (kStopped | kStopping)) != 0) return CountIgnored();
+  } while (!s->header.word.compare_exchange_weak(w, w | kStopping,
+                                                 std::memory_order_acq_rel));
   const uint64_t now = NowCpuNs();
   s->rec.enqueue_stop_cpu_ns = now;
   Ring* ring;
@@ -347,16 +368,17 @@ void Recorder::StopOp(OpSlot* s) noexcept {
     out->op = s->rec;
     ring->Publish();
   }
-  // Drop the event's own reference and mark it stopped.
+  // Drop the event's own reference, clear kStopping and mark it stopped.
+  constexpr uint32_t kDelta = kStopped - kStopping - 1;
   const uint32_t now_word =
-      s->header.word.fetch_add(kStopped - 1, std::memory_order_acq_rel) +
-      kStopped - 1;
+      s->header.word.fetch_add(kDelta, std::memory_order_acq_rel) + kDelta;
   if (now_word == kStopped && s->children.load(std::memory_order_relaxed) > 0) {
     EmitCompletion(s, now);  // every child finished before the enqueue did
   }
 }
 
 void Recorder::StopStep(StepSlot* s) noexcept {
+  if (!ClaimStop(s, kBeingStopped)) return CountIgnored();
   ProxyStepRec& r = s->rec;
   const uint64_t stop = NowCpuNs();
   r.stop_cpu_ns = stop;
@@ -403,6 +425,7 @@ void Recorder::Stop(void* handle) noexcept {
       break;
     case kTagApi:
       if (ApiSlot* s = Slot(api_, handle, kTagApi)) {
+        if (!ClaimStop(s, kBeingStopped)) break;
         // Keep graph-captured calls for their replays, up to half the pool.
         if (s->graph_captured &&
             pinned_api_.fetch_add(1, std::memory_order_relaxed) <
@@ -416,6 +439,7 @@ void Recorder::Stop(void* handle) noexcept {
       break;
     case kTagProxyOp:
       if (ProxyOpSlot* s = Slot(proxy_op_, handle, kTagProxyOp)) {
+        if (!ClaimStop(s, kBeingStopped)) break;
         const uint64_t now = NowCpuNs();
         s->rec.stop_cpu_ns = now;
         if (Record* out = Reserve(&ring)) {
@@ -433,6 +457,7 @@ void Recorder::Stop(void* handle) noexcept {
       break;
     case kTagKernel:
       if (KernelSlot* s = Slot(kernel_, handle, kTagKernel)) {
+        if (!ClaimStop(s, kBeingStopped)) break;
         const uint64_t now = NowCpuNs();
         s->rec.stop_cpu_ns = now;
         if (Record* out = Reserve(&ring)) {
@@ -447,6 +472,7 @@ void Recorder::Stop(void* handle) noexcept {
       break;
     case kTagNet:
       if (NetSlot* s = Slot(net_, handle, kTagNet)) {
+        if (!ClaimStop(s, kBeingStopped)) break;
         s->rec.stop_cpu_ns = NowCpuNs();
         if (Record* out = Reserve(&ring)) {
           out->type = RecordType::kNetPlugin;

@@ -41,7 +41,17 @@ Runtime* Runtime::GetOrCreate() noexcept {
   if (Runtime* rt = Get()) return rt;
   MutexLock lock(&g_create_mu);
   if (Runtime* rt = Get()) return rt;
-  Runtime* rt = new (std::nothrow) Runtime();
+  Runtime* rt = nullptr;
+  try {
+    rt = new Runtime();
+  } catch (...) {
+    // Out of memory for the rings or pools: NCCL runs on without us; the
+    // next init tries again.
+    std::fprintf(stderr,
+                 "pitstop: cannot allocate the profiler runtime; profiling "
+                 "disabled\n");
+    return nullptr;
+  }
   g_runtime.store(rt, std::memory_order_release);
   return rt;
 }
@@ -60,7 +70,7 @@ Runtime::Runtime()
       recorder_(&rings_, pid_),
       registry_(config_.event_mask, config_.deep_event_mask) {}
 
-void Runtime::Log(abi::NcclLogLevel level, const std::string& msg) {
+void Runtime::Log(abi::NcclLogLevel level, const std::string& msg) noexcept {
   abi::NcclLogger fn = nullptr;
   {
     MutexLock lock(&mu_);
@@ -78,9 +88,11 @@ void Runtime::StartExporterLocked() {
   if (exporter_ != nullptr) return;
   ExporterOptions o;
   // Re-read so a process can point a restarted exporter elsewhere (tests).
+  // An invalid value was already warned about by ReadPluginConfig.
   const char* socket = std::getenv("PITSTOP_AGENT_SOCKET");
-  o.socket_path =
-      (socket != nullptr && socket[0] != '\0') ? socket : config_.agent_socket;
+  o.socket_path = (socket != nullptr && ValidAgentSocketPath(socket))
+                      ? socket
+                      : config_.agent_socket;
   o.flush_interval_ms = config_.flush_interval_ms;
   o.finalize_timeout_ms = config_.finalize_timeout_ms;
   o.reconnect_max_ms = config_.reconnect_max_ms;
@@ -100,7 +112,7 @@ void Runtime::StartExporterLocked() {
   };
   exporter_ = Exporter::Start(std::move(o), &rings_, &registry_);
   if (!atexit_registered_) {
-    // Registered after gRPC initialised, so it runs before gRPC's handlers.
+    // Stops the exporter (flush + goodbye) when the process exits.
     atexit_registered_ = true;
     std::atexit(ExitHandler);
   }
@@ -113,6 +125,22 @@ abi::NcclResult Runtime::InitComm(void** context, int abi_version,
                                   abi::NcclLogger logfn) noexcept {
   if (context == nullptr) return abi::kNcclInvalidArgument;
   *context = nullptr;
+  // Any exception (out of memory building strings or the registry entry)
+  // fails this init cleanly: NCCL continues without profiling the comm.
+  try {
+    return InitCommImpl(context, abi_version, comm_hash, activation_mask,
+                        comm_name, n_nodes, n_ranks, rank, logfn);
+  } catch (...) {
+    *context = nullptr;
+    return abi::kNcclSystemError;
+  }
+}
+
+abi::NcclResult Runtime::InitCommImpl(void** context, int abi_version,
+                                      uint64_t comm_hash, int* activation_mask,
+                                      const char* comm_name, int n_nodes,
+                                      int n_ranks, int rank,
+                                      abi::NcclLogger logfn) {
   std::vector<std::string> warnings;
   {
     MutexLock lock(&mu_);
@@ -130,7 +158,7 @@ abi::NcclResult Runtime::InitComm(void** context, int abi_version,
                                " ranks; profiling disabled for this comm");
     return abi::kNcclInvalidArgument;
   }
-  try {
+  {
     CommInfo info;
     info.comm_hash = comm_hash;
     if (comm_name != nullptr) info.comm_name = comm_name;
@@ -154,13 +182,13 @@ abi::NcclResult Runtime::InitComm(void** context, int abi_version,
       info.global_ranks.assign(n_ranks, -1);
       info.global_ranks[rank] = config_.global_rank;
     }
+    // Serialised with FinalizeComm's stop of the exporter, so at most one
+    // exporter ever drains the rings and a new comm always has one.
+    MutexLock lifecycle(&lifecycle_mu_);
     MutexLock lock(&mu_);
     abi_version_ = abi_version;
     *context = registry_.Add(info, activation_mask, NowCpuNs());
     StartExporterLocked();
-  } catch (...) {
-    *context = nullptr;
-    return abi::kNcclSystemError;
   }
   return abi::kNcclSuccess;
 }
@@ -168,6 +196,9 @@ abi::NcclResult Runtime::InitComm(void** context, int abi_version,
 abi::NcclResult Runtime::FinalizeComm(void* context) noexcept {
   if (context == nullptr) return abi::kNcclSuccess;
   try {
+    // Held across the stop (bounded by PITSTOP_FINALIZE_TIMEOUT_MS): an init
+    // on another thread waits, then starts a fresh exporter.
+    MutexLock lifecycle(&lifecycle_mu_);
     const int live = registry_.End(static_cast<CommContext*>(context),
                                    kCommFinalize, NowCpuNs());
     if (live == 0) {
@@ -201,6 +232,7 @@ void Runtime::AbortComm(uint64_t comm_hash) noexcept {
 }
 
 void Runtime::ShutdownAtExit() noexcept {
+  MutexLock lifecycle(&lifecycle_mu_);
   std::unique_ptr<Exporter> exporter;
   {
     MutexLock lock(&mu_);

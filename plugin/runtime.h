@@ -37,7 +37,8 @@ struct InterposerCall {
 
 class Runtime {
  public:
-  // The runtime, created on first use (the first profiler init). Never null.
+  // The runtime, created on first use (the first profiler init). Null when
+  // it cannot be allocated (NCCL then runs without us).
   static Runtime* GetOrCreate() noexcept;
   // The runtime if created, else null (hot path: one atomic load).
   static Runtime* Get() noexcept;
@@ -64,7 +65,11 @@ class Runtime {
 
  private:
   Runtime();
-  void Log(abi::NcclLogLevel level, const std::string& msg);
+  abi::NcclResult InitCommImpl(void** context, int abi_version,
+                               uint64_t comm_hash, int* activation_mask,
+                               const char* comm_name, int n_nodes, int n_ranks,
+                               int rank, abi::NcclLogger logfn);
+  void Log(abi::NcclLogLevel level, const std::string& msg) noexcept;
   void StartExporterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const PluginConfig config_;
@@ -73,6 +78,10 @@ class Runtime {
   Recorder recorder_;
   CommRegistry registry_;
 
+  // Serialises exporter lifecycle: comm add + exporter start (InitComm)
+  // against comm end + exporter stop and join (FinalizeComm, exit). Taken
+  // before mu_; never on the hot path.
+  Mutex lifecycle_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   Mutex mu_;
   std::unique_ptr<Exporter> exporter_ ABSL_GUARDED_BY(mu_);
   abi::NcclLogger logfn_ ABSL_GUARDED_BY(mu_) = nullptr;

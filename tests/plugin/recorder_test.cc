@@ -1,0 +1,201 @@
+// Unit tests of the Recorder's handle lifecycle (double and stale stops,
+// drop accounting) and of the settings that guard the training process
+// (ring memory cap, agent socket path, event-mask parsing).
+#include "plugin/recorder.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "plugin/abi/profiler_common.h"
+#include "plugin/comm_registry.h"
+#include "plugin/config.h"
+#include "plugin/ring.h"
+
+namespace pitstop::plugin {
+namespace {
+
+class RecorderTest : public ::testing::Test {
+ protected:
+  RecorderTest() : rings_(4, 1024), rec_(&rings_, getpid(), SmallPools()) {
+    ctx_.comm_hash = 42;
+    ctx_.n_ranks = 2;
+    ctx_.mask.store(kSupportedEventMask);
+    ctx_.p2p_seq = std::make_unique<std::atomic<uint64_t>[]>(4);
+  }
+  static PoolSizes SmallPools() {
+    PoolSizes p;
+    p.api = p.op = p.proxy_op = p.proxy_step = p.kernel = p.net = 16;
+    return p;
+  }
+  void* StartColl() {
+    OpStart a;
+    a.func = "AllReduce";
+    a.seq_number = seq_++;
+    return rec_.StartOp(&ctx_, nullptr, a);
+  }
+  // Drains every ring; returns record counts by type.
+  std::map<RecordType, int> Drain() {
+    std::map<RecordType, int> n;
+    rings_.DrainAll(1 << 20, [&](const Record& r) { ++n[r.type]; });
+    return n;
+  }
+
+  RingSet rings_;
+  Recorder rec_;
+  CommContext ctx_;
+  uint64_t seq_ = 0;
+};
+
+TEST_F(RecorderTest, DoubleStopOfCollIsIgnoredAndSlotsStayReusable) {
+  // 16 op slots; many rounds would exhaust the pool if a double stop leaked
+  // its slot (before the fix the refcount wrapped and the slot was lost).
+  for (int i = 0; i < 2000; ++i) {
+    void* h = StartColl();
+    ASSERT_NE(h, nullptr) << "round " << i;
+    rec_.Stop(h);
+    rec_.Stop(h);
+    auto n = Drain();
+    ASSERT_EQ(n[RecordType::kOp], 1) << "round " << i;
+    ASSERT_EQ(n[RecordType::kCompletion], 0) << "round " << i;
+  }
+  EXPECT_EQ(rec_.ignored(), 2000u);
+  EXPECT_EQ(rec_.pool_exhausted(), 0u);
+}
+
+TEST_F(RecorderTest, DoubleStopOfChildDetachesFromParentOnce) {
+  for (int i = 0; i < 200; ++i) {
+    void* op = StartColl();
+    ASSERT_NE(op, nullptr) << "round " << i;
+    ProxyOpStart pa;
+    pa.pid = getpid();
+    void* proxy = rec_.StartProxyOp(&ctx_, op, pa);
+    void* kernel = rec_.StartKernelCh(&ctx_, op, 0, 0);
+    ASSERT_NE(proxy, nullptr);
+    ASSERT_NE(kernel, nullptr);
+    rec_.Stop(op);
+    rec_.Stop(proxy);
+    rec_.Stop(proxy);  // must not detach from the parent again
+    auto n = Drain();
+    EXPECT_EQ(n[RecordType::kCompletion], 0) << "early completion, round " << i;
+    rec_.Stop(kernel);
+    rec_.Stop(kernel);
+    n = Drain();
+    ASSERT_EQ(n[RecordType::kCompletion], 1) << "round " << i;
+    ASSERT_EQ(n[RecordType::kKernelCh], 1) << "round " << i;
+  }
+  EXPECT_EQ(rec_.ignored(), 400u);
+  EXPECT_EQ(rec_.pool_exhausted(), 0u);
+}
+
+TEST_F(RecorderTest, DoubleStopOfOtherKindsIsIgnored) {
+  void* api = rec_.StartApi(&ctx_, false, false);
+  void* step = rec_.StartProxyStep(&ctx_, nullptr, 0);
+  void* net =
+      rec_.StartNetPlugin(&ctx_, nullptr, abi::kNetPluginTypeIb, nullptr);
+  ASSERT_NE(api, nullptr);
+  ASSERT_NE(step, nullptr);
+  ASSERT_NE(net, nullptr);
+  for (void* h : {api, step, net}) {
+    rec_.Stop(h);
+    rec_.Stop(h);
+  }
+  auto n = Drain();
+  EXPECT_EQ(n[RecordType::kProxyStep], 1);
+  EXPECT_EQ(n[RecordType::kNetPlugin], 1);
+  EXPECT_EQ(rec_.ignored(), 3u);
+}
+
+TEST(RecorderDropsTest, ThreadWithoutRingCountsEachDropOnce) {
+  RingSet rings(1, 64);
+  Recorder rec(&rings, getpid());
+  CommContext ctx;
+  ctx.comm_hash = 7;
+  ctx.mask.store(kSupportedEventMask);
+  ASSERT_NE(rings.ThreadRing(), nullptr);  // this thread takes the only ring
+  std::thread([&] {
+    OpStart a;
+    a.func = "AllReduce";
+    EXPECT_EQ(rec.StartOp(&ctx, nullptr, a), nullptr);
+  }).join();
+  EXPECT_EQ(rings.no_ring_drops() + rec.pool_exhausted(), 1u);
+  EXPECT_EQ(rec.pool_exhausted(), 0u);
+}
+
+// Sets environment variables for one test and restores them after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, old_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+TEST(ConfigLimitsTest, RingMemoryAboveCapFallsBackToDefaults) {
+  ScopedEnv threads("PITSTOP_MAX_THREADS", "1024");
+  ScopedEnv capacity("PITSTOP_RING_CAPACITY", "1048576");
+  const PluginConfig c = ReadPluginConfig();
+  const PluginConfig d;
+  EXPECT_EQ(c.max_rings, d.max_rings);
+  EXPECT_EQ(c.ring_capacity, d.ring_capacity);
+  EXPECT_THAT(c.warnings,
+              ::testing::Contains(::testing::HasSubstr("MiB of rings")));
+}
+
+TEST(ConfigLimitsTest, RingMemoryUnderCapIsKept) {
+  ScopedEnv threads("PITSTOP_MAX_THREADS", "64");
+  ScopedEnv capacity("PITSTOP_RING_CAPACITY", "65536");
+  const PluginConfig c = ReadPluginConfig();
+  EXPECT_EQ(c.max_rings, 64u);
+  EXPECT_EQ(c.ring_capacity, 65536u);
+  EXPECT_TRUE(c.warnings.empty());
+}
+
+TEST(ConfigLimitsTest, BadAgentSocketPathWarnsAndUsesDefault) {
+  const PluginConfig d;
+  for (const std::string& bad : {std::string("/tmp/") + std::string(103, 's'),
+                                 std::string("rel.sock")}) {
+    ScopedEnv sock("PITSTOP_AGENT_SOCKET", bad.c_str());
+    const PluginConfig c = ReadPluginConfig();
+    EXPECT_EQ(c.agent_socket, d.agent_socket) << bad;
+    EXPECT_THAT(c.warnings, ::testing::Contains(
+                                ::testing::HasSubstr("PITSTOP_AGENT_SOCKET")));
+  }
+  const std::string ok = std::string("/tmp/") + std::string(102, 's');
+  ScopedEnv sock("PITSTOP_AGENT_SOCKET", ok.c_str());
+  EXPECT_EQ(ReadPluginConfig().agent_socket, ok);
+}
+
+TEST(ConfigLimitsTest, EventMaskIsDecimalOrHexNeverOctalAndZeroWarns) {
+  uint32_t mask = 0;
+  ASSERT_TRUE(ParseEventMask("010", &mask));
+  EXPECT_EQ(mask, 10u);  // octal would be 8
+  ASSERT_TRUE(ParseEventMask("0x0a", &mask));
+  EXPECT_EQ(mask, 10u);
+  EXPECT_FALSE(ParseEventMask("0x", &mask));
+  ScopedEnv m("PITSTOP_EVENT_MASK", "0");
+  const PluginConfig c = ReadPluginConfig();
+  EXPECT_EQ(c.event_mask, 0u);
+  EXPECT_THAT(c.warnings,
+              ::testing::Contains(::testing::HasSubstr("selects no events")));
+}
+
+}  // namespace
+}  // namespace pitstop::plugin
