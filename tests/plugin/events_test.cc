@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -265,6 +267,56 @@ TEST_F(EventsTest, AgentSwitchesDeepProfilingPerCommunicator) {
     EXPECT_EQ(n.transport(), v1::NetPluginRecord::TRANSPORT_IB);
     EXPECT_EQ(n.length_bytes(), 1u << 16);
   }
+}
+
+// Finalizing the last communicator while another thread creates one: the
+// old exporter is stopped and joined before a new one starts, so no two
+// exporters drain the same rings (duplicates) and the new comm always has an
+// exporter (nothing stranded).
+TEST_F(EventsTest, FinalizeOfLastCommRacingAnInitKeepsOneExporter) {
+  constexpr int kRounds = 15;
+  constexpr int kOps = 20;
+  for (int round = 0; round < kRounds; ++round) {
+    auto a = Init(0xA000 + round);
+    ASSERT_NE(a, nullptr);
+    // A backlog makes A's final flush long enough for B to overlap it.
+    for (int i = 0; i < 300; ++i) a->RunCollective(OpSpec{}, {.kernel_us = 0});
+    std::atomic<bool> finalizing{false};
+    std::thread finalize([&] {
+      finalizing = true;
+      a->Finalize();
+    });
+    // B's init and ops overlap A's finalize (and its exporter's flush).
+    while (!finalizing) std::this_thread::yield();
+    usleep(100 * (round % 4));
+    auto b = Init(0xB000 + round);
+    ASSERT_NE(b, nullptr);
+    for (int i = 0; i < kOps; ++i) {
+      OpSpec spec;
+      spec.seq_number = static_cast<uint64_t>(round) * 1000 + i;
+      b->RunCollective(spec, {.kernel_us = 0});
+    }
+    finalize.join();
+    b->Finalize();  // flushes this round's ops before it returns
+  }
+  ASSERT_TRUE(receiver_->WaitFor(
+      [&](const auto& s) {
+        size_t b_ops = 0;
+        for (const auto& op : AllOps(s)) b_ops += op.comm_hash() >= 0xB000;
+        return b_ops >= kRounds * kOps;
+      },
+      absl::Seconds(20)))
+      << "ops stranded without an exporter";
+  usleep(200000);  // room for late duplicates to arrive
+  std::map<std::pair<uint64_t, uint64_t>, int> seen;
+  for (const auto& op : AllOps(receiver_->Streams())) {
+    ++seen[{op.comm_hash(), op.seq_number()}];
+  }
+  std::erase_if(seen, [](const auto& kv) { return kv.first.first < 0xB000; });
+  EXPECT_EQ(seen.size(), static_cast<size_t>(kRounds * kOps));
+  int duplicated = 0;
+  for (const auto& [key, n] : seen) duplicated += n > 1;
+  EXPECT_EQ(duplicated, 0);
 }
 
 TEST_F(EventsTest, AgentKilledAndRestartedMidRun) {
