@@ -59,6 +59,8 @@ int CommRegistry::End(CommContext* ctx, CommEventKind kind,
         QueueLocked(e, kind, now_cpu_ns);
       } else {
         e.live = false;
+        // NCCL's mask may be gone after finalize: never write it again.
+        e.nccl_mask = nullptr;
         if (!e.aborted) QueueLocked(e, kind, now_cpu_ns);
       }
     }
