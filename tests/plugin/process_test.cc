@@ -71,6 +71,25 @@ TEST(ProcessTest, ExitWithoutFinalizeFlushesAndSaysExit) {
   EXPECT_FALSE(HasGoodbye(s, v1::ProcessGoodbye::REASON_FINALIZE));
 }
 
+// Valid settings whose rings do not fit the address space: init fails
+// cleanly (NCCL would go on without us) instead of std::terminate.
+TEST(ProcessTest, RingsThatDoNotFitFailInitInsteadOfAborting) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "SKIPPED: sanitizer runtimes reserve terabytes of address "
+                  "space, so `ulimit -v` cannot be used; runs in the "
+                  "default build";
+#endif
+  const std::string sock = TempSocketPath("oom");
+  // 32 rings x 2^18 records: within the 1 GiB cap, beyond a 600 MB limit.
+  const int status =
+      RunChild({"/bin/sh", "-c", "ulimit -v 600000 && exec \"$0\" --ops 2",
+                PITSTOP_EMULATED_RANK},
+               {{"PITSTOP_AGENT_SOCKET", sock},
+                {"PITSTOP_MAX_THREADS", "32"},
+                {"PITSTOP_RING_CAPACITY", "262144"}});
+  EXPECT_TRUE(ExitedWith(status, 3)) << "status " << status;  // 3: init failed
+}
+
 TEST(ProcessTest, CrashEndsStreamWithoutGoodbye) {
   int status = 0;
   // Linger so the exporter has opened its stream before the crash.
