@@ -288,7 +288,7 @@ TEST_F(EventsTest, FinalizeOfLastCommRacingAnInitKeepsOneExporter) {
     });
     // B's init and ops overlap A's finalize (and its exporter's flush).
     while (!finalizing) std::this_thread::yield();
-    usleep(100 * (round % 4));
+    usleep(250 * (round % 8));
     auto b = Init(0xB000 + round);
     ASSERT_NE(b, nullptr);
     for (int i = 0; i < kOps; ++i) {
