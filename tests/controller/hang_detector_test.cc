@@ -136,6 +136,65 @@ TEST_F(HangTest, CommHangLocalisesTheStalledConnection) {
   EXPECT_EQ(f.suspects(0).peer_host(), "node1");
 }
 
+// Without deep profiling no proxy steps (0 bytes everywhere); the stalled
+// connection 1 -> 2 (node0 -> node1) is the one whose send op (on rank 1)
+// and recv op (on rank 2) never stopped on channel 0.
+TEST_F(HangTest, CommHangLocalisedByProxyOpsThatStayOpen) {
+  SimJob job(0xCB, 4, 2);
+  job.Register(engine_.get());
+  for (int round = 0; round < 2; ++round) {
+    for (int32_t r = 0; r < 4; ++r) {
+      v1::RankProgress p = job.Progress(r, 10, 9);
+      p.set_oldest_incomplete_seq(10);
+      p.set_oldest_incomplete_age_ns(1);
+      for (uint32_t ch = 0; ch < 2; ++ch) {
+        for (bool send : {true, false}) {
+          v1::ConnectionSummary* c = p.add_in_flight();
+          c->set_peer_rank(send ? (r + 1) % 4 : (r + 3) % 4);
+          c->set_channel_id(ch);
+          c->set_is_send(send);
+          const bool stuck = ch == 0 && ((send && r == 1) || (!send && r == 2));
+          c->set_duration_ns(stuck ? 0 : 40'000);
+        }
+      }
+      ASSERT_TRUE(engine_->AddProgress(job.HostOf(r), p).ok());
+    }
+    Cycle(absl::Seconds(3));
+  }
+  ASSERT_EQ(Latest().size(), 1u);
+  const v1::Fault f = Latest()[0];
+  EXPECT_EQ(f.fault_class(), v1::FAULT_CLASS_COMM_HANG);
+  ASSERT_EQ(f.suspects_size(), 1) << f.DebugString();
+  EXPECT_EQ(f.suspects(0).level(), v1::SUSPECT_LEVEL_LINK);
+  EXPECT_EQ(f.suspects(0).global_rank(), 1);
+  EXPECT_EQ(f.suspects(0).peer_global_rank(), 2);
+  EXPECT_EQ(f.suspects(0).comm_rank(), 1);
+  EXPECT_EQ(f.suspects(0).peer_comm_rank(), 2);
+  EXPECT_EQ(f.suspects(0).host(), "node0");
+  EXPECT_EQ(f.suspects(0).peer_host(), "node1");
+  EXPECT_EQ(f.evidence(0).values().at("open_proxy_sides/1>2"), 2);
+  EXPECT_THAT(f.summary(), ::testing::HasSubstr("stayed open"));
+  EXPECT_EQ(VictimGlobals(f).size(), 4u);
+}
+
+// Every proxy op still open (nothing stopped): no signal, no suspect.
+TEST_F(HangTest, CommHangWithEveryProxyOpOpenNamesNoLink) {
+  SimJob job(0xCC, 4, 2);
+  job.Register(engine_.get());
+  for (int32_t r = 0; r < 4; ++r) {
+    v1::RankProgress p = job.Progress(r, 10, 9);
+    p.set_oldest_incomplete_seq(10);
+    p.set_oldest_incomplete_age_ns(1);
+    v1::ConnectionSummary* c = p.add_in_flight();
+    c->set_peer_rank((r + 1) % 4);
+    c->set_is_send(true);
+    ASSERT_TRUE(engine_->AddProgress(job.HostOf(r), p).ok());
+  }
+  Cycle(absl::Seconds(6));
+  ASSERT_EQ(Latest().size(), 1u);
+  EXPECT_EQ(Latest()[0].suspects_size(), 0);
+}
+
 TEST_F(HangTest, CommHangWithoutProxyDataAsksForDeepProfiling) {
   SimJob job(0xC7, 4, 2);
   job.Register(engine_.get());

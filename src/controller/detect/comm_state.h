@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -75,6 +76,9 @@ struct RankProgressState {
   // In-flight proxy bytes per (peer, channel, is_send), now and before.
   std::map<std::tuple<int32_t, uint32_t, bool>, std::pair<uint64_t, uint64_t>>
       in_flight;
+  // Proxy ops of the oldest incomplete op that have stopped (their
+  // ConnectionSummary.duration_ns > 0); the others in in_flight are open.
+  std::set<std::tuple<int32_t, uint32_t, bool>> in_flight_stopped;
 };
 
 struct FuncProgress {

@@ -232,7 +232,10 @@ absl::Status EngineImpl::AddProgress(absl::string_view host,
   const int64_t oldest = p.oldest_incomplete_age_ns()
                              ? static_cast<int64_t>(p.oldest_incomplete_seq())
                              : -1;
-  if (oldest != rs.oldest_incomplete_seq) rs.in_flight.clear();
+  if (oldest != rs.oldest_incomplete_seq) {
+    rs.in_flight.clear();
+    rs.in_flight_stopped.clear();
+  }
   rs.oldest_incomplete_seq = oldest;
   rs.oldest_incomplete_age_ns = p.oldest_incomplete_age_ns();
   for (const v1::ConnectionSummary& cs : p.in_flight()) {
@@ -243,6 +246,7 @@ absl::Status EngineImpl::AddProgress(absl::string_view host,
       it->second.second = it->second.first;
       it->second.first = cs.bytes();
     }
+    if (cs.duration_ns() > 0) rs.in_flight_stopped.insert(it->first);
   }
   return absl::OkStatus();
 }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "src/controller/detect/open_proxy_ops.h"
 #include "src/controller/detect/robust_stats.h"
 #include "src/controller/detect/suspects.h"
 
@@ -67,31 +68,58 @@ void Resolve(CommState* comm, int32_t func, FaultTracker* tracker) {
                  "collectives complete again");
 }
 
+// Suspect + evidence for a link src -> dst of `comm`.
+void AddLinkSuspect(const CommState& comm, int32_t src, int32_t dst,
+                    v1::Fault* f) {
+  v1::Suspect* sus = f->add_suspects();
+  *sus = MemberSuspect(comm, src, v1::SUSPECT_LEVEL_LINK, 0.7);
+  const v1::Suspect peer = MemberSuspect(comm, dst, v1::SUSPECT_LEVEL_LINK, 0);
+  sus->set_peer_comm_rank(dst);
+  sus->set_peer_global_rank(peer.global_rank());
+  sus->set_peer_host(peer.host());
+}
+
 void BuildCommHang(const CommState& comm, const FuncProgress& fp, v1::Fault* f,
                    bool* want_profiling) {
   FillFaultHeader(comm, v1::FAULT_CLASS_COMM_HANG, "hang", f);
-  const std::vector<Stalled> least = LeastProgress(fp);
-  std::set<int32_t> blamed;
-  for (const Stalled& s : least) {
-    v1::Suspect* sus = f->add_suspects();
-    *sus = MemberSuspect(comm, s.rank, v1::SUSPECT_LEVEL_LINK, 0.7);
-    const v1::Suspect peer =
-        MemberSuspect(comm, s.peer, v1::SUSPECT_LEVEL_LINK, 0);
-    sus->set_peer_comm_rank(s.peer);
-    sus->set_peer_global_rank(peer.global_rank());
-    sus->set_peer_host(peer.host());
-    (*f->mutable_evidence(0)->mutable_values())[absl::StrCat(
-        "in_flight_bytes/", s.rank, ">", s.peer)] = s.bytes;
+  auto& values = *f->mutable_evidence(0)->mutable_values();
+  int open_total = 0, conn_total = 0;
+  const std::vector<OpenLink> open = OpenProxyLinks(
+      fp, static_cast<int64_t>(f->seq_number()), &open_total, &conn_total);
+  std::string how;
+  if (!open.empty()) {
+    std::string which;
+    for (const OpenLink& l : open) {
+      AddLinkSuspect(comm, l.src, l.dst, f);
+      values[absl::StrCat("open_proxy_sides/", l.src, ">", l.dst)] =
+          l.sides_open;
+      values[absl::StrCat("open_channels/", l.src, ">", l.dst)] = l.channels;
+      absl::StrAppend(&which, which.empty() ? "" : ", ",
+                      DescribeRank(comm, l.src), " -> ",
+                      DescribeRank(comm, l.dst));
+    }
+    values["connections_reported"] = conn_total;
+    values["connections_open"] = open_total;
+    how = absl::StrFormat(
+        "%zu connection(s) whose proxy ops stayed open (%s) while the other "
+        "%d of %d connections' proxy ops stopped",
+        open.size(), which, conn_total - open_total, conn_total);
+  } else {
+    const std::vector<Stalled> least = LeastProgress(fp);
+    for (const Stalled& s : least) {
+      AddLinkSuspect(comm, s.rank, s.peer, f);
+      values[absl::StrCat("in_flight_bytes/", s.rank, ">", s.peer)] = s.bytes;
+    }
+    if (least.empty()) *want_profiling = true;
+    how = least.empty()
+              ? "no connection stands out yet (deep profiling asked)"
+              : absl::StrCat(least.size(),
+                             " connection(s) with the least proxy progress");
   }
-  if (least.empty()) *want_profiling = true;
-  AddVictims(comm, blamed, f);
+  AddVictims(comm, {}, f);
   f->set_summary(absl::StrFormat(
       "comm-hang: every member of %s entered seq %d and none completes; %s",
-      comm.comm_name, f->seq_number(),
-      least.empty() ? "no connection stands out yet (deep profiling asked)"
-                    : absl::StrCat(least.size(),
-                                   " connection(s) with the least proxy "
-                                   "progress")));
+      comm.comm_name, f->seq_number(), how));
 }
 
 }  // namespace

@@ -1,0 +1,66 @@
+#include "src/controller/detect/open_proxy_ops.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+namespace pitstop::controller {
+
+std::vector<OpenLink> OpenProxyLinks(const FuncProgress& fp, int64_t seq,
+                                     int* open_total, int* conn_total) {
+  struct Side {
+    std::map<uint32_t, bool> send_open, recv_open;  // per channel
+    uint64_t bytes = UINT64_MAX;
+  };
+  std::map<std::pair<int32_t, int32_t>, Side> conns;
+  bool any_stopped = false;
+  for (size_t r = 0; r < fp.ranks.size(); ++r) {
+    const RankProgressState& rp = fp.ranks[r];
+    if (rp.oldest_incomplete_seq != seq) continue;
+    const int32_t me = static_cast<int32_t>(r);
+    for (const auto& [k, bytes] : rp.in_flight) {
+      const auto& [peer, channel, is_send] = k;
+      const bool open = rp.in_flight_stopped.count(k) == 0;
+      any_stopped |= !open;
+      Side& s =
+          conns[is_send ? std::make_pair(me, peer) : std::make_pair(peer, me)];
+      bool& slot = is_send ? s.send_open[channel] : s.recv_open[channel];
+      slot = slot || open;
+      s.bytes = std::min(s.bytes, bytes.first);
+    }
+  }
+  std::vector<OpenLink> open;
+  for (const auto& [link, s] : conns) {
+    OpenLink l{link.first, link.second, 0, s.bytes, 0};
+    std::map<uint32_t, bool> chans;
+    for (const auto& [ch, o] : s.send_open) chans[ch] |= o;
+    for (const auto& [ch, o] : s.recv_open) chans[ch] |= o;
+    for (const auto& [ch, o] : chans) l.channels += o;
+    l.sides_open = std::any_of(s.send_open.begin(), s.send_open.end(),
+                               [](auto& e) { return e.second; }) +
+                   std::any_of(s.recv_open.begin(), s.recv_open.end(),
+                               [](auto& e) { return e.second; });
+    if (l.sides_open > 0) open.push_back(l);
+  }
+  if (open_total) *open_total = static_cast<int>(open.size());
+  if (conn_total) *conn_total = static_cast<int>(conns.size());
+  if (!any_stopped || open.empty()) return {};
+  const int best = std::max_element(open.begin(), open.end(),
+                                    [](const OpenLink& a, const OpenLink& b) {
+                                      return a.sides_open < b.sides_open;
+                                    })
+                       ->sides_open;
+  std::erase_if(open, [&](const OpenLink& l) { return l.sides_open < best; });
+  // Byte progress, when there is any, breaks ties: least bytes moved.
+  const uint64_t least =
+      std::min_element(open.begin(), open.end(),
+                       [](const OpenLink& a, const OpenLink& b) {
+                         return a.bytes < b.bytes;
+                       })
+          ->bytes;
+  std::erase_if(open, [&](const OpenLink& l) { return l.bytes > least; });
+  if (open.size() * 2 > conns.size()) return {};
+  return open;
+}
+
+}  // namespace pitstop::controller
