@@ -1,6 +1,7 @@
 // The detection cycle of the engine: window closing, detectors, deaths.
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -16,6 +17,7 @@ CycleResult EngineImpl::RunCycle() {
   const absl::Time started = absl::Now();
   CycleResult result;
   const int64_t now = clock_->MonotonicNanos();
+  std::vector<HangVerdict> hangs;
   for (auto& [hash, c] : comms_) {
     EvictJoins(&c, now);
     const v1::JobPolicy policy = GetJobPolicy(c.job_id);
@@ -25,9 +27,10 @@ CycleResult EngineImpl::RunCycle() {
       CloseWindow(&c, policy, now, &result);
     }
     bool want_profiling = false;
-    DetectHangs(&c, policy, now, &tracker_, &want_profiling);
+    DetectHangs(&c, policy, now, &tracker_, &want_profiling, &hangs);
     if (want_profiling) RequestProfiling(&c, now, &result);
   }
+  RaiseHangs(hangs, &tracker_);
   result.faults = tracker_.TakeChanged();
   ++stats_.cycles;
   result.cycle_time = absl::Now() - started;

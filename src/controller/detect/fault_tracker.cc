@@ -78,6 +78,11 @@ void FaultTracker::EndWindow(uint64_t comm_hash,
   }
 }
 
+const v1::Fault* FaultTracker::Find(const std::string& key) const {
+  auto it = open_.find(key);
+  return it == open_.end() ? nullptr : &it->second.fault;
+}
+
 void FaultTracker::Raise(const std::string& key, const v1::Fault& fault,
                          v1::FaultState state) {
   auto it = open_.find(key);

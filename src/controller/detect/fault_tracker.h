@@ -40,6 +40,8 @@ class FaultTracker {
   // Open keys that start with `prefix`.
   std::vector<std::string> OpenKeys(absl::string_view prefix) const;
   bool IsOpen(const std::string& key) const;
+  // The open fault of `key`, null if none.
+  const v1::Fault* Find(const std::string& key) const;
   // Fault id of an open key, empty if none.
   std::string FaultIdOf(const std::string& key) const;
 

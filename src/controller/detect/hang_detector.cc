@@ -122,6 +122,31 @@ void BuildCommHang(const CommState& comm, const FuncProgress& fp, v1::Fault* f,
       comm.comm_name, f->seq_number(), how));
 }
 
+// The verdict of a comm with a dead member: its live members that have an
+// op in flight, and the dead, are blocked here, under the death's fault.
+HangVerdict DeadCommVerdict(const CommState& comm) {
+  HangVerdict v;
+  v.dead_comm = true;
+  v.fault.set_comm_hash(comm.comm_hash);
+  v.fault.set_comm_name(comm.comm_name);
+  v.fault.set_job_id(comm.job_id);
+  for (size_t r = 0; r < comm.members.size(); ++r) {
+    const Member& m = comm.members[r];
+    const int32_t rank = static_cast<int32_t>(r);
+    if (m.dead) {
+      if (v.key.empty()) v.key = absl::StrCat("died/", m.host, "/", m.pid);
+      v.waiting.insert(RankIdentity(comm, rank));
+      continue;
+    }
+    for (const auto& [func, fp] : comm.progress) {
+      if (r < fp.ranks.size() && fp.ranks[r].enqueued > fp.ranks[r].completed) {
+        v.waiting.insert(RankIdentity(comm, rank));
+      }
+    }
+  }
+  return v;
+}
+
 }  // namespace
 
 int64_t HangTimeoutNs(const CommState& comm, const v1::JobPolicy& policy) {
@@ -132,7 +157,8 @@ int64_t HangTimeoutNs(const CommState& comm, const v1::JobPolicy& policy) {
 }
 
 void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
-                 FaultTracker* tracker, bool* want_profiling) {
+                 FaultTracker* tracker, bool* want_profiling,
+                 std::vector<HangVerdict>* out) {
   const int32_t n = comm->ExpectedRanks();
   bool any_dead = false;
   for (const Member& m : comm->members) any_dead |= m.dead;
@@ -149,6 +175,7 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
        ++r) {
     if (comm->members[r].exited) skip[r] = true;
   }
+  if (any_dead) out->push_back(DeadCommVerdict(*comm));
   for (auto& [func, fp] : comm->progress) {
     if (IsP2p(func)) continue;
     if (static_cast<int32_t>(fp.ranks.size()) < n) fp.ranks.resize(n);
@@ -181,6 +208,20 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
     }
     if (stuck < timeout) {
       Resolve(comm, func, tracker);
+      // Stuck for a quarter of the timeout: not raised yet, but new hangs
+      // elsewhere that wait for its members are held back meanwhile.
+      if (stuck * 4 >= timeout) {
+        HangVerdict& v = out->emplace_back();
+        v.pending = true;
+        v.key = absl::StrFormat("hang/%x/%d", comm->comm_hash, func);
+        v.fault.set_comm_hash(comm->comm_hash);
+        v.fault.set_job_id(comm->job_id);
+        for (int32_t r = 0; r < n; ++r) {
+          if (!skip[r] && fp.ranks[r].enqueued >= seq) {
+            v.waiting.insert(RankIdentity(*comm, r));
+          }
+        }
+      }
       continue;
     }
     std::set<int32_t> behind;
@@ -264,9 +305,19 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
       BuildCommHang(*comm, fp, &f, want_profiling);
       e->set_text(f.summary());
     }
-    tracker->Raise(absl::StrFormat("hang/%x/%d", comm->comm_hash, func), f,
-                   stuck >= 2 * timeout ? v1::FAULT_STATE_CONFIRMED
-                                        : v1::FAULT_STATE_SUSPECTED);
+    HangVerdict& v = out->emplace_back();
+    v.key = absl::StrFormat("hang/%x/%d", comm->comm_hash, func);
+    v.state = stuck >= 2 * timeout ? v1::FAULT_STATE_CONFIRMED
+                                   : v1::FAULT_STATE_SUSPECTED;
+    for (int32_t r = 0; r < n; ++r) {
+      if (skip[r]) continue;
+      if (behind.count(r)) {
+        if (stalled.empty()) v.missing.insert(RankIdentity(*comm, r));
+      } else {
+        v.waiting.insert(RankIdentity(*comm, r));
+      }
+    }
+    v.fault = std::move(f);
   }
 }
 

@@ -6,6 +6,9 @@
 #define PITSTOP_CONTROLLER_DETECT_HANG_DETECTOR_H_
 
 #include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "pitstop/v1/controller.pb.h"
 #include "src/controller/detect/comm_state.h"
@@ -33,13 +36,44 @@ int64_t HangTimeoutNs(const CommState& comm, const v1::JobPolicy& policy);
 //     with the least proxy progress when they stand out, else none yet (and
 //     `*want_profiling` is set).
 // SUSPECTED after one timeout, CONFIRMED after two; resolved when the
-// completions advance. Communicators with a dead member are skipped (the
-// process-died fault covers them). Members that never reported any
-// progress for the comm (no agent, not connected yet) and members that
-// exited cleanly are left out: neither blamed nor waited for. Key:
-// "hang/<comm hex>/<func>".
+// completions advance. Communicators with a dead member yield one
+// `dead_comm` verdict (keyed by the PROCESS_DIED fault) instead. Members
+// that never reported any progress for the comm (no agent, not connected
+// yet) and members that exited cleanly are left out: neither blamed nor
+// waited for. Key: "hang/<comm hex>/<func>". Verdicts are appended to
+// `out`; RaiseHangs() raises them.
+struct HangVerdict {
+  std::string key;
+  v1::Fault fault;
+  v1::FaultState state = v1::FAULT_STATE_SUSPECTED;
+  // A comm with a dead member: `key` is "died/<host>/<pid>" of the dead
+  // process; nothing of its own is raised.
+  bool dead_comm = false;
+  // Stuck for at least a quarter of its timeout: not raised, but a hang
+  // not open yet that waits for its members is held back meanwhile.
+  bool pending = false;
+  // RankIdentity() of members that never enqueued the stuck op
+  // (NON_COMM_HANG suspects of the "never enqueued" kind).
+  std::set<std::string> missing;
+  // RankIdentity() of members blocked in this comm (entered the stuck op,
+  // or dead).
+  std::set<std::string> waiting;
+};
 void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
-                 FaultTracker* tracker, bool* want_profiling);
+                 FaultTracker* tracker, bool* want_profiling,
+                 std::vector<HangVerdict>* out);
+
+// Raises the verdicts of one cycle (all comms), folding cascades across
+// communicators: a NON_COMM_HANG whose missing ranks are all blocked in a
+// hang of another comm (or in a comm with a dead member) is a consequence
+// of that fault, followed transitively to a root: its waiting ranks join
+// the root's victims and an evidence entry names the comm, and its own key
+// is cleared. Rings of such hangs (cross-comm deadlock) have no root and
+// are raised as they are. Roots: COMM_HANG, GPU-level NON_COMM_HANG, a
+// NON_COMM_HANG whose missing ranks are not blocked elsewhere, and open
+// PROCESS_DIED faults.
+void RaiseHangs(const std::vector<HangVerdict>& verdicts,
+                FaultTracker* tracker);
 
 }  // namespace pitstop::controller
 
