@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -46,6 +47,7 @@ struct JoinOp {
   uint32_t children_expected = 0;
   uint32_t children_seen = 0;
   int64_t completion_seen_ns = 0;  // joiner clock when completion arrived
+  bool pending = false;            // listed in Stream::pending
   // Kernel channels.
   uint32_t channels = 0;
   uint64_t start_gpu_min = 0, stop_gpu_max = 0, kernel_duration_ns = 0;
@@ -86,6 +88,9 @@ struct RankJoiner::Stream {
   std::deque<v1::CommunicatorInfo> ended_comms;
   // Looks up a live or recently ended communicator; nullptr if unknown.
   const v1::CommunicatorInfo* FindComm(uint64_t comm_hash) const;
+  size_t conn_slots = 0;  // sum of ops[*].conns.size()
+  // First invalid record's reason (for the caller to log once).
+  std::string first_invalid;
   // (comm_hash, rank, func) -> progress.
   std::map<std::tuple<uint64_t, int32_t, int>, ProgressState> progress;
 };

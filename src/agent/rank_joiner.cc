@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "pitstop/logging.h"
 #include "src/agent/join_state.h"
 
 namespace pitstop::agent {
@@ -35,6 +36,26 @@ void StepWaits(const v1::ProxyStepRecord& st, uint64_t* send_wait,
     if (end == 0) end = stop;
     if (end > st.recv_wait_cpu_ns()) *recv_wait += end - st.recv_wait_cpu_ns();
   }
+}
+
+// Why `info` is rejected (sizes it would make the agent allocate), or "".
+std::string InvalidComm(const v1::CommunicatorInfo& info) {
+  if (info.n_ranks() < 0 || info.n_ranks() > kMaxCommRanks) {
+    return absl::StrCat("communicators.info.n_ranks: ", info.n_ranks(),
+                        " outside [0, ", kMaxCommRanks, "]");
+  }
+  if (info.n_ranks() > 0 &&
+      (info.rank() < 0 || info.rank() >= info.n_ranks())) {
+    return absl::StrCat("communicators.info.rank: ", info.rank(),
+                        " outside [0, n_ranks=", info.n_ranks(), ")");
+  }
+  if (info.global_ranks_size() > kMaxCommRanks ||
+      (info.n_ranks() > 0 && info.global_ranks_size() > info.n_ranks())) {
+    return absl::StrCat(
+        "communicators.info.global_ranks: ", info.global_ranks_size(),
+        " entries for n_ranks=", info.n_ranks());
+  }
+  return "";
 }
 
 }  // namespace
@@ -114,7 +135,52 @@ absl::Status RankJoiner::Add(uint64_t stream,
   const std::string& host =
       options_.host.empty() ? s->hello.host() : options_.host;
   std::vector<uint64_t> ended;
+  auto invalid = [&](std::string why) {
+    ++stats_.invalid_records;
+    if (s->first_invalid.empty()) {  // warn once per stream
+      Logger("agent.join")
+          ->warn(
+              "stream {} (pid {}): dropping records: {} (further invalid "
+              "records of this stream only counted)",
+              stream, s->hello.pid(), why);
+      s->first_invalid = std::move(why);
+    }
+  };
+  // The connection slot `index` of op `op_id` (created), or nullptr when
+  // the op was emitted already or the index is beyond the per-op or
+  // per-stream bounds (counted invalid).
+  auto find_conn = [&](uint64_t op_id, uint32_t index) -> JoinConn* {
+    if (index >= kMaxConnsPerOp) {
+      invalid(absl::StrCat("proxy_index: ", index, " >= ", kMaxConnsPerOp));
+      return nullptr;
+    }
+    JoinOp* op = FindOrCreateOp(s, op_id, now, &stats_);
+    if (op == nullptr) return nullptr;
+    if (op->conns.size() <= index) {
+      const size_t grow = index + 1 - op->conns.size();
+      if (s->conn_slots + grow > kMaxConnsPerStream) {
+        invalid(absl::StrCat("proxy ops: more than ", kMaxConnsPerStream,
+                             " connections open on one stream"));
+        return nullptr;
+      }
+      s->conn_slots += grow;
+      op->conns.resize(index + 1);
+    }
+    return &op->conns[index];
+  };
   for (const v1::CommunicatorEvent& ev : req.communicators()) {
+    if (std::string why = InvalidComm(ev.info()); !why.empty()) {
+      invalid(std::move(why));
+      continue;
+    }
+    const bool is_end = ev.kind() == v1::CommunicatorEvent::KIND_FINALIZE ||
+                        ev.kind() == v1::CommunicatorEvent::KIND_ABORT;
+    if (!is_end && !s->comms.contains(ev.info().comm_hash()) &&
+        s->comms.size() >= kMaxCommsPerStream) {
+      invalid(absl::StrCat("communicators: more than ", kMaxCommsPerStream,
+                           " live communicators on one stream"));
+      continue;
+    }
     v1::CommunicatorInfo info = ev.info();
     if (info.host().empty()) info.set_host(host);
     if (info.pid() == 0) info.set_pid(s->hello.pid());
@@ -125,8 +191,7 @@ absl::Status RankJoiner::Add(uint64_t stream,
       for (int i = 0; i < info.n_ranks(); ++i) info.add_global_ranks(-1);
       info.set_global_ranks(info.rank(), g);
     }
-    if (ev.kind() == v1::CommunicatorEvent::KIND_FINALIZE ||
-        ev.kind() == v1::CommunicatorEvent::KIND_ABORT) {
+    if (is_end) {
       ended.push_back(info.comm_hash());  // after this batch's ops
       communicators_.push_back(std::move(info));
       continue;
@@ -137,12 +202,18 @@ absl::Status RankJoiner::Add(uint64_t stream,
 
   std::vector<uint64_t> touched;
   for (const v1::OpRecord& r : req.ops()) {
+    const std::tuple<uint64_t, int32_t, int> key{r.comm_hash(), r.rank(),
+                                                 static_cast<int>(r.func())};
+    if (s->progress.size() >= kMaxProgressKeys && !s->progress.contains(key)) {
+      invalid(absl::StrCat("ops: more than ", kMaxProgressKeys,
+                           " (comm_hash, rank, func) keys on one stream"));
+      continue;
+    }
     JoinOp* op = FindOrCreateOp(s, r.op_id(), now, &stats_);
     if (op == nullptr) continue;
     op->has_record = true;
     op->record = r;
-    ProgressState& p =
-        s->progress[{r.comm_hash(), r.rank(), static_cast<int>(r.func())}];
+    ProgressState& p = s->progress[key];
     p.pid = s->hello.pid();
     p.last_enqueued_seq = std::max(p.last_enqueued_seq, r.seq_number());
     p.last_enqueue_cpu_ns =
@@ -168,11 +239,10 @@ absl::Status RankJoiner::Add(uint64_t stream,
     touched.push_back(k.op_id());
   }
   for (const v1::ProxyOpRecord& p : req.proxy_ops()) {
-    JoinOp* op = FindOrCreateOp(s, p.op_id(), now, &stats_);
-    if (op == nullptr || p.proxy_index() > 4096) continue;
-    if (op->conns.size() <= p.proxy_index())
-      op->conns.resize(p.proxy_index() + 1);
-    JoinConn& c = op->conns[p.proxy_index()];
+    JoinConn* cp = find_conn(p.op_id(), p.proxy_index());
+    if (cp == nullptr) continue;
+    JoinOp* op = &s->ops.find(p.op_id())->second;
+    JoinConn& c = *cp;
     if (!c.present) ++op->children_seen;
     c.present = true;
     c.peer = p.peer();
@@ -188,12 +258,10 @@ absl::Status RankJoiner::Add(uint64_t stream,
     touched.push_back(p.op_id());
   }
   for (const v1::ProxyStepRecord& st : req.proxy_steps()) {
-    JoinOp* op = FindOrCreateOp(s, st.op_id(), now, &stats_);
-    if (op == nullptr || st.proxy_index() > 4096) continue;
-    if (op->conns.size() <= st.proxy_index()) {
-      op->conns.resize(st.proxy_index() + 1);
-    }
-    JoinConn& c = op->conns[st.proxy_index()];
+    JoinConn* cp = find_conn(st.op_id(), st.proxy_index());
+    if (cp == nullptr) continue;
+    JoinOp* op = &s->ops.find(st.op_id())->second;
+    JoinConn& c = *cp;
     ++c.step_records;
     c.step_bytes += st.bytes();
     StepWaits(st, &c.step_send_wait_ns, &c.step_recv_wait_ns);
@@ -215,8 +283,8 @@ absl::Status RankJoiner::Add(uint64_t stream,
     JoinOp& op = it->second;
     if (op.has_record && op.children_seen >= op.children_expected) {
       EmitOp(s, id, /*forced=*/false);
-    } else if (std::find(s->pending.begin(), s->pending.end(), id) ==
-               s->pending.end()) {
+    } else if (!op.pending) {
+      op.pending = true;
       s->pending.push_back(id);
     }
   }
@@ -275,6 +343,7 @@ void RankJoiner::EmitOp(Stream* s, uint64_t op_id, bool forced) {
     ++stats_.orphan_ops;
   }
   (void)forced;
+  s->conn_slots -= std::min(s->conn_slots, op.conns.size());
   s->ops.erase(it);
   s->recent.insert(op_id);
   s->recent_order.push_back(op_id);

@@ -299,6 +299,61 @@ TEST_F(RankJoinerTest, SecondHelloIsInvalid) {
   EXPECT_THAT(st.message(), HasSubstr("hello"));
 }
 
+TEST_F(RankJoinerTest, CommunicatorWithHugeOrBadSizesIsDropped) {
+  auto req = Hello(77, 5);
+  AddCommInit(&req, 1, 50'000'000);  // one small message, huge n_ranks
+  ASSERT_TRUE(joiner_.Add(1, req).ok());
+  v1::StreamTelemetryRequest more;
+  AddCommInit(&more, 3, 2);  // rank >= n_ranks
+  AddCommInit(&more, 0, kMaxCommRanks + 1);
+  auto* ev = more.add_communicators();
+  ev->mutable_info()->set_comm_hash(9);
+  ev->mutable_info()->set_rank(0);
+  ev->mutable_info()->set_n_ranks(2);
+  for (int i = 0; i < 3; ++i) ev->mutable_info()->add_global_ranks(i);
+  ASSERT_TRUE(joiner_.Add(1, more).ok());
+  std::vector<v1::CommunicatorInfo> comms;
+  joiner_.TakeCommunicators(&comms);
+  EXPECT_TRUE(comms.empty());
+  EXPECT_EQ(joiner_.stats().invalid_records, 4u);
+  EXPECT_FALSE(joiner_.StreamInComm(1, kComm, -1));
+  std::vector<v1::RankLifecycle> life = Lifecycle();
+  ASSERT_EQ(life.size(), 1u);
+  joiner_.EndStream(1);
+  life = Lifecycle();
+  ASSERT_EQ(life.size(), 1u);
+  EXPECT_EQ(life[0].communicators_size(), 0);
+  // A valid one still works on the same stream.
+  v1::StreamTelemetryRequest ok = Hello(78, 2);
+  AddCommInit(&ok, 0, 4);
+  ASSERT_TRUE(joiner_.Add(2, ok).ok());
+  joiner_.TakeCommunicators(&comms);
+  ASSERT_EQ(comms.size(), 1u);
+  EXPECT_EQ(comms[0].global_ranks_size(), 4);
+}
+
+TEST_F(RankJoinerTest, ProxyIndexBeyondPerOpCapIsDroppedAndCounted) {
+  auto req = Hello(1, 0);
+  AddCommInit(&req, 1, 2);
+  AddOp(&req, 10, 1);
+  for (uint32_t idx : {0u, kMaxConnsPerOp - 1, kMaxConnsPerOp, 4096u}) {
+    auto* p = req.add_proxy_ops();
+    p->set_op_id(10);
+    p->set_proxy_index(idx);
+    p->set_peer(0);
+    p->set_bytes(100);
+  }
+  auto* st = req.add_proxy_steps();
+  st->set_op_id(10);
+  st->set_proxy_index(100000);
+  AddCompletion(&req, 10, 5000, 2);
+  ASSERT_TRUE(joiner_.Add(1, req).ok());
+  EXPECT_EQ(joiner_.stats().invalid_records, 3u);
+  auto sums = Summaries();
+  ASSERT_EQ(sums.size(), 1u);
+  EXPECT_EQ(sums[0].connections_size(), 2);
+}
+
 TEST_F(RankJoinerTest, CommunicatorsGetHostPidAndGlobalRank) {
   auto req = Hello(77, 5);
   AddCommInit(&req, 1, 3);
