@@ -37,6 +37,20 @@ double WindowGrowth(const CommState& c) {
   return growth;
 }
 
+// Collective time of the window above the baselines, summed.
+double ExtraNs(const CommState& c) {
+  double extra = 0;
+  for (const auto& [key, samples] : c.window.min_duration_by_key) {
+    auto it = c.baselines.find(key);
+    if (it == c.baselines.end() || it->second.windows < kBaselineWindows) {
+      continue;
+    }
+    extra += std::max(0.0, Median(samples) - it->second.ewma_ns) *
+             static_cast<double>(samples.size());
+  }
+  return extra;
+}
+
 void UpdateBaselines(CommState* c) {
   for (const auto& [key, samples] : c->window.min_duration_by_key) {
     Baseline& b = c->baselines[key];
@@ -142,6 +156,7 @@ CommSlowVerdict DetectCommSlow(CommState* comm, const v1::JobPolicy& policy,
     return v;
   }
   v.hit = true;
+  v.extra_ns = ExtraNs(*comm);
   v1::Fault& f = v.fault;
   FillFaultHeader(*comm, v1::FAULT_CLASS_COMM_SLOW, "comm_slow", &f);
   const std::string target = Localise(*comm, slow, &f);

@@ -19,6 +19,9 @@ struct CommSlowVerdict {
   v1::Fault fault;
   // Durations grew but no connection data says where: ask for proxy steps.
   bool want_profiling = false;
+  // Collective time added over the baseline in this window (ns, summed
+  // over its collectives).
+  double extra_ns = 0;
 };
 
 // Growth = median min-duration of the window / the comm's baseline for the

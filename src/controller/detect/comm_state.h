@@ -119,6 +119,11 @@ struct CommState {
   std::map<uint64_t, Baseline> baselines;
   absl::flat_hash_map<int32_t, FuncProgress> progress;
   int64_t deep_requested_until_ns = 0;
+  // Comm-slow hit of the last closed window: collective time added over
+  // the baseline in that window (ns, all collectives), and when (engine
+  // clock); 0 when that window did not hit.
+  double comm_slow_extra_ns = 0;
+  int64_t comm_slow_at_ns = 0;
 
   // Grows members to hold `rank`; returns the member.
   Member& MemberAt(int32_t rank);

@@ -48,9 +48,13 @@ void EngineImpl::CloseWindow(CommState* c, const v1::JobPolicy& policy,
   }
   std::map<std::string, v1::Fault> hits;
   const StragglerVerdict straggler = DetectStraggler(*c, policy);
-  if (straggler.hit) hits[straggler.key] = straggler.fault;
+  if (straggler.hit && !FoldStraggler(*c, straggler, policy, now_ns)) {
+    hits[straggler.key] = straggler.fault;
+  }
   const CommSlowVerdict slow = DetectCommSlow(c, policy, straggler.hit);
   if (slow.hit) hits[slow.key] = slow.fault;
+  c->comm_slow_extra_ns = slow.hit ? slow.extra_ns : 0;
+  c->comm_slow_at_ns = now_ns;
   if (slow.want_profiling) RequestProfiling(c, now_ns, result);
   tracker_.EndWindow(c->comm_hash, hits, policy.persistence_n(),
                      policy.persistence_m());

@@ -10,6 +10,7 @@
 #include "src/controller/detect/comm_state.h"
 #include "src/controller/detect/detection_engine.h"
 #include "src/controller/detect/fault_tracker.h"
+#include "src/controller/detect/straggler_detector.h"
 
 namespace pitstop::controller {
 
@@ -46,6 +47,11 @@ class EngineImpl final : public DetectionEngine {
   void EvictJoins(CommState* c, int64_t now_ns);
   void CloseWindow(CommState* c, const v1::JobPolicy& policy, int64_t now_ns,
                    CycleResult* result);
+  // Whether `v` (a straggler of `c`) is a victim of a comm-slow condition
+  // of another comm it belongs to (engine_cascade.cc); if so, adds it to
+  // that comm's open COMM_SLOW fault, if any.
+  bool FoldStraggler(const CommState& c, const StragglerVerdict& v,
+                     const v1::JobPolicy& policy, int64_t now_ns);
   void RequestProfiling(CommState* c, int64_t now_ns, CycleResult* result);
   void RaiseProcessDied(absl::string_view host,
                         const v1::RankLifecycle& lifecycle);

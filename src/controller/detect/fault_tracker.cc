@@ -1,6 +1,8 @@
 #include "src/controller/detect/fault_tracker.h"
 
 #include <algorithm>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -26,6 +28,36 @@ bool SameBlame(const v1::Fault& a, const v1::Fault& b) {
     }
   }
   return true;
+}
+
+bool IsConsequence(const v1::Evidence& e) {
+  return e.values().count(std::string(kConsequenceMark)) > 0;
+}
+
+// Consequences folded into `old` (evidence marked kConsequenceMark, and the
+// victims they added) that the detector's newer `next` does not restate.
+void KeepConsequences(const v1::Fault& old, v1::Fault* next) {
+  std::set<uint64_t> stated;
+  for (const v1::Evidence& e : next->evidence()) {
+    if (IsConsequence(e)) stated.insert(e.comm_hash());
+  }
+  bool kept = false;
+  for (const v1::Evidence& e : old.evidence()) {
+    if (IsConsequence(e) && !stated.count(e.comm_hash())) {
+      *next->add_evidence() = e;
+      kept = true;
+    }
+  }
+  if (!kept) return;
+  std::set<std::pair<int32_t, std::string>> have;
+  for (const v1::Suspect& s : next->victims()) {
+    have.insert({s.global_rank(), s.host()});
+  }
+  for (const v1::Suspect& s : old.victims()) {
+    if (have.insert({s.global_rank(), s.host()}).second) {
+      *next->add_victims() = s;
+    }
+  }
 }
 
 }  // namespace
@@ -109,11 +141,12 @@ void FaultTracker::OpenOrUpdate(const std::string& key, const v1::Fault& fault,
     return;
   }
   v1::Fault& f = it->second.fault;
-  const bool blame_changed = !SameBlame(f, fault);
+  v1::Fault next = fault;
+  KeepConsequences(f, &next);
+  const bool blame_changed = !SameBlame(f, next);
   const bool upgraded = state == v1::FAULT_STATE_CONFIRMED &&
                         f.state() == v1::FAULT_STATE_SUSPECTED;
   // Keep identity and history; take the newest blame and evidence.
-  v1::Fault next = fault;
   next.set_fault_id(f.fault_id());
   next.set_first_seen_unix_ns(f.first_seen_unix_ns());
   next.set_confirmed_unix_ns(f.confirmed_unix_ns());

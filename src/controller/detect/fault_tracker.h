@@ -18,6 +18,12 @@
 
 namespace pitstop::controller {
 
+// Evidence value key marking a consequence folded into a fault from
+// another detector or communicator (hang cascades, straggler victims of a
+// slow comm). Such evidence, and the victims it added, survive updates of
+// the fault that do not restate them.
+inline constexpr absl::string_view kConsequenceMark = "consequence";
+
 class FaultTracker {
  public:
   FaultTracker(Clock* clock, std::string id_prefix, uint64_t first_number);

@@ -39,6 +39,7 @@ bool AddConsequence(const HangVerdict& c, v1::Fault* root) {
   v1::Evidence* e = root->add_evidence();
   e->set_comm_hash(c.fault.comm_hash());
   e->add_seq_numbers(c.fault.seq_number());
+  (*e->mutable_values())[std::string(kConsequenceMark)] = 1;
   (*e->mutable_values())["consequence_seq"] =
       static_cast<double>(c.fault.seq_number());
   (*e->mutable_values())["consequence_waiting"] =

@@ -49,6 +49,7 @@ StragglerVerdict DetectStraggler(const CommState& comm,
   }
   v.hit = true;
   v.rank = static_cast<int32_t>(cand);
+  v.lateness_ns = gap;
   v.key =
       absl::StrCat("straggler/", comm.job_id, "/", RankIdentity(comm, v.rank));
   v1::Fault& f = v.fault;

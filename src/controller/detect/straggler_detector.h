@@ -13,9 +13,10 @@ namespace pitstop::controller {
 
 struct StragglerVerdict {
   bool hit = false;
-  int32_t rank = -1;  // comm rank of the straggler
-  std::string key;    // fault key ("straggler/<job>/<rank identity>")
-  v1::Fault fault;    // suspect (GPU level), victims, evidence
+  int32_t rank = -1;       // comm rank of the straggler
+  std::string key;         // fault key ("straggler/<job>/<rank identity>")
+  v1::Fault fault;         // suspect (GPU level), victims, evidence
+  double lateness_ns = 0;  // the others' median wait minus the suspect's
 };
 
 // A window hits when one rank's mean wait is robustly below the others'

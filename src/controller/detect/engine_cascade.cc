@@ -1,0 +1,78 @@
+// Stragglers that are victims of a slow communicator (cascade without a
+// global synchronisation): a rank of comm C arrives late because it spends
+// longer in comm D, whose links are slow.
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "src/controller/detect/engine_impl.h"
+#include "src/controller/detect/suspects.h"
+
+namespace pitstop::controller {
+namespace {
+
+// Lateness within [1/kBand, kBand] x the expected share is a match.
+constexpr double kBand = 2.0;
+
+}  // namespace
+
+bool EngineImpl::FoldStraggler(const CommState& c, const StragglerVerdict& v,
+                               const v1::JobPolicy& policy, int64_t now_ns) {
+  const std::string who = RankIdentity(c, v.rank);
+  const int64_t fresh_ns =
+      2 * static_cast<int64_t>(policy.window_ms()) * 1'000'000;
+  for (const auto& [hash, d] : comms_) {
+    if (hash == c.comm_hash || d.job_id != c.job_id ||
+        d.comm_slow_extra_ns <= 0 || now_ns - d.comm_slow_at_ns > fresh_ns) {
+      continue;
+    }
+    bool member = false;
+    for (size_t r = 0; r < d.members.size() && !member; ++r) {
+      member = RankIdentity(d, static_cast<int32_t>(r)) == who;
+    }
+    if (!member || c.window.collectives == 0) continue;
+    // D's added time spread over C's collectives of the window: what the
+    // straggler's lateness per collective would be if D explains it.
+    const double expected = d.comm_slow_extra_ns / c.window.collectives;
+    const double ratio = v.lateness_ns / expected;
+    if (ratio < 1 / kBand || ratio > kBand) continue;
+    for (const std::string& key :
+         tracker_.OpenKeys(absl::StrCat("commslow/", d.job_id, "/"))) {
+      const v1::Fault* open = tracker_.Find(key);
+      if (open == nullptr || open->comm_hash() != hash) continue;
+      bool have = false;
+      for (const v1::Evidence& e : open->evidence()) {
+        have |= e.comm_hash() == c.comm_hash &&
+                e.values().count("straggler_lateness_ns");
+      }
+      if (have) continue;
+      v1::Fault f = *open;
+      const v1::Suspect victim =
+          MemberSuspect(c, v.rank, v1::SUSPECT_LEVEL_RANK, 0);
+      bool listed = false;
+      for (const v1::Suspect& x : f.victims()) {
+        listed |= x.global_rank() == victim.global_rank() &&
+                  x.host() == victim.host();
+      }
+      if (!listed && f.victims_size() < kMaxVictims) {
+        *f.add_victims() = victim;
+      }
+      v1::Evidence* e = f.add_evidence();
+      e->set_comm_hash(c.comm_hash);
+      (*e->mutable_values())[std::string(kConsequenceMark)] = 1;
+      (*e->mutable_values())["straggler_lateness_ns"] = v.lateness_ns;
+      (*e->mutable_values())["expected_lateness_ns"] = expected;
+      e->set_text(absl::StrFormat(
+          "consequence: %s arrives late in %s by %.0f us per collective, "
+          "the time this slow communicator adds (%.0f us): a victim, not a "
+          "straggler",
+          DescribeRank(c, v.rank), c.comm_name, v.lateness_ns / 1e3,
+          expected / 1e3));
+      tracker_.Raise(key, f, f.state());
+    }
+    return true;
+  }
+  return false;
+}
+
+}  // namespace pitstop::controller
