@@ -54,6 +54,7 @@ void AgentCore::Collect(RankJoiner* joiner) {
 
 absl::Status AgentCore::OnMessage(uint64_t stream,
                                   const v1::StreamTelemetryRequest& req) {
+  if (options_.on_message_for_test) options_.on_message_for_test(req);
   std::shared_ptr<Slot> slot = FindSlot(stream);
   if (slot == nullptr) {
     return absl::FailedPreconditionError("stream already closed");

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +39,9 @@ struct AgentCoreOptions {
   std::string host;        // written into infos and summaries
   RankJoinerOptions join;  // .host is set from `host`
   size_t buffer_summaries = 50'000;
+  // Tests only: called first in OnMessage (may throw, to exercise the
+  // ingest path's exception handling).
+  std::function<void(const v1::StreamTelemetryRequest&)> on_message_for_test;
 };
 
 class AgentCore {

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <future>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "pitstop/grpc_util.h"
@@ -17,6 +19,8 @@
 
 namespace pitstop::agent {
 namespace {
+
+constexpr absl::Duration kStopWaitBound = absl::Seconds(5);
 
 using Req = v1::StreamTelemetryRequest;
 using Resp = v1::StreamTelemetryResponse;
@@ -35,7 +39,19 @@ class IngestReactor final : public grpc::ServerBidiReactor<Req, Resp>,
       EndStream(grpc::Status::OK);
       return;
     }
-    absl::Status st = core_->OnMessage(id_, req_);
+    absl::Status st;
+    // An exception must not escape a reactor callback: the stream would
+    // then never be finished and the server's shutdown would wait forever.
+    try {
+      st = core_->OnMessage(id_, req_);
+    } catch (const std::bad_alloc&) {
+      st = absl::ResourceExhaustedError(
+          "agent out of memory handling this message");
+    } catch (const std::exception& e) {
+      st = absl::InternalError(absl::StrCat("agent error: ", e.what()));
+    } catch (...) {
+      st = absl::InternalError("agent error: unknown exception");
+    }
     if (!st.ok()) {
       Logger("agent.ingest")->warn("stream {}: {}", id_, st.ToString());
       EndStream(ToGrpcStatus(st));
@@ -80,7 +96,11 @@ class IngestReactor final : public grpc::ServerBidiReactor<Req, Resp>,
  private:
   void EndStream(const grpc::Status& status) {
     // Close first so no more commands are routed here.
-    core_->CloseStream(id_);
+    try {
+      core_->CloseStream(id_);
+    } catch (const std::exception& e) {
+      Logger("agent.ingest")->error("stream {}: close: {}", id_, e.what());
+    }
     MutexLock lock(&mu_);
     finishing_ = true;
     final_status_ = status;
@@ -216,7 +236,24 @@ void IngestServer::Stop(absl::Duration grace) {
   core_->SetStopping();
   server_->Shutdown(std::chrono::system_clock::now() +
                     absl::ToChronoNanoseconds(grace));
-  server_->Wait();
+  // Wait() returns when every stream finished; bound it so a stuck reactor
+  // can never keep the agent from exiting on SIGTERM.
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> finished = done->get_future();
+  grpc::Server* server = server_.get();
+  std::thread([server, done] {
+    server->Wait();
+    done->set_value();
+  }).detach();
+  if (finished.wait_for(absl::ToChronoNanoseconds(grace + kStopWaitBound)) !=
+      std::future_status::ready) {
+    Logger("agent.ingest")
+        ->error("ingest server did not finish {} after shutdown; leaving it",
+                absl::FormatDuration(grace + kStopWaitBound));
+    // Still referenced by the waiting thread: never destroyed.
+    (void)server_.release();
+    (void)service_.release();
+  }
   // Remove the file only if it is still ours.
   struct stat st;
   if (stat(socket_path_.c_str(), &st) == 0 && st.st_ino == inode_) {

@@ -61,6 +61,33 @@ class IngestTest : public ::testing::Test {
   std::unique_ptr<IngestServer> server_;
 };
 
+TEST(IngestExceptionTest, ThrowingHandlerEndsStreamWithErrorAndStopReturns) {
+  TempDir dir;
+  const std::string socket = dir.file("x.sock");
+  AgentCoreOptions options;
+  options.host = "node-x";
+  options.on_message_for_test = [](const v1::StreamTelemetryRequest& req) {
+    if (req.has_hello() && req.hello().pid() == 666) throw std::bad_alloc();
+  };
+  AgentCore core(Clock::Real(), options, nullptr);
+  auto server = IngestServer::Create(socket, "", &core);
+  ASSERT_TRUE(server.ok()) << server.status();
+  {
+    FakeRank bad(socket);
+    bad.Send(MakeHello(666, 0, kComm, 0, 2));
+    const grpc::Status st = bad.Close();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << st.error_message();
+  }
+  // The server still serves other ranks.
+  FakeRank good(socket);
+  ASSERT_TRUE(good.Send(MakeHello(7, 1, kComm, 1, 2)));
+  ASSERT_TRUE(Eventually([&] { return core.connected_ranks() == 1; }));
+  (*server)->Stop();  // returns (ends the open stream)
+  good.Close();
+  EXPECT_EQ(core.connected_ranks(), 0u);
+}
+
 TEST_F(IngestTest, ConcurrentRankStreamsAreJoined) {
   constexpr int kRanks = 8, kBatches = 10, kOpsPerBatch = 50;
   std::vector<std::thread> threads;
