@@ -21,6 +21,13 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::Create(
   for (const auto& [job, policy] : (*store)->Policies()) {
     (void)(*engine)->SetJobPolicy(job, policy);
   }
+  // Faults open at the last stop: the same condition seen again updates
+  // them instead of opening duplicates.
+  if (absl::StatusOr<std::vector<v1::Fault>> open =
+          (*store)->List("", /*include_resolved=*/false, 0);
+      open.ok()) {
+    (*engine)->AdoptOpenFaults(*open);
+  }
   return std::unique_ptr<ControllerCore>(new ControllerCore(
       std::move(options), std::move(*store), std::move(*engine)));
 }

@@ -208,6 +208,41 @@ TEST_F(HangTest, CommHangWithoutProxyDataAsksForDeepProfiling) {
   EXPECT_EQ(profiling_[0].comm_hash, 0xC7u);
 }
 
+// A controller restart: the open fault comes back from the store and the
+// same condition seen again updates it instead of opening a second fault.
+TEST_F(HangTest, FaultOpenAtRestartIsUpdatedNotDuplicated) {
+  SimJob job(0xCD, 4, 2);
+  job.Register(engine_.get());
+  for (int32_t r = 0; r < 4; ++r) Report(job, r, r == 3 ? 9 : 10, 9);
+  Cycle(absl::Seconds(6));
+  ASSERT_EQ(Latest().size(), 1u);
+  const v1::Fault before = Latest()[0];
+
+  DetectionEngine::Options options;
+  options.first_fault_number = 2;  // the store's next number
+  auto restarted = DetectionEngine::Create(&clock_, options);
+  ASSERT_TRUE(restarted.ok());
+  engine_ = std::move(*restarted);
+  engine_->AdoptOpenFaults({before});
+  faults_.clear();
+  job.Register(engine_.get());
+  for (int32_t r = 0; r < 4; ++r) Report(job, r, r == 3 ? 9 : 10, 9);
+  Cycle(absl::Seconds(6));
+  ASSERT_EQ(Latest().size(), 1u);
+  EXPECT_EQ(Latest()[0].fault_id(), before.fault_id());
+  EXPECT_EQ(Latest()[0].first_seen_unix_ns(), before.first_seen_unix_ns());
+  EXPECT_EQ(SuspectGlobals(Latest()[0]), std::set<int32_t>{3});
+
+  // A different condition still opens a new fault with a new id.
+  for (int32_t r = 0; r < 4; ++r) Report(job, r, 10, 10);
+  Cycle(absl::Seconds(1));
+  for (int32_t r = 0; r < 4; ++r) Report(job, r, r == 1 ? 10 : 11, 10);
+  Cycle(absl::Seconds(6));
+  std::set<std::string> ids;
+  for (const v1::Fault& f : Latest()) ids.insert(f.fault_id());
+  EXPECT_TRUE(ids.count("F2")) << Latest().size();
+}
+
 TEST_F(HangTest, ProcessDiedBlamesTheDeadProcessNotItsPeers) {
   SimJob job(0xC8, 4, 2);
   job.Register(engine_.get());

@@ -297,4 +297,8 @@ void EngineImpl::ForgetFault(absl::string_view fault_id) {
   tracker_.Forget(fault_id);
 }
 
+void EngineImpl::AdoptOpenFaults(const std::vector<v1::Fault>& faults) {
+  for (const v1::Fault& f : faults) tracker_.Adopt(f);
+}
+
 }  // namespace pitstop::controller

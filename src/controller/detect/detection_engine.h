@@ -168,6 +168,10 @@ class DetectionEngine {
   // Tells the engine an operator resolved `fault_id`: it stops updating it
   // and opens a new fault if the condition is still seen.
   virtual void ForgetFault(absl::string_view fault_id) = 0;
+  // Faults open in the store when the controller (re)started: when the
+  // engine sees the same condition again (class, job, comm, suspects), it
+  // updates that fault instead of opening a second one.
+  virtual void AdoptOpenFaults(const std::vector<v1::Fault>& faults) = 0;
 
   // --- snapshots for the API ---------------------------------------------
   virtual std::vector<v1::Communicator> Communicators() const = 0;

@@ -32,6 +32,7 @@ class EngineImpl final : public DetectionEngine {
   v1::JobPolicy GetJobPolicy(absl::string_view job_id) const override;
   CycleResult RunCycle() override;
   void ForgetFault(absl::string_view fault_id) override;
+  void AdoptOpenFaults(const std::vector<v1::Fault>& faults) override;
   std::vector<v1::Communicator> Communicators() const override;
   std::vector<v1::Job> Jobs() const override;
   EngineStats stats() const override;

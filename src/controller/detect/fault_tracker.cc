@@ -60,7 +60,31 @@ void KeepConsequences(const v1::Fault& old, v1::Fault* next) {
   }
 }
 
+// Whether `a` and `b` describe the same condition: class, job, comm and
+// the same suspects (level, host, ranks, peer, NIC).
+bool SameCondition(const v1::Fault& a, const v1::Fault& b) {
+  if (a.fault_class() != b.fault_class() || a.job_id() != b.job_id() ||
+      a.comm_hash() != b.comm_hash() ||
+      a.suspects_size() != b.suspects_size()) {
+    return false;
+  }
+  auto ids = [](const v1::Fault& f) {
+    std::set<std::string> s;
+    for (const v1::Suspect& x : f.suspects()) {
+      s.insert(absl::StrCat(x.level(), "/", x.host(), "/", x.global_rank(), "/",
+                            x.pid(), "/", x.peer_host(), "/",
+                            x.peer_global_rank(), "/", x.nic()));
+    }
+    return s;
+  };
+  return ids(a) == ids(b);
+}
+
 }  // namespace
+
+void FaultTracker::Adopt(const v1::Fault& fault) {
+  if (fault.state() != v1::FAULT_STATE_RESOLVED) adopted_.push_back(fault);
+}
 
 FaultTracker::FaultTracker(Clock* clock, std::string id_prefix,
                            uint64_t first_number)
@@ -129,9 +153,19 @@ void FaultTracker::OpenOrUpdate(const std::string& key, const v1::Fault& fault,
   auto it = open_.find(key);
   if (it == open_.end()) {
     Open o{fault};
-    o.fault.set_fault_id(absl::StrCat(id_prefix_, next_number_++));
     o.fault.set_state(state);
     o.fault.set_first_seen_unix_ns(now);
+    for (auto a = adopted_.begin(); a != adopted_.end(); ++a) {
+      if (!SameCondition(*a, fault)) continue;
+      // The condition of a fault open before a restart: keep its identity.
+      o.fault.set_fault_id(a->fault_id());
+      o.fault.set_first_seen_unix_ns(a->first_seen_unix_ns());
+      adopted_.erase(a);
+      break;
+    }
+    if (o.fault.fault_id().empty()) {
+      o.fault.set_fault_id(absl::StrCat(id_prefix_, next_number_++));
+    }
     o.fault.set_updated_unix_ns(now);
     if (state == v1::FAULT_STATE_CONFIRMED) o.fault.set_confirmed_unix_ns(now);
     o.fault.set_windows_hit(windows_hit);

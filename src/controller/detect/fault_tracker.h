@@ -51,6 +51,12 @@ class FaultTracker {
   // Fault id of an open key, empty if none.
   std::string FaultIdOf(const std::string& key) const;
 
+  // A fault that was open when the controller last stopped (from the
+  // store). The first fault the tracker opens for the same condition (same
+  // class, job, comm and suspects) takes its id and first-seen time instead
+  // of a new id.
+  void Adopt(const v1::Fault& fault);
+
   // An operator closed the fault: stop tracking it (a new one may open).
   void Forget(absl::string_view fault_id);
   // Faults opened or changed since the last call.
@@ -74,6 +80,7 @@ class FaultTracker {
   std::map<std::string, std::map<uint64_t, std::deque<bool>>> history_;
   std::set<std::string> changed_;
   std::vector<v1::Fault> resolved_;
+  std::vector<v1::Fault> adopted_;
 };
 
 }  // namespace pitstop::controller
