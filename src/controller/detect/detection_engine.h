@@ -30,9 +30,13 @@
 //                  what others completed in an all-member collective is a
 //                  GPU-level suspect. Works on enqueue/complete states alone
 //                  (Flight Recorder data has no kernel timers).
-//   COMM_HANG      every member enqueued it, none completes: the in-flight
-//                  connection(s) whose proxy progress is lowest are suspects.
+//   COMM_HANG      every member enqueued it, none completes: the connection(s)
+//                  whose proxy ops of the stuck op stayed open while others
+//                  stopped, else the lowest proxy progress, are suspects.
 //   PROCESS_DIED   RankLifecycle DIED; hangs of its peers are folded into it.
+// Cascades are folded into their root fault: a NON_COMM_HANG waiting for
+// ranks blocked in another comm's hang or death, a straggler whose
+// lateness is what a slow comm it belongs to adds (docs/controller.md).
 // Verdicts need warm-up, a minimum effect and persistence (N of M windows)
 // for the slow classes, and an adaptive timeout (max(floor, k x p99)) for the
 // hang classes, all from the job's JobPolicy.
