@@ -53,10 +53,33 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     a->upstream_->Start();
   }
   a->core_->PublishMetrics(false, 0);
+  const absl::Duration period =
+      std::min(absl::Milliseconds(options.batch_ms), absl::Seconds(1));
+  Agent* self = a.get();
+  a->ticker_ = std::thread([self, period] { self->RunTicker(period); });
   return a;
 }
 
+void Agent::RunTicker(absl::Duration period) {
+  while (true) {
+    {
+      MutexLock lock(&tick_mu_);
+      if (!tick_stop_) tick_cv_.WaitWithTimeout(&tick_mu_, period);
+      if (tick_stop_) return;
+    }
+    if (upstream_ == nullptr) core_->Poll();
+    core_->PublishMetrics(upstream_ != nullptr && upstream_->connected(),
+                          upstream_ != nullptr ? upstream_->connects() : 0);
+  }
+}
+
 void Agent::Stop() {
+  {
+    MutexLock lock(&tick_mu_);
+    tick_stop_ = true;
+    tick_cv_.SignalAll();
+  }
+  if (ticker_.joinable()) ticker_.join();
   if (ingest_ != nullptr) ingest_->Stop();      // rank streams end first
   if (upstream_ != nullptr) upstream_->Stop();  // then flush upstream
 }

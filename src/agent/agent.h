@@ -7,9 +7,11 @@
 #define PITSTOP_AGENT_AGENT_H_
 
 #include <memory>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "pitstop/clock.h"
+#include "pitstop/sync.h"
 #include "src/agent/agent_core.h"
 #include "src/agent/agent_metrics.h"
 #include "src/agent/agent_options.h"
@@ -36,12 +38,19 @@ class Agent {
 
  private:
   Agent() = default;
+  // Every metrics period: polls the joiners when there is no upstream and
+  // publishes the metrics (whatever the upstream does).
+  void RunTicker(absl::Duration period);
   std::string host_;
   int metrics_port_ = 0;
   std::unique_ptr<AgentMetrics> metrics_;
   std::unique_ptr<AgentCore> core_;
   std::unique_ptr<IngestServer> ingest_;
   std::unique_ptr<UpstreamClient> upstream_;
+  Mutex tick_mu_;
+  CondVar tick_cv_;
+  bool tick_stop_ ABSL_GUARDED_BY(tick_mu_) = false;
+  std::thread ticker_;
 };
 
 }  // namespace pitstop::agent

@@ -132,6 +132,19 @@ void AgentCore::FillBatch(size_t max_summaries, v1::ConnectRequest* out) {
   out->set_sent_unix_ns(absl::ToUnixNanos(clock_->Now()));
 }
 
+void AgentCore::Poll() {
+  std::vector<std::shared_ptr<Slot>> slots;
+  {
+    MutexLock lock(&mu_);
+    for (auto& [id, s] : slots_) slots.push_back(s);
+  }
+  for (auto& s : slots) {
+    MutexLock l(&s->mu);
+    s->joiner->Poll();
+    Collect(s->joiner.get());
+  }
+}
+
 void AgentCore::AllCommunicators(std::vector<v1::CommunicatorInfo>* out) {
   std::vector<std::shared_ptr<Slot>> slots;
   {

@@ -66,6 +66,10 @@ class AgentCore {
   // local (comm, rank, func), lifecycle, communicators, aggregates, up to
   // `max_summaries` summaries and the counters.
   void FillBatch(size_t max_summaries, v1::ConnectRequest* out);
+  // Polls the joiners (grace / timeout expiry) and collects what they
+  // emitted into the buffer and metrics, without draining (the periodic
+  // tick when there is no upstream).
+  void Poll();
   // Communicator infos of every connected rank (sent after registering).
   void AllCommunicators(std::vector<v1::CommunicatorInfo>* out);
   // Sends the mask to the matching rank streams; returns how many.

@@ -159,6 +159,32 @@ TEST(AgentProcessTest, KilledRankIsReportedDiedAndMetricsShowTheNumbers) {
   close(nfd);
 }
 
+// Without a controller the metrics still follow what the ranks send.
+TEST(AgentProcessTest, MetricsUpdateWithoutController) {
+  TempDir dir;
+  const std::string sock = dir.file("agent.sock");
+  AgentProcess agent(dir, "agent",
+                     {"--ingest-socket", sock, "--controller", "", "--batch-ms",
+                      "100", "--metrics-address", "127.0.0.1:0"});
+  const int port = agent.WaitReady();
+  ASSERT_GT(port, 0) << agent.err();
+  Process rank({RankBin(), sock, "0", "1", "30", "10", "goodbye"}, {},
+               dir.file("r.out"), dir.file("r.err"));
+  EXPECT_EQ(ExitCode(rank.Wait()), 0) << ReadFile(dir.file("r.err"));
+  std::string metrics;
+  EXPECT_TRUE(Eventually([&] {
+    metrics = testing::HttpGet(port, "/metrics");
+    return metrics.find("pitstop_agent_records_ingested_total 0") ==
+               std::string::npos &&
+           metrics.find("pitstop_agent_records_ingested_total") !=
+               std::string::npos;
+  })) << metrics;
+  EXPECT_THAT(metrics, HasSubstr("pitstop_agent_upstream_connected 0"));
+  EXPECT_THAT(metrics, HasSubstr("pitstop_agent_connected_ranks 0"));
+  agent.proc().Signal(SIGTERM);
+  EXPECT_EQ(ExitCode(agent.proc().Wait()), 0) << agent.err();
+}
+
 TEST(AgentProcessTest, StaleSocketOfKilledAgentIsReplacedLiveOneIsNot) {
   TempDir dir;
   const std::string sock = dir.file("agent.sock");
