@@ -11,12 +11,7 @@ namespace pitstop::agent {
 
 absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     const AgentOptions& options, Clock* clock) {
-  if (options.batch_ms == 0) {
-    return absl::InvalidArgumentError("batch_ms: must be > 0");
-  }
-  if (options.buffer_summaries == 0) {
-    return absl::InvalidArgumentError("buffer.summaries: must be > 0");
-  }
+  RETURN_IF_ERROR(ValidateAgentOptions(options, ""));
   std::unique_ptr<Agent> a(new Agent());
   a->host_ = options.host.empty() ? LocalHostName() : options.host;
   a->metrics_ = std::make_unique<AgentMetrics>();

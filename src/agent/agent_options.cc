@@ -1,5 +1,8 @@
 #include "src/agent/agent_options.h"
 
+#include "absl/strings/str_cat.h"
+#include "src/agent/upstream_client.h"
+
 namespace pitstop::agent {
 
 void RegisterAgentOptions(ConfigSchema* s, AgentOptions* o) {
@@ -30,6 +33,35 @@ void RegisterAgentOptions(ConfigSchema* s, AgentOptions* o) {
   s->Add("log.level", &o->log_level,
          "trace, debug, info, warn, error, critical, off");
   s->Add("log.file", &o->log_file, "Log file; empty = stderr");
+}
+
+}  // namespace pitstop::agent
+
+namespace pitstop::agent {
+
+absl::Status ValidateAgentOptions(const AgentOptions& o,
+                                  const std::string& config_path) {
+  const std::string where = config_path.empty() ? "" : config_path + ": ";
+  auto at_least_one = [&](const char* key, uint64_t v) -> absl::Status {
+    if (v >= 1) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "key '", key, "' (", ConfigSchema::FlagForKey(key),
+                     "): must be >= 1, got ", v));
+  };
+  if (auto st = at_least_one("batch_ms", o.batch_ms); !st.ok()) return st;
+  if (auto st = at_least_one("buffer.summaries", o.buffer_summaries);
+      !st.ok()) {
+    return st;
+  }
+  if (auto st = at_least_one("join.max_open_ops", o.join_max_open_ops);
+      !st.ok()) {
+    return st;
+  }
+  if (absl::Status st = ValidateControllerAddress(o.controller); !st.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "key 'controller' (--controller): ", st.message()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace pitstop::agent

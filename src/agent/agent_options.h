@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
 #include "pitstop/config.h"
 
 namespace pitstop::agent {
@@ -45,6 +46,12 @@ struct AgentOptions {
 
 // Binds every field of `options` to its key in `schema`.
 void RegisterAgentOptions(ConfigSchema* schema, AgentOptions* options);
+
+// Checks values the schema cannot (ranges, address form). InvalidArgument
+// "key 'batch_ms' (--batch-ms): must be >= 1, got 0", prefixed with
+// `config_path` when one was given (the value may come from it).
+absl::Status ValidateAgentOptions(const AgentOptions& options,
+                                  const std::string& config_path);
 
 }  // namespace pitstop::agent
 

@@ -61,6 +61,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (*parsed == pitstop::ConfigParse::kExit) return 0;
+  if (auto st =
+          pitstop::agent::ValidateAgentOptions(options, schema.config_path());
+      !st.ok()) {
+    std::fprintf(stderr, "pitstop-agent: %s\n",
+                 std::string(st.message()).c_str());
+    return 2;
+  }
   pitstop::LoggingOptions log;
   log.level = options.log_level;
   log.file = options.log_file;
@@ -80,7 +87,12 @@ int main(int argc, char** argv) {
   if (!agent.ok()) {
     std::fprintf(stderr, "pitstop-agent: %s\n",
                  std::string(agent.status().message()).c_str());
-    return 1;
+    // Bad option values (socket path, unknown group) are usage errors.
+    const absl::StatusCode code = agent.status().code();
+    return code == absl::StatusCode::kInvalidArgument ||
+                   code == absl::StatusCode::kNotFound
+               ? 2
+               : 1;
   }
   auto logger = pitstop::Logger("agent");
   logger->info("ready: host {} socket {} controller '{}' metrics port {}",

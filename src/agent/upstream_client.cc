@@ -1,12 +1,67 @@
 #include "src/agent/upstream_client.h"
 
 #include <algorithm>
+#include <chrono>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "pitstop/grpc_util.h"
 #include "pitstop/logging.h"
 #include "pitstop/v1/agent.grpc.pb.h"
 
 namespace pitstop::agent {
+namespace {
+
+// Steady time as absl::Time: batch and wait deadlines must not follow
+// wall-clock steps (NTP).
+absl::Time SteadyNow() {
+  return absl::UnixEpoch() +
+         absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
+}
+
+// A stream that stayed up this long resets the reconnect backoff.
+constexpr absl::Duration kHealthyStream = absl::Seconds(2);
+// How long one attempt waits for the channel to connect.
+constexpr absl::Duration kConnectTimeout = absl::Seconds(5);
+
+const char* StateName(grpc_connectivity_state s) {
+  switch (s) {
+    case GRPC_CHANNEL_IDLE:
+      return "idle";
+    case GRPC_CHANNEL_CONNECTING:
+      return "connecting";
+    case GRPC_CHANNEL_READY:
+      return "ready";
+    case GRPC_CHANNEL_TRANSIENT_FAILURE:
+      return "transient failure (connection refused, unreachable or "
+             "timed out)";
+    case GRPC_CHANNEL_SHUTDOWN:
+      return "shutdown";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+absl::Status ValidateControllerAddress(const std::string& address) {
+  if (address.empty()) return absl::OkStatus();
+  if (absl::StartsWith(address, "unix:")) {
+    if (address.size() > 5) return absl::OkStatus();
+  } else {
+    const size_t colon = address.rfind(':');
+    int port = 0;
+    if (colon != std::string::npos && colon > 0 &&
+        address.find_first_of(" \t/") == std::string::npos &&
+        absl::SimpleAtoi(address.substr(colon + 1), &port) && port > 0 &&
+        port < 65536) {
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "controller: expected host:port (port 1..65535) or unix:PATH, got '",
+      address, "'"));
+}
 
 UpstreamClient::UpstreamClient(UpstreamOptions options, AgentCore* core)
     : options_(std::move(options)), core_(core) {}
@@ -27,14 +82,14 @@ void UpstreamClient::Stop() {
 }
 
 bool UpstreamClient::WaitFor(absl::Duration d, bool wake_on_backlog) {
-  const absl::Time deadline = absl::Now() + d;
+  const absl::Time deadline = SteadyNow() + d;
   while (true) {
     // A full message's worth of summaries goes out at once: bounds memory
     // and loss under bursts without waiting for the batch period.
     const bool backlog = wake_on_backlog && Backlog();
     MutexLock lock(&mu_);
     if (stop_ || backlog || !acks_.empty() || pong_ != 0) return stop_;
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration left = deadline - SteadyNow();
     if (left <= absl::ZeroDuration()) return stop_;
     cv_.WaitWithTimeout(&mu_, std::min(left, absl::Milliseconds(20)));
   }
@@ -49,13 +104,13 @@ void UpstreamClient::Run() {
   absl::Duration backoff = absl::Milliseconds(100);
   auto log = Logger("agent.upstream");
   while (true) {
-    const uint64_t before = connects_.load();
-    RunStream();
+    const absl::Duration up = RunStream();
     {
       MutexLock lock(&mu_);
       if (stop_) return;
     }
-    if (connects_.load() != before) backoff = absl::Milliseconds(100);
+    // Only a stream that actually worked for a while resets the backoff.
+    if (up >= kHealthyStream) backoff = absl::Milliseconds(100);
     log->info("controller {} unreachable; retrying in {} ms", options_.address,
               absl::ToInt64Milliseconds(backoff));
     core_->PublishMetrics(false, connects_.load());
@@ -64,9 +119,27 @@ void UpstreamClient::Run() {
   }
 }
 
-void UpstreamClient::RunStream() {
+absl::Duration UpstreamClient::RunStream() {
   auto log = Logger("agent.upstream");
   auto channel = CreateChannel(options_.address);
+  // Connected means the channel is READY, not that a write was buffered.
+  const absl::Time connect_deadline = SteadyNow() + kConnectTimeout;
+  grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
+  while (state != GRPC_CHANNEL_READY) {
+    {
+      MutexLock lock(&mu_);
+      if (stop_) return absl::ZeroDuration();
+    }
+    if (SteadyNow() >= connect_deadline) {
+      log->warn("controller {}: cannot connect within {} s: {}",
+                options_.address, absl::ToInt64Seconds(kConnectTimeout),
+                StateName(state));
+      return absl::ZeroDuration();
+    }
+    channel->WaitForStateChange(state, std::chrono::system_clock::now() +
+                                           std::chrono::milliseconds(200));
+    state = channel->GetState(/*try_to_connect=*/true);
+  }
   auto stub = v1::AgentLink::NewStub(channel);
   grpc::ClientContext ctx;
   auto stream = stub->Connect(&ctx);
@@ -78,9 +151,12 @@ void UpstreamClient::RunStream() {
   for (auto& c : comms) *hello.add_communicators() = std::move(c);
   if (!stream->Write(hello)) {
     ctx.TryCancel();
-    stream->Finish().IgnoreError();
-    return;
+    const grpc::Status st = stream->Finish();
+    log->warn("controller {}: registration failed: {} {}", options_.address,
+              static_cast<int>(st.error_code()), st.error_message());
+    return absl::ZeroDuration();
   }
+  const absl::Time connected_at = SteadyNow();
   connected_ = true;
   connects_.fetch_add(1);
   log->info("connected to controller {}", options_.address);
@@ -105,16 +181,16 @@ void UpstreamClient::RunStream() {
     cv_.SignalAll();
   });
 
-  absl::Time next_batch = absl::Now();
+  absl::Time next_batch = SteadyNow();
   bool stopping = false;
   while (!server_ended) {
-    const absl::Duration wait = next_batch - absl::Now();
+    const absl::Duration wait = next_batch - SteadyNow();
     stopping = WaitFor(std::max(wait, absl::ZeroDuration()),
                        /*wake_on_backlog=*/true);
     if (server_ended) break;
     v1::ConnectRequest batch;
     const bool backlog = Backlog();
-    const bool periodic = absl::Now() >= next_batch || stopping || backlog;
+    const bool periodic = SteadyNow() >= next_batch || stopping || backlog;
     {
       MutexLock lock(&mu_);
       for (uint64_t id : acks_) batch.add_acked_command_ids(id);
@@ -123,15 +199,17 @@ void UpstreamClient::RunStream() {
       pong_ = 0;
     }
     if (periodic) {
-      if (!backlog) next_batch = absl::Now() + options_.batch;
+      if (!backlog) next_batch = SteadyNow() + options_.batch;
       core_->FillBatch(kMaxSummariesPerMessage, &batch);
     }
+    if (stopping) batch.set_agent_stopping(true);
     bool ok = stream->Write(batch);
     // More summaries queued than one message carries: send them now.
     while (ok && periodic &&
            batch.summaries_size() == kMaxSummariesPerMessage) {
       batch.Clear();
       core_->buffer()->Drain(kMaxSummariesPerMessage, &batch);
+      if (stopping) batch.set_agent_stopping(true);
       if (batch.summaries_size() == 0) break;
       ok = stream->Write(batch);
     }
@@ -143,6 +221,7 @@ void UpstreamClient::RunStream() {
     if (stopping) break;
   }
   connected_ = false;
+  const absl::Duration up = SteadyNow() - connected_at;
   if (stopping && !server_ended) {
     stream->WritesDone();
     // Give the controller a moment to read the flush and end the stream.
@@ -162,6 +241,7 @@ void UpstreamClient::RunStream() {
     log->warn("controller stream ended: {} {}",
               static_cast<int>(st.error_code()), st.error_message());
   }
+  return up;
 }
 
 }  // namespace pitstop::agent

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "pitstop/clock.h"
 #include "pitstop/sync.h"
@@ -36,6 +37,10 @@ struct UpstreamOptions {
   absl::Duration backoff_max = absl::Seconds(5);
   v1::NodeRegistration registration;
 };
+
+// OK for "" (no upstream), host:port (port 1..65535) or unix:PATH;
+// InvalidArgument naming `controller` otherwise.
+absl::Status ValidateControllerAddress(const std::string& address);
 
 class UpstreamClient {
  public:
@@ -53,8 +58,9 @@ class UpstreamClient {
 
  private:
   void Run();
-  // One connection; returns when it breaks or Stop() was called.
-  void RunStream();
+  // One connection; returns when it breaks or Stop() was called, with how
+  // long it was connected (0 = never connected).
+  absl::Duration RunStream();
   // Waits up to `d` unless stopping, a pong/ack is pending or (with
   // `wake_on_backlog`) a full message of summaries is queued; true if
   // stopping.

@@ -85,6 +85,23 @@ TEST(AgentProcessTest, BadConfigNamesFileLineAndKey) {
   AgentProcess b(dir, "typo", {"--config", cfg});
   EXPECT_EQ(ExitCode(b.proc().Wait()), 2);
   EXPECT_THAT(b.err(), HasSubstr("ingest.sockett"));
+  // Values the schema parses but the agent cannot use: exit 2, key named.
+  for (const char* bad : {"batch_ms: 0\n", "buffer:\n  summaries: 0\n",
+                          "controller: no-port-here\n"}) {
+    std::ofstream(cfg) << "ingest:\n  socket: " << dir.file("v.sock") << "\n"
+                       << bad;
+    AgentProcess c(dir, "range", {"--config", cfg, "--metrics-address", ""});
+    EXPECT_EQ(ExitCode(c.proc().Wait()), 2) << bad << c.err();
+    EXPECT_THAT(c.err(), HasSubstr(cfg)) << bad;
+    const std::string key = std::string(bad).substr(0, 6);
+    EXPECT_THAT(c.err(), HasSubstr(key)) << bad << c.err();
+  }
+  AgentProcess g(dir, "group",
+                 {"--ingest-socket", dir.file("g.sock"), "--controller", "",
+                  "--metrics-address", "", "--ingest-socket-group",
+                  "no-such-group-pitstop"});
+  EXPECT_EQ(ExitCode(g.proc().Wait()), 2) << g.err();
+  EXPECT_THAT(g.err(), HasSubstr("ingest.socket_group"));
 }
 
 // Ranks as real processes: one ends cleanly, one is SIGKILLed; summaries,

@@ -1,5 +1,9 @@
 // Upstream path: the in-process Agent (ingest + upstream client) against a
 // real in-test AgentLink receiver over TCP.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -236,6 +240,49 @@ TEST_F(UpstreamTest, ReconnectsAfterTheControllerRestarts) {
   EXPECT_GE(agent_->upstream()->connects(), 2u);
   rank.Send(MakeGoodbye());
   EXPECT_TRUE(rank.Close().ok());
+}
+
+// A peer that accepts TCP but never speaks HTTP/2 (like a black-holed
+// address): the agent must not count it as connected.
+TEST_F(UpstreamTest, SilentPeerIsNotConnected) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 16), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  StartAgent("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+  // Long enough for several attempts of the old code (one per ~1 s).
+  for (int i = 0; i < 30; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    EXPECT_FALSE(agent_->upstream()->connected());
+  }
+  EXPECT_EQ(agent_->upstream()->connects(), 0u);
+  agent_->Stop();  // returns although the peer never answers
+  close(fd);
+}
+
+TEST_F(UpstreamTest, LastBatchOnStopSaysAgentStopping) {
+  TestReceiver receiver;
+  StartAgent(receiver.address());
+  FakeRank rank(dir_.file("a.sock"));
+  ASSERT_TRUE(rank.Send(MakeHello(10, 0, kComm, 0, 1)));
+  ASSERT_TRUE(receiver.WaitUntil([](const Reqs& r) {
+    for (const auto& q : r) {
+      if (q.progress_size() > 0) return true;
+    }
+    return false;
+  }));
+  agent_->Stop();
+  const Reqs reqs = receiver.requests();
+  ASSERT_FALSE(reqs.empty());
+  EXPECT_TRUE(reqs.back().agent_stopping());
+  for (size_t i = 0; i + 1 < reqs.size(); ++i) {
+    EXPECT_FALSE(reqs[i].agent_stopping()) << i;
+  }
 }
 
 }  // namespace
