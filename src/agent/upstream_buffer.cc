@@ -77,6 +77,18 @@ void UpstreamBuffer::Drain(size_t max_summaries, v1::ConnectRequest* out) {
   aggregates_.clear();
 }
 
+template <typename T>
+static void RequeueFront(google::protobuf::RepeatedPtrField<T>* in,
+                         std::deque<T>* q, uint64_t* dropped) {
+  for (int i = in->size() - 1; i >= 0; --i) {  // keeps their order
+    if (q->size() >= UpstreamBuffer::kMaxEvents) {
+      *dropped += static_cast<uint64_t>(i + 1);
+      break;
+    }
+    q->push_front(std::move(*in->Mutable(i)));
+  }
+}
+
 void UpstreamBuffer::Requeue(v1::ConnectRequest* batch) {
   MutexLock lock(&mu_);
   auto* s = batch->mutable_summaries();
@@ -87,16 +99,24 @@ void UpstreamBuffer::Requeue(v1::ConnectRequest* batch) {
       FoldLocked(s->Get(i));
     }
   }
-  auto* events = batch->mutable_lifecycle();
-  for (int i = events->size() - 1; i >= 0; --i) {  // keep their order
-    if (lifecycle_.size() < kMaxEvents) {
-      lifecycle_.push_front(std::move(*events->Mutable(i)));
-    }
-  }
+  // Older than what is queued: they go in front, in order; those that do
+  // not fit are the oldest and are dropped (counted).
+  RequeueFront(batch->mutable_lifecycle(), &lifecycle_,
+               &counters_.events_dropped);
+  RequeueFront(batch->mutable_communicators(), &communicators_,
+               &counters_.events_dropped);
   for (auto& a : *batch->mutable_aggregates()) {
     const std::pair<uint64_t, int> key{a.comm_hash(),
                                        static_cast<int>(a.func())};
-    v1::AggregateRecord& mine = aggregates_[key];
+    auto it = aggregates_.find(key);
+    if (it == aggregates_.end()) {
+      if (aggregates_.size() >= kMaxAggregates) {
+        counters_.summaries_dropped += a.ops();
+        continue;
+      }
+      it = aggregates_.emplace(key, v1::AggregateRecord()).first;
+    }
+    v1::AggregateRecord& mine = it->second;
     mine.set_comm_hash(a.comm_hash());
     mine.set_func(a.func());
     mine.set_ops(mine.ops() + a.ops());

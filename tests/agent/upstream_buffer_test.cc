@@ -71,5 +71,42 @@ TEST(UpstreamBufferTest, AggregateKeysAreBounded) {
   EXPECT_EQ(buffer.counters().summaries_dropped, 5u);
 }
 
+TEST(UpstreamBufferTest, RequeueKeepsInfosCountsEventDropsAndCapsAggregates) {
+  UpstreamBuffer buffer(10);
+  v1::ConnectRequest failed;
+  failed.add_communicators()->set_comm_hash(42);
+  for (size_t i = 0; i < 3; ++i) failed.add_lifecycle()->set_pid(1000 + i);
+  // Fill the event queue so only part of the failed batch fits.
+  std::vector<v1::RankLifecycle> newer(UpstreamBuffer::kMaxEvents - 1);
+  buffer.PushLifecycle(&newer);
+  for (size_t k = 0; k < UpstreamBuffer::kMaxAggregates; ++k) {
+    std::vector<v1::CollectiveSummary> s = {Summary(k, 0, 1)};
+    UpstreamBuffer tiny(0);
+    tiny.PushSummaries(&s);
+    tiny.Drain(0, &failed);  // one aggregate per comm
+  }
+  auto* extra = failed.add_aggregates();
+  extra->set_comm_hash(999'999);
+  extra->set_ops(5);
+  // The buffer already holds one other key, so the last one does not fit.
+  std::vector<v1::CollectiveSummary> own = {Summary(777'777, 0, 1)};
+  UpstreamBuffer own_buf(0);
+  own_buf.PushSummaries(&own);
+  v1::ConnectRequest mine;
+  own_buf.Drain(0, &mine);
+  buffer.Requeue(&mine);
+  buffer.Requeue(&failed);
+  EXPECT_EQ(buffer.counters().events_dropped, 2u);
+  EXPECT_EQ(buffer.counters().summaries_dropped, 5u + 1u);
+  v1::ConnectRequest out;
+  buffer.Drain(100, &out);
+  ASSERT_EQ(out.communicators_size(), 1);
+  EXPECT_EQ(out.communicators(0).comm_hash(), 42u);
+  ASSERT_EQ(out.lifecycle_size(), static_cast<int>(UpstreamBuffer::kMaxEvents));
+  EXPECT_EQ(out.lifecycle(0).pid(), 1002u);  // the newest of the failed ones
+  EXPECT_EQ(out.aggregates_size(),
+            static_cast<int>(UpstreamBuffer::kMaxAggregates));
+}
+
 }  // namespace
 }  // namespace pitstop::agent
