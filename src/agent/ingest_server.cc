@@ -1,6 +1,8 @@
 #include "src/agent/ingest_server.h"
 
+#include <fcntl.h>
 #include <grp.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -196,9 +198,35 @@ absl::StatusOr<std::unique_ptr<IngestServer>> IngestServer::Create(
         " does not exist (the systemd unit's RuntimeDirectory=pitstop "
         "creates /run/pitstop)"));
   }
-  if (absl::Status st = ClaimSocketPath(socket_path); !st.ok()) return st;
+  // Two agents starting at once would both find no live socket and both
+  // bind (binding unlinks the file): the lock decides who owns the path,
+  // for the agent's lifetime. The lock file is never removed.
+  const std::string lock_path = socket_path + ".lock";
+  const int lock_fd =
+      open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ingest.socket: cannot open lock file ", lock_path, ": ",
+                     std::strerror(errno)));
+  }
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    close(lock_fd);
+    if (err == EWOULDBLOCK) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          socket_path, ": another agent is serving on this socket (it holds ",
+          lock_path, "); not taking it over"));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ingest.socket: cannot lock ", lock_path, ": ", std::strerror(err)));
+  }
+  if (absl::Status st = ClaimSocketPath(socket_path); !st.ok()) {
+    close(lock_fd);
+    return st;
+  }
 
   std::unique_ptr<IngestServer> s(new IngestServer());
+  s->lock_fd_ = lock_fd;
   s->socket_path_ = socket_path;
   s->core_ = core;
   s->service_ = std::make_unique<Service>(core);
@@ -259,10 +287,15 @@ void IngestServer::Stop(absl::Duration grace) {
   if (stat(socket_path_.c_str(), &st) == 0 && st.st_ino == inode_) {
     unlink(socket_path_.c_str());
   }
+  if (lock_fd_ >= 0) {
+    close(lock_fd_);  // releases the lock
+    lock_fd_ = -1;
+  }
 }
 
 IngestServer::~IngestServer() {
   if (server_ != nullptr) Stop(absl::ZeroDuration());
+  if (lock_fd_ >= 0) close(lock_fd_);
 }
 
 }  // namespace pitstop::agent

@@ -44,6 +44,7 @@ class IngestServer {
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   ino_t inode_ = 0;
+  int lock_fd_ = -1;  // flock on socket_path_ + ".lock", held until Stop
   bool stopped_ = false;
 };
 

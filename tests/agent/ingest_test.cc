@@ -1,5 +1,7 @@
 // Ingest path: real gRPC streams over a real Unix socket into AgentCore.
+#include <fcntl.h>
 #include <grp.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -240,6 +242,28 @@ TEST_F(IngestTest, LiveSocketIsNotStolen) {
       },
       absl::Seconds(10)));
   EXPECT_LE(attempts, 2);
+}
+
+TEST(IngestSocketTest, LockHeldByAnotherStartingAgentIsRespected) {
+  TempDir dir;
+  const std::string sock = dir.file("l.sock");
+  AgentCore core(Clock::Real(), AgentCoreOptions{}, nullptr);
+  // Another agent that has taken the lock but not yet bound the socket.
+  const int fd = open((sock + ".lock").c_str(), O_RDWR | O_CREAT, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(flock(fd, LOCK_EX | LOCK_NB), 0);
+  auto second = IngestServer::Create(sock, "", &core);
+  ASSERT_FALSE(second.ok());
+  EXPECT_THAT(second.status().message(), HasSubstr("another agent"));
+  close(fd);
+  // Released: the next one takes the path, and holds the lock while up.
+  auto third = IngestServer::Create(sock, "", &core);
+  ASSERT_TRUE(third.ok()) << third.status();
+  auto fourth = IngestServer::Create(sock, "", &core);
+  ASSERT_FALSE(fourth.ok());
+  (*third)->Stop();
+  auto fifth = IngestServer::Create(sock, "", &core);
+  EXPECT_TRUE(fifth.ok()) << fifth.status();
 }
 
 TEST(IngestSocketTest, StaleSocketIsReplaced) {
