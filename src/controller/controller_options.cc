@@ -1,6 +1,46 @@
 #include "src/controller/controller_options.h"
 
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "src/controller/detect/detection_engine.h"
+
 namespace pitstop::controller {
+namespace {
+
+absl::Status KeyError(absl::string_view key, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "key '", key, "' (",
+      ConfigSchema::FlagForKey(std::string_view(key.data(), key.size())),
+      "): ", what));
+}
+
+}  // namespace
+
+absl::Status ControllerOptions::Validate() const {
+  if (cycle_ms == 0) return KeyError("detection.cycle_ms", "must be > 0");
+  const std::pair<const char*, double> doubles[] = {
+      {"detection.min_effect", min_effect},
+      {"detection.hang_timeout_multiplier", hang_timeout_multiplier},
+      {"detection.z_threshold", z_threshold}};
+  for (const auto& [key, v] : doubles) {
+    if (!std::isfinite(v) || v < 0) {
+      return KeyError(key,
+                      absl::StrCat("must be a finite number >= 0, got ", v));
+    }
+  }
+  // ValidatePolicy names the JobPolicy field ("policy.persistence_n: ...");
+  // the YAML key is "detection.<field>".
+  if (absl::Status s = ValidatePolicy(DefaultPolicy()); !s.ok()) {
+    const std::string msg =
+        absl::StrReplaceAll(s.message(), {{"policy.", "detection."}});
+    const size_t colon = msg.find(": ");
+    if (colon == std::string::npos) return KeyError("detection", msg);
+    return KeyError(msg.substr(0, colon), msg.substr(colon + 2));
+  }
+  return absl::OkStatus();
+}
 
 v1::JobPolicy ControllerOptions::DefaultPolicy() const {
   v1::JobPolicy p;

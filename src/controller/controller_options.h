@@ -31,6 +31,10 @@ struct ControllerOptions {
   double z_threshold = 0;
 
   v1::JobPolicy DefaultPolicy() const;
+  // Checks values the schema's types cannot: detection.cycle_ms > 0, the
+  // default policy valid (persistence_n <= persistence_m, min_effect >= 0,
+  // finite numbers). InvalidArgument naming the YAML key and its flag.
+  absl::Status Validate() const;
 };
 
 // Binds every option: "listen" <-> --listen, "detection.window_ms" <->

@@ -55,6 +55,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (*parsed == pitstop::ConfigParse::kExit) return 0;
+  if (absl::Status st = options.Validate(); !st.ok()) {
+    const std::string& config = schema.config_path();
+    std::fprintf(stderr, "pitstop-controller: %s%s\n",
+                 config.empty() ? "" : (config + ": ").c_str(),
+                 std::string(st.message()).c_str());
+    return 2;
+  }
   pitstop::LoggingOptions log;
   log.level = options.log_level;
   log.file = options.log_file;
@@ -74,8 +81,12 @@ int main(int argc, char** argv) {
       exposer = std::make_unique<prometheus::Exposer>(options.metrics_address);
       exposer->RegisterCollectable(metrics->registry());
     } catch (const std::exception& e) {
+      // civetweb reports a bad or busy address as "null context when
+      // constructing CivetServer".
       return Fail(absl::StrCat("metrics_address ", options.metrics_address,
-                               ": ", e.what()));
+                               ": cannot listen (bad address or port in "
+                               "use?): ",
+                               e.what()));
     }
   }
   pitstop::controller::ControllerCore::Options core_options;

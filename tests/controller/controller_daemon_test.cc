@@ -180,6 +180,103 @@ TEST_F(ControllerDaemonTest, BadConfigNamesTheKey) {
   EXPECT_THAT(out, HasSubstr("detection.window_ms"));
 }
 
+// Runs the daemon with `args` (plus --metrics-address "") expecting it to
+// exit on its own; kills it after 10 s. Returns its exit code (-1 when it
+// had to be killed) and fills *out with what it printed.
+int RunToExit(const std::string& bin, const std::string& dir,
+              std::vector<std::string> args, std::string* out) {
+  std::vector<std::string> argv = {bin, "--metrics-address", ""};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const std::string out_path = dir + "/second.log";
+  const pid_t pid = Spawn(argv, out_path);
+  if (pid <= 0) return -2;
+  int status = 0;
+  const bool exited =
+      WaitUntil([&] { return waitpid(pid, &status, WNOHANG) == pid; });
+  if (!exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  *out = ReadFile(out_path);
+  return exited && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// A second controller on the same port or the same database must not start
+// (gRPC's default SO_REUSEPORT would let both listen and share the calls;
+// two processes on one database would hand out the same fault ids).
+TEST_F(ControllerDaemonTest, SecondControllerOnSamePortOrDatabaseExits1) {
+  const std::string target = StartController();
+  const std::string port = target.substr(target.rfind(':') + 1);
+  std::string out;
+  EXPECT_EQ(
+      RunToExit(controller_, dir_,
+                {"--listen", "127.0.0.1:" + port, "--db", dir_ + "/other.db"},
+                &out),
+      1)
+      << out;
+  EXPECT_THAT(out, HasSubstr("cannot listen on 127.0.0.1:" + port));
+  EXPECT_EQ(
+      RunToExit(controller_, dir_,
+                {"--listen", "127.0.0.1:0", "--db", dir_ + "/controller.db"},
+                &out),
+      1)
+      << out;
+  EXPECT_THAT(out, HasSubstr("in use by another pitstop-controller"));
+  EXPECT_THAT(out, HasSubstr(dir_ + "/controller.db.lock"));
+  // The first one still answers.
+  std::string ctl_out;
+  EXPECT_EQ(Ctl(target, {"status"}, &ctl_out), 0) << ctl_out;
+}
+
+TEST_F(ControllerDaemonTest, DatabaseInMissingDirectoryNamesTheDirectory) {
+  std::string out;
+  EXPECT_EQ(RunToExit(controller_, dir_,
+                      {"--listen", "127.0.0.1:0", "--db",
+                       dir_ + "/nope/controller.db"},
+                      &out),
+            1)
+      << out;
+  EXPECT_THAT(out, HasSubstr("directory " + dir_ + "/nope does not exist"));
+}
+
+// Values of the right type but invalid for the detector exit 2 naming the
+// config file and the key (not 1 with an engine message).
+TEST_F(ControllerDaemonTest, InvalidPolicyConfigNamesFileAndKey) {
+  const std::string config = dir_ + "/c.yaml";
+  struct Case {
+    std::string yaml;
+    std::string key;
+  };
+  const std::vector<Case> cases = {
+      {"detection:\n  persistence_n: 9\n  persistence_m: 3\n",
+       "detection.persistence_n"},
+      {"detection:\n  min_effect: -0.5\n", "detection.min_effect"},
+      {"detection:\n  z_threshold: .nan\n", "detection.z_threshold"},
+      {"detection:\n  cycle_ms: 0\n", "detection.cycle_ms"},
+  };
+  for (const Case& c : cases) {
+    std::ofstream(config, std::ios::trunc) << c.yaml;
+    std::string out;
+    EXPECT_EQ(RunToExit(controller_, dir_,
+                        {"--listen", "127.0.0.1:0", "--db",
+                         dir_ + "/controller.db", "--config", config},
+                        &out),
+              2)
+        << c.yaml << out;
+    EXPECT_THAT(out, HasSubstr(config)) << c.yaml;
+    EXPECT_THAT(out, HasSubstr("'" + c.key + "'")) << c.yaml;
+  }
+}
+
+TEST_F(ControllerDaemonTest, PitstopctlRejectsNonPositiveTimeout) {
+  for (const std::string bad : {"0", "-1", "nan", "inf"}) {
+    std::string out;
+    EXPECT_EQ(Ctl("127.0.0.1:1", {"--timeout-s", bad, "status"}, &out), 2)
+        << bad << ": " << out;
+    EXPECT_THAT(out, HasSubstr("--timeout-s")) << bad;
+  }
+}
+
 // The shipped systemd unit only uses flags the daemon knows.
 TEST_F(ControllerDaemonTest, SystemdUnitUsesKnownFlags) {
   std::ifstream unit(PITSTOP_CONTROLLER_UNIT);

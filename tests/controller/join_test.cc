@@ -91,6 +91,78 @@ TEST_F(EngineTest, PolicyIsValidatedAndResolved) {
   EXPECT_EQ(engine_->GetJobPolicy("other").window_ms(), 1000u);
 }
 
+// Ranks and sizes sent by an agent size per-rank tables: values beyond
+// kMaxRanks are rejected naming the field and allocate nothing.
+TEST_F(EngineTest, HugeRanksAndSizesAreRejectedNamingTheField) {
+  v1::CollectiveSummary s;
+  s.set_comm_hash(9);
+  s.set_func(v1::COLL_FUNC_ALL_REDUCE);
+  s.set_seq_number(1);
+  s.set_rank(kMaxRanks);
+  absl::Status st = engine_->AddSummary("node0", s);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("summary.rank"));
+  s.set_rank(2000000000);
+  EXPECT_THAT(engine_->AddSummary("node0", s).message(),
+              HasSubstr("summary.rank"));
+
+  v1::RankProgress p;
+  p.set_comm_hash(9);
+  p.set_rank(20000000);
+  st = engine_->AddProgress("node0", p);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("progress.rank"));
+
+  v1::CommunicatorInfo info;
+  info.set_comm_hash(9);
+  info.set_rank(0);
+  info.set_n_ranks(INT32_MAX);
+  st = engine_->AddCommunicator("node0", info);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("communicator.n_ranks"));
+  info.set_n_ranks(0);
+  info.set_rank(kMaxRanks + 5);
+  EXPECT_THAT(engine_->AddCommunicator("node0", info).message(),
+              HasSubstr("communicator.rank"));
+
+  // Nothing was sized by the rejected records.
+  EXPECT_EQ(engine_->stats().ranks, 0u);
+  // The largest accepted size still works.
+  info.set_n_ranks(kMaxRanks);
+  info.set_rank(kMaxRanks - 1);
+  EXPECT_TRUE(engine_->AddCommunicator("node0", info).ok());
+}
+
+// Omitted policy fields take the engine's configured defaults, not the
+// built-in ones.
+TEST(EnginePolicyTest, OmittedFieldsTakeTheConfiguredDefaults) {
+  FakeClock clock;
+  DetectionEngine::Options o;
+  o.default_policy.set_window_ms(4000);
+  o.default_policy.set_persistence_n(2);
+  o.default_policy.set_persistence_m(2);
+  o.default_policy.set_min_effect(0.5);
+  auto engine = DetectionEngine::Create(&clock, o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  v1::JobPolicy p;
+  p.set_hang_timeout_floor_ms(2000);
+  auto set = (*engine)->SetJobPolicy("job1", p);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->hang_timeout_floor_ms(), 2000u);
+  EXPECT_EQ(set->window_ms(), 4000u);
+  EXPECT_EQ(set->persistence_n(), 2u);
+  EXPECT_EQ(set->persistence_m(), 2u);
+  EXPECT_DOUBLE_EQ(set->min_effect(), 0.5);
+  // Fields neither the job nor the configuration set are built-in.
+  EXPECT_EQ(set->warmup_collectives(), DefaultJobPolicy().warmup_collectives());
+  // Validation resolves against the same defaults: configured n=2 > m=1.
+  v1::JobPolicy bad;
+  bad.set_persistence_m(1);
+  auto rejected = (*engine)->SetJobPolicy("job1", bad);
+  EXPECT_EQ(rejected.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(rejected.status().message(), HasSubstr("policy.persistence_n"));
+}
+
 TEST_F(EngineTest, SnapshotsDescribeMembership) {
   SimJob job(0xE3, 8, 4);
   job.Register(engine_.get());

@@ -1,5 +1,6 @@
 // pitstopctl: the operator CLI of pitstop-controller. See docs/controller.md.
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -27,7 +28,20 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", g.output, "output format: table or json")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
-  app.add_option("--timeout-s", g.timeout_s, "deadline of each call (s)")
+  app.add_option("--timeout-s", g.timeout_s,
+                 "deadline of each call (s, > 0 and at most 1e6)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            double v = 0;
+            if (!CLI::detail::lexical_cast(text, v) || !std::isfinite(v) ||
+                v <= 0 || v > 1e6) {
+              return "--timeout-s: expected a number of seconds in (0, 1e6], "
+                     "got '" +
+                     text + "'";
+            }
+            return std::string();
+          },
+          "SECONDS"))
       ->capture_default_str();
   int exit_code = kExitOk;
   AddCommands(&app, &g, &exit_code);

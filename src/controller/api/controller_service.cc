@@ -158,6 +158,9 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   builder.RegisterService(&s->controller_);
   builder.RegisterService(&s->agent_link_);
   builder.SetMaxReceiveMessageSize(64 << 20);
+  // gRPC enables SO_REUSEPORT by default: a second controller on the same
+  // port would start and share the calls. Make it fail instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   ApplyServerKeepalive(&builder);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {

@@ -1,12 +1,18 @@
 #include "src/controller/api/streams.h"
 
 #include <deque>
+#include <exception>
 
+#include "absl/strings/str_cat.h"
 #include "pitstop/logging.h"
 #include "pitstop/sync.h"
 
 namespace pitstop::controller {
 namespace {
+
+// Messages a stream may have queued for a peer that does not read them; one
+// more ends the stream with RESOURCE_EXHAUSTED (memory stays bounded).
+constexpr size_t kMaxQueued = 4096;
 
 // Writes queued messages one at a time. Enqueue() may be called from any
 // thread (the core calls it with its lock held, so it must not block).
@@ -18,6 +24,15 @@ class WriteQueue {
   void Enqueue(const Msg& m) {
     MutexLock lock(&mu_);
     if (finished_) return;
+    if (queue_.size() >= kMaxQueued) {
+      queue_.clear();
+      finished_ = true;
+      reactor_->Finish(
+          grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                       absl::StrCat("the peer did not read ", kMaxQueued,
+                                    " queued messages; stream ended")));
+      return;
+    }
     queue_.push_back(m);
     if (!writing_) WriteNextLocked();
   }
@@ -93,6 +108,28 @@ class AgentStreamReactor final
       out_.Finish(grpc::Status::OK);
       return;
     }
+    // An exception must not escape into gRPC: the stream would never
+    // finish and server shutdown would wait for it forever.
+    try {
+      HandleRequest();
+    } catch (const std::exception& e) {
+      Logger("controller")
+          ->error("agent {}: internal error: {}", host_, e.what());
+      out_.Finish(grpc::Status(grpc::StatusCode::INTERNAL,
+                               absl::StrCat("controller: ", e.what())));
+    }
+  }
+  void OnWriteDone(bool ok) override {
+    if (!out_.WriteDone(ok)) out_.Finish(grpc::Status::CANCELLED);
+  }
+  void OnCancel() override { out_.Finish(grpc::Status::CANCELLED); }
+  void OnDone() override {
+    if (session_ != 0) core_->AgentDisconnected(session_);
+    delete this;
+  }
+
+ private:
+  void HandleRequest() {
     if (session_ == 0) {
       if (!request_.has_registration()) {
         out_.Finish(grpc::Status(
@@ -111,26 +148,22 @@ class AgentStreamReactor final
       host_ = request_.registration().host();
     }
     absl::Status st = core_->AgentBatch(session_, request_);
-    if (!st.ok()) {
-      Logger("controller")->warn("agent {}: {}", host_, st.ToString());
+    // Invalid records are skipped (the rest of the batch is used); log the
+    // first and then every 1000th so one bad agent cannot flood the log.
+    if (!st.ok() && invalid_batches_++ % 1000 == 0) {
+      Logger("controller")
+          ->warn("agent {}: {} ({} batches with invalid records so far)", host_,
+                 st.ToString(), invalid_batches_);
     }
     request_.Clear();
     StartRead(&request_);
   }
-  void OnWriteDone(bool ok) override {
-    if (!out_.WriteDone(ok)) out_.Finish(grpc::Status::CANCELLED);
-  }
-  void OnCancel() override { out_.Finish(grpc::Status::CANCELLED); }
-  void OnDone() override {
-    if (session_ != 0) core_->AgentDisconnected(session_);
-    delete this;
-  }
 
- private:
   ControllerCore* const core_;
   WriteQueue<AgentStreamReactor, v1::ConnectResponse> out_;
   v1::ConnectRequest request_;
   uint64_t session_ = 0;
+  uint64_t invalid_batches_ = 0;
   std::string host_;
 };
 

@@ -19,6 +19,16 @@ int64_t SeqOrNone(uint64_t seq, uint64_t time_ns) {
   return (seq == 0 && time_ns == 0) ? -1 : static_cast<int64_t>(seq);
 }
 
+// Ranks and communicator sizes come from agent messages and size per-rank
+// tables: bound them so one bad record cannot allocate gigabytes.
+absl::Status CheckRank(absl::string_view field, int64_t rank) {
+  if (rank < 0 || rank >= kMaxRanks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", rank, " not in [0, ", kMaxRanks, ")"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DetectionEngine>> DetectionEngine::Create(
@@ -83,8 +93,15 @@ absl::Status EngineImpl::AddCommunicator(absl::string_view host,
   if (info.comm_hash() == 0) {
     return absl::InvalidArgumentError("communicator.comm_hash: 0");
   }
-  if (info.rank() < 0 ||
-      (info.n_ranks() > 0 && info.rank() >= info.n_ranks())) {
+  if (info.n_ranks() < 0 || info.n_ranks() > kMaxRanks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("communicator.n_ranks: ", info.n_ranks(), " not in [0, ",
+                     kMaxRanks, "]"));
+  }
+  if (absl::Status s = CheckRank("communicator.rank", info.rank()); !s.ok()) {
+    return s;
+  }
+  if (info.n_ranks() > 0 && info.rank() >= info.n_ranks()) {
     return absl::InvalidArgumentError(
         absl::StrCat("communicator.rank: ", info.rank(), " not in [0, n_ranks ",
                      info.n_ranks(), ")"));
@@ -117,9 +134,8 @@ absl::Status EngineImpl::AddSummary(absl::string_view host,
   if (s.comm_hash() == 0) {
     return absl::InvalidArgumentError("summary.comm_hash: 0");
   }
-  if (s.rank() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("summary.rank: ", s.rank(), " is negative"));
+  if (absl::Status st = CheckRank("summary.rank", s.rank()); !st.ok()) {
+    return st;
   }
   CommState& c = comms_[s.comm_hash()];
   c.comm_hash = s.comm_hash();
@@ -205,9 +221,8 @@ absl::Status EngineImpl::AddProgress(absl::string_view host,
   if (p.comm_hash() == 0) {
     return absl::InvalidArgumentError("progress.comm_hash: 0");
   }
-  if (p.rank() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("progress.rank: ", p.rank(), " is negative"));
+  if (absl::Status s = CheckRank("progress.rank", p.rank()); !s.ok()) {
+    return s;
   }
   CommState& c = comms_[p.comm_hash()];
   c.comm_hash = p.comm_hash();
@@ -282,8 +297,10 @@ absl::Status EngineImpl::AddLifecycle(absl::string_view host,
 absl::StatusOr<v1::JobPolicy> EngineImpl::SetJobPolicy(
     absl::string_view job_id, const v1::JobPolicy& policy) {
   if (job_id.empty()) return absl::InvalidArgumentError("job_id: empty");
-  if (absl::Status s = ValidatePolicy(policy); !s.ok()) return s;
-  const v1::JobPolicy resolved = ResolvePolicy(policy);
+  if (absl::Status s = ValidatePolicy(policy, default_policy_); !s.ok()) {
+    return s;
+  }
+  const v1::JobPolicy resolved = ResolvePolicy(policy, default_policy_);
   policies_[std::string(job_id)] = resolved;
   return resolved;
 }

@@ -63,18 +63,25 @@ namespace pitstop::controller {
 inline constexpr uint32_t kDefaultActivationMask = 0x4E;
 inline constexpr uint32_t kDeepActivationMask = 0x4E | 0x10 | 0x80;
 
+// Largest communicator the engine accepts: ranks must be in [0, kMaxRanks)
+// and n_ranks at most kMaxRanks (inputs outside get InvalidArgument).
+inline constexpr int32_t kMaxRanks = 1 << 20;
+
 // The controller defaults for every JobPolicy field (observe mode, 1 s
 // windows, 3 of 5 windows, 20% minimum effect, hang timeout max(5 s,
 // 10 x p99), 20 warm-up collectives, robust z > 3.5).
 v1::JobPolicy DefaultJobPolicy();
 
-// Returns `policy` with every zero field replaced by DefaultJobPolicy()'s.
-v1::JobPolicy ResolvePolicy(const v1::JobPolicy& policy);
+// Returns `policy` with every zero field replaced by `defaults`' (which
+// are themselves resolved against DefaultJobPolicy() first).
+v1::JobPolicy ResolvePolicy(const v1::JobPolicy& policy,
+                            const v1::JobPolicy& defaults = {});
 
 // InvalidArgument naming the field ("policy.persistence_n: ...") when a
 // non-zero field is out of range (e.g. persistence_n > persistence_m,
 // min_effect < 0, z_threshold < 0).
-absl::Status ValidatePolicy(const v1::JobPolicy& policy);
+absl::Status ValidatePolicy(const v1::JobPolicy& policy,
+                            const v1::JobPolicy& defaults = {});
 
 // A request to turn on deep profiling (proxy steps) on one agent; the
 // controller turns it into AgentCommand.set_activation_mask.
@@ -135,12 +142,14 @@ class DetectionEngine {
   // --- inputs; `host` is the reporting agent's registration host ----------
   // InvalidArgument (naming the field) when host is empty.
   virtual absl::Status AddNode(const v1::NodeRegistration& registration) = 0;
-  // Membership. InvalidArgument for comm_hash 0, rank < 0, rank >= n_ranks.
+  // Membership. InvalidArgument for comm_hash 0, rank outside [0, kMaxRanks),
+  // n_ranks outside [0, kMaxRanks], rank >= n_ranks.
   virtual absl::Status AddCommunicator(absl::string_view host,
                                        const v1::CommunicatorInfo& info) = 0;
   // One rank's part of one collective; joined across members by (comm_hash,
   // func, seq_number) in any order. Durations used: kernel_duration_ns, else
-  // proxy_duration_ns. InvalidArgument for comm_hash 0 or rank < 0.
+  // proxy_duration_ns. InvalidArgument for comm_hash 0, rank outside
+  // [0, kMaxRanks) or rank >= the communicator's n_ranks once known.
   virtual absl::Status AddSummary(absl::string_view host,
                                   const v1::CollectiveSummary& summary) = 0;
   // Where one rank is in one communicator (per func). Hang detector input.
@@ -157,8 +166,9 @@ class DetectionEngine {
                                     const v1::RankLifecycle& lifecycle) = 0;
 
   // --- policy -----------------------------------------------------------
-  // Stores the job's policy (zero fields = defaults). InvalidArgument from
-  // ValidatePolicy. Returns the resolved policy.
+  // Stores the job's policy; zero fields take the engine's default policy
+  // (Options::default_policy, itself resolved against DefaultJobPolicy()).
+  // InvalidArgument from ValidatePolicy. Returns the resolved policy.
   virtual absl::StatusOr<v1::JobPolicy> SetJobPolicy(
       absl::string_view job_id, const v1::JobPolicy& policy) = 0;
   // The resolved policy of a job (defaults for unknown jobs).

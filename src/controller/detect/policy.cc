@@ -20,8 +20,10 @@ v1::JobPolicy DefaultJobPolicy() {
   return p;
 }
 
-v1::JobPolicy ResolvePolicy(const v1::JobPolicy& policy) {
-  const v1::JobPolicy d = DefaultJobPolicy();
+namespace {
+
+v1::JobPolicy ResolveAgainst(const v1::JobPolicy& policy,
+                             const v1::JobPolicy& d) {
   v1::JobPolicy p = policy;
   if (p.mode() == v1::POLICY_MODE_UNSPECIFIED) p.set_mode(d.mode());
   if (p.window_ms() == 0) p.set_window_ms(d.window_ms());
@@ -43,8 +45,16 @@ v1::JobPolicy ResolvePolicy(const v1::JobPolicy& policy) {
   return p;
 }
 
-absl::Status ValidatePolicy(const v1::JobPolicy& policy) {
-  const v1::JobPolicy p = ResolvePolicy(policy);
+}  // namespace
+
+v1::JobPolicy ResolvePolicy(const v1::JobPolicy& policy,
+                            const v1::JobPolicy& defaults) {
+  return ResolveAgainst(policy, ResolveAgainst(defaults, DefaultJobPolicy()));
+}
+
+absl::Status ValidatePolicy(const v1::JobPolicy& policy,
+                            const v1::JobPolicy& defaults) {
+  const v1::JobPolicy p = ResolvePolicy(policy, defaults);
   if (p.persistence_n() > p.persistence_m()) {
     return absl::InvalidArgumentError(
         absl::StrCat("policy.persistence_n: ", p.persistence_n(),

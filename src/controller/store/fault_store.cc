@@ -1,8 +1,14 @@
 #include "src/controller/store/fault_store.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "src/controller/store/sqlite_stmt.h"
@@ -39,6 +45,37 @@ absl::Status NotFound(absl::string_view id) {
 
 absl::StatusOr<std::unique_ptr<FaultStore>> FaultStore::Open(
     const std::string& path) {
+  const bool in_memory = path == ":memory:" || path.empty();
+  int lock_fd = -1;
+  if (!in_memory) {
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    if (!dir.empty() && !std::filesystem::is_directory(dir, ec)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot open database ", path, ": directory ",
+                       dir.string(), " does not exist"));
+    }
+    // One controller per database: a second one would hand out the same
+    // fault ids. The lock lives as long as the store (and the process).
+    const std::string lock_path = path + ".lock";
+    lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd < 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot open database lock ", lock_path, ": ", std::strerror(errno)));
+    }
+    if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      ::close(lock_fd);
+      return absl::FailedPreconditionError(
+          err == EWOULDBLOCK
+              ? absl::StrCat("database ", path,
+                             " is in use by another pitstop-controller "
+                             "(lock ",
+                             lock_path, " is held)")
+              : absl::StrCat("cannot lock ", lock_path, ": ",
+                             std::strerror(err)));
+    }
+  }
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(
       path.c_str(), &db,
@@ -47,11 +84,12 @@ absl::StatusOr<std::unique_ptr<FaultStore>> FaultStore::Open(
   if (rc != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     sqlite3_close(db);
+    if (lock_fd >= 0) ::close(lock_fd);
     return absl::InternalError(
         absl::StrCat("cannot open database ", path, ": ", msg));
   }
   sqlite3_busy_timeout(db, 5000);
-  auto store = std::unique_ptr<FaultStore>(new FaultStore(db, path));
+  auto store = std::unique_ptr<FaultStore>(new FaultStore(db, path, lock_fd));
   for (const char* sql :
        {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;", kSchema}) {
     if (absl::Status s = store->Exec(sql); !s.ok()) {
@@ -61,12 +99,13 @@ absl::StatusOr<std::unique_ptr<FaultStore>> FaultStore::Open(
   return store;
 }
 
-FaultStore::FaultStore(sqlite3* db, std::string path)
-    : db_(db), path_(std::move(path)) {}
+FaultStore::FaultStore(sqlite3* db, std::string path, int lock_fd)
+    : db_(db), path_(std::move(path)), lock_fd_(lock_fd) {}
 
 FaultStore::~FaultStore() {
   MutexLock lock(&mu_);
   sqlite3_close(db_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 absl::Status FaultStore::Exec(const char* sql) const {

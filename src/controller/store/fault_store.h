@@ -25,7 +25,10 @@ namespace pitstop::controller {
 class FaultStore {
  public:
   // Opens or creates the database at `path` (":memory:" works for tests).
-  // Internal with the SQLite message (naming the path) on failure.
+  // Holds an exclusive flock on `path` + ".lock" while the store lives, so
+  // one process at a time uses a database. FailedPrecondition when the
+  // directory is missing or another process holds the lock; Internal with
+  // the SQLite message (naming the path) on other failures.
   static absl::StatusOr<std::unique_ptr<FaultStore>> Open(
       const std::string& path);
   ~FaultStore();
@@ -67,7 +70,7 @@ class FaultStore {
   const std::string& path() const { return path_; }
 
  private:
-  FaultStore(sqlite3* db, std::string path);
+  FaultStore(sqlite3* db, std::string path, int lock_fd);
   absl::Status Exec(const char* sql) const;
   absl::StatusOr<v1::Fault> GetLocked(absl::string_view id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -76,6 +79,7 @@ class FaultStore {
   mutable Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);
   const std::string path_;
+  const int lock_fd_;  // flock(LOCK_EX) on path_ + ".lock"; -1 for :memory:
 };
 
 }  // namespace pitstop::controller
