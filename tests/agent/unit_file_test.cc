@@ -30,7 +30,11 @@ TEST(UnitFileTest, HasTheSettingsTheAgentNeeds) {
   EXPECT_THAT(unit, HasSubstr("\nType=notify\n"));  // main.cc sends READY=1
   EXPECT_THAT(unit, HasSubstr("\nRestart=on-failure\n"));
   EXPECT_THAT(unit, HasSubstr("\nRuntimeDirectory=pitstop\n"));
-  EXPECT_THAT(unit, HasSubstr("--ingest-socket /run/pitstop/agent.sock"));
+  // The socket comes from the default or the config file: a flag on the
+  // command line would override ingest.socket of --config.
+  EXPECT_THAT(unit, HasSubstr("\nExecStart=/usr/local/bin/pitstop-agent "
+                              "$PITSTOP_AGENT_OPTS\n"));
+  EXPECT_THAT(unit, ::testing::Not(HasSubstr("--ingest-socket")));
   EXPECT_THAT(unit, HasSubstr("\nKillSignal=SIGTERM\n"));
 }
 
