@@ -295,6 +295,44 @@ TEST_F(ControllerApiTest, AgentStreamWithoutRegistrationIsRejected) {
   EXPECT_THAT(s.error_message(), HasSubstr("registration"));
 }
 
+// Records with absurd ranks / sizes (which once grew per-rank tables to
+// gigabytes or threw inside the gRPC callback) are skipped: the rest of the
+// batch and later batches are used, the stream stays open and the server
+// shuts down.
+TEST_F(ControllerApiTest, AgentRecordsWithHugeRanksAreSkipped) {
+  SimJob job(0x5A, 2, 1);
+  agents_.push_back(std::make_unique<TestAgent>(target_, job.Nodes()[0]));
+  v1::ConnectRequest bad;
+  v1::CommunicatorInfo huge = job.Info(0);
+  huge.set_comm_hash(0xBAD);
+  huge.set_n_ranks(INT32_MAX);
+  *bad.add_communicators() = huge;
+  v1::CollectiveSummary far = job.Summary(0, 1, 1000);
+  far.set_comm_hash(0xBAD2);
+  far.set_rank(2000000000);
+  *bad.add_summaries() = far;
+  v1::RankProgress p = job.Progress(0, 1, 1);
+  p.set_comm_hash(0xBAD3);
+  p.set_rank(20000000);
+  *bad.add_progress() = p;
+  *bad.add_communicators() = job.Info(0);  // valid: must still be used
+  ASSERT_TRUE(agents_[0]->Send(bad));
+  v1::ConnectRequest good;
+  *good.add_communicators() = job.Info(1);
+  ASSERT_TRUE(agents_[0]->Send(good));
+  ASSERT_TRUE(WaitUntil([&] {
+    auto comms = core_->Communicators("");
+    return comms.size() == 1 && comms[0].members_size() == 2 &&
+           !comms[0].members(1).host().empty();
+  }));
+  for (const v1::Communicator& c : core_->Communicators("")) {
+    EXPECT_EQ(c.comm_hash(), job.comm_hash());
+  }
+  // Returns once the open agent stream is cancelled (it did not wedge).
+  server_->Shutdown(absl::Milliseconds(100));
+  EXPECT_FALSE(agents_[0]->Close().ok());
+}
+
 TEST_F(ControllerApiTest, PolicyRoundTrips) {
   grpc::ClientContext c1, c2;
   v1::SetJobPolicyRequest set;
