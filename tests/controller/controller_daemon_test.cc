@@ -1,10 +1,14 @@
 // The pitstop-controller process: readiness via --port-file, a fault from
 // a real agent stream, `kill -9` and restart keeping the fault, pitstopctl
 // showing it with the documented exit codes.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -180,12 +184,16 @@ TEST_F(ControllerDaemonTest, BadConfigNamesTheKey) {
   EXPECT_THAT(out, HasSubstr("detection.window_ms"));
 }
 
-// Runs the daemon with `args` (plus --metrics-address "") expecting it to
+// Runs the daemon with `args` (plus --metrics-address "" unless given)
+// expecting it to
 // exit on its own; kills it after 10 s. Returns its exit code (-1 when it
 // had to be killed) and fills *out with what it printed.
 int RunToExit(const std::string& bin, const std::string& dir,
               std::vector<std::string> args, std::string* out) {
-  std::vector<std::string> argv = {bin, "--metrics-address", ""};
+  std::vector<std::string> argv = {bin};
+  if (std::find(args.begin(), args.end(), "--metrics-address") == args.end()) {
+    argv.insert(argv.end(), {"--metrics-address", ""});
+  }
   argv.insert(argv.end(), args.begin(), args.end());
   const std::string out_path = dir + "/second.log";
   const pid_t pid = Spawn(argv, out_path);
@@ -237,6 +245,31 @@ TEST_F(ControllerDaemonTest, DatabaseInMissingDirectoryNamesTheDirectory) {
             1)
       << out;
   EXPECT_THAT(out, HasSubstr("directory " + dir_ + "/nope does not exist"));
+}
+
+// A busy metrics port is reported as such (civetweb only says "null
+// context when constructing CivetServer").
+TEST_F(ControllerDaemonTest, BusyMetricsAddressIsExplained) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string metrics = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+  std::string out;
+  EXPECT_EQ(RunToExit(controller_, dir_,
+                      {"--listen", "127.0.0.1:0", "--db",
+                       dir_ + "/controller.db", "--metrics-address", metrics},
+                      &out),
+            1)
+      << out;
+  close(fd);
+  EXPECT_THAT(out, HasSubstr("metrics_address " + metrics +
+                             ": cannot listen (bad address or port in use?)"));
 }
 
 // Values of the right type but invalid for the detector exit 2 naming the
