@@ -102,9 +102,26 @@ void AgentCore::CloseStream(uint64_t stream) {
     slots_.erase(it);
     stopping = stopping_;
   }
-  MutexLock l(&slot->mu);
-  slot->joiner->EndStream(stream, stopping);
-  Collect(slot->joiner.get());
+  uint32_t pid = 0;
+  {
+    MutexLock l(&slot->mu);
+    if (const v1::ProcessHello* h = slot->joiner->hello(stream)) {
+      pid = h->pid();
+    }
+    slot->joiner->EndStream(stream, stopping);
+    Collect(slot->joiner.get());
+  }
+  // Bound the per-process drop table: past kMaxDropPids, a closing
+  // process's count moves into the base sum (a reconnect of that pid would
+  // then count its cumulative drops again).
+  MutexLock lock(&mu_);
+  if (dropped_by_pid_.size() > kMaxDropPids) {
+    auto it = dropped_by_pid_.find(pid);
+    if (it != dropped_by_pid_.end()) {
+      dropped_base_ += it->second;
+      dropped_by_pid_.erase(it);
+    }
+  }
 }
 
 void AgentCore::SetStopping() {
@@ -184,7 +201,7 @@ v1::AgentCounters AgentCore::Counters() {
   v1::AgentCounters c;
   {
     MutexLock lock(&mu_);
-    uint64_t dropped = 0;
+    uint64_t dropped = dropped_base_;
     for (const auto& [pid, d] : dropped_by_pid_) dropped += d;
     c.set_plugin_dropped(dropped);
     c.set_connected_ranks(static_cast<uint32_t>(slots_.size()));

@@ -102,7 +102,9 @@ class AgentCore {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Slot>> slots_
       ABSL_GUARDED_BY(mu_);
+  static constexpr size_t kMaxDropPids = 1024;
   absl::flat_hash_map<uint32_t, uint64_t> dropped_by_pid_ ABSL_GUARDED_BY(mu_);
+  uint64_t dropped_base_ ABSL_GUARDED_BY(mu_) = 0;  // of pruned pids
   std::atomic<uint64_t> records_{0};
   std::atomic<uint64_t> batches_lost_{0};
   std::atomic<uint64_t> deaths_{0};

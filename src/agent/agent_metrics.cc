@@ -85,9 +85,10 @@ absl::Status AgentMetrics::Serve(const std::string& address) {
   return absl::OkStatus();
 }
 
-AgentMetrics::PerOp& AgentMetrics::PerOpLocked(uint64_t comm, int func) {
+AgentMetrics::PerOp* AgentMetrics::PerOpLocked(uint64_t comm, int func) {
   auto it = per_op_.find({comm, func});
-  if (it != per_op_.end()) return it->second;
+  if (it != per_op_.end()) return &it->second;
+  if (per_op_.size() >= kMaxPerOpSeries) return nullptr;
   const std::map<std::string, std::string> labels = {
       {"comm", absl::StrCat("0x", absl::Hex(comm))},
       {"func", v1::CollFunc_Name(static_cast<v1::CollFunc>(func))}};
@@ -96,14 +97,16 @@ AgentMetrics::PerOp& AgentMetrics::PerOpLocked(uint64_t comm, int func) {
   PerOp p{&ops_family_->Add(labels), &bytes_family_->Add(labels),
           &duration_family_->Add(labels, kBuckets),
           &busbw_family_->Add(labels)};
-  return per_op_.emplace(std::make_pair(comm, func), p).first->second;
+  return &per_op_.emplace(std::make_pair(comm, func), p).first->second;
 }
 
 void AgentMetrics::RecordSummaries(
     const std::vector<v1::CollectiveSummary>& summaries) {
   MutexLock lock(&mu_);
   for (const v1::CollectiveSummary& s : summaries) {
-    PerOp& p = PerOpLocked(s.comm_hash(), s.func());
+    PerOp* pp = PerOpLocked(s.comm_hash(), s.func());
+    if (pp == nullptr) continue;  // series cap reached
+    PerOp& p = *pp;
     p.ops->Increment();
     p.bytes->Increment(static_cast<double>(s.bytes()));
     uint64_t ns = s.kernel_duration_ns();

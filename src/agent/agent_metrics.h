@@ -76,13 +76,16 @@ class AgentMetrics {
     prometheus::Histogram* duration;
     prometheus::Gauge* busbw;
   };
-  PerOp& PerOpLocked(uint64_t comm, int func)
+  PerOp* PerOpLocked(uint64_t comm, int func)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
   Mutex mu_;
+  // Label sets are never removed; past this many (comm, func) pairs new
+  // ones are not exported.
+  static constexpr size_t kMaxPerOpSeries = 4096;
   std::map<std::pair<uint64_t, int>, PerOp> per_op_ ABSL_GUARDED_BY(mu_);
   Totals last_ ABSL_GUARDED_BY(mu_);
   prometheus::Family<prometheus::Counter>* ops_family_;
