@@ -1,73 +1,14 @@
 #include "src/controller/api/streams.h"
 
-#include <deque>
 #include <exception>
 
 #include "absl/strings/str_cat.h"
 #include "pitstop/logging.h"
 #include "pitstop/sync.h"
+#include "src/controller/api/write_queue.h"
 
 namespace pitstop::controller {
 namespace {
-
-// Messages a stream may have queued for a peer that does not read them; one
-// more ends the stream with RESOURCE_EXHAUSTED (memory stays bounded).
-constexpr size_t kMaxQueued = 4096;
-
-// Writes queued messages one at a time. Enqueue() may be called from any
-// thread (the core calls it with its lock held, so it must not block).
-template <typename Reactor, typename Msg>
-class WriteQueue {
- public:
-  explicit WriteQueue(Reactor* reactor) : reactor_(reactor) {}
-
-  void Enqueue(const Msg& m) {
-    MutexLock lock(&mu_);
-    if (finished_) return;
-    if (queue_.size() >= kMaxQueued) {
-      queue_.clear();
-      finished_ = true;
-      reactor_->Finish(
-          grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                       absl::StrCat("the peer did not read ", kMaxQueued,
-                                    " queued messages; stream ended")));
-      return;
-    }
-    queue_.push_back(m);
-    if (!writing_) WriteNextLocked();
-  }
-  // Call from OnWriteDone; returns false when the stream broke.
-  bool WriteDone(bool ok) {
-    MutexLock lock(&mu_);
-    writing_ = false;
-    if (!ok || finished_) return ok;
-    WriteNextLocked();
-    return true;
-  }
-  // Finishes the RPC once, whatever called first.
-  void Finish(const grpc::Status& s) {
-    MutexLock lock(&mu_);
-    if (finished_) return;
-    finished_ = true;
-    reactor_->Finish(s);
-  }
-
- private:
-  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (queue_.empty()) return;
-    current_ = std::move(queue_.front());
-    queue_.pop_front();
-    writing_ = true;
-    reactor_->StartWrite(&current_);
-  }
-
-  Reactor* const reactor_;
-  Mutex mu_;
-  std::deque<Msg> queue_ ABSL_GUARDED_BY(mu_);
-  Msg current_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-};
 
 class WatchReactor final
     : public grpc::ServerWriteReactor<v1::WatchFaultsResponse> {
