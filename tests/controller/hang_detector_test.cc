@@ -177,6 +177,36 @@ TEST_F(HangTest, CommHangLocalisedByProxyOpsThatStayOpen) {
   EXPECT_EQ(VictimGlobals(f).size(), 4u);
 }
 
+// The plugin records ProxyOps when they stop: the stalled connection's ops
+// are simply missing (rank 1 has no send on channel 1, rank 2 no recv).
+TEST_F(HangTest, CommHangLocalisedByProxyOpsThatNeverReported) {
+  SimJob job(0xCE, 4, 2);
+  job.Register(engine_.get());
+  for (int32_t r = 0; r < 4; ++r) {
+    v1::RankProgress p = job.Progress(r, 10, 9);
+    p.set_oldest_incomplete_seq(10);
+    p.set_oldest_incomplete_age_ns(1);
+    for (uint32_t ch = 0; ch < 2; ++ch) {
+      for (bool send : {true, false}) {
+        if (ch == 1 && ((send && r == 1) || (!send && r == 2))) continue;
+        v1::ConnectionSummary* c = p.add_in_flight();
+        c->set_peer_rank(send ? (r + 1) % 4 : (r + 3) % 4);
+        c->set_channel_id(ch);
+        c->set_is_send(send);
+        c->set_duration_ns(40'000);
+      }
+    }
+    ASSERT_TRUE(engine_->AddProgress(job.HostOf(r), p).ok());
+  }
+  Cycle(absl::Seconds(6));
+  ASSERT_EQ(Latest().size(), 1u);
+  const v1::Fault f = Latest()[0];
+  ASSERT_EQ(f.suspects_size(), 1) << f.DebugString();
+  EXPECT_EQ(f.suspects(0).global_rank(), 1);
+  EXPECT_EQ(f.suspects(0).peer_global_rank(), 2);
+  EXPECT_EQ(f.suspects(0).peer_host(), "node1");
+}
+
 // Every proxy op still open (nothing stopped): no signal, no suspect.
 TEST_F(HangTest, CommHangWithEveryProxyOpOpenNamesNoLink) {
   SimJob job(0xCC, 4, 2);

@@ -29,6 +29,30 @@ std::vector<OpenLink> OpenProxyLinks(const FuncProgress& fp, int64_t seq,
       s.bytes = std::min(s.bytes, bytes.first);
     }
   }
+  // The plugin emits a ProxyOp record only when the op stops, so open ops
+  // are usually absent: on a channel, a rank with a stopped recv but no
+  // send record has its send open, one with a send but no recv its recv.
+  // One of each on a channel is the open connection sender -> receiver.
+  std::map<uint32_t, std::map<int32_t, std::pair<bool, bool>>> per_channel;
+  for (size_t r = 0; r < fp.ranks.size(); ++r) {
+    if (fp.ranks[r].oldest_incomplete_seq != seq) continue;
+    for (const auto& [k, bytes] : fp.ranks[r].in_flight) {
+      auto& sr = per_channel[std::get<1>(k)][static_cast<int32_t>(r)];
+      (std::get<2>(k) ? sr.first : sr.second) = true;
+    }
+  }
+  for (const auto& [channel, ranks] : per_channel) {
+    std::vector<int32_t> no_send, no_recv;
+    for (const auto& [r, sr] : ranks) {
+      if (!sr.first && sr.second) no_send.push_back(r);
+      if (sr.first && !sr.second) no_recv.push_back(r);
+    }
+    if (no_send.size() != 1 || no_recv.size() != 1) continue;
+    Side& s = conns[{no_send[0], no_recv[0]}];
+    s.send_open[channel] = true;
+    s.recv_open[channel] = true;
+    s.bytes = 0;
+  }
   std::vector<OpenLink> open;
   for (const auto& [link, s] : conns) {
     OpenLink l{link.first, link.second, 0, s.bytes, 0};

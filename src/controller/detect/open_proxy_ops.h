@@ -30,8 +30,11 @@ struct OpenLink {
 // connections with the most open sides, least bytes first among equals,
 // when they stand out: some op of `seq` stopped, and the returned
 // connections are at most half of all connections reported. Empty
-// otherwise. `open_total` / `conn_total` (may be null) get the counts of
-// connections with an open side and of all connections reported.
+// otherwise. Ops without a record count as open when the rank reported
+// the other direction on that channel and exactly one rank lacks a send and
+// one a recv there (the plugin records a ProxyOp only when it stops): that
+// pair is the open connection. `open_total` / `conn_total` (may be null) get
+// the counts of connections with an open side and of all connections reported.
 std::vector<OpenLink> OpenProxyLinks(const FuncProgress& fp, int64_t seq,
                                      int* open_total, int* conn_total);
 
