@@ -91,21 +91,51 @@ int32_t RankOf(const v1::Suspect& s) {
   return s.global_rank() >= 0 ? s.global_rank() : s.comm_rank();
 }
 
-const char* ClassName(v1::FaultClass c) {
+const char* ClassName(v1::FaultClass c) { return FaultClassLabel(c); }
+
+// Higher = more likely the cause: hangs and deaths over slowness.
+int ClassWeight(v1::FaultClass c) {
   switch (c) {
-    case v1::FAULT_CLASS_COMM_HANG:
-      return "comm-hang";
-    case v1::FAULT_CLASS_NON_COMM_HANG:
-      return "non-comm-hang";
-    case v1::FAULT_CLASS_COMM_SLOW:
-      return "comm-slow";
-    case v1::FAULT_CLASS_NON_COMM_SLOW:
-      return "non-comm-slow";
     case v1::FAULT_CLASS_PROCESS_DIED:
-      return "process-died";
+      return 5;
+    case v1::FAULT_CLASS_NON_COMM_HANG:
+      return 4;
+    case v1::FAULT_CLASS_COMM_HANG:
+      return 3;
+    case v1::FAULT_CLASS_NON_COMM_SLOW:
+      return 2;
     default:
-      return "none";
+      return 1;
   }
+}
+
+// Primary faults first: with suspects, more suspects, heavier class, then by
+// number (F2 before F10).
+bool PrimaryFirst(const v1::Fault& a, const v1::Fault& b) {
+  auto number = [](const v1::Fault& f) {
+    uint64_t n = 0;
+    for (char c : f.fault_id()) {
+      if (c >= '0' && c <= '9') n = n * 10 + static_cast<uint64_t>(c - '0');
+    }
+    return n;
+  };
+  bool sa = a.suspects_size() > 0, sb = b.suspects_size() > 0;
+  if (sa != sb) return sa;
+  if (a.suspects_size() != b.suspects_size())
+    return a.suspects_size() > b.suspects_size();
+  int wa = ClassWeight(a.fault_class()), wb = ClassWeight(b.fault_class());
+  if (wa != wb) return wa > wb;
+  return number(a) < number(b);
+}
+
+// Offline there is no one to ask for deep profiling: drop that remark.
+std::string OfflineSummary(std::string s) {
+  for (const std::string cut :
+       {" (deep profiling asked)", "(deep profiling asked)"}) {
+    size_t pos;
+    while ((pos = s.find(cut)) != std::string::npos) s.erase(pos, cut.size());
+  }
+  return s;
 }
 
 }  // namespace
@@ -156,34 +186,17 @@ Verdict VerdictFromFaults(const std::vector<v1::Fault>& faults,
                           const std::vector<int32_t>& absent) {
   Verdict v;
   std::set<int32_t> suspects, victims;
-  int best_rank = -1;
-  for (const v1::Fault& f : faults) {
+  std::vector<const v1::Fault*> order;
+  for (const v1::Fault& f : faults) order.push_back(&f);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const v1::Fault* a, const v1::Fault* b) {
+                     return PrimaryFirst(*a, *b);
+                   });
+  if (!order.empty()) v.fault_class = order.front()->fault_class();
+  for (const v1::Fault* fp : order) {
+    const v1::Fault& f = *fp;
     for (const v1::Suspect& s : f.suspects()) suspects.insert(RankOf(s));
     for (const v1::Suspect& s : f.victims()) victims.insert(RankOf(s));
-    // Class: faults with suspects first; among them hangs and deaths over
-    // slowness.
-    int rank = f.suspects_size() > 0 ? 10 : 0;
-    switch (f.fault_class()) {
-      case v1::FAULT_CLASS_PROCESS_DIED:
-        rank += 5;
-        break;
-      case v1::FAULT_CLASS_NON_COMM_HANG:
-        rank += 4;
-        break;
-      case v1::FAULT_CLASS_COMM_HANG:
-        rank += 3;
-        break;
-      case v1::FAULT_CLASS_NON_COMM_SLOW:
-        rank += 2;
-        break;
-      default:
-        rank += 1;
-        break;
-    }
-    if (rank > best_rank) {
-      best_rank = rank;
-      v.fault_class = f.fault_class();
-    }
     if (f.suspects_size() > 0 &&
         (f.fault_class() == v1::FAULT_CLASS_NON_COMM_HANG ||
          f.fault_class() == v1::FAULT_CLASS_COMM_HANG)) {
@@ -196,14 +209,13 @@ Verdict VerdictFromFaults(const std::vector<v1::Fault>& faults,
   for (int32_t a : absent) victims.erase(a);
   v.suspects.assign(suspects.begin(), suspects.end());
   v.victims.assign(victims.begin(), victims.end());
-  std::sort(v.hung_collectives.begin(), v.hung_collectives.end());
   return v;
 }
 
 std::string FormatVerdictTable(const ImportedJob& job,
                                const std::vector<v1::Fault>& faults,
-                               const Verdict& verdict,
-                               const std::string& tool) {
+                               const Verdict& verdict, const std::string& tool,
+                               bool verbose) {
   std::string out;
   size_t present = 0;
   for (const ImportedRank& r : job.ranks) present += !r.absent;
@@ -215,62 +227,91 @@ std::string FormatVerdictTable(const ImportedJob& job,
   absl::StrAppend(&out, "\nVERDICT: ", ClassName(verdict.fault_class), "\n");
   absl::StrAppend(
       &out, "  suspects: ",
-      verdict.suspects.empty() ? "none" : absl::StrJoin(verdict.suspects, ","),
-      "\n");
+      verdict.suspects.empty() ? "none" : RankRanges(verdict.suspects), "\n");
   absl::StrAppend(
       &out, "  victims:  ",
-      verdict.victims.empty() ? "none" : absl::StrJoin(verdict.victims, ","),
-      "\n");
-  for (const std::string& h : verdict.hung_collectives) {
-    absl::StrAppend(&out, "  hung:     ", h, "\n");
+      verdict.victims.empty() ? "none" : RankRanges(verdict.victims), "\n");
+  // The hung list is in primary-first order already; the first is the key.
+  for (size_t k = 0; k < verdict.hung_collectives.size(); ++k) {
+    absl::StrAppend(&out, k == 0 ? "  hung:     " : "            ",
+                    verdict.hung_collectives[k], "\n");
   }
-  // Faults with suspects first, then by number (F2 before F10).
-  std::vector<const v1::Fault*> order;
-  for (const v1::Fault& f : faults) order.push_back(&f);
-  auto number = [](const v1::Fault* f) {
-    uint64_t n = 0;
-    for (char c : f->fault_id()) {
-      if (c >= '0' && c <= '9') n = n * 10 + static_cast<uint64_t>(c - '0');
-    }
-    return n;
+  std::vector<const v1::Fault*> primary, secondary;
+  for (const v1::Fault& f : faults) {
+    (f.suspects_size() > 0 ? primary : secondary).push_back(&f);
+  }
+  auto by_rank = [](const v1::Fault* a, const v1::Fault* b) {
+    return PrimaryFirst(*a, *b);
   };
-  std::stable_sort(order.begin(), order.end(),
-                   [&](const v1::Fault* a, const v1::Fault* b) {
-                     bool sa = a->suspects_size() > 0;
-                     bool sb = b->suspects_size() > 0;
-                     return sa != sb ? sa : number(a) < number(b);
-                   });
+  std::stable_sort(primary.begin(), primary.end(), by_rank);
+  std::stable_sort(secondary.begin(), secondary.end(), by_rank);
+  // Suspect-less faults are usually the consequences (groups stuck behind
+  // the primary fault): one line, unless -v.
+  std::vector<const v1::Fault*> shown = primary;
+  if (verbose || primary.empty()) {
+    shown.insert(shown.end(), secondary.begin(), secondary.end());
+  } else if (!secondary.empty()) {
+    std::map<std::string, int> by_class;
+    std::set<std::string> comms;
+    for (const v1::Fault* f : secondary) {
+      ++by_class[ClassName(f->fault_class())];
+      comms.insert(f->comm_name());
+    }
+    std::vector<std::string> parts;
+    for (const auto& [c, n] : by_class)
+      parts.push_back(absl::StrCat(n, " ", c));
+    absl::StrAppend(&out, "  also:     ", secondary.size(),
+                    " fault(s) without suspects (", absl::StrJoin(parts, ", "),
+                    ") in ", comms.size(),
+                    " other process group(s), stuck behind it (details: -v "
+                    "or -o json)\n");
+  }
   auto row = [](absl::string_view a, absl::string_view b, absl::string_view c,
                 absl::string_view d, absl::string_view e, absl::string_view f,
                 absl::string_view g) {
     return absl::StrFormat("%-6s %-14s %-10s %-48s %-22s %-14s %s\n", a, b, c,
                            d, e, f, g);
   };
-  if (!faults.empty()) {
+  if (!shown.empty()) {
     absl::StrAppend(&out, "\n",
                     row("ID", "CLASS", "STATE", "COMMUNICATOR", "OP",
                         "SUSPECTS", "VICTIMS"));
   }
-  for (const v1::Fault* fp : order) {
+  for (const v1::Fault* fp : shown) {
     const v1::Fault& f = *fp;
     std::vector<int32_t> s, v;
     for (const v1::Suspect& x : f.suspects()) s.push_back(RankOf(x));
     for (const v1::Suspect& x : f.victims()) v.push_back(RankOf(x));
+    std::sort(s.begin(), s.end());
+    std::sort(v.begin(), v.end());
     std::string op = f.seq_number() > 0 ? absl::StrCat(CollFuncName(f.func()),
                                                        "#", f.seq_number())
                                         : "-";
     absl::StrAppend(&out, row(f.fault_id(), ClassName(f.fault_class()),
                               v1::FaultState_Name(f.state()).substr(12),
                               f.comm_name().substr(0, 48), op,
-                              s.empty() ? "-" : absl::StrJoin(s, ","),
-                              v.empty() ? "-" : absl::StrJoin(v, ",")));
+                              s.empty() ? "-" : RankRanges(s),
+                              v.empty() ? "-" : RankRanges(v)));
   }
-  if (!faults.empty()) absl::StrAppend(&out, "\nEVIDENCE\n");
-  for (const v1::Fault* f : order) {
-    absl::StrAppend(&out, "  ", f->fault_id(), ": ", f->summary(), "\n");
+  if (!shown.empty()) {
+    absl::StrAppend(&out,
+                    "\nEVIDENCE (durations such as \"stalled 10 s ago\" are "
+                    "on the analysis clock, which runs past the data's end)\n");
   }
+  for (const v1::Fault* f : shown) {
+    absl::StrAppend(&out, "  ", f->fault_id(), ": ",
+                    OfflineSummary(f->summary()), "\n");
+  }
+  size_t kMaxNotes = 20;
   if (!job.notes.empty()) absl::StrAppend(&out, "\nNOTES\n");
-  for (const std::string& n : job.notes) absl::StrAppend(&out, "  ", n, "\n");
+  for (size_t k = 0; k < job.notes.size(); ++k) {
+    if (!verbose && k == kMaxNotes) {
+      absl::StrAppend(&out, "  ... ", job.notes.size() - kMaxNotes,
+                      " more note(s) (-v or -o json)\n");
+      break;
+    }
+    absl::StrAppend(&out, "  ", job.notes[k], "\n");
+  }
   return out;
 }
 

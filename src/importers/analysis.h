@@ -44,7 +44,8 @@ struct Verdict {
   std::vector<int32_t> suspects;
   std::vector<int32_t> victims;
   // "all_to_all seq 20537 in EXPERT_MODEL_PARALLEL_GROUP (pg 74)" for each
-  // hang fault with suspects.
+  // hang fault with suspects; the most telling first (most suspects, then
+  // non-comm before comm hangs, then fault number).
   std::vector<std::string> hung_collectives;
 };
 
@@ -65,12 +66,16 @@ absl::StatusOr<AnalysisResult> AnalyzeJob(const ImportedJob& job,
 Verdict VerdictFromFaults(const std::vector<v1::Fault>& faults,
                           const std::vector<int32_t>& absent = {});
 
-// Human-readable report: verdict, one table row per fault, warnings, notes.
+// Human-readable report: warnings, the verdict (hung collectives primary
+// first), a table row + evidence per fault with suspects, the suspect-less
+// ones (groups stuck behind the primary fault) summed up in one line, and
+// the first 20 notes; `verbose` lists every fault and note.
 // `tool` heads the report ("pitstop analyze", "pitstop replay").
 std::string FormatVerdictTable(const ImportedJob& job,
                                const std::vector<v1::Fault>& faults,
                                const Verdict& verdict,
-                               const std::string& tool = "pitstop analyze");
+                               const std::string& tool = "pitstop analyze",
+                               bool verbose = false);
 
 // The same as JSON: {"format", "job_id", "ranks", "missing_ranks",
 // "verdict": {"fault_class", "suspects", "victims", "hung_collectives"},

@@ -103,7 +103,7 @@ absl::StatusOr<ImportedJob> BuildFlightRecorderJob(
   }
   if (!job.missing_ranks.empty()) {
     job.warnings.push_back(absl::StrCat(
-        "no dump for rank(s) ", absl::StrJoin(job.missing_ranks, ","),
+        "no dump for rank(s) ", RankRanges(job.missing_ranks),
         ": analysis is partial (their groups are judged from the others)"));
   }
   // Groups whose counters cannot be collective sequence numbers: nothing

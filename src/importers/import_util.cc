@@ -1,5 +1,6 @@
 #include "src/importers/import_util.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "absl/strings/ascii.h"
@@ -178,26 +179,61 @@ uint64_t StableHash(absl::string_view key) {
 
 bool ParseRankList(const nlohmann::json& value, std::vector<int32_t>* out) {
   out->clear();
+  auto add = [out](int64_t r) {
+    if (r < 0 || r >= kMaxWorldSize) return false;
+    out->push_back(static_cast<int32_t>(r));
+    return true;
+  };
   if (value.is_array()) {
     for (const auto& v : value) {
-      if (!v.is_number_integer()) return false;
-      out->push_back(v.get<int32_t>());
+      if (!v.is_number_integer() || !add(v.get<int64_t>())) return false;
     }
-    return true;
+  } else {
+    if (!value.is_string()) return false;
+    absl::string_view s = value.get_ref<const std::string&>();
+    s = absl::StripAsciiWhitespace(s);
+    if (!absl::ConsumePrefix(&s, "[") || !absl::ConsumeSuffix(&s, "]")) {
+      return false;
+    }
+    if (absl::StripAsciiWhitespace(s).empty()) return true;
+    for (absl::string_view part : absl::StrSplit(s, ',')) {
+      int64_t r;
+      if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &r) || !add(r))
+        return false;
+    }
   }
-  if (!value.is_string()) return false;
-  absl::string_view s = value.get_ref<const std::string&>();
-  s = absl::StripAsciiWhitespace(s);
-  if (!absl::ConsumePrefix(&s, "[") || !absl::ConsumeSuffix(&s, "]")) {
-    return false;
+  std::vector<int32_t> sorted = *out;
+  std::sort(sorted.begin(), sorted.end());
+  return std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+}
+
+std::string RankRanges(const std::vector<int32_t>& v) {
+  std::string out;
+  for (size_t k = 0; k < v.size();) {
+    size_t j = k;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    absl::StrAppend(&out, out.empty() ? "" : ",", v[k]);
+    if (j > k) absl::StrAppend(&out, "-", v[j]);
+    k = j + 1;
   }
-  if (absl::StripAsciiWhitespace(s).empty()) return true;
-  for (absl::string_view part : absl::StrSplit(s, ',')) {
-    int32_t r;
-    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &r)) return false;
-    out->push_back(r);
+  return out;
+}
+
+const char* FaultClassLabel(v1::FaultClass c) {
+  switch (c) {
+    case v1::FAULT_CLASS_COMM_HANG:
+      return "comm-hang";
+    case v1::FAULT_CLASS_NON_COMM_HANG:
+      return "non-comm-hang";
+    case v1::FAULT_CLASS_COMM_SLOW:
+      return "comm-slow";
+    case v1::FAULT_CLASS_NON_COMM_SLOW:
+      return "non-comm-slow";
+    case v1::FAULT_CLASS_PROCESS_DIED:
+      return "process-died";
+    default:
+      return "none";
   }
-  return true;
 }
 
 int32_t RankFromFileName(absl::string_view path) {

@@ -10,6 +10,7 @@
 
 #include "absl/strings/string_view.h"
 #include "pitstop/v1/common.pb.h"
+#include "pitstop/v1/controller.pb.h"
 
 namespace pitstop::importers {
 
@@ -21,6 +22,15 @@ v1::CollFunc ParseCollFunc(absl::string_view name);
 // "BFloat16", "Float", "float32", "Half", "ncclFloat32", "c10::BFloat16",
 // ... -> DataType; *size_bytes gets the element size (1 when unknown).
 v1::DataType ParseDataType(absl::string_view name, uint32_t* size_bytes);
+
+// Highest world size / global rank + 1 accepted from any source.
+inline constexpr int32_t kMaxWorldSize = 1 << 20;
+
+// "0-3,7,9-11" for a sorted list of ranks.
+std::string RankRanges(const std::vector<int32_t>& sorted);
+
+// "non-comm-hang", "comm-slow", "process-died", ... ("none" for unspecified).
+const char* FaultClassLabel(v1::FaultClass c);
 
 // Short display name of a function ("all_reduce", "send", ...).
 const char* CollFuncName(v1::CollFunc func);
@@ -38,7 +48,8 @@ std::string CleanText(absl::string_view s);
 uint64_t StableHash(absl::string_view key);
 
 // "[0, 1, 4]" (a Python list printed as text) or a JSON array of ints.
-// Returns false on anything else.
+// Returns false on anything else, and on ranks outside [0, kMaxWorldSize)
+// or repeated ranks.
 bool ParseRankList(const nlohmann::json& value, std::vector<int32_t>* out);
 
 // Trailing decimal digits of a file name ("_dump_12" -> 12, "rank-1.json.gz"

@@ -101,7 +101,10 @@ void AddAbsentRanks(ImportedJob* job,
   for (ImportedRank& r : job->ranks) {
     if (r.pid == 0)
       r.pid = 1000000 + static_cast<uint32_t>(std::max(0, r.global_rank));
-    for (v1::CommunicatorInfo& c : r.comms) c.set_pid(r.pid);
+    for (v1::CommunicatorInfo& c : r.comms) {
+      c.set_pid(r.pid);
+      c.set_cuda_device(-1);  // no importer's source names the device
+    }
   }
 }
 

@@ -14,19 +14,6 @@
 namespace pitstop::importers {
 namespace {
 
-// "0-3,7,9-11" for a sorted list.
-std::string Ranges(const std::vector<int32_t>& v) {
-  std::string out;
-  for (size_t k = 0; k < v.size();) {
-    size_t j = k;
-    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
-    absl::StrAppend(&out, out.empty() ? "" : ",", v[k]);
-    if (j > k) absl::StrAppend(&out, "-", v[j]);
-    k = j + 1;
-  }
-  return out;
-}
-
 struct CommGroup {
   std::string name;
   uint64_t hash = 0;
@@ -109,7 +96,7 @@ absl::StatusOr<ImportedJob> BuildKinetoJob(std::vector<KinetoTrace> traces,
   }
   if (!job.missing_ranks.empty()) {
     job.warnings.push_back(absl::StrCat(
-        "no trace for rank(s) ", Ranges(job.missing_ranks), " of ",
+        "no trace for rank(s) ", RankRanges(job.missing_ranks), " of ",
         std::max<size_t>(job.world_size, expected.size()),
         ": analysis covers rank(s) ",
         absl::StrJoin(std::vector<int32_t>(present.begin(), present.end()),

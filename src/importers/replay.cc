@@ -175,6 +175,7 @@ plugin::CommInfo ToPluginComm(const v1::CommunicatorInfo& c) {
   p.host = c.host();
   p.pid = c.pid();
   p.job_id = c.job_id();
+  p.cuda_device = c.cuda_device();
   p.source = plugin::CommInfo::kInterposer;
   return p;
 }
@@ -195,15 +196,25 @@ class RankReplayer {
     o.hello.library_version = "replay";
     o.hello.load_mode = "replay";
     o.hello.global_rank = rank.global_rank;
+    // Many ranks on one loaded machine: give the goodbye time to arrive, so
+    // a clean end is never read as a crash.
+    o.finalize_timeout_ms = 15000;
     exporter_ = plugin::Exporter::Start(o, &rings_, &registry_);
   }
 
-  void Run(const TimeMap& tm, std::atomic<uint64_t>* sent) {
+  // Registers the communicators (their INIT goes out with the first batch).
+  void Register(const TimeMap& tm) {
     for (const v1::CommunicatorInfo& c : rank_.comms) {
       // The registry keeps the pointer (NCCL's mask word): stable storage.
       masks_.push_back(0);
       registry_.Add(ToPluginComm(c), &masks_.back(), tm(0));
     }
+  }
+
+  // True once the agent took the stream's first batch (hello + comms).
+  bool Accepted() const { return exporter_->batches_sent() > 0; }
+
+  void Run(const TimeMap& tm, std::atomic<uint64_t>* sent) {
     for (const Event& e : EventsOf(rank_, tm)) {
       int64_t due = static_cast<int64_t>(tm(e.t));
       int64_t now = MonotonicNowNs();
@@ -222,7 +233,6 @@ class RankReplayer {
         absl::SleepFor(absl::Milliseconds(1));  // ring full: wait, never drop
       }
     }
-    if (rank_.absent) exporter_->Stop(plugin::kGoodbyeExit);
   }
 
   void Stop() { exporter_->Stop(plugin::kGoodbyeExit); }
@@ -280,8 +290,18 @@ absl::StatusOr<ReplayResult> ReplayJob(const ImportedJob& job,
   if (t0 == UINT64_MAX) t0 = t1 = 0;
   double span_s = static_cast<double>(t1 - t0) / 1e9;
   double speed = options.speed;
-  if (speed <= 0) {
-    speed = std::max(1.0, span_s / absl::ToDoubleSeconds(options.max_replay));
+  double fit = span_s / absl::ToDoubleSeconds(options.max_replay);
+  if (speed <= 0) speed = std::max(1.0, fit);
+  // Beyond this, scaled durations shrink below what the clocks and the
+  // agents' batching can tell apart (microseconds): the timing evidence
+  // would be lost. The data still fits in max_replay at this speed.
+  double max_speed = std::max(kMaxReplaySpeed, fit);
+  std::string speed_note;
+  if (speed > max_speed) {
+    speed_note = absl::StrCat("--speed ", speed, " clamped to ", max_speed,
+                              ": faster replay loses the timing evidence");
+    say(speed_note);
+    speed = max_speed;
   }
   sim::LocalClusterOptions co;
   co.nodes = static_cast<int>(hosts.size());
@@ -319,11 +339,32 @@ absl::StatusOr<ReplayResult> ReplayJob(const ImportedJob& job,
   TimeMap tm;
   tm.t0 = t0;
   tm.speed = speed;
-  tm.start_mono = MonotonicNowNs() + 200'000'000;  // let streams open
+  for (auto& rp : replayers) rp->Register(tm);
+  // Pacing starts only once every stream was accepted, so the replay does
+  // not depend on how loaded the machine is.
+  int64_t open_deadline = MonotonicNowNs() + 60'000'000'000;
+  size_t accepted = 0;
+  while (true) {
+    accepted = 0;
+    for (auto& rp : replayers) accepted += rp->Accepted();
+    if (accepted == replayers.size() || MonotonicNowNs() > open_deadline) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  if (accepted != replayers.size()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("replay: only ", accepted, " of ", replayers.size(),
+                     " rank stream(s) were accepted by the agents in 60 s"));
+  }
+  // Absent ranks end now, cleanly: they only carried their memberships.
+  for (size_t k = 0; k < replayers.size(); ++k) {
+    if (job.ranks[k].absent) replayers[k]->Stop();
+  }
+  tm.start_mono = MonotonicNowNs() + 100'000'000;
   std::atomic<uint64_t> sent{0};
   std::vector<std::thread> threads;
-  for (auto& rp : replayers) {
-    threads.emplace_back([&, p = rp.get()] { p->Run(tm, &sent); });
+  for (size_t k = 0; k < replayers.size(); ++k) {
+    if (job.ranks[k].absent) continue;
+    threads.emplace_back([&, p = replayers[k].get()] { p->Run(tm, &sent); });
   }
   for (std::thread& t : threads) t.join();
   say(absl::StrCat(sent.load(), " records sent; letting detection settle for ",
@@ -331,11 +372,14 @@ absl::StatusOr<ReplayResult> ReplayJob(const ImportedJob& job,
   absl::SleepFor(options.settle);
   ASSIGN_OR_RETURN(std::vector<v1::Fault> faults,
                    ListFaults(stub.get(), job.job_id));
+  // Every stream ends with a goodbye before the daemons go down.
+  for (auto& rp : replayers) rp->Stop();
   ReplayResult result;
   result.faults = std::move(faults);
   result.records_sent = sent.load();
   result.nodes = static_cast<int>(hosts.size());
   result.speed = speed;
+  result.speed_note = speed_note;
   result.work_dir = cluster->work_dir();
   for (auto& rp : replayers) rp->Stop();
   replayers.clear();

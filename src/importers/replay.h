@@ -27,6 +27,10 @@
 
 namespace pitstop::importers {
 
+// Highest --speed honoured when the data would fit in max_replay at a lower
+// one; higher requests are clamped (ReplayResult::speed_note says so).
+inline constexpr double kMaxReplaySpeed = 1000;
+
 struct ReplayOptions {
   // Data seconds per replay second; 0 = choose so the data takes at most
   // `max_replay` (and never slower than real time).
@@ -46,6 +50,8 @@ struct ReplayResult {
   uint64_t records_sent = 0;
   int nodes = 0;
   double speed = 0;
+  // Set when the requested speed was clamped to kMaxReplaySpeed.
+  std::string speed_note;
   std::string work_dir;
 };
 

@@ -1,6 +1,8 @@
 #include "src/importers/timeline.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <map>
 
@@ -133,14 +135,14 @@ json BuildTimeline(const ImportedJob& job,
     for (const v1::Suspect& x : f.victims())
       v.push_back(x.global_rank() >= 0 ? x.global_rank() : x.comm_rank());
     json args = {{"fault_id", f.fault_id()},
-                 {"class", v1::FaultClass_Name(f.fault_class())},
+                 {"class", FaultClassLabel(f.fault_class())},
                  {"summary", f.summary()},
                  {"communicator", f.comm_name()},
                  {"seq", f.seq_number()},
                  {"suspects", absl::StrJoin(s, ",")},
                  {"victims", absl::StrJoin(v, ",")}};
     std::string name = absl::StrCat("FAULT ", f.fault_id(), ": ",
-                                    v1::FaultClass_Name(f.fault_class()));
+                                    FaultClassLabel(f.fault_class()));
     int32_t any_pid = job.ranks.empty() ? 0 : job.ranks[0].global_rank;
     events.push_back({{"ph", "i"},
                       {"s", "g"},
@@ -175,16 +177,20 @@ json BuildTimeline(const ImportedJob& job,
 absl::Status WriteTimeline(const ImportedJob& job,
                            const std::vector<v1::Fault>& faults,
                            const std::string& path) {
+  errno = 0;
   std::ofstream out(path, std::ios::trunc);
   if (!out)
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": cannot write the timeline"));
+        absl::StrCat(path, ": cannot write the timeline: ",
+                     errno != 0 ? std::strerror(errno) : "open failed"));
   out << BuildTimeline(job, faults)
              .dump(-1, ' ', false, json::error_handler_t::replace)
       << "\n";
   out.close();
   if (!out)
-    return absl::InvalidArgumentError(absl::StrCat(path, ": write failed"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": timeline write failed: ",
+                     errno != 0 ? std::strerror(errno) : "stream error"));
   return absl::OkStatus();
 }
 

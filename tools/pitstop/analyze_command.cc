@@ -25,6 +25,7 @@ struct AnalyzeArgs {
   int ranks_per_node = 8;
   double tolerance_us = 500;
   bool quiet = false;
+  bool verbose = false;
 };
 
 int RunAnalyze(const AnalyzeArgs& a) {
@@ -48,13 +49,15 @@ int RunAnalyze(const AnalyzeArgs& a) {
               << result.status().message() << "\n";
     return 2;
   }
+  // A timeline that cannot be written is an error (exit 2), but the verdict
+  // is still printed.
+  int timeline_failed = 0;
   if (!a.timeline.empty()) {
     auto st = importers::WriteTimeline(*job, result->faults, a.timeline);
     if (!st.ok()) {
       std::cerr << "pitstop analyze: " << st.message() << "\n";
-      return 2;
-    }
-    if (!a.quiet) {
+      timeline_failed = 2;
+    } else if (!a.quiet) {
       std::cerr << "pitstop analyze: timeline written to " << a.timeline
                 << " (open in ui.perfetto.dev or chrome://tracing)\n";
     }
@@ -65,9 +68,10 @@ int RunAnalyze(const AnalyzeArgs& a) {
                            nlohmann::json::error_handler_t::replace)
               << "\n";
   } else {
-    std::cout << importers::FormatVerdictTable(*job, result->faults,
-                                               result->verdict);
+    std::cout << importers::FormatVerdictTable(
+        *job, result->faults, result->verdict, "pitstop analyze", a.verbose);
   }
+  if (timeline_failed != 0) return timeline_failed;
   return result->faults.empty() ? 0 : 1;
 }
 
@@ -98,6 +102,9 @@ void AddAnalyzeCommand(CLI::App* app, int* exit_code) {
                   "Kineto: kernels of different ranks are one collective when "
                   "their ends are this close (default 500 us)")
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("-v,--verbose", args->verbose,
+                "List every fault (also those without suspects) and every "
+                "note");
   cmd->add_flag("-q,--quiet", args->quiet, "No progress output on stderr");
   cmd->callback([args, exit_code] { *exit_code = RunAnalyze(*args); });
 }

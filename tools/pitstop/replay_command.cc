@@ -31,6 +31,7 @@ struct ReplayArgs {
   double settle_seconds = 4;
   bool keep = false;
   bool quiet = false;
+  bool verbose = false;
 };
 
 int RunReplay(const ReplayArgs& a) {
@@ -64,11 +65,15 @@ int RunReplay(const ReplayArgs& a) {
   }
   importers::Verdict verdict =
       importers::VerdictFromFaults(result->faults, absent);
+  if (!result->speed_note.empty()) job->notes.push_back(result->speed_note);
+  // A timeline that cannot be written is an error (exit 2), but the verdict
+  // is still printed.
+  int timeline_failed = 0;
   if (!a.timeline.empty()) {
     auto st = importers::WriteTimeline(*job, result->faults, a.timeline);
     if (!st.ok()) {
       std::cerr << "pitstop replay: " << st.message() << "\n";
-      return 2;
+      timeline_failed = 2;
     }
   }
   if (a.output == "json") {
@@ -80,8 +85,9 @@ int RunReplay(const ReplayArgs& a) {
               << "\n";
   } else {
     std::cout << importers::FormatVerdictTable(*job, result->faults, verdict,
-                                               "pitstop replay");
+                                               "pitstop replay", a.verbose);
   }
+  if (timeline_failed != 0) return timeline_failed;
   return result->faults.empty() ? 0 : 1;
 }
 
@@ -123,6 +129,9 @@ void AddReplayCommand(CLI::App* app, int* exit_code) {
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--keep", args->keep,
                 "Keep the daemons' logs and database (path printed)");
+  cmd->add_flag("-v,--verbose", args->verbose,
+                "List every fault (also those without suspects) and every "
+                "note");
   cmd->add_flag("-q,--quiet", args->quiet, "No progress output on stderr");
   cmd->callback([args, exit_code] { *exit_code = RunReplay(*args); });
 }
