@@ -218,7 +218,11 @@ std::string FormatVerdictTable(const ImportedJob& job,
                                bool verbose) {
   std::string out;
   size_t present = 0;
-  for (const ImportedRank& r : job.ranks) present += !r.absent;
+  std::set<int32_t> absent;
+  for (const ImportedRank& r : job.ranks) {
+    present += !r.absent;
+    if (r.absent) absent.insert(r.global_rank);
+  }
   absl::StrAppend(
       &out, tool, ": ", job.format, ", ", present, " rank(s)",
       job.world_size > 0 ? absl::StrCat(" of ", job.world_size) : "", "\n");
@@ -281,7 +285,10 @@ std::string FormatVerdictTable(const ImportedJob& job,
     const v1::Fault& f = *fp;
     std::vector<int32_t> s, v;
     for (const v1::Suspect& x : f.suspects()) s.push_back(RankOf(x));
-    for (const v1::Suspect& x : f.victims()) v.push_back(RankOf(x));
+    for (const v1::Suspect& x : f.victims()) {
+      if (!absent.count(RankOf(x)))
+        v.push_back(RankOf(x));  // no dump: not a victim
+    }
     std::sort(s.begin(), s.end());
     std::sort(v.begin(), v.end());
     std::string op = f.seq_number() > 0 ? absl::StrCat(CollFuncName(f.func()),

@@ -46,6 +46,45 @@ struct GroupView {
   std::map<int64_t, const FrEntry*> known;
 };
 
+// A pg_status counter far beyond what the other dumps say for the group
+// (more than `window` past their median) is corrupt data, not progress:
+// warned naming its file and replaced by the largest sane counter of the
+// same dump (else the median), so one bad file does not make every other
+// rank look stuck.
+void SanitizeCounters(std::vector<FlightRecorderDump>* dumps, int64_t window,
+                      std::vector<std::string>* warnings) {
+  std::map<std::string, std::vector<int64_t>> values;
+  for (const FlightRecorderDump& d : *dumps) {
+    for (const auto& [name, st] : d.status) {
+      values[name].push_back(st.last_completed);
+    }
+  }
+  for (FlightRecorderDump& d : *dumps) {
+    for (auto& [name, st] : d.status) {
+      std::vector<int64_t>& v = values[name];
+      if (v.size() < 3) continue;  // no majority to compare against
+      std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+      int64_t median = v[v.size() / 2];
+      int64_t bound = median > INT64_MAX - window ? INT64_MAX : median + window;
+      int64_t sane = -1;
+      for (int64_t c : {st.last_completed, st.last_started, st.last_enqueued})
+        if (c <= bound) sane = std::max(sane, c);
+      if (sane < 0) sane = median;
+      for (auto [field, c] : {std::pair<const char*, int64_t*>{
+                                  "last_enqueued", &st.last_enqueued},
+                              {"last_started", &st.last_started},
+                              {"last_completed", &st.last_completed}}) {
+        if (*c <= bound) continue;
+        warnings->push_back(absl::StrCat(
+            d.file, ": pg_status of group ", name, " says ", field, " ", *c,
+            ", far beyond the other dumps (median last_completed ", median,
+            "): corrupt counter, ", sane, " used instead"));
+        *c = sane;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<ImportedJob> BuildFlightRecorderJob(
@@ -67,6 +106,17 @@ absl::StatusOr<ImportedJob> BuildFlightRecorderJob(
                        " also dumped by ", dumps[k - 1].file));
     }
   }
+  // Groups described malformed by some dump: judged for no one (their
+  // members cannot be known for sure).
+  std::map<std::string, std::string> malformed;  // name -> first file
+  for (const FlightRecorderDump& d : dumps) {
+    for (const std::string& name : d.malformed_groups)
+      malformed.emplace(name, d.file);
+  }
+  for (FlightRecorderDump& d : dumps) {
+    for (const auto& [name, file] : malformed) d.groups.erase(name);
+  }
+  SanitizeCounters(&dumps, options.max_window, &job.warnings);
   // Every group, by name, as the dumps describe it.
   std::map<std::string, GroupView> groups;
   std::set<int32_t> expected;
@@ -100,6 +150,11 @@ absl::StatusOr<ImportedJob> BuildFlightRecorderJob(
   for (int32_t r = 0; r < job.world_size; ++r) expected.insert(r);
   for (int32_t r : expected) {
     if (!present.count(r)) job.missing_ranks.push_back(r);
+  }
+  for (const auto& [name, file] : malformed) {
+    job.warnings.push_back(absl::StrCat("process group ", name,
+                                        " is not judged: ", file,
+                                        " describes it malformed"));
   }
   if (!job.missing_ranks.empty()) {
     job.warnings.push_back(absl::StrCat(

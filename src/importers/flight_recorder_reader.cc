@@ -157,8 +157,17 @@ void MapStatus(const json& status, FlightRecorderDump* dump) {
 }
 
 absl::Status ParseDoc(const json& doc, FlightRecorderDump* dump) {
-  if (!doc.is_object() || (doc.find("pg_config") == doc.end() &&
-                           doc.find("entries") == doc.end())) {
+  if (!doc.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dump->file, ": not a Flight Recorder dump (the top level is ",
+        doc.is_array() ? "a list" : doc.type_name(),
+        ", not a dict with 'pg_config' and 'entries')"));
+  }
+  if (doc.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dump->file, ": empty dump (an empty top-level dict)"));
+  }
+  if (doc.find("pg_config") == doc.end() && doc.find("entries") == doc.end()) {
     return absl::InvalidArgumentError(absl::StrCat(
         dump->file,
         ": not a Flight Recorder dump (top-level dict without 'pg_config' "
@@ -177,8 +186,11 @@ absl::Status ParseDoc(const json& doc, FlightRecorderDump* dump) {
         auto ranks = pg->find("ranks");
         if (ranks == pg->end() || !ParseRankList(*ranks, &g.ranks)) {
           dump->warnings.push_back(
-              absl::StrCat(dump->file, ": pg_config['", pg.key(),
-                           "'].ranks is not a list of ranks (group ignored)"));
+              absl::StrCat(dump->file, ": pg_config['", CleanText(pg.key()),
+                           "'].ranks is not a list of distinct ranks in [0, ",
+                           kMaxWorldSize, ") (group not judged for any rank)"));
+          dump->malformed_groups.insert(g.name);
+          dump->malformed_groups.insert(CleanText(pg.key()));
           continue;
         }
       }

@@ -36,6 +36,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,9 @@ struct FlightRecorderDump {
   std::map<std::string, FrStatus> status;        // by pg name (mapped)
   std::vector<FrEntry> entries;
   std::vector<std::string> warnings;
+  // pg_config names (keys) whose description is malformed (e.g. ranks not a
+  // list of ranks in [0, 2^20)): such groups are judged for no rank.
+  std::set<std::string> malformed_groups;
 };
 
 // True if `bytes` look like a Flight Recorder dump (pickle, or JSON with
