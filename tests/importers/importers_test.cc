@@ -9,10 +9,12 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/importers/analysis.h"
+#include "src/importers/import_util.h"
 #include "src/importers/importer.h"
 #include "src/importers/input_file.h"
 #include "src/importers/timeline.h"
@@ -22,6 +24,7 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class TempDir {
  public:
@@ -184,6 +187,192 @@ TEST(ImporterTest, FlightRecorderJsonFormNonCommHang) {
               HasSubstr("all_reduce seq 8"));
   EXPECT_THAT(result->verdict.hung_collectives[0],
               HasSubstr("default_pg (pg 0)"));
+}
+
+// A Flight Recorder JSON dump of rank `r` in a job of `n` ranks: group "0"
+// (default_pg) all completed up to 5, group "1" (TP) with all_reduces 6..8;
+// `last` is the rank's last enqueued in group 1 (completed: 7).
+std::string AllRanks(int n) {
+  std::string all = "[";
+  for (int k = 0; k < n; ++k) absl::StrAppend(&all, k ? ", " : "", k);
+  return all + "]";
+}
+
+json FrDoc(int n, int64_t last, const std::string& ranks0) {
+  std::string all = AllRanks(n);
+  json entries = json::array();
+  for (int seq = 6; seq <= std::min<int64_t>(last, 8); ++seq) {
+    entries.push_back({{"record_id", seq},
+                       {"pg_id", 1},
+                       {"process_group", {"1", "TP"}},
+                       {"collective_seq_id", seq},
+                       {"p2p_seq_id", 0},
+                       {"profiling_name", "nccl:all_reduce"},
+                       {"input_sizes", {{1024}}},
+                       {"input_dtypes", {"Float"}},
+                       {"state", seq <= 7 ? "completed" : "scheduled"},
+                       {"time_created_ns", 1000 * seq},
+                       {"is_p2p", false}});
+  }
+  auto status = [](int64_t enq, int64_t done) {
+    return json{{"last_enqueued_collective", enq},
+                {"last_started_collective", -1},
+                {"last_completed_collective", done}};
+  };
+  return {{"version", "2.9"},
+          {"pg_config",
+           {{"0", {{"name", "0"}, {"desc", "default_pg"}, {"ranks", ranks0}}},
+            {"1", {{"name", "1"}, {"desc", "TP"}, {"ranks", all}}}}},
+          {"pg_status", {{"0", status(5, 5)}, {"1", status(last, 7)}}},
+          {"entries", entries}};
+}
+
+bool AnyWarning(const ImportedJob& job, absl::string_view a,
+                absl::string_view b) {
+  for (const std::string& w : job.warnings) {
+    if (absl::StrContains(w, a) && absl::StrContains(w, b)) return true;
+  }
+  return false;
+}
+
+TEST(ImporterTest, MalformedGroupInOneDumpBlamesNoRankOfIt) {
+  TempDir dir;
+  for (int r = 0; r < 5; ++r) {
+    std::string ranks0 = r == 0 ? "[0, -5, 99999999999]" : AllRanks(5);
+    dir.Write(absl::StrCat("_dump_", r, ".json"),
+              FrDoc(5, r == 2 ? 7 : 8, ranks0).dump());
+  }
+  auto job = ImportPaths({dir.path()}, ImportOptions());
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(AnyWarning(*job, "_dump_0.json", "pg_config['0'].ranks"));
+  auto result = AnalyzeJob(*job, AnalysisOptions());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->verdict.suspects, std::vector<int32_t>{2});
+  for (const v1::Fault& f : result->faults) {
+    for (const v1::Suspect& s : f.suspects()) EXPECT_NE(s.global_rank(), 0);
+  }
+}
+
+TEST(ImporterTest, CorruptCounterIsWarnedByItsFileAndBlamesNoOneElse) {
+  TempDir dir;
+  for (int r = 0; r < 5; ++r) {
+    int64_t last = r == 2 ? 7 : r == 3 ? (int64_t{1} << 62) : 8;
+    dir.Write(absl::StrCat("_dump_", r, ".json"),
+              FrDoc(5, last, AllRanks(5)).dump());
+  }
+  auto job = ImportPaths({dir.path()}, ImportOptions());
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(AnyWarning(*job, "_dump_3.json", "corrupt counter"));
+  EXPECT_FALSE(AnyWarning(*job, "_dump_0.json", "corrupt counter"));
+  auto result = AnalyzeJob(*job, AnalysisOptions());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->verdict.fault_class, v1::FAULT_CLASS_NON_COMM_HANG);
+  EXPECT_EQ(result->verdict.suspects, std::vector<int32_t>{2});
+}
+
+TEST(ImporterTest, MissingRanksAreRangesAndNeverVictimsOrGpu0) {
+  TempDir dir;
+  // World of 64 in group 0, only ranks 0..4 dumped (group 1 is 0..4).
+  for (int r = 0; r < 5; ++r) {
+    dir.Write(absl::StrCat("_dump_", r, ".json"),
+              FrDoc(5, r == 2 ? 7 : 8, AllRanks(64)).dump());
+  }
+  auto job = ImportPaths({dir.path()}, ImportOptions());
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(AnyWarning(*job, "no dump for rank(s) 5-63", ""));
+  for (const ImportedRank& r : job->ranks) {
+    for (const v1::CommunicatorInfo& c : r.comms) {
+      EXPECT_EQ(c.cuda_device(), -1) << "rank " << r.global_rank;
+    }
+  }
+  auto result = AnalyzeJob(*job, AnalysisOptions());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->verdict.suspects, std::vector<int32_t>{2});
+  EXPECT_EQ(result->verdict.victims, (std::vector<int32_t>{0, 1, 3, 4}));
+  std::string table = FormatVerdictTable(*job, result->faults, result->verdict);
+  EXPECT_THAT(table, Not(HasSubstr("GPU 0")));
+}
+
+TEST(ImporterTest, TopLevelListAndEmptyDictDumpsSaySo) {
+  TempDir dir;
+  // Pickle protocol 2 of an empty list: PROTO 2, EMPTY_LIST, BINPUT 0, STOP.
+  std::string list = dir.Write("_dump_0", std::string("\x80\x02]q\x00.", 6));
+  auto a = ImportPaths({list}, ImportOptions());
+  ASSERT_FALSE(a.ok());
+  EXPECT_THAT(std::string(a.status().message()), HasSubstr("a list"));
+  TempDir dir2;
+  std::string empty = dir2.Write("_dump_0.json", "{}");
+  auto b = ImportPaths({empty}, ImportOptions());
+  ASSERT_FALSE(b.ok());
+  EXPECT_THAT(std::string(b.status().message()), HasSubstr("_dump_0.json"));
+}
+
+TEST(ImportUtilTest, RankListsAndRanges) {
+  std::vector<int32_t> v;
+  EXPECT_TRUE(ParseRankList(json("[0, 3, 2]"), &v));
+  EXPECT_EQ(v, (std::vector<int32_t>{0, 3, 2}));
+  EXPECT_FALSE(ParseRankList(json("[0, -5]"), &v));
+  EXPECT_FALSE(ParseRankList(json("[0, 99999999999]"), &v));
+  EXPECT_FALSE(ParseRankList(json("[0, 1048576]"), &v));
+  EXPECT_FALSE(ParseRankList(json("[1, 1]"), &v));
+  EXPECT_FALSE(ParseRankList(json::array({0, -1}), &v));
+  EXPECT_EQ(RankRanges({0, 1, 2, 3, 7, 9, 10, 11}), "0-3,7,9-11");
+  EXPECT_EQ(RankRanges({5}), "5");
+  EXPECT_EQ(RankRanges({}), "");
+}
+
+v1::Fault MadeUpFault(const std::string& id, v1::FaultClass c,
+                      std::vector<int32_t> suspects,
+                      std::vector<int32_t> victims, const std::string& comm) {
+  v1::Fault f;
+  f.set_fault_id(id);
+  f.set_fault_class(c);
+  f.set_state(v1::FAULT_STATE_CONFIRMED);
+  f.set_comm_name(comm);
+  f.set_func(v1::COLL_FUNC_ALL_TO_ALL);
+  f.set_seq_number(20);
+  f.set_summary(absl::StrCat(id, " evidence (deep profiling asked)"));
+  for (int32_t s : suspects) f.add_suspects()->set_global_rank(s);
+  for (int32_t v : victims) f.add_victims()->set_global_rank(v);
+  return f;
+}
+
+TEST(VerdictTableTest, PrimaryFirstAndConsequencesSummedUp) {
+  ImportedJob job;
+  job.format = "flight-recorder";
+  for (int r = 0; r < 8; ++r) {
+    ImportedRank rank;
+    rank.global_rank = r;
+    rank.absent = r == 7;
+    job.ranks.push_back(rank);
+  }
+  std::vector<v1::Fault> faults = {
+      MadeUpFault("F1", v1::FAULT_CLASS_COMM_HANG, {}, {0, 1}, "pg A"),
+      MadeUpFault("F2", v1::FAULT_CLASS_COMM_HANG, {5}, {4}, "pg B"),
+      MadeUpFault("F3", v1::FAULT_CLASS_COMM_HANG, {}, {2, 3}, "pg C"),
+      MadeUpFault("F4", v1::FAULT_CLASS_NON_COMM_HANG, {5, 6}, {4, 7},
+                  "pg KEY")};
+  Verdict v = VerdictFromFaults(faults, {7});
+  EXPECT_EQ(v.fault_class, v1::FAULT_CLASS_NON_COMM_HANG);
+  EXPECT_EQ(v.suspects, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(v.victims, (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  ASSERT_EQ(v.hung_collectives.size(), 2u);
+  EXPECT_THAT(v.hung_collectives[0], HasSubstr("pg KEY"));
+  std::string table = FormatVerdictTable(job, faults, v);
+  EXPECT_THAT(table, HasSubstr("2 fault(s) without suspects (2 comm-hang)"));
+  EXPECT_THAT(table, Not(HasSubstr("F1:")));
+  EXPECT_THAT(table, HasSubstr("F4: F4 evidence"));
+  EXPECT_THAT(table, Not(HasSubstr("deep profiling")));
+  EXPECT_LT(table.find("F4 "), table.find("F2 "));
+  // Absent rank 7 is not a victim in F4's row.
+  EXPECT_THAT(table, Not(HasSubstr("4,7")));
+  std::string verbose = FormatVerdictTable(job, faults, v, "t", true);
+  EXPECT_THAT(verbose, HasSubstr("F1: F1 evidence"));
+  EXPECT_THAT(verbose, HasSubstr("F3: F3 evidence"));
+  // The timeline uses the table's class names.
+  std::string tl = BuildTimeline(job, faults).dump();
+  EXPECT_THAT(tl, HasSubstr("non-comm-hang"));
+  EXPECT_THAT(tl, Not(HasSubstr("FAULT_CLASS_")));
 }
 
 // A 4-rank job in Inspector's format (one JSONL file per process, real field
