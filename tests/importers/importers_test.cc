@@ -18,6 +18,7 @@
 #include "src/importers/importer.h"
 #include "src/importers/input_file.h"
 #include "src/importers/timeline.h"
+#include "tests/importers/fr_test_util.h"
 
 namespace pitstop::importers {
 namespace {
@@ -187,44 +188,6 @@ TEST(ImporterTest, FlightRecorderJsonFormNonCommHang) {
               HasSubstr("all_reduce seq 8"));
   EXPECT_THAT(result->verdict.hung_collectives[0],
               HasSubstr("default_pg (pg 0)"));
-}
-
-// A Flight Recorder JSON dump of rank `r` in a job of `n` ranks: group "0"
-// (default_pg) all completed up to 5, group "1" (TP) with all_reduces 6..8;
-// `last` is the rank's last enqueued in group 1 (completed: 7).
-std::string AllRanks(int n) {
-  std::string all = "[";
-  for (int k = 0; k < n; ++k) absl::StrAppend(&all, k ? ", " : "", k);
-  return all + "]";
-}
-
-json FrDoc(int n, int64_t last, const std::string& ranks0) {
-  std::string all = AllRanks(n);
-  json entries = json::array();
-  for (int seq = 6; seq <= std::min<int64_t>(last, 8); ++seq) {
-    entries.push_back({{"record_id", seq},
-                       {"pg_id", 1},
-                       {"process_group", {"1", "TP"}},
-                       {"collective_seq_id", seq},
-                       {"p2p_seq_id", 0},
-                       {"profiling_name", "nccl:all_reduce"},
-                       {"input_sizes", {{1024}}},
-                       {"input_dtypes", {"Float"}},
-                       {"state", seq <= 7 ? "completed" : "scheduled"},
-                       {"time_created_ns", 1000 * seq},
-                       {"is_p2p", false}});
-  }
-  auto status = [](int64_t enq, int64_t done) {
-    return json{{"last_enqueued_collective", enq},
-                {"last_started_collective", -1},
-                {"last_completed_collective", done}};
-  };
-  return {{"version", "2.9"},
-          {"pg_config",
-           {{"0", {{"name", "0"}, {"desc", "default_pg"}, {"ranks", ranks0}}},
-            {"1", {{"name", "1"}, {"desc", "TP"}, {"ranks", all}}}}},
-          {"pg_status", {{"0", status(5, 5)}, {"1", status(last, 7)}}},
-          {"entries", entries}};
 }
 
 bool AnyWarning(const ImportedJob& job, absl::string_view a,
