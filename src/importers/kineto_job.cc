@@ -196,8 +196,16 @@ absl::StatusOr<ImportedJob> BuildKinetoJob(std::vector<KinetoTrace> traces,
       continue;
     }
     std::vector<std::vector<bool>> used(tr.size());
-    for (size_t m = 0; m < tr.size(); ++m)
-      used[m].assign(g.kernels[tr[m]].size(), false);
+    // Per member: (end time, index in its kernel list), sorted, so each
+    // anchor looks only at the kernels within the tolerance: O(n log n).
+    std::vector<std::vector<std::pair<double, size_t>>> by_end(tr.size());
+    for (size_t m = 0; m < tr.size(); ++m) {
+      const std::vector<size_t>& list = g.kernels[tr[m]];
+      used[m].assign(list.size(), false);
+      for (size_t j = 0; j < list.size(); ++j)
+        by_end[m].emplace_back(End(traces[tr[m]].kernels[list[j]]), j);
+      std::sort(by_end[m].begin(), by_end[m].end());
+    }
     uint64_t seq = 0;
     const std::vector<size_t>& anchor = g.kernels[tr[0]];
     for (size_t a = 0; a < anchor.size(); ++a) {
@@ -206,13 +214,19 @@ absl::StatusOr<ImportedJob> BuildKinetoJob(std::vector<KinetoTrace> traces,
       pick[0] = a;
       bool all = true;
       for (size_t m = 1; m < tr.size() && all; ++m) {
-        const std::vector<size_t>& list = g.kernels[tr[m]];
+        const auto& sorted = by_end[m];
         double best = options.match_tolerance_us;
-        for (size_t j = 0; j < list.size(); ++j) {
-          double d = std::fabs(End(traces[tr[m]].kernels[list[j]]) - end);
-          if (!used[m][j] && d <= best) {
+        auto it = std::lower_bound(
+            sorted.begin(), sorted.end(),
+            std::make_pair(end - options.match_tolerance_us, size_t{0}));
+        for (; it != sorted.end() && it->first <= end + best; ++it) {
+          double d = std::fabs(it->first - end);
+          // Ties go to the earlier kernel in the trace, as before.
+          if (!used[m][it->second] &&
+              (d < best ||
+               (d == best && (pick[m] == SIZE_MAX || it->second < pick[m])))) {
             best = d;
-            pick[m] = j;
+            pick[m] = it->second;
           }
         }
         all = pick[m] != SIZE_MAX;
@@ -256,20 +270,29 @@ absl::StatusOr<ImportedJob> BuildKinetoJob(std::vector<KinetoTrace> traces,
   }
   for (size_t t = 0; t < traces.size(); ++t)
     job.ranks[t].ops = std::move(ops[t]);
-  // Who waited for whom.
+  // Who waited for whom. Equal durations (within Kineto's 1 us precision)
+  // are ties: nobody started last.
+  constexpr double kTieUs = 1.0;
   std::map<int32_t, int> late_count;
-  for (const MatchedCollective& mc : job.matched) {
+  size_t ties = 0;
+  std::vector<std::string> per_collective;
+  for (MatchedCollective& mc : job.matched) {
+    if (mc.max_wait_us < kTieUs) {
+      mc.late_rank = -1;
+      ++ties;
+      continue;
+    }
     ++late_count[mc.late_rank];
     std::vector<std::string> waiters;
+    double min_dur =
+        *std::min_element(mc.duration_us.begin(), mc.duration_us.end());
     for (size_t m = 0; m < mc.global_ranks.size(); ++m) {
       if (mc.global_ranks[m] == mc.late_rank) continue;
-      double min_dur =
-          *std::min_element(mc.duration_us.begin(), mc.duration_us.end());
       waiters.push_back(absl::StrFormat("rank %d waited %.3f ms",
                                         mc.global_ranks[m],
                                         (mc.duration_us[m] - min_dur) / 1000));
     }
-    job.notes.push_back(
+    per_collective.push_back(
         absl::StrFormat("%s #%d: late rank %d; %s", mc.comm_name, mc.seq_number,
                         mc.late_rank, absl::StrJoin(waiters, ", ")));
   }
@@ -279,9 +302,18 @@ absl::StatusOr<ImportedJob> BuildKinetoJob(std::vector<KinetoTrace> traces,
         [](const auto& a, const auto& b) { return a.second < b.second; });
     job.notes.push_back(absl::StrFormat(
         "overall: rank %d started last in %d of %d matched collectives (the "
-        "others waited for it)",
-        best->first, best->second, job.matched.size()));
+        "others waited for it)%s",
+        best->first, best->second, job.matched.size(),
+        ties > 0
+            ? absl::StrFormat("; %d ties (no wait >= 1 us) not counted", ties)
+            : ""));
+  } else if (ties > 0) {
+    job.notes.push_back(absl::StrFormat(
+        "overall: all %d matched collectives are ties (no rank waited >= 1 "
+        "us): nobody started last",
+        ties));
   }
+  for (std::string& n : per_collective) job.notes.push_back(std::move(n));
   return job;
 }
 
