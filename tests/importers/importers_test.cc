@@ -338,6 +338,44 @@ TEST(VerdictTableTest, PrimaryFirstAndConsequencesSummedUp) {
   EXPECT_THAT(tl, Not(HasSubstr("FAULT_CLASS_")));
 }
 
+TEST(ImporterTest, KinetoMatchingOfManyKernelsCountsNoTies) {
+  TempDir dir;
+  // 3000 collectives 2 ms apart; rank 1 starts 40 us late in every 3rd
+  // (its kernel is shorter), the rest are exact ties. Rank 0 has extra
+  // unmatched kernels (sampling) in between.
+  std::vector<std::pair<double, double>> k0, k1;
+  for (int i = 0; i < 3000; ++i) {
+    double ts = 1000 + 2000.0 * i;
+    bool late = i % 3 == 0;
+    k0.push_back({ts, 50});
+    k1.push_back({late ? ts + 40 : ts, late ? 10 : 50});
+    if (i % 500 == 0) k0.push_back({ts + 1000, 5});  // > 500 us off
+  }
+  dir.Write("trace-0.json", KinetoTrace(0, 2, k0));
+  dir.Write("trace-1.json", KinetoTrace(1, 2, k1));
+  auto job = ImportPaths({dir.path()}, ImportOptions());
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->matched.size(), 3000u);
+  int late = 0, ties = 0;
+  for (const MatchedCollective& m : job->matched) {
+    late += m.late_rank == 1;
+    ties += m.late_rank == -1;
+  }
+  EXPECT_EQ(late, 1000);
+  EXPECT_EQ(ties, 2000);
+  bool overall = false;
+  for (const std::string& n : job->notes) {
+    overall |= absl::StrContains(n, "rank 1 started last in 1000 of 3000") &&
+               absl::StrContains(n, "2000 ties");
+  }
+  EXPECT_TRUE(overall);
+  auto result = AnalyzeJob(*job, AnalysisOptions());
+  ASSERT_TRUE(result.ok()) << result.status();
+  std::string table = FormatVerdictTable(*job, result->faults, result->verdict);
+  EXPECT_THAT(table, HasSubstr("more note(s) (-v or -o json)"));
+  EXPECT_THAT(table, HasSubstr("rank 1 started last"));
+}
+
 // A 4-rank job in Inspector's format (one JSONL file per process, real field
 // names): rank 3 arrives late at every all-reduce, so its kernel time is the
 // shortest (the others wait for it).
