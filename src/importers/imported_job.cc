@@ -86,7 +86,15 @@ void AddAbsentRanks(ImportedJob* job,
       r.absent = true;
       r.host = host_of(g);
       r.file = "(no file)";
-      v1::CommunicatorInfo copy = *info;
+      // Without the member list: the present members carry it, and a copy
+      // per absent rank would cost (members x absent ranks).
+      v1::CommunicatorInfo copy;
+      copy.set_comm_hash(info->comm_hash());
+      copy.set_comm_name(info->comm_name());
+      copy.set_n_ranks(info->n_ranks());
+      copy.set_n_nodes(info->n_nodes());
+      copy.set_job_id(info->job_id());
+      copy.set_source(info->source());
       copy.set_rank(i);
       copy.set_host(r.host);
       copy.set_pid(0);

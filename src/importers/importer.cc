@@ -186,6 +186,18 @@ absl::StatusOr<ImportedJob> ImportPaths(const std::vector<std::string>& paths,
     o.job_id = options.job_id;
     job = BuildInspectorJob(std::move(logs), o);
   }
+  // Every rank without a file is modelled (memberships + goodbye) and the
+  // detection engine's state grows with members x such ranks: refuse
+  // clearly instead of running out of memory.
+  if (job.ok() && job->missing_ranks.size() > kMaxAbsentRanks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        job->missing_ranks.size(),
+        " ranks named by the input's groups have no file (world size ",
+        job->world_size, "); at most ", kMaxAbsentRanks,
+        " can be modelled: add the files of more ranks, or check the groups' "
+        "rank lists (warnings: ",
+        job->warnings.empty() ? "none" : job->warnings.front(), ")"));
+  }
   if (job.ok()) {
     std::string prefix = format == FileFormat::kFlightRecorder ? "fr-"
                          : format == FileFormat::kKineto       ? "kineto-"

@@ -256,6 +256,18 @@ TEST(ImporterTest, MissingRanksAreRangesAndNeverVictimsOrGpu0) {
   EXPECT_THAT(table, Not(HasSubstr("GPU 0")));
 }
 
+TEST(ImporterTest, TooManyRanksWithoutADumpIsAClearError) {
+  TempDir dir;
+  for (int r = 0; r < 3; ++r) {
+    dir.Write(absl::StrCat("_dump_", r, ".json"),
+              FrDoc(3, 8, AllRanks(kMaxAbsentRanks + 10)).dump());
+  }
+  auto job = ImportPaths({dir.path()}, ImportOptions());
+  ASSERT_FALSE(job.ok());
+  EXPECT_THAT(std::string(job.status().message()),
+              HasSubstr(absl::StrCat("at most ", kMaxAbsentRanks)));
+}
+
 TEST(ImporterTest, TopLevelListAndEmptyDictDumpsSaySo) {
   TempDir dir;
   // Pickle protocol 2 of an empty list: PROTO 2, EMPTY_LIST, BINPUT 0, STOP.
