@@ -107,6 +107,11 @@ absl::Status ControllerCore::AgentBatch(uint64_t session,
   const std::string& host = sit->second;
   NodeEntry& node = nodes_[host];
   node.last_seen_unix_ns = NowUnixNs();
+  if (node.lost) {
+    node.lost = false;
+    engine_->NodeBack(host);
+    Logger("controller")->info("agent {} reports again", host);
+  }
   if (batch.has_counters()) {
     node.connected_ranks = batch.counters().connected_ranks();
     node.plugin_dropped = batch.counters().plugin_dropped();
@@ -143,6 +148,8 @@ void ControllerCore::AgentDisconnected(uint64_t session) {
   e.session = 0;
   e.sink = nullptr;
   e.last_seen_unix_ns = NowUnixNs();
+  e.lost = true;
+  engine_->NodeLost(it->second);
   Logger("controller")->info("agent {} disconnected", it->second);
   sessions_.erase(it);
   if (options_.metrics) options_.metrics->SetAgentsConnected(sessions_.size());
@@ -150,6 +157,21 @@ void ControllerCore::AgentDisconnected(uint64_t session) {
 
 void ControllerCore::RunCycle() {
   MutexLock lock(&mu_);
+  if (options_.agent_silence > absl::ZeroDuration()) {
+    const uint64_t now = NowUnixNs();
+    const uint64_t silence = absl::ToInt64Nanoseconds(options_.agent_silence);
+    for (auto& [host, e] : nodes_) {
+      if (e.session != 0 && !e.lost && now - e.last_seen_unix_ns > silence) {
+        e.lost = true;
+        engine_->NodeLost(host);
+        Logger("controller")
+            ->warn(
+                "agent {} silent for {} ms: its ranks are not judged "
+                "until it reports again",
+                host, (now - e.last_seen_unix_ns) / 1'000'000);
+      }
+    }
+  }
   CycleResult r = engine_->RunCycle();
   last_cycle_ms_ = absl::ToDoubleMilliseconds(r.cycle_time);
   const uint64_t joined = engine_->stats().collectives_joined;

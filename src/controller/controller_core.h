@@ -43,6 +43,11 @@ class ControllerCore {
     absl::Duration cycle_period = absl::Milliseconds(500);
     // An agent gone for longer than this makes its node UNREACHABLE.
     absl::Duration node_grace = absl::Seconds(30);
+    // An agent whose stream sent nothing for this long (agents send every
+    // batch period, 1 s by default) is treated like a closed one by the
+    // detectors: its ranks are not judged until it sends again. Zero
+    // disables the silence check (a closed stream still counts).
+    absl::Duration agent_silence = absl::ZeroDuration();
     DetectionEngine::Options engine;
     ControllerMetrics* metrics = nullptr;  // optional, not owned
     std::string version = "0.1.0";
@@ -113,6 +118,7 @@ class ControllerCore {
     uint64_t last_seen_unix_ns = 0;
     uint32_t connected_ranks = 0;
     uint64_t plugin_dropped = 0;
+    bool lost = false;  // the engine was told NodeLost
   };
   struct Watcher {
     std::string job_id;

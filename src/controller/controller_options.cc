@@ -71,6 +71,9 @@ void RegisterControllerOptions(ConfigSchema* s, ControllerOptions* o) {
   s->Add("detection.cycle_ms", &o->cycle_ms, "detection cycle period (ms)");
   s->Add("node_grace_s", &o->node_grace_s,
          "seconds without an agent stream before a node is UNREACHABLE");
+  s->Add("agent_silence_ms", &o->agent_silence_ms,
+         "an agent stream silent this long (ms) counts as lost for "
+         "detection: its ranks are not judged; 0 disables");
   s->Add("shutdown_grace_ms", &o->shutdown_grace_ms,
          "on SIGTERM, time given to open calls before they are cancelled");
   s->Add("detection.window_ms", &o->window_ms,

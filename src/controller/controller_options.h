@@ -20,6 +20,7 @@ struct ControllerOptions {
   uint32_t cycle_ms = 500;
   uint32_t node_grace_s = 30;
   uint32_t shutdown_grace_ms = 2000;
+  uint32_t agent_silence_ms = 3000;
   // Default JobPolicy (0 = built-in default).
   uint32_t window_ms = 0;
   uint32_t persistence_n = 0;

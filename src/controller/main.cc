@@ -93,6 +93,7 @@ int main(int argc, char** argv) {
   core_options.db_path = options.db;
   core_options.cycle_period = absl::Milliseconds(options.cycle_ms);
   core_options.node_grace = absl::Seconds(options.node_grace_s);
+  core_options.agent_silence = absl::Milliseconds(options.agent_silence_ms);
   core_options.engine.default_policy = options.DefaultPolicy();
   core_options.metrics = metrics.get();
   auto core = pitstop::controller::ControllerCore::Create(core_options);

@@ -333,6 +333,74 @@ TEST_F(ControllerApiTest, AgentRecordsWithHugeRanksAreSkipped) {
   EXPECT_FALSE(agents_[0]->Close().ok());
 }
 
+// An agent whose stream closed (or that went silent) leaves stale progress
+// behind: its ranks are not blamed, and the fault names its node as
+// unreachable.
+TEST_F(ControllerApiTest, RanksOfAGoneAgentAreNotBlamed) {
+  SimJob job(0x61, 4, 2);
+  ReportHang(job, {3});  // rank 3 (node1) never enqueued seq 10
+  ASSERT_EQ(agents_.size(), 2u);
+  agents_[1]->Close();
+  ASSERT_TRUE(
+      WaitUntil([&] { return !core_->Node("node1")->agent_connected(); }));
+  clock_.Advance(absl::Seconds(6));
+  core_->RunCycle();
+  std::vector<v1::Fault> faults = ListFaults();
+  ASSERT_EQ(faults.size(), 1u);
+  for (const v1::Suspect& s : faults[0].suspects()) {
+    EXPECT_NE(s.host(), "node1") << faults[0].summary();
+  }
+  EXPECT_THAT(faults[0].summary(), HasSubstr("the agent of node1"));
+}
+
+// A silent agent (stream open, nothing sent for agent_silence) counts as
+// gone too.
+TEST(ControllerSilenceTest, SilentAgentCountsAsGone) {
+  FakeClock clock;
+  ControllerCore::Options o;
+  o.clock = &clock;
+  o.agent_silence = absl::Seconds(3);
+  auto core = ControllerCore::Create(o);
+  ASSERT_TRUE(core.ok()) << core.status();
+  auto server = ControllerServer::Start(core->get(), "127.0.0.1:0");
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string target = absl::StrCat("127.0.0.1:", (*server)->port());
+  SimJob job(0x62, 4, 2);
+  std::vector<std::unique_ptr<TestAgent>> agents;
+  for (const v1::NodeRegistration& reg : job.Nodes()) {
+    agents.push_back(std::make_unique<TestAgent>(target, reg));
+  }
+  for (int32_t r = 0; r < 4; ++r) {
+    v1::ConnectRequest batch;
+    *batch.add_communicators() = job.Info(r);
+    *batch.add_progress() = job.Progress(r, r == 3 ? 9 : 10, 9);
+    ASSERT_TRUE(agents[r / 2]->Send(batch));
+  }
+  ASSERT_TRUE(WaitUntil([&] {
+    auto comms = (*core)->Communicators("");
+    return comms.size() == 1 && comms[0].members_size() == 4 &&
+           !comms[0].members(3).host().empty();
+  }));
+  // node0 keeps sending (empty batches, like an idle agent); node1 is silent.
+  for (int s = 0; s < 6; ++s) {
+    clock.Advance(absl::Seconds(1));
+    ASSERT_TRUE(agents[0]->Send(v1::ConnectRequest()));
+    const uint64_t now = static_cast<uint64_t>(absl::ToUnixNanos(clock.Now()));
+    ASSERT_TRUE(WaitUntil(
+        [&] { return (*core)->Node("node0")->last_seen_unix_ns() == now; }));
+    (*core)->RunCycle();
+  }
+  auto faults = (*core)->Faults("", false, 0);
+  ASSERT_TRUE(faults.ok());
+  ASSERT_EQ(faults->size(), 1u);
+  for (const v1::Suspect& s : (*faults)[0].suspects()) {
+    EXPECT_NE(s.host(), "node1") << (*faults)[0].summary();
+  }
+  EXPECT_THAT((*faults)[0].summary(), HasSubstr("the agent of node1"));
+  agents.clear();
+  (*server)->Shutdown(absl::ZeroDuration());
+}
+
 TEST_F(ControllerApiTest, PolicyRoundTrips) {
   grpc::ClientContext c1, c2;
   v1::SetJobPolicyRequest set;

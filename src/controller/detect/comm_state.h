@@ -29,8 +29,9 @@ struct Member {
   int32_t cuda_device = -1;
   // Heuristic: GPU i <-> NIC i on rail-optimised nodes (see engine docs).
   std::string nic;
-  bool dead = false;    // RankLifecycle DIED
-  bool exited = false;  // RankLifecycle CLEAN_EXIT
+  bool dead = false;         // RankLifecycle DIED
+  bool exited = false;       // RankLifecycle CLEAN_EXIT
+  bool unreachable = false;  // its node's agent is gone (NodeLost)
 };
 
 // One connection sample of a joined collective (directed src -> dst).

@@ -83,6 +83,7 @@ void EngineImpl::NoteMember(CommState* c, int32_t rank, int32_t global_rank,
   m.known = true;
   if (global_rank >= 0) m.global_rank = global_rank;
   if (!host.empty()) m.host = std::string(host);
+  m.unreachable = !m.host.empty() && lost_hosts_.count(m.host) > 0;
   if (pid != 0) m.pid = pid;
   if (cuda_device >= 0) m.cuda_device = cuda_device;
   if (changed) AssignNic(&m);
@@ -312,6 +313,23 @@ v1::JobPolicy EngineImpl::GetJobPolicy(absl::string_view job_id) const {
 
 void EngineImpl::ForgetFault(absl::string_view fault_id) {
   tracker_.Forget(fault_id);
+}
+
+void EngineImpl::NodeLost(absl::string_view host) { SetNodeLost(host, true); }
+
+void EngineImpl::NodeBack(absl::string_view host) { SetNodeLost(host, false); }
+
+void EngineImpl::SetNodeLost(absl::string_view host, bool lost) {
+  if (lost) {
+    lost_hosts_.insert(std::string(host));
+  } else {
+    lost_hosts_.erase(std::string(host));
+  }
+  for (auto& [hash, c] : comms_) {
+    for (Member& m : c.members) {
+      if (m.host == host) m.unreachable = lost;
+    }
+  }
 }
 
 void EngineImpl::AdoptOpenFaults(const std::vector<v1::Fault>& faults) {

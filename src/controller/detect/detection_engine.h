@@ -165,6 +165,13 @@ class DetectionEngine {
   virtual absl::Status AddLifecycle(absl::string_view host,
                                     const v1::RankLifecycle& lifecycle) = 0;
 
+  // The agent of `host` is gone (stream closed, or silent): the hang
+  // detectors treat the ranks on it as unreported (neither suspects nor
+  // waited for) until NodeBack(host), and hang faults say that the node's
+  // agent is unreachable. Idempotent.
+  virtual void NodeLost(absl::string_view host) = 0;
+  virtual void NodeBack(absl::string_view host) = 0;
+
   // --- policy -----------------------------------------------------------
   // Stores the job's policy; zero fields take the engine's default policy
   // (Options::default_policy, itself resolved against DefaultJobPolicy()).

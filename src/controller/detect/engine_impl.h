@@ -3,6 +3,7 @@
 #define PITSTOP_CONTROLLER_DETECT_ENGINE_IMPL_H_
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,8 @@ class EngineImpl final : public DetectionEngine {
   CycleResult RunCycle() override;
   void ForgetFault(absl::string_view fault_id) override;
   void AdoptOpenFaults(const std::vector<v1::Fault>& faults) override;
+  void NodeLost(absl::string_view host) override;
+  void NodeBack(absl::string_view host) override;
   std::vector<v1::Communicator> Communicators() const override;
   std::vector<v1::Job> Jobs() const override;
   EngineStats stats() const override;
@@ -56,6 +59,7 @@ class EngineImpl final : public DetectionEngine {
   void RequestProfiling(CommState* c, int64_t now_ns, CycleResult* result);
   void RaiseProcessDied(absl::string_view host,
                         const v1::RankLifecycle& lifecycle);
+  void SetNodeLost(absl::string_view host, bool lost);
 
   Clock* const clock_;
   const Options options_;
@@ -63,6 +67,7 @@ class EngineImpl final : public DetectionEngine {
   std::map<std::string, v1::JobPolicy> policies_;
   std::map<uint64_t, CommState> comms_;
   absl::flat_hash_map<std::string, v1::NodeRegistration> nodes_;
+  std::set<std::string> lost_hosts_;  // NodeLost without NodeBack
   FaultTracker tracker_;
   EngineStats stats_;
 };

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "src/controller/detect/open_proxy_ops.h"
 #include "src/controller/detect/robust_stats.h"
 #include "src/controller/detect/suspects.h"
@@ -63,9 +64,19 @@ std::vector<Stalled> LeastProgress(const FuncProgress& fp) {
   return least;
 }
 
+// Key of a hang fault: the class is part of it, so a fault's class never
+// changes under one id (a comm hang that turns out to be a non-comm hang is
+// a new fault; the old one is resolved).
+std::string HangKey(const CommState& comm, int32_t func, v1::FaultClass cls) {
+  return absl::StrFormat("hang/%x/%d/%d", comm.comm_hash, func,
+                         static_cast<int>(cls));
+}
+
 void Resolve(CommState* comm, int32_t func, FaultTracker* tracker) {
-  tracker->Clear(absl::StrFormat("hang/%x/%d", comm->comm_hash, func),
-                 "collectives complete again");
+  for (v1::FaultClass cls :
+       {v1::FAULT_CLASS_NON_COMM_HANG, v1::FAULT_CLASS_COMM_HANG}) {
+    tracker->Clear(HangKey(*comm, func, cls), "collectives complete again");
+  }
 }
 
 // Suspect + evidence for a link src -> dst of `comm`.
@@ -171,9 +182,18 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
       if (fp.ranks[r].reported) skip[r] = false;
     }
   }
+  // Members on a node whose agent is gone: their last report is stale.
+  std::set<std::string> lost_hosts;
+  int lost_members = 0;
   for (int32_t r = 0; r < n && r < static_cast<int32_t>(comm->members.size());
        ++r) {
-    if (comm->members[r].exited) skip[r] = true;
+    const Member& m = comm->members[r];
+    if (m.exited) skip[r] = true;
+    if (m.unreachable && !m.exited && !m.dead) {
+      skip[r] = true;
+      lost_hosts.insert(m.host);
+      ++lost_members;
+    }
   }
   if (any_dead) out->push_back(DeadCommVerdict(*comm));
   for (auto& [func, fp] : comm->progress) {
@@ -305,8 +325,23 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
       BuildCommHang(*comm, fp, &f, want_profiling);
       e->set_text(f.summary());
     }
+    if (lost_members > 0) {
+      values["members_on_unreachable_nodes"] = lost_members;
+      f.set_summary(absl::StrCat(
+          f.summary(), "; ", lost_members, " rank(s) not judged: the agent of ",
+          absl::StrJoin(lost_hosts, ", "), " is unreachable"));
+      e->set_text(f.summary());
+    }
+    for (v1::FaultClass cls :
+         {v1::FAULT_CLASS_NON_COMM_HANG, v1::FAULT_CLASS_COMM_HANG}) {
+      if (cls != f.fault_class()) {
+        tracker->Clear(HangKey(*comm, func, cls),
+                       absl::StrCat("the hang is now classified ",
+                                    v1::FaultClass_Name(f.fault_class())));
+      }
+    }
     HangVerdict& v = out->emplace_back();
-    v.key = absl::StrFormat("hang/%x/%d", comm->comm_hash, func);
+    v.key = HangKey(*comm, func, f.fault_class());
     v.state = stuck >= 2 * timeout ? v1::FAULT_STATE_CONFIRMED
                                    : v1::FAULT_STATE_SUSPECTED;
     for (int32_t r = 0; r < n; ++r) {

@@ -40,7 +40,9 @@ int64_t HangTimeoutNs(const CommState& comm, const v1::JobPolicy& policy);
 // `dead_comm` verdict (keyed by the PROCESS_DIED fault) instead. Members
 // that never reported any progress for the comm (no agent, not connected
 // yet) and members that exited cleanly are left out: neither blamed nor
-// waited for. Key: "hang/<comm hex>/<func>". Verdicts are appended to
+// waited for; so are members on a node whose agent is gone (NodeLost), and
+// the fault names that node. Key: "hang/<comm hex>/<func>/<class>" (a new
+// class is a new fault). Verdicts are appended to
 // `out`; RaiseHangs() raises them.
 struct HangVerdict {
   std::string key;
