@@ -1,9 +1,27 @@
 #include "src/sim/report.h"
 
+#include <filesystem>
+#include <system_error>
+
 #include "absl/strings/str_format.h"
+#include "src/sim/local_cluster.h"
 
 namespace pitstop::sim {
 namespace {
+
+// The pitstopctl path as a user can type it from the current directory
+// (relative when it is below it); bare "pitstopctl" when it is not found.
+std::string PitstopctlCommand() {
+  absl::StatusOr<std::string> path = FindPitstopBinary("pitstopctl");
+  if (!path.ok()) return "pitstopctl";
+  std::error_code ec;
+  const std::filesystem::path rel =
+      std::filesystem::relative(*path, std::filesystem::current_path(ec), ec);
+  if (!ec && !rel.empty() && rel.native().rfind("..", 0) != 0) {
+    return rel.string();
+  }
+  return *path;
+}
 
 std::string StateName(v1::FaultState s) {
   std::string n = v1::FaultState_Name(s);
@@ -80,8 +98,8 @@ void PrintReport(const RunResult& result, const ReportOptions& options,
       << "\n";
   out << absl::StrFormat("  wall time %.1f s\n", result.wall_s);
 
-  const std::string ctl =
-      absl::StrCat("pitstopctl --controller ", result.controller_address);
+  const std::string ctl = absl::StrCat(PitstopctlCommand(), " --controller ",
+                                       result.controller_address);
   out << "\n== inspect ==\n";
   if (options.cluster_still_running) {
     out << "  the controller is still running (Ctrl-C to stop):\n";

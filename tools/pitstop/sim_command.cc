@@ -102,6 +102,17 @@ int RunOne(const SimArgs& a) {
   // keep it running, so print from the runner's keep-running hook.
   std::string timeline_path;
   std::unique_ptr<sim::RunResult> early;
+  std::error_code ec;
+  std::string self_path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) {
+    self_path = "pitstop";
+  } else {
+    const std::filesystem::path rel = std::filesystem::relative(
+        self_path, std::filesystem::current_path(ec), ec);
+    if (!ec && !rel.empty() && rel.native().rfind("..", 0) != 0) {
+      self_path = rel.string();
+    }
+  }
   auto finish = [&](const sim::RunResult& r, bool still_running) {
     if (!a.timeline.empty()) {
       const absl::Status st = sim::WriteTimeline(r.plan, r.faults, a.timeline);
@@ -114,7 +125,8 @@ int RunOne(const SimArgs& a) {
     sim::ReportOptions ro;
     ro.timeline_path = timeline_path;
     ro.cluster_still_running = still_running;
-    ro.rerun_command = absl::StrCat("pitstop sim --scenario ", a.scenario);
+    // The path this binary was started as, so the line can be pasted as is.
+    ro.rerun_command = absl::StrCat(self_path, " sim --scenario ", a.scenario);
     sim::PrintReport(r, ro, std::cout);
     std::cout.flush();
   };
