@@ -118,7 +118,8 @@ struct CommState {
   size_t recent_next = 0;
 
   std::map<uint64_t, Baseline> baselines;
-  absl::flat_hash_map<int32_t, FuncProgress> progress;
+  // Ordered so detection (and fault numbering) is the same on every run.
+  std::map<int32_t, FuncProgress> progress;
   int64_t deep_requested_until_ns = 0;
   // Comm-slow hit of the last closed window: collective time added over
   // the baseline in that window (ns, all collectives), and when (engine
