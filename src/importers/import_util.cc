@@ -141,10 +141,10 @@ int64_t SaturatingInt(double v) {
   return static_cast<int64_t>(v);
 }
 
-std::string CleanText(absl::string_view s) {
+std::string CleanText(absl::string_view s, size_t max_bytes) {
   std::string out;
   size_t i = 0;
-  while (i < s.size() && out.size() < 256) {
+  while (i < s.size() && out.size() < max_bytes) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
     size_t len = c < 0x80           ? 1
                  : (c >> 5) == 0x6  ? 2

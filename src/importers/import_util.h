@@ -40,9 +40,9 @@ const char* CollFuncName(v1::CollFunc func);
 int64_t SaturatingInt(double v);
 
 // `s` with every byte that is not part of a valid UTF-8 sequence (and
-// control characters) replaced by '?', at most 256 bytes: names from
+// control characters) replaced by '?', at most `max_bytes` bytes: names from
 // untrusted files end up in proto3 strings and JSON, which need UTF-8.
-std::string CleanText(absl::string_view s);
+std::string CleanText(absl::string_view s, size_t max_bytes = 256);
 
 // FNV-1a 64 of `key`, never 0 (0 means "unknown" in the protocol).
 uint64_t StableHash(absl::string_view key);

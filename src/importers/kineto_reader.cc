@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "src/importers/import_util.h"
+#include "src/importers/trace_event_stream.h"
 
 namespace pitstop::importers {
 namespace {
@@ -54,11 +55,11 @@ bool IsNcclKernel(absl::string_view name) {
 }
 
 // Collects the parts of a trace the reader needs, one event at a time.
-class Collector {
+class Collector final : public TraceEventSink {
  public:
   explicit Collector(KinetoTrace* trace) : trace_(trace) {}
 
-  void Event(const json& e) {
+  void Event(const json& e) override {
     ++trace_->events;
     if (!e.is_object()) return;
     std::string cat = Str(e, "cat");
@@ -110,7 +111,7 @@ class Collector {
     }
   }
 
-  void Distributed(const json& info) {
+  void Distributed(const json& info) override {
     trace_->rank = static_cast<int32_t>(Int(info, "rank", -1));
     trace_->world_size = static_cast<int32_t>(Int(info, "world_size", 0));
   }
@@ -169,143 +170,6 @@ class Collector {
   std::map<int64_t, Launch> launches_;
 };
 
-// SAX handler: builds a small DOM for each element of the top-level
-// "traceEvents" array (and for "distributedInfo"), hands it to the
-// collector and forgets it.
-class Sax final : public nlohmann::json_sax<json> {
- public:
-  Sax(Collector* collector, InputStream* in,
-      const std::function<void(uint64_t, uint64_t)>& progress)
-      : collector_(collector), in_(in), progress_(progress) {}
-
-  bool null() override { return Value(json(nullptr)); }
-  bool boolean(bool v) override { return Value(json(v)); }
-  bool number_integer(number_integer_t v) override { return Value(json(v)); }
-  bool number_unsigned(number_unsigned_t v) override { return Value(json(v)); }
-  bool number_float(number_float_t v, const string_t&) override {
-    return Value(json(v));
-  }
-  bool string(string_t& v) override { return Value(json(std::move(v))); }
-  bool binary(binary_t&) override { return Value(json(nullptr)); }
-
-  bool start_object(std::size_t) override { return Open(json::object()); }
-  bool start_array(std::size_t) override {
-    if (depth_ == 1 && root_key_ == "traceEvents") {
-      ++depth_;
-      in_events_ = true;
-      return true;
-    }
-    return Open(json::array());
-  }
-  bool end_object() override { return Close(); }
-  bool end_array() override {
-    if (in_events_ && depth_ == 2 && stack_.empty()) {
-      --depth_;
-      in_events_ = false;
-      return true;
-    }
-    return Close();
-  }
-  bool key(string_t& k) override {
-    if (depth_ == 1) root_key_ = k;
-    key_ = k;
-    return true;
-  }
-  bool parse_error(std::size_t position, const std::string&,
-                   const nlohmann::detail::exception& ex) override {
-    error_position_ = position;
-    error_ = ex.what();
-    return false;
-  }
-
-  size_t error_position() const { return error_position_; }
-  const std::string& error() const { return error_; }
-  bool saw_root_object() const { return saw_root_; }
-
- private:
-  bool Capturing() const {
-    return (in_events_ && depth_ >= 2) ||
-           (depth_ >= 1 && root_key_ == "distributedInfo" && !stack_.empty());
-  }
-
-  bool Open(json fresh) {
-    if (depth_ == 0) {
-      saw_root_ = fresh.is_object();
-      ++depth_;
-      return true;
-    }
-    bool start_capture =
-        stack_.empty() && ((in_events_ && depth_ == 2) ||
-                           (depth_ == 1 && root_key_ == "distributedInfo"));
-    ++depth_;
-    if (start_capture) {
-      current_ = std::move(fresh);
-      stack_.push_back(&current_);
-      return true;
-    }
-    if (stack_.empty()) return true;  // skipping an uninteresting subtree
-    json* parent = stack_.back();
-    json* child;
-    if (parent->is_array()) {
-      parent->push_back(std::move(fresh));
-      child = &parent->back();
-    } else {
-      child = &(*parent)[key_];
-      *child = std::move(fresh);
-    }
-    stack_.push_back(child);
-    return true;
-  }
-
-  bool Close() {
-    --depth_;
-    if (stack_.empty()) return true;
-    stack_.pop_back();
-    if (stack_.empty()) {
-      if (in_events_) {
-        collector_->Event(current_);
-        if (++count_ % 4096 == 0 && progress_) {
-          uint64_t off = in_->compressed_offset();
-          if (off >= next_report_) {
-            progress_(off, in_->file_size());
-            next_report_ = off + (16u << 20);
-          }
-        }
-      } else {
-        collector_->Distributed(current_);
-      }
-      current_ = json();
-    }
-    return true;
-  }
-
-  bool Value(json v) {
-    if (stack_.empty()) return true;
-    json* top = stack_.back();
-    if (top->is_array()) {
-      top->push_back(std::move(v));
-    } else {
-      (*top)[key_] = std::move(v);
-    }
-    return true;
-  }
-
-  Collector* collector_;
-  InputStream* in_;
-  const std::function<void(uint64_t, uint64_t)>& progress_;
-  int depth_ = 0;
-  bool in_events_ = false;
-  bool saw_root_ = false;
-  std::string root_key_;
-  std::string key_;
-  json current_;
-  std::vector<json*> stack_;
-  uint64_t count_ = 0;
-  uint64_t next_report_ = 16u << 20;
-  size_t error_position_ = 0;
-  std::string error_;
-};
-
 }  // namespace
 
 bool LooksLikeKineto(absl::string_view head) {
@@ -319,27 +183,9 @@ absl::StatusOr<KinetoTrace> ParseKinetoTrace(
   KinetoTrace trace;
   trace.file = file;
   Collector collector(&trace);
-  Sax sax(&collector, in, progress);
-  bool ok = false;
-  try {
-    ok = json::sax_parse(in->stream(), &sax, json::input_format_t::json, true);
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(file, ": ", e.what()));
-  }
-  if (!in->status().ok()) return in->status();
-  if (!ok) {
-    if (sax.error_position() <= 1 && trace.events == 0 &&
-        sax.error().find("empty input") != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(file, ": empty file"));
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat(file, ": malformed JSON at byte ", sax.error_position(),
-                     " (after decompression): ", sax.error()));
-  }
-  if (!sax.saw_root_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file, ": not a Chrome trace (top level is not an object)"));
-  }
+  absl::StatusOr<uint64_t> events =
+      StreamTraceEvents(in, file, &collector, progress);
+  if (!events.ok()) return events.status();
   collector.Link();
   if (trace.rank < 0) {
     trace.rank = RankFromFileName(file);
