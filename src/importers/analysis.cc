@@ -28,6 +28,10 @@ absl::Status Feed(const ImportedJob& job, agent::RankJoiner* joiner,
   std::set<std::string> registered;
   for (size_t i = 0; i < job.ranks.size(); ++i) {
     const ImportedRank& rank = job.ranks[i];
+    // A rank without a file left no data: like a rank whose telemetry never
+    // started, it is known only from its peers' member lists. Only a hang
+    // that waits for it makes it a suspect.
+    if (rank.absent) continue;
     if (registered.insert(rank.host).second) {
       v1::NodeRegistration reg;
       reg.set_host(rank.host);
@@ -42,9 +46,6 @@ absl::Status Feed(const ImportedJob& job, agent::RankJoiner* joiner,
     }
   }
   joiner->Poll();
-  for (size_t i = 0; i < job.ranks.size(); ++i) {
-    if (job.ranks[i].absent) joiner->EndStream(i + 1);
-  }
   std::vector<v1::CommunicatorInfo> comms;
   joiner->TakeCommunicators(&comms);
   for (const v1::CommunicatorInfo& c : comms) {
@@ -128,6 +129,12 @@ bool PrimaryFirst(const v1::Fault& a, const v1::Fault& b) {
   return number(a) < number(b);
 }
 
+// A hang blamed on members that sent nothing (hang_detector.cc).
+bool LeftNoData(const v1::Fault& f) {
+  return f.evidence_size() > 0 &&
+         f.evidence(0).values().count("members_without_data") > 0;
+}
+
 // Offline there is no one to ask for deep profiling: drop that remark.
 std::string OfflineSummary(std::string s) {
   for (const std::string cut :
@@ -187,7 +194,16 @@ Verdict VerdictFromFaults(const std::vector<v1::Fault>& faults,
   Verdict v;
   std::set<int32_t> suspects, victims;
   std::vector<const v1::Fault*> order;
-  for (const v1::Fault& f : faults) order.push_back(&f);
+  // A rank that left no data is the suspect only when nothing measured
+  // explains the hang: with measured suspects elsewhere, a rank without a
+  // dump may just as well be one of their victims.
+  bool measured = false;
+  for (const v1::Fault& f : faults) {
+    measured |= f.suspects_size() > 0 && !LeftNoData(f);
+  }
+  for (const v1::Fault& f : faults) {
+    if (!measured || !LeftNoData(f)) order.push_back(&f);
+  }
   std::stable_sort(order.begin(), order.end(),
                    [](const v1::Fault* a, const v1::Fault* b) {
                      return PrimaryFirst(*a, *b);
@@ -199,7 +215,7 @@ Verdict VerdictFromFaults(const std::vector<v1::Fault>& faults,
     for (const v1::Suspect& s : f.victims()) victims.insert(RankOf(s));
     if (f.suspects_size() > 0 &&
         (f.fault_class() == v1::FAULT_CLASS_NON_COMM_HANG ||
-         f.fault_class() == v1::FAULT_CLASS_COMM_HANG)) {
+         f.fault_class() == v1::FAULT_CLASS_COMM_HANG || LeftNoData(f))) {
       v.hung_collectives.push_back(absl::StrCat(CollFuncName(f.func()), " seq ",
                                                 f.seq_number(), " in ",
                                                 f.comm_name()));

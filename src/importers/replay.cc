@@ -333,6 +333,10 @@ absl::StatusOr<ReplayResult> ReplayJob(const ImportedJob& job,
                    " s of data at ", speed, "x"));
   std::vector<std::unique_ptr<RankReplayer>> replayers;
   for (const ImportedRank& r : job.ranks) {
+    // A rank without a file left no data: its stream never starts, as in
+    // pitstop analyze (known to the controller from its peers' member
+    // lists only).
+    if (r.absent) continue;
     replayers.push_back(std::make_unique<RankReplayer>(
         job, r, cluster->agent_socket(node_of[r.host])));
   }
@@ -355,15 +359,10 @@ absl::StatusOr<ReplayResult> ReplayJob(const ImportedJob& job,
         absl::StrCat("replay: only ", accepted, " of ", replayers.size(),
                      " rank stream(s) were accepted by the agents in 60 s"));
   }
-  // Absent ranks end now, cleanly: they only carried their memberships.
-  for (size_t k = 0; k < replayers.size(); ++k) {
-    if (job.ranks[k].absent) replayers[k]->Stop();
-  }
   tm.start_mono = MonotonicNowNs() + 100'000'000;
   std::atomic<uint64_t> sent{0};
   std::vector<std::thread> threads;
   for (size_t k = 0; k < replayers.size(); ++k) {
-    if (job.ranks[k].absent) continue;
     threads.emplace_back([&, p = replayers[k].get()] { p->Run(tm, &sent); });
   }
   for (std::thread& t : threads) t.join();

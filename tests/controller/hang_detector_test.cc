@@ -114,6 +114,33 @@ TEST_F(HangTest, RanksWithoutAnyProgressReportAreNotBlamed) {
   EXPECT_TRUE(faults_.empty()) << faults_[0].DebugString();
 }
 
+// NVIDIA/nccl#795's shape: one rank's telemetry never started (or, offline,
+// it left no dump) while every other member waits in the same collective.
+// It is the only explanation left: the suspect, as a process death.
+TEST_F(HangTest, RankThatLeftNoDataWhileItsPeersWaitIsTheSuspect) {
+  SimJob job(0xCA, 8, 4);
+  job.Register(engine_.get());
+  for (int32_t r = 0; r < 8; ++r) {
+    if (r != 5) Report(job, r, 10, 9);
+  }
+  Cycle(absl::Seconds(6));
+  ASSERT_EQ(Latest().size(), 1u);
+  v1::Fault f = Latest()[0];
+  EXPECT_EQ(f.fault_class(), v1::FAULT_CLASS_PROCESS_DIED);
+  EXPECT_EQ(f.seq_number(), 10u);
+  EXPECT_EQ(SuspectGlobals(f), std::set<int32_t>{5});
+  EXPECT_EQ(f.suspects(0).level(), v1::SUSPECT_LEVEL_PROCESS);
+  EXPECT_EQ(f.evidence(0).values().at("members_without_data"), 1);
+  EXPECT_EQ(VictimGlobals(f).size(), 7u);
+  EXPECT_THAT(f.summary(), ::testing::HasSubstr("left no data"));
+  Cycle(absl::Seconds(6));
+  EXPECT_EQ(Latest()[0].state(), v1::FAULT_STATE_CONFIRMED);
+  // Its stream starts after all and everyone completes: resolved.
+  for (int32_t r = 0; r < 8; ++r) Report(job, r, 10, 10);
+  Cycle(absl::Milliseconds(500));
+  EXPECT_EQ(Latest()[0].state(), v1::FAULT_STATE_RESOLVED);
+}
+
 TEST_F(HangTest, CommHangLocalisesTheStalledConnection) {
   SimJob job(0xC6, 4, 2);
   job.Register(engine_.get());

@@ -256,6 +256,28 @@ TEST(ImporterTest, MissingRanksAreRangesAndNeverVictimsOrGpu0) {
   EXPECT_THAT(table, Not(HasSubstr("GPU 0")));
 }
 
+// NVIDIA/nccl#795's shape post-mortem: rank 3 wrote no dump while ranks 0-2
+// all wait in the all_reduce it never joined. It is the suspect (its process
+// died), not "no suspect at all"; with a measured suspect elsewhere it would
+// not be (MissingRanksAreRangesAndNeverVictimsOrGpu0).
+TEST(ImporterTest, RankThatLeftNoDumpWhileItsPeersWaitIsTheSuspect) {
+  TempDir dir;
+  for (int r = 0; r < 3; ++r) {
+    dir.Write(absl::StrCat("_dump_", r, ".json"),
+              FrDoc(4, 8, AllRanks(4)).dump());
+  }
+  auto job = ImportPaths({dir.path()}, ImportOptions());
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(AnyWarning(*job, "no dump for rank(s) 3", ""));
+  auto result = AnalyzeJob(*job, AnalysisOptions());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->verdict.fault_class, v1::FAULT_CLASS_PROCESS_DIED);
+  EXPECT_EQ(result->verdict.suspects, std::vector<int32_t>{3});
+  EXPECT_EQ(result->verdict.victims, (std::vector<int32_t>{0, 1, 2}));
+  ASSERT_FALSE(result->verdict.hung_collectives.empty());
+  EXPECT_THAT(result->verdict.hung_collectives[0], HasSubstr("seq 8"));
+}
+
 TEST(ImporterTest, TooManyRanksWithoutADumpIsAClearError) {
   TempDir dir;
   for (int r = 0; r < 3; ++r) {

@@ -72,9 +72,14 @@ std::string HangKey(const CommState& comm, int32_t func, v1::FaultClass cls) {
                          static_cast<int>(cls));
 }
 
+// The classes a hang of one (comm, func) can be raised under; it moves
+// between them as evidence changes, and all end when collectives complete.
+constexpr v1::FaultClass kHangClasses[] = {v1::FAULT_CLASS_NON_COMM_HANG,
+                                           v1::FAULT_CLASS_COMM_HANG,
+                                           v1::FAULT_CLASS_PROCESS_DIED};
+
 void Resolve(CommState* comm, int32_t func, FaultTracker* tracker) {
-  for (v1::FaultClass cls :
-       {v1::FAULT_CLASS_NON_COMM_HANG, v1::FAULT_CLASS_COMM_HANG}) {
+  for (v1::FaultClass cls : kHangClasses) {
     tracker->Clear(HangKey(*comm, func, cls), "collectives complete again");
   }
 }
@@ -133,6 +138,33 @@ void BuildCommHang(const CommState& comm, const FuncProgress& fp, v1::Fault* f,
       comm.comm_name, f->seq_number(), how));
 }
 
+// Every member that reports waits in `seq`; the members in `silent` never
+// sent anything (no telemetry stream started, or offline no dump): the hang
+// can only be theirs. Classed as a process death, the likeliest reason a
+// rank leaves no data while its peers wait for it (NVIDIA/nccl#795); the
+// suspect level is the process, not its GPU, since nothing was measured.
+void BuildSilentMemberHang(const CommState& comm,
+                           const std::set<int32_t>& silent, int64_t seq,
+                           int64_t stuck_ns, v1::Fault* f) {
+  FillFaultHeader(comm, v1::FAULT_CLASS_PROCESS_DIED, "hang", f);
+  auto& values = *f->mutable_evidence(0)->mutable_values();
+  std::string who;
+  for (int32_t r : silent) {
+    *f->add_suspects() = MemberSuspect(comm, r, v1::SUSPECT_LEVEL_PROCESS, 0.7);
+    if (f->suspects_size() <= 8) {
+      absl::StrAppend(&who, who.empty() ? "" : ", ", DescribeRank(comm, r));
+    }
+  }
+  values["members_without_data"] = static_cast<double>(silent.size());
+  AddVictims(comm, silent, f);
+  f->set_summary(absl::StrFormat(
+      "process died or never started: %zu of %d ranks of %s left no data "
+      "(no telemetry stream, no dump) while every other member waits in seq "
+      "%d for %.1f s: %s",
+      silent.size(), comm.ExpectedRanks(), comm.comm_name, seq, stuck_ns / 1e9,
+      who));
+}
+
 // The verdict of a comm with a dead member: its live members that have an
 // op in flight, and the dead, are blocked here, under the death's fault.
 HangVerdict DeadCommVerdict(const CommState& comm) {
@@ -181,6 +213,18 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
     for (size_t r = 0; r < fp.ranks.size() && r < skip.size(); ++r) {
       if (fp.ranks[r].reported) skip[r] = false;
     }
+  }
+  // Members that left no data at all while reachable: no telemetry stream
+  // ever started (or, offline, no dump was written). If their peers wait
+  // for them in a hang, they are the only explanation left.
+  std::set<int32_t> silent;
+  for (int32_t r = 0; r < n; ++r) {
+    if (!skip[r]) continue;
+    if (r < static_cast<int32_t>(comm->members.size())) {
+      const Member& m = comm->members[r];
+      if (m.exited || m.dead || m.unreachable) continue;
+    }
+    silent.insert(r);
   }
   // Members on a node whose agent is gone: their last report is stale.
   std::set<std::string> lost_hosts;
@@ -321,6 +365,9 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
           "the others wait in for %.1f s: %s",
           behind.size(), n, comm->comm_name, seq, stuck / 1e9, who));
       e->set_text(f.summary());
+    } else if (!silent.empty()) {
+      BuildSilentMemberHang(*comm, silent, seq, stuck, &f);
+      e->set_text(f.summary());
     } else {
       BuildCommHang(*comm, fp, &f, want_profiling);
       e->set_text(f.summary());
@@ -332,8 +379,7 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
           absl::StrJoin(lost_hosts, ", "), " is unreachable"));
       e->set_text(f.summary());
     }
-    for (v1::FaultClass cls :
-         {v1::FAULT_CLASS_NON_COMM_HANG, v1::FAULT_CLASS_COMM_HANG}) {
+    for (v1::FaultClass cls : kHangClasses) {
       if (cls != f.fault_class()) {
         tracker->Clear(HangKey(*comm, func, cls),
                        absl::StrCat("the hang is now classified ",
@@ -344,7 +390,12 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
     v.key = HangKey(*comm, func, f.fault_class());
     v.state = stuck >= 2 * timeout ? v1::FAULT_STATE_CONFIRMED
                                    : v1::FAULT_STATE_SUSPECTED;
+    const bool silent_hang = f.fault_class() == v1::FAULT_CLASS_PROCESS_DIED;
     for (int32_t r = 0; r < n; ++r) {
+      if (silent_hang && silent.count(r)) {
+        v.missing.insert(RankIdentity(*comm, r));
+        continue;
+      }
       if (skip[r]) continue;
       if (behind.count(r)) {
         if (stalled.empty()) v.missing.insert(RankIdentity(*comm, r));

@@ -32,15 +32,19 @@ int64_t HangTimeoutNs(const CommState& comm, const v1::JobPolicy& policy);
 //     all-gather, reduce-scatter, all-to-all, barrier), took part but
 //     stopped reporting: their GPU or process stalled (NON_COMM_HANG, GPU
 //     level; Flight Recorder dumps after a GPU error look like this);
-//   - if all enqueued N: COMM_HANG; suspects are the in-flight connections
-//     with the least proxy progress when they stand out, else none yet (and
-//     `*want_profiling` is set).
+//   - if every reporting member enqueued N but some reachable member never
+//     sent any data (its telemetry never started; offline: no dump), those
+//     are the suspects (PROCESS_DIED, PROCESS level, detector "hang",
+//     evidence value "members_without_data"): NVIDIA/nccl#795's shape;
+//   - else, if all enqueued N: COMM_HANG; suspects are the in-flight
+//     connections with the least proxy progress when they stand out, else
+//     none yet (and `*want_profiling` is set).
 // SUSPECTED after one timeout, CONFIRMED after two; resolved when the
 // completions advance. Communicators with a dead member yield one
 // `dead_comm` verdict (keyed by the PROCESS_DIED fault) instead. Members
 // that never reported any progress for the comm (no agent, not connected
-// yet) and members that exited cleanly are left out: neither blamed nor
-// waited for; so are members on a node whose agent is gone (NodeLost), and
+// yet) and members that exited cleanly are not waited for, and blamed only
+// as above, when every other member waits; so are members on a node whose agent is gone (NodeLost), and
 // the fault names that node. Key: "hang/<comm hex>/<func>/<class>" (a new
 // class is a new fault). Verdicts are appended to
 // `out`; RaiseHangs() raises them.
@@ -55,7 +59,8 @@ struct HangVerdict {
   // not open yet that waits for its members is held back meanwhile.
   bool pending = false;
   // RankIdentity() of members that never enqueued the stuck op
-  // (NON_COMM_HANG suspects of the "never enqueued" kind).
+  // (NON_COMM_HANG suspects of the "never enqueued" kind, and members that
+  // left no data when they are the suspects).
   std::set<std::string> missing;
   // RankIdentity() of members blocked in this comm (entered the stuck op,
   // or dead).
