@@ -55,12 +55,44 @@ class ControllerApiTest : public ::testing::Test {
       const size_t agent = r / (job.n_ranks() / agents_.size());
       ASSERT_TRUE(agents_[agent]->Send(batch));
     }
+    // Every member's own batch (membership and progress together) was
+    // ingested: a detection cycle now sees all of them.
     ASSERT_TRUE(WaitUntil([&] {
       auto comms = core_->Communicators("");
-      return comms.size() == 1 && comms[0].members_size() == job.n_ranks() &&
-             !comms[0].members(job.n_ranks() - 1).host().empty() &&
-             core_->Status().nodes_ready() == agents_.size();
+      if (comms.size() != 1 || comms[0].members_size() != job.n_ranks() ||
+          core_->Status().nodes_ready() != agents_.size()) {
+        return false;
+      }
+      for (const auto& m : comms[0].members()) {
+        if (m.host().empty()) return false;
+      }
+      return true;
     }));
+  }
+
+  // One window of 10 collectives of `duration_ns` (jittered) sent through
+  // the agents, with ring connection data or without; waits until the
+  // controller joined them, then runs a cycle 1 s later.
+  void SendWindow(const SimJob& job, uint64_t* seq, uint64_t duration_ns,
+                  bool connections) {
+    const uint64_t joined = core_->Status().collectives_joined();
+    std::vector<v1::ConnectRequest> batches(agents_.size());
+    for (int i = 0; i < 10; ++i, ++*seq) {
+      const std::vector<uint64_t> d =
+          JitteredDurations(job.n_ranks(), duration_ns, *seq);
+      for (int32_t r = 0; r < job.n_ranks(); ++r) {
+        v1::CollectiveSummary s = job.Summary(r, *seq, d[r]);
+        if (connections) job.AddRingConnections(&s, 10e9, 10e9);
+        *batches[r / (job.n_ranks() / agents_.size())].add_summaries() = s;
+      }
+    }
+    for (size_t a = 0; a < agents_.size(); ++a) {
+      ASSERT_TRUE(agents_[a]->Send(batches[a]));
+    }
+    ASSERT_TRUE(WaitUntil(
+        [&] { return core_->Status().collectives_joined() >= joined + 10; }));
+    clock_.Advance(absl::Seconds(1));
+    core_->RunCycle();
   }
 
   std::vector<v1::Fault> ListFaults(bool all = false) {
@@ -159,16 +191,32 @@ TEST_F(ControllerApiTest, AgentTelemetryBecomesAFaultSeenByWatchers) {
   (void)watch->Finish();
 }
 
-TEST_F(ControllerApiTest, CommHangAsksTheAgentsForDeepProfiling) {
+// NCCL samples the activation mask when an operation starts, so deep
+// profiling cannot help a hang: the stuck operation never records more.
+TEST_F(ControllerApiTest, CommHangSendsNoDeepProfilingCommand) {
   SimJob job(0x52, 4, 2);
   ReportHang(job, {});  // everyone entered seq 10, no proxy data
   clock_.Advance(absl::Seconds(6));
   core_->RunCycle();
+  std::vector<v1::Fault> faults = ListFaults();
+  ASSERT_EQ(faults.size(), 1u);
+  EXPECT_EQ(faults[0].fault_class(), v1::FAULT_CLASS_COMM_HANG);
+  EXPECT_TRUE(agents_[0]->WaitForCommands(1, absl::Milliseconds(500)).empty());
+}
+
+// Comm-slow on thin evidence (collectives slower, no connection data): the
+// controller asks the agents for deep profiling over their streams.
+TEST_F(ControllerApiTest, ThinCommSlowEvidenceAsksTheAgentsForDeepProfiling) {
+  SimJob job(0x54, 8, 2);
+  ReportHang(job, {});
+  uint64_t seq = 11;
+  for (int w = 0; w < 4; ++w) SendWindow(job, &seq, 1'000'000, true);
+  for (int w = 0; w < 3; ++w) SendWindow(job, &seq, 2'000'000, false);
   std::vector<v1::AgentCommand> cmds =
       agents_[0]->WaitForCommands(1, absl::Seconds(10));
   ASSERT_EQ(cmds.size(), 1u);
   ASSERT_TRUE(cmds[0].has_set_activation_mask());
-  EXPECT_EQ(cmds[0].set_activation_mask().comm_hash(), 0x52u);
+  EXPECT_EQ(cmds[0].set_activation_mask().comm_hash(), 0x54u);
   EXPECT_EQ(cmds[0].set_activation_mask().event_mask(), kDeepActivationMask);
   EXPECT_GT(cmds[0].set_activation_mask().duration_ms(), 0u);
 }

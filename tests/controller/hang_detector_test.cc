@@ -252,7 +252,9 @@ TEST_F(HangTest, CommHangWithEveryProxyOpOpenNamesNoLink) {
   EXPECT_EQ(Latest()[0].suspects_size(), 0);
 }
 
-TEST_F(HangTest, CommHangWithoutProxyDataAsksForDeepProfiling) {
+// NCCL samples the activation mask when an operation starts: the stuck one
+// would never record more, so a comm hang asks for no deep profiling.
+TEST_F(HangTest, CommHangWithoutProxyDataDoesNotAskForDeepProfiling) {
   SimJob job(0xC7, 4, 2);
   job.Register(engine_.get());
   for (int32_t r = 0; r < 4; ++r) Report(job, r, 10, 9);
@@ -260,9 +262,8 @@ TEST_F(HangTest, CommHangWithoutProxyDataAsksForDeepProfiling) {
   ASSERT_EQ(Latest().size(), 1u);
   EXPECT_EQ(Latest()[0].fault_class(), v1::FAULT_CLASS_COMM_HANG);
   EXPECT_EQ(Latest()[0].suspects_size(), 0);
-  ASSERT_EQ(profiling_.size(), 2u);  // node0, node1
-  EXPECT_EQ(profiling_[0].event_mask, kDeepActivationMask);
-  EXPECT_EQ(profiling_[0].comm_hash, 0xC7u);
+  EXPECT_THAT(Latest()[0].summary(), ::testing::HasSubstr("stands out"));
+  EXPECT_TRUE(profiling_.empty());
 }
 
 // A controller restart: the open fault comes back from the store and the

@@ -26,9 +26,7 @@ CycleResult EngineImpl::RunCycle() {
         static_cast<int64_t>(policy.window_ms()) * 1'000'000) {
       CloseWindow(&c, policy, now, &result);
     }
-    bool want_profiling = false;
-    DetectHangs(&c, policy, now, &tracker_, &want_profiling, &hangs);
-    if (want_profiling) RequestProfiling(&c, now, &result);
+    DetectHangs(&c, policy, now, &tracker_, &hangs);
   }
   RaiseHangs(hangs, &tracker_);
   result.faults = tracker_.TakeChanged();

@@ -95,8 +95,8 @@ void AddLinkSuspect(const CommState& comm, int32_t src, int32_t dst,
   sus->set_peer_host(peer.host());
 }
 
-void BuildCommHang(const CommState& comm, const FuncProgress& fp, v1::Fault* f,
-                   bool* want_profiling) {
+void BuildCommHang(const CommState& comm, const FuncProgress& fp,
+                   v1::Fault* f) {
   FillFaultHeader(comm, v1::FAULT_CLASS_COMM_HANG, "hang", f);
   auto& values = *f->mutable_evidence(0)->mutable_values();
   int open_total = 0, conn_total = 0;
@@ -126,9 +126,10 @@ void BuildCommHang(const CommState& comm, const FuncProgress& fp, v1::Fault* f,
       AddLinkSuspect(comm, s.rank, s.peer, f);
       values[absl::StrCat("in_flight_bytes/", s.rank, ">", s.peer)] = s.bytes;
     }
-    if (least.empty()) *want_profiling = true;
+    // No deep profiling here: NCCL samples the activation mask when an
+    // operation starts, so the stuck one would never record more.
     how = least.empty()
-              ? "no connection stands out yet (deep profiling asked)"
+              ? "no connection stands out"
               : absl::StrCat(least.size(),
                              " connection(s) with the least proxy progress");
   }
@@ -200,8 +201,7 @@ int64_t HangTimeoutNs(const CommState& comm, const v1::JobPolicy& policy) {
 }
 
 void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
-                 FaultTracker* tracker, bool* want_profiling,
-                 std::vector<HangVerdict>* out) {
+                 FaultTracker* tracker, std::vector<HangVerdict>* out) {
   const int32_t n = comm->ExpectedRanks();
   bool any_dead = false;
   for (const Member& m : comm->members) any_dead |= m.dead;
@@ -369,7 +369,7 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
       BuildSilentMemberHang(*comm, silent, seq, stuck, &f);
       e->set_text(f.summary());
     } else {
-      BuildCommHang(*comm, fp, &f, want_profiling);
+      BuildCommHang(*comm, fp, &f);
       e->set_text(f.summary());
     }
     if (lost_members > 0) {

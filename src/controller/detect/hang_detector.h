@@ -38,15 +38,16 @@ int64_t HangTimeoutNs(const CommState& comm, const v1::JobPolicy& policy);
 //     evidence value "members_without_data"): NVIDIA/nccl#795's shape;
 //   - else, if all enqueued N: COMM_HANG; suspects are the in-flight
 //     connections with the least proxy progress when they stand out, else
-//     none yet (and `*want_profiling` is set).
+//     none. Deep profiling is not asked for: NCCL samples the activation
+//     mask when an operation starts, so the stuck one never records more.
 // SUSPECTED after one timeout, CONFIRMED after two; resolved when the
 // completions advance. Communicators with a dead member yield one
 // `dead_comm` verdict (keyed by the PROCESS_DIED fault) instead. Members
 // that never reported any progress for the comm (no agent, not connected
 // yet) and members that exited cleanly are not waited for, and blamed only
-// as above, when every other member waits; so are members on a node whose agent is gone (NodeLost), and
-// the fault names that node. Key: "hang/<comm hex>/<func>/<class>" (a new
-// class is a new fault). Verdicts are appended to
+// as above, when every other member waits; so are members on a node whose agent
+// is gone (NodeLost), and the fault names that node. Key: "hang/<comm
+// hex>/<func>/<class>" (a new class is a new fault). Verdicts are appended to
 // `out`; RaiseHangs() raises them.
 struct HangVerdict {
   std::string key;
@@ -67,8 +68,7 @@ struct HangVerdict {
   std::set<std::string> waiting;
 };
 void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
-                 FaultTracker* tracker, bool* want_profiling,
-                 std::vector<HangVerdict>* out);
+                 FaultTracker* tracker, std::vector<HangVerdict>* out);
 
 // Raises the verdicts of one cycle (all comms), folding cascades across
 // communicators: a NON_COMM_HANG whose missing ranks are all blocked in a
