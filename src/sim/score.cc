@@ -69,17 +69,19 @@ RunScore ScoreRun(const Plan& plan, const std::vector<ObservedFault>& faults) {
     for (size_t i = 0; i < faults.size(); ++i) {
       const ObservedFault& o = faults[i];
       if (o.first_seen_ns + kOnsetSlackNs < t.onset_ns) continue;
-      bool names_culprit = false;
-      for (const v1::Suspect& s : o.fault.suspects()) {
-        names_culprit = names_culprit || SuspectMatches(s, t);
-      }
       const bool same_class =
           ShortClassName(o.fault.fault_class()) == t.expected_class;
-      if (!ts.scored) continue;
-      if (same_class || names_culprit) explained[i] = true;
-      if (!same_class) continue;
       const bool top =
           o.fault.suspects_size() > 0 && SuspectMatches(o.fault.suspects(0), t);
+      if (!ts.scored) continue;
+      // A fault is explained by an injection only if it blames its culprit
+      // first, whatever its class, or blames no one and has the expected
+      // class; a fault of the right class that blames someone else first
+      // is a false fault (it would send an operator to the wrong machine).
+      if (top || (same_class && o.fault.suspects_size() == 0)) {
+        explained[i] = true;
+      }
+      if (!same_class) continue;
       // Prefer the earliest correctly localised match, else the earliest.
       const int64_t latency = o.first_seen_ns - t.onset_ns;
       const bool better = !ts.detected || (top && !ts.localised) ||
