@@ -132,6 +132,17 @@ void CommRegistry::ExpireActivations(uint64_t now_cpu_ns) {
   if (changed) PublishMasksLocked();
 }
 
+void CommRegistry::ForkChild() {
+  for (Entry& e : entries_) {
+    e.live = false;
+    e.revert_at_ns = 0;
+    e.ctx->mask.store(0, std::memory_order_relaxed);
+  }
+  pending_.clear();
+  PublishMasksLocked();
+  mu_.Unlock();
+}
+
 void CommRegistry::PublishMasksLocked() {
   // NCCL has one mask per process; every live comm's bits must be in it.
   // Our own per-comm mask filters what we record.

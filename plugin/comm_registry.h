@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "pitstop/sync.h"
+#include "plugin/plugin_sync.h"
 #include "plugin/wire.h"
 
 namespace pitstop::plugin {
@@ -60,6 +60,13 @@ class CommRegistry {
   // Reverts masks whose duration has passed.
   void ExpireActivations(uint64_t now_cpu_ns);
 
+  // fork() handlers (pthread_atfork): Prepare locks, Parent unlocks, Child
+  // ends every communicator silently (they are the parent's: masks 0,
+  // NCCL's mask 0, no events queued) and unlocks.
+  void ForkPrepare() PLUGIN_ACQUIRE(mu_) { mu_.Lock(); }
+  void ForkParent() PLUGIN_RELEASE(mu_) { mu_.Unlock(); }
+  void ForkChild() PLUGIN_RELEASE(mu_);
+
   uint32_t default_mask() const { return default_mask_; }
   uint32_t deep_mask() const { return deep_mask_; }
 
@@ -72,15 +79,15 @@ class CommRegistry {
     bool live = true;
     bool aborted = false;
   };
-  void PublishMasksLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishMasksLocked() PLUGIN_REQUIRES(mu_);
   void QueueLocked(const Entry& e, CommEventKind kind, uint64_t now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      PLUGIN_REQUIRES(mu_);
 
   const uint32_t default_mask_;
   const uint32_t deep_mask_;
   mutable Mutex mu_;
-  std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
-  std::vector<CommEvent> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<Entry> entries_ PLUGIN_GUARDED_BY(mu_);
+  std::vector<CommEvent> pending_ PLUGIN_GUARDED_BY(mu_);
 };
 
 }  // namespace pitstop::plugin

@@ -103,6 +103,12 @@ class Recorder {
   }
   uint64_t ignored() const { return ignored_.load(std::memory_order_relaxed); }
   RingSet* rings() const { return rings_; }
+  // After fork() in the child (single-threaded): the new pid, counters at 0.
+  void ResetAfterFork(pid_t pid) noexcept {
+    self_pid_ = pid;
+    pool_exhausted_.store(0);
+    ignored_.store(0);
+  }
 
  private:
   struct ApiSlot;
@@ -120,7 +126,7 @@ class Recorder {
   void StopStep(StepSlot* s) noexcept;
 
   RingSet* const rings_;
-  const pid_t self_pid_;
+  pid_t self_pid_;
   SlotPool<ApiSlot>* api_;
   SlotPool<OpSlot>* op_;
   SlotPool<ProxyOpSlot>* proxy_op_;

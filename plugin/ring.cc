@@ -52,18 +52,31 @@ Ring* RingSet::Claim() noexcept {
   return nullptr;
 }
 
+void RingSet::DiscardAfterFork() {
+  const uint32_t n = claimed_.load(std::memory_order_acquire);
+  uint64_t full = 0, published = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    rings_[i]->Discard();
+    full += rings_[i]->full_drops();
+    published += rings_[i]->published();
+  }
+  full_base_.store(full);
+  published_base_.store(published);
+  no_ring_drops_.store(0);
+}
+
 uint64_t RingSet::TotalFullDrops() const {
   uint64_t sum = 0;
   const uint32_t n = claimed_.load(std::memory_order_acquire);
   for (uint32_t i = 0; i < n; ++i) sum += rings_[i]->full_drops();
-  return sum;
+  return sum - full_base_.load(std::memory_order_relaxed);
 }
 
 uint64_t RingSet::TotalPublished() const {
   uint64_t sum = 0;
   const uint32_t n = claimed_.load(std::memory_order_acquire);
   for (uint32_t i = 0; i < n; ++i) sum += rings_[i]->published();
-  return sum;
+  return sum - published_base_.load(std::memory_order_relaxed);
 }
 
 }  // namespace pitstop::plugin

@@ -55,6 +55,10 @@ class Ring {
     return n;
   }
 
+  // Consumer side, when nobody produces (after fork() in the child): drops
+  // what is queued without counting it (it was the parent's).
+  void Discard() { head_.store(tail_.load(std::memory_order_acquire)); }
+
   // Any thread (relaxed reads).
   uint64_t full_drops() const {
     return full_drops_.load(std::memory_order_relaxed);
@@ -102,7 +106,10 @@ class RingSet {
     }
     return total;
   }
-  // Sums over claimed rings (any thread).
+  // After fork() in the child: empties every ring (the parent's records)
+  // and restarts the counters at the child's zero.
+  void DiscardAfterFork();
+  // Sums over claimed rings (any thread), since the last DiscardAfterFork.
   uint64_t TotalFullDrops() const;
   uint64_t TotalPublished() const;
   uint64_t no_ring_drops() const {
@@ -117,6 +124,8 @@ class RingSet {
   const uint32_t max_rings_;
   std::atomic<uint32_t> claimed_{0};  // rings [0, claimed_) are in use
   std::atomic<uint64_t> no_ring_drops_{0};
+  std::atomic<uint64_t> full_base_{0};
+  std::atomic<uint64_t> published_base_{0};
 };
 
 }  // namespace pitstop::plugin

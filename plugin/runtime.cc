@@ -1,8 +1,10 @@
 #include "plugin/runtime.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +21,16 @@ constexpr char kLibraryVersion[] = "0.1.0";
 
 void ExitHandler() {
   if (Runtime* rt = Runtime::Get()) rt->ShutdownAtExit();
+}
+
+void AtForkPrepare() {
+  if (Runtime* rt = Runtime::Get()) rt->ForkPrepare();
+}
+void AtForkParent() {
+  if (Runtime* rt = Runtime::Get()) rt->ForkParent();
+}
+void AtForkChild() {
+  if (Runtime* rt = Runtime::Get()) rt->ForkChild();
 }
 
 // NCCL version via the public API when libnccl is in the process.
@@ -52,6 +64,9 @@ Runtime* Runtime::GetOrCreate() noexcept {
                  "disabled\n");
     return nullptr;
   }
+  // Registered before the runtime is published, so no fork can see it
+  // without the handlers. Never unregistered: the library is never unloaded.
+  pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild);
   g_runtime.store(rt, std::memory_order_release);
   return rt;
 }
@@ -94,6 +109,11 @@ void Runtime::StartExporterLocked() {
                       ? socket
                       : config_.agent_socket;
   o.flush_interval_ms = config_.flush_interval_ms;
+  o.ring_bytes = config_.shm_ring_bytes;
+  // A batch must fit half the shared ring; encoded records stay well under
+  // 256 bytes each.
+  o.max_batch_records = static_cast<uint32_t>(
+      std::min<uint64_t>(4096, config_.shm_ring_bytes / 2 / 256));
   o.finalize_timeout_ms = config_.finalize_timeout_ms;
   o.reconnect_max_ms = config_.reconnect_max_ms;
   Hello& h = o.hello;
@@ -186,6 +206,12 @@ abi::NcclResult Runtime::InitCommImpl(void** context, int abi_version,
     // exporter ever drains the rings and a new comm always has one.
     MutexLock lifecycle(&lifecycle_mu_);
     MutexLock lock(&mu_);
+    if (forked_) {
+      // First communicator of a forked child: nothing the parent's handles
+      // recorded since the fork belongs to it.
+      forked_ = false;
+      rings_.DiscardAfterFork();
+    }
     abi_version_ = abi_version;
     *context = registry_.Add(info, activation_mask, NowCpuNs());
     StartExporterLocked();
@@ -239,6 +265,35 @@ void Runtime::ShutdownAtExit() noexcept {
     exporter = std::move(exporter_);
   }
   if (exporter) exporter->Stop(kGoodbyeExit);
+}
+
+void Runtime::ForkPrepare() noexcept {
+  lifecycle_mu_.Lock();
+  mu_.Lock();
+  registry_.ForkPrepare();
+}
+
+void Runtime::ForkParent() noexcept {
+  registry_.ForkParent();
+  mu_.Unlock();
+  lifecycle_mu_.Unlock();
+}
+
+void Runtime::ForkChild() noexcept {
+  // Only this thread exists now. The exporter's thread is gone: its object
+  // and connection are leaked, never joined or flushed (the parent still
+  // owns the connection; our copy of the socket is closed).
+  if (exporter_ != nullptr) {
+    exporter_->AbandonAfterFork();
+    (void)exporter_.release();
+  }
+  pid_ = getpid();
+  recorder_.ResetAfterFork(pid_);
+  rings_.DiscardAfterFork();
+  forked_ = true;
+  registry_.ForkChild();
+  mu_.Unlock();
+  lifecycle_mu_.Unlock();
 }
 
 }  // namespace pitstop::plugin

@@ -10,6 +10,13 @@ void RegisterAgentOptions(ConfigSchema* s, AgentOptions* o) {
          "Unix socket the training processes stream telemetry to");
   s->Add("ingest.socket_group", &o->ingest_socket_group,
          "Group that owns the socket (mode 0660); empty = the agent's group");
+  s->Add("ingest.shm_socket", &o->ingest_shm_socket,
+         "Unix socket of the in-process library's shared-memory transport "
+         "(the ranks' PITSTOP_AGENT_SOCKET); empty = off");
+  s->Add("ingest.shm_max_connections", &o->ingest_shm_max_connections,
+         "Training processes served at once on ingest.shm_socket");
+  s->Add("ingest.shm_idle_timeout_s", &o->ingest_shm_idle_timeout_s,
+         "Disconnect a process that sent nothing for this long (s)");
   s->Add("controller", &o->controller,
          "pitstop-controller address host:port; empty = no upstream");
   s->Add("host", &o->host,
