@@ -222,6 +222,17 @@ PluginConfig ReadPluginConfig() {
            &c.finalize_timeout_ms, &c.warnings);
   ReadUint("PITSTOP_RECONNECT_MAX_MS", 10, 60000, false, &c.reconnect_max_ms,
            &c.warnings);
+  if (const char* v = Env("PITSTOP_CLOCK")) {
+    const std::string s = Lower(Strip(v));
+    if (s == "monotonic") {
+      c.use_tsc = false;
+    } else if (s != "tsc") {
+      c.warnings.push_back(Cat("PITSTOP_CLOCK='", v,
+                               "' is invalid (want tsc or monotonic); using "
+                               "tsc"));
+    }
+  }
+  if (const char* v = Env("PITSTOP_CHAIN_PROFILER_PLUGIN")) c.chain_plugin = v;
   ReadUint("PITSTOP_SHM_RING_BYTES", 64 * 1024, 256u << 20, true,
            &c.shm_ring_bytes, &c.warnings);
   return c;

@@ -46,6 +46,12 @@ struct PluginConfig {
   // Data bytes of the ring shared with the agent (PITSTOP_SHM_RING_BYTES,
   // power of two, 64 KiB .. 256 MiB).
   uint32_t shm_ring_bytes = 4u << 20;
+  // PITSTOP_CLOCK: "tsc" (default; the invariant TSC when the CPU has one)
+  // or "monotonic" (clock_gettime on every event).
+  bool use_tsc = true;
+  // PITSTOP_CHAIN_PROFILER_PLUGIN: a second profiler plugin to chain
+  // (chain.h); empty = none.
+  std::string chain_plugin;
   // Warnings about bad values, logged through NCCL's logger by the caller.
   std::vector<std::string> warnings;
 };

@@ -226,9 +226,11 @@ bool Exporter::TrySend(bool force_empty, const std::string* goodbye) {
 
 void Exporter::FinishStream(GoodbyeReason reason, uint64_t deadline_ns) {
   const std::string goodbye = EncodeGoodbye(reason, NowCpuNs());
-  // One last try so the goodbye gets through (a Unix connect never waits).
-  if (link_ == nullptr) OpenStream(NowCpuNs());
+  // Notice an agent that died since the last tick, then one last try to
+  // reach the current one so the goodbye gets through (a Unix connect
+  // never waits).
   PollLink(NowCpuNs());
+  if (link_ == nullptr) OpenStream(NowCpuNs());
   if (link_ == nullptr) {
     DropAll();
     return;
@@ -274,6 +276,7 @@ void Exporter::Run() {
     const uint64_t now = NowCpuNs();
     PollLink(now);
     registry_->ExpireActivations(now);
+    if (options_.on_tick) options_.on_tick();
     if (link_ == nullptr && now >= next_connect_ns_) OpenStream(now);
     if (link_ == nullptr) {
       DropAll();  // no agent: drop and count rather than let the rings fill
@@ -281,6 +284,7 @@ void Exporter::Run() {
     }
     if (now - last_heartbeat_ns_ >= heartbeat_ns) {
       last_heartbeat_ns_ = now;
+      CpuClock::Anchor();  // keep the TSC line on CLOCK_MONOTONIC
       link_->SendHeartbeat(CurrentCounters());
     }
     bool full = Drain();

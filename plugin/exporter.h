@@ -55,6 +55,8 @@ struct ExporterOptions {
   // Fills the hot-path counters (ring_full, pool_exhausted, ignored,
   // events_recorded) of each batch; export_dropped is ours. May be empty.
   std::function<void(Drops*)> drop_source;
+  // Called on the exporter thread every tick (may be empty).
+  std::function<void()> on_tick;
 };
 
 class Exporter {

@@ -2,7 +2,10 @@
 // descriptor by exports.cc) into handles and Records.
 //
 // Every method is noexcept and, after construction, takes no lock, makes no
-// allocation and no system call besides clock_gettime(CLOCK_MONOTONIC).
+// allocation and no system call (the clock is the TSC, cpu_clock.h; or
+// clock_gettime(CLOCK_MONOTONIC) through the vDSO where there is none).
+// One clock read per event that needs a CPU time; a KernelCh start with a
+// GPU timer needs none.
 // Handles come from preallocated pools; records go to the calling thread's
 // ring. Full ring / empty pool: the event is dropped and counted.
 //
@@ -19,18 +22,15 @@
 #include <ctime>
 
 #include "plugin/comm_registry.h"
+#include "plugin/cpu_clock.h"
 #include "plugin/event_pool.h"
 #include "plugin/record.h"
 #include "plugin/ring.h"
 
 namespace pitstop::plugin {
 
-inline uint64_t NowCpuNs() noexcept {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull +
-         static_cast<uint64_t>(ts.tv_nsec);
-}
+// CLOCK_MONOTONIC ns: one TSC read once calibrated (cpu_clock.h).
+inline uint64_t NowCpuNs() noexcept { return CpuClock::NowNs(); }
 
 // Coll / P2p start, version-independent.
 struct OpStart {

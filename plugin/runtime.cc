@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <new>
 
+#include "plugin/chain.h"
+
 namespace pitstop::plugin {
 namespace {
 
@@ -21,6 +23,10 @@ constexpr char kLibraryVersion[] = "0.1.0";
 
 void ExitHandler() {
   if (Runtime* rt = Runtime::Get()) rt->ShutdownAtExit();
+}
+
+void ChainLog(const std::string& msg) {
+  if (Runtime* rt = Runtime::Get()) rt->LogWarn(msg);
 }
 
 void AtForkPrepare() {
@@ -64,6 +70,7 @@ Runtime* Runtime::GetOrCreate() noexcept {
                  "disabled\n");
     return nullptr;
   }
+  CpuClock::Calibrate(rt->config().use_tsc);
   // Registered before the runtime is published, so no fork can see it
   // without the handlers. Never unregistered: the library is never unloaded.
   pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild);
@@ -124,6 +131,14 @@ void Runtime::StartExporterLocked() {
   h.nccl_version = NcclVersion();
   h.load_mode = g_preloaded.load() ? "both" : "profiler";
   h.global_rank = config_.global_rank;
+  o.on_tick = [this] {
+    // A chained profiler may change its mask at any time (NVIDIA's example
+    // does); NCCL's mask must keep containing it.
+    if (Chain* chain = Chain::Get()) {
+      chain->RefreshMask();
+      registry_.SetExtraMask(chain->mask());
+    }
+  };
   o.drop_source = [this](Drops* d) {
     d->ring_full = rings_.TotalFullDrops() + rings_.no_ring_drops();
     d->pool_exhausted = recorder_.pool_exhausted();
@@ -205,15 +220,32 @@ abi::NcclResult Runtime::InitCommImpl(void** context, int abi_version,
     // Serialised with FinalizeComm's stop of the exporter, so at most one
     // exporter ever drains the rings and a new comm always has one.
     MutexLock lifecycle(&lifecycle_mu_);
-    MutexLock lock(&mu_);
-    if (forked_) {
-      // First communicator of a forked child: nothing the parent's handles
-      // recorded since the fork belongs to it.
-      forked_ = false;
-      rings_.DiscardAfterFork();
+    if (!chain_loaded_ && !config_.chain_plugin.empty()) {
+      chain_loaded_ = true;  // once per process, whatever the outcome
+      Chain::Load(config_.chain_plugin, abi_version, ChainLog);
     }
-    abi_version_ = abi_version;
-    *context = registry_.Add(info, activation_mask, NowCpuNs());
+    CommContext* ctx = nullptr;
+    {
+      MutexLock lock(&mu_);
+      if (forked_) {
+        // First communicator of a forked child: nothing the parent's
+        // handles recorded since the fork belongs to it.
+        forked_ = false;
+        rings_.DiscardAfterFork();
+      }
+      abi_version_ = abi_version;
+      ctx = registry_.Add(info, activation_mask, NowCpuNs());
+    }
+    if (Chain* chain = Chain::Get()) {
+      // Same arguments as NCCL gave us; its mask joins NCCL's. Outside mu_:
+      // a failing chained plugin is logged (Log takes mu_).
+      uint32_t chained_mask = 0;
+      chain->Init(&ctx->chain_ctx, comm_hash, comm_name, n_nodes, n_ranks, rank,
+                  logfn, &chained_mask);
+      registry_.SetExtraMask(chained_mask);
+    }
+    *context = ctx;
+    MutexLock lock(&mu_);
     StartExporterLocked();
   }
   return abi::kNcclSuccess;
@@ -225,8 +257,13 @@ abi::NcclResult Runtime::FinalizeComm(void* context) noexcept {
     // Held across the stop (bounded by PITSTOP_FINALIZE_TIMEOUT_MS): an init
     // on another thread waits, then starts a fresh exporter.
     MutexLock lifecycle(&lifecycle_mu_);
-    const int live = registry_.End(static_cast<CommContext*>(context),
-                                   kCommFinalize, NowCpuNs());
+    auto* ctx = static_cast<CommContext*>(context);
+    if (Chain* chain = Chain::Get(); chain != nullptr && ctx->chain_ctx) {
+      void* chained = ctx->chain_ctx;
+      ctx->chain_ctx = nullptr;
+      chain->Finalize(chained);
+    }
+    const int live = registry_.End(ctx, kCommFinalize, NowCpuNs());
     if (live == 0) {
       std::unique_ptr<Exporter> exporter;
       {

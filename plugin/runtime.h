@@ -59,6 +59,8 @@ class Runtime {
   static InterposerCall*& ThreadInterposerCall() noexcept;
 
   Recorder* recorder() { return &recorder_; }
+  // A warning through NCCL's logger (stderr before NCCL gave one).
+  void LogWarn(const std::string& msg) noexcept { Log(abi::kNcclLogWarn, msg); }
   const PluginConfig& config() const { return config_; }
   // Stops the exporter with REASON_EXIT (process exit handler).
   void ShutdownAtExit() noexcept;
@@ -100,6 +102,7 @@ class Runtime {
   // Set in a forked child; the first init there drops what the parent's
   // stale handles may have recorded since.
   bool forked_ PLUGIN_GUARDED_BY(mu_) = false;
+  bool chain_loaded_ PLUGIN_GUARDED_BY(lifecycle_mu_) = false;
 };
 
 }  // namespace pitstop::plugin

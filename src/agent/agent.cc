@@ -26,12 +26,13 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   core.join.incomplete_timeout_ns =
       static_cast<int64_t>(options.join_incomplete_timeout_s) * 1'000'000'000;
   a->core_ = std::make_unique<AgentCore>(clock, core, a->metrics_.get());
-  if (!options.ingest_shm_socket.empty()) {
+  if (const std::string shm_path = EffectiveShmSocket(options);
+      !shm_path.empty()) {
     // Before the gRPC socket: a caller that sees ingest.socket accept finds
     // the shared-memory socket ready too.
     a->shm_handler_ = std::make_unique<AgentCoreHandler>(a->core_.get());
     ShmIngestOptions shm;
-    shm.socket_path = options.ingest_shm_socket;
+    shm.socket_path = shm_path;
     shm.socket_group = options.ingest_socket_group;
     shm.max_connections =
         std::max<uint32_t>(options.ingest_shm_max_connections, 1);

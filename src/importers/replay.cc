@@ -334,7 +334,7 @@ absl::StatusOr<ReplayResult> ReplayJob(const ImportedJob& job,
   std::vector<std::unique_ptr<RankReplayer>> replayers;
   for (const ImportedRank& r : job.ranks) {
     replayers.push_back(std::make_unique<RankReplayer>(
-        job, r, cluster->agent_socket(node_of[r.host])));
+        job, r, cluster->shm_socket(node_of[r.host])));
   }
   TimeMap tm;
   tm.t0 = t0;
