@@ -20,10 +20,10 @@ std::atomic<uint32_t> g_next_set_id{1};
 // Slots are left uninitialised: large arrays come from mmap, so a ring's
 // pages are only touched by the thread that uses it.
 Ring::Ring(uint32_t capacity, uint32_t index)
-    : capacity_(capacity),
-      mask_(capacity - 1),
+    : units_(capacity * 2),
+      mask_(capacity * 2 - 1),
       index_(index),
-      slots_(new Record[capacity]) {}
+      units_mem_(new Unit[capacity * 2 + 1]) {}
 
 RingSet::RingSet(uint32_t max_rings, uint32_t ring_capacity)
     : id_(g_next_set_id.fetch_add(1)),
