@@ -132,10 +132,29 @@ void CommRegistry::ExpireActivations(uint64_t now_cpu_ns) {
   if (changed) PublishMasksLocked();
 }
 
+void CommRegistry::ForkChild() {
+  for (Entry& e : entries_) {
+    e.live = false;
+    e.revert_at_ns = 0;
+    e.ctx->mask.store(0, std::memory_order_relaxed);
+  }
+  pending_.clear();
+  extra_mask_ = 0;
+  PublishMasksLocked();
+  mu_.Unlock();
+}
+
+void CommRegistry::SetExtraMask(uint32_t mask) {
+  MutexLock lock(&mu_);
+  if (mask == extra_mask_) return;
+  extra_mask_ = mask;
+  PublishMasksLocked();
+}
+
 void CommRegistry::PublishMasksLocked() {
   // NCCL has one mask per process; every live comm's bits must be in it.
   // Our own per-comm mask filters what we record.
-  uint32_t all = 0;
+  uint32_t all = extra_mask_;
   for (const Entry& e : entries_) {
     if (e.live) all |= e.ctx->mask.load(std::memory_order_relaxed);
   }

@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "pitstop/sync.h"
+#include "plugin/plugin_sync.h"
 #include "plugin/wire.h"
 
 namespace pitstop::plugin {
@@ -26,6 +26,9 @@ struct CommContext {
   std::atomic<uint32_t> mask{0};
   // P2p sequence counters, [peer * 2 + is_recv]; sized 2 * n_ranks.
   std::unique_ptr<std::atomic<uint64_t>[]> p2p_seq;
+  // The chained profiler's context for this communicator (chain.h), or
+  // null. Written at init, before NCCL has the context.
+  void* chain_ctx = nullptr;
 };
 
 class CommRegistry {
@@ -59,6 +62,16 @@ class CommRegistry {
   void Apply(const Activation& cmd, uint64_t now_cpu_ns);
   // Reverts masks whose duration has passed.
   void ExpireActivations(uint64_t now_cpu_ns);
+  // Event bits a chained profiler asked for: NCCL's mask is the union of
+  // ours and these (each plugin still gets only its own events).
+  void SetExtraMask(uint32_t mask);
+
+  // fork() handlers (pthread_atfork): Prepare locks, Parent unlocks, Child
+  // ends every communicator silently (they are the parent's: masks 0,
+  // NCCL's mask 0, no events queued) and unlocks.
+  void ForkPrepare() PLUGIN_ACQUIRE(mu_) { mu_.Lock(); }
+  void ForkParent() PLUGIN_RELEASE(mu_) { mu_.Unlock(); }
+  void ForkChild() PLUGIN_RELEASE(mu_);
 
   uint32_t default_mask() const { return default_mask_; }
   uint32_t deep_mask() const { return deep_mask_; }
@@ -72,15 +85,16 @@ class CommRegistry {
     bool live = true;
     bool aborted = false;
   };
-  void PublishMasksLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishMasksLocked() PLUGIN_REQUIRES(mu_);
   void QueueLocked(const Entry& e, CommEventKind kind, uint64_t now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      PLUGIN_REQUIRES(mu_);
 
   const uint32_t default_mask_;
   const uint32_t deep_mask_;
   mutable Mutex mu_;
-  std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
-  std::vector<CommEvent> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<Entry> entries_ PLUGIN_GUARDED_BY(mu_);
+  std::vector<CommEvent> pending_ PLUGIN_GUARDED_BY(mu_);
+  uint32_t extra_mask_ PLUGIN_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace pitstop::plugin

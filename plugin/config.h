@@ -5,9 +5,9 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "plugin/abi/profiler_common.h"
 
 namespace pitstop::plugin {
@@ -30,7 +30,8 @@ inline constexpr uint64_t kMaxRingBytes = uint64_t{1} << 30;
 inline constexpr size_t kMaxSocketPathBytes = 107;
 
 struct PluginConfig {
-  std::string agent_socket = "/run/pitstop/agent.sock";
+  // The agent's telemetry socket (its ingest.shm_socket).
+  std::string agent_socket = "/run/pitstop/agent-shm.sock";
   std::string host;      // PITSTOP_HOST, else gethostname()
   std::string job_id;    // PITSTOP_JOB_ID, SLURM_JOB_ID, TORCHELASTIC_RUN_ID
   int global_rank = -1;  // RANK
@@ -42,6 +43,15 @@ struct PluginConfig {
   uint32_t flush_interval_ms = 5;       // PITSTOP_FLUSH_INTERVAL_MS (1..10)
   uint32_t finalize_timeout_ms = 1000;  // PITSTOP_FINALIZE_TIMEOUT_MS
   uint32_t reconnect_max_ms = 1000;     // PITSTOP_RECONNECT_MAX_MS
+  // Data bytes of the ring shared with the agent (PITSTOP_SHM_RING_BYTES,
+  // power of two, 64 KiB .. 256 MiB).
+  uint32_t shm_ring_bytes = 4u << 20;
+  // PITSTOP_CLOCK: "tsc" (default; the invariant TSC when the CPU has one)
+  // or "monotonic" (clock_gettime on every event).
+  bool use_tsc = true;
+  // PITSTOP_CHAIN_PROFILER_PLUGIN: a second profiler plugin to chain
+  // (chain.h); empty = none.
+  std::string chain_plugin;
   // Warnings about bad values, logged through NCCL's logger by the caller.
   std::vector<std::string> warnings;
 };
@@ -52,7 +62,7 @@ PluginConfig ReadPluginConfig();
 
 // True if `path` is usable as PITSTOP_AGENT_SOCKET: absolute, at most
 // kMaxSocketPathBytes bytes.
-bool ValidAgentSocketPath(absl::string_view path);
+bool ValidAgentSocketPath(std::string_view path);
 
 // Parses an event mask: decimal (a leading zero stays decimal), 0x-hex, or
 // '|'/','-separated names (coll, p2p, proxyop, proxystep, kernelch, netplugin).

@@ -7,14 +7,12 @@
 #include <utility>
 #include <vector>
 
+#include "plugin/agent_link.h"
 #include "plugin/packer.h"
 #include "plugin/recorder.h"
-#include "plugin/telemetry_stream.h"
 
 namespace pitstop::plugin {
 
-// One StreamTelemetry call. The exporter thread writes; gRPC's threads run
-// the reactions. Deleted by the exporter thread after OnDone.
 namespace {
 uint64_t UnixNowNs() {
   timespec ts;
@@ -48,6 +46,14 @@ Exporter::Exporter(ExporterOptions options, RingSet* rings,
 
 Exporter::~Exporter() { Stop(kGoodbyeExit); }
 
+void Exporter::AbandonAfterFork() {
+  // The thread does not exist in the child; its std::thread object is
+  // detached-by-forgetting (the object is leaked, never destroyed).
+  if (link_ != nullptr) link_->AbandonAfterFork();
+  (void)link_.release();
+  stopped_ = true;
+}
+
 void Exporter::Stop(GoodbyeReason reason) {
   MutexLock stop_lock(&stop_mu_);
   if (stopped_) return;
@@ -62,12 +68,26 @@ void Exporter::Stop(GoodbyeReason reason) {
 }
 
 void Exporter::OpenStream(uint64_t now_ns) {
-  stream_ = new TelemetryStream(options_.socket_path, &export_dropped_);
+  shm::HelloFrame hf{};
+  hf.pid = options_.hello.pid;
+  hf.counters = CurrentCounters();
+  hf.reconnects = static_cast<uint32_t>(streams_opened_.load());
+  std::string error;
+  link_ =
+      AgentLink::Connect(options_.socket_path, options_.ring_bytes, hf, &error);
+  if (link_ == nullptr) {
+    backoff_ms_ = backoff_ms_ == 0
+                      ? options_.reconnect_min_ms
+                      : std::min(backoff_ms_ * 2, options_.reconnect_max_ms);
+    next_connect_ns_ = now_ns + uint64_t{backoff_ms_} * 1000000;
+    return;
+  }
   const uint64_t opened = streams_opened_.fetch_add(1);
   batch_seq_ = 0;
-  // Hello and the live communicators go first on every stream; queued
-  // communicator events are covered by the snapshot. Records packed for a
-  // broken stream follow.
+  last_heartbeat_ns_ = now_ns;
+  // Hello and the live communicators go first on every connection; queued
+  // communicator events are covered by the snapshot. Records packed while
+  // disconnected were dropped (DropAll).
   Hello hello = options_.hello;
   hello.reconnects = static_cast<uint32_t>(opened);
   hello.start_unix_ns = UnixNowNs();
@@ -97,25 +117,41 @@ void Exporter::OpenStream(uint64_t now_ns) {
 }
 
 void Exporter::CloseBrokenStream(uint64_t now_ns) {
-  if (stream_ == nullptr) return;
-  if (pending_hello_) {
-    // Never sent; the next stream starts with a fresh hello.
-    export_dropped_.fetch_add(pending_records_);
-    pending_.clear();
-    pending_records_ = 0;
-    pending_hello_ = false;
-    pending_comms_ = false;
-  }
-  stream_->Cancel();
-  stream_->WaitDone(now_ns + 1000000000ull);
-  if (stream_->delivered_any()) backoff_ms_ = 0;
-  if (!stream_->Done()) return;  // leave it; try again next tick
-  delete stream_;
-  stream_ = nullptr;
+  if (link_ == nullptr) return;
+  // What the agent had not read when the connection broke is lost; so is
+  // what we had packed for it.
+  export_dropped_.fetch_add(link_->unread_records() + pending_records_);
+  pending_.clear();
+  pending_records_ = 0;
+  pending_hello_ = false;
+  pending_comms_ = false;
+  if (link_->acked()) backoff_ms_ = 0;
+  link_.reset();
   backoff_ms_ = backoff_ms_ == 0
                     ? options_.reconnect_min_ms
                     : std::min(backoff_ms_ * 2, options_.reconnect_max_ms);
   next_connect_ns_ = now_ns + uint64_t{backoff_ms_} * 1000000;
+}
+
+void Exporter::PollLink(uint64_t now_ns) {
+  if (link_ == nullptr) return;
+  std::vector<Activation> cmds;
+  std::string error;
+  const bool was_acked = link_->acked();
+  const bool ok = link_->Poll(&cmds, &error);
+  if (!was_acked && link_->acked()) streams_acked_.fetch_add(1);
+  for (const auto& cmd : cmds) registry_->Apply(cmd, now_ns);
+  if (ok) return;
+  // One line per malformed frame or unexpected error; a plain close by a
+  // stopping agent is routine and not logged.
+  if (error.rfind("malformed", 0) == 0 || !logged_error_) {
+    if (error.rfind("agent closed", 0) != 0) {
+      logged_error_ = true;
+      std::fprintf(stderr, "pitstop: agent %s: %s; reconnecting\n",
+                   link_->peer().c_str(), error.c_str());
+    }
+  }
+  CloseBrokenStream(now_ns);
 }
 
 bool Exporter::Drain() {
@@ -139,33 +175,47 @@ void Exporter::DropAll() {
   pending_records_ = 0;
   pending_hello_ = false;
   pending_comms_ = false;
+  registry_->TakeEvents();  // re-sent as a snapshot on the next connection
 }
 
-bool Exporter::TrySend(bool force_empty, const std::string* goodbye) {
-  if (stream_ == nullptr || !stream_->Writable()) return false;
-  const bool has_data =
-      pending_records_ != 0 || pending_hello_ || pending_comms_;
-  if (!has_data && !force_empty && goodbye == nullptr) return false;
+Drops Exporter::CurrentDrops() {
   Drops drops;
   if (options_.drop_source) options_.drop_source(&drops);
   drops.export_dropped = export_dropped_.load();
+  return drops;
+}
+
+shm::Counters Exporter::CurrentCounters() {
+  const Drops d = CurrentDrops();
+  return shm::Counters{d.events_recorded + d.ring_full + d.pool_exhausted,
+                       d.ring_full + d.pool_exhausted + d.export_dropped};
+}
+
+bool Exporter::TrySend(bool force_empty, const std::string* goodbye) {
+  if (link_ == nullptr) return false;
+  const bool has_data =
+      pending_records_ != 0 || pending_hello_ || pending_comms_;
+  if (!has_data && !force_empty && goodbye == nullptr) return false;
   const uint64_t now = NowCpuNs();
-  ProtoWriter w(&pending_);
-  w.Varint(kReqBatchSeq, ++batch_seq_);
-  w.Message(kReqDrops, EncodeDrops(drops));
+  message_ = pending_;
+  ProtoWriter w(&message_);
+  w.Varint(kReqBatchSeq, batch_seq_ + 1);
+  w.Message(kReqDrops, EncodeDrops(CurrentDrops()));
   w.Varint(kReqSentCpuNs, now);
   if (goodbye != nullptr) w.Message(kReqGoodbye, *goodbye);
-  if (!stream_->TryWrite(pending_, pending_records_, goodbye != nullptr)) {
-    // Cannot happen (checked Writable above, one writer); keep it sane.
-    --batch_seq_;
+  if (!link_->CanEverFit(message_.size())) {
+    // Only a huge communicator list can do this; lose the batch, say so.
     export_dropped_.fetch_add(pending_records_);
     pending_.clear();
     pending_records_ = 0;
+    pending_comms_ = false;
     return false;
   }
+  if (!link_->Write(message_, pending_records_)) return false;  // ring full
+  ++batch_seq_;
   records_sent_.fetch_add(pending_records_);
   batches_sent_.fetch_add(1);
-  bytes_sent_.fetch_add(pending_.size());
+  bytes_sent_.fetch_add(message_.size());
   pending_.clear();
   pending_records_ = 0;
   pending_hello_ = false;
@@ -176,40 +226,45 @@ bool Exporter::TrySend(bool force_empty, const std::string* goodbye) {
 
 void Exporter::FinishStream(GoodbyeReason reason, uint64_t deadline_ns) {
   const std::string goodbye = EncodeGoodbye(reason, NowCpuNs());
-  if (stream_ == nullptr && NowCpuNs() < deadline_ns) {
-    OpenStream(NowCpuNs());  // one last try so the goodbye gets through
+  // Notice an agent that died since the last tick, then one last try to
+  // reach the current one so the goodbye gets through (a Unix connect
+  // never waits).
+  PollLink(NowCpuNs());
+  if (link_ == nullptr) OpenStream(NowCpuNs());
+  if (link_ == nullptr) {
+    DropAll();
+    return;
   }
-  if (stream_ == nullptr) return;
+  // Full batches, then the last one with the goodbye. Waits only while the
+  // shared ring is full (the agent is slow or stopped), up to the deadline.
   bool sent = false;
-  // Flush full batches, then the last one with the goodbye.
-  while (!sent && NowCpuNs() < deadline_ns && !stream_->Broken()) {
-    if (!stream_->WaitWritable(deadline_ns)) break;
-    if (Drain()) {
-      TrySend(false, nullptr);
-    } else {
-      sent = TrySend(true, &goodbye);
-    }
+  while (!sent && link_ != nullptr) {
+    const bool full = Drain();
+    const bool wrote =
+        full ? TrySend(false, nullptr) : (sent = TrySend(true, &goodbye));
+    if (wrote) continue;
+    if (NowCpuNs() >= deadline_ns) break;
+    timespec ts{0, 1000000};  // 1 ms: the agent reads every few ms
+    nanosleep(&ts, nullptr);
+    PollLink(NowCpuNs());
   }
-  if (!sent || !stream_->WaitDone(deadline_ns)) stream_->Cancel();
-  stream_->WaitDone(NowCpuNs() + 5000000000ull);
-  if (stream_->Done()) {
-    delete stream_;
-  }  // else: gRPC never called OnDone; leak rather than free a live reactor
-  stream_ = nullptr;
+  if (link_ == nullptr) return;
+  if (!sent) DropAll();
+  link_->SendGoodbye(static_cast<uint32_t>(reason), CurrentCounters());
+  // Closing does not wait for the agent: it maps the ring and reads the
+  // rest after we are gone.
+  link_.reset();
 }
 
 void Exporter::Run() {
   const uint64_t tick_ns = uint64_t{options_.flush_interval_ms} * 1000000;
   const uint64_t heartbeat_ns = 1000000000ull;
   for (;;) {
-    GoodbyeReason reason;
     {
       MutexLock lock(&mu_);
-      if (!stop_requested_) {
-        cv_.WaitWithTimeout(&mu_, absl::Nanoseconds(tick_ns));
-      }
-      reason = stop_reason_;
+      if (!stop_requested_) cv_.WaitForNs(&mu_, tick_ns);
       if (stop_requested_) {
+        const GoodbyeReason reason = stop_reason_;
         const uint64_t deadline =
             NowCpuNs() + uint64_t{options_.finalize_timeout_ms} * 1000000;
         mu_.Unlock();
@@ -219,22 +274,23 @@ void Exporter::Run() {
       }
     }
     const uint64_t now = NowCpuNs();
-    if (stream_ != nullptr) {
-      for (const auto& cmd : stream_->TakeCommands())
-        registry_->Apply(cmd, now);
-      if (stream_->Broken()) CloseBrokenStream(now);
-    }
+    PollLink(now);
     registry_->ExpireActivations(now);
-    if (stream_ == nullptr && now >= next_connect_ns_) OpenStream(now);
-    if (stream_ == nullptr) {
+    if (options_.on_tick) options_.on_tick();
+    if (link_ == nullptr && now >= next_connect_ns_) OpenStream(now);
+    if (link_ == nullptr) {
       DropAll();  // no agent: drop and count rather than let the rings fill
       continue;
     }
+    if (now - last_heartbeat_ns_ >= heartbeat_ns) {
+      last_heartbeat_ns_ = now;
+      CpuClock::Anchor();  // keep the TSC line on CLOCK_MONOTONIC
+      link_->SendHeartbeat(CurrentCounters());
+    }
     bool full = Drain();
     bool sent = TrySend(now - last_send_ns_ >= heartbeat_ns, nullptr);
-    // A burst: keep sending full batches while this tick lasts.
-    const uint64_t tick_end = now + tick_ns;
-    while (sent && full && stream_->WaitWritable(tick_end)) {
+    // A burst: keep writing full batches while the ring takes them.
+    while (sent && full) {
       full = Drain();
       sent = TrySend(false, nullptr);
     }

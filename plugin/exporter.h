@@ -1,14 +1,18 @@
 // The exporter: one background thread that drains the rings every
 // flush_interval (<= 10 ms), packs records into StreamTelemetryRequest
-// batches and writes them on a StreamTelemetry stream to the agent's Unix
-// socket (gRPC callback API, so no write ever blocks the thread).
+// batches and writes them into the shared-memory ring of its connection to
+// the agent (AgentLink, include/pitstop/shm_transport.h). Nothing it does
+// blocks: a full shared ring leaves records waiting in the thread rings
+// (whose overflow is dropped and counted).
 //
 // Agent absent, slow or killed: records are drained and dropped (counted in
-// DropCounters.export_dropped), the stream is re-opened with exponential
-// backoff, every new stream starts with ProcessHello and the live
-// communicators. Activation commands from the agent are applied to the
-// CommRegistry. Stop() flushes within a bound and ends the stream with
-// ProcessGoodbye so the agent can tell a clean exit from a crash.
+// DropCounters.export_dropped, with what a dead agent left unread), the
+// connection is re-opened with exponential backoff, every new connection
+// starts with ProcessHello and the live communicators. Activation commands
+// from the agent are applied to the CommRegistry. Stop() writes what is left
+// with ProcessGoodbye (the agent reads the ring after we are gone, so a
+// clean exit is told from a crash) and never waits longer than
+// finalize_timeout_ms, and only while the ring is full.
 //
 // Reuse (e.g. `pitstop replay`): make a RingSet, a CommRegistry and an
 // Exporter; push Records into RingSet::ThreadRing() from any thread(s) and
@@ -23,17 +27,20 @@
 #include <string>
 #include <thread>
 
-#include "pitstop/sync.h"
+#include "pitstop/shm_transport.h"
 #include "plugin/comm_registry.h"
+#include "plugin/plugin_sync.h"
 #include "plugin/ring.h"
 #include "plugin/wire.h"
 
 namespace pitstop::plugin {
 
-class TelemetryStream;
+class AgentLink;
 
 struct ExporterOptions {
-  std::string socket_path = "/run/pitstop/agent.sock";
+  std::string socket_path = "/run/pitstop/agent-shm.sock";
+  // Data bytes of the shared ring per connection (power of two).
+  uint64_t ring_bytes = 4u << 20;
   // Copied into every stream's ProcessHello (reconnects and the start times
   // are filled in by the exporter).
   Hello hello;
@@ -41,13 +48,15 @@ struct ExporterOptions {
   uint32_t finalize_timeout_ms = 1000;
   uint32_t reconnect_min_ms = 20;
   uint32_t reconnect_max_ms = 1000;
-  // Records per batch (keeps messages well under gRPC's 4 MB limit); more
-  // go in further batches of the same tick. While a write is in flight,
-  // records wait in the rings (full rings drop and count).
+  // Records per batch (a batch must fit half the shared ring); more go in
+  // further batches of the same tick. While the shared ring is full,
+  // records wait in the thread rings (full rings drop and count).
   uint32_t max_batch_records = 4096;
   // Fills the hot-path counters (ring_full, pool_exhausted, ignored,
   // events_recorded) of each batch; export_dropped is ours. May be empty.
   std::function<void(Drops*)> drop_source;
+  // Called on the exporter thread every tick (may be empty).
+  std::function<void()> on_tick;
 };
 
 class Exporter {
@@ -60,10 +69,15 @@ class Exporter {
   Exporter(const Exporter&) = delete;
   Exporter& operator=(const Exporter&) = delete;
 
-  // Drains what is left, sends it with a ProcessGoodbye, ends the stream and
-  // joins the thread, all within finalize_timeout_ms (then cancels).
+  // Drains what is left, writes it with a ProcessGoodbye, closes the
+  // connection and joins the thread, all within finalize_timeout_ms.
   // Idempotent; any thread except the exporter's.
   void Stop(GoodbyeReason reason);
+
+  // In a forked child (only the forking thread exists): forgets the thread
+  // and the connection without joining or flushing anything. The object
+  // must then be leaked, never destroyed.
+  void AbandonAfterFork();
 
   // Statistics (any thread).
   uint64_t records_sent() const { return records_sent_.load(); }
@@ -71,6 +85,8 @@ class Exporter {
   uint64_t bytes_sent() const { return bytes_sent_.load(); }
   uint64_t export_dropped() const { return export_dropped_.load(); }
   uint64_t streams_opened() const { return streams_opened_.load(); }
+  // Connections the agent acknowledged (hello ack), any thread.
+  uint64_t streams_acked() const { return streams_acked_.load(); }
 
  private:
   Exporter(ExporterOptions options, RingSet* rings, CommRegistry* registry);
@@ -82,8 +98,11 @@ class Exporter {
   bool Drain();
   // Drains and discards everything (no agent), counting export_dropped.
   void DropAll();
-  // Sends pending_ if the stream can take a write. Returns true if sent.
+  // Writes pending_ into the shared ring if it has room. True if written.
   bool TrySend(bool force_empty, const std::string* goodbye);
+  void PollLink(uint64_t now_ns);
+  Drops CurrentDrops();
+  shm::Counters CurrentCounters();
   void FinishStream(GoodbyeReason reason, uint64_t deadline_ns);
 
   const ExporterOptions options_;
@@ -91,7 +110,9 @@ class Exporter {
   CommRegistry* const registry_;
 
   // Exporter thread only.
-  TelemetryStream* stream_ = nullptr;
+  std::unique_ptr<AgentLink> link_;
+  std::string message_;  // pending_ plus the batch trailer
+  bool logged_error_ = false;
   std::string pending_;  // encoded StreamTelemetryRequest fields
   bool pending_hello_ = false;
   bool pending_comms_ = false;
@@ -101,11 +122,12 @@ class Exporter {
   uint64_t next_connect_ns_ = 0;
   uint32_t backoff_ms_ = 0;
   uint64_t last_send_ns_ = 0;
+  uint64_t last_heartbeat_ns_ = 0;
 
   Mutex mu_;
   CondVar cv_;
-  bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
-  GoodbyeReason stop_reason_ ABSL_GUARDED_BY(mu_) = kGoodbyeExit;
+  bool stop_requested_ PLUGIN_GUARDED_BY(mu_) = false;
+  GoodbyeReason stop_reason_ PLUGIN_GUARDED_BY(mu_) = kGoodbyeExit;
   bool stopped_ = false;  // Stop() callers only (guarded by stop_mu_)
   Mutex stop_mu_;
 
@@ -114,6 +136,7 @@ class Exporter {
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> export_dropped_{0};
   std::atomic<uint64_t> streams_opened_{0};
+  std::atomic<uint64_t> streams_acked_{0};
   std::thread thread_;
 };
 

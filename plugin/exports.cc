@@ -8,6 +8,7 @@
 #include "plugin/abi/profiler_v4.h"
 #include "plugin/abi/profiler_v5.h"
 #include "plugin/abi/profiler_v6.h"
+#include "plugin/chain.h"
 #include "plugin/recorder.h"
 #include "plugin/runtime.h"
 
@@ -222,6 +223,76 @@ NcclResult InitV5Plus(void** context, uint64_t comm_id, int* mask,
                       rank, logfn);
 }
 
+// With a chained plugin (chain.h) every handle NCCL holds is a PairSlot of
+// both plugins' handles; these wrap the functions above. Without one they
+// cost one load and a branch.
+template <typename Descr, NcclResult (*kOurs)(void*, void**, Descr*)>
+NcclResult StartChained(void* context, void** handle, Descr* d) noexcept {
+  Chain* chain = Chain::Get();
+  if (chain == nullptr) return kOurs(context, handle, d);
+  if (handle == nullptr) return abi::kNcclSuccess;
+  *handle = nullptr;
+  if (d == nullptr) return abi::kNcclSuccess;
+  PairSlot* parent = chain->AsPair(d->parent_obj);
+  Descr mine = *d;
+  mine.parent_obj = parent != nullptr ? parent->ours : nullptr;
+  void* ours = nullptr;
+  kOurs(context, &ours, &mine);
+  void* theirs = nullptr;
+  CommContext* ctx = Ctx(context);
+  if (ctx != nullptr && ctx->chain_ctx != nullptr &&
+      chain->Wants(static_cast<uint32_t>(d->type))) {
+    theirs = chain->Start(ctx->chain_ctx, d, sizeof(Descr),
+                          parent != nullptr ? parent->theirs : nullptr);
+  }
+  if (ours == nullptr && theirs == nullptr) return abi::kNcclSuccess;
+  PairSlot* p = chain->NewPair(ours, theirs);
+  if (p == nullptr) {
+    // No pair to track them by: end both events now (counted as ignored).
+    if (Recorder* rec = Rec()) {
+      if (ours != nullptr) rec->Stop(ours);
+      rec->CountIgnored();
+    }
+    if (theirs != nullptr) chain->Stop(theirs);
+    return abi::kNcclSuccess;
+  }
+  *handle = p;
+  return abi::kNcclSuccess;
+}
+
+NcclResult StopChained(void* handle) noexcept {
+  Chain* chain = Chain::Get();
+  if (chain == nullptr) return StopEvent(handle);
+  PairSlot* p = chain->AsPair(handle);
+  if (p == nullptr) {
+    if (Recorder* rec = Rec()) rec->CountIgnored();
+    return abi::kNcclSuccess;
+  }
+  void* const ours = p->ours;
+  void* const theirs = p->theirs;
+  // One stop per pair; the slot stays readable for late children (the
+  // pool reuses round-robin).
+  uint32_t w = 1;
+  if (!p->header.word.compare_exchange_strong(w, 0)) {
+    if (Recorder* rec = Rec()) rec->CountIgnored();
+    return abi::kNcclSuccess;
+  }
+  if (ours != nullptr) StopEvent(ours);
+  if (theirs != nullptr) chain->Stop(theirs);
+  return abi::kNcclSuccess;
+}
+
+template <typename Args, NcclResult (*kOurs)(void*, int, Args*)>
+NcclResult RecordChained(void* handle, int state, Args* args) noexcept {
+  Chain* chain = Chain::Get();
+  if (chain == nullptr) return kOurs(handle, state, args);
+  PairSlot* p = chain->AsPair(handle);
+  if (p == nullptr) return abi::kNcclSuccess;
+  if (p->ours != nullptr) kOurs(p->ours, state, args);
+  if (p->theirs != nullptr) chain->Record(p->theirs, state, args);
+  return abi::kNcclSuccess;
+}
+
 }  // namespace
 }  // namespace pitstop::plugin
 
@@ -231,19 +302,35 @@ namespace pa = pitstop::abi;
 extern "C" {
 
 __attribute__((visibility("default"))) pa::ProfilerV6 ncclProfiler_v6 = {
-    "pitstop",     pp::InitV5Plus<6>, pp::StartEventV4Plus<pa::DescrV6, true>,
-    pp::StopEvent, pp::RecordStateV4, pp::Finalize};
+    "pitstop",
+    pp::InitV5Plus<6>,
+    pp::StartChained<pa::DescrV6, pp::StartEventV4Plus<pa::DescrV6, true>>,
+    pp::StopChained,
+    pp::RecordChained<pa::StateArgsV4, pp::RecordStateV4>,
+    pp::Finalize};
 
 __attribute__((visibility("default"))) pa::ProfilerV5 ncclProfiler_v5 = {
-    "pitstop",     pp::InitV5Plus<5>, pp::StartEventV4Plus<pa::DescrV5, true>,
-    pp::StopEvent, pp::RecordStateV4, pp::Finalize};
+    "pitstop",
+    pp::InitV5Plus<5>,
+    pp::StartChained<pa::DescrV5, pp::StartEventV4Plus<pa::DescrV5, true>>,
+    pp::StopChained,
+    pp::RecordChained<pa::StateArgsV4, pp::RecordStateV4>,
+    pp::Finalize};
 
 __attribute__((visibility("default"))) pa::ProfilerV4 ncclProfiler_v4 = {
-    "pitstop",     pp::InitV4,        pp::StartEventV4Plus<pa::DescrV4, false>,
-    pp::StopEvent, pp::RecordStateV4, pp::Finalize};
+    "pitstop",
+    pp::InitV4,
+    pp::StartChained<pa::DescrV4, pp::StartEventV4Plus<pa::DescrV4, false>>,
+    pp::StopChained,
+    pp::RecordChained<pa::StateArgsV4, pp::RecordStateV4>,
+    pp::Finalize};
 
 __attribute__((visibility("default"))) pa::ProfilerV3 ncclProfiler_v3 = {
-    "pitstop",     pp::InitV3,        pp::StartEventV3,
-    pp::StopEvent, pp::RecordStateV3, pp::Finalize};
+    "pitstop",
+    pp::InitV3,
+    pp::StartChained<pa::DescrV3, pp::StartEventV3>,
+    pp::StopChained,
+    pp::RecordChained<pa::StateArgsV3, pp::RecordStateV3>,
+    pp::Finalize};
 
 }  // extern "C"

@@ -16,8 +16,8 @@
 #include <cstring>
 #include <map>
 
-#include "pitstop/sync.h"
 #include "plugin/abi/profiler_common.h"
+#include "plugin/plugin_sync.h"
 #include "plugin/runtime.h"
 
 namespace pitstop::plugin {
@@ -51,7 +51,7 @@ Fn Real(const char* name, std::atomic<void*>* cache) {
 
 // ncclComm_t -> commHash, learned from profiler init inside creation.
 Mutex g_mu;
-std::map<NcclComm, uint64_t>* g_comms ABSL_GUARDED_BY(g_mu) = nullptr;
+std::map<NcclComm, uint64_t>* g_comms PLUGIN_GUARDED_BY(g_mu) = nullptr;
 
 uint64_t HashOf(NcclComm comm) {
   MutexLock lock(&g_mu);

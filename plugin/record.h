@@ -6,6 +6,7 @@
 #ifndef PITSTOP_PLUGIN_RECORD_H_
 #define PITSTOP_PLUGIN_RECORD_H_
 
+#include <cstddef>
 #include <cstdint>
 
 namespace pitstop::plugin {
@@ -122,6 +123,17 @@ struct Record {
   };
 };
 static_assert(sizeof(Record) <= 128, "keep records two cache lines at most");
+
+// 64-byte ring units a record of `type` takes (ring.h): what it carries.
+inline constexpr uint32_t UnitsFor(RecordType type) {
+  return (type == RecordType::kCompletion || type == RecordType::kKernelCh ||
+          type == RecordType::kNetPlugin)
+             ? 1
+             : 2;
+}
+static_assert(offsetof(Record, completion) + sizeof(CompletionRec) <= 64);
+static_assert(offsetof(Record, kernel) + sizeof(KernelChRec) <= 64);
+static_assert(offsetof(Record, net) + sizeof(NetPluginRec) <= 64);
 
 }  // namespace pitstop::plugin
 

@@ -289,7 +289,9 @@ void* Recorder::StartKernelCh(CommContext* ctx, void* parent, uint8_t channel,
   r.channel_id = channel;
   r.start_gpu_ns = gpu_ns;
   r.stop_gpu_ns = 0;
-  r.start_cpu_ns = NowCpuNs();
+  // With a GPU timer the start is known in the GPU's clock; the agent fits
+  // that clock from the stop samples (GpuClockFit ignores a 0 CPU time).
+  r.start_cpu_ns = gpu_ns != 0 ? 0 : NowCpuNs();
   r.stop_cpu_ns = 0;
   return Tagged(s, kTagKernel);
 }

@@ -2,7 +2,10 @@
 // descriptor by exports.cc) into handles and Records.
 //
 // Every method is noexcept and, after construction, takes no lock, makes no
-// allocation and no system call besides clock_gettime(CLOCK_MONOTONIC).
+// allocation and no system call (the clock is the TSC, cpu_clock.h; or
+// clock_gettime(CLOCK_MONOTONIC) through the vDSO where there is none).
+// One clock read per event that needs a CPU time; a KernelCh start with a
+// GPU timer needs none.
 // Handles come from preallocated pools; records go to the calling thread's
 // ring. Full ring / empty pool: the event is dropped and counted.
 //
@@ -19,18 +22,15 @@
 #include <ctime>
 
 #include "plugin/comm_registry.h"
+#include "plugin/cpu_clock.h"
 #include "plugin/event_pool.h"
 #include "plugin/record.h"
 #include "plugin/ring.h"
 
 namespace pitstop::plugin {
 
-inline uint64_t NowCpuNs() noexcept {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull +
-         static_cast<uint64_t>(ts.tv_nsec);
-}
+// CLOCK_MONOTONIC ns: one TSC read once calibrated (cpu_clock.h).
+inline uint64_t NowCpuNs() noexcept { return CpuClock::NowNs(); }
 
 // Coll / P2p start, version-independent.
 struct OpStart {
@@ -103,6 +103,12 @@ class Recorder {
   }
   uint64_t ignored() const { return ignored_.load(std::memory_order_relaxed); }
   RingSet* rings() const { return rings_; }
+  // After fork() in the child (single-threaded): the new pid, counters at 0.
+  void ResetAfterFork(pid_t pid) noexcept {
+    self_pid_ = pid;
+    pool_exhausted_.store(0);
+    ignored_.store(0);
+  }
 
  private:
   struct ApiSlot;
@@ -120,7 +126,7 @@ class Recorder {
   void StopStep(StepSlot* s) noexcept;
 
   RingSet* const rings_;
-  const pid_t self_pid_;
+  pid_t self_pid_;
   SlotPool<ApiSlot>* api_;
   SlotPool<OpSlot>* op_;
   SlotPool<ProxyOpSlot>* proxy_op_;

@@ -20,10 +20,10 @@ std::atomic<uint32_t> g_next_set_id{1};
 // Slots are left uninitialised: large arrays come from mmap, so a ring's
 // pages are only touched by the thread that uses it.
 Ring::Ring(uint32_t capacity, uint32_t index)
-    : capacity_(capacity),
-      mask_(capacity - 1),
+    : units_(capacity * 2),
+      mask_(capacity * 2 - 1),
       index_(index),
-      slots_(new Record[capacity]) {}
+      units_mem_(new Unit[capacity * 2 + 1]) {}
 
 RingSet::RingSet(uint32_t max_rings, uint32_t ring_capacity)
     : id_(g_next_set_id.fetch_add(1)),
@@ -52,18 +52,31 @@ Ring* RingSet::Claim() noexcept {
   return nullptr;
 }
 
+void RingSet::DiscardAfterFork() {
+  const uint32_t n = claimed_.load(std::memory_order_acquire);
+  uint64_t full = 0, published = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    rings_[i]->Discard();
+    full += rings_[i]->full_drops();
+    published += rings_[i]->published();
+  }
+  full_base_.store(full);
+  published_base_.store(published);
+  no_ring_drops_.store(0);
+}
+
 uint64_t RingSet::TotalFullDrops() const {
   uint64_t sum = 0;
   const uint32_t n = claimed_.load(std::memory_order_acquire);
   for (uint32_t i = 0; i < n; ++i) sum += rings_[i]->full_drops();
-  return sum;
+  return sum - full_base_.load(std::memory_order_relaxed);
 }
 
 uint64_t RingSet::TotalPublished() const {
   uint64_t sum = 0;
   const uint32_t n = claimed_.load(std::memory_order_acquire);
   for (uint32_t i = 0; i < n; ++i) sum += rings_[i]->published();
-  return sum;
+  return sum - published_base_.load(std::memory_order_relaxed);
 }
 
 }  // namespace pitstop::plugin

@@ -1,12 +1,16 @@
 #include "plugin/runtime.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+
+#include "plugin/chain.h"
 
 namespace pitstop::plugin {
 namespace {
@@ -19,6 +23,20 @@ constexpr char kLibraryVersion[] = "0.1.0";
 
 void ExitHandler() {
   if (Runtime* rt = Runtime::Get()) rt->ShutdownAtExit();
+}
+
+void ChainLog(const std::string& msg) {
+  if (Runtime* rt = Runtime::Get()) rt->LogWarn(msg);
+}
+
+void AtForkPrepare() {
+  if (Runtime* rt = Runtime::Get()) rt->ForkPrepare();
+}
+void AtForkParent() {
+  if (Runtime* rt = Runtime::Get()) rt->ForkParent();
+}
+void AtForkChild() {
+  if (Runtime* rt = Runtime::Get()) rt->ForkChild();
 }
 
 // NCCL version via the public API when libnccl is in the process.
@@ -52,6 +70,10 @@ Runtime* Runtime::GetOrCreate() noexcept {
                  "disabled\n");
     return nullptr;
   }
+  CpuClock::Calibrate(rt->config().use_tsc);
+  // Registered before the runtime is published, so no fork can see it
+  // without the handlers. Never unregistered: the library is never unloaded.
+  pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild);
   g_runtime.store(rt, std::memory_order_release);
   return rt;
 }
@@ -94,6 +116,11 @@ void Runtime::StartExporterLocked() {
                       ? socket
                       : config_.agent_socket;
   o.flush_interval_ms = config_.flush_interval_ms;
+  o.ring_bytes = config_.shm_ring_bytes;
+  // A batch must fit half the shared ring; encoded records stay well under
+  // 256 bytes each.
+  o.max_batch_records = static_cast<uint32_t>(
+      std::min<uint64_t>(4096, config_.shm_ring_bytes / 2 / 256));
   o.finalize_timeout_ms = config_.finalize_timeout_ms;
   o.reconnect_max_ms = config_.reconnect_max_ms;
   Hello& h = o.hello;
@@ -104,6 +131,14 @@ void Runtime::StartExporterLocked() {
   h.nccl_version = NcclVersion();
   h.load_mode = g_preloaded.load() ? "both" : "profiler";
   h.global_rank = config_.global_rank;
+  o.on_tick = [this] {
+    // A chained profiler may change its mask at any time (NVIDIA's example
+    // does); NCCL's mask must keep containing it.
+    if (Chain* chain = Chain::Get()) {
+      chain->RefreshMask();
+      registry_.SetExtraMask(chain->mask());
+    }
+  };
   o.drop_source = [this](Drops* d) {
     d->ring_full = rings_.TotalFullDrops() + rings_.no_ring_drops();
     d->pool_exhausted = recorder_.pool_exhausted();
@@ -185,9 +220,32 @@ abi::NcclResult Runtime::InitCommImpl(void** context, int abi_version,
     // Serialised with FinalizeComm's stop of the exporter, so at most one
     // exporter ever drains the rings and a new comm always has one.
     MutexLock lifecycle(&lifecycle_mu_);
+    if (!chain_loaded_ && !config_.chain_plugin.empty()) {
+      chain_loaded_ = true;  // once per process, whatever the outcome
+      Chain::Load(config_.chain_plugin, abi_version, ChainLog);
+    }
+    CommContext* ctx = nullptr;
+    {
+      MutexLock lock(&mu_);
+      if (forked_) {
+        // First communicator of a forked child: nothing the parent's
+        // handles recorded since the fork belongs to it.
+        forked_ = false;
+        rings_.DiscardAfterFork();
+      }
+      abi_version_ = abi_version;
+      ctx = registry_.Add(info, activation_mask, NowCpuNs());
+    }
+    if (Chain* chain = Chain::Get()) {
+      // Same arguments as NCCL gave us; its mask joins NCCL's. Outside mu_:
+      // a failing chained plugin is logged (Log takes mu_).
+      uint32_t chained_mask = 0;
+      chain->Init(&ctx->chain_ctx, comm_hash, comm_name, n_nodes, n_ranks, rank,
+                  logfn, &chained_mask);
+      registry_.SetExtraMask(chained_mask);
+    }
+    *context = ctx;
     MutexLock lock(&mu_);
-    abi_version_ = abi_version;
-    *context = registry_.Add(info, activation_mask, NowCpuNs());
     StartExporterLocked();
   }
   return abi::kNcclSuccess;
@@ -199,8 +257,13 @@ abi::NcclResult Runtime::FinalizeComm(void* context) noexcept {
     // Held across the stop (bounded by PITSTOP_FINALIZE_TIMEOUT_MS): an init
     // on another thread waits, then starts a fresh exporter.
     MutexLock lifecycle(&lifecycle_mu_);
-    const int live = registry_.End(static_cast<CommContext*>(context),
-                                   kCommFinalize, NowCpuNs());
+    auto* ctx = static_cast<CommContext*>(context);
+    if (Chain* chain = Chain::Get(); chain != nullptr && ctx->chain_ctx) {
+      void* chained = ctx->chain_ctx;
+      ctx->chain_ctx = nullptr;
+      chain->Finalize(chained);
+    }
+    const int live = registry_.End(ctx, kCommFinalize, NowCpuNs());
     if (live == 0) {
       std::unique_ptr<Exporter> exporter;
       {
@@ -239,6 +302,35 @@ void Runtime::ShutdownAtExit() noexcept {
     exporter = std::move(exporter_);
   }
   if (exporter) exporter->Stop(kGoodbyeExit);
+}
+
+void Runtime::ForkPrepare() noexcept {
+  lifecycle_mu_.Lock();
+  mu_.Lock();
+  registry_.ForkPrepare();
+}
+
+void Runtime::ForkParent() noexcept {
+  registry_.ForkParent();
+  mu_.Unlock();
+  lifecycle_mu_.Unlock();
+}
+
+void Runtime::ForkChild() noexcept {
+  // Only this thread exists now. The exporter's thread is gone: its object
+  // and connection are leaked, never joined or flushed (the parent still
+  // owns the connection; our copy of the socket is closed).
+  if (exporter_ != nullptr) {
+    exporter_->AbandonAfterFork();
+    (void)exporter_.release();
+  }
+  pid_ = getpid();
+  recorder_.ResetAfterFork(pid_);
+  rings_.DiscardAfterFork();
+  forked_ = true;
+  registry_.ForkChild();
+  mu_.Unlock();
+  lifecycle_mu_.Unlock();
 }
 
 }  // namespace pitstop::plugin

@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "pitstop/sync.h"
 #include "plugin/abi/profiler_common.h"
 #include "plugin/comm_registry.h"
 #include "plugin/config.h"
 #include "plugin/exporter.h"
+#include "plugin/plugin_sync.h"
 #include "plugin/recorder.h"
 #include "plugin/ring.h"
 
@@ -59,9 +59,20 @@ class Runtime {
   static InterposerCall*& ThreadInterposerCall() noexcept;
 
   Recorder* recorder() { return &recorder_; }
+  // A warning through NCCL's logger (stderr before NCCL gave one).
+  void LogWarn(const std::string& msg) noexcept { Log(abi::kNcclLogWarn, msg); }
   const PluginConfig& config() const { return config_; }
   // Stops the exporter with REASON_EXIT (process exit handler).
   void ShutdownAtExit() noexcept;
+
+  // pthread_atfork handlers (registered when the runtime is created).
+  // Prepare takes the locks so the child sees consistent state; Child
+  // forgets the parent's exporter thread and connection (never joined),
+  // its communicators and queued records: the child records nothing and
+  // starts nothing until it creates a communicator of its own.
+  void ForkPrepare() noexcept PLUGIN_ACQUIRE(lifecycle_mu_, mu_);
+  void ForkParent() noexcept PLUGIN_RELEASE(lifecycle_mu_, mu_);
+  void ForkChild() noexcept PLUGIN_RELEASE(lifecycle_mu_, mu_);
 
  private:
   Runtime();
@@ -70,10 +81,10 @@ class Runtime {
                                const char* comm_name, int n_nodes, int n_ranks,
                                int rank, abi::NcclLogger logfn);
   void Log(abi::NcclLogLevel level, const std::string& msg) noexcept;
-  void StartExporterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartExporterLocked() PLUGIN_REQUIRES(mu_);
 
   const PluginConfig config_;
-  const pid_t pid_;
+  pid_t pid_;  // changed only in ForkChild
   RingSet rings_;
   Recorder recorder_;
   CommRegistry registry_;
@@ -81,13 +92,17 @@ class Runtime {
   // Serialises exporter lifecycle: comm add + exporter start (InitComm)
   // against comm end + exporter stop and join (FinalizeComm, exit). Taken
   // before mu_; never on the hot path.
-  Mutex lifecycle_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  Mutex lifecycle_mu_ PLUGIN_ACQUIRED_BEFORE(mu_);
   Mutex mu_;
-  std::unique_ptr<Exporter> exporter_ ABSL_GUARDED_BY(mu_);
-  abi::NcclLogger logfn_ ABSL_GUARDED_BY(mu_) = nullptr;
-  bool warned_ ABSL_GUARDED_BY(mu_) = false;
-  bool atexit_registered_ ABSL_GUARDED_BY(mu_) = false;
-  int abi_version_ ABSL_GUARDED_BY(mu_) = 0;
+  std::unique_ptr<Exporter> exporter_ PLUGIN_GUARDED_BY(mu_);
+  abi::NcclLogger logfn_ PLUGIN_GUARDED_BY(mu_) = nullptr;
+  bool warned_ PLUGIN_GUARDED_BY(mu_) = false;
+  bool atexit_registered_ PLUGIN_GUARDED_BY(mu_) = false;
+  int abi_version_ PLUGIN_GUARDED_BY(mu_) = 0;
+  // Set in a forked child; the first init there drops what the parent's
+  // stale handles may have recorded since.
+  bool forked_ PLUGIN_GUARDED_BY(mu_) = false;
+  bool chain_loaded_ PLUGIN_GUARDED_BY(lifecycle_mu_) = false;
 };
 
 }  // namespace pitstop::plugin

@@ -26,6 +26,21 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   core.join.incomplete_timeout_ns =
       static_cast<int64_t>(options.join_incomplete_timeout_s) * 1'000'000'000;
   a->core_ = std::make_unique<AgentCore>(clock, core, a->metrics_.get());
+  if (const std::string shm_path = EffectiveShmSocket(options);
+      !shm_path.empty()) {
+    // Before the gRPC socket: a caller that sees ingest.socket accept finds
+    // the shared-memory socket ready too.
+    a->shm_handler_ = std::make_unique<AgentCoreHandler>(a->core_.get());
+    ShmIngestOptions shm;
+    shm.socket_path = shm_path;
+    shm.socket_group = options.ingest_socket_group;
+    shm.max_connections =
+        std::max<uint32_t>(options.ingest_shm_max_connections, 1);
+    shm.idle_timeout_ms =
+        std::max<uint32_t>(options.ingest_shm_idle_timeout_s, 1) * 1000;
+    ASSIGN_OR_RETURN(a->shm_ingest_,
+                     ShmIngestServer::Create(shm, a->shm_handler_.get()));
+  }
   ASSIGN_OR_RETURN(a->ingest_, IngestServer::Create(options.ingest_socket,
                                                     options.ingest_socket_group,
                                                     a->core_.get()));
@@ -75,7 +90,10 @@ void Agent::Stop() {
     tick_cv_.SignalAll();
   }
   if (ticker_.joinable()) ticker_.join();
-  if (ingest_ != nullptr) ingest_->Stop();      // rank streams end first
+  // Rank streams end first, and are not reported as dead ranks.
+  if (core_ != nullptr) core_->SetStopping();
+  if (shm_ingest_ != nullptr) shm_ingest_->Stop();
+  if (ingest_ != nullptr) ingest_->Stop();
   if (upstream_ != nullptr) upstream_->Stop();  // then flush upstream
 }
 

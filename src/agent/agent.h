@@ -16,6 +16,7 @@
 #include "src/agent/agent_metrics.h"
 #include "src/agent/agent_options.h"
 #include "src/agent/ingest_server.h"
+#include "src/agent/shm_ingest_server.h"
 #include "src/agent/upstream_client.h"
 
 namespace pitstop::agent {
@@ -35,6 +36,7 @@ class Agent {
   const std::string& host() const { return host_; }
   AgentCore* core() { return core_.get(); }
   UpstreamClient* upstream() { return upstream_.get(); }
+  ShmIngestServer* shm_ingest() { return shm_ingest_.get(); }
 
  private:
   Agent() = default;
@@ -46,6 +48,8 @@ class Agent {
   std::unique_ptr<AgentMetrics> metrics_;
   std::unique_ptr<AgentCore> core_;
   std::unique_ptr<IngestServer> ingest_;
+  std::unique_ptr<AgentCoreHandler> shm_handler_;
+  std::unique_ptr<ShmIngestServer> shm_ingest_;
   std::unique_ptr<UpstreamClient> upstream_;
   Mutex tick_mu_;
   CondVar tick_cv_;

@@ -5,11 +5,36 @@
 
 namespace pitstop::agent {
 
+std::string ShmSocketFor(const std::string& ingest_socket) {
+  constexpr std::string_view kSuffix = ".sock";
+  if (ingest_socket.size() > kSuffix.size() &&
+      ingest_socket.compare(ingest_socket.size() - kSuffix.size(),
+                            kSuffix.size(), kSuffix) == 0) {
+    return ingest_socket.substr(0, ingest_socket.size() - kSuffix.size()) +
+           "-shm.sock";
+  }
+  return ingest_socket + "-shm";
+}
+
+std::string EffectiveShmSocket(const AgentOptions& o) {
+  if (o.ingest_shm_socket == "none") return "";
+  if (!o.ingest_shm_socket.empty()) return o.ingest_shm_socket;
+  return ShmSocketFor(o.ingest_socket);
+}
+
 void RegisterAgentOptions(ConfigSchema* s, AgentOptions* o) {
   s->Add("ingest.socket", &o->ingest_socket,
          "Unix socket the training processes stream telemetry to");
   s->Add("ingest.socket_group", &o->ingest_socket_group,
          "Group that owns the socket (mode 0660); empty = the agent's group");
+  s->Add("ingest.shm_socket", &o->ingest_shm_socket,
+         "Unix socket of the in-process library's shared-memory transport "
+         "(the ranks' PITSTOP_AGENT_SOCKET); empty = ingest.socket with "
+         "'.sock' replaced by '-shm.sock'; 'none' = off");
+  s->Add("ingest.shm_max_connections", &o->ingest_shm_max_connections,
+         "Training processes served at once on ingest.shm_socket");
+  s->Add("ingest.shm_idle_timeout_s", &o->ingest_shm_idle_timeout_s,
+         "Disconnect a process that sent nothing for this long (s)");
   s->Add("controller", &o->controller,
          "pitstop-controller address host:port; empty = no upstream");
   s->Add("host", &o->host,

@@ -17,6 +17,16 @@ struct AgentOptions {
   // ingest.socket_group (--ingest-socket-group): group owning the socket
   // (mode 0660); empty = the agent's group.
   std::string ingest_socket_group;
+  // ingest.shm_socket (--ingest-shm-socket): Unix socket of the in-process
+  // library's shared-memory transport (its PITSTOP_AGENT_SOCKET). Empty =
+  // next to ingest.socket (ShmSocketFor); "none" = off. ingest.socket above
+  // stays the gRPC endpoint.
+  std::string ingest_shm_socket;
+  // ingest.shm_max_connections: processes served at once; more are refused.
+  uint32_t ingest_shm_max_connections = 1024;
+  // ingest.shm_idle_timeout_s: a process silent this long is disconnected
+  // (the library sends a heartbeat every second and reconnects).
+  uint32_t ingest_shm_idle_timeout_s = 30;
   // controller (--controller): host:port of pitstop-controller; empty = run
   // without upstream.
   std::string controller = "localhost:7070";
@@ -43,6 +53,14 @@ struct AgentOptions {
   std::string log_level = "info";
   std::string log_file;
 };
+
+// The shared-memory socket used when ingest.shm_socket is empty: the gRPC
+// socket's path with ".sock" replaced by "-shm.sock" (else "-shm"
+// appended): /run/pitstop/agent.sock -> /run/pitstop/agent-shm.sock, the
+// library's default.
+std::string ShmSocketFor(const std::string& ingest_socket);
+// The effective shared-memory socket of `options` ("" when off).
+std::string EffectiveShmSocket(const AgentOptions& options);
 
 // Binds every field of `options` to its key in `schema`.
 void RegisterAgentOptions(ConfigSchema* schema, AgentOptions* options);

@@ -98,8 +98,11 @@ int main(int argc, char** argv) {
   logger->info("ready: host {} socket {} controller '{}' metrics port {}",
                (*agent)->host(), options.ingest_socket, options.controller,
                (*agent)->metrics_port());
-  std::printf("pitstop-agent ready socket=%s metrics_port=%d\n",
-              options.ingest_socket.c_str(), (*agent)->metrics_port());
+  // metrics_port stays last: scripts read it up to the end of the line.
+  std::printf("pitstop-agent ready socket=%s shm_socket=%s metrics_port=%d\n",
+              options.ingest_socket.c_str(),
+              pitstop::agent::EffectiveShmSocket(options).c_str(),
+              (*agent)->metrics_port());
   std::fflush(stdout);
   Notify("READY=1");
   int sig = 0;

@@ -338,7 +338,7 @@ absl::StatusOr<ReplayResult> ReplayJob(const ImportedJob& job,
     // lists only).
     if (r.absent) continue;
     replayers.push_back(std::make_unique<RankReplayer>(
-        job, r, cluster->agent_socket(node_of[r.host])));
+        job, r, cluster->shm_socket(node_of[r.host])));
   }
   TimeMap tm;
   tm.t0 = t0;

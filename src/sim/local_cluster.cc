@@ -175,9 +175,11 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     agent.host = options.host_names.empty() ? absl::StrCat("node", i)
                                             : options.host_names[i];
     agent.socket = absl::StrCat(cluster->work_dir_, "/agent", i, ".sock");
-    if (agent.socket.size() >= sizeof(sockaddr_un::sun_path)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("socket path too long (>= 108 bytes): ", agent.socket));
+    agent.shm_socket =
+        absl::StrCat(cluster->work_dir_, "/agent", i, "-shm.sock");
+    if (agent.shm_socket.size() >= sizeof(sockaddr_un::sun_path)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "socket path too long (>= 108 bytes): ", agent.shm_socket));
     }
     cluster->agents_.push_back(std::move(agent));
   }
@@ -187,9 +189,11 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   }
   for (int i = 0; i < options.nodes; ++i) {
     Agent& a = cluster->agents_[i];
-    RETURN_IF_ERROR(WaitReady(a.process.get(), "pitstop-agent " + a.host,
-                              cluster->agent_log(i), options.ready_timeout,
-                              [&a] { return SocketAccepts(a.socket); }));
+    RETURN_IF_ERROR(WaitReady(
+        a.process.get(), "pitstop-agent " + a.host, cluster->agent_log(i),
+        options.ready_timeout, [&a] {
+          return SocketAccepts(a.socket) && SocketAccepts(a.shm_socket);
+        }));
   }
   return cluster;
 }
@@ -238,10 +242,13 @@ absl::Status LocalCluster::StartController(int port) {
 absl::Status LocalCluster::StartAgent(int i) {
   Agent& a = agents_[i];
   unlink(a.socket.c_str());
+  unlink(a.shm_socket.c_str());
   SubprocessOptions opts;
   opts.argv = {agent_path_,
                "--ingest-socket",
                a.socket,
+               "--ingest-shm-socket",
+               a.shm_socket,
                "--controller",
                controller_address(),
                "--host",
@@ -286,9 +293,10 @@ absl::Status LocalCluster::RestartAgent(int i) {
   Agent& a = agents_[i];
   if (a.process != nullptr) a.process->Stop(absl::Seconds(3));
   RETURN_IF_ERROR(StartAgent(i));
-  return WaitReady(a.process.get(), "pitstop-agent " + a.host, agent_log(i),
-                   options_.ready_timeout,
-                   [&a] { return SocketAccepts(a.socket); });
+  return WaitReady(
+      a.process.get(), "pitstop-agent " + a.host, agent_log(i),
+      options_.ready_timeout,
+      [&a] { return SocketAccepts(a.socket) && SocketAccepts(a.shm_socket); });
 }
 
 absl::Status LocalCluster::KillController(int signal) {

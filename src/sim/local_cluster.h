@@ -83,8 +83,12 @@ class LocalCluster {
   int nodes() const { return static_cast<int>(agents_.size()); }
   // Emulated host name of node `i` (what ranks put in PITSTOP_HOST).
   const std::string& host(int i) const { return agents_[i].host; }
-  // Unix socket path of node `i`'s agent (PITSTOP_AGENT_SOCKET).
+  // Unix socket path of node `i`'s agent (gRPC: Telemetry and the other
+  // services on ingest.socket).
   const std::string& agent_socket(int i) const { return agents_[i].socket; }
+  // The in-process library's shared-memory transport socket of node `i`'s
+  // agent (ingest.shm_socket; what ranks put in PITSTOP_AGENT_SOCKET).
+  const std::string& shm_socket(int i) const { return agents_[i].shm_socket; }
   const std::string& work_dir() const { return work_dir_; }
   std::string database_path() const { return work_dir_ + "/controller.db"; }
   std::string controller_log() const { return work_dir_ + "/controller.log"; }
@@ -112,6 +116,7 @@ class LocalCluster {
   struct Agent {
     std::string host;
     std::string socket;
+    std::string shm_socket;
     std::unique_ptr<Subprocess> process;
   };
 

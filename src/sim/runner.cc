@@ -213,7 +213,7 @@ absl::StatusOr<std::unique_ptr<RunResult>> RunScenario(
         rank_bin,        "--scenario", scenario_path,          "--rank",
         absl::StrCat(r), "--start-ns", absl::StrCat(start_ns), "--plugin",
         plugin};
-    so.env = {{"PITSTOP_AGENT_SOCKET", cluster->agent_socket(rp.node)},
+    so.env = {{"PITSTOP_AGENT_SOCKET", cluster->shm_socket(rp.node)},
               {"PITSTOP_HOST", HostName(rp.node)},
               {"PITSTOP_JOB_ID", resolved.job_id},
               {"RANK", absl::StrCat(r)},

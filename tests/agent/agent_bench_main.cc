@@ -121,8 +121,10 @@ int main(int argc, char** argv) {
            std::to_string(ops),
            std::to_string(static_cast<long>(rate)),
            "finalize"};
-      env = {"PITSTOP_AGENT_SOCKET=" + sock, "RANK=" + rs_,
-             "PITSTOP_FINALIZE_TIMEOUT_MS=30000"};
+      // The library's shared-memory transport (ingest.shm_socket, derived
+      // from ingest.socket); fake ranks below speak gRPC to ingest.socket.
+      env = {"PITSTOP_AGENT_SOCKET=" + dir.file("agent-shm.sock"),
+             "RANK=" + rs_, "PITSTOP_FINALIZE_TIMEOUT_MS=30000"};
     } else {
       a = {bin_dir + "/tests/agent/pitstop_fake_rank",
            sock,

@@ -56,8 +56,8 @@ class E2eTest : public ::testing::Test {
             testing::BinaryPath("tests/agent/pitstop_emu_rank"), r,
             std::to_string(n_ranks), std::to_string(colls),
             std::to_string(rate), mode},
-        std::vector<std::string>{"PITSTOP_AGENT_SOCKET=" + sock_, "RANK=" + r,
-                                 "PITSTOP_HOST=emu-node-0",
+        std::vector<std::string>{"PITSTOP_AGENT_SOCKET=" + shm_sock_,
+                                 "RANK=" + r, "PITSTOP_HOST=emu-node-0",
                                  "PITSTOP_JOB_ID=e2e",
                                  "PITSTOP_RECONNECT_MAX_MS=50",
                                  // Slow sanitizer builds on 2 cores: let
@@ -74,6 +74,8 @@ class E2eTest : public ::testing::Test {
 
   TempDir dir_;
   std::string sock_ = dir_.file("agent.sock");
+  // The library's transport: ingest.shm_socket derived from ingest.socket.
+  std::string shm_sock_ = dir_.file("agent-shm.sock");
   TestReceiver receiver_;
   std::unique_ptr<Process> agent_;
   int agent_starts_ = 0;

@@ -77,8 +77,9 @@ TEST_F(ControllerE2eTest, CrashedRankIsBlamedAndCollectivesAreJoined) {
                "--rank", absl::StrCat(r), "--nranks", "4", "--end",
                r == 3 ? "crash" : "finalize", "--linger-ms", "1500"},
               absl::StrCat("rank", r, ".log"),
-              {"PITSTOP_AGENT_SOCKET=" + socket, absl::StrCat("RANK=", r),
-               "PITSTOP_HOST=e2enode", "PITSTOP_JOB_ID=e2ejob",
+              {"PITSTOP_AGENT_SOCKET=" + dir_ + "/a-shm.sock",
+               absl::StrCat("RANK=", r), "PITSTOP_HOST=e2enode",
+               "PITSTOP_JOB_ID=e2ejob",
                std::string("NCCL_PROFILER_PLUGIN=") + PITSTOP_PLUGIN_SO}));
   }
   for (pid_t pid : ranks) waitpid(pid, nullptr, 0);

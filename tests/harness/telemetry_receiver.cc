@@ -3,29 +3,48 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <set>
+#include <map>
 
 #include "absl/strings/str_cat.h"
-#include "grpcpp/grpcpp.h"
 #include "pitstop/sync.h"
-#include "pitstop/v1/telemetry.grpc.pb.h"
+#include "src/agent/shm_ingest_server.h"
 
 namespace pitstop::emu {
 
-namespace {
-class Reactor;
-}
+// The agent's real shared-memory ingest server with a handler that keeps
+// what arrives.
+struct TelemetryReceiver::Impl final : public agent::ShmStreamHandler {
+  uint64_t Open(agent::CommandSink* sink) override {
+    MutexLock lock(&mu);
+    streams.emplace_back();
+    const uint64_t id = streams.size();
+    open[id] = sink;
+    return id;
+  }
+  absl::Status OnMessage(uint64_t stream,
+                         const v1::StreamTelemetryRequest& q) override {
+    records += q.ops_size() + q.completions_size() + q.kernel_channels_size() +
+               q.proxy_ops_size() + q.proxy_steps_size() + q.net_events_size();
+    bytes += q.ByteSizeLong();
+    MutexLock lock(&mu);
+    if (keep_batches || q.has_hello() || q.has_goodbye()) {
+      streams[stream - 1].batches.push_back(q);
+    }
+    cv.SignalAll();
+    return absl::OkStatus();
+  }
+  void Close(uint64_t stream) override {
+    MutexLock lock(&mu);
+    open.erase(stream);
+    streams[stream - 1].ended = true;
+    cv.SignalAll();
+  }
 
-struct TelemetryReceiver::Impl final : public v1::Telemetry::CallbackService {
-  grpc::ServerBidiReactor<v1::StreamTelemetryRequest,
-                          v1::StreamTelemetryResponse>*
-  StreamTelemetry(grpc::CallbackServerContext* context) override;
-
-  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<agent::ShmIngestServer> server;
   mutable Mutex mu;
   mutable CondVar cv;
   std::vector<ReceivedStream> streams ABSL_GUARDED_BY(mu);
-  std::set<Reactor*> open ABSL_GUARDED_BY(mu);
+  std::map<uint64_t, agent::CommandSink*> open ABSL_GUARDED_BY(mu);
   bool shut_down ABSL_GUARDED_BY(mu) = false;
   bool keep_batches = true;
   std::atomic<uint64_t> records{0};
@@ -33,83 +52,6 @@ struct TelemetryReceiver::Impl final : public v1::Telemetry::CallbackService {
 };
 
 namespace {
-
-class Reactor final
-    : public grpc::ServerBidiReactor<v1::StreamTelemetryRequest,
-                                     v1::StreamTelemetryResponse> {
- public:
-  Reactor(TelemetryReceiver::Impl* impl, size_t index)
-      : impl_(impl), index_(index) {
-    StartRead(&request_);
-  }
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      {
-        MutexLock lock(&impl_->mu);
-        impl_->streams[index_].ended = true;
-        impl_->cv.SignalAll();
-      }
-      Finish(grpc::Status::OK);
-      return;
-    }
-    const auto& q = request_;
-    impl_->records += q.ops_size() + q.completions_size() +
-                      q.kernel_channels_size() + q.proxy_ops_size() +
-                      q.proxy_steps_size() + q.net_events_size();
-    impl_->bytes += q.ByteSizeLong();
-    {
-      MutexLock lock(&impl_->mu);
-      if (impl_->keep_batches || request_.has_hello() ||
-          request_.has_goodbye()) {
-        impl_->streams[index_].batches.push_back(request_);
-      }
-      impl_->cv.SignalAll();
-    }
-    request_.Clear();
-    StartRead(&request_);
-  }
-  // Any thread.
-  bool Send(const v1::ActivationCommand& cmd) {
-    MutexLock lock(&mu_);
-    if (writing_) {
-      *queued_.add_activation() = cmd;
-      return true;
-    }
-    writing_ = true;
-    response_.Clear();
-    *response_.add_activation() = cmd;
-    StartWrite(&response_);
-    return true;
-  }
-  void OnWriteDone(bool ok) override {
-    MutexLock lock(&mu_);
-    writing_ = false;
-    if (ok && queued_.activation_size() > 0) {
-      response_.Swap(&queued_);
-      queued_.Clear();
-      writing_ = true;
-      StartWrite(&response_);
-    }
-  }
-  void OnDone() override {
-    {
-      MutexLock lock(&impl_->mu);
-      impl_->open.erase(this);
-      impl_->streams[index_].ended = true;
-      impl_->cv.SignalAll();
-    }
-    delete this;
-  }
-
- private:
-  TelemetryReceiver::Impl* const impl_;
-  const size_t index_;
-  v1::StreamTelemetryRequest request_;
-  Mutex mu_;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  v1::StreamTelemetryResponse response_;
-  v1::StreamTelemetryResponse queued_ ABSL_GUARDED_BY(mu_);
-};
 
 template <typename T, typename F>
 std::vector<T> Collect(const std::vector<ReceivedStream>& streams, F&& field) {
@@ -124,30 +66,16 @@ std::vector<T> Collect(const std::vector<ReceivedStream>& streams, F&& field) {
 
 }  // namespace
 
-grpc::ServerBidiReactor<v1::StreamTelemetryRequest,
-                        v1::StreamTelemetryResponse>*
-TelemetryReceiver::Impl::StreamTelemetry(grpc::CallbackServerContext*) {
-  MutexLock lock(&mu);
-  streams.emplace_back();
-  auto* r = new Reactor(this, streams.size() - 1);
-  open.insert(r);
-  return r;
-}
-
 absl::StatusOr<std::unique_ptr<TelemetryReceiver>> TelemetryReceiver::Start(
     const std::string& socket_path, bool keep_batches) {
   unlink(socket_path.c_str());
   auto impl = std::make_unique<Impl>();
   impl->keep_batches = keep_batches;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + socket_path,
-                           grpc::InsecureServerCredentials());
-  builder.RegisterService(impl.get());
-  impl->server = builder.BuildAndStart();
-  if (impl->server == nullptr) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on unix:", socket_path));
-  }
+  agent::ShmIngestOptions o;
+  o.socket_path = socket_path;
+  auto server = agent::ShmIngestServer::Create(o, impl.get());
+  if (!server.ok()) return server.status();
+  impl->server = std::move(*server);
   return std::unique_ptr<TelemetryReceiver>(
       new TelemetryReceiver(std::move(impl)));
 }
@@ -163,8 +91,8 @@ void TelemetryReceiver::Shutdown() {
     if (impl_->shut_down) return;
     impl_->shut_down = true;
   }
-  impl_->server->Shutdown(std::chrono::system_clock::now());
-  impl_->server->Wait();
+  impl_->server->Kill();
+  unlink((impl_->server->socket_path() + ".lock").c_str());
 }
 
 std::vector<ReceivedStream> TelemetryReceiver::Streams() const {
@@ -189,7 +117,10 @@ bool TelemetryReceiver::WaitFor(
 int TelemetryReceiver::SendActivation(const v1::ActivationCommand& cmd) {
   MutexLock lock(&impl_->mu);
   int n = 0;
-  for (Reactor* r : impl_->open) n += r->Send(cmd) ? 1 : 0;
+  for (auto& [id, sink] : impl_->open) {
+    sink->SendActivation(cmd);
+    ++n;
+  }
   return n;
 }
 
@@ -198,6 +129,10 @@ uint64_t TelemetryReceiver::records_received() const {
 }
 uint64_t TelemetryReceiver::bytes_received() const {
   return impl_->bytes.load();
+}
+
+agent::ShmIngestServer* TelemetryReceiver::server() {
+  return impl_->server.get();
 }
 
 std::vector<v1::OpRecord> AllOps(const std::vector<ReceivedStream>& s) {

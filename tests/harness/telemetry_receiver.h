@@ -1,8 +1,9 @@
-// A real gRPC Telemetry server on a Unix socket that stands in for the node
-// agent in tests: records every batch of every stream, can send activation
-// commands, and can be shut down (killed) and started again on the same path.
+// The agent's real shared-memory ingest server (src/agent/
+// shm_ingest_server.h) on a Unix socket, standing in for the node agent in
+// tests: records every batch of every stream, can send activation commands,
+// and can be shut down (killed) and started again on the same path.
 //
-// Thread-safe. Uses the callback API; batches are appended from gRPC threads.
+// Thread-safe; batches are appended from the server's thread.
 #ifndef PITSTOP_TESTS_HARNESS_TELEMETRY_RECEIVER_H_
 #define PITSTOP_TESTS_HARNESS_TELEMETRY_RECEIVER_H_
 
@@ -14,6 +15,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "pitstop/v1/telemetry.pb.h"
+
+namespace pitstop::agent {
+class ShmIngestServer;
+}
 
 namespace pitstop::emu {
 
@@ -30,8 +35,10 @@ class TelemetryReceiver {
       const std::string& socket_path, bool keep_batches = true);
   ~TelemetryReceiver();  // Shutdown()
 
-  // Stops the server at once, cancelling open streams (like a killed agent).
+  // Stops the server at once, closing open connections without reading
+  // their rings further (like a killed agent).
   void Shutdown();
+  agent::ShmIngestServer* server();
 
   std::vector<ReceivedStream> Streams() const;
   // Waits until pred(Streams()) holds; false on timeout.

@@ -53,6 +53,86 @@ TEST(RingTest, TwoThreadsDeliverInOrderOrCountDrops) {
   EXPECT_EQ(ring.published(), received);
 }
 
+// Records sized to what they carry: one-unit (completion, kernel channel)
+// and two-unit (op, proxy op) records interleaved across many wraps of a
+// small ring, with two threads; every record arrives whole and in order.
+TEST(RingTest, MixedRecordSizesWrapWhole) {
+  Ring ring(4, 0);  // 8 units: at most 4 two-unit or 8 one-unit records
+  constexpr uint64_t kN = 20000;
+  std::atomic<bool> done{false};
+  uint64_t dropped = 0;
+  auto type_of = [](uint64_t i) {
+    switch (i % 4) {
+      case 0:
+        return RecordType::kOp;
+      case 1:
+        return RecordType::kCompletion;
+      case 2:
+        return RecordType::kProxyOp;
+      default:
+        return RecordType::kKernelCh;
+    }
+  };
+  std::thread producer([&] {
+    for (uint64_t i = 0; i < kN; ++i) {
+      Record* r = ring.Reserve();
+      if (r == nullptr) {
+        ++dropped;
+        --i;  // retry the same record: the order check needs them all
+        std::this_thread::yield();
+        continue;
+      }
+      r->type = type_of(i);
+      switch (r->type) {
+        case RecordType::kOp:
+          r->op.op_id = i;
+          r->op.enqueue_stop_cpu_ns = ~i;  // last field: the second unit
+          break;
+        case RecordType::kProxyOp:
+          r->proxy_op.op_id = i;
+          r->proxy_op.gpu_wait_ns = ~i;
+          break;
+        case RecordType::kCompletion:
+          r->completion.op_id = i;
+          break;
+        default:
+          r->kernel.op_id = i;
+          r->kernel.stop_cpu_ns = ~i;
+      }
+      ring.Publish();
+    }
+    done = true;
+  });
+  uint64_t next = 0;
+  bool ok = true;
+  auto consume = [&](const Record& r) {
+    if (r.type != type_of(next)) ok = false;
+    switch (r.type) {
+      case RecordType::kOp:
+        ok &= r.op.op_id == next && r.op.enqueue_stop_cpu_ns == ~next;
+        break;
+      case RecordType::kProxyOp:
+        ok &= r.proxy_op.op_id == next && r.proxy_op.gpu_wait_ns == ~next;
+        break;
+      case RecordType::kCompletion:
+        ok &= r.completion.op_id == next;
+        break;
+      default:
+        ok &= r.kernel.op_id == next && r.kernel.stop_cpu_ns == ~next;
+    }
+    ++next;
+  };
+  while (!done.load() || next < kN) {
+    if (ring.Drain(3, consume) == 0) std::this_thread::yield();
+  }
+  producer.join();
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(next, kN);
+  EXPECT_EQ(ring.published(), kN);
+  EXPECT_EQ(ring.full_drops(), dropped);
+  EXPECT_EQ(ring.capacity(), 4u);
+}
+
 TEST(RingSetTest, EachThreadGetsItsOwnRingUntilNoneLeft) {
   RingSet set(2, 16);
   Ring* main_ring = set.ThreadRing();

@@ -2,6 +2,7 @@
 #ifndef PITSTOP_TESTS_PLUGIN_TEST_UTIL_H_
 #define PITSTOP_TESTS_PLUGIN_TEST_UTIL_H_
 
+#include <fcntl.h>
 #include <spawn.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -29,7 +30,8 @@ inline std::string TempSocketPath(const std::string& tag) {
 // key prefixed by '-' removes it). Returns the wait status, -1 if it could
 // not start.
 inline int RunChild(const std::vector<std::string>& argv,
-                    const std::map<std::string, std::string>& env) {
+                    const std::map<std::string, std::string>& env,
+                    const std::string& stderr_path = "") {
   std::map<std::string, std::string> merged;
   for (char** e = environ; *e != nullptr; ++e) {
     const char* eq = std::strchr(*e, '=');
@@ -52,10 +54,16 @@ inline int RunChild(const std::vector<std::string>& argv,
   for (auto& s : argv_copy) args.push_back(s.data());
   args.push_back(nullptr);
   pid_t pid = 0;
-  if (posix_spawn(&pid, args[0], nullptr, nullptr, args.data(), envp.data()) !=
-      0) {
-    return -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (!stderr_path.empty()) {
+    posix_spawn_file_actions_addopen(&fa, 2, stderr_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
   }
+  const int rc =
+      posix_spawn(&pid, args[0], &fa, nullptr, args.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return -1;
   int status = 0;
   if (waitpid(pid, &status, 0) != pid) return -1;
   return status;

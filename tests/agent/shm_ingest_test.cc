@@ -1,0 +1,251 @@
+// The agent's shared-memory ingest server against hand-made peers: a good
+// process streams through its ring; malformed frames, bad rings and
+// silent peers close only their own connection; connections over the cap
+// are refused.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "pitstop/shm_transport.h"
+#include "pitstop/sync.h"
+#include "src/agent/shm_ingest_server.h"
+
+namespace pitstop::agent {
+namespace {
+
+using shm::FrameHeader;
+
+bool WaitUntil(const std::function<bool()>& pred) {
+  for (int i = 0; i < 30000; ++i) {  // liveness bound, not timing
+    if (pred()) return true;
+    usleep(1000);
+  }
+  return pred();
+}
+
+class Recorder : public ShmStreamHandler {
+ public:
+  uint64_t Open(CommandSink*) override { return ++opened; }
+  absl::Status OnMessage(uint64_t,
+                         const v1::StreamTelemetryRequest& r) override {
+    ops += r.ops_size();
+    ++messages;
+    return absl::OkStatus();
+  }
+  void Close(uint64_t) override { ++closed; }
+  std::atomic<int> opened{0}, closed{0}, messages{0}, ops{0};
+};
+
+// A process speaking the protocol by hand.
+class RawPeer {
+ public:
+  explicit RawPeer(const std::string& path) {
+    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof(a.sun_path) - 1);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  }
+  ~RawPeer() {
+    if (fd_ >= 0) close(fd_);
+    if (map_ != nullptr) munmap(map_, bytes_);
+  }
+  bool connected() const { return connected_; }
+  // A ring of `ring_bytes`, sealed unless `seal` is false.
+  int MakeRing(uint64_t ring_bytes, bool seal = true) {
+    const int fd = memfd_create("test-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    bytes_ = sizeof(shm::RingHeader) + ring_bytes;
+    EXPECT_EQ(ftruncate(fd, static_cast<off_t>(bytes_)), 0);
+    if (seal) fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+    map_ = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    header_ = new (map_) shm::RingHeader();
+    header_->magic = shm::kRingMagic;
+    header_->ring_bytes = ring_bytes;
+    ring_bytes_ = ring_bytes;
+    return fd;
+  }
+  void SendHello(int memfd, uint64_t ring_bytes, uint32_t version = 1) {
+    shm::HelloFrame h{};
+    h.protocol_version = version;
+    h.pid = 4242;
+    h.ring_bytes = ring_bytes;
+    char buf[sizeof(FrameHeader) + sizeof(h)];
+    const FrameHeader fh{sizeof(h), shm::kFrameHello, 0};
+    std::memcpy(buf, &fh, sizeof(fh));
+    std::memcpy(buf + sizeof(fh), &h, sizeof(h));
+    iovec iov{buf, sizeof(buf)};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (memfd >= 0) {
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof(control);
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &memfd, sizeof(int));
+    }
+    ASSERT_EQ(sendmsg(fd_, &msg, MSG_NOSIGNAL),
+              static_cast<ssize_t>(sizeof(buf)));
+    if (memfd >= 0) close(memfd);
+  }
+  void SendRaw(const std::string& bytes) {
+    ASSERT_EQ(send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
+  }
+  void SendFrame(uint16_t type, const std::string& payload) {
+    const FrameHeader fh{static_cast<uint32_t>(payload.size()), type, 0};
+    SendRaw(std::string(reinterpret_cast<const char*>(&fh), sizeof(fh)) +
+            payload);
+  }
+  // One message with one OpRecord into the ring.
+  void WriteOp(uint64_t seq) {
+    v1::StreamTelemetryRequest r;
+    if (pos_ == 0) r.mutable_hello()->set_pid(4242);
+    r.add_ops()->set_seq_number(seq);
+    const std::string body = r.SerializeAsString();
+    const shm::MessageHeader m{static_cast<uint32_t>(body.size()), 1};
+    char* data = static_cast<char*>(map_) + sizeof(shm::RingHeader);
+    std::memcpy(data + pos_, &m, sizeof(m));
+    std::memcpy(data + pos_ + sizeof(m), body.data(), body.size());
+    pos_ += shm::MessageFootprint(body.size());
+    header_->write_pos.store(pos_, std::memory_order_release);
+  }
+  void SetWritePos(uint64_t pos) { header_->write_pos.store(pos); }
+  // True once the server closed the connection.
+  bool ClosedByServer() {
+    char buf[256];
+    for (;;) {
+      const ssize_t n = recv(fd_, buf, sizeof(buf), MSG_DONTWAIT);
+      if (n == 0) return true;
+      if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK;
+    }
+  }
+  uint64_t read_pos() const { return header_->read_pos.load(); }
+  uint64_t write_pos() const { return pos_; }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+  void* map_ = nullptr;
+  size_t bytes_ = 0;
+  shm::RingHeader* header_ = nullptr;
+  uint64_t ring_bytes_ = 0;
+  uint64_t pos_ = 0;
+};
+
+class ShmIngestTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = "/tmp/pst-shmi-" + std::to_string(getpid()) + "-" +
+            std::to_string(n_++) + ".sock";
+  }
+  void Start(ShmIngestOptions o = {}) {
+    o.socket_path = path_;
+    auto s = ShmIngestServer::Create(o, &rec_);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+  }
+  void TearDown() override {
+    if (server_) server_->Stop();
+    unlink((path_ + ".lock").c_str());
+  }
+  static inline int n_ = 0;
+  std::string path_;
+  Recorder rec_;
+  std::unique_ptr<ShmIngestServer> server_;
+};
+
+TEST_F(ShmIngestTest, GoodPeerStreamsAndMalformedPeersAreCutAlone) {
+  Start();
+  RawPeer good(path_);
+  ASSERT_TRUE(good.connected());
+  good.SendHello(good.MakeRing(64 * 1024), 64 * 1024);
+  good.WriteOp(1);
+  ASSERT_TRUE(WaitUntil([&] { return rec_.ops.load() == 1; }));
+
+  RawPeer bad_type(path_);
+  bad_type.SendHello(bad_type.MakeRing(64 * 1024), 64 * 1024);
+  bad_type.SendFrame(99, "x");
+  RawPeer no_fd(path_);
+  no_fd.SendHello(-1, 64 * 1024);
+  RawPeer unsealed(path_);
+  unsealed.SendHello(unsealed.MakeRing(64 * 1024, /*seal=*/false), 64 * 1024);
+  RawPeer huge(path_);
+  huge.SendFrame(shm::kFrameHello, std::string(70 * 1024, 'x'));
+  RawPeer old(path_);
+  old.SendHello(old.MakeRing(64 * 1024), 64 * 1024, /*version=*/7);
+  RawPeer bad_ring(path_);
+  bad_ring.SendHello(bad_ring.MakeRing(64 * 1024), 64 * 1024);
+  bad_ring.SetWritePos(1 << 20);  // more than a ring ahead of the reader
+
+  for (RawPeer* p : {&bad_type, &no_fd, &unsealed, &huge, &old, &bad_ring}) {
+    EXPECT_TRUE(WaitUntil([p] { return p->ClosedByServer(); }));
+  }
+  EXPECT_EQ(server_->stats().malformed, 6u);
+  // The good one is still served.
+  EXPECT_FALSE(good.ClosedByServer());
+  good.WriteOp(2);
+  ASSERT_TRUE(WaitUntil([&] { return rec_.ops.load() == 2; }));
+  EXPECT_EQ(good.read_pos(), good.write_pos());
+}
+
+TEST_F(ShmIngestTest, GoodbyeAndEofReadTheRingToItsEnd) {
+  Start();
+  {
+    RawPeer p(path_);
+    p.SendHello(p.MakeRing(64 * 1024), 64 * 1024);
+    for (int i = 0; i < 50; ++i) p.WriteOp(i);
+    // Closed right away, like a process that exits: nothing may be lost.
+  }
+  ASSERT_TRUE(WaitUntil([&] { return rec_.closed.load() == 1; }));
+  EXPECT_EQ(rec_.ops.load(), 50);
+}
+
+TEST_F(ShmIngestTest, ConnectionsOverTheCapAreRefused) {
+  ShmIngestOptions o;
+  o.max_connections = 2;
+  Start(o);
+  RawPeer a(path_), b(path_);
+  ASSERT_TRUE(WaitUntil([&] { return server_->connections() == 2; }));
+  RawPeer c(path_);
+  EXPECT_TRUE(WaitUntil([&] { return c.ClosedByServer(); }));
+  EXPECT_EQ(server_->stats().refused, 1u);
+  EXPECT_FALSE(a.ClosedByServer());
+}
+
+TEST_F(ShmIngestTest, SilentConnectionsAreShed) {
+  ShmIngestOptions o;
+  o.idle_timeout_ms = 200;
+  Start(o);
+  RawPeer quiet(path_);
+  quiet.SendHello(quiet.MakeRing(64 * 1024), 64 * 1024);
+  ASSERT_TRUE(WaitUntil([&] { return rec_.opened.load() == 1; }));
+  EXPECT_TRUE(WaitUntil([&] { return quiet.ClosedByServer(); }));
+  EXPECT_EQ(server_->stats().shed_idle, 1u);
+  EXPECT_EQ(rec_.closed.load(), 1);
+}
+
+TEST_F(ShmIngestTest, LiveSocketIsNotTakenOver) {
+  Start();
+  ShmIngestOptions o;
+  o.socket_path = path_;
+  Recorder other;
+  auto second = ShmIngestServer::Create(o, &other);
+  EXPECT_FALSE(second.ok());
+}
+
+}  // namespace
+}  // namespace pitstop::agent

@@ -1,0 +1,110 @@
+// The built libnccl-profiler-pitstop.so must load in any training container
+// (docs/plugin.md, "What the library links"): its NEEDED entries are only
+// the C runtime and libstdc++, and it needs no symbol version newer than
+// GLIBC_2.34 / GLIBCXX_3.4.29 (Ubuntu 22.04, RHEL 9). Reads the real file
+// with readelf and objdump, so no later change can bring a dependency back
+// silently.
+#include <cstdio>
+#include <map>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+std::string RunTool(const std::string& cmd) {
+  std::string out;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+  const int rc = pclose(f);
+  if (rc != 0) out = "FAILED(" + std::to_string(rc) + "): " + out;
+  return out;
+}
+
+// "2.34" -> {2, 34}; "3.4.29" -> {3, 4, 29}.
+std::vector<int> Version(const std::string& v) {
+  std::vector<int> out;
+  size_t i = 0;
+  while (i < v.size()) {
+    size_t j = v.find('.', i);
+    if (j == std::string::npos) j = v.size();
+    out.push_back(std::stoi(v.substr(i, j - i)));
+    i = j + 1;
+  }
+  return out;
+}
+
+TEST(DepsTest, NeededEntriesAreOnlyTheCRuntimeAndLibstdcxx) {
+  const std::string out = RunTool("readelf -d '" PITSTOP_PLUGIN_PATH "' 2>&1");
+  ASSERT_EQ(out.rfind("FAILED", 0), std::string::npos) << out;
+  const std::set<std::string> allowed = {"libc.so.6",
+                                         "libm.so.6",
+                                         "libdl.so.2",
+                                         "libpthread.so.0",
+                                         "librt.so.1",
+                                         "libgcc_s.so.1",
+                                         "ld-linux-x86-64.so.2",
+                                         "ld-linux-aarch64.so.1",
+                                         "libstdc++.so.6"};
+  const std::regex needed(R"(\(NEEDED\)\s+Shared library: \[([^\]]+)\])");
+  int count = 0;
+  for (std::sregex_iterator it(out.begin(), out.end(), needed), end; it != end;
+       ++it) {
+    ++count;
+    EXPECT_TRUE(allowed.count((*it)[1].str()))
+        << "libnccl-profiler-pitstop.so needs " << (*it)[1].str()
+        << ", which a training container may not have";
+  }
+  EXPECT_GT(count, 0) << "no NEEDED entry parsed from:\n" << out;
+  EXPECT_EQ(out.find("RUNPATH"), std::string::npos) << out;
+  EXPECT_EQ(out.find("RPATH"), std::string::npos) << out;
+}
+
+TEST(DepsTest, NoSymbolVersionNewerThanGlibc234AndGlibcxx3429) {
+  const std::string out = RunTool("objdump -T '" PITSTOP_PLUGIN_PATH "' 2>&1");
+  ASSERT_EQ(out.rfind("FAILED", 0), std::string::npos) << out;
+  const std::regex ver(R"((GLIBC|GLIBCXX|CXXABI|GCC)_([0-9.]+))");
+  const std::map<std::string, std::vector<int>> limit = {
+      {"GLIBC", {2, 34}},
+      {"GLIBCXX", {3, 4, 29}},
+      {"CXXABI", {1, 3, 13}},  // GCC 11's, as GLIBCXX_3.4.29
+      {"GCC", {7, 0, 0}}};
+  int count = 0;
+  // Each undefined symbol line: "... *UND* ... (GLIBC_2.34) name" or
+  // "... DF *UND* ... GLIBC_2.34 name".
+  size_t start = 0;
+  while (start < out.size()) {
+    size_t end = out.find('\n', start);
+    if (end == std::string::npos) end = out.size();
+    const std::string line = out.substr(start, end - start);
+    start = end + 1;
+    std::smatch m;
+    if (!std::regex_search(line, m, ver)) continue;
+    ++count;
+    const auto it = limit.find(m[1].str());
+    ASSERT_NE(it, limit.end());
+    EXPECT_LE(Version(m[2].str()), it->second)
+        << "needs " << m[1].str() << "_" << m[2].str() << ": " << line;
+  }
+  EXPECT_GT(count, 5) << "no versioned symbol parsed from:\n" << out;
+}
+
+TEST(DepsTest, ExportsNoThirdPartySymbols) {
+  const std::string out =
+      RunTool("nm -D --undefined-only '" PITSTOP_PLUGIN_PATH "' 2>&1");
+  ASSERT_EQ(out.rfind("FAILED", 0), std::string::npos) << out;
+  for (const char* lib : {"grpc", "protobuf", "absl", "gpr_"}) {
+    EXPECT_EQ(out.find(lib), std::string::npos)
+        << "the library references " << lib << ":\n"
+        << out;
+  }
+}
+
+}  // namespace
