@@ -11,6 +11,7 @@
 #include "pitstop/logging.h"
 #include "pitstop/signals.h"
 #include "prometheus/exposer.h"
+#include "src/controller/actions/actions_config.h"
 #include "src/controller/api/controller_service.h"
 #include "src/controller/controller_core.h"
 #include "src/controller/controller_options.h"
@@ -48,6 +49,8 @@ int main(int argc, char** argv) {
       "YAML key of --config has a flag (detection.window_ms -> "
       "--detection-window-ms); flags win.");
   pitstop::controller::RegisterControllerOptions(&schema, &options);
+  pitstop::controller::ActionsConfig actions_config;
+  pitstop::controller::RegisterActionsOptions(&schema, &actions_config);
   auto parsed = schema.Parse(argc, argv);
   if (!parsed.ok()) {
     std::fprintf(stderr, "pitstop-controller: %s\n",
@@ -60,6 +63,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pitstop-controller: %s%s\n",
                  config.empty() ? "" : (config + ": ").c_str(),
                  std::string(st.message()).c_str());
+    return 2;
+  }
+  auto actions_options = actions_config.ToOptions(options.db);
+  if (!actions_options.ok()) {
+    const std::string& config = schema.config_path();
+    std::fprintf(stderr, "pitstop-controller: %s%s\n",
+                 config.empty() ? "" : (config + ": ").c_str(),
+                 std::string(actions_options.status().message()).c_str());
     return 2;
   }
   pitstop::LoggingOptions log;
@@ -98,6 +109,27 @@ int main(int argc, char** argv) {
   core_options.metrics = metrics.get();
   auto core = pitstop::controller::ControllerCore::Create(core_options);
   if (!core.ok()) return Fail(std::string(core.status().message()));
+  // Hooks and the Slurm integration (docs/deploy.md): fed by a fault
+  // watcher, run on their own thread.
+  std::unique_ptr<pitstop::controller::FaultActions> actions;
+  uint64_t actions_watch = 0;
+  if (actions_config.Enabled()) {
+    pitstop::controller::ControllerCore* c = core->get();
+    actions_options->may_act = [c](const std::string& job) {
+      auto p = c->GetPolicy(job);
+      return p.ok() && p->mode() == pitstop::v1::POLICY_MODE_ACT;
+    };
+    actions_options->registry = metrics->registry().get();
+    auto created =
+        pitstop::controller::FaultActions::Create(std::move(*actions_options));
+    if (!created.ok()) return Fail(std::string(created.status().message()));
+    actions = std::move(*created);
+    actions_watch = c->Subscribe(
+        "", /*include_existing=*/true,
+        [a = actions.get()](const pitstop::v1::WatchFaultsResponse& change) {
+          a->OnFaultChange(change);
+        });
+  }
   auto server =
       pitstop::controller::ControllerServer::Start(core->get(), options.listen);
   if (!server.ok()) return Fail(std::string(server.status().message()));
@@ -117,6 +149,10 @@ int main(int argc, char** argv) {
   logger->info("signal {}: shutting down", sig);
   (*server)->Shutdown(absl::Milliseconds(options.shutdown_grace_ms));
   (*core)->Stop();
+  if (actions) {
+    (*core)->Unsubscribe(actions_watch);
+    actions->Stop();
+  }
   logger->info("stopped");
   return 0;
 }

@@ -138,6 +138,12 @@ TEST_F(ControllerDaemonTest, FaultSurvivesKill9AndPitstopctlShowsIt) {
   EXPECT_EQ(
       Ctl(target, {"-o", "json", "fault", "show", before.fault_id()}, &out), 0);
   EXPECT_THAT(out, HasSubstr("\"fault_id\":\"" + before.fault_id() + "\""));
+  // Zero values are printed too: rank 0 is a victim, and scripts read
+  // "global_rank":0 instead of a missing key (proto3 omits defaults).
+  EXPECT_THAT(out, HasSubstr("\"global_rank\":0,"));
+  EXPECT_THAT(out, HasSubstr("\"comm_rank\":0,"));
+  EXPECT_EQ(Ctl(target, {"-o", "json", "status"}, &out), 0);
+  EXPECT_THAT(out, HasSubstr("\"collectives_joined\":\"0\""));
   EXPECT_EQ(Ctl(target, {"fault", "show", "F424242"}, &out), 4) << out;
   EXPECT_EQ(Ctl(target, {"ack", before.fault_id(), "--who", "me"}, &out), 0)
       << out;
