@@ -12,6 +12,7 @@
 #include "pitstop/signals.h"
 #include "prometheus/exposer.h"
 #include "src/controller/actions/actions_config.h"
+#include "src/controller/actions/fault_metrics.h"
 #include "src/controller/api/controller_service.h"
 #include "src/controller/controller_core.h"
 #include "src/controller/controller_options.h"
@@ -109,6 +110,13 @@ int main(int argc, char** argv) {
   core_options.metrics = metrics.get();
   auto core = pitstop::controller::ControllerCore::Create(core_options);
   if (!core.ok()) return Fail(std::string(core.status().message()));
+  // Open faults as gauges (the Grafana dashboard's fault panels).
+  pitstop::controller::FaultMetrics fault_metrics(metrics->registry().get());
+  const uint64_t metrics_watch = (*core)->Subscribe(
+      "", /*include_existing=*/true,
+      [&fault_metrics](const pitstop::v1::WatchFaultsResponse& change) {
+        fault_metrics.OnFaultChange(change);
+      });
   // Hooks and the Slurm integration (docs/deploy.md): fed by a fault
   // watcher, run on their own thread.
   std::unique_ptr<pitstop::controller::FaultActions> actions;
@@ -149,6 +157,7 @@ int main(int argc, char** argv) {
   logger->info("signal {}: shutting down", sig);
   (*server)->Shutdown(absl::Milliseconds(options.shutdown_grace_ms));
   (*core)->Stop();
+  (*core)->Unsubscribe(metrics_watch);
   if (actions) {
     (*core)->Unsubscribe(actions_watch);
     actions->Stop();

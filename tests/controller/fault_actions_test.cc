@@ -21,12 +21,14 @@
 #include "prometheus/text_serializer.h"
 #include "src/controller/actions/actions_config.h"
 #include "src/controller/actions/command_runner.h"
+#include "src/controller/actions/fault_metrics.h"
 
 namespace pitstop::controller {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class TempDir {
  public:
@@ -301,6 +303,31 @@ TEST_F(FaultActionsTest, HookTimeoutIsRecordedAndStopIsPrompt) {
   records = stopping->Records();
   ASSERT_EQ(records.size(), 1u);
   EXPECT_EQ(records[0].result, "timeout");
+}
+
+TEST(FaultMetricsTest, OpenFaultsAndSuspectsFollowTheWatchStream) {
+  prometheus::Registry registry;
+  FaultMetrics m(&registry);
+  auto text = [&] {
+    return prometheus::TextSerializer().Serialize(registry.Collect());
+  };
+  using C = v1::WatchFaultsResponse;
+  m.OnFaultChange(
+      Change(C::CHANGE_EXISTING, "F1", "j", v1::FAULT_STATE_CONFIRMED, true));
+  m.OnFaultChange(
+      Change(C::CHANGE_OPENED, "F2", "j", v1::FAULT_STATE_CONFIRMED, true));
+  EXPECT_THAT(text(), HasSubstr("pitstop_controller_open_faults{class=\"non_"
+                                "comm_slow\",state=\"confirmed\"} 2"));
+  EXPECT_THAT(text(), HasSubstr("fault_id=\"F2\",global_rank=\"0\",gpu=\"0\","
+                                "host=\"node1.cluster\",level=\"gpu\"} 1"));
+  m.OnFaultChange(
+      Change(C::CHANGE_UPDATED, "F2", "j", v1::FAULT_STATE_ACKNOWLEDGED, true));
+  m.OnFaultChange(
+      Change(C::CHANGE_RESOLVED, "F1", "j", v1::FAULT_STATE_RESOLVED, true));
+  const std::string after = text();
+  EXPECT_THAT(after, HasSubstr("state=\"acknowledged\"} 1"));
+  EXPECT_THAT(after, Not(HasSubstr("state=\"confirmed\"")));
+  EXPECT_THAT(after, Not(HasSubstr("fault_id=\"F1\"")));
 }
 
 TEST(ActionsConfigTest, BadValuesNameTheKey) {
