@@ -107,6 +107,7 @@ absl::StatusOr<CommandResult> RunCommand(const CommandSpec& spec,
                                       POSIX_SPAWN_SETSIGMASK |
                                       POSIX_SPAWN_SETSIGDEF);
   std::vector<char*> argv;
+  argv.reserve(spec.argv.size() + 1);
   for (const std::string& a : spec.argv)
     argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
