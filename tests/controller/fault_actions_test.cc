@@ -305,6 +305,44 @@ TEST_F(FaultActionsTest, HookTimeoutIsRecordedAndStopIsPrompt) {
   EXPECT_EQ(records[0].result, "timeout");
 }
 
+TEST_F(FaultActionsTest, SlurmDrainNeedsActAndRecordsWhatScontrolDid) {
+  FaultActions::Options o;
+  o.slurm.enabled = true;
+  o.slurm.scontrol = "/nonexistent/scontrol";  // never found: "error"
+  o.may_act = [this](const std::string& job) {
+    return acting_jobs_.count(job) > 0;
+  };
+  auto a = FaultActions::Create(std::move(o));
+  ASSERT_TRUE(a.ok()) << a.status();
+  using C = v1::WatchFaultsResponse;
+  // Observe: nothing runs, the skip says why.
+  (*a)->OnFaultChange(Change(C::CHANGE_UPDATED, "F7", "job-observe",
+                             v1::FAULT_STATE_CONFIRMED, true));
+  // Act: scontrol is run (and cannot be started here).
+  (*a)->OnFaultChange(Change(C::CHANGE_UPDATED, "F8", "job-act",
+                             v1::FAULT_STATE_CONFIRMED, true));
+  // A dead process is not a hardware fault: no drain at all.
+  v1::WatchFaultsResponse died = Change(C::CHANGE_UPDATED, "F9", "job-act",
+                                        v1::FAULT_STATE_CONFIRMED, true);
+  died.mutable_fault()->clear_suspects();
+  *died.mutable_fault()->add_suspects() =
+      At(v1::SUSPECT_LEVEL_PROCESS, "node2");
+  (*a)->OnFaultChange(died);
+  ASSERT_TRUE((*a)->WaitIdle(absl::Seconds(30)));
+  std::vector<ActionRecord> r = (*a)->Records();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].fault_id, "F7");
+  EXPECT_EQ(r[0].action, "slurm_drain");
+  EXPECT_EQ(r[0].result, "skipped");
+  EXPECT_THAT(r[0].detail, HasSubstr("not ACT"));
+  EXPECT_EQ(r[1].fault_id, "F8");
+  EXPECT_EQ(r[1].result, "error");
+  EXPECT_EQ(r[1].target, "node1");  // node1.cluster, domain stripped
+  EXPECT_THAT(r[1].detail, HasSubstr("/nonexistent/scontrol"));
+  EXPECT_THAT(r[1].command, HasSubstr("NodeName=node1 State=DRAIN "
+                                      "Reason=pitstop F8: NON_COMM_SLOW"));
+}
+
 TEST(FaultMetricsTest, OpenFaultsAndSuspectsFollowTheWatchStream) {
   prometheus::Registry registry;
   FaultMetrics m(&registry);
