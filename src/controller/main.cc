@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -12,7 +13,7 @@
 #include "pitstop/signals.h"
 #include "prometheus/exposer.h"
 #include "src/controller/actions/actions_config.h"
-#include "src/controller/actions/fault_metrics.h"
+#include "src/controller/actions/daemon_actions.h"
 #include "src/controller/api/controller_service.h"
 #include "src/controller/controller_core.h"
 #include "src/controller/controller_options.h"
@@ -110,34 +111,12 @@ int main(int argc, char** argv) {
   core_options.metrics = metrics.get();
   auto core = pitstop::controller::ControllerCore::Create(core_options);
   if (!core.ok()) return Fail(std::string(core.status().message()));
-  // Open faults as gauges (the Grafana dashboard's fault panels).
-  pitstop::controller::FaultMetrics fault_metrics(metrics->registry().get());
-  const uint64_t metrics_watch = (*core)->Subscribe(
-      "", /*include_existing=*/true,
-      [&fault_metrics](const pitstop::v1::WatchFaultsResponse& change) {
-        fault_metrics.OnFaultChange(change);
-      });
-  // Hooks and the Slurm integration (docs/deploy.md): fed by a fault
-  // watcher, run on their own thread.
-  std::unique_ptr<pitstop::controller::FaultActions> actions;
-  uint64_t actions_watch = 0;
-  if (actions_config.Enabled()) {
-    pitstop::controller::ControllerCore* c = core->get();
-    actions_options->may_act = [c](const std::string& job) {
-      auto p = c->GetPolicy(job);
-      return p.ok() && p->mode() == pitstop::v1::POLICY_MODE_ACT;
-    };
-    actions_options->registry = metrics->registry().get();
-    auto created =
-        pitstop::controller::FaultActions::Create(std::move(*actions_options));
-    if (!created.ok()) return Fail(std::string(created.status().message()));
-    actions = std::move(*created);
-    actions_watch = c->Subscribe(
-        "", /*include_existing=*/true,
-        [a = actions.get()](const pitstop::v1::WatchFaultsResponse& change) {
-          a->OnFaultChange(change);
-        });
-  }
+  // Open-fault gauges, hooks and the Slurm integration (docs/deploy.md).
+  auto actions = pitstop::controller::DaemonActions::Start(
+      core->get(), metrics->registry().get(),
+      actions_config.Enabled() ? std::make_optional(std::move(*actions_options))
+                               : std::nullopt);
+  if (!actions.ok()) return Fail(std::string(actions.status().message()));
   auto server =
       pitstop::controller::ControllerServer::Start(core->get(), options.listen);
   if (!server.ok()) return Fail(std::string(server.status().message()));
@@ -157,11 +136,7 @@ int main(int argc, char** argv) {
   logger->info("signal {}: shutting down", sig);
   (*server)->Shutdown(absl::Milliseconds(options.shutdown_grace_ms));
   (*core)->Stop();
-  (*core)->Unsubscribe(metrics_watch);
-  if (actions) {
-    (*core)->Unsubscribe(actions_watch);
-    actions->Stop();
-  }
+  actions->reset();  // unsubscribes; stops a running hook
   logger->info("stopped");
   return 0;
 }

@@ -190,6 +190,31 @@ TEST_F(ControllerDaemonTest, BadConfigNamesTheKey) {
   EXPECT_THAT(out, HasSubstr("detection.window_ms"));
 }
 
+TEST_F(ControllerDaemonTest, BadActionsConfigNamesTheKey) {
+  std::ofstream(dir_ + "/c.yaml")
+      << "listen: 127.0.0.1:0\nactions:\n  on_confirmed: 'true'\n"
+         "  timeout_ms: 0\n";
+  std::string out;
+  EXPECT_EQ(RunProcess({controller_, "--config", dir_ + "/c.yaml", "--db",
+                        dir_ + "/c.db"},
+                       dir_ + "/o", &out),
+            2);
+  EXPECT_THAT(out, HasSubstr("actions.timeout_ms"));
+  std::ofstream(dir_ + "/d.yaml") << "detection:\n  mode: maybe\n";
+  EXPECT_EQ(RunProcess({controller_, "--config", dir_ + "/d.yaml"}, dir_ + "/o",
+                       &out),
+            2);
+  EXPECT_THAT(out, HasSubstr("detection.mode"));
+  // A journal that cannot be written: exit 1 naming it, before listening.
+  EXPECT_EQ(
+      RunProcess({controller_, "--listen", "127.0.0.1:0", "--db",
+                  dir_ + "/c.db", "--metrics-address", "", "--slurm-enabled",
+                  "true", "--actions-journal", dir_ + "/missing/actions.jsonl"},
+                 dir_ + "/o", &out),
+      1);
+  EXPECT_THAT(out, HasSubstr(dir_ + "/missing/actions.jsonl"));
+}
+
 // Runs the daemon with `args` (plus --metrics-address "" unless given)
 // expecting it to
 // exit on its own; kills it after 10 s. Returns its exit code (-1 when it
