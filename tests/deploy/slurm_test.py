@@ -241,8 +241,9 @@ def main():
                               "--who", "slurm-test", "--note", "GPU replaced"],
                              capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, out.stdout + out.stderr
-        line = wait_for("node1 resumed",
-                        lambda: (lambda n: n if "DRAIN" not in field(n, "State")
+        # Slurm flags a resumed node NOT_RESPONDING until its next ping.
+        line = wait_for("node1 resumed (IDLE)",
+                        lambda: (lambda n: n if field(n, "State") == "IDLE"
                                  else None)(slurm.node("node1")), 60, sim_log)
         print(f"after resolve: node1 State={field(line, 'State')}", flush=True)
 
