@@ -20,6 +20,10 @@ absl::Status KeyError(absl::string_view key, absl::string_view what) {
 
 absl::Status ControllerOptions::Validate() const {
   if (cycle_ms == 0) return KeyError("detection.cycle_ms", "must be > 0");
+  if (mode != "observe" && mode != "act") {
+    return KeyError("detection.mode",
+                    absl::StrCat("expected observe or act, got '", mode, "'"));
+  }
   const std::pair<const char*, double> doubles[] = {
       {"detection.min_effect", min_effect},
       {"detection.hang_timeout_multiplier", hang_timeout_multiplier},
@@ -44,7 +48,7 @@ absl::Status ControllerOptions::Validate() const {
 
 v1::JobPolicy ControllerOptions::DefaultPolicy() const {
   v1::JobPolicy p;
-  p.set_mode(v1::POLICY_MODE_OBSERVE);
+  p.set_mode(mode == "act" ? v1::POLICY_MODE_ACT : v1::POLICY_MODE_OBSERVE);
   p.set_window_ms(window_ms);
   p.set_persistence_n(persistence_n);
   p.set_persistence_m(persistence_m);
@@ -76,6 +80,9 @@ void RegisterControllerOptions(ConfigSchema* s, ControllerOptions* o) {
          "detection: its ranks are not judged; 0 disables");
   s->Add("shutdown_grace_ms", &o->shutdown_grace_ms,
          "on SIGTERM, time given to open calls before they are cancelled");
+  s->Add("detection.mode", &o->mode,
+         "default policy mode: observe (record and notify) or act (actions "
+         "such as the Slurm drain may run)");
   s->Add("detection.window_ms", &o->window_ms,
          "default policy: detection window (ms); 0 = 1000");
   s->Add("detection.persistence_n", &o->persistence_n,

@@ -30,6 +30,9 @@ struct ControllerOptions {
   uint32_t hang_timeout_floor_ms = 0;
   uint32_t warmup_collectives = 0;
   double z_threshold = 0;
+  // Default policy mode: "observe" (record and notify) or "act" (actions
+  // such as the Slurm drain may run).
+  std::string mode = "observe";
 
   v1::JobPolicy DefaultPolicy() const;
   // Checks values the schema's types cannot: detection.cycle_ms > 0, the

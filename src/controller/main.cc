@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,8 @@
 #include "pitstop/logging.h"
 #include "pitstop/signals.h"
 #include "prometheus/exposer.h"
+#include "src/controller/actions/actions_config.h"
+#include "src/controller/actions/daemon_actions.h"
 #include "src/controller/api/controller_service.h"
 #include "src/controller/controller_core.h"
 #include "src/controller/controller_options.h"
@@ -48,6 +51,8 @@ int main(int argc, char** argv) {
       "YAML key of --config has a flag (detection.window_ms -> "
       "--detection-window-ms); flags win.");
   pitstop::controller::RegisterControllerOptions(&schema, &options);
+  pitstop::controller::ActionsConfig actions_config;
+  pitstop::controller::RegisterActionsOptions(&schema, &actions_config);
   auto parsed = schema.Parse(argc, argv);
   if (!parsed.ok()) {
     std::fprintf(stderr, "pitstop-controller: %s\n",
@@ -60,6 +65,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pitstop-controller: %s%s\n",
                  config.empty() ? "" : (config + ": ").c_str(),
                  std::string(st.message()).c_str());
+    return 2;
+  }
+  auto actions_options = actions_config.ToOptions(options.db);
+  if (!actions_options.ok()) {
+    const std::string& config = schema.config_path();
+    std::fprintf(stderr, "pitstop-controller: %s%s\n",
+                 config.empty() ? "" : (config + ": ").c_str(),
+                 std::string(actions_options.status().message()).c_str());
     return 2;
   }
   pitstop::LoggingOptions log;
@@ -98,6 +111,12 @@ int main(int argc, char** argv) {
   core_options.metrics = metrics.get();
   auto core = pitstop::controller::ControllerCore::Create(core_options);
   if (!core.ok()) return Fail(std::string(core.status().message()));
+  // Open-fault gauges, hooks and the Slurm integration (docs/deploy.md).
+  auto actions = pitstop::controller::DaemonActions::Start(
+      core->get(), metrics->registry().get(),
+      actions_config.Enabled() ? std::make_optional(std::move(*actions_options))
+                               : std::nullopt);
+  if (!actions.ok()) return Fail(std::string(actions.status().message()));
   auto server =
       pitstop::controller::ControllerServer::Start(core->get(), options.listen);
   if (!server.ok()) return Fail(std::string(server.status().message()));
@@ -117,6 +136,7 @@ int main(int argc, char** argv) {
   logger->info("signal {}: shutting down", sig);
   (*server)->Shutdown(absl::Milliseconds(options.shutdown_grace_ms));
   (*core)->Stop();
+  actions->reset();  // unsubscribes; stops a running hook
   logger->info("stopped");
   return 0;
 }

@@ -362,6 +362,7 @@ nlohmann::json VerdictJson(const ImportedJob& job,
     std::string text;
     google::protobuf::util::JsonPrintOptions po;
     po.preserve_proto_field_names = true;
+    po.always_print_primitive_fields = true;  // rank 0 / GPU 0 included
     if (google::protobuf::util::MessageToJsonString(f, &text, po).ok()) {
       fj.push_back(json::parse(text, nullptr, false));
     }

@@ -138,6 +138,12 @@ TEST_F(ControllerDaemonTest, FaultSurvivesKill9AndPitstopctlShowsIt) {
   EXPECT_EQ(
       Ctl(target, {"-o", "json", "fault", "show", before.fault_id()}, &out), 0);
   EXPECT_THAT(out, HasSubstr("\"fault_id\":\"" + before.fault_id() + "\""));
+  // Zero values are printed too: rank 0 is a victim, and scripts read
+  // "global_rank":0 instead of a missing key (proto3 omits defaults).
+  EXPECT_THAT(out, HasSubstr("\"global_rank\":0,"));
+  EXPECT_THAT(out, HasSubstr("\"comm_rank\":0,"));
+  EXPECT_EQ(Ctl(target, {"-o", "json", "status"}, &out), 0);
+  EXPECT_THAT(out, HasSubstr("\"collectives_joined\":\"0\""));
   EXPECT_EQ(Ctl(target, {"fault", "show", "F424242"}, &out), 4) << out;
   EXPECT_EQ(Ctl(target, {"ack", before.fault_id(), "--who", "me"}, &out), 0)
       << out;
@@ -182,6 +188,31 @@ TEST_F(ControllerDaemonTest, BadConfigNamesTheKey) {
                        &out),
             2);
   EXPECT_THAT(out, HasSubstr("detection.window_ms"));
+}
+
+TEST_F(ControllerDaemonTest, BadActionsConfigNamesTheKey) {
+  std::ofstream(dir_ + "/c.yaml")
+      << "listen: 127.0.0.1:0\nactions:\n  on_confirmed: 'true'\n"
+         "  timeout_ms: 0\n";
+  std::string out;
+  EXPECT_EQ(RunProcess({controller_, "--config", dir_ + "/c.yaml", "--db",
+                        dir_ + "/c.db"},
+                       dir_ + "/o", &out),
+            2);
+  EXPECT_THAT(out, HasSubstr("actions.timeout_ms"));
+  std::ofstream(dir_ + "/d.yaml") << "detection:\n  mode: maybe\n";
+  EXPECT_EQ(RunProcess({controller_, "--config", dir_ + "/d.yaml"}, dir_ + "/o",
+                       &out),
+            2);
+  EXPECT_THAT(out, HasSubstr("detection.mode"));
+  // A journal that cannot be written: exit 1 naming it, before listening.
+  EXPECT_EQ(
+      RunProcess({controller_, "--listen", "127.0.0.1:0", "--db",
+                  dir_ + "/c.db", "--metrics-address", "", "--slurm-enabled",
+                  "true", "--actions-journal", dir_ + "/missing/actions.jsonl"},
+                 dir_ + "/o", &out),
+      1);
+  EXPECT_THAT(out, HasSubstr(dir_ + "/missing/actions.jsonl"));
 }
 
 // Runs the daemon with `args` (plus --metrics-address "" unless given)

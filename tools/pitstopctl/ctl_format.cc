@@ -43,6 +43,9 @@ void Table::Print(std::ostream& out) const {
 std::string ToJson(const google::protobuf::Message& m) {
   google::protobuf::util::JsonPrintOptions opts;
   opts.preserve_proto_field_names = true;
+  // Zeros too (rank 0, GPU 0, state counters at 0): scripts must not have to
+  // know proto3's defaults to read a field.
+  opts.always_print_primitive_fields = true;
   std::string out;
   (void)google::protobuf::util::MessageToJsonString(m, &out, opts);
   return out;

@@ -193,6 +193,11 @@ void AddPolicy(CLI::App* app, GlobalOptions* g, int* rc) {
   put->add_option("--warmup-collectives", warmup,
                   "collectives before verdicts");
   put->add_option("--z-threshold", z, "robust z-score threshold");
+  static std::string mode;
+  put->add_option("--mode", mode,
+                  "observe (record and notify) or act (actions such as the "
+                  "Slurm drain may run)")
+      ->check(CLI::IsMember({"observe", "act"}));
   put->callback([g, rc] {
     v1::SetJobPolicyRequest req;
     req.set_job_id(job);
@@ -205,6 +210,9 @@ void AddPolicy(CLI::App* app, GlobalOptions* g, int* rc) {
     p->set_hang_timeout_floor_ms(floor_ms);
     p->set_warmup_collectives(warmup);
     p->set_z_threshold(z);
+    p->set_mode(mode == "act"       ? v1::POLICY_MODE_ACT
+                : mode == "observe" ? v1::POLICY_MODE_OBSERVE
+                                    : v1::POLICY_MODE_UNSPECIFIED);
     v1::SetJobPolicyResponse r;
     if ((*rc = Call(*g, &v1::Controller::Stub::SetJobPolicy, req, &r))) return;
     PrintPolicy(*g, job, r.policy());

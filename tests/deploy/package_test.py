@@ -1,0 +1,211 @@
+#!/usr/bin/python3
+"""The Debian packages and the relocatable library tarball, installed.
+
+Builds them with `tools/build-packages.sh --no-build` from the default build
+into a temporary directory, then:
+  - checks every package's file list, conffiles and computed Depends;
+  - unpacks the tarball and checks that the library's dependencies resolve
+    inside it (ldd), i.e. it is relocatable;
+  - as root: `dpkg -i` all packages into this machine (packages that were not
+    installed before are purged again at the end), checks the installed
+    files, the pitstop user and group, `systemd-analyze verify` on the
+    installed units, starts the installed daemons with the installed default
+    configuration (on loopback, temporary paths) and stops them with SIGTERM,
+    and runs the installed Slurm TaskProlog.
+Not root: the static checks run, then exit 77 (skipped) saying why.
+"""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from metrics_util import SKIP, Processes, free_port, wait_for  # noqa: E402
+
+UNIT_DIR = "/lib/systemd/system"
+EXPECTED = {
+    "pitstop-agent": ["/usr/bin/pitstop-agent", f"{UNIT_DIR}/pitstop-agent.service",
+                      "/etc/pitstop/agent.yaml", "/etc/default/pitstop-agent",
+                      "/usr/lib/sysusers.d/pitstop-agent.conf"],
+    "pitstop-controller": ["/usr/bin/pitstop-controller",
+                           f"{UNIT_DIR}/pitstop-controller.service",
+                           "/etc/pitstop/controller.yaml",
+                           "/etc/default/pitstop-controller",
+                           "/usr/share/pitstop/grafana/pitstop-dashboard.json",
+                           "/usr/share/doc/pitstop-controller/examples/controller-slurm.yaml"],
+    "pitstopctl": ["/usr/bin/pitstopctl", "/usr/bin/pitstop"],
+    "libnccl-profiler-pitstop": [
+        "/usr/lib/x86_64-linux-gnu/libnccl-profiler-pitstop.so",
+        "/usr/share/pitstop/slurm/pitstop-task-prolog.sh"],
+}
+CONFFILES = {
+    "pitstop-agent": ["/etc/pitstop/agent.yaml", "/etc/default/pitstop-agent"],
+    "pitstop-controller": ["/etc/pitstop/controller.yaml",
+                           "/etc/default/pitstop-controller"],
+}
+
+
+def run(argv, **kw):
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, **kw)
+
+
+def deb_info(deb):
+    name = run(["dpkg-deb", "-f", deb, "Package"]).stdout.strip()
+    files = [l.split()[-1].lstrip(".") for l in
+             run(["dpkg-deb", "-c", deb]).stdout.splitlines()
+             if not l.startswith("d")]
+    tmp = tempfile.mkdtemp()
+    run(["dpkg-deb", "-e", deb, tmp])
+    conff = []
+    if os.path.exists(f"{tmp}/conffiles"):
+        conff = open(f"{tmp}/conffiles").read().split()
+    scripts = sorted(os.listdir(tmp))
+    shutil.rmtree(tmp)
+    depends = run(["dpkg-deb", "-f", deb, "Depends"]).stdout.strip()
+    return name, files, conff, scripts, depends
+
+
+def check_static(src, out):
+    debs = sorted(f for f in os.listdir(out) if f.endswith(".deb"))
+    names = {}
+    for deb in debs:
+        name, files, conff, scripts, depends = deb_info(os.path.join(out, deb))
+        names[name] = os.path.join(out, deb)
+        for f in EXPECTED.get(name, []):
+            assert f in files, f"{deb}: {f} missing; has {files}"
+        assert sorted(conff) == sorted(CONFFILES.get(name, [])), (deb, conff)
+        if name in CONFFILES:
+            assert {"postinst", "prerm", "postrm"} <= set(scripts), (deb, scripts)
+        if name != "python3-pitstop":
+            assert "libc6" in depends, f"{deb}: Depends not computed: {depends!r}"
+        print(f"{deb}: {len(files)} files, Depends: {depends[:70]}...", flush=True)
+    want = set(EXPECTED)
+    if os.path.isdir(os.path.join(src, "python/pitstop")):
+        want.add("python3-pitstop")
+    assert want <= set(names), f"packages {sorted(names)}, expected {sorted(want)}"
+    return names
+
+
+def check_tarball(out):
+    tars = [f for f in os.listdir(out) if f.endswith(".tar.gz")]
+    assert len(tars) == 1, tars
+    tmp = tempfile.mkdtemp(prefix="pitstop-tarball-")
+    try:
+        with tarfile.open(os.path.join(out, tars[0])) as t:
+            t.extractall(tmp)
+        (top,) = os.listdir(tmp)
+        lib = os.path.join(tmp, top, "lib", "libnccl-profiler-pitstop.so")
+        env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+        ldd = run(["ldd", lib], env=env).stdout
+        bundled = set(os.listdir(os.path.join(tmp, top, "lib")))
+        for line in ldd.splitlines():
+            m = re.match(r"\s*(\S+) => (\S+)", line)
+            if not m:
+                continue
+            soname, path = m.groups()
+            assert path != "not", f"tarball: {soname} not found\n{ldd}"
+            if soname in bundled:
+                assert path.startswith(tmp), \
+                    f"tarball: {soname} resolves to {path}, not the bundled copy\n{ldd}"
+        # The symbols NCCL looks up are exported.
+        syms = run(["nm", "-D", "--defined-only", lib]).stdout
+        assert "ncclProfiler_v5" in syms, syms[:400]
+        print(f"{tars[0]}: {len(bundled)} libraries, all dependencies resolve "
+              f"inside it", flush=True)
+    finally:
+        shutil.rmtree(tmp)
+
+
+def installed(pkg):
+    r = run(["dpkg-query", "-W", "-f=${Status}", pkg])
+    return "install ok installed" in r.stdout
+
+
+def check_installed(src, names, tmp):
+    for pkg, files in EXPECTED.items():
+        for f in files:
+            assert os.path.exists(f), f"{pkg}: {f} not installed"
+    assert run(["getent", "group", "pitstop"]).returncode == 0, "no pitstop group"
+    assert run(["getent", "passwd", "pitstop"]).returncode == 0, "no pitstop user"
+    for unit in ["pitstop-agent.service", "pitstop-controller.service"]:
+        text = open(f"{UNIT_DIR}/{unit}").read()
+        assert "ExecStart=/usr/bin/" in text, f"{unit}: ExecStart not /usr/bin"
+        r = run(["systemd-analyze", "verify", f"{UNIT_DIR}/{unit}"])
+        bad = [l for l in (r.stdout + r.stderr).splitlines() if "pitstop" in l]
+        assert not bad, f"systemd-analyze verify {unit}:\n" + "\n".join(bad)
+    print("installed: files, pitstop user/group, units verified", flush=True)
+
+    # The installed daemons start with the installed default configs.
+    procs = Processes(tmp)
+    try:
+        port_file = os.path.join(tmp, "port")
+        c = procs.start("controller", [
+            "/usr/bin/pitstop-controller", "--config", "/etc/pitstop/controller.yaml",
+            "--listen", "127.0.0.1:0", "--port-file", port_file,
+            "--db", os.path.join(tmp, "c.db"), "--metrics-address", ""])
+        port = wait_for("installed controller", lambda: os.path.exists(port_file)
+                        and open(port_file).read().strip(), 30, procs.logs)
+        sock = os.path.join(tmp, "agent.sock")
+        a = procs.start("agent", [
+            "/usr/bin/pitstop-agent", "--config", "/etc/pitstop/agent.yaml",
+            "--ingest-socket", sock, "--controller", f"127.0.0.1:{port}",
+            "--metrics-address", f"127.0.0.1:{free_port()}"])
+        wait_for("installed agent socket", lambda: os.path.exists(sock), 30,
+                 procs.logs)
+        st = os.stat(sock)
+        import grp
+        assert grp.getgrgid(st.st_gid).gr_name == "pitstop", \
+            "agent.yaml's socket_group: pitstop not applied"
+        r = run(["/usr/bin/pitstopctl", "--controller", f"127.0.0.1:{port}",
+                 "-o", "json", "status"])
+        assert r.returncode == 0 and '"nodes_total"' in r.stdout, r.stdout + r.stderr
+        for p in (a, c):
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(timeout=30) == 0, procs.logs()
+    finally:
+        procs.stop_all()
+    r = run(["/usr/share/pitstop/slurm/pitstop-task-prolog.sh"],
+            env={"SLURM_JOB_ID": "4711", "PATH": "/usr/bin:/bin"})
+    assert "export PITSTOP_JOB_ID=4711" in r.stdout, r.stdout
+    assert ("export NCCL_PROFILER_PLUGIN=/usr/lib/x86_64-linux-gnu/"
+            "libnccl-profiler-pitstop.so") in r.stdout, r.stdout
+    print("installed daemons ran with the default configs; TaskProlog ok",
+          flush=True)
+
+
+def main():
+    src = os.environ["PITSTOP_SOURCE_DIR"]
+    tmp = tempfile.mkdtemp(prefix="pitstop-pkg-")
+    out = os.path.join(tmp, "packages")
+    try:
+        r = subprocess.run([os.path.join(src, "tools/build-packages.sh"),
+                            "--no-build", out], cwd=src, capture_output=True,
+                           text=True, timeout=600)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        names = check_static(src, out)
+        check_tarball(out)
+        if os.geteuid() != 0:
+            print("SKIPPED: installing with dpkg -i needs root (the package "
+                  "contents were checked)")
+            sys.exit(SKIP)
+        before = {n for n in names if installed(n)}
+        try:
+            r = run(["dpkg", "-i", *names.values()])
+            assert r.returncode == 0, r.stdout + r.stderr
+            check_installed(src, names, tmp)
+        finally:
+            added = [n for n in names if n not in before]
+            if added:
+                r = run(["dpkg", "--purge", *added])
+                assert r.returncode == 0, r.stdout + r.stderr
+        print("PASS")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
