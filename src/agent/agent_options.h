@@ -17,6 +17,9 @@ struct AgentOptions {
   // ingest.socket_group (--ingest-socket-group): group owning the socket
   // (mode 0660); empty = the agent's group.
   std::string ingest_socket_group;
+  // ingest.max_connections: live rank connections at once; more are
+  // closed at once (docs/reliability.md).
+  uint32_t ingest_max_connections = 1024;
   // controller (--controller): host:port of pitstop-controller; empty = run
   // without upstream.
   std::string controller = "localhost:7070";
@@ -25,7 +28,7 @@ struct AgentOptions {
   // batch_ms (--batch-ms): upstream batch period.
   uint32_t batch_ms = 1000;
   // metrics.address (--metrics-address): Prometheus /metrics; empty = off.
-  std::string metrics_address = "0.0.0.0:9471";
+  std::string metrics_address = "127.0.0.1:9471";  // loopback by default
   // buffer.summaries (--buffer-summaries): summaries held while the
   // controller is unreachable; beyond that they are folded into aggregates.
   uint32_t buffer_summaries = 50'000;
