@@ -10,6 +10,9 @@ void RegisterAgentOptions(ConfigSchema* s, AgentOptions* o) {
          "Unix socket the training processes stream telemetry to");
   s->Add("ingest.socket_group", &o->ingest_socket_group,
          "Group that owns the socket (mode 0660); empty = the agent's group");
+  s->Add("ingest.max_connections", &o->ingest_max_connections,
+         "Live rank connections at once; beyond, new ones are closed at "
+         "once (the libraries retry)");
   s->Add("controller", &o->controller,
          "pitstop-controller address host:port; empty = no upstream");
   s->Add("host", &o->host,
@@ -54,6 +57,11 @@ absl::Status ValidateAgentOptions(const AgentOptions& o,
     return st;
   }
   if (auto st = at_least_one("join.max_open_ops", o.join_max_open_ops);
+      !st.ok()) {
+    return st;
+  }
+  if (auto st =
+          at_least_one("ingest.max_connections", o.ingest_max_connections);
       !st.ok()) {
     return st;
   }
