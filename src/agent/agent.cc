@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
+
 #include "absl/strings/str_cat.h"
 #include "pitstop/logging.h"
 #include "pitstop/status_macros.h"
@@ -26,6 +29,20 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   core.join.incomplete_timeout_ns =
       static_cast<int64_t>(options.join_incomplete_timeout_s) * 1'000'000'000;
   a->core_ = std::make_unique<AgentCore>(clock, core, a->metrics_.get());
+  // An earlier agent that stopped with data it could not deliver left the
+  // count here; it is reported on (counters.undelivered stays cumulative).
+  a->undelivered_file_ = options.ingest_socket + ".undelivered";
+  {
+    uint64_t before = 0;
+    std::ifstream in(a->undelivered_file_);
+    if (in >> before && before > 0) {
+      a->core_->AddUndelivered(before);
+      Logger("agent")->warn(
+          "the previous agent on this socket stopped with {} summaries/events "
+          "not delivered; reported in counters.undelivered",
+          before);
+    }
+  }
   if (const std::string shm_path = EffectiveShmSocket(options);
       !shm_path.empty()) {
     // Before the gRPC socket: a caller that sees ingest.socket accept finds
@@ -41,9 +58,10 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     ASSIGN_OR_RETURN(a->shm_ingest_,
                      ShmIngestServer::Create(shm, a->shm_handler_.get()));
   }
-  ASSIGN_OR_RETURN(a->ingest_, IngestServer::Create(options.ingest_socket,
-                                                    options.ingest_socket_group,
-                                                    a->core_.get()));
+  ASSIGN_OR_RETURN(
+      a->ingest_,
+      IngestServer::Create(options.ingest_socket, options.ingest_socket_group,
+                           a->core_.get(), options.ingest_max_connections));
   if (!options.controller.empty()) {
     UpstreamOptions up;
     up.address = options.controller;
@@ -78,6 +96,10 @@ void Agent::RunTicker(absl::Duration period) {
       if (tick_stop_) return;
     }
     if (upstream_ == nullptr) core_->Poll();
+    if (ingest_ != nullptr) {
+      const IngestListener::Stats l = ingest_->listener_stats();
+      core_->SetConnectionsRefused(l.refused_cap + l.refused_fds);
+    }
     core_->PublishMetrics(upstream_ != nullptr && upstream_->connected(),
                           upstream_ != nullptr ? upstream_->connects() : 0);
   }
@@ -95,6 +117,23 @@ void Agent::Stop() {
   if (shm_ingest_ != nullptr) shm_ingest_->Stop();
   if (ingest_ != nullptr) ingest_->Stop();
   if (upstream_ != nullptr) upstream_->Stop();  // then flush upstream
+  // Whatever the last flush could not send is lost with this process: say
+  // how much (docs/reliability.md, "Lost without a count").
+  if (core_ != nullptr && !undelivered_counted_) {
+    undelivered_counted_ = true;
+    if (const uint64_t n = core_->CountUndelivered(); n > 0) {
+      Logger("agent")->warn(
+          "stopping with {} summaries/lifecycle events accepted from ranks and "
+          "not delivered to the controller (undelivered)",
+          n);
+    }
+    const uint64_t total = core_->Counters().undelivered();
+    if (total > 0) {
+      std::ofstream(undelivered_file_, std::ios::trunc) << total << "\n";
+    } else {
+      std::remove(undelivered_file_.c_str());
+    }
+  }
 }
 
 Agent::~Agent() { Stop(); }

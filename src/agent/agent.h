@@ -54,6 +54,10 @@ class Agent {
   Mutex tick_mu_;
   CondVar tick_cv_;
   bool tick_stop_ ABSL_GUARDED_BY(tick_mu_) = false;
+  bool undelivered_counted_ = false;  // Stop() thread only
+  // <socket>.undelivered: what a stopped agent could not deliver, for the
+  // next agent on this socket to report (counters.undelivered).
+  std::string undelivered_file_;
   std::thread ticker_;
 };
 

@@ -70,6 +70,8 @@ absl::Status AgentCore::OnMessage(uint64_t stream,
     RankJoiner* j = slot->joiner.get();
     const uint64_t lost_before = j->stats().batches_lost;
     const uint64_t records_before = j->stats().records;
+    const uint64_t refused_before =
+        j->stats().invalid_records + j->stats().records_over_cap;
     absl::Status st = j->Add(stream, req);
     if (!st.ok()) return st;
     j->Poll();
@@ -77,6 +79,9 @@ absl::Status AgentCore::OnMessage(uint64_t stream,
                        std::memory_order_relaxed);
     batches_lost_.fetch_add(j->stats().batches_lost - lost_before,
                             std::memory_order_relaxed);
+    records_refused_.fetch_add(j->stats().invalid_records +
+                                   j->stats().records_over_cap - refused_before,
+                               std::memory_order_relaxed);
     if (const v1::ProcessHello* h = j->hello(stream)) pid = h->pid();
     Collect(j);
   }
@@ -210,7 +215,14 @@ v1::AgentCounters AgentCore::Counters() {
   c.set_summaries_aggregated(b.summaries_aggregated);
   c.set_summaries_dropped(b.summaries_dropped);
   c.set_records_ingested(records_.load());
+  c.set_undelivered(undelivered_.load());
   return c;
+}
+
+uint64_t AgentCore::CountUndelivered() {
+  const uint64_t n = buffer_.Pending();
+  undelivered_.fetch_add(n);
+  return n;
 }
 
 void AgentCore::PublishMetrics(bool upstream_connected,
@@ -228,6 +240,9 @@ void AgentCore::PublishMetrics(bool upstream_connected,
   t.queued_summaries = buffer_.counters().queued;
   t.connected_ranks = c.connected_ranks();
   t.upstream_connected = upstream_connected;
+  t.records_refused = records_refused_.load();
+  t.connections_refused = connections_refused_.load();
+  t.undelivered = undelivered_.load();
   metrics_->SetTotals(t);
 }
 

@@ -81,6 +81,14 @@ class AgentCore {
   uint64_t rank_deaths() const { return deaths_.load(); }
   // Publishes totals to the metrics (if any), with the upstream state.
   void PublishMetrics(bool upstream_connected, uint64_t upstream_reconnects);
+  // The agent stops: what the buffer still holds will never be delivered.
+  // Counts it (counters.undelivered, pitstop_agent_undelivered_total) and
+  // returns how much it was.
+  uint64_t CountUndelivered();
+  // Undelivered counted by earlier agents on this node (read at start).
+  void AddUndelivered(uint64_t n) { undelivered_.fetch_add(n); }
+  // Set by the agent: connections the ingest listener refused so far.
+  void SetConnectionsRefused(uint64_t n) { connections_refused_.store(n); }
 
  private:
   struct Slot {
@@ -108,6 +116,9 @@ class AgentCore {
   std::atomic<uint64_t> records_{0};
   std::atomic<uint64_t> batches_lost_{0};
   std::atomic<uint64_t> deaths_{0};
+  std::atomic<uint64_t> records_refused_{0};
+  std::atomic<uint64_t> connections_refused_{0};
+  std::atomic<uint64_t> undelivered_{0};
 };
 
 }  // namespace pitstop::agent

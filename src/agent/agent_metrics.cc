@@ -68,6 +68,17 @@ AgentMetrics::AgentMetrics()
       gauge("pitstop_agent_connected_ranks", "Rank streams connected now");
   upstream_connected_ = gauge("pitstop_agent_upstream_connected",
                               "1 while the controller stream is up");
+  records_refused_ =
+      counter("pitstop_agent_records_refused_total",
+              "Rank records dropped by a limit (invalid sizes, more than "
+              "65536 records in one message)");
+  connections_refused_ =
+      counter("pitstop_agent_connections_refused_total",
+              "Rank connections closed at once (ingest.max_connections "
+              "reached, or out of file descriptors)");
+  undelivered_ = counter("pitstop_agent_undelivered_total",
+                         "Summaries and lifecycle events accepted and not "
+                         "delivered to the controller");
 }
 
 AgentMetrics::~AgentMetrics() = default;
@@ -131,6 +142,10 @@ void AgentMetrics::SetTotals(const Totals& t) {
   advance(dropped_, t.summaries_dropped, last_.summaries_dropped);
   advance(deaths_, t.rank_deaths, last_.rank_deaths);
   advance(reconnects_, t.upstream_reconnects, last_.upstream_reconnects);
+  advance(records_refused_, t.records_refused, last_.records_refused);
+  advance(connections_refused_, t.connections_refused,
+          last_.connections_refused);
+  advance(undelivered_, t.undelivered, last_.undelivered);
   plugin_dropped_->Set(static_cast<double>(t.plugin_dropped));
   queued_->Set(static_cast<double>(t.queued_summaries));
   connected_ranks_->Set(t.connected_ranks);

@@ -63,6 +63,12 @@ class AgentMetrics {
     uint64_t queued_summaries = 0;
     uint32_t connected_ranks = 0;
     bool upstream_connected = false;
+    // Records refused by a limit (invalid sizes, beyond the per-message
+    // cap), connections refused (cap, out of descriptors), and what was
+    // accepted but not delivered upstream (docs/reliability.md).
+    uint64_t records_refused = 0;
+    uint64_t connections_refused = 0;
+    uint64_t undelivered = 0;
   };
   // Publishes cumulative totals (counters advance by the difference).
   void SetTotals(const Totals& totals);
@@ -102,6 +108,9 @@ class AgentMetrics {
   prometheus::Gauge* queued_;
   prometheus::Gauge* connected_ranks_;
   prometheus::Gauge* upstream_connected_;
+  prometheus::Counter* records_refused_;
+  prometheus::Counter* connections_refused_;
+  prometheus::Counter* undelivered_;
 };
 
 }  // namespace pitstop::agent

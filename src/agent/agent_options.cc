@@ -35,6 +35,9 @@ void RegisterAgentOptions(ConfigSchema* s, AgentOptions* o) {
          "Training processes served at once on ingest.shm_socket");
   s->Add("ingest.shm_idle_timeout_s", &o->ingest_shm_idle_timeout_s,
          "Disconnect a process that sent nothing for this long (s)");
+  s->Add("ingest.max_connections", &o->ingest_max_connections,
+         "Live rank connections at once; beyond, new ones are closed at "
+         "once (the libraries retry)");
   s->Add("controller", &o->controller,
          "pitstop-controller address host:port; empty = no upstream");
   s->Add("host", &o->host,
@@ -79,6 +82,11 @@ absl::Status ValidateAgentOptions(const AgentOptions& o,
     return st;
   }
   if (auto st = at_least_one("join.max_open_ops", o.join_max_open_ops);
+      !st.ok()) {
+    return st;
+  }
+  if (auto st =
+          at_least_one("ingest.max_connections", o.ingest_max_connections);
       !st.ok()) {
     return st;
   }

@@ -27,6 +27,9 @@ struct AgentOptions {
   // ingest.shm_idle_timeout_s: a process silent this long is disconnected
   // (the library sends a heartbeat every second and reconnects).
   uint32_t ingest_shm_idle_timeout_s = 30;
+  // ingest.max_connections: live rank connections at once; more are
+  // closed at once (docs/reliability.md).
+  uint32_t ingest_max_connections = 1024;
   // controller (--controller): host:port of pitstop-controller; empty = run
   // without upstream.
   std::string controller = "localhost:7070";
@@ -35,7 +38,7 @@ struct AgentOptions {
   // batch_ms (--batch-ms): upstream batch period.
   uint32_t batch_ms = 1000;
   // metrics.address (--metrics-address): Prometheus /metrics; empty = off.
-  std::string metrics_address = "0.0.0.0:9471";
+  std::string metrics_address = "127.0.0.1:9471";  // loopback by default
   // buffer.summaries (--buffer-summaries): summaries held while the
   // controller is unreachable; beyond that they are folded into aggregates.
   uint32_t buffer_summaries = 50'000;

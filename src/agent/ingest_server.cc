@@ -172,9 +172,33 @@ absl::Status ClaimSocketPath(const std::string& path) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// A non-blocking listening Unix socket at `path`, mode 0660 (umask 0117
+// while binding, so it is never wider). -1 with errno on failure.
+int ListenUnix(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  const mode_t old_umask = umask(0117);
+  const int rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  umask(old_umask);
+  if (rc != 0 || listen(fd, 512) != 0) {
+    const int err = errno;
+    close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<IngestServer>> IngestServer::Create(
     const std::string& socket_path, const std::string& socket_group,
-    AgentCore* core) {
+    AgentCore* core, size_t max_connections) {
   if (socket_path.empty() ||
       socket_path.size() >= sizeof(sockaddr_un{}.sun_path)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -230,20 +254,38 @@ absl::StatusOr<std::unique_ptr<IngestServer>> IngestServer::Create(
   s->socket_path_ = socket_path;
   s->core_ = core;
   s->service_ = std::make_unique<Service>(core);
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + socket_path,
-                           grpc::InsecureServerCredentials());
-  ApplyServerKeepalive(&builder);
-  builder.SetMaxReceiveMessageSize(64 << 20);
-  builder.RegisterService(s->service_.get());
-  // The socket is created by BuildAndStart: owner+group rw, nothing else.
-  const mode_t old_umask = umask(0117);
-  s->server_ = builder.BuildAndStart();
-  umask(old_umask);
-  if (s->server_ == nullptr) {
+  // The agent owns the listening socket (IngestListener accepts and hands
+  // connections to gRPC): owner+group rw, nothing else.
+  const int listen_fd = ListenUnix(socket_path);
+  if (listen_fd < 0) {
     return absl::UnavailableError(
-        absl::StrCat("ingest.socket: cannot listen on ", socket_path));
+        absl::StrCat("ingest.socket: cannot listen on ", socket_path, ": ",
+                     std::strerror(errno)));
   }
+  grpc::ServerBuilder builder;
+  ApplyServerKeepalive(&builder);
+  builder.SetMaxReceiveMessageSize(kMaxIngestMessageBytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             kIdleConnectionMs);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             kHandshakeTimeoutMs);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             kMaxStreamsPerConnection);
+  builder.RegisterService(s->service_.get());
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr) {
+    close(listen_fd);
+    unlink(socket_path.c_str());
+    return absl::UnavailableError(absl::StrCat(
+        "ingest.socket: cannot start the server on ", socket_path));
+  }
+  absl::StatusOr<std::unique_ptr<IngestListener>> listener =
+      IngestListener::Create(listen_fd, s->server_.get(), max_connections);
+  if (!listener.ok()) {
+    s->Stop(absl::ZeroDuration());
+    return listener.status();
+  }
+  s->listener_ = std::move(*listener);
   chmod(socket_path.c_str(), 0660);
   if (gid != static_cast<gid_t>(-1) &&
       chown(socket_path.c_str(), static_cast<uid_t>(-1), gid) != 0) {
@@ -262,6 +304,7 @@ void IngestServer::Stop(absl::Duration grace) {
   if (stopped_) return;
   stopped_ = true;
   core_->SetStopping();
+  if (listener_ != nullptr) listener_->Stop();
   server_->Shutdown(std::chrono::system_clock::now() +
                     absl::ToChronoNanoseconds(grace));
   // Wait() returns when every stream finished; bound it so a stuck reactor

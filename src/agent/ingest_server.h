@@ -17,15 +17,26 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
 #include "src/agent/agent_core.h"
+#include "src/agent/ingest_listener.h"
 
 namespace pitstop::agent {
 
+// Largest message a rank may send (the library's batches of 4096 records
+// are well below 1 MiB); a larger one ends that stream with
+// RESOURCE_EXHAUSTED.
+inline constexpr int kMaxIngestMessageBytes = 4 << 20;
+// Default cap on live rank connections (ingest.max_connections).
+inline constexpr size_t kDefaultMaxConnections = 1024;
+// Streams one connection may open at once.
+inline constexpr int kMaxStreamsPerConnection = 16;
+
 class IngestServer {
  public:
-  // Binds `socket_path` (< 108 bytes) and starts serving `core`.
+  // Binds `socket_path` (< 108 bytes) and starts serving `core`, with at
+  // most `max_connections` live connections (see IngestListener).
   static absl::StatusOr<std::unique_ptr<IngestServer>> Create(
       const std::string& socket_path, const std::string& socket_group,
-      AgentCore* core);
+      AgentCore* core, size_t max_connections = kDefaultMaxConnections);
   ~IngestServer();
 
   // Marks the core stopping, ends all streams (waiting up to `grace` for
@@ -34,6 +45,9 @@ class IngestServer {
   void Stop(absl::Duration grace = absl::Milliseconds(100));
 
   const std::string& socket_path() const { return socket_path_; }
+  IngestListener::Stats listener_stats() const {
+    return listener_ ? listener_->stats() : IngestListener::Stats{};
+  }
 
  private:
   class Service;
@@ -43,6 +57,7 @@ class IngestServer {
   AgentCore* core_ = nullptr;
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<IngestListener> listener_;
   ino_t inode_ = 0;
   int lock_fd_ = -1;  // flock on socket_path_ + ".lock", held until Stop
   bool stopped_ = false;

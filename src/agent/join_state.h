@@ -76,7 +76,10 @@ struct RankJoiner::Stream {
   v1::DropCounters drops;
   GpuClockFit fit;
   absl::flat_hash_map<uint64_t, JoinOp> ops;
-  std::deque<uint64_t> order;  // op ids by creation (may hold emitted ids)
+  // Open op ids by creation number: the oldest is begin(), and emitting
+  // any op erases its entry in O(log n) (a queue of ids that may hold
+  // emitted ones had to be re-sorted under load: quadratic).
+  std::map<uint64_t, uint64_t> order;
   uint64_t next_creation = 0;
   std::vector<uint64_t> pending;  // completed, waiting for children
   // Recently emitted op ids, to recognise late records.
@@ -89,8 +92,12 @@ struct RankJoiner::Stream {
   // Looks up a live or recently ended communicator; nullptr if unknown.
   const v1::CommunicatorInfo* FindComm(uint64_t comm_hash) const;
   size_t conn_slots = 0;  // sum of ops[*].conns.size()
+  // Sum of global_ranks entries over the live communicators (bounded by
+  // kMaxGlobalRankEntries).
+  size_t global_rank_entries = 0;
   // First invalid record's reason (for the caller to log once).
   std::string first_invalid;
+  bool over_cap_logged = false;
   // (comm_hash, rank, func) -> progress.
   std::map<std::tuple<uint64_t, int32_t, int>, ProgressState> progress;
 };

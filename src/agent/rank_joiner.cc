@@ -90,7 +90,7 @@ JoinOp* FindOrCreateOp(RankJoiner::Stream* s, uint64_t op_id, int64_t now,
   JoinOp& op = s->ops[op_id];
   op.creation = s->next_creation++;
   op.created_ns = now;
-  s->order.push_back(op_id);
+  s->order.emplace(op.creation, op_id);
   return &op;
 }
 
@@ -127,10 +127,26 @@ absl::Status RankJoiner::Add(uint64_t stream,
     s->drops = req.drops();
     s->has_drops = true;
   }
-  stats_.records += req.communicators_size() + req.ops_size() +
-                    req.completions_size() + req.kernel_channels_size() +
-                    req.proxy_ops_size() + req.proxy_steps_size() +
-                    req.net_events_size();
+  const size_t n_records = static_cast<size_t>(req.communicators_size()) +
+                           req.ops_size() + req.completions_size() +
+                           req.kernel_channels_size() + req.proxy_ops_size() +
+                           req.proxy_steps_size() + req.net_events_size();
+  stats_.records += n_records;
+  if (n_records > kMaxRecordsPerMessage) {
+    // One message must not hold the stream's lock for long: its records
+    // are dropped and counted; hello, drops and goodbye still count.
+    stats_.records_over_cap += n_records;
+    if (!s->over_cap_logged) {
+      s->over_cap_logged = true;
+      Logger("agent.join")
+          ->warn(
+              "stream {} (pid {}): dropping a message of {} records (at "
+              "most {} per message; further ones only counted)",
+              stream, s->hello.pid(), n_records, kMaxRecordsPerMessage);
+    }
+    if (req.has_goodbye()) s->goodbye = true;
+    return absl::OkStatus();
+  }
 
   const std::string& host =
       options_.host.empty() ? s->hello.host() : options_.host;
@@ -186,6 +202,20 @@ absl::Status RankJoiner::Add(uint64_t stream,
     if (info.pid() == 0) info.set_pid(s->hello.pid());
     if (info.job_id().empty()) info.set_job_id(s->hello.job_id());
     const int32_t g = s->hello.global_rank();
+    auto live = s->comms.find(info.comm_hash());
+    const size_t replaced =
+        live == s->comms.end() || is_end ? 0 : live->second.global_ranks_size();
+    const size_t entries =
+        info.global_ranks_size() > 0
+            ? static_cast<size_t>(info.global_ranks_size())
+            : static_cast<size_t>(std::max(0, info.n_ranks()));
+    if (!is_end &&
+        s->global_rank_entries - replaced + entries > kMaxGlobalRankEntries) {
+      invalid(absl::StrCat("communicators: more than ", kMaxGlobalRankEntries,
+                           " global_ranks entries over one stream's live "
+                           "communicators"));
+      continue;
+    }
     if (info.global_ranks_size() == 0 && g >= 0 && info.n_ranks() > 0 &&
         info.rank() >= 0 && info.rank() < info.n_ranks()) {
       for (int i = 0; i < info.n_ranks(); ++i) info.add_global_ranks(-1);
@@ -196,6 +226,8 @@ absl::Status RankJoiner::Add(uint64_t stream,
       communicators_.push_back(std::move(info));
       continue;
     }
+    s->global_rank_entries =
+        s->global_rank_entries - replaced + info.global_ranks_size();
     s->comms[info.comm_hash()] = info;
     communicators_.push_back(std::move(info));
   }
@@ -288,13 +320,10 @@ absl::Status RankJoiner::Add(uint64_t stream,
       s->pending.push_back(id);
     }
   }
-  // Cap: push out the oldest incomplete ops.
+  // Cap: push out the oldest incomplete ops (O(log n) each).
   while (s->ops.size() > options_.max_open_ops && !s->order.empty()) {
-    const uint64_t id = s->order.front();
-    s->order.pop_front();
-    if (!s->ops.contains(id)) continue;
     ++stats_.ops_evicted;
-    EmitOp(s, id, /*forced=*/true);
+    EmitOp(s, s->order.begin()->second, /*forced=*/true);
   }
   for (uint64_t hash : ended) EndComm(s, hash);
   if (req.has_goodbye()) s->goodbye = true;
@@ -304,7 +333,15 @@ absl::Status RankJoiner::Add(uint64_t stream,
 void RankJoiner::EndComm(Stream* s, uint64_t comm_hash) {
   auto it = s->comms.find(comm_hash);
   if (it == s->comms.end()) return;
-  s->ended_comms.push_back(std::move(it->second));
+  s->global_rank_entries -=
+      std::min<size_t>(s->global_rank_entries, it->second.global_ranks_size());
+  // Only this rank's own entry is read from an ended communicator: keep
+  // kEndedComms of them small whatever their size.
+  v1::CommunicatorInfo& info = it->second;
+  if (info.rank() >= 0 && info.global_ranks_size() > info.rank() + 1) {
+    info.mutable_global_ranks()->Truncate(info.rank() + 1);
+  }
+  s->ended_comms.push_back(std::move(info));
   if (s->ended_comms.size() > kEndedComms) s->ended_comms.pop_front();
   s->comms.erase(it);
   // No progress is expected from a finalized communicator.
@@ -344,20 +381,13 @@ void RankJoiner::EmitOp(Stream* s, uint64_t op_id, bool forced) {
   }
   (void)forced;
   s->conn_slots -= std::min(s->conn_slots, op.conns.size());
+  s->order.erase(op.creation);
   s->ops.erase(it);
   s->recent.insert(op_id);
   s->recent_order.push_back(op_id);
   if (s->recent_order.size() > kRecentEmitted) {
     s->recent.erase(s->recent_order.front());
     s->recent_order.pop_front();
-  }
-  // Keep the creation-order queue from growing behind one long-open op.
-  if (s->order.size() > 4 * static_cast<size_t>(options_.max_open_ops) + 64) {
-    std::vector<std::pair<uint64_t, uint64_t>> live;
-    for (const auto& [id, o] : s->ops) live.push_back({o.creation, id});
-    std::sort(live.begin(), live.end());
-    s->order.clear();
-    for (const auto& [c, id] : live) s->order.push_back(id);
   }
 }
 
@@ -377,14 +407,13 @@ void RankJoiner::Poll() {
       }
     }
     while (!s->order.empty()) {
-      auto it = s->ops.find(s->order.front());
-      if (it != s->ops.end() &&
-          now - it->second.created_ns < options_.incomplete_timeout_ns) {
-        break;
+      const uint64_t op_id = s->order.begin()->second;
+      auto it = s->ops.find(op_id);
+      if (it == s->ops.end()) {  // cannot happen: emitting erases the entry
+        s->order.erase(s->order.begin());
+        continue;
       }
-      const uint64_t op_id = s->order.front();
-      s->order.pop_front();
-      if (it == s->ops.end()) continue;
+      if (now - it->second.created_ns < options_.incomplete_timeout_ns) break;
       ++stats_.ops_timed_out;
       EmitOp(s, op_id, /*forced=*/true);
     }

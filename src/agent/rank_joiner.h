@@ -66,6 +66,12 @@ inline constexpr uint32_t kMaxConnsPerOp = 256;        // proxy_index < this
 inline constexpr size_t kMaxCommsPerStream = 4096;     // live communicators
 inline constexpr size_t kMaxProgressKeys = 65536;      // (comm, rank, func)
 inline constexpr size_t kMaxConnsPerStream = 1 << 20;  // over open ops
+// Records (of all kinds) in one StreamTelemetryRequest; the library sends
+// at most 4096 ops per batch. Beyond it the message's records are dropped
+// and counted in records_over_cap (the stream stays open).
+inline constexpr size_t kMaxRecordsPerMessage = 65536;
+// global_ranks entries over a stream's live communicators (16 MiB).
+inline constexpr size_t kMaxGlobalRankEntries = size_t{1} << 22;
 
 struct RankJoinerOptions {
   // Host name written into summaries' communicator infos and lifecycle; empty
@@ -83,19 +89,21 @@ struct RankJoinerOptions {
 
 // Counters since construction (cumulative over all streams).
 struct RankJoinerStats {
-  uint64_t records = 0;          // records of all kinds fed in
-  uint64_t batches = 0;          // StreamTelemetryRequest messages fed in
-  uint64_t batches_lost = 0;     // gaps in batch_seq
-  uint64_t summaries = 0;        // summaries emitted (any state)
-  uint64_t ops_evicted = 0;      // incomplete ops pushed out by the cap
-  uint64_t ops_timed_out = 0;    // incomplete ops emitted by the timeout
-  uint64_t late_records = 0;     // records of ops already emitted
-  uint64_t orphan_ops = 0;       // ops with no OpRecord, discarded
-  uint64_t invalid_records = 0;  // records rejected by the size limits
-                                 // (kMax* below), dropped
-  uint64_t plugin_dropped = 0;   // sum over streams of the growth of
-                                 // DropCounters ring_full + pool_exhausted +
-                                 // export_dropped (first value counts fully)
+  uint64_t records = 0;           // records of all kinds fed in
+  uint64_t batches = 0;           // StreamTelemetryRequest messages fed in
+  uint64_t batches_lost = 0;      // gaps in batch_seq
+  uint64_t summaries = 0;         // summaries emitted (any state)
+  uint64_t ops_evicted = 0;       // incomplete ops pushed out by the cap
+  uint64_t ops_timed_out = 0;     // incomplete ops emitted by the timeout
+  uint64_t late_records = 0;      // records of ops already emitted
+  uint64_t orphan_ops = 0;        // ops with no OpRecord, discarded
+  uint64_t invalid_records = 0;   // records rejected by the size limits
+                                  // (kMax* below), dropped
+  uint64_t records_over_cap = 0;  // records of messages beyond
+                                  // kMaxRecordsPerMessage, dropped
+  uint64_t plugin_dropped = 0;    // sum over streams of the growth of
+                                  // DropCounters ring_full + pool_exhausted +
+                                  // export_dropped (first value counts fully)
 };
 
 class RankJoiner {

@@ -133,6 +133,13 @@ UpstreamBuffer::Counters UpstreamBuffer::counters() const {
   return c;
 }
 
+uint64_t UpstreamBuffer::Pending() const {
+  MutexLock lock(&mu_);
+  uint64_t n = summaries_.size() + lifecycle_.size();
+  for (const auto& [key, a] : aggregates_) n += a.ops();
+  return n;
+}
+
 }  // namespace pitstop::agent
 
 namespace pitstop::agent {

@@ -50,6 +50,9 @@ class UpstreamBuffer {
   Counters counters() const;
   // Summaries queued now.
   size_t queued() const;
+  // What is held and not sent yet: summaries, ops folded into aggregates,
+  // lifecycle events (the agent counts them as undelivered when it stops).
+  uint64_t Pending() const;
 
  private:
   void FoldLocked(const v1::CollectiveSummary& s)

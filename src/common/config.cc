@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -228,6 +229,16 @@ absl::Status ConfigSchema::LoadYamlString(std::string_view yaml,
 }
 
 absl::Status ConfigSchema::LoadYamlFile(const std::string& path) {
+  // A directory opens as an ifstream and reads as empty: the daemon would
+  // start with defaults instead of the configuration it was pointed at.
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (!ec && std::filesystem::exists(st) &&
+      !std::filesystem::is_regular_file(st)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": not a regular file (--config takes a YAML file, got a ",
+        std::filesystem::is_directory(st) ? "directory" : "special file", ")"));
+  }
   std::ifstream in(path);
   if (!in) {
     return absl::NotFoundError(absl::StrCat(
@@ -235,6 +246,10 @@ absl::Status ConfigSchema::LoadYamlFile(const std::string& path) {
   }
   std::stringstream buf;
   buf << in.rdbuf();
+  if (in.bad()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot read config file"));
+  }
   return LoadYamlString(buf.str(), path);
 }
 

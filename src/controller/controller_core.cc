@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "pitstop/logging.h"
+#include "src/controller/agent_limits.h"
 
 namespace pitstop::controller {
 
@@ -77,14 +78,76 @@ void ControllerCore::Loop() {
   }
 }
 
+void ControllerCore::CountRefused(const char* what, uint64_t* counter,
+                                  uint64_t n) {
+  *counter += n;
+  if (options_.metrics) options_.metrics->Refused(what, n);
+}
+
 absl::StatusOr<uint64_t> ControllerCore::AgentConnected(
-    const v1::NodeRegistration& reg, CommandSink* sink) {
+    const v1::NodeRegistration& registration, CommandSink* sink) {
+  v1::NodeRegistration reg = registration;
+  int nics_dropped = 0;
+  if (absl::Status s = CheckRegistration(&reg, &nics_dropped); !s.ok()) {
+    return s;
+  }
   MutexLock lock(&mu_);
+  auto existing = nodes_.find(reg.host());
+  if (existing == nodes_.end() && nodes_.size() >= options_.max_hosts) {
+    ShedAndExpire();  // make room from nodes that are gone
+    if (nodes_.size() >= options_.max_hosts) {
+      CountRefused("hosts", &input_.hosts_refused);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "registration.host: the controller already tracks ", nodes_.size(),
+          " hosts (budget max_hosts); ", reg.host(), " refused"));
+    }
+  }
+  if (existing != nodes_.end() && existing->second.session != 0) {
+    // Two live streams claim one host: decided by agent id and start time,
+    // never by which stream came last (docs/reliability.md).
+    NodeEntry& cur = existing->second;
+    if (!NewClaimWins(cur.registration, reg)) {
+      CountRefused("claims", &input_.claims_refused);
+      if (input_.claims_refused % 100 == 1) {
+        Logger("controller")
+            ->warn(
+                "agent {} (agent_id {}) refused: host served by agent {} "
+                "started later ({} refusals)",
+                reg.host(), reg.agent_id(), cur.registration.agent_id(),
+                input_.claims_refused);
+      }
+      return absl::AlreadyExistsError(
+          absl::StrCat("registration.host: ", reg.host(),
+                       " is served by agent ", cur.registration.agent_id(),
+                       ", started later than ", reg.agent_id()));
+    }
+    sessions_.erase(cur.session);
+    if (cur.sink != nullptr) {
+      cur.sink->Close(absl::AbortedError(absl::StrCat(
+          "superseded: agent ", reg.agent_id(), " registered ", reg.host())));
+    }
+    ++input_.sessions_superseded;
+    // The same agent reconnecting is routine; another agent taking the
+    // host over is worth a warning.
+    Logger("controller")
+        ->log(cur.registration.agent_id() == reg.agent_id()
+                  ? spdlog::level::info
+                  : spdlog::level::warn,
+              "agent {}: stream of {} superseded by {}; closed", reg.host(),
+              cur.registration.agent_id(), reg.agent_id());
+    cur.session = 0;
+    cur.sink = nullptr;
+  }
+  if (nics_dropped > 0) {
+    CountRefused("nics", &input_.nics_dropped, nics_dropped);
+    Logger("controller")
+        ->warn("agent {}: {} NICs beyond {} dropped from its registration",
+               reg.host(), nics_dropped, kMaxNicsPerNode);
+  }
   absl::Status s = engine_->AddNode(reg);
   if (!s.ok()) return s;
   const uint64_t session = next_id_++;
   NodeEntry& e = nodes_[reg.host()];
-  if (e.session != 0) sessions_.erase(e.session);  // superseded stream
   e.registration = reg;
   e.session = session;
   e.sink = sink;
@@ -102,7 +165,8 @@ absl::Status ControllerCore::AgentBatch(uint64_t session,
   MutexLock lock(&mu_);
   auto sit = sessions_.find(session);
   if (sit == sessions_.end()) {
-    return absl::FailedPreconditionError("stream is not registered");
+    return absl::FailedPreconditionError(
+        "stream is not registered (superseded or shed); reconnect");
   }
   const std::string& host = sit->second;
   NodeEntry& node = nodes_[host];
@@ -112,11 +176,24 @@ absl::Status ControllerCore::AgentBatch(uint64_t session,
     engine_->NodeBack(host);
     Logger("controller")->info("agent {} reports again", host);
   }
-  if (batch.has_counters()) {
-    node.connected_ranks = batch.counters().connected_ranks();
-    node.plugin_dropped = batch.counters().plugin_dropped();
-  }
   absl::Status first;
+  if (batch.has_counters()) {
+    if (absl::Status s = CheckCounters(batch.counters()); !s.ok()) {
+      CountRefused("counters", &input_.counters_refused);
+      first = s;  // the previous values stay
+    } else {
+      node.connected_ranks = batch.counters().connected_ranks();
+      node.plugin_dropped = batch.counters().plugin_dropped();
+      if (batch.counters().undelivered() > node.undelivered) {
+        Logger("controller")
+            ->warn(
+                "agent {}: {} summaries/events accepted by its agents and "
+                "never delivered (counters.undelivered)",
+                host, batch.counters().undelivered());
+      }
+      node.undelivered = batch.counters().undelivered();
+    }
+  }
   auto note = [&](absl::Status s, absl::string_view what, int i) {
     if (!s.ok() && first.ok()) {
       first = absl::InvalidArgumentError(
@@ -155,8 +232,55 @@ void ControllerCore::AgentDisconnected(uint64_t session) {
   if (options_.metrics) options_.metrics->SetAgentsConnected(sessions_.size());
 }
 
+ControllerCore::InputStats ControllerCore::input_stats() {
+  MutexLock lock(&mu_);
+  return input_;
+}
+
+void ControllerCore::ShedAndExpire() {
+  const uint64_t now = NowUnixNs();
+  const uint64_t grace = absl::ToInt64Nanoseconds(options_.node_grace);
+  const int64_t expiry = absl::ToInt64Nanoseconds(options_.node_expiry);
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    NodeEntry& e = it->second;
+    const uint64_t silent = now - std::min(now, e.last_seen_unix_ns);
+    if (e.session != 0 && silent > grace) {
+      // A stream this silent is dead or stuck; closing it frees its
+      // descriptor and makes a live agent reconnect.
+      sessions_.erase(e.session);
+      if (e.sink != nullptr) {
+        e.sink->Close(absl::DeadlineExceededError(absl::StrCat(
+            "agent stream silent for ", silent / 1'000'000'000, " s")));
+      }
+      e.session = 0;
+      e.sink = nullptr;
+      if (!e.lost) {
+        e.lost = true;
+        engine_->NodeLost(it->first);
+      }
+      ++input_.streams_shed;
+      Logger("controller")
+          ->warn("agent {}: stream silent for {} s; closed", it->first,
+                 silent / 1'000'000'000);
+    }
+    if (e.session == 0 && expiry > 0 &&
+        silent > static_cast<uint64_t>(expiry) && !drains_.count(it->first)) {
+      engine_->ForgetNode(it->first);
+      ++input_.nodes_expired;
+      Logger("controller")
+          ->info("node {} forgotten: no agent for {} s", it->first,
+                 silent / 1'000'000'000);
+      it = nodes_.erase(it);
+      continue;
+    }
+    ++it;
+  }
+  if (options_.metrics) options_.metrics->SetAgentsConnected(sessions_.size());
+}
+
 void ControllerCore::RunCycle() {
   MutexLock lock(&mu_);
+  ShedAndExpire();
   if (options_.agent_silence > absl::ZeroDuration()) {
     const uint64_t now = NowUnixNs();
     const uint64_t silence = absl::ToInt64Nanoseconds(options_.agent_silence);
@@ -174,11 +298,18 @@ void ControllerCore::RunCycle() {
   }
   CycleResult r = engine_->RunCycle();
   last_cycle_ms_ = absl::ToDoubleMilliseconds(r.cycle_time);
-  const uint64_t joined = engine_->stats().collectives_joined;
+  const EngineStats stats = engine_->stats();
+  const uint64_t joined = stats.collectives_joined;
   if (options_.metrics) {
     options_.metrics->ObserveCycle(absl::ToDoubleSeconds(r.cycle_time));
     options_.metrics->AddCollectivesJoined(joined - last_joined_);
+    options_.metrics->Refused("members",
+                              stats.members_refused - input_.members_refused);
+    options_.metrics->Refused("communicators",
+                              stats.comms_refused - input_.comms_refused);
   }
+  input_.members_refused = stats.members_refused;
+  input_.comms_refused = stats.comms_refused;
   last_joined_ = joined;
   for (const v1::Fault& f : r.faults) {
     const bool is_new = absl::IsNotFound(store_->Get(f.fault_id()).status());

@@ -31,6 +31,10 @@ class CommandSink {
  public:
   virtual ~CommandSink() = default;
   virtual void Send(const v1::ConnectResponse& response) = 0;
+  // Ends the stream with `why` (its session was superseded or it went
+  // silent), so the agent notices and reconnects. Must not block; called
+  // with the core's lock held.
+  virtual void Close(const absl::Status& why) { (void)why; }
 };
 
 // Thread-safe: any method from any thread. Start() runs the detection loop
@@ -51,6 +55,26 @@ class ControllerCore {
     DetectionEngine::Options engine;
     ControllerMetrics* metrics = nullptr;  // optional, not owned
     std::string version = "0.1.0";
+    // Hosts tracked at once (docs/reliability.md); a new host beyond it is
+    // refused (RESOURCE_EXHAUSTED) after expiring the gone ones.
+    size_t max_hosts = 16384;
+    // A node without an agent stream for this long is forgotten (unless
+    // drained). Zero keeps nodes forever.
+    absl::Duration node_expiry = absl::Hours(1);
+  };
+
+  // What the core refused or dropped from agent input (also exported as
+  // pitstop_controller_refused_total{what}).
+  struct InputStats {
+    uint64_t hosts_refused = 0;     // new hosts beyond max_hosts
+    uint64_t nics_dropped = 0;      // NICs beyond kMaxNicsPerNode
+    uint64_t counters_refused = 0;  // AgentCounters above kMaxCounter
+    uint64_t claims_refused = 0;    // registrations losing to a live agent
+    uint64_t sessions_superseded = 0;
+    uint64_t streams_shed = 0;  // silent streams closed after node_grace
+    uint64_t nodes_expired = 0;
+    uint64_t members_refused = 0;  // engine budget max_members
+    uint64_t comms_refused = 0;    // engine budget max_comms_per_host
   };
 
   // Opens the store (Internal naming the path on failure) and loads drains,
@@ -71,6 +95,7 @@ class ControllerCore {
   // names the first bad item (others in the batch are still taken).
   absl::Status AgentBatch(uint64_t session, const v1::ConnectRequest& batch);
   void AgentDisconnected(uint64_t session);
+  InputStats input_stats();
 
   // One detection cycle now (the loop calls this every cycle_period):
   // runs the engine, stores faults, notifies watchers, sends commands.
@@ -118,7 +143,8 @@ class ControllerCore {
     uint64_t last_seen_unix_ns = 0;
     uint32_t connected_ranks = 0;
     uint64_t plugin_dropped = 0;
-    bool lost = false;  // the engine was told NodeLost
+    uint64_t undelivered = 0;  // counters.undelivered (lost in agents)
+    bool lost = false;         // the engine was told NodeLost
   };
   struct Watcher {
     std::string job_id;
@@ -139,6 +165,11 @@ class ControllerCore {
   void SendProfiling(const ProfilingRequest& r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t NowUnixNs() const;
+  // Closes agent streams silent for longer than node_grace and forgets
+  // nodes gone for longer than node_expiry.
+  void ShedAndExpire() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountRefused(const char* what, uint64_t* counter, uint64_t n = 1)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   const std::unique_ptr<FaultStore> store_;
@@ -154,6 +185,7 @@ class ControllerCore {
   uint64_t next_command_id_ ABSL_GUARDED_BY(mu_) = 1;
   double last_cycle_ms_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_joined_ ABSL_GUARDED_BY(mu_) = 0;
+  InputStats input_ ABSL_GUARDED_BY(mu_);
 
   Mutex loop_mu_;
   CondVar loop_cv_;

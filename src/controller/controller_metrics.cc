@@ -36,6 +36,12 @@ ControllerMetrics::ControllerMetrics()
                  .Help("Agent streams currently connected")
                  .Register(*registry_)
                  .Add({});
+  refused_ = &prometheus::BuildCounter()
+                  .Name("pitstop_controller_refused_total")
+                  .Help(
+                      "Agent input refused or dropped by a limit "
+                      "(docs/reliability.md), by what")
+                  .Register(*registry_);
 }
 
 void ControllerMetrics::ObserveCycle(double seconds) {
@@ -52,5 +58,8 @@ void ControllerMetrics::FaultOpened(v1::FaultClass c) {
   faults_->Add({{"class", absl::AsciiStrToLower(name)}}).Increment();
 }
 void ControllerMetrics::SetAgentsConnected(double n) { agents_->Set(n); }
+void ControllerMetrics::Refused(const std::string& what, double n) {
+  refused_->Add({{"what", what}}).Increment(n);
+}
 
 }  // namespace pitstop::controller

@@ -4,6 +4,7 @@
 #define PITSTOP_CONTROLLER_CONTROLLER_METRICS_H_
 
 #include <memory>
+#include <string>
 
 #include "pitstop/v1/common.pb.h"
 #include "prometheus/counter.h"
@@ -25,6 +26,9 @@ class ControllerMetrics {
   void AddSummaries(double n);
   void FaultOpened(v1::FaultClass c);
   void SetAgentsConnected(double n);
+  // Agent input refused or dropped by a limit (`what`: hosts, nics,
+  // counters, claims, ...).
+  void Refused(const std::string& what, double n);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -33,6 +37,7 @@ class ControllerMetrics {
   prometheus::Counter* summaries_;
   prometheus::Family<prometheus::Counter>* faults_;
   prometheus::Gauge* agents_;
+  prometheus::Family<prometheus::Counter>* refused_;
 };
 
 }  // namespace pitstop::controller

@@ -19,6 +19,14 @@ absl::Status KeyError(absl::string_view key, absl::string_view what) {
 }  // namespace
 
 absl::Status ControllerOptions::Validate() const {
+  // SQLite opens "" as a private temporary database: faults, drains and
+  // policies would silently vanish at the next restart.
+  if (db.empty()) {
+    return KeyError("db",
+                    "must name the database file (an empty path would be a "
+                    "temporary database, lost at restart)");
+  }
+  if (listen.empty()) return KeyError("listen", "must be host:port");
   if (cycle_ms == 0) return KeyError("detection.cycle_ms", "must be > 0");
   if (mode != "observe" && mode != "act") {
     return KeyError("detection.mode",
@@ -63,7 +71,7 @@ v1::JobPolicy ControllerOptions::DefaultPolicy() const {
 void RegisterControllerOptions(ConfigSchema* s, ControllerOptions* o) {
   s->Add("listen", &o->listen,
          "gRPC address for AgentLink and Controller (127.0.0.1:0 picks a "
-         "free port)");
+         "free port; use the cluster interface so agents can connect)");
   s->Add("port_file", &o->port_file,
          "write the bound port and a newline here once listening");
   s->Add("db", &o->db, "SQLite database of faults, drains and policies");

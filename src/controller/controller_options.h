@@ -11,10 +11,12 @@
 namespace pitstop::controller {
 
 struct ControllerOptions {
-  std::string listen = "0.0.0.0:7070";
+  // Loopback by default: agents on other nodes need an address chosen by
+  // the operator (docs/reliability.md).
+  std::string listen = "127.0.0.1:7070";
   std::string port_file;
   std::string db = "/var/lib/pitstop/controller.db";
-  std::string metrics_address = "0.0.0.0:9470";
+  std::string metrics_address = "127.0.0.1:9470";
   std::string log_level = "info";
   std::string log_file;
   uint32_t cycle_ms = 500;
@@ -37,7 +39,8 @@ struct ControllerOptions {
   v1::JobPolicy DefaultPolicy() const;
   // Checks values the schema's types cannot: detection.cycle_ms > 0, the
   // default policy valid (persistence_n <= persistence_m, min_effect >= 0,
-  // finite numbers). InvalidArgument naming the YAML key and its flag.
+  // finite numbers), db not empty. InvalidArgument naming the YAML key and
+  // its flag.
   absl::Status Validate() const;
 };
 

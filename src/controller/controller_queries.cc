@@ -122,9 +122,9 @@ absl::StatusOr<v1::Communicator> ControllerCore::Communicator(
   if (comm_hash == 0) {
     return absl::InvalidArgumentError("comm_hash: required (non-zero)");
   }
-  for (v1::Communicator& c : Communicators("")) {
-    if (c.comm_hash() == comm_hash) return c;
-  }
+  MutexLock lock(&mu_);
+  v1::Communicator c;
+  if (engine_->GetCommunicator(comm_hash, &c)) return c;
   return absl::NotFoundError(
       absl::StrCat("communicator ", absl::Hex(comm_hash), " not found"));
 }

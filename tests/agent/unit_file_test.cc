@@ -38,6 +38,43 @@ TEST(UnitFileTest, HasTheSettingsTheAgentNeeds) {
   EXPECT_THAT(unit, HasSubstr("\nKillSignal=SIGTERM\n"));
 }
 
+// Issue #11: the agent ran as root. It runs as `pitstop` with no
+// capability; systemd rates the unit "OK" (exposure below 3.0 of 10).
+TEST(UnitFileTest, RunsUnprivileged) {
+  const std::string unit = testing::ReadFile(UnitPath());
+  EXPECT_THAT(unit, HasSubstr("\nUser=pitstop\n"));
+  EXPECT_THAT(unit, HasSubstr("\nGroup=pitstop\n"));
+  EXPECT_THAT(unit, HasSubstr("\nCapabilityBoundingSet=\n"));
+  EXPECT_THAT(unit, HasSubstr("\nNoNewPrivileges=yes\n"));
+  EXPECT_THAT(unit, ::testing::Not(HasSubstr("0.0.0.0")));
+  if (std::system("command -v systemd-analyze >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "SKIPPED: systemd-analyze absent; exposure not rated";
+  }
+  testing::TempDir dir;
+  const std::string copy = dir.file("pitstop-agent.service");
+  std::ofstream(copy) << absl::StrReplaceAll(
+      unit, {{"/usr/local/bin/pitstop-agent",
+              testing::BinaryPath("src/agent/pitstop-agent")}});
+  testing::Process security({"/usr/bin/env", "systemd-analyze", "security",
+                             "--offline=yes", "--threshold=30", copy},
+                            {}, dir.file("out"), dir.file("err"));
+  const int st = security.Wait();
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
+      << testing::ReadFile(dir.file("out"))
+      << testing::ReadFile(dir.file("err"));
+}
+
+TEST(UnitFileTest, MetricsDefaultToLoopback) {
+  testing::TempDir dir;
+  testing::Process help(
+      {testing::BinaryPath("src/agent/pitstop-agent"), "--help"}, {},
+      dir.file("out"), dir.file("err"));
+  ASSERT_NE(help.Wait(), -1);
+  const std::string out = testing::ReadFile(dir.file("out"));
+  EXPECT_THAT(out, HasSubstr("127.0.0.1:9471"));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("0.0.0.0")));
+}
+
 TEST(UnitFileTest, SystemdAnalyzeVerifyAcceptsIt) {
   if (std::system("command -v systemd-analyze >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "systemd-analyze absent; unit not verified";

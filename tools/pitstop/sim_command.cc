@@ -35,6 +35,7 @@ void OnInterrupt(int) { g_interrupted = true; }
 struct SimArgs {
   std::string scenario = "nic-degraded";
   bool list = false;
+  bool print = false;
   bool bench = false;
   bool quick = false;
   std::string bench_out;
@@ -158,8 +159,9 @@ void AddSimCommand(CLI::App* app, int* exit_code) {
                   "(format: docs/sim.md)")
       ->capture_default_str();
   cmd->add_flag("--list", a.list, "list the built-in scenarios and exit");
-  bool print = false;
-  cmd->add_flag("--print", print,
+  // Every flag is bound to a member of the static SimArgs: the callback
+  // runs after this function returned, so a local would be gone by then.
+  cmd->add_flag("--print", a.print,
                 "print the scenario's YAML (resolved) and exit");
   cmd->add_option("--seed", a.seed, "override the scenario's random seed");
   cmd->add_option("--duration-s", a.duration_s,
@@ -187,12 +189,12 @@ void AddSimCommand(CLI::App* app, int* exit_code) {
                 "with --bench: one seed, the small cluster only (~5 min)");
   cmd->add_option("--bench-out", a.bench_out,
                   "with --bench: also write the Markdown report here");
-  cmd->callback([exit_code, &print] {
+  cmd->callback([exit_code] {
     if (a.list) {
       *exit_code = ListScenarios();
       return;
     }
-    if (print) {
+    if (a.print) {
       auto s = ResolveScenario(a);
       if (!s.ok()) {
         std::cerr << "pitstop sim: " << s.status().message() << "\n";

@@ -1,8 +1,10 @@
 #include "src/controller/api/streams.h"
 
+#include <atomic>
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "pitstop/grpc_util.h"
 #include "pitstop/logging.h"
 #include "pitstop/sync.h"
 #include "src/controller/api/write_queue.h"
@@ -44,11 +46,16 @@ class AgentStreamReactor final
   void Send(const v1::ConnectResponse& response) override {
     out_.Enqueue(response);
   }
+  void Close(const absl::Status& why) override {
+    closed_.store(true);
+    out_.Finish(ToGrpcStatus(why));
+  }
   void OnReadDone(bool ok) override {
     if (!ok) {  // the agent closed its side (or the stream broke)
       out_.Finish(grpc::Status::OK);
       return;
     }
+    if (closed_.load()) return;  // superseded or shed: no more reads
     // An exception must not escape into gRPC: the stream would never
     // finish and server shutdown would wait for it forever.
     try {
@@ -80,15 +87,21 @@ class AgentStreamReactor final
       }
       absl::StatusOr<uint64_t> s =
           core_->AgentConnected(request_.registration(), this);
-      if (!s.ok()) {
-        out_.Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                 std::string(s.status().message())));
+      if (!s.ok()) {  // INVALID_ARGUMENT, ALREADY_EXISTS, RESOURCE_EXHAUSTED
+        out_.Finish(ToGrpcStatus(s.status()));
         return;
       }
       session_ = *s;
       host_ = request_.registration().host();
     }
     absl::Status st = core_->AgentBatch(session_, request_);
+    if (absl::IsFailedPrecondition(st) || closed_.load()) {
+      // The session was superseded or shed: end the stream so the agent
+      // reconnects instead of sending into the void.
+      out_.Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                               std::string(st.message())));
+      return;
+    }
     // Invalid records are skipped (the rest of the batch is used); log the
     // first and then every 1000th so one bad agent cannot flood the log.
     if (!st.ok() && invalid_batches_++ % 1000 == 0) {
@@ -104,6 +117,7 @@ class AgentStreamReactor final
   WriteQueue<AgentStreamReactor, v1::ConnectResponse> out_;
   v1::ConnectRequest request_;
   uint64_t session_ = 0;
+  std::atomic<bool> closed_{false};
   uint64_t invalid_batches_ = 0;
   std::string host_;
 };

@@ -75,10 +75,7 @@ std::vector<SlowLink> FindSlowLinks(const CommState& c, double min_effect) {
 }
 
 const Member* MemberOf(const CommState& c, int32_t rank) {
-  if (rank < 0 || rank >= static_cast<int32_t>(c.members.size())) {
-    return nullptr;
-  }
-  return &c.members[rank];
+  return c.FindMember(rank);
 }
 
 // Localises slow links to one NIC, one node pair, or the links themselves.

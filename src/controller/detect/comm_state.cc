@@ -16,10 +16,11 @@ uint64_t SizeKey(int32_t func, uint64_t bytes) {
 }
 
 bool InterHost(const CommState& c, int32_t a, int32_t b) {
-  const int32_t n = static_cast<int32_t>(c.members.size());
-  if (a < 0 || b < 0 || a >= n || b >= n) return true;
-  const std::string& ha = c.members[a].host;
-  const std::string& hb = c.members[b].host;
+  const Member* ma = c.FindMember(a);
+  const Member* mb = c.FindMember(b);
+  if (ma == nullptr || mb == nullptr) return true;
+  const std::string& ha = ma->host;
+  const std::string& hb = mb->host;
   return ha.empty() || hb.empty() || ha != hb;
 }
 
@@ -43,25 +44,39 @@ void FoldConnections(CommState* c, const Join& join) {
 
 }  // namespace
 
-Member& CommState::MemberAt(int32_t rank) {
-  if (rank >= static_cast<int32_t>(members.size())) members.resize(rank + 1);
-  return members[rank];
+Member& CommState::MemberAt(int32_t rank) { return members[rank]; }
+
+const Member* CommState::FindMember(int32_t rank) const {
+  auto it = members.find(rank);
+  return it == members.end() ? nullptr : &it->second;
 }
 
 int32_t CommState::ExpectedRanks() const {
-  return n_ranks_known ? n_ranks : static_cast<int32_t>(members.size());
+  if (n_ranks_known) return n_ranks;
+  return members.empty() ? 0 : members.rbegin()->first + 1;
+}
+
+const RankProgressState& FuncProgress::RankAt(int32_t rank) const {
+  static const RankProgressState kNone;
+  auto it = ranks.find(rank);
+  return it == ranks.end() ? kNone : it->second;
 }
 
 void CommState::ResetWindow() { window = WindowAccum{}; }
 
 void FoldJoin(CommState* c, int32_t func, const Join& join) {
-  const size_t n = join.duration_ns.size();
+  // Complete joins hold every rank of [0, n_ranks): the keys are 0..n-1.
+  const size_t n =
+      join.duration_ns.empty()
+          ? 0
+          : static_cast<size_t>(join.duration_ns.rbegin()->first) + 1;
+  if (n != join.duration_ns.size()) return FoldConnections(c, join);
   int64_t max_d = 0;
   int64_t min_d = INT64_MAX;
   size_t argmin = 0;
   int ties = 0;
-  for (size_t r = 0; r < n; ++r) {
-    const int64_t d = join.duration_ns[r];
+  for (const auto& [rank, d] : join.duration_ns) {
+    const size_t r = static_cast<size_t>(rank);
     if (d <= 0) return FoldConnections(c, join);  // no timings on this op
     max_d = std::max(max_d, d);
     if (d < min_d) {
@@ -86,8 +101,9 @@ void FoldJoin(CommState* c, int32_t func, const Join& join) {
     w.last_count.resize(n, 0);
   }
   std::vector<double> waits(n);
-  for (size_t r = 0; r < n; ++r) {
-    waits[r] = static_cast<double>(join.duration_ns[r] - min_d);
+  for (const auto& [rank, d] : join.duration_ns) {
+    const size_t r = static_cast<size_t>(rank);
+    waits[r] = static_cast<double>(d - min_d);
     w.sum_wait_ns[r] += waits[r];
   }
   // The rank that arrived last waited least; ties name nobody.

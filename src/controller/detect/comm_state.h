@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "pitstop/v1/agent.pb.h"
 #include "pitstop/v1/common.pb.h"
@@ -41,10 +42,10 @@ struct ConnSample {
   double throughput_bps = 0;
 };
 
-// The summaries of one (func, seq) collided so far, one slot per comm rank.
+// The summaries of one (func, seq) collected so far: one entry per rank
+// that reported (memory follows what arrived, not what n_ranks claims).
 struct Join {
-  std::vector<int64_t> duration_ns;  // -1 = not reported yet / unknown
-  std::vector<uint8_t> reported;
+  absl::btree_map<int32_t, int64_t> duration_ns;  // -1 = unknown duration
   uint32_t n_reported = 0;
   uint64_t bytes = 0;
   int64_t first_seen_ns = 0;  // engine clock
@@ -83,9 +84,12 @@ struct RankProgressState {
 };
 
 struct FuncProgress {
-  std::vector<RankProgressState> ranks;  // per comm rank
-  int64_t min_completed = -2;            // -2 = not computed yet
-  int64_t last_advance_ns = 0;           // engine clock
+  // Per comm rank that reported (sparse: a rank number does not size it).
+  absl::btree_map<int32_t, RankProgressState> ranks;
+  // The state of `rank`; a default (nothing reported) one when absent.
+  const RankProgressState& RankAt(int32_t rank) const;
+  int64_t min_completed = -2;   // -2 = not computed yet
+  int64_t last_advance_ns = 0;  // engine clock
 };
 
 // Baseline of the min duration per (func, size) for the comm-slow detector.
@@ -101,7 +105,17 @@ struct CommState {
   int32_t n_ranks = 0;  // 0 = unknown
   bool n_ranks_known = false;
   uint64_t parent_comm_hash = 0;
-  std::vector<Member> members;
+  // Ranks some report named, by comm rank. Sparse on purpose: n_ranks comes
+  // from the wire and must not size anything (docs/reliability.md).
+  absl::btree_map<int32_t, Member> members;
+  // Host whose report created this state (its per-host budget is charged).
+  std::string owner_host;
+  // Engine clock of the last input naming this communicator (expiry).
+  int64_t last_input_ns = 0;
+  // Hangs open when the controller restarted, per func: (stuck seq, when
+  // the hang started on the engine clock). The hang detector uses it once,
+  // so a hang adopted after a restart keeps its age.
+  std::map<int32_t, std::pair<int64_t, int64_t>> adopted_hang_start;
 
   // Joins by (func, seq).
   absl::flat_hash_map<std::pair<int32_t, uint64_t>, Join> pending;
@@ -127,9 +141,12 @@ struct CommState {
   double comm_slow_extra_ns = 0;
   int64_t comm_slow_at_ns = 0;
 
-  // Grows members to hold `rank`; returns the member.
+  // The member `rank`, created if absent.
   Member& MemberAt(int32_t rank);
-  // Number of ranks a join needs: n_ranks if known, else members seen.
+  // nullptr when no report named `rank`.
+  const Member* FindMember(int32_t rank) const;
+  // Number of ranks a join needs: n_ranks if known, else the highest rank
+  // seen + 1.
   int32_t ExpectedRanks() const;
   void ResetWindow();
 };

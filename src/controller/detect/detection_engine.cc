@@ -53,7 +53,7 @@ absl::Status EngineImpl::AddNode(const v1::NodeRegistration& registration) {
   }
   nodes_[registration.host()] = registration;
   for (auto& [hash, c] : comms_) {
-    for (Member& m : c.members) {
+    for (auto& [rank, m] : c.members) {
       if (m.host == registration.host()) AssignNic(&m);
     }
   }
@@ -72,12 +72,76 @@ void EngineImpl::AssignNic(Member* m) const {
   }
 }
 
-void EngineImpl::NoteMember(CommState* c, int32_t rank, int32_t global_rank,
-                            absl::string_view host, uint32_t pid,
-                            int32_t cuda_device) {
-  const size_t before = c->members.size();
+bool EngineImpl::ChargeMember() {
+  if (stats_.ranks >= options_.max_members) {
+    ++stats_.members_refused;
+    return false;
+  }
+  ++stats_.ranks;
+  return true;
+}
+
+CommState* EngineImpl::GetOrCreateComm(uint64_t hash, absl::string_view host,
+                                       absl::Status* status) {
+  const int64_t now = clock_->MonotonicNanos();
+  auto it = comms_.find(hash);
+  if (it == comms_.end()) {
+    uint32_t& owned = comms_per_host_[std::string(host)];
+    if (owned >= options_.max_comms_per_host) {
+      ++stats_.comms_refused;
+      *status = absl::ResourceExhaustedError(absl::StrCat(
+          "comm_hash: host ", host.substr(0, 64), " already has ", owned,
+          " communicators (budget max_comms_per_host); record refused"));
+      return nullptr;
+    }
+    ++owned;
+    it = comms_.try_emplace(hash).first;
+    it->second.comm_hash = hash;
+    it->second.owner_host = std::string(host);
+    if (auto a = adopted_hangs_.find(hash); a != adopted_hangs_.end()) {
+      const int64_t now_unix = absl::ToUnixNanos(clock_->Now());
+      for (const auto& [func, start] : a->second) {
+        it->second.adopted_hang_start[func] = {
+            start.first, now - std::max<int64_t>(0, now_unix - start.second)};
+      }
+      adopted_hangs_.erase(a);
+    }
+  }
+  it->second.last_input_ns = now;
+  return &it->second;
+}
+
+void EngineImpl::ExpireComms(int64_t now_ns) {
+  const int64_t expiry = absl::ToInt64Nanoseconds(options_.comm_expiry);
+  if (expiry <= 0) return;
+  for (auto it = comms_.begin(); it != comms_.end();) {
+    if (now_ns - it->second.last_input_ns <= expiry) {
+      ++it;
+      continue;
+    }
+    stats_.ranks -= std::min<uint32_t>(stats_.ranks, it->second.members.size());
+    for (const auto& [key, join] : it->second.pending) {
+      stats_.join_entries -=
+          std::min<uint64_t>(stats_.join_entries, join.duration_ns.size());
+    }
+    auto owner = comms_per_host_.find(it->second.owner_host);
+    if (owner != comms_per_host_.end() && --owner->second == 0) {
+      comms_per_host_.erase(owner);
+    }
+    ++stats_.comms_expired;
+    it = comms_.erase(it);
+  }
+}
+
+absl::Status EngineImpl::NoteMember(CommState* c, int32_t rank,
+                                    int32_t global_rank, absl::string_view host,
+                                    uint32_t pid, int32_t cuda_device) {
+  if (!c->members.contains(rank) && !ChargeMember()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("rank: the controller holds ", options_.max_members,
+                     " members (budget max_members); record refused"));
+  }
   Member& m = c->MemberAt(rank);
-  if (c->members.size() != before) stats_.ranks += c->members.size() - before;
   const bool changed = !m.known || (!host.empty() && m.host != host) ||
                        (cuda_device >= 0 && m.cuda_device != cuda_device);
   m.known = true;
@@ -87,6 +151,7 @@ void EngineImpl::NoteMember(CommState* c, int32_t rank, int32_t global_rank,
   if (pid != 0) m.pid = pid;
   if (cuda_device >= 0) m.cuda_device = cuda_device;
   if (changed) AssignNic(&m);
+  return absl::OkStatus();
 }
 
 absl::Status EngineImpl::AddCommunicator(absl::string_view host,
@@ -107,8 +172,10 @@ absl::Status EngineImpl::AddCommunicator(absl::string_view host,
         absl::StrCat("communicator.rank: ", info.rank(), " not in [0, n_ranks ",
                      info.n_ranks(), ")"));
   }
-  CommState& c = comms_[info.comm_hash()];
-  c.comm_hash = info.comm_hash();
+  absl::Status status;
+  CommState* cp = GetOrCreateComm(info.comm_hash(), host, &status);
+  if (cp == nullptr) return status;
+  CommState& c = *cp;
   if (!info.comm_name().empty()) c.comm_name = info.comm_name();
   if (!info.job_id().empty()) c.job_id = info.job_id();
   if (info.parent_comm_hash() != 0)
@@ -116,16 +183,25 @@ absl::Status EngineImpl::AddCommunicator(absl::string_view host,
   if (info.n_ranks() > 0) {
     c.n_ranks = info.n_ranks();
     c.n_ranks_known = true;
-    NoteMember(&c, info.n_ranks() - 1, -1, "", 0, -1);
   }
   const std::string reporter(info.host().empty() ? host : info.host());
   const int32_t global = info.rank() < info.global_ranks_size()
                              ? info.global_ranks(info.rank())
                              : -1;
-  NoteMember(&c, info.rank(), global, reporter, info.pid(), info.cuda_device());
+  if (absl::Status s = NoteMember(&c, info.rank(), global, reporter, info.pid(),
+                                  info.cuda_device());
+      !s.ok()) {
+    return s;
+  }
+  // Every entry names a member (memory follows the entries received).
   for (int r = 0; r < info.global_ranks_size() && r < c.ExpectedRanks(); ++r) {
-    if (info.global_ranks(r) >= 0)
-      c.members[r].global_rank = info.global_ranks(r);
+    if (info.global_ranks(r) < 0) continue;
+    auto it = c.members.find(r);
+    if (it == c.members.end()) {
+      if (!ChargeMember()) break;
+      it = c.members.try_emplace(r).first;
+    }
+    it->second.global_rank = info.global_ranks(r);
   }
   return absl::OkStatus();
 }
@@ -138,14 +214,24 @@ absl::Status EngineImpl::AddSummary(absl::string_view host,
   if (absl::Status st = CheckRank("summary.rank", s.rank()); !st.ok()) {
     return st;
   }
-  CommState& c = comms_[s.comm_hash()];
-  c.comm_hash = s.comm_hash();
+  if (!v1::CollFunc_IsValid(s.func())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("summary.func: unknown value ", s.func()));
+  }
+  absl::Status status;
+  CommState* cp = GetOrCreateComm(s.comm_hash(), host, &status);
+  if (cp == nullptr) return status;
+  CommState& c = *cp;
   if (c.n_ranks_known && s.rank() >= c.n_ranks) {
     return absl::InvalidArgumentError(
         absl::StrCat("summary.rank: ", s.rank(), " >= n_ranks ", c.n_ranks));
   }
+  if (absl::Status st =
+          NoteMember(&c, s.rank(), s.global_rank(), host, s.pid(), -1);
+      !st.ok()) {
+    return st;
+  }
   ++stats_.summaries;
-  NoteMember(&c, s.rank(), s.global_rank(), host, s.pid(), -1);
   const std::pair<int32_t, uint64_t> key{s.func(), s.seq_number()};
   auto it = c.pending.find(key);
   if (it == c.pending.end()) {
@@ -155,24 +241,31 @@ absl::Status EngineImpl::AddSummary(absl::string_view host,
       ++stats_.late_summaries;
       return absl::OkStatus();
     }
+  }
+  if (stats_.join_entries >= options_.max_join_entries) {
+    ++stats_.summaries_refused;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "summary: ", stats_.join_entries,
+        " summaries held in open joins (budget max_join_entries); refused"));
+  }
+  if (it == c.pending.end()) {
     it = c.pending.emplace(key, Join{}).first;
     it->second.first_seen_ns = clock_->MonotonicNanos();
     c.pending_order.push_back(key);
   }
   Join& j = it->second;
-  const size_t need = static_cast<size_t>(c.ExpectedRanks());
-  if (j.reported.size() < need) {
-    j.reported.resize(need, 0);
-    j.duration_ns.resize(need, -1);
-  }
-  if (j.reported[s.rank()]) return absl::OkStatus();  // duplicate
-  j.reported[s.rank()] = 1;
-  ++j.n_reported;
   const uint64_t d =
       s.kernel_duration_ns() ? s.kernel_duration_ns() : s.proxy_duration_ns();
-  j.duration_ns[s.rank()] = d ? static_cast<int64_t>(d) : -1;
+  if (!j.duration_ns.try_emplace(s.rank(), d ? static_cast<int64_t>(d) : -1)
+           .second) {
+    return absl::OkStatus();  // duplicate
+  }
+  ++j.n_reported;
+  ++stats_.join_entries;
   j.bytes = std::max<uint64_t>(j.bytes, s.bytes());
-  for (const v1::ConnectionSummary& cs : s.connections()) {
+  for (int i = 0; i < s.connections_size() && i < kMaxConnectionsPerRecord;
+       ++i) {
+    const v1::ConnectionSummary& cs = s.connections(i);
     double tput = cs.throughput_bps();
     if (tput <= 0 && cs.duration_ns() > 0) {
       tput = static_cast<double>(cs.bytes()) * 1e9 / cs.duration_ns();
@@ -190,6 +283,8 @@ absl::Status EngineImpl::AddSummary(absl::string_view host,
 void EngineImpl::Fold(CommState* c, std::pair<int32_t, uint64_t> key) {
   auto it = c->pending.find(key);
   FoldJoin(c, key.first, it->second);
+  stats_.join_entries -=
+      std::min<uint64_t>(stats_.join_entries, it->second.duration_ns.size());
   c->pending.erase(it);
   ++c->collectives_joined;
   ++stats_.collectives_joined;
@@ -207,6 +302,8 @@ void EngineImpl::EvictJoins(CommState* c, int64_t now_ns) {
       const bool old = now_ns - it->second.first_seen_ns > horizon;
       const bool over = c->pending.size() > options_.max_pending_joins_per_comm;
       if (!old && !over) break;
+      stats_.join_entries -= std::min<uint64_t>(stats_.join_entries,
+                                                it->second.duration_ns.size());
       c->pending.erase(it);
       ++stats_.incomplete_dropped;
       int64_t& wm =
@@ -225,18 +322,25 @@ absl::Status EngineImpl::AddProgress(absl::string_view host,
   if (absl::Status s = CheckRank("progress.rank", p.rank()); !s.ok()) {
     return s;
   }
-  CommState& c = comms_[p.comm_hash()];
-  c.comm_hash = p.comm_hash();
+  if (!v1::CollFunc_IsValid(p.func())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("progress.func: unknown value ", p.func()));
+  }
+  absl::Status status;
+  CommState* cp = GetOrCreateComm(p.comm_hash(), host, &status);
+  if (cp == nullptr) return status;
+  CommState& c = *cp;
   if (c.n_ranks_known && p.rank() >= c.n_ranks) {
     return absl::InvalidArgumentError(
         absl::StrCat("progress.rank: ", p.rank(), " >= n_ranks ", c.n_ranks));
   }
-  NoteMember(&c, p.rank(), p.global_rank(), host, p.pid(), -1);
+  if (absl::Status st =
+          NoteMember(&c, p.rank(), p.global_rank(), host, p.pid(), -1);
+      !st.ok()) {
+    return st;
+  }
   FuncProgress& fp = c.progress[p.func()];
   if (fp.last_advance_ns == 0) fp.last_advance_ns = clock_->MonotonicNanos();
-  if (static_cast<int32_t>(fp.ranks.size()) <= p.rank()) {
-    fp.ranks.resize(p.rank() + 1);
-  }
   RankProgressState& rs = fp.ranks[p.rank()];
   rs.reported = true;
   rs.enqueued = SeqOrNone(p.last_enqueued_seq(), p.last_enqueue_cpu_ns());
@@ -254,7 +358,8 @@ absl::Status EngineImpl::AddProgress(absl::string_view host,
   }
   rs.oldest_incomplete_seq = oldest;
   rs.oldest_incomplete_age_ns = p.oldest_incomplete_age_ns();
-  for (const v1::ConnectionSummary& cs : p.in_flight()) {
+  for (int i = 0; i < p.in_flight_size() && i < kMaxConnectionsPerRecord; ++i) {
+    const v1::ConnectionSummary& cs = p.in_flight(i);
     auto [it, fresh] = rs.in_flight.try_emplace(
         std::make_tuple(cs.peer_rank(), cs.channel_id(), cs.is_send()),
         cs.bytes(), UINT64_MAX);
@@ -285,7 +390,7 @@ absl::Status EngineImpl::AddLifecycle(absl::string_view host,
   }
   const bool died = l.kind() == v1::RankLifecycle::KIND_DIED;
   for (auto& [hash, c] : comms_) {
-    for (Member& m : c.members) {
+    for (auto& [rank, m] : c.members) {
       if (m.host == host && m.pid == l.pid() && l.pid() != 0) {
         (died ? m.dead : m.exited) = true;
       }
@@ -319,6 +424,10 @@ void EngineImpl::NodeLost(absl::string_view host) { SetNodeLost(host, true); }
 
 void EngineImpl::NodeBack(absl::string_view host) { SetNodeLost(host, false); }
 
+void EngineImpl::ForgetNode(absl::string_view host) {
+  nodes_.erase(std::string(host));
+}
+
 void EngineImpl::SetNodeLost(absl::string_view host, bool lost) {
   if (lost) {
     lost_hosts_.insert(std::string(host));
@@ -326,14 +435,23 @@ void EngineImpl::SetNodeLost(absl::string_view host, bool lost) {
     lost_hosts_.erase(std::string(host));
   }
   for (auto& [hash, c] : comms_) {
-    for (Member& m : c.members) {
+    for (auto& [rank, m] : c.members) {
       if (m.host == host) m.unreachable = lost;
     }
   }
 }
 
 void EngineImpl::AdoptOpenFaults(const std::vector<v1::Fault>& faults) {
-  for (const v1::Fault& f : faults) tracker_.Adopt(f);
+  for (const v1::Fault& f : faults) {
+    tracker_.Adopt(f);
+    const bool hang = f.fault_class() == v1::FAULT_CLASS_NON_COMM_HANG ||
+                      f.fault_class() == v1::FAULT_CLASS_COMM_HANG;
+    if (!hang || f.evidence_size() == 0) continue;
+    auto v = f.evidence(0).values().find(std::string(kHangStartedKey));
+    if (v == f.evidence(0).values().end()) continue;
+    adopted_hangs_[f.comm_hash()][f.func()] = {
+        static_cast<int64_t>(f.seq_number()), static_cast<int64_t>(v->second)};
+  }
 }
 
 }  // namespace pitstop::controller

@@ -77,9 +77,16 @@ v1::JobPolicy DefaultJobPolicy();
 v1::JobPolicy ResolvePolicy(const v1::JobPolicy& policy,
                             const v1::JobPolicy& defaults = {});
 
+// Detection windows shorter or longer than this are refused.
+inline constexpr double kMinWindowMs = 100;
+inline constexpr double kMaxWindowMs = 3'600'000;
+
 // InvalidArgument naming the field ("policy.persistence_n: ...") when a
-// non-zero field is out of range (e.g. persistence_n > persistence_m,
-// min_effect < 0, z_threshold < 0).
+// field is not finite or, resolved, out of range (persistence_n >
+// persistence_m, window_ms outside [100 ms, 1 h], min_effect outside
+// [0.01, 100], hang_timeout_multiplier outside [1, 1000],
+// hang_timeout_floor_ms outside [100 ms, 1 day], warmup_collectives above
+// 10^6, z_threshold outside [0.5, 100]; docs/reliability.md).
 absl::Status ValidatePolicy(const v1::JobPolicy& policy,
                             const v1::JobPolicy& defaults = {});
 
@@ -112,7 +119,16 @@ struct EngineStats {
   uint32_t communicators = 0;
   uint32_t ranks = 0;  // distinct (comm, rank) members known
   uint64_t cycles = 0;
+  uint64_t members_refused = 0;    // records refused by max_members
+  uint64_t comms_refused = 0;      // records refused by max_comms_per_host
+  uint64_t comms_expired = 0;      // forgotten after comm_expiry without input
+  uint64_t summaries_refused = 0;  // beyond max_join_entries
+  uint64_t join_entries = 0;       // summaries held in open joins now
 };
+
+// Connections of one summary (or in-flight entries of one progress report)
+// the engine looks at; the agent sends at most 256 per op.
+inline constexpr int kMaxConnectionsPerRecord = 256;
 
 // Not thread-safe: one caller at a time (pitstop-controller serialises calls
 // with a mutex; the offline analyzer calls it from one thread).
@@ -132,6 +148,18 @@ class DetectionEngine {
     absl::Duration join_horizon = absl::Seconds(30);
     // How long deep profiling is requested for.
     absl::Duration deep_profiling_duration = absl::Seconds(30);
+    // Budgets (docs/reliability.md): distinct (communicator, rank) members
+    // over all communicators, and communicators created by one host's
+    // reports. Beyond them a record is refused (ResourceExhausted naming
+    // the budget) and counted in EngineStats.
+    uint64_t max_members = uint64_t{1} << 21;
+    uint32_t max_comms_per_host = 16384;
+    // Summaries held in open joins over all communicators; beyond it a
+    // summary that would open or grow a join is refused.
+    uint64_t max_join_entries = uint64_t{1} << 22;
+    // A communicator no input named for this long is forgotten (ended jobs
+    // must not hold budget forever). Zero keeps them.
+    absl::Duration comm_expiry = absl::Hours(1);
   };
 
   // InvalidArgument if `clock` is null or the default policy is invalid.
@@ -143,7 +171,8 @@ class DetectionEngine {
   // InvalidArgument (naming the field) when host is empty.
   virtual absl::Status AddNode(const v1::NodeRegistration& registration) = 0;
   // Membership. InvalidArgument for comm_hash 0, rank outside [0, kMaxRanks),
-  // n_ranks outside [0, kMaxRanks], rank >= n_ranks.
+  // n_ranks outside [0, kMaxRanks], rank >= n_ranks; ResourceExhausted
+  // beyond the budgets of Options (nothing stored).
   virtual absl::Status AddCommunicator(absl::string_view host,
                                        const v1::CommunicatorInfo& info) = 0;
   // One rank's part of one collective; joined across members by (comm_hash,
@@ -171,6 +200,9 @@ class DetectionEngine {
   // agent is unreachable. Idempotent.
   virtual void NodeLost(absl::string_view host) = 0;
   virtual void NodeBack(absl::string_view host) = 0;
+  // The node is gone for good (expired by the controller): its
+  // registration is dropped. Its communicators expire on their own.
+  virtual void ForgetNode(absl::string_view host) = 0;
 
   // --- policy -----------------------------------------------------------
   // Stores the job's policy; zero fields take the engine's default policy
@@ -196,6 +228,9 @@ class DetectionEngine {
 
   // --- snapshots for the API ---------------------------------------------
   virtual std::vector<v1::Communicator> Communicators() const = 0;
+  // One communicator (false when unknown): costs its own members only.
+  virtual bool GetCommunicator(uint64_t comm_hash,
+                               v1::Communicator* out) const = 0;
   // Jobs with n_ranks, hosts and comm_hashes filled (faults/policy not).
   virtual std::vector<v1::Job> Jobs() const = 0;
   virtual EngineStats stats() const = 0;

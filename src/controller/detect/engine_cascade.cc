@@ -27,8 +27,8 @@ bool EngineImpl::FoldStraggler(const CommState& c, const StragglerVerdict& v,
       continue;
     }
     bool member = false;
-    for (size_t r = 0; r < d.members.size() && !member; ++r) {
-      member = RankIdentity(d, static_cast<int32_t>(r)) == who;
+    for (auto it = d.members.begin(); it != d.members.end() && !member; ++it) {
+      member = RankIdentity(d, it->first) == who;
     }
     if (!member || c.window.collectives == 0) continue;
     // D's added time spread over C's collectives of the window: what the

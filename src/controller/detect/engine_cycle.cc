@@ -18,6 +18,7 @@ CycleResult EngineImpl::RunCycle() {
   CycleResult result;
   const int64_t now = clock_->MonotonicNanos();
   std::vector<HangVerdict> hangs;
+  ExpireComms(now);
   for (auto& [hash, c] : comms_) {
     EvictJoins(&c, now);
     const v1::JobPolicy policy = GetJobPolicy(c.job_id);
@@ -26,7 +27,22 @@ CycleResult EngineImpl::RunCycle() {
         static_cast<int64_t>(policy.window_ms()) * 1'000'000) {
       CloseWindow(&c, policy, now, &result);
     }
+    const size_t first_new = hangs.size();
     DetectHangs(&c, policy, now, &tracker_, &hangs);
+    // Persist when each hang started (the age survives a restart).
+    const double now_unix =
+        static_cast<double>(absl::ToUnixNanos(clock_->Now()));
+    for (size_t i = first_new; i < hangs.size(); ++i) {
+      v1::Fault& f = hangs[i].fault;
+      if (hangs[i].pending || hangs[i].dead_comm || f.evidence_size() == 0) {
+        continue;
+      }
+      auto& values = *f.mutable_evidence(0)->mutable_values();
+      auto stuck = values.find("stuck_ns");
+      if (stuck != values.end()) {
+        values[std::string(kHangStartedKey)] = now_unix - stuck->second;
+      }
+    }
   }
   RaiseHangs(hangs, &tracker_);
   result.faults = tracker_.TakeChanged();
@@ -65,7 +81,7 @@ void EngineImpl::RequestProfiling(CommState* c, int64_t now_ns,
   c->deep_requested_until_ns =
       now_ns + absl::ToInt64Nanoseconds(options_.deep_profiling_duration);
   std::set<std::string> hosts;
-  for (const Member& m : c->members) {
+  for (const auto& [r, m] : c->members) {
     if (!m.host.empty()) hosts.insert(m.host);
   }
   for (const std::string& host : hosts) {
@@ -103,8 +119,7 @@ void EngineImpl::RaiseProcessDied(absl::string_view host,
   int victims_total = 0;
   for (auto& [hash, c] : comms_) {
     int32_t dead_rank = -1;
-    for (size_t r = 0; r < c.members.size(); ++r) {
-      const Member& m = c.members[r];
+    for (const auto& [r, m] : c.members) {
       if (m.dead && m.host == host && m.pid == l.pid()) dead_rank = r;
     }
     if (dead_rank < 0) continue;
@@ -124,8 +139,7 @@ void EngineImpl::RaiseProcessDied(absl::string_view host,
          tracker_.OpenKeys(absl::StrFormat("hang/%x/", c.comm_hash))) {
       tracker_.Clear(key, "consequence of a process death");
     }
-    for (size_t r = 0; r < c.members.size(); ++r) {
-      const Member& m = c.members[r];
+    for (const auto& [r, m] : c.members) {
       if (m.dead && m.host == host && m.pid == l.pid()) continue;
       const std::string id = m.global_rank >= 0
                                  ? absl::StrCat("g", m.global_rank)

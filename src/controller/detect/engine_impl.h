@@ -36,14 +36,28 @@ class EngineImpl final : public DetectionEngine {
   void AdoptOpenFaults(const std::vector<v1::Fault>& faults) override;
   void NodeLost(absl::string_view host) override;
   void NodeBack(absl::string_view host) override;
+  void ForgetNode(absl::string_view host) override;
   std::vector<v1::Communicator> Communicators() const override;
+  bool GetCommunicator(uint64_t comm_hash,
+                       v1::Communicator* out) const override;
   std::vector<v1::Job> Jobs() const override;
   EngineStats stats() const override;
 
  private:
-  // Updates member `rank` of `c` from a report by `host`.
-  void NoteMember(CommState* c, int32_t rank, int32_t global_rank,
-                  absl::string_view host, uint32_t pid, int32_t cuda_device);
+  // Updates member `rank` of `c` from a report by `host`. ResourceExhausted
+  // (nothing stored) when a new member would pass max_members.
+  absl::Status NoteMember(CommState* c, int32_t rank, int32_t global_rank,
+                          absl::string_view host, uint32_t pid,
+                          int32_t cuda_device);
+  // Counts one more member against max_members; false (and counted as
+  // refused) when the budget is used up.
+  bool ChargeMember();
+  // The communicator `hash`, created (charged to `host`) if new; nullptr
+  // with *status set when `host` used up max_comms_per_host.
+  CommState* GetOrCreateComm(uint64_t hash, absl::string_view host,
+                             absl::Status* status);
+  // Forgets communicators without input for options_.comm_expiry.
+  void ExpireComms(int64_t now_ns);
   // GPU i <-> NIC i when the node has as many NICs as GPUs, else the only
   // NIC, else unknown.
   void AssignNic(Member* m) const;
@@ -68,6 +82,11 @@ class EngineImpl final : public DetectionEngine {
   std::map<uint64_t, CommState> comms_;
   absl::flat_hash_map<std::string, v1::NodeRegistration> nodes_;
   std::set<std::string> lost_hosts_;  // NodeLost without NodeBack
+  absl::flat_hash_map<std::string, uint32_t> comms_per_host_;
+  // Hang faults open at the last stop: comm -> func -> (seq, hang start in
+  // unix ns), handed to the comm's state when it appears.
+  std::map<uint64_t, std::map<int32_t, std::pair<int64_t, int64_t>>>
+      adopted_hangs_;
   FaultTracker tracker_;
   EngineStats stats_;
 };

@@ -1,4 +1,5 @@
 // Snapshots of the engine's registry for the API.
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -6,35 +7,47 @@
 
 namespace pitstop::controller {
 
+namespace {
+
+void Snapshot(const CommState& c, v1::Communicator* pc) {
+  pc->set_comm_hash(c.comm_hash);
+  pc->set_comm_name(c.comm_name);
+  pc->set_job_id(c.job_id);
+  pc->set_n_ranks(c.ExpectedRanks());
+  pc->set_parent_comm_hash(c.parent_comm_hash);
+  pc->set_collectives_joined(c.collectives_joined);
+  int64_t completed = static_cast<int64_t>(c.last_joined_seq);
+  for (const auto& [func, fp] : c.progress) {
+    completed = std::max(completed, fp.min_completed);
+  }
+  pc->set_last_completed_seq(
+      static_cast<uint64_t>(std::max<int64_t>(0, completed)));
+  for (const auto& [r, m] : c.members) {
+    v1::MemberLocation* loc = pc->add_members();
+    loc->set_comm_rank(r);
+    loc->set_global_rank(m.global_rank);
+    loc->set_host(m.host);
+    loc->set_pid(m.pid);
+    loc->set_cuda_device(m.cuda_device);
+    if (!m.nic.empty()) loc->add_nics(m.nic);
+  }
+}
+
+}  // namespace
+
 std::vector<v1::Communicator> EngineImpl::Communicators() const {
   std::vector<v1::Communicator> out;
   out.reserve(comms_.size());
-  for (const auto& [hash, c] : comms_) {
-    v1::Communicator& pc = out.emplace_back();
-    pc.set_comm_hash(hash);
-    pc.set_comm_name(c.comm_name);
-    pc.set_job_id(c.job_id);
-    pc.set_n_ranks(c.ExpectedRanks());
-    pc.set_parent_comm_hash(c.parent_comm_hash);
-    pc.set_collectives_joined(c.collectives_joined);
-    int64_t completed = static_cast<int64_t>(c.last_joined_seq);
-    for (const auto& [func, fp] : c.progress) {
-      completed = std::max(completed, fp.min_completed);
-    }
-    pc.set_last_completed_seq(
-        static_cast<uint64_t>(std::max<int64_t>(0, completed)));
-    for (size_t r = 0; r < c.members.size(); ++r) {
-      const Member& m = c.members[r];
-      v1::MemberLocation* loc = pc.add_members();
-      loc->set_comm_rank(static_cast<int32_t>(r));
-      loc->set_global_rank(m.global_rank);
-      loc->set_host(m.host);
-      loc->set_pid(m.pid);
-      loc->set_cuda_device(m.cuda_device);
-      if (!m.nic.empty()) loc->add_nics(m.nic);
-    }
-  }
+  for (const auto& [hash, c] : comms_) Snapshot(c, &out.emplace_back());
   return out;
+}
+
+bool EngineImpl::GetCommunicator(uint64_t comm_hash,
+                                 v1::Communicator* out) const {
+  auto it = comms_.find(comm_hash);
+  if (it == comms_.end()) return false;
+  Snapshot(it->second, out);
+  return true;
 }
 
 std::vector<v1::Job> EngineImpl::Jobs() const {
@@ -49,7 +62,7 @@ std::vector<v1::Job> EngineImpl::Jobs() const {
     Acc& a = jobs[c.job_id];
     a.comms.push_back(hash);
     a.max_ranks = std::max(a.max_ranks, c.ExpectedRanks());
-    for (const Member& m : c.members) {
+    for (const auto& [r, m] : c.members) {
       if (!m.host.empty()) a.hosts.insert(m.host);
       if (m.global_rank >= 0) a.globals.insert(m.global_rank);
     }

@@ -155,21 +155,33 @@ void FaultTracker::OpenOrUpdate(const std::string& key, const v1::Fault& fault,
     Open o{fault};
     o.fault.set_state(state);
     o.fault.set_first_seen_unix_ns(now);
+    o.fault.set_updated_unix_ns(now);
+    if (state == v1::FAULT_STATE_CONFIRMED) o.fault.set_confirmed_unix_ns(now);
+    o.fault.set_windows_hit(windows_hit);
+    o.fault.set_windows_total(windows_total);
     for (auto a = adopted_.begin(); a != adopted_.end(); ++a) {
       if (!SameCondition(*a, fault)) continue;
-      // The condition of a fault open before a restart: keep its identity.
+      // The condition of a fault open before a restart: it keeps its
+      // identity, state, history and folded consequences. A confirmed (or
+      // acknowledged: the store keeps operator states) fault never falls
+      // back to SUSPECTED, and its confirmed time does not move.
       o.fault.set_fault_id(a->fault_id());
       o.fault.set_first_seen_unix_ns(a->first_seen_unix_ns());
+      if (a->state() >= v1::FAULT_STATE_CONFIRMED) {
+        o.fault.set_state(v1::FAULT_STATE_CONFIRMED);
+        if (a->confirmed_unix_ns() != 0) {
+          o.fault.set_confirmed_unix_ns(a->confirmed_unix_ns());
+        }
+      }
+      o.fault.set_windows_hit(std::max(windows_hit, a->windows_hit()));
+      if (windows_total == 0) o.fault.set_windows_total(a->windows_total());
+      KeepConsequences(*a, &o.fault);
       adopted_.erase(a);
       break;
     }
     if (o.fault.fault_id().empty()) {
       o.fault.set_fault_id(absl::StrCat(id_prefix_, next_number_++));
     }
-    o.fault.set_updated_unix_ns(now);
-    if (state == v1::FAULT_STATE_CONFIRMED) o.fault.set_confirmed_unix_ns(now);
-    o.fault.set_windows_hit(windows_hit);
-    o.fault.set_windows_total(windows_total);
     open_.emplace(key, std::move(o));
     MarkChanged(key);
     return;

@@ -39,10 +39,10 @@ struct Stalled {
 // stands out.
 std::vector<Stalled> LeastProgress(const FuncProgress& fp) {
   std::vector<Stalled> all;
-  for (size_t r = 0; r < fp.ranks.size(); ++r) {
-    for (const auto& [k, bytes] : fp.ranks[r].in_flight) {
+  for (const auto& [r, rp] : fp.ranks) {
+    for (const auto& [k, bytes] : rp.in_flight) {
       if (bytes.first == bytes.second) {
-        all.push_back({static_cast<int32_t>(r), std::get<0>(k), bytes.first});
+        all.push_back({r, std::get<0>(k), bytes.first});
       }
     }
   }
@@ -74,6 +74,9 @@ std::string HangKey(const CommState& comm, int32_t func, v1::FaultClass cls) {
 
 // The classes a hang of one (comm, func) can be raised under; it moves
 // between them as evidence changes, and all end when collectives complete.
+// At most this many members without any data can be blamed for a hang.
+constexpr int64_t kMaxSilentMembers = 64;
+
 constexpr v1::FaultClass kHangClasses[] = {v1::FAULT_CLASS_NON_COMM_HANG,
                                            v1::FAULT_CLASS_COMM_HANG,
                                            v1::FAULT_CLASS_PROCESS_DIED};
@@ -174,16 +177,15 @@ HangVerdict DeadCommVerdict(const CommState& comm) {
   v.fault.set_comm_hash(comm.comm_hash);
   v.fault.set_comm_name(comm.comm_name);
   v.fault.set_job_id(comm.job_id);
-  for (size_t r = 0; r < comm.members.size(); ++r) {
-    const Member& m = comm.members[r];
-    const int32_t rank = static_cast<int32_t>(r);
+  for (const auto& [rank, m] : comm.members) {
     if (m.dead) {
       if (v.key.empty()) v.key = absl::StrCat("died/", m.host, "/", m.pid);
       v.waiting.insert(RankIdentity(comm, rank));
       continue;
     }
     for (const auto& [func, fp] : comm.progress) {
-      if (r < fp.ranks.size() && fp.ranks[r].enqueued > fp.ranks[r].completed) {
+      const RankProgressState& rp = fp.RankAt(rank);
+      if (rp.enqueued > rp.completed) {
         v.waiting.insert(RankIdentity(comm, rank));
       }
     }
@@ -204,37 +206,45 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
                  FaultTracker* tracker, std::vector<HangVerdict>* out) {
   const int32_t n = comm->ExpectedRanks();
   bool any_dead = false;
-  for (const Member& m : comm->members) any_dead |= m.dead;
+  for (const auto& [r, m] : comm->members) any_dead |= m.dead;
   const int64_t timeout = HangTimeoutNs(*comm, policy);
-  // Members that never reported progress (no agent on their node, or not
-  // connected yet) cannot be judged: they are left out, not blamed.
-  std::vector<bool> skip(n, true);
+  // The members judged: those that reported progress. Members that never
+  // did (no agent on their node, or not connected yet) cannot be judged:
+  // they are left out, not blamed. Sparse, so the work follows the ranks
+  // that reported, not the n_ranks a message claims.
+  std::set<int32_t> judged;
   for (const auto& [func, fp] : comm->progress) {
-    for (size_t r = 0; r < fp.ranks.size() && r < skip.size(); ++r) {
-      if (fp.ranks[r].reported) skip[r] = false;
+    for (const auto& [r, rp] : fp.ranks) {
+      if (rp.reported && r < n) judged.insert(r);
     }
   }
   // Members that left no data at all while reachable: no telemetry stream
   // ever started (or, offline, no dump was written). If their peers wait
-  // for them in a hang, they are the only explanation left.
+  // for them in a hang, they are the only explanation left. Only a few can
+  // be such suspects: with more silent than kMaxSilentMembers, data is
+  // missing broadly (a node without an agent) and nobody is blamed; the
+  // bound also keeps the work independent of the n_ranks a message claims.
   std::set<int32_t> silent;
-  for (int32_t r = 0; r < n; ++r) {
-    if (!skip[r]) continue;
-    if (r < static_cast<int32_t>(comm->members.size())) {
-      const Member& m = comm->members[r];
-      if (m.exited || m.dead || m.unreachable) continue;
+  if (!judged.empty() &&
+      n - static_cast<int64_t>(judged.size()) <= kMaxSilentMembers) {
+    for (int32_t r = 0; r < n; ++r) {
+      if (judged.count(r)) continue;
+      auto m = comm->members.find(r);
+      if (m != comm->members.end() &&
+          (m->second.exited || m->second.dead || m->second.unreachable)) {
+        continue;
+      }
+      silent.insert(r);
     }
-    silent.insert(r);
   }
   // Members on a node whose agent is gone: their last report is stale.
   std::set<std::string> lost_hosts;
   int lost_members = 0;
-  for (int32_t r = 0; r < n && r < static_cast<int32_t>(comm->members.size());
-       ++r) {
-    const Member& m = comm->members[r];
-    if (m.exited) skip[r] = true;
+  for (const auto& [r, m] : comm->members) {
+    if (r >= n) break;
+    if (m.exited) judged.erase(r);
     if (m.unreachable && !m.exited && !m.dead) {
-      skip[r] = true;
+      judged.erase(r);
       lost_hosts.insert(m.host);
       ++lost_members;
     }
@@ -242,19 +252,26 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
   if (any_dead) out->push_back(DeadCommVerdict(*comm));
   for (auto& [func, fp] : comm->progress) {
     if (IsP2p(func)) continue;
-    if (static_cast<int32_t>(fp.ranks.size()) < n) fp.ranks.resize(n);
     int64_t min_completed = INT64_MAX;
     int64_t max_enqueued = -1;
-    for (int32_t r = 0; r < n; ++r) {
-      if (skip[r]) continue;
-      min_completed = std::min(min_completed, fp.ranks[r].completed);
-      max_enqueued = std::max(max_enqueued, fp.ranks[r].enqueued);
+    for (int32_t r : judged) {
+      min_completed = std::min(min_completed, fp.RankAt(r).completed);
+      max_enqueued = std::max(max_enqueued, fp.RankAt(r).enqueued);
     }
     if (min_completed == INT64_MAX) continue;
     if (min_completed != fp.min_completed) {
       // The first computation keeps the time the progress arrived.
       if (fp.min_completed != -2 || fp.last_advance_ns == 0) {
         fp.last_advance_ns = now_ns;
+      }
+      // A hang open before a controller restart started back then.
+      auto adopted = comm->adopted_hang_start.find(func);
+      if (adopted != comm->adopted_hang_start.end()) {
+        if (adopted->second.first == min_completed + 1) {
+          fp.last_advance_ns =
+              std::min(fp.last_advance_ns, adopted->second.second);
+        }
+        comm->adopted_hang_start.erase(adopted);
       }
       fp.min_completed = min_completed;
     }
@@ -264,7 +281,7 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
     }
     const int64_t seq = min_completed + 1;
     int64_t stuck = now_ns - fp.last_advance_ns;
-    for (const RankProgressState& rp : fp.ranks) {
+    for (const auto& [r, rp] : fp.ranks) {
       if (rp.oldest_incomplete_seq == seq) {
         stuck =
             std::max(stuck, static_cast<int64_t>(rp.oldest_incomplete_age_ns));
@@ -280,8 +297,8 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
         v.key = absl::StrFormat("hang/%x/%d", comm->comm_hash, func);
         v.fault.set_comm_hash(comm->comm_hash);
         v.fault.set_job_id(comm->job_id);
-        for (int32_t r = 0; r < n; ++r) {
-          if (!skip[r] && fp.ranks[r].enqueued >= seq) {
+        for (int32_t r : judged) {
+          if (fp.RankAt(r).enqueued >= seq) {
             v.waiting.insert(RankIdentity(*comm, r));
           }
         }
@@ -289,10 +306,9 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
       continue;
     }
     std::set<int32_t> behind;
-    int unreported = 0;
-    for (int32_t r = 0; r < n; ++r) {
-      unreported += skip[r];
-      if (!skip[r] && fp.ranks[r].enqueued < seq) behind.insert(r);
+    const int unreported = n - static_cast<int>(judged.size());
+    for (int32_t r : judged) {
+      if (fp.RankAt(r).enqueued < seq) behind.insert(r);
     }
     // Completion stall (added for imported Flight Recorder dumps): a member
     // whose completions stopped below what another member completed, in a
@@ -302,13 +318,11 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
     std::set<int32_t> stalled;
     int64_t max_completed = -1;
     if (NeedsEveryMember(func)) {
-      for (int32_t r = 0; r < n; ++r) {
-        if (!skip[r]) {
-          max_completed = std::max(max_completed, fp.ranks[r].completed);
-        }
+      for (int32_t r : judged) {
+        max_completed = std::max(max_completed, fp.RankAt(r).completed);
       }
-      for (int32_t r = 0; r < n && max_completed >= seq; ++r) {
-        if (!skip[r] && fp.ranks[r].completed < max_completed &&
+      for (int32_t r : judged) {
+        if (max_completed >= seq && fp.RankAt(r).completed < max_completed &&
             !behind.count(r)) {
           stalled.insert(r);
         }
@@ -331,7 +345,7 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
       for (int32_t r : stalled) {
         *f.add_suspects() = MemberSuspect(*comm, r, v1::SUSPECT_LEVEL_GPU, 0.8);
         values[absl::StrCat("last_completed_seq/rank", r)] =
-            static_cast<double>(fp.ranks[r].completed);
+            static_cast<double>(fp.RankAt(r).completed);
         if (f.suspects_size() <= 8) {
           absl::StrAppend(&who, who.empty() ? "" : ", ",
                           DescribeRank(*comm, r));
@@ -353,7 +367,7 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
         *f.add_suspects() =
             MemberSuspect(*comm, r, v1::SUSPECT_LEVEL_RANK, 0.9);
         values[absl::StrCat("last_enqueued_seq/rank", r)] =
-            static_cast<double>(fp.ranks[r].enqueued);
+            static_cast<double>(fp.RankAt(r).enqueued);
         if (f.suspects_size() <= 8) {
           absl::StrAppend(&who, who.empty() ? "" : ", ",
                           DescribeRank(*comm, r));
@@ -391,12 +405,10 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
     v.state = stuck >= 2 * timeout ? v1::FAULT_STATE_CONFIRMED
                                    : v1::FAULT_STATE_SUSPECTED;
     const bool silent_hang = f.fault_class() == v1::FAULT_CLASS_PROCESS_DIED;
-    for (int32_t r = 0; r < n; ++r) {
-      if (silent_hang && silent.count(r)) {
-        v.missing.insert(RankIdentity(*comm, r));
-        continue;
-      }
-      if (skip[r]) continue;
+    if (silent_hang) {
+      for (int32_t r : silent) v.missing.insert(RankIdentity(*comm, r));
+    }
+    for (int32_t r : judged) {
       if (behind.count(r)) {
         if (stalled.empty()) v.missing.insert(RankIdentity(*comm, r));
       } else {

@@ -16,6 +16,10 @@
 
 namespace pitstop::controller {
 
+// Evidence value of hang faults: when the hang started (unix ns), so a
+// controller restarted on its database keeps the hang's age.
+inline constexpr absl::string_view kHangStartedKey = "hang_started_unix_ns";
+
 // Adaptive hang timeout of a comm in ns: max(floor, multiplier x p99 of its
 // recent collective durations); the floor alone without durations.
 int64_t HangTimeoutNs(const CommState& comm, const v1::JobPolicy& policy);

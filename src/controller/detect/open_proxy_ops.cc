@@ -14,10 +14,8 @@ std::vector<OpenLink> OpenProxyLinks(const FuncProgress& fp, int64_t seq,
   };
   std::map<std::pair<int32_t, int32_t>, Side> conns;
   bool any_stopped = false;
-  for (size_t r = 0; r < fp.ranks.size(); ++r) {
-    const RankProgressState& rp = fp.ranks[r];
+  for (const auto& [me, rp] : fp.ranks) {
     if (rp.oldest_incomplete_seq != seq) continue;
-    const int32_t me = static_cast<int32_t>(r);
     for (const auto& [k, bytes] : rp.in_flight) {
       const auto& [peer, channel, is_send] = k;
       const bool open = rp.in_flight_stopped.count(k) == 0;
@@ -34,10 +32,10 @@ std::vector<OpenLink> OpenProxyLinks(const FuncProgress& fp, int64_t seq,
   // send record has its send open, one with a send but no recv its recv.
   // One of each on a channel is the open connection sender -> receiver.
   std::map<uint32_t, std::map<int32_t, std::pair<bool, bool>>> per_channel;
-  for (size_t r = 0; r < fp.ranks.size(); ++r) {
-    if (fp.ranks[r].oldest_incomplete_seq != seq) continue;
-    for (const auto& [k, bytes] : fp.ranks[r].in_flight) {
-      auto& sr = per_channel[std::get<1>(k)][static_cast<int32_t>(r)];
+  for (const auto& [r, rp] : fp.ranks) {
+    if (rp.oldest_incomplete_seq != seq) continue;
+    for (const auto& [k, bytes] : rp.in_flight) {
+      auto& sr = per_channel[std::get<1>(k)][r];
       (std::get<2>(k) ? sr.first : sr.second) = true;
     }
   }

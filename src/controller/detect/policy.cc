@@ -1,5 +1,7 @@
 // JobPolicy defaults and validation.
 #include <algorithm>
+#include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "src/controller/detect/detection_engine.h"
@@ -54,6 +56,19 @@ v1::JobPolicy ResolvePolicy(const v1::JobPolicy& policy,
 
 absl::Status ValidatePolicy(const v1::JobPolicy& policy,
                             const v1::JobPolicy& defaults) {
+  // NaN compares false with everything and would slip through every range
+  // check below (min_effect NaN switches slow detection off): the raw
+  // fields are checked before zeros are resolved to defaults.
+  const std::pair<double, const char*> doubles[] = {
+      {policy.min_effect(), "policy.min_effect"},
+      {policy.hang_timeout_multiplier(), "policy.hang_timeout_multiplier"},
+      {policy.z_threshold(), "policy.z_threshold"}};
+  for (const auto& [v, field] : doubles) {
+    if (!std::isfinite(v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": ", v, " is not a finite number"));
+    }
+  }
   const v1::JobPolicy p = ResolvePolicy(policy, defaults);
   if (p.persistence_n() > p.persistence_m()) {
     return absl::InvalidArgumentError(
@@ -63,15 +78,30 @@ absl::Status ValidatePolicy(const v1::JobPolicy& policy,
   if (p.persistence_m() > 1000) {
     return absl::InvalidArgumentError("policy.persistence_m: at most 1000");
   }
-  if (p.min_effect() < 0) {
-    return absl::InvalidArgumentError("policy.min_effect: must be >= 0");
-  }
-  if (p.hang_timeout_multiplier() < 0) {
-    return absl::InvalidArgumentError(
-        "policy.hang_timeout_multiplier: must be >= 0");
-  }
-  if (p.z_threshold() < 0) {
-    return absl::InvalidArgumentError("policy.z_threshold: must be >= 0");
+  // Ranges (docs/reliability.md): beyond them the detector does nothing
+  // useful (a 1 ms window never holds two collectives; a 0.0001 effect
+  // flags noise).
+  struct Range {
+    double value;
+    double lo, hi;
+    const char* field;
+  };
+  const Range ranges[] = {
+      {static_cast<double>(p.window_ms()), kMinWindowMs, kMaxWindowMs,
+       "policy.window_ms"},
+      {p.min_effect(), 0.01, 100, "policy.min_effect"},
+      {p.hang_timeout_multiplier(), 1, 1000, "policy.hang_timeout_multiplier"},
+      {static_cast<double>(p.hang_timeout_floor_ms()), 100, 86'400'000,
+       "policy.hang_timeout_floor_ms"},
+      {static_cast<double>(p.warmup_collectives()), 0, 1'000'000,
+       "policy.warmup_collectives"},
+      {p.z_threshold(), 0.5, 100, "policy.z_threshold"},
+  };
+  for (const Range& r : ranges) {
+    if (r.value < r.lo || r.value > r.hi) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          r.field, ": ", r.value, " not in [", r.lo, ", ", r.hi, "]"));
+    }
   }
   if (!v1::PolicyMode_IsValid(p.mode())) {
     return absl::InvalidArgumentError(

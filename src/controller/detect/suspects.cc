@@ -15,8 +15,8 @@ v1::Suspect MemberSuspect(const CommState& comm, int32_t rank,
   s.set_peer_global_rank(-1);
   s.set_peer_comm_rank(-1);
   s.set_confidence(confidence);
-  if (rank >= 0 && rank < static_cast<int32_t>(comm.members.size())) {
-    const Member& m = comm.members[rank];
+  if (const Member* mp = comm.FindMember(rank); mp != nullptr) {
+    const Member& m = *mp;
     s.set_global_rank(m.global_rank);
     s.set_host(m.host);
     s.set_gpu_index(m.cuda_device);
@@ -28,14 +28,13 @@ v1::Suspect MemberSuspect(const CommState& comm, int32_t rank,
 
 void AddVictims(const CommState& comm, const std::set<int32_t>& exclude,
                 v1::Fault* fault) {
-  int total = 0;
+  // Bounded by the victims listed, not by n_ranks (which the wire sets).
   const int32_t n = comm.ExpectedRanks();
-  for (int32_t r = 0; r < n; ++r) {
+  int total = n;
+  for (int32_t r : exclude) total -= r >= 0 && r < n;
+  for (int32_t r = 0; r < n && fault->victims_size() < kMaxVictims; ++r) {
     if (exclude.count(r)) continue;
-    ++total;
-    if (fault->victims_size() < kMaxVictims) {
-      *fault->add_victims() = MemberSuspect(comm, r, v1::SUSPECT_LEVEL_RANK, 0);
-    }
+    *fault->add_victims() = MemberSuspect(comm, r, v1::SUSPECT_LEVEL_RANK, 0);
   }
   if (fault->evidence_size() == 0) fault->add_evidence();
   (*fault->mutable_evidence(0)->mutable_values())["victims_total"] = total;
@@ -52,10 +51,9 @@ void FillFaultHeader(const CommState& comm, v1::FaultClass fault_class,
 
 std::string DescribeRank(const CommState& comm, int32_t rank) {
   std::string out = absl::StrCat("rank ", rank);
-  if (rank < 0 || rank >= static_cast<int32_t>(comm.members.size())) {
-    return out;
-  }
-  const Member& m = comm.members[rank];
+  const Member* mp = comm.FindMember(rank);
+  if (mp == nullptr) return out;
+  const Member& m = *mp;
   absl::StrAppend(&out, " (global ", m.global_rank);
   if (!m.host.empty()) absl::StrAppend(&out, ", host ", m.host);
   if (m.cuda_device >= 0) absl::StrAppend(&out, " GPU ", m.cuda_device);
@@ -64,9 +62,9 @@ std::string DescribeRank(const CommState& comm, int32_t rank) {
 }
 
 std::string RankIdentity(const CommState& comm, int32_t rank) {
-  if (rank >= 0 && rank < static_cast<int32_t>(comm.members.size()) &&
-      comm.members[rank].global_rank >= 0) {
-    return absl::StrCat("g", comm.members[rank].global_rank);
+  if (const Member* m = comm.FindMember(rank);
+      m != nullptr && m->global_rank >= 0) {
+    return absl::StrCat("g", m->global_rank);
   }
   return absl::StrFormat("c%x:%d", comm.comm_hash, rank);
 }

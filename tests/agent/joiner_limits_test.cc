@@ -1,0 +1,103 @@
+// Issue #11, the agent's join path: eviction past max_open_ops is O(log n)
+// (it re-sorted every open op per eviction), a message may hold at most
+// kMaxRecordsPerMessage records, and a stream's communicators hold at most
+// kMaxGlobalRankEntries global_ranks entries.
+#include <cstdint>
+
+#include "gtest/gtest.h"
+#include "pitstop/clock.h"
+#include "src/agent/rank_joiner.h"
+
+namespace pitstop::agent {
+namespace {
+
+v1::StreamTelemetryRequest Hello(int32_t global_rank = 0) {
+  v1::StreamTelemetryRequest req;
+  v1::ProcessHello* h = req.mutable_hello();
+  h->set_pid(42);
+  h->set_global_rank(global_rank);
+  v1::CommunicatorEvent* ev = req.add_communicators();
+  ev->set_kind(v1::CommunicatorEvent::KIND_INIT);
+  ev->mutable_info()->set_comm_hash(0xC0);
+  ev->mutable_info()->set_rank(0);
+  ev->mutable_info()->set_n_ranks(8);
+  return req;
+}
+
+void AddOp(v1::StreamTelemetryRequest* req, uint64_t id) {
+  v1::OpRecord* r = req->add_ops();
+  r->set_op_id(id);
+  r->set_comm_hash(0xC0);
+  r->set_func(v1::COLL_FUNC_ALL_REDUCE);
+  r->set_seq_number(id);
+}
+
+// The issue's livelock: many op records per message with completions out of
+// order. Before the fix every emitted op re-sorted all open ops once the
+// creation queue outgrew 4 x max_open_ops (minutes for this input; the
+// ctest TIMEOUT of this test fails it). Now each eviction is O(log n).
+TEST(JoinerLimitsTest, EvictionUnderFloodIsNotQuadratic) {
+  FakeClock clock;
+  RankJoiner j(&clock, {.max_open_ops = 1000});
+  ASSERT_TRUE(j.Add(1, Hello()).ok());
+  uint64_t id = 1;
+  for (int m = 0; m < 6; ++m) {
+    v1::StreamTelemetryRequest req;
+    const uint64_t first = id;
+    for (int i = 0; i < 40'000; ++i) AddOp(&req, id++);
+    // Complete every other op, newest first (never the oldest queued).
+    for (uint64_t c = id - 1; c >= first + 1; c -= 2) {
+      v1::OpCompletion* oc = req.add_completions();
+      oc->set_op_id(c);
+      oc->set_completion_cpu_ns(1);
+    }
+    ASSERT_LE(static_cast<size_t>(req.ops_size() + req.completions_size()),
+              kMaxRecordsPerMessage);
+    ASSERT_TRUE(j.Add(1, req).ok());
+    EXPECT_LE(j.open_ops(), 1000u);
+    std::vector<v1::CollectiveSummary> out;
+    j.TakeSummaries(&out);
+  }
+  EXPECT_EQ(j.stats().summaries + j.open_ops(), 240'000u);
+  EXPECT_GT(j.stats().ops_evicted, 100'000u);
+}
+
+TEST(JoinerLimitsTest, MessageBeyondTheRecordCapIsDroppedAndCounted) {
+  FakeClock clock;
+  RankJoiner j(&clock);
+  ASSERT_TRUE(j.Add(1, Hello()).ok());
+  v1::StreamTelemetryRequest big;
+  for (uint64_t i = 1; i <= kMaxRecordsPerMessage + 1; ++i) AddOp(&big, i);
+  EXPECT_TRUE(j.Add(1, big).ok());  // the stream stays open
+  EXPECT_EQ(j.stats().records_over_cap, kMaxRecordsPerMessage + 1);
+  EXPECT_EQ(j.open_ops(), 0u);
+  v1::StreamTelemetryRequest small;
+  AddOp(&small, 7);
+  ASSERT_TRUE(j.Add(1, small).ok());
+  EXPECT_EQ(j.open_ops(), 1u);
+}
+
+TEST(JoinerLimitsTest, GlobalRankEntriesPerStreamAreBounded) {
+  FakeClock clock;
+  RankJoiner j(&clock);
+  // Each info claims 2^20 ranks without a list: the joiner writes an
+  // n_ranks-long list for it (4 MiB each); the stream's budget is 2^22.
+  ASSERT_TRUE(j.Add(1, Hello(/*global_rank=*/3)).ok());
+  v1::StreamTelemetryRequest req;
+  for (uint64_t h = 1; h <= 5; ++h) {
+    v1::CommunicatorEvent* ev = req.add_communicators();
+    ev->set_kind(v1::CommunicatorEvent::KIND_INIT);
+    ev->mutable_info()->set_comm_hash(0x1000 + h);
+    ev->mutable_info()->set_rank(1);
+    ev->mutable_info()->set_n_ranks(1 << 20);
+  }
+  ASSERT_TRUE(j.Add(1, req).ok());
+  // 8 + 3 x 2^20 fit in 2^22; the 4th and 5th do not.
+  EXPECT_EQ(j.stats().invalid_records, 2u);
+  std::vector<v1::CommunicatorInfo> infos;
+  j.AllCommunicators(&infos);
+  EXPECT_EQ(infos.size(), 4u);
+}
+
+}  // namespace
+}  // namespace pitstop::agent
