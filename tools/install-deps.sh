@@ -11,6 +11,10 @@ PACKAGES=(
   prometheus-cpp-dev libcivetweb-dev libsqlite3-dev sqlite3 zlib1g-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev libsystemd-dev
   clang clang-format clang-tidy libclang-rt-14-dev binutils procps python3
+  # python/pitstop (trainer library) and its tests: Debian's Python, not PyPI
+  python3-torch python3-grpcio python3-protobuf python3-pytest
+  # OpenBLAS: Debian's torch calls the system BLAS; the reference one is ~50x slower
+  libopenblas0-pthread
 )
 
 missing=()

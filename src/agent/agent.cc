@@ -26,15 +26,20 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   core.join.incomplete_timeout_ns =
       static_cast<int64_t>(options.join_incomplete_timeout_s) * 1'000'000'000;
   a->core_ = std::make_unique<AgentCore>(clock, core, a->metrics_.get());
-  ASSIGN_OR_RETURN(a->ingest_, IngestServer::Create(options.ingest_socket,
-                                                    options.ingest_socket_group,
-                                                    a->core_.get()));
+  a->trainer_hub_ = std::make_unique<TrainerHub>(!options.controller.empty());
+  a->trainer_service_ =
+      std::make_unique<TrainerServiceImpl>(a->trainer_hub_.get());
+  ASSIGN_OR_RETURN(
+      a->ingest_,
+      IngestServer::Create(options.ingest_socket, options.ingest_socket_group,
+                           a->core_.get(), {a->trainer_service_.get()}));
   if (!options.controller.empty()) {
     UpstreamOptions up;
     up.address = options.controller;
     up.batch = absl::Milliseconds(options.batch_ms);
     up.backoff_max = absl::Milliseconds(
         std::max<uint32_t>(options.upstream_backoff_max_ms, 100));
+    up.trainer = a->trainer_hub_.get();
     v1::NodeRegistration& reg = up.registration;
     reg.set_host(a->host_);
     reg.set_agent_id(absl::StrCat(a->host_, "-", getpid(), "-",

@@ -174,7 +174,7 @@ absl::Status ClaimSocketPath(const std::string& path) {
 
 absl::StatusOr<std::unique_ptr<IngestServer>> IngestServer::Create(
     const std::string& socket_path, const std::string& socket_group,
-    AgentCore* core) {
+    AgentCore* core, const std::vector<grpc::Service*>& extra_services) {
   if (socket_path.empty() ||
       socket_path.size() >= sizeof(sockaddr_un{}.sun_path)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -236,6 +236,7 @@ absl::StatusOr<std::unique_ptr<IngestServer>> IngestServer::Create(
   ApplyServerKeepalive(&builder);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.RegisterService(s->service_.get());
+  for (grpc::Service* extra : extra_services) builder.RegisterService(extra);
   // The socket is created by BuildAndStart: owner+group rw, nothing else.
   const mode_t old_umask = umask(0117);
   s->server_ = builder.BuildAndStart();

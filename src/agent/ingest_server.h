@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
@@ -22,10 +23,12 @@ namespace pitstop::agent {
 
 class IngestServer {
  public:
-  // Binds `socket_path` (< 108 bytes) and starts serving `core`.
+  // Binds `socket_path` (< 108 bytes) and starts serving `core`, plus
+  // `extra_services` (not owned; must outlive the server), e.g. the
+  // TrainerService.
   static absl::StatusOr<std::unique_ptr<IngestServer>> Create(
       const std::string& socket_path, const std::string& socket_group,
-      AgentCore* core);
+      AgentCore* core, const std::vector<grpc::Service*>& extra_services = {});
   ~IngestServer();
 
   // Marks the core stopping, ends all streams (waiting up to `grace` for

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "pitstop/config.h"
 #include "pitstop/v1/controller.pb.h"
 
@@ -30,6 +31,17 @@ struct ControllerOptions {
   uint32_t hang_timeout_floor_ms = 0;
   uint32_t warmup_collectives = 0;
   double z_threshold = 0;
+  // Default sync policy (local-SGD switch, src/controller/sync/).
+  std::string sync_policy = "advise";
+  uint32_t sync_slow_persist_s = 20;
+  uint32_t sync_healthy_s = 60;
+  std::string sync_local_mode = "timed";
+  uint32_t sync_period_ms = 2000;
+  uint32_t sync_period_steps = 8;
+  double sync_straggler_min_effect = 0.3;
+
+  // The default SyncSettings; InvalidArgument naming the key.
+  absl::StatusOr<v1::SyncSettings> DefaultSyncSettings() const;
 
   v1::JobPolicy DefaultPolicy() const;
   // Checks values the schema's types cannot: detection.cycle_ms > 0, the
