@@ -373,12 +373,16 @@ def local_sgd(args):
         results = {}
         for name, slow in [("healthy", -1), ("slow-sync", args.world - 1),
                            ("slow-auto", args.world - 1)]:
+            if name not in args.runs.split(","):
+                continue
             res, job = run_job(args, daemons, tmp, name, slow)
             results[name] = (res, job)
             summary(name, res, job)
     finally:
         daemons.stop()
         log.close()
+    if len(results) < 3:
+        return  # a partial run (--runs): the summaries above are all
     _, healthy_switches = summary("healthy", *results["healthy"], quiet=True)
     s_res, _ = results["slow-sync"]
     a_res, a_job = results["slow-auto"]
@@ -422,10 +426,10 @@ def add_model_args(p):
                    help="token budget, in synchronous steps of every rank")
     p.add_argument("--eval-every-s", type=float, default=1.0)
     p.add_argument("--eval-batch", type=int, default=32)
-    p.add_argument("--period-ms", type=int, default=1000,
+    p.add_argument("--period-ms", type=int, default=2000,
                    help="A-EDiT sync period")
-    p.add_argument("--outer-lr", type=float, default=0.7)
-    p.add_argument("--outer-momentum", type=float, default=0.9)
+    p.add_argument("--outer-lr", type=float, default=0.8)
+    p.add_argument("--outer-momentum", type=float, default=0.8)
 
 
 def main():
@@ -434,10 +438,12 @@ def main():
     d = sub.add_parser("local-sgd", help="the three runs")
     d.add_argument("--build", default=os.path.join(REPO, "build"))
     d.add_argument("--world", type=int, default=4)
-    d.add_argument("--slow-persist-s", type=int, default=5)
+    d.add_argument("--slow-persist-s", type=int, default=10)
     d.add_argument("--healthy-s", type=int, default=120)
     d.add_argument("--run-timeout-s", type=int, default=900)
     d.add_argument("--keep", action="store_true", help="keep the logs")
+    d.add_argument("--runs", default="healthy,slow-sync,slow-auto",
+                   help="which runs (all three for the summary line)")
     add_model_args(d)
     w = sub.add_parser("worker", help="one rank (internal)")
     for a in ["--rank", "--world", "--slow-rank"]:

@@ -9,7 +9,8 @@ Modes (``mode``):
 * ``"local_sgd"`` (EDiT): each rank takes ``period_steps`` local optimizer
   steps, then the ranks synchronise: each rank's pseudo-gradient
   (global parameters - local parameters) is filtered by the
-  pseudo-gradient penalty (penalty.py), averaged, and applied to the global
+  pseudo-gradient penalty (penalty.py), averaged (weighted by the local
+  steps each rank took, ``weight_by_steps``), and applied to the global
   parameters by an outer SGD optimizer with Nesterov momentum (as EDiT and
   DiLoCo do); every rank continues from the new global parameters.
 * ``"timed"`` (A-EDiT): as local_sgd, but the ranks synchronise every
@@ -60,7 +61,7 @@ class EDiT:
                  period_ms=2000, outer_lr=0.7, outer_momentum=0.9,
                  penalty=True, penalty_args=None, job_id=None, client=None,
                  switch_timeout_s=30.0, control_every=1, clock=time.monotonic,
-                 group=None):
+                 weight_by_steps=True, group=None):
         if mode not in MODES:
             raise ValueError("mode: one of %s, got %r" % (sorted(MODES), mode))
         if period_steps <= 0 or period_ms <= 0:
@@ -76,6 +77,7 @@ class EDiT:
         self.outer_lr = outer_lr
         self.outer_momentum = outer_momentum
         self.control_every = max(1, control_every)
+        self.weight_by_steps = weight_by_steps
         self.clock = clock
         self.penalty = (PseudoGradientPenalty(self.world, **(penalty_args or {}))
                         if penalty else None)
@@ -216,6 +218,13 @@ class EDiT:
                 weights = [1.0 / self.world] * self.world
                 scales = [1.0] * self.world
                 anomalous = [False] * self.world
+            if self.weight_by_steps:
+                # A-EDiT: a rank that took more local steps saw more data;
+                # its pseudo-gradient counts in proportion.
+                steps = [max(g[CONTROL_LEN + 2], 0.0) for g in gathered]
+                tot = sum(w * n for w, n in zip(weights, steps))
+                if tot > 0:
+                    weights = [w * n / tot for w, n in zip(weights, steps)]
             self.last_weights = weights
             if any(anomalous):
                 log.warning(
