@@ -195,9 +195,9 @@ class TrainerClient:
                 self._dropped += len(items)
             if self._connected is not False:
                 log.warning(
-                    "pitstop: no agent at unix:%s (%s); training runs "
-                    "unchanged, step reports are dropped until it is back",
-                    self.socket, e.code().name)
+                    "pitstop: no agent answering at unix:%s (%s); training "
+                    "runs unchanged, step reports are dropped until it is "
+                    "back", self.socket, e.code().name)
             self._connected = False
             return False
         if self._connected is False:

@@ -24,7 +24,8 @@ def test_no_agent_training_runs_unchanged_and_says_so_once(tmp_path, caplog):
         time.sleep(0.05)
     time.sleep(1.5)  # several more failed flushes (backoff)
     c.close()
-    msgs = [r.getMessage() for r in caplog.records if "no agent" in r.getMessage()]
+    msgs = [r.getMessage() for r in caplog.records
+            if "no agent" in r.getMessage()]
     assert len(msgs) == 1, msgs
     assert sock in msgs[0] and "runs unchanged" in msgs[0]
     assert not c.connected
