@@ -381,8 +381,10 @@ def local_sgd(args):
     finally:
         daemons.stop()
         log.close()
-    if len(results) < 3:
-        return  # a partial run (--runs): the summaries above are all
+    if len(results) < 3:  # a partial run (--runs): the summaries above
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     _, healthy_switches = summary("healthy", *results["healthy"], quiet=True)
     s_res, _ = results["slow-sync"]
     a_res, a_job = results["slow-auto"]
