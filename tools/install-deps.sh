@@ -13,6 +13,10 @@ PACKAGES=(
   clang clang-format clang-tidy libclang-rt-14-dev binutils procps python3
   # Deployment tests (tests/deploy): a real Slurm, package building, YAML.
   slurmctld slurmd slurm-client munge dpkg-dev fakeroot patchelf python3-yaml
+  # python/pitstop (trainer library) and its tests: Debian's Python, not PyPI
+  python3-torch python3-grpcio python3-protobuf python3-pytest
+  # OpenBLAS: Debian's torch calls the system BLAS; the reference one is ~50x slower
+  libopenblas0-pthread
 )
 
 missing=()

@@ -58,16 +58,21 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     ASSIGN_OR_RETURN(a->shm_ingest_,
                      ShmIngestServer::Create(shm, a->shm_handler_.get()));
   }
+  a->trainer_hub_ = std::make_unique<TrainerHub>(!options.controller.empty());
+  a->trainer_service_ =
+      std::make_unique<TrainerServiceImpl>(a->trainer_hub_.get());
   ASSIGN_OR_RETURN(
       a->ingest_,
       IngestServer::Create(options.ingest_socket, options.ingest_socket_group,
-                           a->core_.get(), options.ingest_max_connections));
+                           a->core_.get(), options.ingest_max_connections,
+                           {a->trainer_service_.get()}));
   if (!options.controller.empty()) {
     UpstreamOptions up;
     up.address = options.controller;
     up.batch = absl::Milliseconds(options.batch_ms);
     up.backoff_max = absl::Milliseconds(
         std::max<uint32_t>(options.upstream_backoff_max_ms, 100));
+    up.trainer = a->trainer_hub_.get();
     v1::NodeRegistration& reg = up.registration;
     reg.set_host(a->host_);
     reg.set_agent_id(absl::StrCat(a->host_, "-", getpid(), "-",

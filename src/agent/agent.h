@@ -17,6 +17,8 @@
 #include "src/agent/agent_options.h"
 #include "src/agent/ingest_server.h"
 #include "src/agent/shm_ingest_server.h"
+#include "src/agent/trainer_hub.h"
+#include "src/agent/trainer_service.h"
 #include "src/agent/upstream_client.h"
 
 namespace pitstop::agent {
@@ -37,6 +39,7 @@ class Agent {
   AgentCore* core() { return core_.get(); }
   UpstreamClient* upstream() { return upstream_.get(); }
   ShmIngestServer* shm_ingest() { return shm_ingest_.get(); }
+  TrainerHub* trainer_hub() { return trainer_hub_.get(); }
 
  private:
   Agent() = default;
@@ -47,6 +50,8 @@ class Agent {
   int metrics_port_ = 0;
   std::unique_ptr<AgentMetrics> metrics_;
   std::unique_ptr<AgentCore> core_;
+  std::unique_ptr<TrainerHub> trainer_hub_;  // before ingest_: it serves it
+  std::unique_ptr<TrainerServiceImpl> trainer_service_;
   std::unique_ptr<IngestServer> ingest_;
   std::unique_ptr<AgentCoreHandler> shm_handler_;
   std::unique_ptr<ShmIngestServer> shm_ingest_;

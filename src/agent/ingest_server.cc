@@ -198,7 +198,8 @@ int ListenUnix(const std::string& path) {
 
 absl::StatusOr<std::unique_ptr<IngestServer>> IngestServer::Create(
     const std::string& socket_path, const std::string& socket_group,
-    AgentCore* core, size_t max_connections) {
+    AgentCore* core, size_t max_connections,
+    const std::vector<grpc::Service*>& extra_services) {
   if (socket_path.empty() ||
       socket_path.size() >= sizeof(sockaddr_un{}.sun_path)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -272,6 +273,7 @@ absl::StatusOr<std::unique_ptr<IngestServer>> IngestServer::Create(
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              kMaxStreamsPerConnection);
   builder.RegisterService(s->service_.get());
+  for (grpc::Service* extra : extra_services) builder.RegisterService(extra);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr) {
     close(listen_fd);

@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
@@ -33,10 +34,13 @@ inline constexpr int kMaxStreamsPerConnection = 16;
 class IngestServer {
  public:
   // Binds `socket_path` (< 108 bytes) and starts serving `core`, with at
-  // most `max_connections` live connections (see IngestListener).
+  // most `max_connections` live connections (see IngestListener), plus
+  // `extra_services` (not owned; must outlive the server), e.g. the
+  // TrainerService.
   static absl::StatusOr<std::unique_ptr<IngestServer>> Create(
       const std::string& socket_path, const std::string& socket_group,
-      AgentCore* core, size_t max_connections = kDefaultMaxConnections);
+      AgentCore* core, size_t max_connections = kDefaultMaxConnections,
+      const std::vector<grpc::Service*>& extra_services = {});
   ~IngestServer();
 
   // Marks the core stopping, ends all streams (waiting up to `grace` for

@@ -159,6 +159,7 @@ absl::Duration UpstreamClient::RunStream() {
   const absl::Time connected_at = SteadyNow();
   connected_ = true;
   connects_.fetch_add(1);
+  if (options_.trainer) options_.trainer->SetControllerConnected(true);
   log->info("connected to controller {}", options_.address);
 
   std::atomic<bool> server_ended{false};
@@ -172,6 +173,8 @@ absl::Duration UpstreamClient::RunStream() {
           acks_.push_back(cmd.command_id());
         } else if (cmd.ping()) {
           pong_ = cmd.command_id();
+        } else if (cmd.has_trainer_directive() && options_.trainer) {
+          options_.trainer->OnDirective(cmd.trainer_directive());
         }
         cv_.SignalAll();
       }
@@ -201,6 +204,7 @@ absl::Duration UpstreamClient::RunStream() {
     if (periodic) {
       if (!backlog) next_batch = SteadyNow() + options_.batch;
       core_->FillBatch(kMaxSummariesPerMessage, &batch);
+      if (options_.trainer) options_.trainer->FillBatch(&batch);
     }
     if (stopping) batch.set_agent_stopping(true);
     bool ok = stream->Write(batch);
@@ -221,6 +225,7 @@ absl::Duration UpstreamClient::RunStream() {
     if (stopping) break;
   }
   connected_ = false;
+  if (options_.trainer) options_.trainer->SetControllerConnected(false);
   const absl::Duration up = SteadyNow() - connected_at;
   if (stopping && !server_ended) {
     stream->WritesDone();

@@ -28,6 +28,7 @@
 #include "pitstop/sync.h"
 #include "pitstop/v1/agent.pb.h"
 #include "src/agent/agent_core.h"
+#include "src/agent/trainer_hub.h"
 
 namespace pitstop::agent {
 
@@ -36,6 +37,9 @@ struct UpstreamOptions {
   absl::Duration batch = absl::Seconds(1);
   absl::Duration backoff_max = absl::Seconds(5);
   v1::NodeRegistration registration;
+  // Trainer step reports go up with every batch, directives come down
+  // (optional, not owned).
+  TrainerHub* trainer = nullptr;
 };
 
 // OK for "" (no upstream), host:port (port 1..65535) or unix:PATH;

@@ -42,6 +42,7 @@ ControllerCore::ControllerCore(Options options,
       engine_(std::move(engine)) {
   MutexLock lock(&mu_);
   drains_ = store_->Drains();
+  sync_ = std::make_unique<SyncPolicyEngine>(options_.clock, options_.sync);
 }
 
 ControllerCore::~ControllerCore() { Stop(); }
@@ -213,6 +214,10 @@ absl::Status ControllerCore::AgentBatch(uint64_t session,
   for (int i = 0; i < batch.progress_size(); ++i) {
     note(engine_->AddProgress(host, batch.progress(i)), "progress", i);
   }
+  for (int i = 0; i < batch.trainer_reports_size(); ++i) {
+    note(sync_->AddReport(host, batch.trainer_reports(i)), "trainer_reports",
+         i);
+  }
   if (options_.metrics) options_.metrics->AddSummaries(batch.summaries_size());
   return first;
 }
@@ -337,6 +342,7 @@ void ControllerCore::RunCycle() {
            *stored);
   }
   for (const ProfilingRequest& p : r.profiling) SendProfiling(p);
+  RunSyncPolicy();
 }
 
 void ControllerCore::SendProfiling(const ProfilingRequest& r) {

@@ -22,6 +22,7 @@
 #include "src/controller/controller_metrics.h"
 #include "src/controller/detect/detection_engine.h"
 #include "src/controller/store/fault_store.h"
+#include "src/controller/sync/sync_policy.h"
 
 namespace pitstop::controller {
 
@@ -54,6 +55,7 @@ class ControllerCore {
     absl::Duration agent_silence = absl::ZeroDuration();
     DetectionEngine::Options engine;
     ControllerMetrics* metrics = nullptr;  // optional, not owned
+    SyncPolicyEngine::Options sync;        // per-job local-SGD switch policy
     std::string version = "0.1.0";
     // Hosts tracked at once (docs/reliability.md); a new host beyond it is
     // refused (RESOURCE_EXHAUSTED) after expiring the gone ones.
@@ -126,6 +128,12 @@ class ControllerCore {
   absl::StatusOr<v1::JobPolicy> SetPolicy(const std::string& job_id,
                                           const v1::JobPolicy& policy);
 
+  // --- Sync policy (controller_sync.cc) ------------------------------------
+  // NotFound for a job with no reporting trainers and no settings.
+  absl::StatusOr<v1::JobSync> JobSync(const std::string& job_id);
+  absl::StatusOr<v1::SyncSettings> SetSyncPolicy(
+      const std::string& job_id, const v1::SyncSettings& settings);
+
   // --- WatchFaults --------------------------------------------------------
   using WatchFn = std::function<void(const v1::WatchFaultsResponse&)>;
   // Calls `fn` (with the core's lock held; it must not block or call back)
@@ -170,6 +178,11 @@ class ControllerCore {
   void ShedAndExpire() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountRefused(const char* what, uint64_t* counter, uint64_t n = 1)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sync policy cycle: evaluates and sends directives to the job's agents.
+  void RunSyncPolicy() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fills Job.sync and adds jobs known only from trainer reports.
+  void AddSyncJobs(std::vector<v1::Job>* jobs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   const std::unique_ptr<FaultStore> store_;
@@ -177,6 +190,7 @@ class ControllerCore {
 
   Mutex mu_;
   std::unique_ptr<DetectionEngine> engine_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<SyncPolicyEngine> sync_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, NodeEntry> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::string> sessions_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> drains_ ABSL_GUARDED_BY(mu_);

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "src/controller/detect/detection_engine.h"
+#include "src/controller/sync/sync_policy.h"
 
 namespace pitstop::controller {
 namespace {
@@ -42,6 +43,15 @@ absl::Status ControllerOptions::Validate() const {
                       absl::StrCat("must be a finite number >= 0, got ", v));
     }
   }
+  if (!std::isfinite(sync_straggler_min_effect) ||
+      sync_straggler_min_effect <= 0) {
+    return KeyError("sync.straggler_min_effect",
+                    absl::StrCat("must be a finite number > 0, got ",
+                                 sync_straggler_min_effect));
+  }
+  if (absl::StatusOr<v1::SyncSettings> s = DefaultSyncSettings(); !s.ok()) {
+    return s.status();
+  }
   // ValidatePolicy names the JobPolicy field ("policy.persistence_n: ...");
   // the YAML key is "detection.<field>".
   if (absl::Status s = ValidatePolicy(DefaultPolicy()); !s.ok()) {
@@ -52,6 +62,52 @@ absl::Status ControllerOptions::Validate() const {
     return KeyError(msg.substr(0, colon), msg.substr(colon + 2));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<v1::SyncSettings> ControllerOptions::DefaultSyncSettings()
+    const {
+  v1::SyncSettings s;
+  if (sync_policy == "off") {
+    s.set_policy(v1::SYNC_POLICY_OFF);
+  } else if (sync_policy == "advise") {
+    s.set_policy(v1::SYNC_POLICY_ADVISE);
+  } else if (sync_policy == "auto") {
+    s.set_policy(v1::SYNC_POLICY_AUTO);
+  } else {
+    return KeyError("sync.policy", absl::StrCat("expected off, advise or "
+                                                "auto, got '",
+                                                sync_policy, "'"));
+  }
+  if (sync_local_mode == "timed") {
+    s.set_local_mode(v1::SYNC_MODE_TIMED);
+  } else if (sync_local_mode == "local_sgd") {
+    s.set_local_mode(v1::SYNC_MODE_LOCAL_SGD);
+  } else {
+    return KeyError("sync.local_mode",
+                    absl::StrCat("expected timed or local_sgd, got '",
+                                 sync_local_mode, "'"));
+  }
+  const std::pair<const char*, uint32_t> positive[] = {
+      {"sync.slow_persist_s", sync_slow_persist_s},
+      {"sync.healthy_s", sync_healthy_s},
+      {"sync.period_ms", sync_period_ms},
+      {"sync.period_steps", sync_period_steps}};
+  for (const auto& [key, v] : positive) {
+    if (v == 0) return KeyError(key, "must be > 0");
+  }
+  s.set_slow_persist_s(sync_slow_persist_s);
+  s.set_healthy_s(sync_healthy_s);
+  s.set_period_ms(sync_period_ms);
+  s.set_period_steps(sync_period_steps);
+  s.set_apply_lead_steps(5);
+  if (absl::Status st = ValidateSyncSettings(s); !st.ok()) {
+    const std::string msg =
+        absl::StrReplaceAll(st.message(), {{"settings.", "sync."}});
+    const size_t colon = msg.find(": ");
+    if (colon == std::string::npos) return KeyError("sync", msg);
+    return KeyError(msg.substr(0, colon), msg.substr(colon + 2));
+  }
+  return s;
 }
 
 v1::JobPolicy ControllerOptions::DefaultPolicy() const {
@@ -106,6 +162,22 @@ void RegisterControllerOptions(ConfigSchema* s, ControllerOptions* o) {
   s->Add("detection.warmup_collectives", &o->warmup_collectives,
          "default policy: collectives per communicator before verdicts; "
          "0 = 20");
+  s->Add("sync.policy", &o->sync_policy,
+         "default local-SGD switch policy: off, advise (record and publish "
+         "what it would do) or auto (send directives to the trainers)");
+  s->Add("sync.slow_persist_s", &o->sync_slow_persist_s,
+         "switch to local SGD after a straggler / slow fault persisted this "
+         "long (s)");
+  s->Add("sync.healthy_s", &o->sync_healthy_s,
+         "switch back to synchronous after this long healthy (s)");
+  s->Add("sync.local_mode", &o->sync_local_mode,
+         "local mode to switch to: timed (A-EDiT) or local_sgd (EDiT)");
+  s->Add("sync.period_ms", &o->sync_period_ms,
+         "A-EDiT: wall time between synchronisations (ms)");
+  s->Add("sync.period_steps", &o->sync_period_steps,
+         "EDiT: local steps between synchronisations");
+  s->Add("sync.straggler_min_effect", &o->sync_straggler_min_effect,
+         "step-time straggler: compute >= (1 + this) x the other ranks'");
   s->Add("detection.z_threshold", &o->z_threshold,
          "default policy: robust z-score threshold; 0 = 3.5");
 }

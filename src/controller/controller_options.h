@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "pitstop/config.h"
 #include "pitstop/v1/controller.pb.h"
 
@@ -35,6 +36,17 @@ struct ControllerOptions {
   // Default policy mode: "observe" (record and notify) or "act" (actions
   // such as the Slurm drain may run).
   std::string mode = "observe";
+  // Default sync policy (local-SGD switch, src/controller/sync/).
+  std::string sync_policy = "advise";
+  uint32_t sync_slow_persist_s = 20;
+  uint32_t sync_healthy_s = 60;
+  std::string sync_local_mode = "timed";
+  uint32_t sync_period_ms = 2000;
+  uint32_t sync_period_steps = 8;
+  double sync_straggler_min_effect = 0.3;
+
+  // The default SyncSettings; InvalidArgument naming the key.
+  absl::StatusOr<v1::SyncSettings> DefaultSyncSettings() const;
 
   v1::JobPolicy DefaultPolicy() const;
   // Checks values the schema's types cannot: detection.cycle_ms > 0, the

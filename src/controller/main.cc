@@ -108,6 +108,8 @@ int main(int argc, char** argv) {
   core_options.node_grace = absl::Seconds(options.node_grace_s);
   core_options.agent_silence = absl::Milliseconds(options.agent_silence_ms);
   core_options.engine.default_policy = options.DefaultPolicy();
+  core_options.sync.defaults = *options.DefaultSyncSettings();  // validated
+  core_options.sync.straggler_min_effect = options.sync_straggler_min_effect;
   core_options.metrics = metrics.get();
   auto core = pitstop::controller::ControllerCore::Create(core_options);
   if (!core.ok()) return Fail(std::string(core.status().message()));

@@ -95,14 +95,16 @@ void AddJobs(CLI::App* app, GlobalOptions* g, int* rc) {
           std::cout << ToJson(r) << "\n";
           return;
         }
-        Table t({"JOB", "RANKS", "HOSTS", "COMMS", "OPEN FAULTS", "MODE"});
+        Table t(
+            {"JOB", "RANKS", "HOSTS", "COMMS", "OPEN FAULTS", "MODE", "SYNC"});
         for (const v1::Job& j : r.jobs()) {
           t.AddRow(
               {j.job_id().empty() ? "(none)" : j.job_id(),
                absl::StrCat(j.n_ranks()), absl::StrCat(j.hosts_size()),
                absl::StrCat(j.comm_hashes_size()),
                absl::StrCat(j.open_faults()),
-               Short(v1::PolicyMode_Name(j.policy().mode()), "POLICY_MODE_")});
+               Short(v1::PolicyMode_Name(j.policy().mode()), "POLICY_MODE_"),
+               SyncSummary(j)});
         }
         t.Print(std::cout);
       });
@@ -138,6 +140,7 @@ void AddCommands(CLI::App* app, GlobalOptions* g, int* exit_code) {
   AddJobs(app, g, exit_code);
   AddFaultCommands(app, g, exit_code);
   AddNodeActions(app, g, exit_code);
+  AddSyncCommands(app, g, exit_code);
 }
 
 int ExitCodeFor(const grpc::Status& s) {

@@ -23,6 +23,8 @@ void AddCommands(CLI::App* app, GlobalOptions* g, int* exit_code);
 void AddFaultCommands(CLI::App* app, GlobalOptions* g, int* exit_code);
 // drain, uncordon, policy get/set (fault_commands.cc).
 void AddNodeActions(CLI::App* app, GlobalOptions* g, int* exit_code);
+// job JOB, sync-policy JOB POLICY (sync_commands.cc).
+void AddSyncCommands(CLI::App* app, GlobalOptions* g, int* exit_code);
 
 }  // namespace pitstop::ctl
 

@@ -35,6 +35,10 @@ std::string DescribeSuspect(const v1::Suspect& s);
 // Joined DescribeSuspect of all suspects, "(none yet)" when empty.
 std::string SuspectList(const v1::Fault& f);
 
+// "AUTO timed" / "ADVISE sync->timed": a job's sync policy and mode
+// (sync_commands.cc).
+std::string SyncSummary(const v1::Job& j);
+
 void PrintFaultTable(const std::vector<v1::Fault>& faults, std::ostream& out);
 // Multi-line details: summary, suspects, victims, evidence with numbers.
 void PrintFaultDetails(const v1::Fault& f, std::ostream& out);

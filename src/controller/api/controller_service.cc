@@ -141,6 +141,19 @@ grpc::ServerUnaryReactor* ControllerService::SetJobPolicy(
                         resp->mutable_policy()));
 }
 
+grpc::ServerUnaryReactor* ControllerService::GetJobSync(
+    grpc::CallbackServerContext* ctx, const v1::GetJobSyncRequest* req,
+    v1::GetJobSyncResponse* resp) {
+  return Done(ctx, Take(core_->JobSync(req->job_id()), resp->mutable_sync()));
+}
+
+grpc::ServerUnaryReactor* ControllerService::SetSyncPolicy(
+    grpc::CallbackServerContext* ctx, const v1::SetSyncPolicyRequest* req,
+    v1::SetSyncPolicyResponse* resp) {
+  return Done(ctx, Take(core_->SetSyncPolicy(req->job_id(), req->settings()),
+                        resp->mutable_settings()));
+}
+
 grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
 AgentLinkService::Connect(grpc::CallbackServerContext*) {
   return NewAgentStreamReactor(core_);

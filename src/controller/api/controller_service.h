@@ -70,6 +70,12 @@ class ControllerService final : public v1::Controller::CallbackService {
   grpc::ServerUnaryReactor* SetJobPolicy(
       grpc::CallbackServerContext* ctx, const v1::SetJobPolicyRequest* req,
       v1::SetJobPolicyResponse* resp) override;
+  grpc::ServerUnaryReactor* GetJobSync(grpc::CallbackServerContext* ctx,
+                                       const v1::GetJobSyncRequest* req,
+                                       v1::GetJobSyncResponse* resp) override;
+  grpc::ServerUnaryReactor* SetSyncPolicy(
+      grpc::CallbackServerContext* ctx, const v1::SetSyncPolicyRequest* req,
+      v1::SetSyncPolicyResponse* resp) override;
 
  private:
   ControllerCore* const core_;

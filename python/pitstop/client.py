@@ -1,0 +1,243 @@
+"""TrainerClient: step reports to the local pitstop agent, directives back.
+
+Reporting is batched and non-blocking: ``report()`` appends a tuple to a
+bounded deque (drop-oldest and count when full); a daemon thread sends the
+queue every ``flush_interval_s`` with one unary ``ReportSteps`` call (2 s
+deadline) and collects the directives in the answer. With no agent (socket
+missing, agent down, stubs not generated) training runs unchanged: the
+client says so once, drops reports, and retries every few seconds.
+
+Thread-safety: ``report``, ``take_directives``, ``set_state`` and ``close``
+may be called from any thread.
+"""
+
+import collections
+import logging
+import os
+import threading
+import time
+
+log = logging.getLogger("pitstop")
+
+DEFAULT_SOCKET = "/run/pitstop/agent.sock"
+
+# Phase names accepted by report(); values are TrainPhase numbers.
+PHASES = {
+    "data": 1,
+    "forward": 2,
+    "backward": 3,
+    "optimizer": 4,
+    "checkpoint": 5,
+    "evaluation": 6,
+    "communication": 7,
+}
+# SyncMode numbers.
+MODES = {"sync": 1, "local_sgd": 2, "timed": 3}
+MODE_NAMES = {v: k for k, v in MODES.items()}
+
+
+class Directive:
+    """A switch the controller asks for (from TrainerDirective)."""
+
+    __slots__ = ("directive_id", "mode", "period_steps", "period_ms",
+                 "apply_at_step", "reason")
+
+    def __init__(self, directive_id, mode, period_steps=0, period_ms=0,
+                 apply_at_step=0, reason=""):
+        self.directive_id = int(directive_id)
+        self.mode = mode  # "sync" | "local_sgd" | "timed"
+        self.period_steps = int(period_steps)
+        self.period_ms = int(period_ms)
+        self.apply_at_step = int(apply_at_step)
+        self.reason = reason
+
+    def __repr__(self):
+        return ("Directive(id=%d, mode=%s, period_steps=%d, period_ms=%d, "
+                "apply_at_step=%d, reason=%r)" %
+                (self.directive_id, self.mode, self.period_steps,
+                 self.period_ms, self.apply_at_step, self.reason))
+
+
+class TrainerClient:
+    def __init__(self, job_id, global_rank, world_size=0, socket=None,
+                 flush_interval_s=0.5, max_queue=8192, start=True):
+        if not job_id:
+            raise ValueError("job_id: required")
+        if global_rank < 0:
+            raise ValueError("global_rank: must be >= 0, got %r" % global_rank)
+        self.job_id = job_id
+        self.global_rank = int(global_rank)
+        self.world_size = int(world_size)
+        self.socket = socket or os.environ.get("PITSTOP_AGENT_SOCKET",
+                                               DEFAULT_SOCKET)
+        self.flush_interval_s = flush_interval_s
+        self._queue = collections.deque(maxlen=max_queue)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = False
+        self._dropped = 0
+        self._sent = 0
+        self._mode = MODES["sync"]
+        self._seen_directive = 0
+        self._inbox = []
+        self._connected = None  # None: not tried yet
+        self.controller_connected = False
+        self.thread_cpu_s = 0.0  # CPU the sender thread used (overhead)
+        self.report_s = 0.0      # time spent inside report() (overhead)
+        self._stub = None
+        self._pb = None
+        self._thread = None
+        if start:
+            self._thread = threading.Thread(target=self._run, daemon=True,
+                                            name="pitstop-reporter")
+            self._thread.start()
+
+    # -- called by the training loop ---------------------------------------
+    def report(self, step, start_unix_ns, wall_ns, phases=None, mode=None,
+               tokens=0, loss=0.0):
+        """Queues one step report. phases: {name: seconds}. Never blocks."""
+        t0 = time.perf_counter()
+        item = (int(step), int(start_unix_ns), int(wall_ns),
+                tuple(phases.items()) if phases else (),
+                MODES.get(mode, 0) if mode else self._mode, int(tokens),
+                float(loss))
+        with self._lock:
+            if len(self._queue) == self._queue.maxlen:
+                self._dropped += 1
+            self._queue.append(item)
+        self.report_s += time.perf_counter() - t0
+
+    def take_directives(self):
+        """Directives received since the last call (oldest first)."""
+        with self._lock:
+            out, self._inbox = self._inbox, []
+        return out
+
+    def set_state(self, mode=None):
+        with self._lock:
+            if mode is not None:
+                self._mode = MODES[mode]
+
+    def flush(self):
+        """Asks the sender thread to send now (still non-blocking)."""
+        self._wake.set()
+
+    def close(self, timeout_s=2.0):
+        """Sends what is queued (bounded by timeout_s) and stops the thread."""
+        self._stop = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    @property
+    def connected(self):
+        return bool(self._connected)
+
+    @property
+    def dropped(self):
+        return self._dropped
+
+    @property
+    def sent(self):
+        return self._sent
+
+    # -- sender thread -------------------------------------------------------
+    def _load(self):
+        try:
+            import grpc
+            from pitstop.v1 import trainer_pb2, trainer_pb2_grpc
+        except ImportError as e:
+            log.warning(
+                "pitstop: trainer stubs unavailable (%s); training runs "
+                "unchanged without step reports", e)
+            return False
+        self._grpc = grpc
+        self._pb = trainer_pb2
+        channel = grpc.insecure_channel("unix:" + self.socket)
+        self._stub = trainer_pb2_grpc.TrainerServiceStub(channel)
+        return True
+
+    def _build(self, items):
+        pb = self._pb
+        req = pb.ReportStepsRequest()
+        req.trainer.job_id = self.job_id
+        req.trainer.global_rank = self.global_rank
+        req.trainer.world_size = self.world_size
+        req.trainer.pid = os.getpid()
+        with self._lock:
+            req.current_mode = self._mode
+            req.seen_directive_id = self._seen_directive
+            req.dropped_reports = self._dropped
+        for step, start, wall, phases, mode, tokens, loss in items:
+            s = req.steps.add()
+            s.step = step
+            s.start_unix_ns = start
+            s.wall_ns = wall
+            s.mode = mode
+            s.tokens = tokens
+            s.loss = loss
+            for name, secs in phases:
+                if name in PHASES:  # unknown names are not sent
+                    p = s.phases.add()
+                    p.phase = PHASES[name]
+                    p.duration_ns = int(secs * 1e9)
+        return req
+
+    def _send_once(self):
+        with self._lock:
+            items = list(self._queue)
+            self._queue.clear()
+        req = self._build(items[:4096])
+        try:
+            resp = self._stub.ReportSteps(req, timeout=2.0)
+        except self._grpc.RpcError as e:
+            with self._lock:
+                self._dropped += len(items)
+            if self._connected is not False:
+                log.warning(
+                    "pitstop: no agent answering at unix:%s (%s); training "
+                    "runs unchanged, step reports are dropped until it is "
+                    "back", self.socket, e.code().name)
+            self._connected = False
+            return False
+        if self._connected is False:
+            log.info("pitstop: agent at unix:%s reachable again", self.socket)
+        self._connected = True
+        self._sent += len(items)
+        self.controller_connected = resp.controller_connected
+        new = []
+        for d in resp.directives:
+            new.append(Directive(d.directive_id, MODE_NAMES.get(d.mode, "sync"),
+                                 d.period_steps, d.period_ms, d.apply_at_step,
+                                 d.reason))
+        if new:
+            with self._lock:
+                for d in new:
+                    if d.directive_id > self._seen_directive:
+                        self._seen_directive = d.directive_id
+                        self._inbox.append(d)
+        return True
+
+    def _run(self):
+        t_cpu0 = time.thread_time()
+        if not self._load():
+            self._connected = False
+            with self._lock:
+                self._queue.clear()
+            return
+        backoff = self.flush_interval_s
+        while True:
+            self._wake.wait(backoff)
+            self._wake.clear()
+            try:
+                ok = self._send_once()
+            except Exception as e:  # never let the reporter thread die
+                log.warning("pitstop: step report failed: %r", e)
+                ok = False
+            self.thread_cpu_s = time.thread_time() - t_cpu0
+            if self._stop:
+                if ok and self._queue:
+                    self._send_once()
+                return
+            backoff = self.flush_interval_s if ok else min(
+                max(backoff * 2, 1.0), 5.0)

@@ -1,0 +1,350 @@
+"""EDiT / A-EDiT for PyTorch: a wrapper around a model and its optimizer
+that runs synchronous data parallelism or local SGD, and switches between
+them at a step every rank agrees on.
+
+Modes (``mode``):
+
+* ``"sync"``: gradients are averaged over all ranks (one all-reduce) before
+  every optimizer step.
+* ``"local_sgd"`` (EDiT): each rank takes ``period_steps`` local optimizer
+  steps, then the ranks synchronise: each rank's pseudo-gradient
+  (global parameters - local parameters) is filtered by the
+  pseudo-gradient penalty (penalty.py), averaged (weighted by the local
+  steps each rank took, ``weight_by_steps``), and applied to the global
+  parameters by an outer SGD optimizer with Nesterov momentum (as EDiT and
+  DiLoCo do); every rank continues from the new global parameters.
+* ``"timed"`` (A-EDiT): as local_sgd, but the ranks synchronise every
+  ``period_ms`` of wall time, so a fast rank takes more local steps than a
+  slow one instead of waiting for it.
+
+Switching: directives come from the controller through the node agent
+(TrainerClient) or from ``request_switch``; SwitchAgreement (switch.py)
+decides at a synchronisation point, identically on every rank. Switching
+to sync happens right after an outer sync (parameters identical) and
+averages the inner optimizer's state over the ranks (Adam moments differ
+after local steps; the step count takes the maximum), so every rank then
+applies identical updates. Each switch is logged with its reason and
+verified by an all-gathered parameter checksum.
+
+Usage::
+
+    edit = EDiT(model, optimizer, job_id="job-1")
+    for batch in data:
+        edit.begin_step()
+        with edit.phase("forward"):
+            loss = model(batch)
+        with edit.phase("backward"):
+            loss.backward()
+        edit.step(tokens=batch.numel(), loss=loss.item())
+
+Thread-safety: one training thread calls everything; the reporter thread
+of the client is internal.
+"""
+
+import contextlib
+import logging
+import math
+import time
+
+import torch
+import torch.distributed as dist
+
+from pitstop.client import MODES, Directive, TrainerClient
+from pitstop.torch.penalty import PseudoGradientPenalty
+from pitstop.torch.switch import CONTROL_LEN, SwitchAgreement
+
+log = logging.getLogger("pitstop")
+
+
+class EDiT:
+    def __init__(self, model, optimizer, *, mode="sync", period_steps=8,
+                 period_ms=2000, outer_lr=0.7, outer_momentum=0.9,
+                 penalty=True, penalty_args=None, job_id=None, client=None,
+                 switch_timeout_s=30.0, control_every=1, clock=time.monotonic,
+                 weight_by_steps=True, group=None):
+        if mode not in MODES:
+            raise ValueError("mode: one of %s, got %r" % (sorted(MODES), mode))
+        if period_steps <= 0 or period_ms <= 0:
+            raise ValueError("period_steps and period_ms must be > 0")
+        self.model = model
+        self.optimizer = optimizer
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world = dist.get_world_size(group)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.period_steps = period_steps
+        self.period_ms = period_ms
+        self.outer_lr = outer_lr
+        self.outer_momentum = outer_momentum
+        self.control_every = max(1, control_every)
+        self.weight_by_steps = weight_by_steps
+        self.clock = clock
+        self.penalty = (PseudoGradientPenalty(self.world, **(penalty_args or {}))
+                        if penalty else None)
+        self.agreement = SwitchAgreement(switch_timeout_s, clock)
+        self.client = client
+        if self.client is None and job_id:
+            self.client = TrainerClient(job_id, self.rank, self.world)
+        self.step_no = 0
+        self.local_steps = 0
+        self.outer_syncs = 0
+        self.switches = []    # (agreed_step, from, to, reason, consistent)
+        self.abandoned = []   # (directive_id, missing ranks)
+        self.last_weights = None
+        self.stopped = False   # agreed at a sync point: leave the loop
+        self.synced = False    # the last step() ended at a sync point
+        self.total_steps = 0   # sum of all ranks' steps at the last sync point
+        self._stop_vote = False
+        self.mode = "sync"
+        self._global = None
+        self._outer_buf = None
+        self._phases = {}
+        self._t0 = None
+        self._start_ns = 0
+        with torch.no_grad():
+            for p in self.params:  # every rank starts from rank 0's model
+                dist.broadcast(p.data, 0, group=group)
+        if mode != "sync":
+            self._enter_local(mode)
+
+    # -- the training loop's calls -------------------------------------------
+    def begin_step(self):
+        self._phases = {}
+        self._t0 = time.perf_counter()
+        self._start_ns = time.time_ns()
+
+    @contextlib.contextmanager
+    def phase(self, name):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._phases[name] = self._phases.get(name, 0.0) + (
+                time.perf_counter() - t)
+
+    def request_stop(self):
+        """Votes to stop. Ranks leave together: ``stopped`` becomes True on
+        every rank at the first sync point after any rank voted (in local
+        modes ranks take different numbers of steps, so a loop must end on
+        ``while not edit.stopped``, not on a step count). Parameters are
+        identical on every rank when ``stopped`` becomes True."""
+        self._stop_vote = True
+
+    def request_switch(self, directive):
+        """Offers a directive as if it came from the controller."""
+        self.agreement.offer(directive)
+
+    def step(self, tokens=0, loss=None):
+        """Optimizer step (+ gradient all-reduce or outer sync as due)."""
+        if self._t0 is None:
+            self.begin_step()
+        gathered = None
+        if self.mode == "sync":
+            with self.phase("communication"):
+                self._allreduce_grads()
+            with self.phase("optimizer"):
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+            self.step_no += 1
+            if self.step_no % self.control_every == 0:
+                self._poll()
+                with self.phase("communication"):
+                    gathered = self._exchange([])
+        else:
+            with self.phase("optimizer"):
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+            self.step_no += 1
+            self.local_steps += 1
+            if self._sync_due():
+                self._poll()
+                with self.phase("communication"):
+                    gathered = self._outer_sync()
+        self.synced = gathered is not None
+        if gathered is not None:
+            self.total_steps = int(sum(g[2] for g in gathered))
+            if any(g[CONTROL_LEN] > 0 for g in gathered):
+                self.stopped = True
+            decision = self.agreement.decide([g[:CONTROL_LEN] for g in gathered])
+            if decision is not None:
+                self._act(decision)
+        self._report(tokens, loss)
+        self._t0 = None
+
+    def close(self):
+        if self.client is not None:
+            self.client.close()
+
+    # -- synchronous DP ---------------------------------------------------------
+    def _allreduce_grads(self):
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p)
+                 for p in self.params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=self.group)
+        flat.div_(self.world)
+        off = 0
+        for p, g in zip(self.params, grads):
+            n = g.numel()
+            if p.grad is None:
+                p.grad = flat[off:off + n].view_as(p).clone()
+            else:
+                p.grad.copy_(flat[off:off + n].view_as(p))
+            off += n
+
+    # -- local SGD ----------------------------------------------------------------
+    def _sync_due(self):
+        if self.mode == "local_sgd":
+            return self.local_steps >= self.period_steps
+        return (self.clock() - self._round_start) * 1000.0 >= self.period_ms
+
+    def _enter_local(self, mode):
+        with torch.no_grad():
+            self._global = [p.detach().clone() for p in self.params]
+            self._outer_buf = [torch.zeros_like(p) for p in self.params]
+        self.mode = mode
+        self.local_steps = 0
+        self._round_start = self.clock()
+
+    def _outer_sync(self):
+        with torch.no_grad():
+            deltas = [g - p.detach() for g, p in zip(self._global, self.params)]
+            flat = torch.cat([d.reshape(-1) for d in deltas])
+            norm = float(flat.double().norm())
+            gathered = self._exchange([norm, float(self.local_steps)])
+            norms = [g[CONTROL_LEN + 1] for g in gathered]
+            if self.penalty is not None:
+                weights, scales, anomalous = self.penalty.step(norms)
+            else:
+                weights = [1.0 / self.world] * self.world
+                scales = [1.0] * self.world
+                anomalous = [False] * self.world
+            if self.weight_by_steps:
+                # A-EDiT: a rank that took more local steps saw more data;
+                # its pseudo-gradient counts in proportion.
+                steps = [max(g[CONTROL_LEN + 2], 0.0) for g in gathered]
+                tot = sum(w * n for w, n in zip(weights, steps))
+                if tot > 0:
+                    weights = [w * n / tot for w, n in zip(weights, steps)]
+            self.last_weights = weights
+            if any(anomalous):
+                log.warning(
+                    "pitstop: rank %d step %d: pseudo-gradient of rank(s) %s "
+                    "anomalous (norms %s); dropped from this sync", self.rank,
+                    self.step_no, [i for i, a in enumerate(anomalous) if a],
+                    ["%.3g" % n for n in norms])
+            coeff = weights[self.rank] * scales[self.rank]
+            if coeff == 0.0 or not math.isfinite(norm):
+                flat.zero_()
+            else:
+                flat.mul_(coeff)
+            dist.all_reduce(flat, group=self.group)
+            if sum(weights) > 0:
+                off = 0
+                for g, buf in zip(self._global, self._outer_buf):
+                    n = g.numel()
+                    d = flat[off:off + n].view_as(g)
+                    off += n
+                    buf.mul_(self.outer_momentum).add_(d)
+                    # Nesterov: step along d + momentum * buf.
+                    g.sub_(self.outer_lr * (d + self.outer_momentum * buf))
+            for p, g in zip(self.params, self._global):
+                p.copy_(g)
+        self.outer_syncs += 1
+        self.local_steps = 0
+        self._round_start = self.clock()
+        return gathered
+
+    # -- control -------------------------------------------------------------------
+    def _exchange(self, extra):
+        vec = (self.agreement.control(self.step_no) +
+               [1.0 if self._stop_vote else 0.0] + list(extra))
+        t = torch.tensor(vec, dtype=torch.float64)
+        out = [torch.zeros_like(t) for _ in range(self.world)]
+        dist.all_gather(out, t, group=self.group)
+        return [o.tolist() for o in out]
+
+    def _poll(self):
+        if self.client is None:
+            return
+        for d in self.client.take_directives():
+            if self.agreement.offer(d):
+                log.info("pitstop: rank %d step %d: received %r", self.rank,
+                         self.step_no, d)
+
+    def _act(self, decision):
+        if decision.kind == "abandon":
+            self.abandoned.append((decision.directive_id, decision.missing_ranks))
+            log.warning(
+                "pitstop: rank %d: directive %d abandoned at step %d: rank(s) "
+                "%s never received it within %.0f s; staying in %s",
+                self.rank, decision.directive_id, decision.agreed_step,
+                decision.missing_ranks, self.agreement.timeout_s, self.mode)
+            return
+        d = decision.directive
+        old = self.mode
+        if d.mode == "sync":
+            if old != "sync":
+                # Parameters are identical here (right after an outer sync).
+                self._average_optimizer_state()
+                self._global = None
+                self._outer_buf = None
+            self.mode = "sync"
+        else:
+            if d.period_steps > 0:
+                self.period_steps = d.period_steps
+            if d.period_ms > 0:
+                self.period_ms = d.period_ms
+            if old == "sync":
+                self._enter_local(d.mode)
+            else:
+                self.mode = d.mode
+        consistent = self.consistent()
+        self.switches.append((decision.agreed_step, old, self.mode, d.reason,
+                              consistent))
+        level = logging.INFO if consistent else logging.ERROR
+        log.log(level,
+                "pitstop: rank %d: switched %s -> %s at agreed step %d "
+                "(directive %d: %s); model %s across ranks", self.rank, old,
+                self.mode, decision.agreed_step, d.directive_id, d.reason,
+                "consistent" if consistent else "INCONSISTENT")
+        if self.client is not None:
+            self.client.set_state(mode=self.mode)
+
+    def _average_optimizer_state(self):
+        with torch.no_grad():
+            for p in self.params:
+                st = self.optimizer.state.get(p, {})
+                for k in sorted(st):
+                    v = st[k]
+                    if not torch.is_tensor(v):
+                        continue
+                    if k == "step":
+                        w = v.detach().to(torch.float64).reshape(1).clone()
+                        dist.all_reduce(w, op=dist.ReduceOp.MAX, group=self.group)
+                        v.copy_(w.reshape(v.shape).to(v.dtype))
+                    elif v.is_floating_point():
+                        dist.all_reduce(v, group=self.group)
+                        v.div_(self.world)
+
+    def checksum(self):
+        with torch.no_grad():
+            s = 0.0
+            for i, p in enumerate(self.params):
+                s += float(p.detach().double().sum()) * (i + 1)
+                s += float(p.detach().double().abs().sum())
+            return s
+
+    def consistent(self):
+        """All ranks hold bit-identical parameters (all-gathered checksum)."""
+        t = torch.tensor([self.checksum()], dtype=torch.float64)
+        out = [torch.zeros_like(t) for _ in range(self.world)]
+        dist.all_gather(out, t, group=self.group)
+        return all(float(o) == float(out[0]) for o in out)
+
+    def _report(self, tokens, loss):
+        if self.client is None:
+            return
+        wall = time.perf_counter() - self._t0
+        self.client.report(self.step_no, self._start_ns, int(wall * 1e9),
+                           self._phases, self.mode, tokens,
+                           0.0 if loss is None else float(loss))

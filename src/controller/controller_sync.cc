@@ -1,0 +1,87 @@
+// ControllerCore: the sync policy (local-SGD switch) glue: policy cycle,
+// directives to agents, Job.sync and the GetJobSync / SetSyncPolicy calls.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "pitstop/logging.h"
+#include "src/controller/controller_core.h"
+
+namespace pitstop::controller {
+
+void ControllerCore::RunSyncPolicy() {
+  if (sync_->empty()) return;
+  absl::StatusOr<std::vector<v1::Fault>> open = store_->List("", false, 0);
+  if (!open.ok()) {
+    Logger("controller.sync")
+        ->error("sync policy: reading open faults: {}",
+                open.status().ToString());
+    return;
+  }
+  for (const SyncPolicyEngine::Outgoing& o : sync_->Evaluate(*open)) {
+    for (const std::string& host : o.hosts) {
+      auto it = nodes_.find(host);
+      if (it == nodes_.end() || it->second.sink == nullptr) {
+        Logger("controller.sync")
+            ->warn(
+                "job {}: directive {} not delivered to {}: agent not "
+                "connected",
+                o.job_id, o.directive.directive_id(), host);
+        continue;
+      }
+      v1::ConnectResponse resp;
+      v1::AgentCommand* cmd = resp.add_commands();
+      cmd->set_command_id(next_command_id_++);
+      *cmd->mutable_trainer_directive() = o.directive;
+      it->second.sink->Send(resp);
+    }
+  }
+}
+
+void ControllerCore::AddSyncJobs(std::vector<v1::Job>* jobs) {
+  for (const auto& [id, info] : sync_->Jobs()) {
+    auto it = std::find_if(jobs->begin(), jobs->end(),
+                           [&](const v1::Job& j) { return j.job_id() == id; });
+    if (it == jobs->end()) {
+      v1::Job j;
+      j.set_job_id(id);
+      j.set_n_ranks(info.world_size);
+      for (const auto& h : info.hosts) j.add_hosts(h);
+      absl::StatusOr<std::vector<v1::Fault>> open = store_->List(id, false, 0);
+      j.set_open_faults(open.ok() ? open->size() : 0);
+      *j.mutable_policy() = engine_->GetJobPolicy(id);
+      jobs->push_back(std::move(j));
+    }
+  }
+  for (v1::Job& j : *jobs) {
+    absl::StatusOr<v1::JobSync> s = sync_->State(j.job_id());
+    if (s.ok()) {
+      *j.mutable_sync() = std::move(*s);
+    } else {
+      *j.mutable_sync()->mutable_settings() = sync_->Settings(j.job_id());
+    }
+  }
+  std::sort(jobs->begin(), jobs->end(), [](const v1::Job& a, const v1::Job& b) {
+    return a.job_id() < b.job_id();
+  });
+}
+
+absl::StatusOr<v1::JobSync> ControllerCore::JobSync(const std::string& job_id) {
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id: required");
+  MutexLock lock(&mu_);
+  return sync_->State(job_id);
+}
+
+absl::StatusOr<v1::SyncSettings> ControllerCore::SetSyncPolicy(
+    const std::string& job_id, const v1::SyncSettings& settings) {
+  MutexLock lock(&mu_);
+  absl::StatusOr<v1::SyncSettings> r = sync_->SetSettings(job_id, settings);
+  if (r.ok()) {
+    Logger("controller.sync")
+        ->info("job {}: sync policy {} (slow_persist_s {}, healthy_s {})",
+               job_id, v1::SyncPolicy_Name(r->policy()), r->slow_persist_s(),
+               r->healthy_s());
+  }
+  return r;
+}
+
+}  // namespace pitstop::controller
