@@ -14,6 +14,7 @@ namespace pitstop::tool {
 void AddAnalyzeCommand(CLI::App* app, int* exit_code);
 void AddReplayCommand(CLI::App* app, int* exit_code);
 void AddSimCommand(CLI::App* app, int* exit_code);
+void AddPlanCommand(CLI::App* app, int* exit_code);
 
 }  // namespace pitstop::tool
 

@@ -3,6 +3,7 @@
 //   pitstop analyze PATH...    read other tools' files, print the verdict
 //   pitstop replay PATH...     the same data through real agents + controller
 //   pitstop sim [--scenario]   fault-injection cluster simulator
+//   pitstop plan --topology F  flow path planning vs ECMP (docs/planning.md)
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   pitstop::tool::AddAnalyzeCommand(&app, &exit_code);
   pitstop::tool::AddReplayCommand(&app, &exit_code);
   pitstop::tool::AddSimCommand(&app, &exit_code);
+  pitstop::tool::AddPlanCommand(&app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
