@@ -37,6 +37,7 @@ struct PlanArgs {
   std::string hash = "crc32";
   bool no_pin = false;
   std::string plan_out;
+  std::string sim = "steady";
   plan::ClosCsvOptions csv;
 };
 
@@ -82,7 +83,8 @@ nlohmann::json ReportJson(const plan::EvalReport& r) {
                       {"pinned_flows", r.pinned_flows},
                       {"ecmp_seeds", r.seeds},
                       {"hash", r.hash},
-                      {"plan_ms", r.plan_ms}};
+                      {"plan_ms", r.plan_ms},
+                      {"pin_ms", r.pin_ms}};
   const plan::Evaluation& now = r.degraded ? r.after : r.healthy;
   j.update(EvaluationJson(now));
   if (r.degraded) {
@@ -156,6 +158,12 @@ absl::Status WritePlan(const plan::Fabric& fabric, const plan::EvalReport& r,
     const plan::PlannedPath& p = r.plan.paths[f.id];
     nlohmann::json links = nlohmann::json::array();
     for (int l : p.links) links.push_back(fabric.LinkName(l));
+    nlohmann::json extra = nlohmann::json::array();
+    for (size_t k = 0; k < p.split.size(); ++k) {
+      nlohmann::json sl = nlohmann::json::array();
+      for (int l : p.split[k]) sl.push_back(fabric.LinkName(l));
+      extra.push_back({{"udp_src_port", p.split_ports[k]}, {"path", sl}});
+    }
     flows.push_back({{"flow", f.id},
                      {"channel", f.channel},
                      {"src_rank", f.src_rank},
@@ -164,7 +172,8 @@ absl::Status WritePlan(const plan::Fabric& fabric, const plan::EvalReport& r,
                      {"src_nic", fabric.node(p.src_gpu).name},
                      {"dst_nic", fabric.node(p.dst_gpu).name},
                      {"udp_src_port", p.src_port},
-                     {"path", links}});
+                     {"path", links},
+                     {"extra_qps", extra}});
   }
   std::ofstream out(path);
   if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
@@ -197,6 +206,8 @@ int RunPlan(const PlanArgs& a) {
   o.hash = a.hash;
   o.pin_ports = !a.no_pin;
   o.degrade_busiest = a.degrade_busiest;
+  o.sim_mode =
+      a.sim == "events" ? plan::SimMode::kEvents : plan::SimMode::kSteady;
   for (const std::string& d : a.degrade) {
     const size_t eq = d.rfind('=');
     double frac = 0;
@@ -273,6 +284,11 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
                   "ECMP hash seeds to draw (>= 100 "
                   "for a distribution)");
   cmd->add_option("--hash", args->hash, "switch hash: crc32, xor or murmur");
+  cmd->add_option("--sim", args->sim,
+                  "steady (max-min rates hold to the end: ring pipelines, "
+                  "default) or events (re-allocate at every finish; slow on "
+                  "large fabrics)")
+      ->check(CLI::IsMember({"steady", "events"}));
   cmd->add_flag("--no-pin", args->no_pin,
                 "do not search UDP source ports that reproduce the plan");
   cmd->add_option("--plan-out", args->plan_out,

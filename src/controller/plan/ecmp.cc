@@ -1,5 +1,6 @@
 #include "src/controller/plan/ecmp.h"
 
+#include <algorithm>
 #include <array>
 
 #include "absl/strings/str_cat.h"
@@ -148,6 +149,69 @@ RoutedPath EcmpRouter::Route(const Flow& f, uint16_t src_port) const {
   }
   p.links.push_back(dports[dp] ^ 1);
   return p;
+}
+
+uint16_t EcmpRouter::FindPort(const Flow& f, const std::vector<int>& links,
+                              uint64_t start, int max_tries) const {
+  const Fabric& fab = *fabric_;
+  const std::vector<int>& sports = fab.nic_uplinks(f.src_gpu);
+  const std::vector<int>& dports = fab.nic_uplinks(f.dst_gpu);
+  if (links.size() < 2 || sports.empty() || dports.empty()) return 0;
+  const int sp = static_cast<int>(
+      std::find(sports.begin(), sports.end(), links.front()) - sports.begin());
+  if (sp == static_cast<int>(sports.size())) return 0;
+  // The destination port Route() would take from this source port.
+  const int src_tor = fab.tor_of_uplink(links.front());
+  int dp = -1;
+  for (size_t i = 0; i < dports.size(); ++i) {
+    const int tor = fab.tor_of_uplink(dports[(sp + i) % dports.size()]);
+    if (fab.Distance(src_tor, fab.tor_index(tor)) >= 0) {
+      dp = static_cast<int>((sp + i) % dports.size());
+      break;
+    }
+  }
+  if (dp < 0 || (dports[dp] ^ 1) != links.back()) return 0;
+  const int td = fab.tor_index(fab.tor_of_uplink(dports[dp]));
+  // Each switch's group and the planned member's index in it.
+  struct Step {
+    uint32_t seed;
+    uint32_t size;
+    uint32_t index;
+  };
+  std::vector<Step> steps;
+  std::vector<int> hops;
+  for (size_t k = 1; k + 1 < links.size(); ++k) {
+    const int at = fab.link(links[k]).src;
+    fab.NextHops(at, td, &hops);
+    auto it = std::find(hops.begin(), hops.end(), links[k]);
+    if (it == hops.end()) return 0;  // not a shortest path: ECMP never
+    steps.push_back(Step{SwitchSeed(at), static_cast<uint32_t>(hops.size()),
+                         static_cast<uint32_t>(it - hops.begin())});
+  }
+  const uint32_t nic_seed = SwitchSeed(f.src_gpu);
+  for (int i = 0; i < max_tries; ++i) {
+    const uint16_t port =
+        static_cast<uint16_t>(kFirstSourcePort + (start + i) % kSourcePorts);
+    FiveTuple t;
+    t.src_ip = NicIp(f.src_gpu, 0);
+    t.dst_ip = NicIp(f.dst_gpu, 0);
+    t.src_port = port;
+    if (sports.size() > 1 &&
+        hash_->Hash(t, nic_seed) % sports.size() != static_cast<uint32_t>(sp)) {
+      continue;
+    }
+    t.src_ip = NicIp(f.src_gpu, sp);
+    t.dst_ip = NicIp(f.dst_gpu, dp);
+    bool ok = true;
+    for (const Step& s : steps) {
+      if (hash_->Hash(t, s.seed) % s.size != s.index) {
+        ok = false;
+        break;
+      }
+    }
+    if (ok) return port;
+  }
+  return 0;
 }
 
 std::vector<int> NvLinkPath(const Fabric& fabric, const Flow& f) {

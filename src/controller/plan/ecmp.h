@@ -68,6 +68,13 @@ class EcmpRouter {
   RoutedPath Route(const Flow& f, uint16_t src_port) const;
   RoutedPath Route(const Flow& f) const { return Route(f, SourcePort(f)); }
   uint32_t SwitchSeed(int node) const;
+  // A source port (trying up to max_tries ports from kFirstSourcePort +
+  // start) with which Route(f, port) gives exactly `links`; 0 when none
+  // does. Checks switch by switch, so a miss costs about one hash. With a
+  // linear hash (CRC) and the same function on every tier the tiers'
+  // choices are correlated (hash polarisation) and some paths have no port.
+  uint16_t FindPort(const Flow& f, const std::vector<int>& links,
+                    uint64_t start, int max_tries = kSourcePorts) const;
 
  private:
   const Fabric* fabric_;

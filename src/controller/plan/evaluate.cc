@@ -25,25 +25,19 @@ std::vector<double> Capacities(const Fabric& fabric) {
   return c;
 }
 
-// Completion of the flows with these paths (network and NVLink parts are
-// independent under max-min, so they are simulated apart).
-double Completion(const std::vector<Flow>& flows,
-                  const std::vector<std::vector<int>>& paths,
-                  const std::vector<double>& cap, double nvlink_done) {
-  std::vector<SimFlow> sim;
-  sim.reserve(flows.size());
-  for (size_t i = 0; i < flows.size(); ++i) {
-    if (!flows[i].network) continue;
-    sim.push_back(SimFlow{&paths[i], flows[i].bytes, flows[i].channel});
-  }
-  return std::max(nvlink_done, SimulateMaxMin(sim, cap).completion_s);
+// Completion of the network parts (network and NVLink flows share no link,
+// so under max-min they are independent and simulated apart).
+double Completion(const std::vector<SimFlow>& parts,
+                  const std::vector<double>& cap, double nvlink_done,
+                  SimMode mode) {
+  return std::max(nvlink_done, SimulateMaxMin(parts, cap, mode).completion_s);
 }
 
-double MaxUtil(const Fabric& fabric, const std::vector<Flow>& flows,
-               const std::vector<std::vector<int>>& paths, double t_ref) {
+double MaxUtil(const Fabric& fabric, const std::vector<SimFlow>& parts,
+               double t_ref) {
   std::vector<double> bytes(fabric.links().size(), 0);
-  for (size_t i = 0; i < flows.size(); ++i) {
-    for (int l : paths[i]) bytes[l] += flows[i].bytes;
+  for (const SimFlow& p : parts) {
+    for (int l : *p.links) bytes[l] += p.bytes;
   }
   double worst = 0;
   for (size_t l = 0; l < bytes.size(); ++l) {
@@ -64,24 +58,23 @@ double Percentile(std::vector<double> v, double p) {
   return v[k - 1];
 }
 
-struct EcmpStats {
-  StrategyResult r;
-};
-
 StrategyResult RunEcmp(const Fabric& fabric, const std::vector<Flow>& flows,
                        const HashFunction& hash, const EvalOptions& o,
-                       double nvlink_done, double t_ref,
-                       const std::vector<std::vector<int>>& nv_paths) {
+                       double nvlink_done, double t_ref) {
   const std::vector<double> cap = Capacities(fabric);
   std::vector<double> done, util;
-  std::vector<std::vector<int>> paths = nv_paths;
+  std::vector<std::vector<int>> paths(flows.size());
+  std::vector<SimFlow> parts;
   for (int s = 0; s < o.seeds; ++s) {
     EcmpRouter router(&fabric, &hash, o.first_seed + s);
+    parts.clear();
     for (size_t i = 0; i < flows.size(); ++i) {
-      if (flows[i].network) paths[i] = router.Route(flows[i]).links;
+      if (!flows[i].network) continue;
+      paths[i] = router.Route(flows[i]).links;
+      parts.push_back(SimFlow{&paths[i], flows[i].bytes, flows[i].channel});
     }
-    done.push_back(Completion(flows, paths, cap, nvlink_done));
-    util.push_back(MaxUtil(fabric, flows, paths, t_ref));
+    done.push_back(Completion(parts, cap, nvlink_done, o.sim_mode));
+    util.push_back(MaxUtil(fabric, parts, t_ref));
   }
   StrategyResult r;
   double sum = 0;
@@ -93,10 +86,17 @@ StrategyResult RunEcmp(const Fabric& fabric, const std::vector<Flow>& flows,
   return r;
 }
 
-std::vector<std::vector<int>> PathsOf(const FlowPlan& plan) {
-  std::vector<std::vector<int>> p(plan.paths.size());
-  for (size_t i = 0; i < p.size(); ++i) p[i] = plan.paths[i].links;
-  return p;
+std::vector<SimFlow> PartsOf(const std::vector<Flow>& flows,
+                             const FlowPlan& plan) {
+  std::vector<SimFlow> parts;
+  for (size_t i = 0; i < flows.size(); ++i) {
+    if (!flows[i].network) continue;
+    ForEachPart(plan.paths[i], flows[i].bytes,
+                [&](const std::vector<int>& links, double b) {
+                  parts.push_back(SimFlow{&links, b, flows[i].channel});
+                });
+  }
+  return parts;
 }
 
 // One evaluation of the three strategies under the current capacities.
@@ -112,127 +112,22 @@ Evaluation EvaluateOnce(const Fabric& fabric, const std::vector<Flow>& flows,
       nv.push_back(SimFlow{&nv_paths[i], flows[i].bytes, flows[i].channel});
     }
   }
-  const double nv_done = SimulateMaxMin(nv, cap).completion_s;
+  const double nv_done = SimulateMaxMin(nv, cap, o.sim_mode).completion_s;
   Evaluation e;
   e.bound.completion_s =
       std::max(nv_done, CutBound(fabric, flows, degraded_below));
   e.bound.completion_s_p50 = e.bound.completion_s_p99 = e.bound.completion_s;
   e.bound.max_link_util = 1.0;
-  const std::vector<std::vector<int>> planned = PathsOf(plan);
-  e.planned.completion_s = Completion(flows, planned, cap, nv_done);
+  const std::vector<SimFlow> planned = PartsOf(flows, plan);
+  e.planned.completion_s = Completion(planned, cap, nv_done, o.sim_mode);
   e.planned.completion_s_p50 = e.planned.completion_s_p99 =
       e.planned.completion_s;
-  e.planned.max_link_util =
-      MaxUtil(fabric, flows, planned, e.bound.completion_s);
-  e.ecmp =
-      RunEcmp(fabric, flows, hash, o, nv_done, e.bound.completion_s, nv_paths);
+  e.planned.max_link_util = MaxUtil(fabric, planned, e.bound.completion_s);
+  e.ecmp = RunEcmp(fabric, flows, hash, o, nv_done, e.bound.completion_s);
   return e;
 }
 
 }  // namespace
-
-double CutBound(const Fabric& fabric, const std::vector<Flow>& flows,
-                double degraded_below) {
-  auto gbps_sum = [&](const std::vector<int>& links) {
-    double s = 0;
-    for (int l : links) s += fabric.link(l).gbps;
-    return s;
-  };
-  auto nic_degraded = [&](int gpu) {
-    for (int l : fabric.nic_uplinks(gpu)) {
-      for (int d : {l, l ^ 1}) {
-        const FabricLink& fl = fabric.link(d);
-        if (fl.gbps < fl.nominal_gbps * degraded_below) return true;
-      }
-    }
-    return false;
-  };
-  // Groups of endpoints whose traffic has no way around a set of links:
-  // key -> (bytes, links). "o:" out of, "i:" into.
-  std::map<std::string, std::pair<double, std::vector<int>>> cuts;
-  auto add = [&](const std::string& key, double bytes,
-                 const std::vector<int>& links) {
-    auto [it, fresh] = cuts.emplace(key, std::make_pair(0.0, links));
-    it->second.first += bytes;
-  };
-  auto nic_links = [&](int gpu, bool out, bool whole_host) {
-    std::vector<int> ls;
-    std::vector<int> gpus = {gpu};
-    if (whole_host) gpus = fabric.hosts()[fabric.node(gpu).host].gpus;
-    for (int g : gpus) {
-      for (int l : fabric.nic_uplinks(g)) ls.push_back(out ? l : l ^ 1);
-    }
-    return ls;
-  };
-  // Pods: ToRs grouped by the switches above them.
-  std::map<int, std::string> pod_of;
-  std::map<std::string, std::vector<int>> pod_up;
-  for (size_t n = 0; n < fabric.nodes().size(); ++n) {
-    if (fabric.node(n).kind != NodeKind::kTor) continue;
-    std::vector<int> above;
-    for (int l : fabric.out_links(n)) {
-      if (fabric.link(l).kind == LinkKind::kFabric) {
-        above.push_back(fabric.link(l).dst);
-      }
-    }
-    std::sort(above.begin(), above.end());
-    std::string key;
-    for (int a : above) absl::StrAppend(&key, a, ",");
-    pod_of[n] = key;
-    if (!pod_up.count(key)) {
-      std::vector<int> up;
-      for (int a : above) {
-        for (int l : fabric.out_links(a)) {
-          const FabricLink& fl = fabric.link(l);
-          if (fl.kind == LinkKind::kFabric &&
-              fabric.node(fl.dst).kind != NodeKind::kTor) {
-            up.push_back(l);
-          }
-        }
-      }
-      pod_up[key] = up;
-    }
-  }
-  for (const Flow& f : flows) {
-    if (!f.network) continue;
-    const bool sd = nic_degraded(f.src_gpu), dd = nic_degraded(f.dst_gpu);
-    add(absl::StrCat("o:", sd ? -1 - fabric.node(f.src_gpu).host : f.src_gpu),
-        f.bytes, nic_links(f.src_gpu, true, sd));
-    add(absl::StrCat("i:", dd ? -1 - fabric.node(f.dst_gpu).host : f.dst_gpu),
-        f.bytes, nic_links(f.dst_gpu, false, dd));
-    // ToR and pod cuts only hold for single-port NICs that stay put.
-    const auto& su = fabric.nic_uplinks(f.src_gpu);
-    const auto& du = fabric.nic_uplinks(f.dst_gpu);
-    if (sd || dd || su.size() != 1 || du.size() != 1) continue;
-    const int st = fabric.tor_of_uplink(su[0]),
-              dt = fabric.tor_of_uplink(du[0]);
-    if (st == dt) continue;
-    std::vector<int> up, down;
-    for (int l : fabric.out_links(st)) {
-      if (fabric.link(l).kind == LinkKind::kFabric) up.push_back(l);
-    }
-    for (int l : fabric.out_links(dt)) {
-      if (fabric.link(l).kind == LinkKind::kFabric) down.push_back(l ^ 1);
-    }
-    add(absl::StrCat("tu:", st), f.bytes, up);
-    add(absl::StrCat("td:", dt), f.bytes, down);
-    const std::string& sp = pod_of[st];
-    const std::string& dp = pod_of[dt];
-    if (sp != dp && !pod_up[sp].empty() && !pod_up[dp].empty()) {
-      add("pu:" + sp, f.bytes, pod_up[sp]);
-      std::vector<int> pd;
-      for (int l : pod_up[dp]) pd.push_back(l ^ 1);
-      add("pd:" + dp, f.bytes, pd);
-    }
-  }
-  double worst = 0;
-  for (const auto& [key, c] : cuts) {
-    const double g = gbps_sum(c.second);
-    const double t = g > 0 ? c.first * 8 / (g * 1e9) : 1e30;
-    worst = std::max(worst, t);
-  }
-  return worst;
-}
 
 absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
   EvalReport rep;
@@ -272,8 +167,10 @@ absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
   FlowPlan plan = planner.Plan(1);
   rep.plan_ms = Ms(t0);
-  for (size_t i = 0; i < flows.size(); ++i) {
-    if (flows[i].network && plan.paths[i].src_port != 0) ++rep.pinned_flows;
+  if (o.pin_ports) {
+    t0 = std::chrono::steady_clock::now();
+    rep.pinned_flows = planner.PinAll(&plan);
+    rep.pin_ms = Ms(t0);
   }
   rep.healthy = EvaluateOnce(*fabric, flows, plan, **hash, o, po.degraded_below,
                              nv_paths);

@@ -22,7 +22,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "src/controller/plan/bound.h"
 #include "src/controller/plan/fabric.h"
+#include "src/controller/plan/flow_sim.h"
 #include "src/controller/plan/flows.h"
 #include "src/controller/plan/planner.h"
 
@@ -44,6 +46,7 @@ struct EvalOptions {
   // "busiest": degrade the plan's most loaded switch-to-switch link (both
   // directions) to this fraction; 0 = off. For benchmarks.
   double degrade_busiest = 0;
+  SimMode sim_mode = SimMode::kSteady;
 };
 
 struct StrategyResult {
@@ -68,7 +71,8 @@ struct EvalReport {
   int pinned_flows = 0;
   int seeds = 0;
   std::string hash;
-  double plan_ms = 0;
+  double plan_ms = 0;  // Planner::Plan
+  double pin_ms = 0;   // Planner::PinAll
   Evaluation healthy;
   // With degraded links:
   bool degraded = false;
@@ -85,11 +89,6 @@ struct EvalReport {
 // Evaluates on `fabric` (its capacities are changed for --degrade and left
 // so; ResetCapacities() to undo).
 absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o);
-
-// The lower bound (seconds) for the network flows under the fabric's
-// current capacities; see above.
-double CutBound(const Fabric& fabric, const std::vector<Flow>& flows,
-                double degraded_below);
 
 }  // namespace pitstop::plan
 

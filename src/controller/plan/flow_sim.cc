@@ -8,7 +8,8 @@
 namespace pitstop::plan {
 
 SimResult SimulateMaxMin(const std::vector<SimFlow>& flows,
-                         const std::vector<double>& capacity_gbps) {
+                         const std::vector<double>& capacity_gbps,
+                         SimMode mode) {
   SimResult out;
   // Compact the links the flows use; link -> flows (CSR).
   std::unordered_map<int, int> index;
@@ -81,6 +82,21 @@ SimResult SimulateMaxMin(const std::vector<SimFlow>& flows,
           }
         }
       }
+    }
+    if (mode == SimMode::kSteady) {
+      for (size_t f = 0; f < flows.size(); ++f) {
+        if (!active[f]) continue;
+        if (rate[f] <= 0) {
+          out.stuck = true;
+          out.completion_s = std::numeric_limits<double>::infinity();
+          return out;
+        }
+        const double t = flows[f].bytes / rate[f];
+        double& ch = out.channel_done_s[flows[f].channel];
+        ch = std::max(ch, t);
+        out.completion_s = std::max(out.completion_s, t);
+      }
+      return out;
     }
     // Advance to the next finish.
     double dt = std::numeric_limits<double>::infinity();

@@ -19,6 +19,7 @@
 #define PITSTOP_SRC_CONTROLLER_PLAN_PLANNER_H_
 
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "src/controller/plan/ecmp.h"
@@ -27,12 +28,30 @@
 
 namespace pitstop::plan {
 
+// Ports tried per path when pinning: a path through g equal-cost choices
+// needs about g tries, so this finds one for paths of up to ~1,000 choices
+// 98% of the time and bounds the cost of paths no port reaches.
+inline constexpr int kPinTries = 4096;
+
 struct PlannedPath {
   std::vector<int> links;  // directed link ids (NVLink flows: their 2 links)
   int src_gpu = -1;        // NIC actually used (may differ after a re-plan)
   int dst_gpu = -1;
   uint16_t src_port = 0;  // 0: not pinned
+  // A re-plan may spread a flow that had to leave a degraded link over
+  // several QPs: the bytes are then split equally over `links` and these.
+  std::vector<std::vector<int>> split;
+  std::vector<uint16_t> split_ports;
+  int parts() const { return 1 + static_cast<int>(split.size()); }
 };
+
+// Calls fn(links, bytes) for each part (QP) of a planned flow.
+template <typename Fn>
+void ForEachPart(const PlannedPath& p, double bytes, Fn fn) {
+  const double share = bytes / p.parts();
+  fn(p.links, share);
+  for (const std::vector<int>& s : p.split) fn(s, share);
+}
 
 struct FlowPlan {
   uint64_t epoch = 0;
@@ -43,7 +62,18 @@ struct PlannerOptions {
   // A NIC link below this share of its nominal capacity lets its flows move
   // to the host's other NICs.
   double degraded_below = 0.95;
-  int improve_passes = 3;
+  int improve_passes = 0;
+  // Negotiated-congestion rounds (PathFinder-style) after the greedy pass,
+  // aiming at the cut bound; stop early when within this share of it.
+  int negotiate_rounds = 20;
+  // Ejection chains (alternating paths, as in Konig's edge-colouring proof)
+  // that move flows off over-target links: depth and rounds.
+  int eject_depth = 30;
+  int repair_rounds = 50;
+  double target_slack = 0.01;
+  // Re-plan: a flow that finds no path within the target is spread over up
+  // to this many QPs.
+  int max_split = 8;
   // Pin source ports for this hash and switch-seed set (the fabric's real
   // configuration); nullptr: do not pin.
   const HashFunction* hash = nullptr;
@@ -55,7 +85,11 @@ class Planner {
   Planner(const Fabric* fabric, const std::vector<Flow>* flows,
           PlannerOptions options);
 
+  // The plan (paths only; PinAll adds source ports).
   FlowPlan Plan(uint64_t epoch);
+  // Pins every network flow's path(s) to source ports (options.hash);
+  // returns how many flows got a port.
+  int PinAll(FlowPlan* plan) const;
 
   struct ReplanStats {
     int crossing = 0;  // flows whose path crossed a changed link
@@ -77,6 +111,24 @@ class Planner {
   };
   bool Better(const Cost& a, const Cost& b) const;
   double Time(int link, double extra) const;
+  Cost LinkCost(int link, double bytes) const;
+  const std::vector<int>& Hops(int node, int tor_idx);
+  double MaxTime() const;
+  void Negotiate(FlowPlan* plan);
+  void Repair(FlowPlan* plan);
+  bool Eject(FlowPlan* plan, int link, int depth, double goal);
+  void SetPath(FlowPlan* plan, int flow, PlannedPath path);
+  void ClearPath(FlowPlan* plan, int flow);
+  std::vector<std::vector<int>> on_link_;  // network flows per link
+  std::vector<char> banned_;
+  std::vector<char> locked_;
+  int eject_budget_ = 0;
+  double target_ = 0;  // seconds; the cut bound
+  bool negotiating_ = false;
+  double eject_goal_ = 0;  // > 0: count links pushed over it (ejection)
+  double pres_ = 0;
+  std::vector<double> hist_;
+  std::unordered_map<uint64_t, std::vector<int>> hop_cache_;
   // Best path for `f` under current loads; fills *path.
   Cost Best(const Flow& f, PlannedPath* path);
   Cost Through(int node, int tor_idx, double bytes);

@@ -106,15 +106,27 @@ TEST(FlowSimTest, MaxMinSharesAndFinishesInWaves) {
   const double gb = 1e9 / 8;  // bytes per Gbit
   std::vector<SimFlow> flows = {
       {&p0, 10 * gb, 0}, {&p01, 10 * gb, 1}, {&p1, 10 * gb, 2}};
-  SimResult r = SimulateMaxMin(flows, cap);
+  SimResult r = SimulateMaxMin(flows, cap, SimMode::kEvents);
   // A and B get 5 Gbps each on link 0; C gets the 15 Gbps B leaves on
   // link 1 and finishes its 10 Gbit at 0.667 s; A and B end at 2 s.
   EXPECT_NEAR(r.channel_done_s[2], 10.0 / 15, 1e-9);
   EXPECT_NEAR(r.channel_done_s[0], 2.0, 1e-9);
   EXPECT_NEAR(r.completion_s, 2.0, 1e-9);
+  // Steady state: the same rates to the end.
+  SimResult s = SimulateMaxMin(flows, cap, SimMode::kSteady);
+  EXPECT_NEAR(s.channel_done_s[2], 10.0 / 15, 1e-9);
+  EXPECT_NEAR(s.completion_s, 2.0, 1e-9);
+  // When A finishes first in event mode, B speeds up on link 0: give A
+  // less to move.
+  flows[0].bytes = 5 * gb;  // A done at 1 s; B then gets 10 Gbps
+  EXPECT_NEAR(SimulateMaxMin(flows, cap, SimMode::kEvents).completion_s, 1.5,
+              1e-9);
+  EXPECT_NEAR(SimulateMaxMin(flows, cap, SimMode::kSteady).completion_s, 2.0,
+              1e-9);
   // A dead link stalls its flow.
   std::vector<double> dead = {0, 20};
-  EXPECT_TRUE(SimulateMaxMin(flows, dead).stuck);
+  EXPECT_TRUE(SimulateMaxMin(flows, dead, SimMode::kEvents).stuck);
+  EXPECT_TRUE(SimulateMaxMin(flows, dead, SimMode::kSteady).stuck);
 }
 
 TEST(PlannerTest, PlanBalancesUplinksWhereEcmpCollides) {
@@ -127,6 +139,7 @@ TEST(PlannerTest, PlanBalancesUplinksWhereEcmpCollides) {
   po.hash = h->get();
   Planner planner(&fab, &flows, po);
   FlowPlan plan = planner.Plan(1);
+  const int pinned_count = planner.PinAll(&plan);
   std::vector<double> bytes = Planner::LinkBytes(fab, flows, plan);
   // Every flow has a path from its NIC to its peer's NIC.
   for (const Flow& f : flows) {
@@ -171,6 +184,7 @@ TEST(PlannerTest, PlanBalancesUplinksWhereEcmpCollides) {
     EXPECT_EQ(real.Route(f, p.src_port).links, p.links);
   }
   EXPECT_GT(pinned, network * 9 / 10);
+  EXPECT_EQ(pinned, pinned_count);
 }
 
 TEST(PlannerTest, ReplanMovesOnlyFlowsOnTheDegradedLink) {
@@ -197,7 +211,10 @@ TEST(PlannerTest, ReplanMovesOnlyFlowsOnTheDegradedLink) {
   EXPECT_GT(stats.moved, 0);
   int changed = 0;
   for (const Flow& f : flows) {
-    if (re.paths[f.id].links == plan.paths[f.id].links) continue;
+    if (re.paths[f.id].links == plan.paths[f.id].links &&
+        re.paths[f.id].split.empty()) {
+      continue;
+    }
     ++changed;
     // Only flows that crossed the degraded link moved.
     bool crossed = false;
