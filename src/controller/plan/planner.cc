@@ -293,7 +293,10 @@ void Planner::Repair(FlowPlan* plan) {
   }
   banned_.assign(load_.size(), 0);
   locked_.assign(flows.size(), 0);
-  for (int round = 0; round < options_.repair_rounds; ++round) {
+  // Bounded work (search steps), so an instance with no fix (an
+  // oversubscribed fabric) costs little; deterministic unlike a time limit.
+  int work = options_.repair_work;
+  for (int round = 0; round < options_.repair_rounds && work > 0; ++round) {
     std::vector<int> over;
     for (size_t l = 0; l < load_.size(); ++l) {
       if (load_[l] > 0 && fabric_->link(l).kind != LinkKind::kNvLink &&
@@ -308,10 +311,13 @@ void Planner::Repair(FlowPlan* plan) {
     if (over.empty()) break;
     bool progress = false;
     for (int l : over) {
-      eject_budget_ = 200000;
+      if (work <= 0) break;
+      eject_budget_ = std::min(20000, work);
+      const int before = eject_budget_;
       while (Time(l, 0) > goal && Eject(plan, l, options_.eject_depth, goal)) {
         progress = true;
       }
+      work -= before - std::max(0, eject_budget_);
     }
     if (!progress) break;
   }
@@ -398,11 +404,10 @@ void Planner::Improve(FlowPlan* plan) {
   }
 }
 
-FlowPlan Planner::Replan(const FlowPlan& previous,
-                         const std::vector<int>& changed, uint64_t epoch,
-                         ReplanStats* stats) {
+FlowPlan Planner::Replan(FlowPlan previous, const std::vector<int>& changed,
+                         uint64_t epoch, ReplanStats* stats) {
   const std::vector<Flow>& flows = *flows_;
-  FlowPlan plan = previous;
+  FlowPlan plan = std::move(previous);
   plan.epoch = epoch;
   std::fill(load_.begin(), load_.end(), 0);
   for (size_t i = 0; i < flows.size(); ++i) {
@@ -410,7 +415,6 @@ FlowPlan Planner::Replan(const FlowPlan& previous,
   }
   std::vector<char> hit(fabric_->links().size(), 0);
   for (int l : changed) hit[l] = 1;
-  std::set<int> degraded_hosts;
   std::vector<int> crossing;
   for (size_t i = 0; i < flows.size(); ++i) {
     if (!flows[i].network) continue;

@@ -70,10 +70,14 @@ struct PlannerOptions {
   // that move flows off over-target links: depth and rounds.
   int eject_depth = 30;
   int repair_rounds = 50;
+  int repair_work = 400000;  // ejection steps per Repair()
   double target_slack = 0.01;
-  // Re-plan: a flow that finds no path within the target is spread over up
-  // to this many QPs.
-  int max_split = 8;
+  // Re-plan: a flow that finds no path within the target may be spread over
+  // up to this many QPs. Off (1) by default: links share per QP (max-min
+  // per flow), so a connection on 8 QPs takes 8 shares of every link it
+  // crosses and slows the single-QP flows there more than it gains; it pays
+  // only where the fabric shares by bytes (weighted fair queueing).
+  int max_split = 1;
   // Pin source ports for this hash and switch-seed set (the fabric's real
   // configuration); nullptr: do not pin.
   const HashFunction* hash = nullptr;
@@ -96,7 +100,8 @@ class Planner {
     int moved = 0;     // flows whose path changed
   };
   // Re-plan after the capacities of `changed` links changed in the fabric.
-  FlowPlan Replan(const FlowPlan& previous, const std::vector<int>& changed,
+  // `previous` by value: move it in to re-plan without a copy.
+  FlowPlan Replan(FlowPlan previous, const std::vector<int>& changed,
                   uint64_t epoch, ReplanStats* stats);
 
   // Bytes per directed link under `plan` (every flow, NVLink included).
