@@ -280,3 +280,38 @@ TEST(EvaluateTest, PlanNeverWorseThanEcmpMedianAndAboveTheBound) {
 
 }  // namespace
 }  // namespace pitstop::plan
+
+namespace pitstop::plan {
+namespace {
+
+TEST(FlowsTest, LiveConnectionsBecomeFlows) {
+  Fabric fab = Gen("gen:leafspine,gpus=16,hosts_per_tor=1");
+  // Ranks 0..3 on host0 gpu0..3 and host1 gpu0..3 (rank_gpu by node id).
+  std::vector<int> rank_gpu;
+  for (const char* n :
+       {"host0/gpu0", "host0/gpu1", "host1/gpu0", "host1/gpu1"}) {
+    rank_gpu.push_back(fab.FindNode(n));
+  }
+  std::vector<LiveConnection> conns = {
+      {0, 1, 0, 1e6},  // inside host0: NVLink
+      {1, 2, 0, 1e6},  // host0 -> host1: network
+      {2, 3, 1, 2e6},
+  };
+  auto flows = FlowsFromConnections(fab, rank_gpu, conns, 2);
+  ASSERT_TRUE(flows.ok()) << flows.status();
+  ASSERT_EQ(flows->size(), 4u);  // the network one has two QPs
+  EXPECT_FALSE((*flows)[0].network);
+  EXPECT_TRUE((*flows)[1].network);
+  EXPECT_TRUE((*flows)[2].network);
+  EXPECT_DOUBLE_EQ((*flows)[1].bytes, 5e5);
+  EXPECT_EQ((*flows)[1].conn, (*flows)[2].conn);
+  Planner planner(&fab, &*flows, PlannerOptions{});
+  FlowPlan plan = planner.Plan(7);
+  EXPECT_EQ(plan.epoch, 7u);
+  EXPECT_EQ(fab.link(plan.paths[1].links.front()).src, rank_gpu[1]);
+  conns.push_back({3, 9, 0, 1});
+  EXPECT_FALSE(FlowsFromConnections(fab, rank_gpu, conns, 1).ok());
+}
+
+}  // namespace
+}  // namespace pitstop::plan
