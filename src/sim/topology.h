@@ -27,7 +27,8 @@ struct Topology {
   int links = 0;
 };
 
-// Parses the text; errors name `source`:line.
+// Parses the text with the planner's reader (plan::ParseSimAi, which also
+// checks ids and the declared link count); errors name `source`:line.
 absl::StatusOr<Topology> ParseTopology(const std::string& text,
                                        const std::string& source);
 absl::StatusOr<Topology> LoadTopologyFile(const std::string& path);

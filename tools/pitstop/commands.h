@@ -15,6 +15,7 @@ void AddAnalyzeCommand(CLI::App* app, int* exit_code);
 void AddReplayCommand(CLI::App* app, int* exit_code);
 void AddSimCommand(CLI::App* app, int* exit_code);
 void AddDiffCommand(CLI::App* app, int* exit_code);
+void AddPlanCommand(CLI::App* app, int* exit_code);
 
 }  // namespace pitstop::tool
 

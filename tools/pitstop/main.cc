@@ -4,6 +4,7 @@
 //   pitstop replay PATH...     the same data through real agents + controller
 //   pitstop sim [--scenario]   fault-injection cluster simulator
 //   pitstop diff A B           differential profiling of two Kineto traces
+//   pitstop plan --topology F  flow path planning vs ECMP (docs/planning.md)
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
   pitstop::tool::AddReplayCommand(&app, &exit_code);
   pitstop::tool::AddSimCommand(&app, &exit_code);
   pitstop::tool::AddDiffCommand(&app, &exit_code);
+  pitstop::tool::AddPlanCommand(&app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,315 @@
+// `pitstop plan`: C4P flow planning on a fabric, measured against ECMP and
+// the lower bound (docs/planning.md).
+//
+//   pitstop plan --topology ../shared/data/topology/Rail_Opti_...txt
+//   pitstop plan --topology gen:leafspine,gpus=1024 --placement scattered
+//   pitstop plan --topology hosts.csv --aggs-per-pod 8 --ranks 512
+//   pitstop plan --topology gen:3tier,gpus=8192 --degrade tor0.0-pod0/agg3=0.25
+//
+// Exit codes: 0 evaluated, 2 usage or input error.
+#include <CLI/CLI.hpp>
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "src/controller/plan/evaluate.h"
+#include "src/controller/plan/fabric_io.h"
+#include "tools/pitstop/commands.h"
+
+namespace pitstop::tool {
+namespace {
+
+struct PlanArgs {
+  std::string topology;
+  int ranks = 0;
+  std::vector<std::string> degrade;
+  double degrade_busiest = 0;
+  std::string output = "table";
+  std::string placement = "packed";
+  uint64_t placement_seed = 1;
+  int channels = 0;
+  int qps = 1;
+  std::string bytes = "1G";
+  int seeds = 100;
+  std::string hash = "crc32";
+  bool no_pin = false;
+  std::string plan_out;
+  std::string sim = "steady";
+  plan::ClosCsvOptions csv;
+};
+
+bool ParseBytes(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  double mult = 1;
+  std::string num = s;
+  const char last = s.back();
+  if (last == 'K' || last == 'k') mult = 1 << 10;
+  if (last == 'M' || last == 'm') mult = 1 << 20;
+  if (last == 'G' || last == 'g') mult = 1 << 30;
+  if (mult != 1) num.pop_back();
+  double v = 0;
+  if (!absl::SimpleAtod(num, &v) || v <= 0) return false;
+  *out = v * mult;
+  return true;
+}
+
+nlohmann::json StrategyJson(const plan::StrategyResult& r, bool ecmp) {
+  nlohmann::json j = {{"completion_s", r.completion_s},
+                      {"max_link_util", r.max_link_util}};
+  if (ecmp) {
+    j["completion_s_p50"] = r.completion_s_p50;
+    j["completion_s_p99"] = r.completion_s_p99;
+  }
+  return j;
+}
+
+nlohmann::json EvaluationJson(const plan::Evaluation& e) {
+  return {{"ecmp", StrategyJson(e.ecmp, true)},
+          {"planned", StrategyJson(e.planned, false)},
+          {"bound", StrategyJson(e.bound, false)}};
+}
+
+nlohmann::json ReportJson(const plan::EvalReport& r) {
+  nlohmann::json j = {{"fabric", r.fabric},
+                      {"assumptions", r.assumptions},
+                      {"ranks", r.ranks},
+                      {"hosts", r.hosts},
+                      {"channels", r.channels},
+                      {"flows", r.flows},
+                      {"network_flows", r.network_flows},
+                      {"pinned_flows", r.pinned_flows},
+                      {"ecmp_seeds", r.seeds},
+                      {"hash", r.hash},
+                      {"plan_ms", r.plan_ms},
+                      {"pin_ms", r.pin_ms}};
+  const plan::Evaluation& now = r.degraded ? r.after : r.healthy;
+  j.update(EvaluationJson(now));
+  if (r.degraded) {
+    j["healthy"] = EvaluationJson(r.healthy);
+    j["replan"] = {
+        {"degraded_links", r.degraded_links},
+        {"crossing_flows", r.crossing},
+        {"moved_flows", r.moved},
+        {"moved_share",
+         r.network_flows > 0 ? double(r.moved) / r.network_flows : 0.0},
+        {"replan_ms", r.replan_ms},
+        {"recovery_of_healthy_bound", r.recovery}};
+  }
+  return j;
+}
+
+void PrintTable(const plan::EvalReport& r) {
+  std::cout << r.fabric << "\n";
+  for (const std::string& a : r.assumptions) {
+    std::cout << "  assumed: " << a << "\n";
+  }
+  std::cout << absl::StrFormat(
+      "ring all-reduce over %d ranks on %d hosts, %d channels: %d flows (%d "
+      "on the network, %d pinned to a source port)\n",
+      r.ranks, r.hosts, r.channels, r.flows, r.network_flows, r.pinned_flows);
+  auto print = [&](const plan::Evaluation& e, const std::string& title) {
+    std::cout << "\n" << title << "\n";
+    std::cout << absl::StrFormat("  %-28s %12s %14s\n", "", "completion",
+                                 "max link util");
+    std::cout << absl::StrFormat(
+        "  %-28s %11.4fs %14.2f\n",
+        absl::StrCat("ECMP p50 (", r.seeds, " seeds, ", r.hash, ")"),
+        e.ecmp.completion_s_p50, e.ecmp.max_link_util);
+    std::cout << absl::StrFormat("  %-28s %11.4fs\n", "ECMP p99",
+                                 e.ecmp.completion_s_p99);
+    std::cout << absl::StrFormat("  %-28s %11.4fs %14.2f\n", "planned",
+                                 e.planned.completion_s,
+                                 e.planned.max_link_util);
+    std::cout << absl::StrFormat("  %-28s %11.4fs %14.2f\n",
+                                 "bound (perfect spraying)",
+                                 e.bound.completion_s, e.bound.max_link_util);
+    std::cout << absl::StrFormat(
+        "  planned vs bound %.3fx, ECMP p99 / planned %.2fx, ECMP p50 / "
+        "planned %.2fx\n",
+        e.planned.completion_s / e.bound.completion_s,
+        e.ecmp.completion_s_p99 / e.planned.completion_s,
+        e.ecmp.completion_s_p50 / e.planned.completion_s);
+  };
+  print(r.healthy,
+        absl::StrFormat("healthy (plan computed in %.1f ms)", r.plan_ms));
+  if (r.degraded) {
+    std::string links;
+    for (const std::string& l : r.degraded_links) {
+      absl::StrAppend(&links, links.empty() ? "" : ", ", l);
+    }
+    print(r.after, "degraded: " + links);
+    std::cout << absl::StrFormat(
+        "  re-plan: %d of %d network flows crossed the degraded link(s), %d "
+        "moved (%.2f%%) in %.2f ms; recovers %.1f%% of the healthy bound\n",
+        r.crossing, r.network_flows, r.moved,
+        r.network_flows ? 100.0 * r.moved / r.network_flows : 0.0, r.replan_ms,
+        100 * r.recovery);
+  }
+}
+
+absl::Status WritePlan(const plan::Fabric& fabric, const plan::EvalReport& r,
+                       const std::string& path) {
+  nlohmann::json flows = nlohmann::json::array();
+  for (const plan::Flow& f : r.flow_list) {
+    if (!f.network) continue;
+    const plan::PlannedPath& p = r.plan.paths[f.id];
+    nlohmann::json links = nlohmann::json::array();
+    for (int l : p.links) links.push_back(fabric.LinkName(l));
+    nlohmann::json extra = nlohmann::json::array();
+    for (size_t k = 0; k < p.split.size(); ++k) {
+      nlohmann::json sl = nlohmann::json::array();
+      for (int l : p.split[k]) sl.push_back(fabric.LinkName(l));
+      extra.push_back({{"udp_src_port", p.split_ports[k]}, {"path", sl}});
+    }
+    flows.push_back({{"flow", f.id},
+                     {"channel", f.channel},
+                     {"src_rank", f.src_rank},
+                     {"dst_rank", f.dst_rank},
+                     {"qp", f.qp},
+                     {"src_nic", fabric.node(p.src_gpu).name},
+                     {"dst_nic", fabric.node(p.dst_gpu).name},
+                     {"udp_src_port", p.src_port},
+                     {"path", links},
+                     {"extra_qps", extra}});
+  }
+  std::ofstream out(path);
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  out << nlohmann::json{{"epoch", r.plan.epoch}, {"flows", flows}}.dump(1)
+      << "\n";
+  return out ? absl::OkStatus()
+             : absl::InternalError(absl::StrCat("cannot write ", path));
+}
+
+int RunPlan(const PlanArgs& a) {
+  plan::EvalOptions o;
+  o.ranks = a.ranks;
+  if (a.placement == "packed") {
+    o.placement = plan::Placement::kPacked;
+  } else if (a.placement == "scattered") {
+    o.placement = plan::Placement::kScattered;
+  } else {
+    std::cerr << "pitstop plan: --placement is packed or scattered\n";
+    return 2;
+  }
+  o.placement_seed = a.placement_seed;
+  o.ring.channels = a.channels;
+  o.ring.qps_per_connection = a.qps;
+  if (!ParseBytes(a.bytes, &o.ring.bytes)) {
+    std::cerr << "pitstop plan: --bytes '" << a.bytes
+              << "' is not a size (e.g. 256M, 1G)\n";
+    return 2;
+  }
+  o.seeds = a.seeds;
+  o.hash = a.hash;
+  o.pin_ports = !a.no_pin;
+  o.degrade_busiest = a.degrade_busiest;
+  o.sim_mode =
+      a.sim == "events" ? plan::SimMode::kEvents : plan::SimMode::kSteady;
+  for (const std::string& d : a.degrade) {
+    const size_t eq = d.rfind('=');
+    double frac = 0;
+    if (eq == std::string::npos || !absl::SimpleAtod(d.substr(eq + 1), &frac)) {
+      std::cerr << "pitstop plan: --degrade '" << d
+                << "' is not LINK=FRACTION (e.g. tor3-spine1=0.25)\n";
+      return 2;
+    }
+    o.degrade.emplace_back(d.substr(0, eq), frac);
+  }
+  absl::StatusOr<plan::Fabric> fabric = plan::LoadFabric(a.topology, a.csv);
+  if (!fabric.ok()) {
+    std::cerr << "pitstop plan: " << fabric.status().message() << "\n";
+    return 2;
+  }
+  absl::StatusOr<plan::EvalReport> r = plan::Evaluate(&*fabric, o);
+  if (!r.ok()) {
+    std::cerr << "pitstop plan: " << r.status().message() << "\n";
+    return 2;
+  }
+  if (!a.plan_out.empty()) {
+    absl::Status s = WritePlan(*fabric, *r, a.plan_out);
+    if (!s.ok()) {
+      std::cerr << "pitstop plan: " << s.message() << "\n";
+      return 2;
+    }
+  }
+  if (a.output == "json") {
+    std::cout << ReportJson(*r).dump(2) << "\n";
+  } else {
+    PrintTable(*r);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddPlanCommand(CLI::App* app, int* exit_code) {
+  auto args = std::make_shared<PlanArgs>();
+  CLI::App* cmd = app->add_subcommand(
+      "plan",
+      "Plan the paths of a data-parallel ring all-reduce on a fabric and "
+      "compare ECMP (a distribution over hash seeds), the plan and the lower "
+      "bound, healthy and with degraded links (docs/planning.md).");
+  cmd->add_option("--topology", args->topology,
+                  "SimAI topology file, three-tier CSV (ip,DSW,PSW,ASW) or a "
+                  "generated fabric: gen:leafspine,gpus=1024[,rail=1,"
+                  "hosts_per_tor=16,planes=1,nic_gbps=400,tor_uplinks=N,"
+                  "uplink_gbps=G] or gen:3tier,gpus=8192[,tors_per_pod=16,"
+                  "agg_uplinks=N,...]")
+      ->required();
+  cmd->add_option("--ranks", args->ranks,
+                  "GPUs in the job (default: every GPU of the fabric)");
+  cmd->add_option("--degrade", args->degrade,
+                  "LINK=FRACTION: the link keeps this share of its capacity; "
+                  "LINK is 'A->B' (one direction), 'A-B' (both), a NIC "
+                  "'hostN/nicK' or a switch; repeatable");
+  cmd->add_option("--degrade-busiest", args->degrade_busiest,
+                  "degrade the plan's busiest switch-to-switch link (both "
+                  "directions) to this share (benchmarks)");
+  cmd->add_option("-o,--output", args->output, "table or json")
+      ->check(CLI::IsMember({"table", "json"}));
+  cmd->add_option("--placement", args->placement,
+                  "packed (hosts in fabric order) or scattered (hosts in a "
+                  "seeded random order, as a busy scheduler hands them out)");
+  cmd->add_option("--placement-seed", args->placement_seed,
+                  "seed of the scattered placement");
+  cmd->add_option("--channels", args->channels,
+                  "NCCL channels (default: two per NIC of a host)");
+  cmd->add_option("--qps", args->qps,
+                  "QPs per connection (NCCL_IB_QPS_PER_CONNECTION)");
+  cmd->add_option("--bytes", args->bytes, "all-reduce size (e.g. 256M, 1G)");
+  cmd->add_option("--seeds", args->seeds,
+                  "ECMP hash seeds to draw (>= 100 "
+                  "for a distribution)");
+  cmd->add_option("--hash", args->hash, "switch hash: crc32, xor or murmur");
+  cmd->add_option("--sim", args->sim,
+                  "steady (max-min rates hold to the end: ring pipelines, "
+                  "default) or events (re-allocate at every finish; slow on "
+                  "large fabrics)")
+      ->check(CLI::IsMember({"steady", "events"}));
+  cmd->add_flag("--no-pin", args->no_pin,
+                "do not search UDP source ports that reproduce the plan");
+  cmd->add_option("--plan-out", args->plan_out,
+                  "write the plan (per QP: NIC, UDP source port, path) as "
+                  "JSON to this file");
+  auto* csv =
+      cmd->add_option_group("three-tier CSV", "what the CSV leaves open");
+  csv->add_option("--gpus-per-host", args->csv.gpus_per_host,
+                  "GPUs (and NICs) per host");
+  csv->add_option("--nic-gbps", args->csv.nic_gbps, "NIC speed");
+  csv->add_option("--aggs-per-pod", args->csv.aggs_per_pod,
+                  "aggregation switches per PSW group = uplinks per ToR");
+  csv->add_option("--tor-uplink-gbps", args->csv.tor_uplink_gbps,
+                  "ToR -> aggregation link speed");
+  csv->add_option("--cores-per-agg", args->csv.cores_per_agg,
+                  "uplinks per aggregation switch (cores per core plane)");
+  csv->add_option("--agg-uplink-gbps", args->csv.agg_uplink_gbps,
+                  "aggregation -> core link speed");
+  csv->add_option("--nvlink-gbps", args->csv.nvlink_gbps,
+                  "GPU <-> NVSwitch speed");
+  cmd->callback([args, exit_code] { *exit_code = RunPlan(*args); });
+}
+
+}  // namespace pitstop::tool
