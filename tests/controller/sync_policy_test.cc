@@ -241,6 +241,28 @@ TEST_F(SyncPolicyTest, ValidationNamesTheField) {
   EXPECT_TRUE(absl::IsNotFound(engine_.State("nope").status()));
 }
 
+TEST(SyncPolicyLimitsTest, JobsAndRanksAreBounded) {
+  FakeClock clock;
+  SyncPolicyEngine::Options o;
+  o.max_jobs = 2;
+  o.max_ranks_per_job = 3;
+  SyncPolicyEngine engine(&clock, o);
+  v1::ReportStepsRequest r;
+  r.mutable_trainer()->set_job_id("a");
+  for (int i = 0; i < 3; ++i) {
+    r.mutable_trainer()->set_global_rank(i);
+    ASSERT_TRUE(engine.AddReport("n", r).ok());
+  }
+  r.mutable_trainer()->set_global_rank(3);
+  EXPECT_TRUE(absl::IsResourceExhausted(engine.AddReport("n", r)));
+  r.mutable_trainer()->set_global_rank(1);
+  EXPECT_TRUE(engine.AddReport("n", r).ok());  // known rank: fine
+  r.mutable_trainer()->set_job_id("b");
+  ASSERT_TRUE(engine.AddReport("n", r).ok());
+  r.mutable_trainer()->set_job_id("c");
+  EXPECT_TRUE(absl::IsResourceExhausted(engine.AddReport("n", r)));
+}
+
 class SinkRecorder : public CommandSink {
  public:
   void Send(const v1::ConnectResponse& r) override { got.push_back(r); }

@@ -129,6 +129,12 @@ absl::Status SyncPolicyEngine::AddReport(const std::string& host,
     it = jobs_.emplace(t.job_id(), Job{}).first;
   }
   Job& job = it->second;
+  if (!job.ranks.count(t.global_rank()) &&
+      job.ranks.size() >= options_.max_ranks_per_job) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("trainer.global_rank: job ", t.job_id(), " has ",
+                     options_.max_ranks_per_job, " reporting ranks already"));
+  }
   const int64_t now = clock_->MonotonicNanos();
   RankState& rs = job.ranks[t.global_rank()];
   rs.host = host;

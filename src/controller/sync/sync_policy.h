@@ -59,6 +59,7 @@ class SyncPolicyEngine {
     absl::Duration resend = absl::Seconds(60);
     size_t max_decisions = 64;
     size_t max_jobs = 4096;
+    size_t max_ranks_per_job = 65536;
   };
 
   struct Outgoing {
