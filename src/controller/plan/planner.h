@@ -19,9 +19,9 @@
 #define PITSTOP_SRC_CONTROLLER_PLAN_PLANNER_H_
 
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "src/controller/plan/ecmp.h"
 #include "src/controller/plan/fabric.h"
 #include "src/controller/plan/flows.h"
@@ -133,7 +133,7 @@ class Planner {
   double eject_goal_ = 0;  // > 0: count links pushed over it (ejection)
   double pres_ = 0;
   std::vector<double> hist_;
-  std::unordered_map<uint64_t, std::vector<int>> hop_cache_;
+  absl::flat_hash_map<uint64_t, std::vector<int>> hop_cache_;
   // Best path for `f` under current loads; fills *path.
   Cost Best(const Flow& f, PlannedPath* path);
   Cost Through(int node, int tor_idx, double bytes);
