@@ -25,16 +25,28 @@ Planner::Planner(const Fabric* fabric, const std::vector<Flow>* flows,
   memo_.assign(fabric_->nodes().size(), Cost{});
   memo_next_.assign(fabric_->nodes().size(), -1);
   hist_.assign(fabric_->links().size(), 0);
+  hop_index_.assign(fabric_->nodes().size() * fabric_->tor_count(), -1);
+  hop_sets_.resize(fabric_->nodes().size());
 }
 
 const std::vector<int>& Planner::Hops(int node, int tor_idx) {
-  const uint64_t key =
-      static_cast<uint64_t>(node) * (fabric_->nodes().size() + 1) + tor_idx;
-  auto it = hop_cache_.find(key);
-  if (it != hop_cache_.end()) return it->second;
+  int16_t& idx =
+      hop_index_[static_cast<size_t>(node) * fabric_->tor_count() + tor_idx];
+  std::vector<std::vector<int>>& sets = hop_sets_[node];
+  if (idx >= 0) return sets[idx];
   std::vector<int> hops;
   fabric_->NextHops(node, tor_idx, &hops);
-  return hop_cache_.emplace(key, std::move(hops)).first->second;
+  for (size_t i = 0; i < sets.size(); ++i) {
+    if (sets[i] == hops) {
+      idx = static_cast<int16_t>(i);
+      return sets[i];
+    }
+  }
+  // The recursion never comes back to this node while iterating its set
+  // (distances strictly fall), so growing `sets` here is safe.
+  sets.push_back(std::move(hops));
+  idx = static_cast<int16_t>(sets.size() - 1);
+  return sets.back();
 }
 
 Planner::Cost Planner::LinkCost(int link, double bytes) const {
