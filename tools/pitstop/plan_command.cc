@@ -38,6 +38,7 @@ struct PlanArgs {
   bool no_pin = false;
   std::string plan_out;
   std::string sim = "steady";
+  std::string algo = "ring";
   plan::ClosCsvOptions csv;
 };
 
@@ -84,6 +85,7 @@ nlohmann::json ReportJson(const plan::EvalReport& r) {
                       {"ecmp_seeds", r.seeds},
                       {"hash", r.hash},
                       {"plan_ms", r.plan_ms},
+                      {"plan_cpu_ms", r.plan_cpu_ms},
                       {"pin_ms", r.pin_ms}};
   const plan::Evaluation& now = r.degraded ? r.after : r.healthy;
   j.update(EvaluationJson(now));
@@ -96,6 +98,7 @@ nlohmann::json ReportJson(const plan::EvalReport& r) {
         {"moved_share",
          r.network_flows > 0 ? double(r.moved) / r.network_flows : 0.0},
         {"replan_ms", r.replan_ms},
+        {"replan_cpu_ms", r.replan_cpu_ms},
         {"recovery_of_healthy_bound", r.recovery}};
   }
   return j;
@@ -107,7 +110,7 @@ void PrintTable(const plan::EvalReport& r) {
     std::cout << "  assumed: " << a << "\n";
   }
   std::cout << absl::StrFormat(
-      "ring all-reduce over %d ranks on %d hosts, %d channels: %d flows (%d "
+      "all-reduce over %d ranks on %d hosts, %d channels: %d flows (%d "
       "on the network, %d pinned to a source port)\n",
       r.ranks, r.hosts, r.channels, r.flows, r.network_flows, r.pinned_flows);
   auto print = [&](const plan::Evaluation& e, const std::string& title) {
@@ -196,6 +199,7 @@ int RunPlan(const PlanArgs& a) {
   }
   o.placement_seed = a.placement_seed;
   o.ring.channels = a.channels;
+  o.tree = a.algo == "tree";
   o.ring.qps_per_connection = a.qps;
   if (!ParseBytes(a.bytes, &o.ring.bytes)) {
     std::cerr << "pitstop plan: --bytes '" << a.bytes
@@ -275,6 +279,9 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
                   "seeded random order, as a busy scheduler hands them out)");
   cmd->add_option("--placement-seed", args->placement_seed,
                   "seed of the scattered placement");
+  cmd->add_option("--algo", args->algo,
+                  "ring (default) or tree: NCCL's all-reduce algorithm")
+      ->check(CLI::IsMember({"ring", "tree"}));
   cmd->add_option("--channels", args->channels,
                   "NCCL channels (default: two per NIC of a host)");
   cmd->add_option("--qps", args->qps,

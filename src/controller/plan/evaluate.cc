@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <map>
 #include <memory>
 
@@ -142,7 +143,9 @@ absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
   absl::StatusOr<std::vector<int>> place =
       PlaceJob(*fabric, rep.ranks, o.placement, o.placement_seed);
   if (!place.ok()) return place.status();
-  rep.flow_list = BuildRingFlows(*fabric, *place, o.ring, &rep.channels);
+  rep.flow_list = o.tree
+                      ? BuildTreeFlows(*fabric, *place, o.ring, &rep.channels)
+                      : BuildRingFlows(*fabric, *place, o.ring, &rep.channels);
   const std::vector<Flow>& flows = rep.flow_list;
   {
     std::vector<int> hosts;
@@ -165,8 +168,10 @@ absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
   po.fabric_seed = o.fabric_seed;
   Planner planner(fabric, &flows, po);
   auto t0 = std::chrono::steady_clock::now();
+  const std::clock_t c0 = std::clock();
   FlowPlan plan = planner.Plan(1);
   rep.plan_ms = Ms(t0);
+  rep.plan_cpu_ms = 1000.0 * (std::clock() - c0) / CLOCKS_PER_SEC;
   if (o.pin_ports) {
     t0 = std::chrono::steady_clock::now();
     rep.pinned_flows = planner.PinAll(&plan);
@@ -214,8 +219,10 @@ absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
   Planner::ReplanStats stats;
   FlowPlan previous = plan;
   t0 = std::chrono::steady_clock::now();
+  const std::clock_t c1 = std::clock();
   FlowPlan re = planner.Replan(std::move(previous), changed, 2, &stats);
   rep.replan_ms = Ms(t0);
+  rep.replan_cpu_ms = 1000.0 * (std::clock() - c1) / CLOCKS_PER_SEC;
   rep.crossing = stats.crossing;
   rep.moved = stats.moved;
   rep.after =

@@ -35,6 +35,7 @@ struct EvalOptions {
   Placement placement = Placement::kPacked;
   uint64_t placement_seed = 1;
   RingSpec ring;
+  bool tree = false;  // NCCL's tree all-reduce instead of the ring
   std::string hash = "crc32";
   int seeds = 100;
   uint64_t first_seed = 1;
@@ -71,8 +72,9 @@ struct EvalReport {
   int pinned_flows = 0;
   int seeds = 0;
   std::string hash;
-  double plan_ms = 0;  // Planner::Plan
-  double pin_ms = 0;   // Planner::PinAll
+  double plan_ms = 0;      // Planner::Plan, wall clock
+  double plan_cpu_ms = 0;  // and CPU time (the machine may be shared)
+  double pin_ms = 0;       // Planner::PinAll
   Evaluation healthy;
   // With degraded links:
   bool degraded = false;
@@ -81,6 +83,7 @@ struct EvalReport {
   int crossing = 0;
   int moved = 0;
   double replan_ms = 0;
+  double replan_cpu_ms = 0;
   double recovery = 0;  // healthy bound / re-planned completion
   FlowPlan plan;        // the final plan (re-plan when degraded)
   std::vector<Flow> flow_list;

@@ -205,14 +205,32 @@ absl::StatusOr<std::vector<int>> Fabric::FindLinks(
     }
     return absl::OkStatus();
   };
+  // Names may hold '-' themselves ("ASW-0"): split where both sides name
+  // nodes.
   for (const char* sep : {"<->", "->", "-"}) {
-    const size_t pos = spec.find(sep);
-    if (pos == std::string::npos || pos == 0) continue;
-    absl::Status s =
-        between(spec.substr(0, pos), spec.substr(pos + strlen(sep)),
-                std::string(sep) != "->");
-    if (!s.ok()) return s;
-    return out;
+    const std::string sv(sep);
+    for (size_t pos = spec.find(sv); pos != std::string::npos;
+         pos = spec.find(sv, pos + 1)) {
+      if (pos == 0) continue;
+      const std::string a = spec.substr(0, pos);
+      const std::string b = spec.substr(pos + sv.size());
+      if (FindNode(a) < 0 || FindNode(b) < 0) continue;
+      absl::Status s = between(a, b, sv != "->");
+      if (!s.ok()) return s;
+      return out;
+    }
+    if (sv == "->" && spec.find(sv) != std::string::npos) break;
+  }
+  if (FindNode(spec) < 0) {
+    for (const char* sep : {"<->", "->", "-"}) {
+      const size_t pos = spec.find(sep);
+      if (pos == std::string::npos || pos == 0) continue;
+      // Report the first side that names nothing.
+      const std::string a = spec.substr(0, pos);
+      const std::string b = spec.substr(pos + strlen(sep));
+      return absl::NotFoundError(absl::StrCat(
+          "link '", spec, "': no node named '", FindNode(a) < 0 ? a : b, "'"));
+    }
   }
   const int n = FindNode(spec);
   if (n < 0) {

@@ -81,6 +81,7 @@ class Fabric {
   const std::vector<int>& nic_uplinks(int gpu) const { return nic_up_[gpu]; }
   // The ToR a NIC port (uplink id) lands on.
   int tor_of_uplink(int link) const { return links_[link].dst; }
+  int tor_count() const { return static_cast<int>(tors_.size()); }
   // Index of a ToR among all ToRs (-1 when `node` is not a ToR).
   int tor_index(int node) const { return tor_index_[node]; }
   // Hops from a switch to the ToR with index t; -1 when unreachable.

@@ -120,6 +120,59 @@ std::vector<Flow> BuildRingFlows(const Fabric& fabric,
   return flows;
 }
 
+std::vector<Flow> BuildTreeFlows(const Fabric& fabric,
+                                 const std::vector<int>& rank_gpu,
+                                 const RingSpec& spec, int* channels_used) {
+  const int n = static_cast<int>(rank_gpu.size());
+  std::vector<int> host_order;
+  std::map<int, std::vector<int>> local;
+  for (int r = 0; r < n; ++r) {
+    const int h = fabric.node(rank_gpu[r]).host;
+    if (!local.count(h)) host_order.push_back(h);
+    local[h].push_back(r);
+  }
+  const int per_host =
+      n > 0 ? static_cast<int>(fabric.hosts()[host_order[0]].gpus.size()) : 1;
+  const int channels =
+      spec.channels > 0 ? spec.channels : 2 * std::max(1, per_host);
+  if (channels_used) *channels_used = channels;
+  std::vector<Flow> flows;
+  if (n < 2) return flows;
+  const double bytes = spec.bytes / static_cast<double>(channels);
+  const int hosts = static_cast<int>(host_order.size());
+  int conn = 0;
+  auto both = [&](int a, int b, int c) {
+    AddConnection(fabric, a, b, rank_gpu[a], rank_gpu[b], c, bytes,
+                  spec.qps_per_connection, &flows, &conn);
+    AddConnection(fabric, b, a, rank_gpu[b], rank_gpu[a], c, bytes,
+                  spec.qps_per_connection, &flows, &conn);
+  };
+  for (int c = 0; c < channels; ++c) {
+    const int rail = c % std::max(1, per_host);
+    // The rank that represents each host in the tree: its rail GPU.
+    std::vector<int> head(hosts);
+    for (int i = 0; i < hosts; ++i) {
+      const std::vector<int>& rs = local[host_order[i]];
+      const int m = static_cast<int>(rs.size());
+      int pos = c % m;
+      for (int k = 0; k < m; ++k) {
+        if (fabric.node(rank_gpu[rs[k]]).local == rail) pos = k;
+      }
+      head[i] = rs[pos];
+      for (int k = 0; k + 1 < m; ++k) {  // the chain inside the host
+        both(rs[(pos + k) % m], rs[(pos + k + 1) % m], c);
+      }
+    }
+    const bool mirrored = c % 2 == 1;
+    for (int i = 1; i < hosts; ++i) {
+      const int child = mirrored ? hosts - 1 - i : i;
+      const int parent = mirrored ? hosts - 1 - (i - 1) / 2 : (i - 1) / 2;
+      both(head[parent], head[child], c);
+    }
+  }
+  return flows;
+}
+
 absl::StatusOr<std::vector<Flow>> FlowsFromConnections(
     const Fabric& fabric, const std::vector<int>& rank_gpu,
     const std::vector<LiveConnection>& connections, int qps_per_connection) {

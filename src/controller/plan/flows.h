@@ -53,6 +53,16 @@ std::vector<Flow> BuildRingFlows(const Fabric& fabric,
                                  const std::vector<int>& rank_gpu,
                                  const RingSpec& spec, int* channels_used);
 
+// NCCL's tree all-reduce: per channel a chain through each host's GPUs
+// (from the channel's rail GPU) and a binary tree over the hosts; channels
+// alternate between two trees (the second over the hosts in reverse order,
+// so a host that is a leaf in one is inner in the other: NCCL's double
+// binary tree, heap-shaped here). Every tree edge and chain hop carries
+// bytes / channels each way (reduce up, broadcast down).
+std::vector<Flow> BuildTreeFlows(const Fabric& fabric,
+                                 const std::vector<int>& rank_gpu,
+                                 const RingSpec& spec, int* channels_used);
+
 struct LiveConnection {
   int src_rank = 0;
   int dst_rank = 0;

@@ -19,7 +19,6 @@
 #define PITSTOP_SRC_CONTROLLER_PLAN_PLANNER_H_
 
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
 
 #include "src/controller/plan/ecmp.h"
@@ -133,7 +132,11 @@ class Planner {
   double eject_goal_ = 0;  // > 0: count links pushed over it (ejection)
   double pres_ = 0;
   std::vector<double> hist_;
-  std::unordered_map<uint64_t, std::vector<int>> hop_cache_;
+  // Next hops per (node, destination ToR): an index into the node's few
+  // distinct ECMP groups (-1: not looked up yet). A flat array, because
+  // the bottleneck search asks millions of times.
+  std::vector<int16_t> hop_index_;
+  std::vector<std::vector<std::vector<int>>> hop_sets_;
   // Best path for `f` under current loads; fills *path.
   Cost Best(const Flow& f, PlannedPath* path);
   Cost Through(int node, int tor_idx, double bytes);

@@ -104,6 +104,22 @@ TEST(FabricTest, ClosCsvBuildsThreeTiersAndSaysWhatItAssumed) {
   auto fab = ParseClosCsv(csv, "c.csv", o);
   ASSERT_TRUE(fab.ok()) << fab.status();
   EXPECT_EQ(fab->gpu_count(), 8);
+  // Link specs whose names hold '-'.
+  ClosCsvOptions dashed = o;
+  auto d = ParseClosCsv(
+      "ip,DSW,PSW,ASW\n10.0.0.1,DSW-0,PSW-0,ASW-0\n10.0.0.2,DSW-0,PSW-1,"
+      "ASW-1\n",
+      "d.csv", dashed);
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto l = d->FindLinks("ASW-0-PSW-0/agg1");
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->size(), 2u);
+  auto one = d->FindLinks("ASW-1->PSW-1/agg0");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->size(), 1u);
+  EXPECT_FALSE(d->FindLinks("ASW-0-PSW-1/agg1").ok());  // not cabled
+  auto unknown = d->FindLinks("ASW-0-nosuch");
+  ASSERT_FALSE(unknown.ok());
   EXPECT_FALSE(fab->assumptions().empty());
   const int asw0 = fab->FindNode("asw0"), asw2 = fab->FindNode("asw2");
   ASSERT_GE(asw0, 0);

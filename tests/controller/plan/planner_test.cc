@@ -45,6 +45,29 @@ TEST(FlowsTest, RingFlowsFollowRailsAndCarryNcclBytes) {
   EXPECT_EQ(static_cast<int>(flows.size()), 16 * (4 + 4 * 7));
 }
 
+TEST(FlowsTest, TreeFlowsAreADoubleBinaryTreeOverHosts) {
+  Fabric fab = Gen("gen:leafspine,gpus=64,hosts_per_tor=2");
+  auto place = PlaceJob(fab, 64, Placement::kPacked, 1);
+  ASSERT_TRUE(place.ok());
+  RingSpec spec;
+  spec.bytes = 1600;
+  spec.channels = 2;
+  int channels = 0;
+  std::vector<Flow> flows = BuildTreeFlows(fab, *place, spec, &channels);
+  EXPECT_EQ(channels, 2);
+  // 8 hosts: 7 tree edges and 8 x 7 chain hops per channel, both ways.
+  EXPECT_EQ(static_cast<int>(flows.size()), 2 * 2 * (7 + 8 * 7));
+  std::map<int, int> degree[2];  // host -> network edges, per tree
+  for (const Flow& f : flows) {
+    EXPECT_DOUBLE_EQ(f.bytes, 800);
+    if (f.network) ++degree[f.channel][fab.node(f.src_gpu).host];
+  }
+  // Host 0 is the root of tree 0 (two children) and a leaf of tree 1.
+  EXPECT_EQ(degree[0][0], 2);
+  EXPECT_EQ(degree[1][0], 1);
+  EXPECT_EQ(degree[1][7], 2);
+}
+
 TEST(FlowsTest, QpsSplitConnectionsAndPlacementIsChecked) {
   Fabric fab = Gen("gen:leafspine,gpus=16,hosts_per_tor=1");
   auto place = PlaceJob(fab, 16, Placement::kScattered, 3);
