@@ -50,7 +50,7 @@ void Exporter::AbandonAfterFork() {
   // The thread does not exist in the child; its std::thread object is
   // detached-by-forgetting (the object is leaked, never destroyed).
   if (link_ != nullptr) link_->AbandonAfterFork();
-  (void)link_.release();
+  link_.reset();  // only memory now: socket closed, ring unmapped
   stopped_ = true;
 }
 
