@@ -17,6 +17,8 @@ namespace {
 
 std::atomic<Runtime*> g_runtime{nullptr};
 std::atomic<bool> g_preloaded{false};
+// Exporters of the parent abandoned in forked children (Runtime::ForkChild).
+Exporter* g_abandoned[8] = {};
 Mutex g_create_mu;
 
 constexpr char kLibraryVersion[] = "0.1.0";
@@ -324,10 +326,13 @@ void Runtime::ForkChild() noexcept {
     exporter_->AbandonAfterFork();
     // Kept reachable (not a leak to LeakSanitizer), never destroyed: its
     // std::thread names a thread that does not exist here.
-    static Exporter* abandoned[8];
-    static int n_abandoned = 0;
     Exporter* e = exporter_.release();
-    if (n_abandoned < 8) abandoned[n_abandoned++] = e;
+    for (auto& slot : g_abandoned) {
+      if (slot == nullptr) {
+        slot = e;
+        break;
+      }
+    }
   }
   pid_ = getpid();
   recorder_.ResetAfterFork(pid_);
