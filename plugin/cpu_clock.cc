@@ -44,10 +44,9 @@ void CpuClock::Publish(uint64_t base_tsc, uint64_t base_ns,
                        uint64_t mult) noexcept {
   const uint32_t s = seq_.load(std::memory_order_relaxed);
   seq_.store(s + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  base_tsc_.store(base_tsc, std::memory_order_relaxed);
-  base_ns_.store(base_ns, std::memory_order_relaxed);
-  mult_.store(mult, std::memory_order_relaxed);
+  base_tsc_.store(base_tsc, std::memory_order_release);
+  base_ns_.store(base_ns, std::memory_order_release);
+  mult_.store(mult, std::memory_order_release);
   seq_.store(s + 2, std::memory_order_release);
 }
 

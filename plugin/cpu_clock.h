@@ -40,11 +40,13 @@ class CpuClock {
 #if defined(__x86_64__)
     if (enabled_.load(std::memory_order_relaxed)) {
       for (;;) {
+        // Seqlock without fences (TSan does not model them): the fields
+        // are stored with release after the odd sequence number, so seeing
+        // a new field means the second load sees a changed sequence.
         const uint32_t s1 = seq_.load(std::memory_order_acquire);
-        const uint64_t base_tsc = base_tsc_.load(std::memory_order_relaxed);
-        const uint64_t base_ns = base_ns_.load(std::memory_order_relaxed);
-        const uint64_t mult = mult_.load(std::memory_order_relaxed);
-        std::atomic_thread_fence(std::memory_order_acquire);
+        const uint64_t base_tsc = base_tsc_.load(std::memory_order_acquire);
+        const uint64_t base_ns = base_ns_.load(std::memory_order_acquire);
+        const uint64_t mult = mult_.load(std::memory_order_acquire);
         if ((s1 & 1) == 0 && seq_.load(std::memory_order_relaxed) == s1) {
           const uint64_t tsc = __rdtsc();
           const uint64_t d = tsc > base_tsc ? tsc - base_tsc : 0;

@@ -50,7 +50,7 @@ void Exporter::AbandonAfterFork() {
   // The thread does not exist in the child; its std::thread object is
   // detached-by-forgetting (the object is leaked, never destroyed).
   if (link_ != nullptr) link_->AbandonAfterFork();
-  (void)link_.release();
+  link_.reset();  // only memory now: socket closed, ring unmapped
   stopped_ = true;
 }
 
@@ -142,14 +142,26 @@ void Exporter::PollLink(uint64_t now_ns) {
   if (!was_acked && link_->acked()) streams_acked_.fetch_add(1);
   for (const auto& cmd : cmds) registry_->Apply(cmd, now_ns);
   if (ok) return;
-  // One line per malformed frame or unexpected error; a plain close by a
-  // stopping agent is routine and not logged.
-  if (error.rfind("malformed", 0) == 0 || !logged_error_) {
-    if (error.rfind("agent closed", 0) != 0) {
-      logged_error_ = true;
-      std::fprintf(stderr, "pitstop: agent %s: %s; reconnecting\n",
-                   link_->peer().c_str(), error.c_str());
-    }
+  // One line per malformed frame, one for the first other error; a plain
+  // close by a stopping agent is routine and not logged — unless it never
+  // acknowledged our hello, which is what the agent's gRPC socket does.
+  const bool closed = error.rfind("agent closed", 0) == 0;
+  const bool malformed = error.rfind("malformed", 0) == 0;
+  if (!link_->acked() && (closed || malformed) && !logged_no_ack_) {
+    logged_no_ack_ = true;
+    last_logged_ = error;
+    std::fprintf(stderr,
+                 "pitstop: %s did not acknowledge the hello (%s): is "
+                 "PITSTOP_AGENT_SOCKET the agent's ingest.shm_socket, not "
+                 "its gRPC ingest.socket? reconnecting\n",
+                 link_->peer().c_str(), error.c_str());
+  } else if ((malformed && error != last_logged_) ||
+             (!malformed && !closed && !logged_error_)) {
+    // The same malformed frame on every reconnect is said once.
+    logged_error_ = true;
+    last_logged_ = error;
+    std::fprintf(stderr, "pitstop: agent %s: %s; reconnecting\n",
+                 link_->peer().c_str(), error.c_str());
   }
   CloseBrokenStream(now_ns);
 }

@@ -113,6 +113,8 @@ class Exporter {
   std::unique_ptr<AgentLink> link_;
   std::string message_;  // pending_ plus the batch trailer
   bool logged_error_ = false;
+  bool logged_no_ack_ = false;
+  std::string last_logged_;
   std::string pending_;  // encoded StreamTelemetryRequest fields
   bool pending_hello_ = false;
   bool pending_comms_ = false;

@@ -350,9 +350,20 @@ void Recorder::EmitCompletion(OpSlot* s, uint64_t now) noexcept {
 
 void Recorder::DetachChild(OpSlot* parent, uint64_t now) noexcept {
   if (parent == nullptr) return;
-  const uint32_t left =
-      parent->header.word.fetch_sub(1, std::memory_order_acq_rel) - 1;
-  if (left == kStopped) EmitCompletion(parent, now);
+  // The last reference of a stopped op completes it. The slot is held
+  // (kStopping) while the completion reads it: at plain kStopped another
+  // thread may already reclaim and rewrite it.
+  uint32_t w = parent->header.word.load(std::memory_order_relaxed);
+  uint32_t next;
+  do {
+    next = w - 1;
+    if (next == kStopped) next |= kStopping;
+  } while (!parent->header.word.compare_exchange_weak(
+      w, next, std::memory_order_acq_rel, std::memory_order_relaxed));
+  if (next == (kStopped | kStopping)) {
+    EmitCompletion(parent, now);
+    parent->header.word.fetch_sub(kStopping, std::memory_order_release);
+  }
 }
 
 void Recorder::StopOp(OpSlot* s) noexcept {
@@ -371,11 +382,23 @@ void Recorder::StopOp(OpSlot* s) noexcept {
     ring->Publish();
   }
   // Drop the event's own reference, clear kStopping and mark it stopped.
+  // If that leaves no reference and there were children, every child
+  // finished before the enqueue did: complete now, holding the slot
+  // (kStopping) while the completion reads it.
   constexpr uint32_t kDelta = kStopped - kStopping - 1;
-  const uint32_t now_word =
-      s->header.word.fetch_add(kDelta, std::memory_order_acq_rel) + kDelta;
-  if (now_word == kStopped && s->children.load(std::memory_order_relaxed) > 0) {
-    EmitCompletion(s, now);  // every child finished before the enqueue did
+  w = s->header.word.load(std::memory_order_relaxed);
+  uint32_t next;
+  bool complete;
+  do {
+    next = w + kDelta;
+    complete =
+        next == kStopped && s->children.load(std::memory_order_relaxed) > 0;
+    if (complete) next |= kStopping;
+  } while (!s->header.word.compare_exchange_weak(
+      w, next, std::memory_order_acq_rel, std::memory_order_relaxed));
+  if (complete) {
+    EmitCompletion(s, now);
+    s->header.word.fetch_sub(kStopping, std::memory_order_release);
   }
 }
 

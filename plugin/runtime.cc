@@ -17,6 +17,8 @@ namespace {
 
 std::atomic<Runtime*> g_runtime{nullptr};
 std::atomic<bool> g_preloaded{false};
+// Exporters of the parent abandoned in forked children (Runtime::ForkChild).
+Exporter* g_abandoned[8] = {};
 Mutex g_create_mu;
 
 constexpr char kLibraryVersion[] = "0.1.0";
@@ -322,7 +324,15 @@ void Runtime::ForkChild() noexcept {
   // owns the connection; our copy of the socket is closed).
   if (exporter_ != nullptr) {
     exporter_->AbandonAfterFork();
-    (void)exporter_.release();
+    // Kept reachable (not a leak to LeakSanitizer), never destroyed: its
+    // std::thread names a thread that does not exist here.
+    Exporter* e = exporter_.release();
+    for (auto& slot : g_abandoned) {
+      if (slot == nullptr) {
+        slot = e;
+        break;
+      }
+    }
   }
   pid_ = getpid();
   recorder_.ResetAfterFork(pid_);

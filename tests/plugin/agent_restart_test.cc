@@ -181,8 +181,12 @@ TEST(AgentRestartTest, KillAndRestartUnderLoadLosesNothingUncounted) {
       static_cast<unsigned long long>(over),
       static_cast<unsigned long long>(blocked));
   // No NCCL thread ever blocked inside the plugin (what wall-clock stalls
-  // remain are preemption on a loaded machine, printed above).
+  // remain are preemption on a loaded machine, printed above). Under TSan
+  // its own runtime takes internal locks on instrumented accesses, so the
+  // count is printed but says nothing about the library there.
+#if !defined(__SANITIZE_THREAD__)
   EXPECT_EQ(blocked, 0u);
+#endif
   EXPECT_GT(with_connection, cycles / 2);  // kills hit live connections
   // Every iteration made 3 records (op, kernel channel, completion).
   EXPECT_EQ(

@@ -169,6 +169,12 @@ TEST(ForkTest, ChildRecordsNothingAndExitsWithoutTheParentsThreads) {
 }
 
 TEST(ForkTest, ChildWithItsOwnCommunicatorStreamsOnlyThat) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "SKIPPED under TSan: a thread started in the child of a "
+                  "multi-threaded fork collides with the parent's threads "
+                  "in TSan's registry ('dup thread with used id'); this "
+                  "test runs in the default and ASan builds";
+#endif
   const std::string sock = TempSocketPath("fork");
   auto receiver = TelemetryReceiver::Start(sock);
   ASSERT_TRUE(receiver.ok()) << receiver.status();
