@@ -38,7 +38,9 @@ void AddOp(v1::StreamTelemetryRequest* req, uint64_t id) {
 // ctest TIMEOUT of this test fails it). Now each eviction is O(log n).
 TEST(JoinerLimitsTest, EvictionUnderFloodIsNotQuadratic) {
   FakeClock clock;
-  RankJoiner j(&clock, {.max_open_ops = 1000});
+  RankJoinerOptions options;
+  options.max_open_ops = 1000;
+  RankJoiner j(&clock, options);
   ASSERT_TRUE(j.Add(1, Hello()).ok());
   uint64_t id = 1;
   for (int m = 0; m < 6; ++m) {

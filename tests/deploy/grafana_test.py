@@ -147,7 +147,10 @@ def main():
         wait_for("agent socket", lambda: os.path.exists(sock), 30, procs.logs)
         ranks = []
         for r in range(4):
-            env = dict(os.environ, PITSTOP_AGENT_SOCKET=sock, RANK=str(r),
+            # The ranks' transport: the agent's ingest.shm_socket (default
+            # next to ingest.socket).
+            shm = os.path.join(tmp, "agent-shm.sock")
+            env = dict(os.environ, PITSTOP_AGENT_SOCKET=shm, RANK=str(r),
                        PITSTOP_HOST="gnode", PITSTOP_JOB_ID="grafana-job",
                        NCCL_PROFILER_PLUGIN=os.path.join(
                            build, "plugin/libnccl-profiler-pitstop.so"))

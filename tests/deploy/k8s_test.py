@@ -293,9 +293,13 @@ def main():
                                ["data"]["agent.yaml"])
     env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]
            ["containers"][0]["env"]}
-    if env["PITSTOP_AGENT_SOCKET"] != agent_cfg["ingest"]["socket"]:
+    # Ranks stream to the shared-memory transport's socket (ingest.shm_socket;
+    # when unset, ingest.socket with ".sock" -> "-shm.sock").
+    shm = agent_cfg["ingest"].get("shm_socket") or \
+        agent_cfg["ingest"]["socket"].replace(".sock", "-shm.sock")
+    if env["PITSTOP_AGENT_SOCKET"] != shm:
         errors.append("training job PITSTOP_AGENT_SOCKET differs from the "
-                      "agent's ingest.socket")
+                      "agent's ingest.shm_socket")
     hp = lambda spec: {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
     if hp(pod_spec(agent)) != hp(job["spec"]["template"]["spec"]):
         errors.append("training job and agent mount different host paths")
