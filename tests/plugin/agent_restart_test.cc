@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "pitstop/clock.h"
 #include "plugin/abi/profiler_v5.h"
 #include "src/agent/shm_ingest_server.h"
 #include "tests/harness/telemetry_receiver.h"
@@ -34,12 +35,7 @@
 namespace pitstop::emu {
 namespace {
 
-uint64_t MonoNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull +
-         static_cast<uint64_t>(ts.tv_nsec);
-}
+uint64_t MonoNs() { return static_cast<uint64_t>(MonotonicNowNs()); }
 
 struct RankStats {
   uint64_t iterations = 0;

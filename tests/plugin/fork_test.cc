@@ -22,6 +22,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pitstop/clock.h"
 #include "tests/harness/telemetry_receiver.h"
 #include "tests/plugin/test_util.h"
 
@@ -30,12 +31,7 @@ extern char** environ;
 namespace pitstop::emu {
 namespace {
 
-uint64_t MonoNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull +
-         static_cast<uint64_t>(ts.tv_nsec);
-}
+uint64_t MonoNs() { return static_cast<uint64_t>(MonotonicNowNs()); }
 
 struct ChildResult {
   int status = -1;
