@@ -2,11 +2,11 @@
 // startEvent and stopEvent).
 //
 // Acquire is lock-free: a shared cursor walks the pool round-robin and a CAS
-// claims a free slot, so a released slot is reused only after the cursor has
-// gone round once. That matters because NCCL may still name a stopped handle
-// as a parent (CUDA-graph replays; children that start after their Coll
-// stopped). No allocation after construction; exhaustion returns nullptr
-// (the caller counts it).
+// claims a free slot (the CAS is the only locked instruction), so a released
+// slot is reused only after the cursor has gone round once. That matters
+// because NCCL may still name a stopped handle as a parent (CUDA-graph replays;
+// children that start after their Coll stopped). No allocation after
+// construction; exhaustion returns nullptr (the caller counts it).
 #ifndef PITSTOP_PLUGIN_EVENT_POOL_H_
 #define PITSTOP_PLUGIN_EVENT_POOL_H_
 
@@ -34,8 +34,13 @@ class SlotPool {
   // Claims a slot whose word is 0 or `reclaimable` (if nonzero), setting it
   // to 1. Tries a few slots, then gives up.
   T* Acquire(uint32_t reclaimable = 0) noexcept {
+    // The cursor is only a hint (the CAS decides who owns a slot), so it is
+    // advanced with a plain load and store rather than a locked add: racing
+    // threads may probe the same slot, and one of them moves on.
+    uint32_t c = cursor_.load(std::memory_order_relaxed);
     for (int probe = 0; probe < kProbes; ++probe) {
-      T& s = slots_[cursor_.fetch_add(1, std::memory_order_relaxed) & mask_];
+      T& s = slots_[c++ & mask_];
+      cursor_.store(c, std::memory_order_relaxed);
       uint32_t w = s.header.word.load(std::memory_order_relaxed);
       if ((w == 0 || (reclaimable != 0 && w == reclaimable)) &&
           s.header.word.compare_exchange_strong(w, 1,

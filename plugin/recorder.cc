@@ -10,10 +10,11 @@ namespace pitstop::plugin {
 // Slot layouts. `header.word` meanings:
 //   ApiSlot: 0 free, 1 in flight, kPinned a stopped graph-captured API call
 //     (kept so replays can still read it).
-//   OpSlot: bit kStopped set once Coll/P2p stopped; low bits count the event
-//     itself (1 until stopped) plus live children. kStopped alone = done and
-//     reclaimable.
-//     kStopping is set while the one accepted Stop is writing its record.
+//   OpSlot: bit kStopped set once Coll/P2p stopped; bits 0-15 (kRefMask)
+//     count the event itself (1 until stopped) plus live children; bits
+//     16-29 (kChildMask) count every child that ever attached (saturating),
+//     so attaching a child is one locked add. kStopped alone = done and
+//     reclaimable. kStopping is set while a completion reads the slot.
 //   others: 0 free, 1 in flight, kBeingStopped while the one accepted Stop
 //     writes its record.
 // A Stop is accepted only by a CAS from the in-flight state, so a second
@@ -23,6 +24,19 @@ constexpr uint32_t kPinned = 2;
 constexpr uint32_t kBeingStopped = 3;
 constexpr uint32_t kStopping = 1u << 30;
 constexpr uint32_t kStopped = 1u << 31;
+constexpr uint32_t kRefMask = 0xFFFF;
+constexpr uint32_t kChildShift = 16;
+constexpr uint32_t kChildUnit = 1u << kChildShift;
+constexpr uint32_t kChildMask = 0x3FFFu << kChildShift;
+// Limits checked with a plain load before the locked add; the margins
+// exceed the number of threads that could attach at once, so racing
+// attachers never carry into the next field.
+constexpr uint32_t kMaxRefs = 0xFF00;
+constexpr uint32_t kMaxChildCount = 0x3F00;
+
+inline uint32_t ChildCount(uint32_t w) {
+  return (w & kChildMask) >> kChildShift;
+}
 
 // Moves a simple slot from in flight (1) to `to`; false if it was not in
 // flight (already stopped, free or pinned).
@@ -80,7 +94,6 @@ struct alignas(64) Recorder::ApiSlot {
 struct alignas(64) Recorder::OpSlot {
   SlotHeader header;
   OpRec rec;
-  std::atomic<uint32_t> children{0};
   std::atomic<uint32_t> next_proxy_index{0};
 };
 
@@ -204,7 +217,6 @@ void* Recorder::StartOp(CommContext* ctx, void* parent,
       r.api_cpu_ns = api->api_cpu_ns;
     }
   }
-  s->children.store(0, std::memory_order_relaxed);
   s->next_proxy_index.store(0, std::memory_order_relaxed);
   return Tagged(s, kTagOp);
 }
@@ -224,10 +236,9 @@ void* Recorder::StartProxyOp(CommContext* ctx, void* parent,
   OpSlot* p = (a.pid == self_pid_) ? AsOp(parent) : nullptr;
   ProxyOpRec& r = s->rec;
   std::memset(&r, 0, sizeof(r));
+  if (p != nullptr && !AttachChild(p)) p = nullptr;
   s->parent = p;
   if (p != nullptr) {
-    p->header.word.fetch_add(1, std::memory_order_acq_rel);
-    p->children.fetch_add(1, std::memory_order_relaxed);
     r.op_id = p->rec.op_id;
     r.proxy_index = p->next_proxy_index.fetch_add(1, std::memory_order_relaxed);
   }
@@ -278,14 +289,10 @@ void* Recorder::StartKernelCh(CommContext* ctx, void* parent, uint8_t channel,
     return nullptr;
   }
   OpSlot* p = AsOp(parent);
+  if (p != nullptr && !AttachChild(p)) p = nullptr;
   s->parent = p;
   KernelChRec& r = s->rec;
-  r.op_id = 0;
-  if (p != nullptr) {
-    p->header.word.fetch_add(1, std::memory_order_acq_rel);
-    p->children.fetch_add(1, std::memory_order_relaxed);
-    r.op_id = p->rec.op_id;
-  }
+  r.op_id = p != nullptr ? p->rec.op_id : 0;
   r.channel_id = channel;
   r.start_gpu_ns = gpu_ns;
   r.stop_gpu_ns = 0;
@@ -337,14 +344,26 @@ void* Recorder::StartNetPlugin(CommContext* ctx, void* parent, int64_t id,
   return Tagged(s, kTagNet);
 }
 
-void Recorder::EmitCompletion(OpSlot* s, uint64_t now) noexcept {
+bool Recorder::AttachChild(OpSlot* parent) noexcept {
+  const uint32_t w = parent->header.word.load(std::memory_order_relaxed);
+  if ((w & kRefMask) >= kMaxRefs) {
+    pool_exhausted_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  const uint32_t delta = ChildCount(w) >= kMaxChildCount ? 1 : kChildUnit + 1;
+  parent->header.word.fetch_add(delta, std::memory_order_acq_rel);
+  return true;
+}
+
+void Recorder::EmitCompletion(OpSlot* s, uint64_t now,
+                              uint32_t children) noexcept {
   Ring* ring;
   Record* out = Reserve(&ring);
   if (out == nullptr) return;
   out->type = RecordType::kCompletion;
   out->completion.op_id = s->rec.op_id;
   out->completion.completion_cpu_ns = now;
-  out->completion.children = s->children.load(std::memory_order_relaxed);
+  out->completion.children = children;
   ring->Publish();
 }
 
@@ -357,49 +376,55 @@ void Recorder::DetachChild(OpSlot* parent, uint64_t now) noexcept {
   uint32_t next;
   do {
     next = w - 1;
-    if (next == kStopped) next |= kStopping;
+    if ((next & ~kChildMask) == kStopped) next |= kStopping;
   } while (!parent->header.word.compare_exchange_weak(
       w, next, std::memory_order_acq_rel, std::memory_order_relaxed));
-  if (next == (kStopped | kStopping)) {
-    EmitCompletion(parent, now);
-    parent->header.word.fetch_sub(kStopping, std::memory_order_release);
-  }
+  if ((next & ~kChildMask) == (kStopped | kStopping))
+    FinishCompletion(parent, next, now);
+}
+
+void Recorder::FinishCompletion(OpSlot* s, uint32_t word,
+                                uint64_t now) noexcept {
+  EmitCompletion(s, now, ChildCount(word));
+  // Back to plain kStopped (reclaimable) unless a late child attached
+  // meanwhile: clear kStopping and the children this completion counted.
+  s->header.word.fetch_sub(kStopping | (word & kChildMask),
+                           std::memory_order_release);
 }
 
 void Recorder::StopOp(OpSlot* s) noexcept {
   // Accept one Stop: in flight (nonzero, neither stopping nor stopped).
   uint32_t w = s->header.word.load(std::memory_order_relaxed);
-  do {
-    if (w == 0 || (w & (kStopped | kStopping)) != 0) return CountIgnored();
-  } while (!s->header.word.compare_exchange_weak(w, w | kStopping,
-                                                 std::memory_order_acq_rel));
+  if (w == 0 || (w & (kStopped | kStopping)) != 0) return CountIgnored();
+  // The record is written before the Stop is accepted and published after:
+  // one CAS both accepts the Stop and marks the op stopped. Until the CAS
+  // succeeds nobody else may stop or reclaim the slot, so `rec` is stable;
+  // if the CAS finds the op already stopped, the unpublished copy is simply
+  // overwritten by the next record.
   const uint64_t now = NowCpuNs();
-  s->rec.enqueue_stop_cpu_ns = now;
   Ring* ring;
-  if (Record* out = Reserve(&ring)) {
+  Record* out = Reserve(&ring);
+  if (out != nullptr) {
     out->type = RecordType::kOp;
     out->op = s->rec;
-    ring->Publish();
+    out->op.enqueue_stop_cpu_ns = now;
   }
-  // Drop the event's own reference, clear kStopping and mark it stopped.
-  // If that leaves no reference and there were children, every child
-  // finished before the enqueue did: complete now, holding the slot
-  // (kStopping) while the completion reads it.
-  constexpr uint32_t kDelta = kStopped - kStopping - 1;
-  w = s->header.word.load(std::memory_order_relaxed);
+  // Drop the event's own reference and mark it stopped. If that leaves no
+  // reference and there were children, every child finished before the
+  // enqueue did: complete now, holding the slot (kStopping) while the
+  // completion reads it.
+  constexpr uint32_t kDelta = kStopped - 1;
   uint32_t next;
   bool complete;
   do {
+    if (w == 0 || (w & (kStopped | kStopping)) != 0) return CountIgnored();
     next = w + kDelta;
-    complete =
-        next == kStopped && s->children.load(std::memory_order_relaxed) > 0;
+    complete = (next & ~kChildMask) == kStopped && ChildCount(next) > 0;
     if (complete) next |= kStopping;
   } while (!s->header.word.compare_exchange_weak(
       w, next, std::memory_order_acq_rel, std::memory_order_relaxed));
-  if (complete) {
-    EmitCompletion(s, now);
-    s->header.word.fetch_sub(kStopping, std::memory_order_release);
-  }
+  if (out != nullptr) ring->Publish();
+  if (complete) FinishCompletion(s, next, now);
 }
 
 void Recorder::StopStep(StepSlot* s) noexcept {

@@ -122,7 +122,13 @@ class Recorder {
   OpSlot* AsOp(void* p) const noexcept;
   void StopOp(OpSlot* s) noexcept;
   void DetachChild(OpSlot* parent, uint64_t now) noexcept;
-  void EmitCompletion(OpSlot* s, uint64_t now) noexcept;
+  // Counts a child's reference on `parent` (one locked add); false (and
+  // counted) if the parent has implausibly many children in flight.
+  bool AttachChild(OpSlot* parent) noexcept;
+  void EmitCompletion(OpSlot* s, uint64_t now, uint32_t children) noexcept;
+  // Emits the completion of `s`, whose header the caller moved to `word`
+  // (kStopped | kStopping, no references left), and releases the slot.
+  void FinishCompletion(OpSlot* s, uint32_t word, uint64_t now) noexcept;
   void StopStep(StepSlot* s) noexcept;
 
   RingSet* const rings_;

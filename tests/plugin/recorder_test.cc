@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -90,6 +91,104 @@ TEST_F(RecorderTest, DoubleStopOfChildDetachesFromParentOnce) {
     ASSERT_EQ(n[RecordType::kKernelCh], 1) << "round " << i;
   }
   EXPECT_EQ(rec_.ignored(), 400u);
+  EXPECT_EQ(rec_.pool_exhausted(), 0u);
+}
+
+TEST_F(RecorderTest, ChildCountSaturatesWithoutCorruptingTheOp) {
+  // The op's header packs live references and the children count into one
+  // word; 20,000 children over one op's life must saturate the count, not
+  // carry into the stop bits. Then the slot must still be reclaimed (all
+  // 16 slots reused many times) with its count cleared.
+  void* op = StartColl();
+  ASSERT_NE(op, nullptr);
+  uint32_t kernel_records = 0;
+  for (int i = 0; i < 20000; ++i) {
+    void* k = rec_.StartKernelCh(&ctx_, op, 0, 0);
+    ASSERT_NE(k, nullptr) << i;
+    rec_.Stop(k);
+    kernel_records += Drain()[RecordType::kKernelCh];
+  }
+  EXPECT_EQ(kernel_records, 20000u);
+  rec_.Stop(op);
+  std::vector<uint32_t> children;
+  rings_.DrainAll(1 << 20, [&](const Record& r) {
+    if (r.type == RecordType::kCompletion) {
+      children.push_back(r.completion.children);
+    }
+  });
+  ASSERT_EQ(children.size(), 1u);
+  EXPECT_GE(children[0], 0x3F00u);
+  EXPECT_LT(children[0], 20000u);
+  for (int i = 0; i < 200; ++i) {
+    void* o = StartColl();
+    ASSERT_NE(o, nullptr) << "round " << i;
+    void* k = rec_.StartKernelCh(&ctx_, o, 0, 0);
+    rec_.Stop(o);
+    rec_.Stop(k);
+    children.clear();
+    rings_.DrainAll(1 << 20, [&](const Record& r) {
+      if (r.type == RecordType::kCompletion) {
+        children.push_back(r.completion.children);
+      }
+    });
+    ASSERT_EQ(children, std::vector<uint32_t>{1}) << "round " << i;
+  }
+  EXPECT_EQ(rec_.pool_exhausted(), 0u);
+  EXPECT_EQ(rec_.ignored(), 0u);
+}
+
+TEST_F(RecorderTest, ChildrenOnOtherThreadsCompleteEachOpExactlyOnce) {
+  // The Coll is stopped by this thread while its kernel children start and
+  // stop on another (NCCL's proxy thread): whichever side drops the last
+  // reference emits the one completion, counting every child.
+  constexpr int kOps = 3000;
+  constexpr int kChildren = 3;
+  std::atomic<void*> handoff{nullptr};
+  std::atomic<bool> done{false};
+  std::atomic<bool> attached{false};
+  std::thread proxy([&] {
+    while (!done.load()) {
+      void* op = handoff.exchange(nullptr);
+      if (op == nullptr) continue;
+      void* k[kChildren];
+      for (auto& h : k) h = rec_.StartKernelCh(&ctx_, op, 0, 0);
+      attached.store(true);
+      for (auto* h : k) rec_.Stop(h);
+    }
+  });
+  std::map<uint32_t, int> completions_by_children;
+  int completions = 0;
+  for (int i = 0; i < kOps; ++i) {
+    void* op = StartColl();
+    ASSERT_NE(op, nullptr) << i;
+    // Attached before the handoff: the slot cannot be reclaimed while the
+    // other thread still holds the handle unattached.
+    void* first = rec_.StartKernelCh(&ctx_, op, 1, 0);
+    attached.store(false);
+    handoff.store(op);
+    rec_.Stop(op);  // races with the other thread's attaches and stops
+    // A child that attaches after every earlier one detached starts a
+    // second completion by design (late children); keep all attached
+    // before the last local reference goes so exactly one is expected.
+    while (!attached.load()) std::this_thread::yield();
+    rec_.Stop(first);  // races with the other thread's stops
+    rings_.DrainAll(1 << 20, [&](const Record& r) {
+      if (r.type == RecordType::kCompletion) {
+        ++completions;
+        ++completions_by_children[r.completion.children];
+      }
+    });
+  }
+  done.store(true);
+  proxy.join();
+  rings_.DrainAll(1 << 20, [&](const Record& r) {
+    if (r.type == RecordType::kCompletion) {
+      ++completions;
+      ++completions_by_children[r.completion.children];
+    }
+  });
+  EXPECT_EQ(completions, kOps);
+  EXPECT_EQ(completions_by_children[kChildren + 1], kOps);
   EXPECT_EQ(rec_.pool_exhausted(), 0u);
 }
 
