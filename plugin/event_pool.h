@@ -2,7 +2,8 @@
 // startEvent and stopEvent).
 //
 // Acquire is lock-free: a shared cursor walks the pool round-robin and a CAS
-// claims a free slot (the CAS is the only locked instruction), so a released
+// claims a free slot (the CAS is the only locked instruction); where each
+// thread may own a partition (AcquireOwned), not even that, so a released
 // slot is reused only after the cursor has gone round once. That matters
 // because NCCL may still name a stopped handle as a parent (CUDA-graph replays;
 // children that start after their Coll stopped). No allocation after
@@ -25,9 +26,16 @@ struct SlotHeader {
 template <typename T>
 class SlotPool {
  public:
-  // `size` must be a power of two.
-  explicit SlotPool(uint32_t size)
-      : slots_(new T[size]), size_(size), mask_(size - 1) {}
+  // `size` must be a power of two. With `owners` > 0 the lower half of the
+  // pool is split into that many partitions, partition i claimed only by
+  // the thread that owns ring i (AcquireOwned); the upper half is shared.
+  explicit SlotPool(uint32_t size, uint32_t owners = 0)
+      : slots_(new T[size]),
+        size_(size),
+        span_(PartitionSpan(size, owners)),
+        owners_(span_ != 0 ? owners : 0),
+        shared_base_(span_ != 0 ? size / 2 : 0),
+        shared_mask_(span_ != 0 ? size / 2 - 1 : size - 1) {}
   SlotPool(const SlotPool&) = delete;
   SlotPool& operator=(const SlotPool&) = delete;
 
@@ -39,7 +47,7 @@ class SlotPool {
     // threads may probe the same slot, and one of them moves on.
     uint32_t c = cursor_.load(std::memory_order_relaxed);
     for (int probe = 0; probe < kProbes; ++probe) {
-      T& s = slots_[c++ & mask_];
+      T& s = slots_[shared_base_ + (c++ & shared_mask_)];
       cursor_.store(c, std::memory_order_relaxed);
       uint32_t w = s.header.word.load(std::memory_order_relaxed);
       if ((w == 0 || (reclaimable != 0 && w == reclaimable)) &&
@@ -49,6 +57,27 @@ class SlotPool {
       }
     }
     return nullptr;
+  }
+  // Claims a free slot of partition `owner` (the caller's ring index; only
+  // that thread claims there) with a plain load and store instead of a CAS:
+  // nobody else moves a free slot out of 0. `cursor` is the owner's own.
+  // Falls back to Acquire() when the partition is busy or absent. Not for
+  // slots other threads may modify while free (ops: late children attach).
+  T* AcquireOwned(uint32_t owner, uint32_t* cursor) noexcept {
+    if (owner < owners_) {
+      T* const part = &slots_[owner * span_];
+      uint32_t c = *cursor;
+      for (int probe = 0; probe < kProbes; ++probe) {
+        T& s = part[c++ & (span_ - 1)];
+        if (s.header.word.load(std::memory_order_acquire) == 0) {
+          s.header.word.store(1, std::memory_order_relaxed);
+          *cursor = c;
+          return &s;
+        }
+      }
+      *cursor = c;
+    }
+    return Acquire();
   }
   void Release(T* s) noexcept {
     s->header.word.store(0, std::memory_order_release);
@@ -64,9 +93,20 @@ class SlotPool {
 
  private:
   static constexpr int kProbes = 8;
+  // Largest power of two that gives each owner an equal part of the lower
+  // half; 0 (no partitions) when that would be under 16 slots.
+  static uint32_t PartitionSpan(uint32_t size, uint32_t owners) {
+    if (owners == 0) return 0;
+    uint32_t span = 1;
+    while (span * 2 <= size / 2 / owners) span *= 2;
+    return span >= 16 ? span : 0;
+  }
   std::unique_ptr<T[]> slots_;
   const uint32_t size_;
-  const uint32_t mask_;
+  const uint32_t span_;
+  const uint32_t owners_;
+  const uint32_t shared_base_;
+  const uint32_t shared_mask_;
   alignas(64) std::atomic<uint32_t> cursor_{0};
 };
 

@@ -126,9 +126,9 @@ Recorder::Recorder(RingSet* rings, pid_t self_pid, const PoolSizes& sizes)
       self_pid_(self_pid),
       api_(new SlotPool<ApiSlot>(sizes.api)),
       op_(new SlotPool<OpSlot>(sizes.op)),
-      proxy_op_(new SlotPool<ProxyOpSlot>(sizes.proxy_op)),
-      step_(new SlotPool<StepSlot>(sizes.proxy_step)),
-      kernel_(new SlotPool<KernelSlot>(sizes.kernel)),
+      proxy_op_(new SlotPool<ProxyOpSlot>(sizes.proxy_op, rings->max_rings())),
+      step_(new SlotPool<StepSlot>(sizes.proxy_step, rings->max_rings())),
+      kernel_(new SlotPool<KernelSlot>(sizes.kernel, rings->max_rings())),
       net_(new SlotPool<NetSlot>(sizes.net)) {}
 
 Recorder::~Recorder() {
@@ -227,7 +227,10 @@ void* Recorder::StartProxyOp(CommContext* ctx, void* parent,
       (ctx->mask.load(std::memory_order_relaxed) & abi::kProxyOp) == 0) {
     return nullptr;
   }
-  ProxyOpSlot* s = proxy_op_->Acquire();
+  Ring* ring = rings_->ThreadRing();
+  ProxyOpSlot* s = ring != nullptr ? proxy_op_->AcquireOwned(
+                                         ring->index(), &ring->proxy_op_cursor)
+                                   : proxy_op_->Acquire();
   if (s == nullptr) {
     pool_exhausted_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
@@ -258,7 +261,10 @@ void* Recorder::StartProxyStep(CommContext* ctx, void* parent,
       (ctx->mask.load(std::memory_order_relaxed) & abi::kProxyStep) == 0) {
     return nullptr;
   }
-  StepSlot* s = step_->Acquire();
+  Ring* ring = rings_->ThreadRing();
+  StepSlot* s = ring != nullptr
+                    ? step_->AcquireOwned(ring->index(), &ring->step_cursor)
+                    : step_->Acquire();
   if (s == nullptr) {
     pool_exhausted_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
@@ -283,7 +289,10 @@ void* Recorder::StartKernelCh(CommContext* ctx, void* parent, uint8_t channel,
       (ctx->mask.load(std::memory_order_relaxed) & abi::kKernelCh) == 0) {
     return nullptr;
   }
-  KernelSlot* s = kernel_->Acquire();
+  Ring* ring = rings_->ThreadRing();
+  KernelSlot* s = ring != nullptr ? kernel_->AcquireOwned(ring->index(),
+                                                          &ring->kernel_cursor)
+                                  : kernel_->Acquire();
   if (s == nullptr) {
     pool_exhausted_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;

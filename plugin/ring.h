@@ -89,6 +89,11 @@ class Ring {
 
   // Producer-local counter for op ids.
   uint64_t next_op_seq = 0;
+  // Producer-local cursors into this ring's partitions of the Recorder's
+  // slot pools (SlotPool::AcquireOwned).
+  uint32_t proxy_op_cursor = 0;
+  uint32_t step_cursor = 0;
+  uint32_t kernel_cursor = 0;
 
  private:
   struct alignas(64) Unit {
@@ -115,6 +120,7 @@ class Ring {
 class RingSet {
  public:
   RingSet(uint32_t max_rings, uint32_t ring_capacity);
+  uint32_t max_rings() const { return max_rings_; }
   RingSet(const RingSet&) = delete;
   RingSet& operator=(const RingSet&) = delete;
 

@@ -5,8 +5,10 @@
 
 #include <unistd.h>
 
+#include <barrier>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -208,6 +210,71 @@ TEST_F(RecorderTest, DoubleStopOfOtherKindsIsIgnored) {
   EXPECT_EQ(n[RecordType::kProxyStep], 1);
   EXPECT_EQ(n[RecordType::kNetPlugin], 1);
   EXPECT_EQ(rec_.ignored(), 3u);
+}
+
+TEST(RecorderOwnedSlotsTest,
+     ThreadsClaimOwnPartitionsThenShareWithoutDoubleClaims) {
+  // 4 rings and 1,024 kernel slots: each thread owns 128 slots claimed
+  // without a CAS; beyond that it spills into the shared upper half. Every
+  // handle in flight at once must be distinct, and all come back.
+  RingSet rings(4, 4096);
+  PoolSizes sizes;
+  sizes.kernel = 1024;
+  Recorder rec(&rings, getpid(), sizes);
+  CommContext ctx;
+  ctx.comm_hash = 7;
+  ctx.n_ranks = 2;
+  ctx.mask.store(kSupportedEventMask);
+  ctx.p2p_seq = std::make_unique<std::atomic<uint64_t>[]>(4);
+  constexpr int kThreads = 3;
+  constexpr int kInFlight = 200;  // > 128: uses the shared half too
+  constexpr int kRounds = 50;
+  std::vector<std::vector<void*>> handles(kThreads);
+  int kernel_records = 0;
+  // The same threads (rings) every round; the main thread checks and drains
+  // between phases.
+  std::barrier sync(kThreads + 1);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < kRounds; ++round) {
+        handles[t].clear();
+        for (int i = 0; i < kInFlight; ++i) {
+          handles[t].push_back(rec.StartKernelCh(&ctx, nullptr, 0, 1));
+        }
+        sync.arrive_and_wait();  // claimed
+        sync.arrive_and_wait();  // checked
+        // Stopped by another thread than the one that claimed them.
+        for (void* h : handles[(t + 1) % kThreads]) rec.Stop(h);
+        sync.arrive_and_wait();  // stopped
+        sync.arrive_and_wait();  // drained
+      }
+    });
+  }
+  for (int round = 0; round < kRounds; ++round) {
+    sync.arrive_and_wait();
+    std::set<void*> distinct;
+    int null_handles = 0;
+    for (const auto& hs : handles) {
+      for (void* h : hs) {
+        if (h == nullptr) ++null_handles;
+        distinct.insert(h);
+      }
+    }
+    EXPECT_EQ(null_handles, 0) << "round " << round;
+    EXPECT_EQ(distinct.size(), size_t{kThreads * kInFlight})
+        << "a slot was claimed twice, round " << round;
+    sync.arrive_and_wait();
+    sync.arrive_and_wait();
+    rings.DrainAll(1 << 20, [&](const Record& r) {
+      if (r.type == RecordType::kKernelCh) ++kernel_records;
+    });
+    sync.arrive_and_wait();
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(kernel_records, kThreads * kInFlight * kRounds);
+  EXPECT_EQ(rec.ignored(), 0u);
+  EXPECT_EQ(rec.pool_exhausted(), 0u);
 }
 
 TEST(RecorderDropsTest, ThreadWithoutRingCountsEachDropOnce) {
