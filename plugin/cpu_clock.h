@@ -39,21 +39,22 @@ class CpuClock {
   static uint64_t NowNs() noexcept {
 #if defined(__x86_64__)
     if (enabled_.load(std::memory_order_relaxed)) {
-      for (;;) {
-        // Seqlock without fences (TSan does not model them): the fields
-        // are stored with release after the odd sequence number, so seeing
-        // a new field means the second load sees a changed sequence.
-        const uint32_t s1 = seq_.load(std::memory_order_acquire);
-        const uint64_t base_tsc = base_tsc_.load(std::memory_order_acquire);
-        const uint64_t base_ns = base_ns_.load(std::memory_order_acquire);
-        const uint64_t mult = mult_.load(std::memory_order_acquire);
-        if ((s1 & 1) == 0 && seq_.load(std::memory_order_relaxed) == s1) {
-          const uint64_t tsc = __rdtsc();
-          const uint64_t d = tsc > base_tsc ? tsc - base_tsc : 0;
-          return base_ns +
-                 static_cast<uint64_t>(
-                     (static_cast<unsigned __int128>(d) * mult) >> 32);
-        }
+      // Seqlock without fences (TSan does not model them): the fields are
+      // stored with release after the odd sequence number, so seeing a new
+      // field means the second load sees a changed sequence. A reader never
+      // retries: the writer (the exporter thread) may be preempted in the
+      // middle of an update for milliseconds on a loaded machine, and an
+      // NCCL thread must not spin on it. It reads CLOCK_MONOTONIC instead,
+      // the line's own reference, once.
+      const uint32_t s1 = seq_.load(std::memory_order_acquire);
+      const uint64_t base_tsc = base_tsc_.load(std::memory_order_acquire);
+      const uint64_t base_ns = base_ns_.load(std::memory_order_acquire);
+      const uint64_t mult = mult_.load(std::memory_order_acquire);
+      if ((s1 & 1) == 0 && seq_.load(std::memory_order_relaxed) == s1) {
+        const uint64_t tsc = __rdtsc();
+        const uint64_t d = tsc > base_tsc ? tsc - base_tsc : 0;
+        return base_ns + static_cast<uint64_t>(
+                             (static_cast<unsigned __int128>(d) * mult) >> 32);
       }
     }
 #endif
@@ -71,6 +72,7 @@ class CpuClock {
   static bool HasInvariantTsc() noexcept;
 
  private:
+  friend class CpuClockTestPeer;
   static void Publish(uint64_t base_tsc, uint64_t base_ns,
                       uint64_t mult) noexcept;
   static inline std::atomic<bool> enabled_{false};
