@@ -55,6 +55,7 @@ done
 PY=/usr/bin/python3
 
 WORK=$(mktemp -d /tmp/pitstop-ha-XXXXXX)
+touch "$WORK/actions.log"
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
@@ -176,6 +177,11 @@ done
 ctl --controller "$CONTROLLERS" ack "$FAULT" --who ha-demo --note "failover test" >/dev/null ||
   die "acknowledging $FAULT failed"
 echo "[ha] fault $FAULT detected and acknowledged"
+# The on_confirmed hook has run once for a confirmed fault: the action a
+# failover must not repeat.
+for _ in $(seq 600); do [[ -s $WORK/actions.log ]] && break; sleep 0.1; done
+[[ -s $WORK/actions.log ]] || die "no fault confirmed within 60 s; see $WORK/c*.log"
+echo "[ha] on_confirmed hook ran for: $(awk '{print $1}' "$WORK/actions.log" | sort -u | tr '\n' ' ')"
 
 # faults as "ID STATE" lines, from whichever controller leads.
 snapshot() {

@@ -53,32 +53,82 @@ v1::Fault MakeFault(const std::string& id, const std::string& job) {
   return f;
 }
 
+TEST(LeaderHintTest, ParsesTheLeaderAndControllerLists) {
+  EXPECT_EQ(LeaderFromMessage("controller a:1 is a follower; leader=b:2"),
+            "b:2");
+  EXPECT_EQ(LeaderFromMessage("fenced (x is held by b:2); leader=b:2; more"),
+            "b:2");
+  EXPECT_EQ(LeaderFromMessage("no leader elected yet; retry shortly"), "");
+  EXPECT_EQ(SplitControllerList(" a:1, b:2 ,"),
+            (std::vector<std::string>{"a:1", "b:2"}));
+  EXPECT_EQ(SplitControllerList("unix:/run/c.sock"),
+            (std::vector<std::string>{"unix:/run/c.sock"}));
+}
+
+TEST(HaOptionsTest, RefusesAnAddressFollowersCannotHandOut) {
+  HaOptions o;
+  EXPECT_TRUE(o.Validate("0.0.0.0:7070").ok());  // disabled: SQLite
+  o.etcd_endpoints = "127.0.0.1:2379";
+  EXPECT_TRUE(absl::IsInvalidArgument(o.Validate("0.0.0.0:7070")));
+  EXPECT_TRUE(absl::IsInvalidArgument(o.Validate("127.0.0.1:0")));
+  EXPECT_TRUE(o.Validate("10.0.0.1:7070").ok());
+  o.advertise = "ctl1:7070";
+  EXPECT_TRUE(o.Validate("0.0.0.0:7070").ok());
+  o.lease_ttl_s = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(o.Validate("0.0.0.0:7070")));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      EtcdClient::Create({"127.0.0.1:1,etcd-b:2379", absl::Seconds(1)})
+          .status()));
+}
+
+// One etcd for the suite (starting one takes seconds); each test works
+// under its own key prefix.
 class HaTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  static void SetUpTestSuite() {
     const std::string bin = testing::FindEtcd();
-    if (bin.empty()) {
+    if (bin.empty()) return;
+    etcd_ = new EtcdProcess();
+    if (!etcd_->Start(bin, &start_error_)) {
+      delete etcd_;
+      etcd_ = nullptr;
+    }
+  }
+  static void TearDownTestSuite() {
+    delete etcd_;
+    etcd_ = nullptr;
+  }
+  void SetUp() override {
+    if (testing::FindEtcd().empty()) {
       GTEST_SKIP() << "SKIPPED: etcd binary not found (install etcd-server "
                       "via tools/install-deps.sh, or set PITSTOP_ETCD)";
     }
-    std::string error;
-    ASSERT_TRUE(etcd_.Start(bin, &error)) << error;
+    ASSERT_NE(etcd_, nullptr) << start_error_;
+    prefix_ = absl::StrCat(
+        "/", ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+        "/");
   }
+  const std::string& endpoint() const { return etcd_->endpoint(); }
   std::unique_ptr<EtcdClient> Client() {
-    auto c = EtcdClient::Create({etcd_.endpoint(), absl::Seconds(2)});
+    auto c = EtcdClient::Create({endpoint(), absl::Seconds(2)});
     EXPECT_TRUE(c.ok()) << c.status();
     return std::move(*c);
   }
   std::unique_ptr<LeaderElection> Election(EtcdClient* c,
                                            const std::string& self) {
     LeaderElection::Options o;
-    o.key = "/t/leader";
+    o.key = prefix_ + "leader";
     o.self = self;
     o.ttl = absl::Seconds(2);
     return std::make_unique<LeaderElection>(c, std::move(o));
   }
-  EtcdProcess etcd_;
+  static EtcdProcess* etcd_;
+  static std::string start_error_;
+  std::string prefix_;
 };
+
+EtcdProcess* HaTest::etcd_ = nullptr;
+std::string HaTest::start_error_;
 
 TEST_F(HaTest, StoreKeepsFaultsDrainsAndPoliciesWhileLeading) {
   auto client = Client();
@@ -86,7 +136,7 @@ TEST_F(HaTest, StoreKeepsFaultsDrainsAndPoliciesWhileLeading) {
   election->Start();
   ASSERT_TRUE(WaitFor([&] { return election->IsLeader(); }));
   ElectionFence fence(election.get());
-  EtcdFaultStore store(client.get(), &fence, "/t/");
+  EtcdFaultStore store(client.get(), &fence, prefix_);
   bool ignored = true;
   ASSERT_TRUE(store.Upsert(MakeFault("F7", "job1"), &ignored).ok());
   EXPECT_FALSE(ignored);
@@ -128,7 +178,7 @@ TEST_F(HaTest, DeposedLeaderWriteIsRefusedAndCounted) {
   ASSERT_TRUE(WaitFor([&] { return a->IsLeader(); }));
   const EtcdFence a_fence = a->Fence();
   StaleFence stale(a_fence);
-  EtcdFaultStore store_a(client_a.get(), &stale, "/t/");
+  EtcdFaultStore store_a(client_a.get(), &stale, prefix_);
   bool ignored = false;
   ASSERT_TRUE(store_a.Upsert(MakeFault("F1", "job"), &ignored).ok());
 
@@ -139,7 +189,7 @@ TEST_F(HaTest, DeposedLeaderWriteIsRefusedAndCounted) {
   b->Start();
   ASSERT_TRUE(WaitFor([&] { return b->IsLeader(); }));
   ElectionFence b_fence(b.get());
-  EtcdFaultStore store_b(client_b.get(), &b_fence, "/t/");
+  EtcdFaultStore store_b(client_b.get(), &b_fence, prefix_);
 
   // A wakes up still believing it leads: etcd refuses every write.
   absl::Status s = store_a.Resolve("F1", "old-leader", "", 9).status();
@@ -186,8 +236,8 @@ TEST_F(HaTest, FollowerTakesOverWhenTheLeaderStopsRenewing) {
 // leader, the new leader loads durable state.
 TEST_F(HaTest, CoresFollowTheLeaderAndTakeOverDurableState) {
   HaOptions ho;
-  ho.etcd_endpoints = etcd_.endpoint();
-  ho.etcd_prefix = "/c/";
+  ho.etcd_endpoints = endpoint();
+  ho.etcd_prefix = prefix_;
   auto ha_a = HaController::Create(ho, "127.0.0.1:7001");
   auto ha_b = HaController::Create(ho, "127.0.0.1:7002");
   ASSERT_TRUE(ha_a.ok() && ha_b.ok());
