@@ -131,7 +131,11 @@ void UpstreamClient::Run() {
       if (stop_) return;
     }
     // Only a stream that actually worked for a while resets the backoff.
-    if (up >= kHealthyStream) {
+    // With several controllers a stream the leader accepted counts: a
+    // follower's refusal ends the stream by the first batch, while the
+    // leader may be killed again within seconds.
+    if (up >= kHealthyStream ||
+        (several && up > options_.batch + absl::Milliseconds(100))) {
       backoff = absl::Milliseconds(100);
       healthy_at = SteadyNow();
     }
@@ -143,7 +147,12 @@ void UpstreamClient::Run() {
       if (!hint.empty() && hint != target) {
         target = hint;
       } else {
-        next = (next + 1) % list.size();
+        // The next address other than the one that just failed (which
+        // may have come from a stale hint).
+        for (size_t i = 0; i < list.size(); ++i) {
+          next = (next + 1) % list.size();
+          if (list[next] != target) break;
+        }
         target = list[next];
       }
       if (SteadyNow() - healthy_at < kFastFailover) {
@@ -278,7 +287,9 @@ absl::Duration UpstreamClient::RunStream(const std::string& address) {
       absl::SleepFor(absl::Milliseconds(50));
     }
   }
-  ctx.TryCancel();
+  // A stream the controller ended keeps its status (a follower's names
+  // the leader); cancelling it would replace that with CANCELLED.
+  if (!server_ended) ctx.TryCancel();
   reader.join();
   {
     MutexLock lock(&mu_);  // answers for a dead stream cannot be delivered
