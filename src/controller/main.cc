@@ -151,9 +151,9 @@ int main(int argc, char** argv) {
   }
   if (ha != nullptr) ha->Start(core->get());
   auto logger = pitstop::Logger("controller");
-  logger->info("ready: listening on port {} ({}), db {}, metrics '{}'",
-               (*server)->port(), options.listen, options.db,
-               options.metrics_address);
+  logger->info("ready: listening on port {} ({}), store {}, metrics '{}'",
+               (*server)->port(), options.listen,
+               (*core)->Status().database_path(), options.metrics_address);
   int sig = 0;
   while ((sig = (*signals)->Wait(absl::Seconds(1))) == 0) {
   }
