@@ -17,6 +17,8 @@ PACKAGES=(
   python3-torch python3-grpcio python3-protobuf python3-pytest
   # OpenBLAS: Debian's torch calls the system BLAS; the reference one is ~50x slower
   libopenblas0-pthread
+  # Several controllers on etcd (tools/ha-demo.sh, ha tests).
+  etcd-server etcd-client
 )
 
 missing=()

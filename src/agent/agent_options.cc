@@ -39,7 +39,9 @@ void RegisterAgentOptions(ConfigSchema* s, AgentOptions* o) {
          "Live rank connections at once; beyond, new ones are closed at "
          "once (the libraries retry)");
   s->Add("controller", &o->controller,
-         "pitstop-controller address host:port; empty = no upstream");
+         "pitstop-controller address host:port; empty = no upstream; "
+         "several controllers comma-separated (the agent follows the "
+         "leader)");
   s->Add("host", &o->host,
          "Host name this agent registers as (default: gethostname)");
   s->Add("batch_ms", &o->batch_ms, "Upstream batch period (ms)");

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "pitstop/grpc_util.h"
+#include "pitstop/leader_hint.h"
 #include "pitstop/logging.h"
 #include "pitstop/v1/agent.grpc.pb.h"
 
@@ -24,6 +25,9 @@ absl::Time SteadyNow() {
 constexpr absl::Duration kHealthyStream = absl::Seconds(2);
 // How long one attempt waits for the channel to connect.
 constexpr absl::Duration kConnectTimeout = absl::Seconds(5);
+// Several controllers: after a stream ends, retry every 100 ms for this
+// long (a leader election takes a lease TTL), then back off.
+constexpr absl::Duration kFastFailover = absl::Seconds(15);
 
 const char* StateName(grpc_connectivity_state s) {
   switch (s) {
@@ -46,6 +50,18 @@ const char* StateName(grpc_connectivity_state s) {
 
 absl::Status ValidateControllerAddress(const std::string& address) {
   if (address.empty()) return absl::OkStatus();
+  // Several controllers (docs/ha.md): "a:7070,b:7070" follows the leader.
+  if (address.find(',') != std::string::npos) {
+    const std::vector<std::string> list = SplitControllerList(address);
+    if (list.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("controller: empty address list '", address, "'"));
+    }
+    for (const std::string& a : list) {
+      if (absl::Status s = ValidateControllerAddress(a); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
   if (absl::StartsWith(address, "unix:")) {
     if (address.size() > 5) return absl::OkStatus();
   } else {
@@ -103,25 +119,60 @@ bool UpstreamClient::Backlog() const {
 void UpstreamClient::Run() {
   absl::Duration backoff = absl::Milliseconds(100);
   auto log = Logger("agent.upstream");
+  const std::vector<std::string> list = SplitControllerList(options_.address);
+  const bool several = list.size() > 1;
+  size_t next = 0;
+  std::string target = list.empty() ? options_.address : list[0];
+  absl::Time healthy_at = SteadyNow();
   while (true) {
-    const absl::Duration up = RunStream();
+    const absl::Duration up = RunStream(target);
     {
       MutexLock lock(&mu_);
       if (stop_) return;
     }
     // Only a stream that actually worked for a while resets the backoff.
-    if (up >= kHealthyStream) backoff = absl::Milliseconds(100);
-    log->info("controller {} unreachable; retrying in {} ms", options_.address,
-              absl::ToInt64Milliseconds(backoff));
+    // With several controllers a stream the leader accepted counts: a
+    // follower's refusal ends the stream by the first batch, while the
+    // leader may be killed again within seconds.
+    if (up >= kHealthyStream ||
+        (several && up > options_.batch + absl::Milliseconds(100))) {
+      backoff = absl::Milliseconds(100);
+      healthy_at = SteadyNow();
+    }
+    absl::Duration wait = backoff;
+    if (several) {
+      // A follower names the leader; otherwise try the next controller.
+      // Failover takes a lease TTL or two: retry fast for a while.
+      const std::string hint = LeaderFromMessage(last_error_);
+      if (!hint.empty() && hint != target) {
+        target = hint;
+      } else {
+        // The next address other than the one that just failed (which
+        // may have come from a stale hint).
+        for (size_t i = 0; i < list.size(); ++i) {
+          next = (next + 1) % list.size();
+          if (list[next] != target) break;
+        }
+        target = list[next];
+      }
+      if (SteadyNow() - healthy_at < kFastFailover) {
+        wait = absl::Milliseconds(100);
+      }
+    }
+    log->info("controller {} unavailable; trying {} in {} ms",
+              several ? "stream" : options_.address, target,
+              absl::ToInt64Milliseconds(wait));
     core_->PublishMetrics(false, connects_.load());
-    if (WaitFor(backoff, /*wake_on_backlog=*/false)) return;
-    backoff = std::min(backoff * 2, options_.backoff_max);
+    if (WaitFor(wait, /*wake_on_backlog=*/false)) return;
+    if (wait == backoff) backoff = std::min(backoff * 2, options_.backoff_max);
   }
 }
 
-absl::Duration UpstreamClient::RunStream() {
+absl::Duration UpstreamClient::RunStream(const std::string& address) {
   auto log = Logger("agent.upstream");
-  auto channel = CreateChannel(options_.address);
+  last_error_.clear();
+  const bool several = SplitControllerList(options_.address).size() > 1;
+  auto channel = CreateChannel(address);
   // Connected means the channel is READY, not that a write was buffered.
   const absl::Time connect_deadline = SteadyNow() + kConnectTimeout;
   grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
@@ -130,10 +181,11 @@ absl::Duration UpstreamClient::RunStream() {
       MutexLock lock(&mu_);
       if (stop_) return absl::ZeroDuration();
     }
-    if (SteadyNow() >= connect_deadline) {
-      log->warn("controller {}: cannot connect within {} s: {}",
-                options_.address, absl::ToInt64Seconds(kConnectTimeout),
-                StateName(state));
+    // With several controllers a refused connection moves on at once.
+    if (SteadyNow() >= connect_deadline ||
+        (several && state == GRPC_CHANNEL_TRANSIENT_FAILURE)) {
+      log->warn("controller {}: cannot connect within {} s: {}", address,
+                absl::ToInt64Seconds(kConnectTimeout), StateName(state));
       return absl::ZeroDuration();
     }
     channel->WaitForStateChange(state, std::chrono::system_clock::now() +
@@ -152,15 +204,16 @@ absl::Duration UpstreamClient::RunStream() {
   if (!stream->Write(hello)) {
     ctx.TryCancel();
     const grpc::Status st = stream->Finish();
-    log->warn("controller {}: registration failed: {} {}", options_.address,
+    log->warn("controller {}: registration failed: {} {}", address,
               static_cast<int>(st.error_code()), st.error_message());
+    last_error_ = st.error_message();
     return absl::ZeroDuration();
   }
   const absl::Time connected_at = SteadyNow();
   connected_ = true;
   connects_.fetch_add(1);
   if (options_.trainer) options_.trainer->SetControllerConnected(true);
-  log->info("connected to controller {}", options_.address);
+  log->info("connected to controller {}", address);
 
   std::atomic<bool> server_ended{false};
   std::thread reader([&] {
@@ -234,7 +287,9 @@ absl::Duration UpstreamClient::RunStream() {
       absl::SleepFor(absl::Milliseconds(50));
     }
   }
-  ctx.TryCancel();
+  // A stream the controller ended keeps its status (a follower's names
+  // the leader); cancelling it would replace that with CANCELLED.
+  if (!server_ended) ctx.TryCancel();
   reader.join();
   {
     MutexLock lock(&mu_);  // answers for a dead stream cannot be delivered
@@ -245,6 +300,7 @@ absl::Duration UpstreamClient::RunStream() {
   if (!stopping) {
     log->warn("controller stream ended: {} {}",
               static_cast<int>(st.error_code()), st.error_message());
+    last_error_ = st.error_message();
   }
   return up;
 }

@@ -33,7 +33,10 @@
 namespace pitstop::agent {
 
 struct UpstreamOptions {
-  std::string address;  // host:port or unix:PATH
+  // host:port or unix:PATH, or several controllers "a:7070,b:7070": the
+  // agent follows the leader (a follower's refusal names it, otherwise the
+  // next address is tried).
+  std::string address;
   absl::Duration batch = absl::Seconds(1);
   absl::Duration backoff_max = absl::Seconds(5);
   v1::NodeRegistration registration;
@@ -42,7 +45,8 @@ struct UpstreamOptions {
   TrainerHub* trainer = nullptr;
 };
 
-// OK for "" (no upstream), host:port (port 1..65535) or unix:PATH;
+// OK for "" (no upstream), host:port (port 1..65535), unix:PATH or a
+// comma-separated list of host:port / unix:PATH;
 // InvalidArgument naming `controller` otherwise.
 absl::Status ValidateControllerAddress(const std::string& address);
 
@@ -64,7 +68,7 @@ class UpstreamClient {
   void Run();
   // One connection; returns when it breaks or Stop() was called, with how
   // long it was connected (0 = never connected).
-  absl::Duration RunStream();
+  absl::Duration RunStream(const std::string& address);
   // Waits up to `d` unless stopping, a pong/ack is pending or (with
   // `wake_on_backlog`) a full message of summaries is queued; true if
   // stopping.
@@ -77,6 +81,7 @@ class UpstreamClient {
   std::thread thread_;
   std::atomic<bool> connected_{false};
   std::atomic<uint64_t> connects_{0};
+  std::string last_error_;  // how the last stream ended (Run's thread only)
   Mutex mu_;
   CondVar cv_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -13,7 +13,8 @@ namespace pitstop::controller {
 absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::Create(
     Options options) {
   absl::StatusOr<std::unique_ptr<FaultStore>> store =
-      FaultStore::Open(options.db_path);
+      options.open_store ? options.open_store()
+                         : FaultStore::Open(options.db_path);
   if (!store.ok()) return store.status();
   options.engine.first_fault_number = (*store)->NextFaultNumber();
   absl::StatusOr<std::unique_ptr<DetectionEngine>> engine =
@@ -87,6 +88,7 @@ void ControllerCore::CountRefused(const char* what, uint64_t* counter,
 
 absl::StatusOr<uint64_t> ControllerCore::AgentConnected(
     const v1::NodeRegistration& registration, CommandSink* sink) {
+  if (absl::Status s = CheckLeader(); !s.ok()) return s;
   v1::NodeRegistration reg = registration;
   int nics_dropped = 0;
   if (absl::Status s = CheckRegistration(&reg, &nics_dropped); !s.ok()) {
@@ -284,6 +286,7 @@ void ControllerCore::ShedAndExpire() {
 }
 
 void ControllerCore::RunCycle() {
+  if (!CheckLeader().ok()) return;  // followers detect nothing
   MutexLock lock(&mu_);
   ShedAndExpire();
   if (options_.agent_silence > absl::ZeroDuration()) {

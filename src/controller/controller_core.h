@@ -21,6 +21,7 @@
 #include "pitstop/v1/controller.pb.h"
 #include "src/controller/controller_metrics.h"
 #include "src/controller/detect/detection_engine.h"
+#include "src/controller/ha/leadership.h"
 #include "src/controller/store/fault_store.h"
 #include "src/controller/sync/sync_policy.h"
 
@@ -63,6 +64,12 @@ class ControllerCore {
     // A node without an agent stream for this long is forgotten (unless
     // drained). Zero keeps nodes forever.
     absl::Duration node_expiry = absl::Hours(1);
+    // Several controllers (docs/ha.md): where the durable state lives
+    // (default: SQLite at db_path) and whether this one leads (default:
+    // always). Followers refuse agent streams and API writes with
+    // Unavailable naming the leader, and run no detection cycles.
+    std::function<absl::StatusOr<std::unique_ptr<FaultStore>>()> open_store;
+    Leadership* leadership = nullptr;  // not owned
   };
 
   // What the core refused or dropped from agent input (also exported as
@@ -102,6 +109,15 @@ class ControllerCore {
   // One detection cycle now (the loop calls this every cycle_period):
   // runs the engine, stores faults, notifies watchers, sends commands.
   void RunCycle();
+
+  // --- Leadership (controller_ha.cc) --------------------------------------
+  // Elected: forgets soft state, reloads drains, policies, open faults and
+  // the next fault number from the store into a fresh detection engine.
+  // Agents reconnect and rebuild the rest.
+  absl::Status BecomeLeader();
+  // Deposed or resigning: closes every agent stream with Unavailable `why`
+  // (agents go find the leader) and forgets the soft state.
+  void StepDown(const std::string& why);
 
   // --- Controller API (errors as in controller.proto) ---------------------
   v1::ControllerStatus Status();
@@ -162,6 +178,8 @@ class ControllerCore {
   ControllerCore(Options options, std::unique_ptr<FaultStore> store,
                  std::unique_ptr<DetectionEngine> engine);
   void Loop();
+  // OK without Leadership or while leading; Unavailable naming the leader.
+  absl::Status CheckLeader() const;
   // Acknowledge (resolve = false) or Resolve, then notify watchers.
   absl::StatusOr<v1::Fault> MoveFault(const std::string& fault_id,
                                       const std::string& who,

@@ -65,6 +65,11 @@ v1::ControllerStatus ControllerCore::Status() {
   s.set_open_faults(store_->OpenCount());
   s.set_last_detection_cycle_ms(last_cycle_ms_);
   s.set_database_path(store_->path());
+  if (options_.leadership != nullptr) {
+    options_.leadership->FillStatus(&s);
+  } else {
+    s.set_role(v1::CONTROLLER_ROLE_SINGLE);
+  }
   return s;
 }
 
@@ -146,6 +151,7 @@ absl::StatusOr<v1::Fault> ControllerCore::MoveFault(const std::string& fault_id,
                                                     bool resolve) {
   if (absl::Status s = Required(fault_id, "fault_id"); !s.ok()) return s;
   if (absl::Status s = Required(who, "who"); !s.ok()) return s;
+  if (absl::Status s = CheckLeader(); !s.ok()) return s;
   MutexLock lock(&mu_);
   absl::StatusOr<v1::Fault> before = store_->Get(fault_id);
   absl::StatusOr<v1::Fault> f =
@@ -176,6 +182,7 @@ absl::StatusOr<v1::Node> ControllerCore::Drain(const std::string& host,
                                                const std::string& reason) {
   if (absl::Status s = Required(host, "host"); !s.ok()) return s;
   if (absl::Status s = Required(reason, "reason"); !s.ok()) return s;
+  if (absl::Status s = CheckLeader(); !s.ok()) return s;
   MutexLock lock(&mu_);
   auto it = nodes_.find(host);
   if (it == nodes_.end() && !drains_.count(host)) {
@@ -188,6 +195,7 @@ absl::StatusOr<v1::Node> ControllerCore::Drain(const std::string& host,
 
 absl::StatusOr<v1::Node> ControllerCore::Uncordon(const std::string& host) {
   if (absl::Status s = Required(host, "host"); !s.ok()) return s;
+  if (absl::Status s = CheckLeader(); !s.ok()) return s;
   MutexLock lock(&mu_);
   auto it = nodes_.find(host);
   if (it == nodes_.end() && !drains_.count(host)) {
@@ -208,6 +216,7 @@ absl::StatusOr<v1::JobPolicy> ControllerCore::GetPolicy(
 absl::StatusOr<v1::JobPolicy> ControllerCore::SetPolicy(
     const std::string& job_id, const v1::JobPolicy& policy) {
   if (absl::Status s = Required(job_id, "job_id"); !s.ok()) return s;
+  if (absl::Status s = CheckLeader(); !s.ok()) return s;
   MutexLock lock(&mu_);
   absl::StatusOr<v1::JobPolicy> resolved =
       engine_->SetJobPolicy(job_id, policy);

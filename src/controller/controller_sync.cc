@@ -73,6 +73,7 @@ absl::StatusOr<v1::JobSync> ControllerCore::JobSync(const std::string& job_id) {
 
 absl::StatusOr<v1::SyncSettings> ControllerCore::SetSyncPolicy(
     const std::string& job_id, const v1::SyncSettings& settings) {
+  if (absl::Status s = CheckLeader(); !s.ok()) return s;
   MutexLock lock(&mu_);
   absl::StatusOr<v1::SyncSettings> r = sync_->SetSettings(job_id, settings);
   if (r.ok()) {

@@ -17,6 +17,7 @@
 #include "src/controller/api/controller_service.h"
 #include "src/controller/controller_core.h"
 #include "src/controller/controller_options.h"
+#include "src/controller/ha/ha_controller.h"
 
 namespace {
 
@@ -53,6 +54,8 @@ int main(int argc, char** argv) {
   pitstop::controller::RegisterControllerOptions(&schema, &options);
   pitstop::controller::ActionsConfig actions_config;
   pitstop::controller::RegisterActionsOptions(&schema, &actions_config);
+  pitstop::controller::ha::HaOptions ha_options;
+  pitstop::controller::ha::RegisterHaOptions(&schema, &ha_options);
   auto parsed = schema.Parse(argc, argv);
   if (!parsed.ok()) {
     std::fprintf(stderr, "pitstop-controller: %s\n",
@@ -61,6 +64,13 @@ int main(int argc, char** argv) {
   }
   if (*parsed == pitstop::ConfigParse::kExit) return 0;
   if (absl::Status st = options.Validate(); !st.ok()) {
+    const std::string& config = schema.config_path();
+    std::fprintf(stderr, "pitstop-controller: %s%s\n",
+                 config.empty() ? "" : (config + ": ").c_str(),
+                 std::string(st.message()).c_str());
+    return 2;
+  }
+  if (absl::Status st = ha_options.Validate(options.listen); !st.ok()) {
     const std::string& config = schema.config_path();
     std::fprintf(stderr, "pitstop-controller: %s%s\n",
                  config.empty() ? "" : (config + ": ").c_str(),
@@ -111,6 +121,17 @@ int main(int argc, char** argv) {
   core_options.sync.defaults = *options.DefaultSyncSettings();  // validated
   core_options.sync.straggler_min_effect = options.sync_straggler_min_effect;
   core_options.metrics = metrics.get();
+  // Several controllers on etcd (docs/ha.md): the store is etcd's and the
+  // core leads only while elected.
+  std::unique_ptr<pitstop::controller::ha::HaController> ha;
+  if (ha_options.enabled()) {
+    auto created = pitstop::controller::ha::HaController::Create(
+        ha_options, options.listen);
+    if (!created.ok()) return Fail(std::string(created.status().message()));
+    ha = std::move(*created);
+    core_options.open_store = [&ha] { return ha->OpenStore(); };
+    core_options.leadership = ha.get();
+  }
   auto core = pitstop::controller::ControllerCore::Create(core_options);
   if (!core.ok()) return Fail(std::string(core.status().message()));
   // Open-fault gauges, hooks and the Slurm integration (docs/deploy.md).
@@ -128,14 +149,16 @@ int main(int argc, char** argv) {
     return Fail(
         absl::StrCat("port_file ", options.port_file, ": cannot write"));
   }
+  if (ha != nullptr) ha->Start(core->get());
   auto logger = pitstop::Logger("controller");
-  logger->info("ready: listening on port {} ({}), db {}, metrics '{}'",
-               (*server)->port(), options.listen, options.db,
-               options.metrics_address);
+  logger->info("ready: listening on port {} ({}), store {}, metrics '{}'",
+               (*server)->port(), options.listen,
+               (*core)->Status().database_path(), options.metrics_address);
   int sig = 0;
   while ((sig = (*signals)->Wait(absl::Seconds(1))) == 0) {
   }
   logger->info("signal {}: shutting down", sig);
+  if (ha != nullptr) ha->Stop();  // resigns: a follower takes over at once
   (*server)->Shutdown(absl::Milliseconds(options.shutdown_grace_ms));
   (*core)->Stop();
   actions->reset();  // unsubscribes; stops a running hook

@@ -144,6 +144,8 @@ TEST_F(ControllerDaemonTest, FaultSurvivesKill9AndPitstopctlShowsIt) {
   EXPECT_THAT(out, HasSubstr("\"comm_rank\":0,"));
   EXPECT_EQ(Ctl(target, {"-o", "json", "status"}, &out), 0);
   EXPECT_THAT(out, HasSubstr("\"collectives_joined\":\"0\""));
+  // One controller on SQLite, no etcd: it always leads (docs/ha.md).
+  EXPECT_THAT(out, HasSubstr("\"role\":\"CONTROLLER_ROLE_SINGLE\""));
   EXPECT_EQ(Ctl(target, {"fault", "show", "F424242"}, &out), 4) << out;
   EXPECT_EQ(Ctl(target, {"ack", before.fault_id(), "--who", "me"}, &out), 0)
       << out;

@@ -37,6 +37,10 @@ void PrintNode(const v1::Node& n, Table* t) {
 void AddStatus(CLI::App* app, GlobalOptions* g, int* rc) {
   app->add_subcommand("status", "controller health and counts")
       ->callback([g, rc] {
+        if (SplitControllerList(g->controller).size() > 1) {
+          *rc = PrintHaStatus(*g);
+          return;
+        }
         v1::GetStatusResponse r;
         if ((*rc = Call(*g, &v1::Controller::Stub::GetStatus,
                         v1::GetStatusRequest(), &r))) {
@@ -60,6 +64,9 @@ void AddStatus(CLI::App* app, GlobalOptions* g, int* rc) {
         t.AddRow({"last detection cycle",
                   absl::StrFormat("%.3f ms", s.last_detection_cycle_ms())});
         t.AddRow({"database", s.database_path()});
+        t.AddRow({"role", Short(v1::ControllerRole_Name(s.role()),
+                                "CONTROLLER_ROLE_")});
+        if (!s.leader().empty()) t.AddRow({"leader", s.leader()});
         t.Print(std::cout);
       });
 }

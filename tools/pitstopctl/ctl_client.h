@@ -8,9 +8,11 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "grpcpp/grpcpp.h"
 #include "pitstop/grpc_util.h"
+#include "pitstop/leader_hint.h"
 #include "pitstop/v1/controller.grpc.pb.h"
 #include "tools/pitstopctl/commands.h"
 #include "tools/pitstopctl/exit_codes.h"
@@ -29,17 +31,47 @@ std::string DefaultWho();
 // deadline) apply. A refused connection still fails at once.
 std::shared_ptr<grpc::Channel> CliChannel(const std::string& target);
 
+// One call to `target`, no error printed.
 template <typename Req, typename Resp, typename Method>
-int Call(const GlobalOptions& g, Method method, const Req& req, Resp* resp) {
-  auto stub = v1::Controller::NewStub(CliChannel(g.controller));
+grpc::Status CallOne(const GlobalOptions& g, const std::string& target,
+                     Method method, const Req& req, Resp* resp) {
+  auto stub = v1::Controller::NewStub(CliChannel(target));
   grpc::ClientContext ctx;
   ctx.set_deadline(
       std::chrono::system_clock::now() +
       std::chrono::milliseconds(static_cast<int64_t>(g.timeout_s * 1000)));
-  const grpc::Status s = ((*stub).*method)(&ctx, req, resp);
+  return ((*stub).*method)(&ctx, req, resp);
+}
+
+// Calls the controller; with several (--controller a,b: docs/ha.md) it
+// follows a follower's "leader=" hint, else tries the next address.
+template <typename Req, typename Resp, typename Method>
+int Call(const GlobalOptions& g, Method method, const Req& req, Resp* resp) {
+  const std::vector<std::string> list = SplitControllerList(g.controller);
+  grpc::Status s;
+  if (list.size() <= 1) {
+    s = CallOne(g, g.controller, method, req, resp);
+  } else {
+    std::string target = list[0];
+    size_t next = 0;
+    for (size_t attempt = 0; attempt < 2 * list.size() + 1; ++attempt) {
+      s = CallOne(g, target, method, req, resp);
+      if (s.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+      const std::string hint = LeaderFromMessage(s.error_message());
+      if (!hint.empty() && hint != target) {
+        target = hint;
+      } else {
+        next = (next + 1) % list.size();
+        target = list[next];
+      }
+    }
+  }
   if (!s.ok()) PrintError(g, s);
   return ExitCodeFor(s);
 }
+
+// status with several controllers: each one's role (ha_status.cc).
+int PrintHaStatus(const GlobalOptions& g);
 
 }  // namespace pitstop::ctl
 

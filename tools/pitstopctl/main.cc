@@ -22,8 +22,10 @@ int main(int argc, char** argv) {
       "3 controller unreachable, 4 not found, 5 request rejected, 6 other "
       "error.");
   app.require_subcommand(1);
-  app.add_option("--controller", g.controller,
-                 "controller address host:port (env PITSTOP_CONTROLLER)")
+  app.add_option(
+         "--controller", g.controller,
+         "controller address host:port, or several comma-separated (the "
+         "leader is followed; env PITSTOP_CONTROLLER)")
       ->capture_default_str();
   app.add_option("-o,--output", g.output, "output format: table or json")
       ->check(CLI::IsMember({"table", "json"}))

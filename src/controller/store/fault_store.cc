@@ -1,35 +1,23 @@
+// FaultStore's shared pieces: the factory of the default (SQLite) store and
+// the fault state transitions both implementations apply.
 #include "src/controller/store/fault_store.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <sqlite3.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "src/controller/store/sqlite_stmt.h"
+#include "src/controller/store/sqlite_fault_store.h"
 
 namespace pitstop::controller {
-namespace {
 
-constexpr const char* kSchema = R"sql(
-CREATE TABLE IF NOT EXISTS faults (
-  fault_id TEXT PRIMARY KEY,
-  number INTEGER NOT NULL,
-  job_id TEXT NOT NULL,
-  state INTEGER NOT NULL,
-  first_seen_unix_ns INTEGER NOT NULL,
-  data BLOB NOT NULL);
-CREATE INDEX IF NOT EXISTS faults_by_job ON faults(job_id, state);
-CREATE TABLE IF NOT EXISTS drains (host TEXT PRIMARY KEY, reason TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS policies (job_id TEXT PRIMARY KEY, data BLOB NOT NULL);
-)sql";
+absl::StatusOr<std::unique_ptr<FaultStore>> FaultStore::Open(
+    const std::string& path) {
+  absl::StatusOr<std::unique_ptr<SqliteFaultStore>> s =
+      SqliteFaultStore::Open(path);
+  if (!s.ok()) return s.status();
+  return std::unique_ptr<FaultStore>(std::move(*s));
+}
 
-int64_t NumberOf(absl::string_view id) {
+int64_t FaultNumberOf(absl::string_view id) {
   size_t i = id.size();
   while (i > 0 && id[i - 1] >= '0' && id[i - 1] <= '9') --i;
   return i == id.size()
@@ -37,266 +25,56 @@ int64_t NumberOf(absl::string_view id) {
              : std::strtoll(std::string(id.substr(i)).c_str(), nullptr, 10);
 }
 
-absl::Status NotFound(absl::string_view id) {
-  return absl::NotFoundError(absl::StrCat("fault ", id, " not found"));
-}
-
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<FaultStore>> FaultStore::Open(
-    const std::string& path) {
-  const bool in_memory = path == ":memory:" || path.empty();
-  int lock_fd = -1;
-  if (!in_memory) {
-    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-    std::error_code ec;
-    if (!dir.empty() && !std::filesystem::is_directory(dir, ec)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot open database ", path, ": directory ",
-                       dir.string(), " does not exist"));
-    }
-    // One controller per database: a second one would hand out the same
-    // fault ids. The lock lives as long as the store (and the process).
-    const std::string lock_path = path + ".lock";
-    lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (lock_fd < 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cannot open database lock ", lock_path, ": ", std::strerror(errno)));
-    }
-    if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
-      const int err = errno;
-      ::close(lock_fd);
-      return absl::FailedPreconditionError(
-          err == EWOULDBLOCK
-              ? absl::StrCat("database ", path,
-                             " is in use by another pitstop-controller "
-                             "(lock ",
-                             lock_path, " is held)")
-              : absl::StrCat("cannot lock ", lock_path, ": ",
-                             std::strerror(err)));
-    }
-  }
-  sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(
-      path.c_str(), &db,
-      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-      nullptr);
-  if (rc != SQLITE_OK) {
-    std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-    sqlite3_close(db);
-    if (lock_fd >= 0) ::close(lock_fd);
-    return absl::InternalError(
-        absl::StrCat("cannot open database ", path, ": ", msg));
-  }
-  sqlite3_busy_timeout(db, 5000);
-  auto store = std::unique_ptr<FaultStore>(new FaultStore(db, path, lock_fd));
-  for (const char* sql :
-       {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;", kSchema}) {
-    if (absl::Status s = store->Exec(sql); !s.ok()) {
-      return absl::InternalError(absl::StrCat(path, ": ", s.message()));
-    }
-  }
-  return store;
-}
-
-FaultStore::FaultStore(sqlite3* db, std::string path, int lock_fd)
-    : db_(db), path_(std::move(path)), lock_fd_(lock_fd) {}
-
-FaultStore::~FaultStore() {
-  MutexLock lock(&mu_);
-  sqlite3_close(db_);
-  if (lock_fd_ >= 0) ::close(lock_fd_);
-}
-
-absl::Status FaultStore::Exec(const char* sql) const {
-  MutexLock lock(&mu_);
-  char* err = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    absl::Status s = absl::InternalError(absl::StrCat("sqlite: ", err));
-    sqlite3_free(err);
-    return s;
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<v1::Fault> FaultStore::GetLocked(absl::string_view id) const {
-  SqliteStmt q(db_, "SELECT data FROM faults WHERE fault_id = ?1");
-  q.Bind(1, id);
-  const int rc = q.Step();
-  if (rc == SQLITE_DONE) return NotFound(id);
-  if (rc != SQLITE_ROW) return q.Error(rc);
-  v1::Fault f;
-  if (!f.ParseFromString(q.Blob(0))) {
-    return absl::DataLossError(
-        absl::StrCat(path_, ": fault ", id, ": undecodable record"));
-  }
-  return f;
-}
-
-absl::Status FaultStore::PutLocked(const v1::Fault& f) {
-  SqliteStmt q(db_,
-               "INSERT OR REPLACE INTO faults(fault_id, number, job_id, state, "
-               "first_seen_unix_ns, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
-  q.Bind(1, f.fault_id());
-  q.Bind(2, NumberOf(f.fault_id()));
-  q.Bind(3, f.job_id());
-  q.Bind(4, static_cast<int64_t>(f.state()));
-  q.Bind(5, static_cast<int64_t>(f.first_seen_unix_ns()));
-  q.BindBlob(6, f.SerializeAsString());
-  return q.Run();
-}
-
-absl::StatusOr<v1::Fault> FaultStore::Upsert(const v1::Fault& fault,
-                                             bool* ignored) {
-  if (fault.fault_id().empty()) {
-    return absl::InvalidArgumentError("fault.fault_id: empty");
-  }
-  MutexLock lock(&mu_);
+v1::Fault MergeUpsert(const v1::Fault* old, const v1::Fault& fault,
+                      bool* ignored) {
   *ignored = false;
-  absl::StatusOr<v1::Fault> old = GetLocked(fault.fault_id());
-  if (!old.ok() && !absl::IsNotFound(old.status())) return old.status();
   v1::Fault next = fault;
-  if (old.ok()) {
-    if (old->state() == v1::FAULT_STATE_RESOLVED) {
-      *ignored = true;
-      return *old;
-    }
-    const bool operator_state = old->state() == v1::FAULT_STATE_ACKNOWLEDGED ||
-                                old->state() == v1::FAULT_STATE_MITIGATING;
-    if (operator_state && fault.state() != v1::FAULT_STATE_RESOLVED) {
-      next.set_state(old->state());
-    }
-    next.set_acknowledged_by(old->acknowledged_by());
-    if (next.resolution_note().empty()) {
-      next.set_resolution_note(old->resolution_note());
-    }
-    if (next.confirmed_unix_ns() == 0) {
-      next.set_confirmed_unix_ns(old->confirmed_unix_ns());
-    }
+  if (old == nullptr) return next;
+  if (old->state() == v1::FAULT_STATE_RESOLVED) {
+    *ignored = true;
+    return *old;
   }
-  if (absl::Status s = PutLocked(next); !s.ok()) return s;
+  const bool operator_state = old->state() == v1::FAULT_STATE_ACKNOWLEDGED ||
+                              old->state() == v1::FAULT_STATE_MITIGATING;
+  if (operator_state && fault.state() != v1::FAULT_STATE_RESOLVED) {
+    next.set_state(old->state());
+  }
+  next.set_acknowledged_by(old->acknowledged_by());
+  if (next.resolution_note().empty()) {
+    next.set_resolution_note(old->resolution_note());
+  }
+  if (next.confirmed_unix_ns() == 0) {
+    next.set_confirmed_unix_ns(old->confirmed_unix_ns());
+  }
   return next;
 }
 
-absl::StatusOr<v1::Fault> FaultStore::Get(absl::string_view fault_id) const {
-  MutexLock lock(&mu_);
-  return GetLocked(fault_id);
-}
-
-absl::StatusOr<std::vector<v1::Fault>> FaultStore::List(
-    absl::string_view job_id, bool include_resolved, uint32_t limit) const {
-  MutexLock lock(&mu_);
-  SqliteStmt q(db_,
-               "SELECT data FROM faults WHERE (?1 = '' OR job_id = ?1) AND "
-               "(?2 OR state != ?3) ORDER BY number DESC LIMIT ?4");
-  q.Bind(1, job_id);
-  q.Bind(2, static_cast<int64_t>(include_resolved));
-  q.Bind(3, static_cast<int64_t>(v1::FAULT_STATE_RESOLVED));
-  q.Bind(4, limit == 0 ? int64_t{-1} : static_cast<int64_t>(limit));
-  std::vector<v1::Fault> out;
-  for (int rc = q.Step();; rc = q.Step()) {
-    if (rc == SQLITE_DONE) break;
-    if (rc != SQLITE_ROW) return q.Error(rc);
-    if (!out.emplace_back().ParseFromString(q.Blob(0))) {
-      return absl::DataLossError(absl::StrCat(path_, ": undecodable fault"));
-    }
-  }
-  return out;
-}
-
-absl::StatusOr<v1::Fault> FaultStore::Acknowledge(absl::string_view fault_id,
-                                                  absl::string_view who,
-                                                  absl::string_view note,
-                                                  uint64_t now_unix_ns) {
-  MutexLock lock(&mu_);
-  absl::StatusOr<v1::Fault> f = GetLocked(fault_id);
-  if (!f.ok()) return f.status();
-  if (f->state() == v1::FAULT_STATE_ACKNOWLEDGED) return f;
+absl::StatusOr<bool> ApplyAcknowledge(v1::Fault* f, absl::string_view who,
+                                      absl::string_view note,
+                                      uint64_t now_unix_ns) {
+  if (f->state() == v1::FAULT_STATE_ACKNOWLEDGED) return false;
   if (f->state() == v1::FAULT_STATE_MITIGATING ||
       f->state() == v1::FAULT_STATE_RESOLVED) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "fault ", fault_id, " is ", v1::FaultState_Name(f->state()),
+        "fault ", f->fault_id(), " is ", v1::FaultState_Name(f->state()),
         "; only suspected or confirmed faults can be acknowledged"));
   }
   f->set_state(v1::FAULT_STATE_ACKNOWLEDGED);
   f->set_acknowledged_by(std::string(who));
   if (!note.empty()) f->set_resolution_note(std::string(note));
   f->set_updated_unix_ns(now_unix_ns);
-  if (absl::Status s = PutLocked(*f); !s.ok()) return s;
-  return f;
+  return true;
 }
 
-absl::StatusOr<v1::Fault> FaultStore::Resolve(absl::string_view fault_id,
-                                              absl::string_view who,
-                                              absl::string_view note,
-                                              uint64_t now_unix_ns) {
-  MutexLock lock(&mu_);
-  absl::StatusOr<v1::Fault> f = GetLocked(fault_id);
-  if (!f.ok()) return f.status();
-  if (f->state() == v1::FAULT_STATE_RESOLVED) return f;
+bool ApplyResolve(v1::Fault* f, absl::string_view who, absl::string_view note,
+                  uint64_t now_unix_ns) {
+  if (f->state() == v1::FAULT_STATE_RESOLVED) return false;
   f->set_state(v1::FAULT_STATE_RESOLVED);
   f->set_resolved_unix_ns(now_unix_ns);
   f->set_updated_unix_ns(now_unix_ns);
   f->set_resolution_note(
       absl::StrCat("by ", who, note.empty() ? "" : ": ", note));
-  if (absl::Status s = PutLocked(*f); !s.ok()) return s;
-  return f;
-}
-
-uint64_t FaultStore::NextFaultNumber() const {
-  MutexLock lock(&mu_);
-  SqliteStmt q(db_, "SELECT COALESCE(MAX(number), 0) FROM faults");
-  return q.Step() == SQLITE_ROW ? static_cast<uint64_t>(q.Int(0)) + 1 : 1;
-}
-
-uint32_t FaultStore::OpenCount() const {
-  MutexLock lock(&mu_);
-  SqliteStmt q(db_, "SELECT COUNT(*) FROM faults WHERE state != ?1");
-  q.Bind(1, static_cast<int64_t>(v1::FAULT_STATE_RESOLVED));
-  return q.Step() == SQLITE_ROW ? static_cast<uint32_t>(q.Int(0)) : 0;
-}
-
-absl::Status FaultStore::SetDrain(absl::string_view host,
-                                  absl::string_view reason) {
-  MutexLock lock(&mu_);
-  SqliteStmt q(db_,
-               "INSERT OR REPLACE INTO drains(host, reason) VALUES (?1, ?2)");
-  q.Bind(1, host);
-  q.Bind(2, reason);
-  return q.Run();
-}
-
-absl::Status FaultStore::ClearDrain(absl::string_view host) {
-  MutexLock lock(&mu_);
-  SqliteStmt q(db_, "DELETE FROM drains WHERE host = ?1");
-  q.Bind(1, host);
-  return q.Run();
-}
-
-std::map<std::string, std::string> FaultStore::Drains() const {
-  MutexLock lock(&mu_);
-  std::map<std::string, std::string> out;
-  SqliteStmt q(db_, "SELECT host, reason FROM drains");
-  while (q.Step() == SQLITE_ROW) out[q.Text(0)] = q.Text(1);
-  return out;
-}
-
-absl::Status FaultStore::SavePolicy(absl::string_view job_id,
-                                    const v1::JobPolicy& p) {
-  MutexLock lock(&mu_);
-  SqliteStmt q(db_,
-               "INSERT OR REPLACE INTO policies(job_id, data) VALUES (?1, ?2)");
-  q.Bind(1, job_id);
-  q.BindBlob(2, p.SerializeAsString());
-  return q.Run();
-}
-
-std::map<std::string, v1::JobPolicy> FaultStore::Policies() const {
-  MutexLock lock(&mu_);
-  std::map<std::string, v1::JobPolicy> out;
-  SqliteStmt q(db_, "SELECT job_id, data FROM policies");
-  while (q.Step() == SQLITE_ROW) out[q.Text(0)].ParseFromString(q.Blob(1));
-  return out;
+  return true;
 }
 
 }  // namespace pitstop::controller

@@ -1,0 +1,79 @@
+// Several controllers on etcd (docs/ha.md): owns the etcd client, the
+// leader election and the fenced etcd store, and connects them to
+// ControllerCore. main() builds one when ha.etcd_endpoints is set:
+//
+//   auto ha = HaController::Create(options);
+//   core_options.open_store = [&] { return (*ha)->OpenStore(); };
+//   core_options.leadership = ha->get();
+//   ... ControllerCore::Create(core_options) ...
+//   (*ha)->Start(core);  // campaigns; elected -> core->BecomeLeader()
+#ifndef PITSTOP_CONTROLLER_HA_HA_CONTROLLER_H_
+#define PITSTOP_CONTROLLER_HA_HA_CONTROLLER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "pitstop/config.h"
+#include "src/controller/controller_core.h"
+#include "src/controller/ha/etcd_client.h"
+#include "src/controller/ha/etcd_fault_store.h"
+#include "src/controller/ha/leader_election.h"
+#include "src/controller/ha/leadership.h"
+
+namespace pitstop::controller::ha {
+
+struct HaOptions {
+  // Empty: one controller on SQLite (the default).
+  std::string etcd_endpoints;
+  std::string etcd_prefix = "/pitstop/";
+  // The address agents and pitstopctl reach this controller at (followers
+  // name it); empty = the listen address.
+  std::string advertise;
+  uint32_t lease_ttl_s = 2;
+  bool enabled() const { return !etcd_endpoints.empty(); }
+  // InvalidArgument naming the key.
+  absl::Status Validate(const std::string& listen) const;
+};
+
+// "ha.etcd_endpoints" <-> --ha-etcd-endpoints, ...
+void RegisterHaOptions(ConfigSchema* schema, HaOptions* o);
+
+// Thread-safe (Leadership's contract); Start/Stop from main().
+class HaController final : public Leadership {
+ public:
+  // `listen` is the controller's listen address (the default advertise).
+  static absl::StatusOr<std::unique_ptr<HaController>> Create(
+      const HaOptions& options, const std::string& listen);
+  ~HaController() override;
+
+  // The fenced etcd store, for ControllerCore::Options::open_store.
+  absl::StatusOr<std::unique_ptr<FaultStore>> OpenStore();
+  // Campaigns; elected -> core->BecomeLeader(), deposed -> StepDown().
+  void Start(ControllerCore* core);
+  // Resigns (a follower takes over at once) and stops campaigning.
+  void Stop();
+
+  absl::Status CheckLeader() const override;
+  void FillStatus(v1::ControllerStatus* status) const override;
+
+  LeaderElection* election() { return election_.get(); }
+
+ private:
+  HaController(const HaOptions& options, std::string self,
+               std::unique_ptr<EtcdClient> etcd);
+
+  const HaOptions options_;
+  const std::string self_;
+  std::unique_ptr<EtcdClient> etcd_;
+  std::unique_ptr<LeaderElection> election_;
+  std::unique_ptr<ElectionFence> fence_;
+  EtcdFaultStore* store_ = nullptr;  // owned by the core
+  ControllerCore* core_ = nullptr;
+};
+
+}  // namespace pitstop::controller::ha
+
+#endif  // PITSTOP_CONTROLLER_HA_HA_CONTROLLER_H_

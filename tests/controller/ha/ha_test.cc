@@ -1,0 +1,290 @@
+// Several controllers on a real etcd: the fenced store, the election and
+// the core's follower behaviour. Skips loudly without the etcd binary.
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "pitstop/leader_hint.h"
+#include "src/controller/controller_core.h"
+#include "src/controller/ha/etcd_client.h"
+#include "src/controller/ha/etcd_fault_store.h"
+#include "src/controller/ha/ha_controller.h"
+#include "src/controller/ha/leader_election.h"
+#include "tests/controller/ha/etcd_fixture.h"
+
+namespace pitstop::controller::ha {
+namespace {
+
+using testing::EtcdProcess;
+using ::testing::HasSubstr;
+
+// A fence fixed at what a controller believed when it was paused: models
+// a deposed leader that has not noticed yet.
+class StaleFence final : public WriteFence {
+ public:
+  explicit StaleFence(EtcdFence f) : fence_(std::move(f)) {}
+  EtcdFence Current() const override { return fence_; }
+  void Refused() override { ++refused_; }
+  int refused_ = 0;
+
+ private:
+  EtcdFence fence_;
+};
+
+// Waits up to 20 s (generous: CI machines are loaded) for `pred`.
+template <typename Pred>
+bool WaitFor(Pred pred) {
+  for (int i = 0; i < 400; ++i) {
+    if (pred()) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return pred();
+}
+
+v1::Fault MakeFault(const std::string& id, const std::string& job) {
+  v1::Fault f;
+  f.set_fault_id(id);
+  f.set_job_id(job);
+  f.set_state(v1::FAULT_STATE_SUSPECTED);
+  f.set_summary("rank 3 slow");
+  return f;
+}
+
+TEST(LeaderHintTest, ParsesTheLeaderAndControllerLists) {
+  EXPECT_EQ(LeaderFromMessage("controller a:1 is a follower; leader=b:2"),
+            "b:2");
+  EXPECT_EQ(LeaderFromMessage("fenced (x is held by b:2); leader=b:2; more"),
+            "b:2");
+  EXPECT_EQ(LeaderFromMessage("no leader elected yet; retry shortly"), "");
+  EXPECT_EQ(SplitControllerList(" a:1, b:2 ,"),
+            (std::vector<std::string>{"a:1", "b:2"}));
+  EXPECT_EQ(SplitControllerList("unix:/run/c.sock"),
+            (std::vector<std::string>{"unix:/run/c.sock"}));
+}
+
+TEST(HaOptionsTest, RefusesAnAddressFollowersCannotHandOut) {
+  HaOptions o;
+  EXPECT_TRUE(o.Validate("0.0.0.0:7070").ok());  // disabled: SQLite
+  o.etcd_endpoints = "127.0.0.1:2379";
+  EXPECT_TRUE(absl::IsInvalidArgument(o.Validate("0.0.0.0:7070")));
+  EXPECT_TRUE(absl::IsInvalidArgument(o.Validate("127.0.0.1:0")));
+  EXPECT_TRUE(o.Validate("10.0.0.1:7070").ok());
+  o.advertise = "ctl1:7070";
+  EXPECT_TRUE(o.Validate("0.0.0.0:7070").ok());
+  o.lease_ttl_s = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(o.Validate("0.0.0.0:7070")));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      EtcdClient::Create({"127.0.0.1:1,etcd-b:2379", absl::Seconds(1)})
+          .status()));
+}
+
+// One etcd for the suite (starting one takes seconds); each test works
+// under its own key prefix.
+class HaTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string bin = testing::FindEtcd();
+    if (bin.empty()) return;
+    etcd_ = new EtcdProcess();
+    if (!etcd_->Start(bin, &start_error_)) {
+      delete etcd_;
+      etcd_ = nullptr;
+    }
+  }
+  static void TearDownTestSuite() {
+    delete etcd_;
+    etcd_ = nullptr;
+  }
+  void SetUp() override {
+    if (testing::FindEtcd().empty()) {
+      GTEST_SKIP() << "SKIPPED: etcd binary not found (install etcd-server "
+                      "via tools/install-deps.sh, or set PITSTOP_ETCD)";
+    }
+    ASSERT_NE(etcd_, nullptr) << start_error_;
+    prefix_ = absl::StrCat(
+        "/", ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+        "/");
+  }
+  const std::string& endpoint() const { return etcd_->endpoint(); }
+  std::unique_ptr<EtcdClient> Client() {
+    auto c = EtcdClient::Create({endpoint(), absl::Seconds(2)});
+    EXPECT_TRUE(c.ok()) << c.status();
+    return std::move(*c);
+  }
+  std::unique_ptr<LeaderElection> Election(EtcdClient* c,
+                                           const std::string& self) {
+    LeaderElection::Options o;
+    o.key = prefix_ + "leader";
+    o.self = self;
+    o.ttl = absl::Seconds(2);
+    return std::make_unique<LeaderElection>(c, std::move(o));
+  }
+  static EtcdProcess* etcd_;
+  static std::string start_error_;
+  std::string prefix_;
+};
+
+EtcdProcess* HaTest::etcd_ = nullptr;
+std::string HaTest::start_error_;
+
+TEST_F(HaTest, StoreKeepsFaultsDrainsAndPoliciesWhileLeading) {
+  auto client = Client();
+  auto election = Election(client.get(), "a:1");
+  election->Start();
+  ASSERT_TRUE(WaitFor([&] { return election->IsLeader(); }));
+  ElectionFence fence(election.get());
+  EtcdFaultStore store(client.get(), &fence, prefix_);
+  bool ignored = true;
+  ASSERT_TRUE(store.Upsert(MakeFault("F7", "job1"), &ignored).ok());
+  EXPECT_FALSE(ignored);
+  ASSERT_TRUE(store.Upsert(MakeFault("F9", "job2"), &ignored).ok());
+  auto acked = store.Acknowledge("F7", "ops", "looking", 5);
+  ASSERT_TRUE(acked.ok()) << acked.status();
+  EXPECT_EQ(acked->state(), v1::FAULT_STATE_ACKNOWLEDGED);
+  // The engine reporting it again keeps the operator's acknowledgement.
+  auto again = store.Upsert(MakeFault("F7", "job1"), &ignored);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->state(), v1::FAULT_STATE_ACKNOWLEDGED);
+  ASSERT_TRUE(store.Resolve("F9", "ops", "", 6).ok());
+  EXPECT_EQ(store.NextFaultNumber(), 10u);
+  EXPECT_EQ(store.OpenCount(), 1u);
+  auto all = store.List("", true, 0);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].fault_id(), "F9");  // newest first
+  EXPECT_TRUE(absl::IsNotFound(store.Get("F1").status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      store.Acknowledge("F9", "ops", "", 7).status()));
+  ASSERT_TRUE(store.SetDrain("n1", "bad NIC").ok());
+  ASSERT_TRUE(store.SetDrain("n2", "bad GPU").ok());
+  ASSERT_TRUE(store.ClearDrain("n2").ok());
+  EXPECT_EQ(store.Drains(),
+            (std::map<std::string, std::string>{{"n1", "bad NIC"}}));
+  v1::JobPolicy p;
+  p.set_window_ms(1234);
+  ASSERT_TRUE(store.SavePolicy("job1", p).ok());
+  EXPECT_EQ(store.Policies()["job1"].window_ms(), 1234u);
+  EXPECT_EQ(store.fenced_writes_refused(), 0u);
+}
+
+TEST_F(HaTest, DeposedLeaderWriteIsRefusedAndCounted) {
+  auto client_a = Client();
+  auto client_b = Client();
+  auto a = Election(client_a.get(), "a:1");
+  a->Start();
+  ASSERT_TRUE(WaitFor([&] { return a->IsLeader(); }));
+  const EtcdFence a_fence = a->Fence();
+  StaleFence stale(a_fence);
+  EtcdFaultStore store_a(client_a.get(), &stale, prefix_);
+  bool ignored = false;
+  ASSERT_TRUE(store_a.Upsert(MakeFault("F1", "job"), &ignored).ok());
+
+  // A pauses (stops renewing) and its lease runs out in etcd; B wins.
+  a->Stop(/*resign=*/false);
+  ASSERT_TRUE(client_b->Revoke(a_fence.lease).ok());  // = expiry, sooner
+  auto b = Election(client_b.get(), "b:2");
+  b->Start();
+  ASSERT_TRUE(WaitFor([&] { return b->IsLeader(); }));
+  ElectionFence b_fence(b.get());
+  EtcdFaultStore store_b(client_b.get(), &b_fence, prefix_);
+
+  // A wakes up still believing it leads: etcd refuses every write.
+  absl::Status s = store_a.Resolve("F1", "old-leader", "", 9).status();
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("leader=b:2"));
+  EXPECT_TRUE(absl::IsUnavailable(store_a.SetDrain("n1", "x")));
+  EXPECT_TRUE(absl::IsUnavailable(
+      store_a.Upsert(MakeFault("F2", "job"), &ignored).status()));
+  EXPECT_EQ(store_a.fenced_writes_refused(), 3u);
+  EXPECT_EQ(stale.refused_, 3);
+  // Nothing of it reached etcd; the new leader writes normally.
+  auto f1 = store_b.Get("F1");
+  ASSERT_TRUE(f1.ok());
+  EXPECT_EQ(f1->state(), v1::FAULT_STATE_SUSPECTED);
+  EXPECT_TRUE(absl::IsNotFound(store_b.Get("F2").status()));
+  EXPECT_TRUE(store_b.Drains().empty());
+  ASSERT_TRUE(store_b.Resolve("F1", "new-leader", "", 10).ok());
+  EXPECT_EQ(store_b.fenced_writes_refused(), 0u);
+}
+
+TEST_F(HaTest, FollowerTakesOverWhenTheLeaderStopsRenewing) {
+  auto client_a = Client();
+  auto client_b = Client();
+  auto a = Election(client_a.get(), "a:1");
+  auto b = Election(client_b.get(), "b:2");
+  a->Start();
+  ASSERT_TRUE(WaitFor([&] { return a->IsLeader(); }));
+  b->Start();
+  ASSERT_TRUE(WaitFor([&] { return b->Leader() == "a:1"; }));
+  EXPECT_FALSE(b->IsLeader());
+  // A crashes: no resignation, its lease expires after the TTL.
+  a->Stop(/*resign=*/false);
+  ASSERT_TRUE(WaitFor([&] { return b->IsLeader(); }));
+  EXPECT_EQ(b->Leader(), "b:2");
+  EXPECT_EQ(b->terms_won(), 1u);
+  // A graceful stop resigns: a restarted A takes over at once.
+  auto a2 = Election(client_a.get(), "a:1");
+  a2->Start();
+  b->Stop(/*resign=*/true);
+  ASSERT_TRUE(WaitFor([&] { return a2->IsLeader(); }));
+}
+
+// Two cores on one etcd: the follower refuses agents and writes naming the
+// leader, the new leader loads durable state.
+TEST_F(HaTest, CoresFollowTheLeaderAndTakeOverDurableState) {
+  HaOptions ho;
+  ho.etcd_endpoints = endpoint();
+  ho.etcd_prefix = prefix_;
+  auto ha_a = HaController::Create(ho, "127.0.0.1:7001");
+  auto ha_b = HaController::Create(ho, "127.0.0.1:7002");
+  ASSERT_TRUE(ha_a.ok() && ha_b.ok());
+  auto make_core = [](HaController* ha) {
+    ControllerCore::Options o;
+    o.open_store = [ha] { return ha->OpenStore(); };
+    o.leadership = ha;
+    auto core = ControllerCore::Create(o);
+    EXPECT_TRUE(core.ok()) << core.status();
+    return std::move(*core);
+  };
+  auto core_a = make_core(ha_a->get());
+  auto core_b = make_core(ha_b->get());
+  (*ha_a)->Start(core_a.get());
+  ASSERT_TRUE(WaitFor(
+      [&] { return core_a->Status().role() == v1::CONTROLLER_ROLE_LEADER; }));
+  (*ha_b)->Start(core_b.get());
+  ASSERT_TRUE(
+      WaitFor([&] { return core_b->Status().leader() == "127.0.0.1:7001"; }));
+  EXPECT_EQ(core_b->Status().role(), v1::CONTROLLER_ROLE_FOLLOWER);
+
+  v1::JobPolicy p;
+  p.set_window_ms(2500);
+  ASSERT_TRUE(core_a->SetPolicy("job1", p).ok());
+  absl::Status s = core_b->SetPolicy("job1", p).status();
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_EQ(LeaderFromMessage(s.message()), "127.0.0.1:7001");
+  v1::NodeRegistration reg;
+  reg.set_host("n1");
+  reg.set_agent_id("agent-n1");
+  s = core_b->AgentConnected(reg, nullptr).status();
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_EQ(LeaderFromMessage(s.message()), "127.0.0.1:7001");
+  EXPECT_TRUE(
+      absl::IsUnavailable(core_b->Acknowledge("F1", "ops", "").status()));
+
+  // A resigns (graceful stop): B leads with A's policy from etcd.
+  (*ha_a)->Stop();
+  ASSERT_TRUE(WaitFor(
+      [&] { return core_b->Status().role() == v1::CONTROLLER_ROLE_LEADER; }));
+  auto got = core_b->GetPolicy("job1");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->window_ms(), 2500u);
+  EXPECT_EQ(core_a->Status().role(), v1::CONTROLLER_ROLE_FOLLOWER);
+  EXPECT_TRUE(absl::IsUnavailable(core_a->SetPolicy("job1", p).status()));
+  (*ha_b)->Stop();
+}
+
+}  // namespace
+}  // namespace pitstop::controller::ha
