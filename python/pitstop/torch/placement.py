@@ -18,7 +18,8 @@ the pipeline's throughput is micro_batches * samples_per_micro_batch / that.
 
 ``compute_placement`` keeps the ranks in their pipeline order (layers stay
 contiguous, moves stay between neighbours), splits the layers to minimise
-the bottleneck stage time (exact dynamic programme), and tries excluding
+that step time (exact: a dynamic programme per candidate bottleneck), and
+tries excluding
 ranks (every subset for up to 8 ranks, else the slowest ones one by one)
 when a shorter pipeline is faster. Ties keep more ranks, then the layer
 split closest to the front.
@@ -102,9 +103,46 @@ def estimate(stages, speeds, layer_costs, micro_batches,
             bottleneck)
 
 
-def split_layers(ranks, speeds, layer_costs):
+def _min_sum_split(ranks, speeds, prefix, limit):
+    """Split minimising the sum of stage times with every stage <= limit;
+    (sum, stages) or None when no split fits."""
+    n, p = len(prefix) - 1, len(ranks)
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(p + 1)]
+    cut = [[0] * (n + 1) for _ in range(p + 1)]
+    best[0][0] = 0.0
+    lim = limit * (1 + 1e-12)
+    for i in range(1, p + 1):
+        speed = speeds[ranks[i - 1]]
+        for j in range(i, n - (p - i) + 1):
+            for k in range(i - 1, j):
+                if best[i - 1][k] == inf:
+                    continue
+                t = (prefix[j] - prefix[k]) / speed
+                if t > lim:
+                    continue
+                v = best[i - 1][k] + t
+                if v < best[i][j] - 1e-12 * max(1.0, abs(v)):  # earliest wins
+                    best[i][j] = v
+                    cut[i][j] = k
+    if best[p][n] == inf:
+        return None
+    stages, j = [], n
+    for i in range(p, 0, -1):
+        k = cut[i][j]
+        stages.append((ranks[i - 1], k, j))
+        j = k
+    stages.reverse()
+    return best[p][n], stages
+
+
+def split_layers(ranks, speeds, layer_costs, micro_batches=8):
     """Contiguous split of the layers over `ranks` (in order, each at least
-    one layer) minimising the slowest stage's time. Returns [(rank, b, e)]."""
+    one layer) minimising the estimated step time sum + (mb - 1) * max:
+    for every candidate bottleneck T (the time of some contiguous layer
+    range on some rank) the split with the smallest sum of stage times
+    whose stages all take <= T; the best of these is exact. Returns
+    [(rank, b, e)]."""
     n, p = len(layer_costs), len(ranks)
     if p > n:
         raise ValueError("%d ranks for %d layers: a stage needs a layer" %
@@ -112,29 +150,19 @@ def split_layers(ranks, speeds, layer_costs):
     prefix = [0.0]
     for c in layer_costs:
         prefix.append(prefix[-1] + c)
-    inf = float("inf")
-    # best[i][j]: the smallest bottleneck of ranks[:i] holding layers[:j].
-    best = [[inf] * (n + 1) for _ in range(p + 1)]
-    cut = [[0] * (n + 1) for _ in range(p + 1)]
-    best[0][0] = 0.0
-    for i in range(1, p + 1):
-        speed = speeds[ranks[i - 1]]
-        for j in range(i, n - (p - i) + 1):
-            for k in range(i - 1, j):
-                if best[i - 1][k] == inf:
-                    continue
-                t = max(best[i - 1][k], (prefix[j] - prefix[k]) / speed)
-                # Strictly better only: the earliest cut wins ties.
-                if t < best[i][j] * (1 - 1e-12):
-                    best[i][j] = t
-                    cut[i][j] = k
-    stages, j = [], n
-    for i in range(p, 0, -1):
-        k = cut[i][j]
-        stages.append((ranks[i - 1], k, j))
-        j = k
-    stages.reverse()
-    return stages
+    limits = sorted({(prefix[e] - prefix[b]) / speeds[r] for r in ranks
+                     for b in range(n) for e in range(b + 1, n + 1)})
+    best = None
+    for limit in limits:
+        r = _min_sum_split(ranks, speeds, prefix, limit)
+        if r is None:
+            continue
+        total, stages = r
+        bott = max((prefix[e] - prefix[b]) / speeds[q] for q, b, e in stages)
+        step = total + (micro_batches - 1) * bott
+        if best is None or step < best[0] * (1 - 1e-12):
+            best = (step, stages)
+    return best[1]
 
 
 def compute_placement(speeds, layer_costs, ranks=None, micro_batches=8,
@@ -164,7 +192,7 @@ def compute_placement(speeds, layer_costs, ranks=None, micro_batches=8,
     best = None
     for drop in candidates:
         kept = [r for r in usable if r not in drop]
-        stages = split_layers(kept, speeds, layer_costs)
+        stages = split_layers(kept, speeds, layer_costs, micro_batches)
         step_s, sps, bott = estimate(stages, speeds, layer_costs,
                                      micro_batches, samples_per_micro_batch)
         excluded = list(drop) + [r for r in ranks if r not in usable]
