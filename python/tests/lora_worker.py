@@ -45,6 +45,15 @@ def main():
     ap.add_argument("--save-at", type=int, default=0)
     ap.add_argument("--load", default="")
     ap.add_argument("--ckpt", default="")
+    # End to end (test_lora_e2e.py): report to the agent at --socket, emulate
+    # --device-ms per block and micro-batch, --slow-rank at half speed, and
+    # stop 3 steps after the first move (all ranks move at the same step) or
+    # at --steps.
+    ap.add_argument("--socket", default="")
+    ap.add_argument("--job", default="lora-test")
+    ap.add_argument("--slow-rank", type=int, default=-1)
+    ap.add_argument("--device-ms", type=float, default=0.0)
+    ap.add_argument("--until-moved", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="file://" + a.init,
@@ -61,9 +70,21 @@ def main():
         if a.rank == a.die_rank:
             os._exit(9)  # a crash: no cleanup, sockets just close
 
+    block_cost = lm.layer_costs(cfg)[1]
+
+    def throttle(step, units, compute_s):
+        t = max(compute_s, units / block_cost * a.device_ms / 1e3)
+        return t * (2 if a.rank == a.slow_rank else 1) - compute_s
+
+    client = None
+    if a.socket:
+        from pitstop.client import TrainerClient
+        client = TrainerClient(a.job, a.rank, a.world, socket=a.socket,
+                               flush_interval_s=0.2)
     tr = MultiLoraTrainer(cfg, range(a.adapters),
                           Placement(json.loads(a.start)), data, a.rank,
-                          a.world, agreement_timeout_s=60,
+                          a.world, agreement_timeout_s=60, client=client,
+                          throttle=throttle if a.device_ms > 0 else None,
                           move_hook=die if a.die_rank >= 0 else None)
     offer_at = {}
     for item in filter(None, a.offer_at.split(",")):
@@ -87,6 +108,8 @@ def main():
             if a.save_at and tr.step_no == a.save_at:
                 tr.save(a.ckpt)
                 dist.barrier()
+            if a.until_moved and tr.moves and tr.step_no >= tr.moves[0][0] + 3:
+                break
     except PipelineFailed as e:
         sys.stderr.write("STOPPED: %s\n" % e)
         sys.stderr.flush()
@@ -100,7 +123,12 @@ def main():
            "adapter_steps": {str(k): tr.adapter_steps(k)
                              for k in range(a.adapters)},
            "checks": checks, "moves": [m[0] for m in tr.moves],
-           "span": tr.span, "step_no": tr.step_no}
+           "span": tr.span, "step_no": tr.step_no,
+           "connected": bool(client and client.connected),
+           "move_reasons": [m[2] for m in tr.moves]}
+    if client is not None:
+        client.flush()
+        client.close()
     with open(a.out, "w") as f:
         json.dump(out, f)
     dist.barrier()
