@@ -84,8 +84,8 @@ TEST(ControllerLoraTest, CoreSendsThePlacementAndShowsTheJob) {
   EXPECT_TRUE(job->lora().decisions(0).sent());
   EXPECT_THAT(job->lora().decisions(0).evidence().text(),
               ::testing::HasSubstr("rank 3 at 0.50x"));
-  EXPECT_EQ(job->sync().trainers(),
-            0u);  // not a local-SGD job  // not a local-SGD job
+  // Not a local-SGD job: the sync policy leaves its reports alone.
+  EXPECT_EQ(job->sync().trainers(), 0u);
   auto l = (*core)->JobLora("lora-job");
   ASSERT_TRUE(l.ok());
   EXPECT_EQ(l->trainers(), 4u);
