@@ -39,7 +39,8 @@ def test_slow_stage_gets_fewer_layers(daemons, tmp_path):  # noqa: F811
     job = ctl(addr, "job", "lora-e2e")["job"]
     lora = job["lora"]
     sent = [d for d in lora["decisions"] if d.get("sent")]
-    assert len(sent) == 1, lora
+    assert len(sent) == 1, [(d.get("apply_at_step"), d.get("reason"))
+                            for d in lora["decisions"]]
     assert "rank 2 at 0." in sent[0]["evidence"]["text"], sent[0]
     assert int(sent[0]["apply_at_step"]) <= moved_at[0]
     assert lora["moves_applied"] == "1" or lora["moves_applied"] == 1

@@ -217,7 +217,8 @@ void LoraPolicyEngine::NoteReportedPlacement(const std::string& id, Job& job) {
     Logger("controller.lora")
         ->info("job {}: trainers now run placement {} (was {})", id,
                PlacementText(p), PlacementText(job.last_seen));
-    if (Key(p) == job.pending) job.pending.clear();
+    job.pending.clear();      // applied (or superseded by the trainers)
+    job.better_since_ns = 0;  // judge the new placement afresh
   }
   job.seen_any = true;
   job.last_seen = std::move(p);
@@ -343,7 +344,11 @@ void LoraPolicyEngine::EvaluateJob(const std::string& id, Job& job,
   const bool auto_mode = s.policy() == v1::LORA_POLICY_AUTO;
   const bool resend_due =
       now - job.last_sent_ns >= absl::ToInt64Nanoseconds(options_.resend);
-  if (job.pending == key && (!auto_mode || !resend_due)) return;
+  // One move at a time: while a sent placement is not applied, nothing new
+  // goes out (speeds measured meanwhile are of the old placement) until it
+  // is due again; ADVISE records each distinct proposal once.
+  if (auto_mode && !job.pending.empty() && !resend_due) return;
+  if (!auto_mode && job.pending == key) return;
   uint64_t last_step = 0;
   for (const auto& [r, rs] : job.ranks) {
     last_step = std::max(last_step, rs.last_step);

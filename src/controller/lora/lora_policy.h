@@ -109,7 +109,9 @@ class LoraPolicyEngine {
     std::deque<v1::LoraDecision> decisions;
     uint64_t next_directive = 1;
     int64_t last_sent_ns = 0;
-    std::string pending;  // key of the placement sent, until applied
+    // AUTO: the placement sent, until the trainers report another one;
+    // ADVISE: the last placement advised.
+    std::string pending;
     uint64_t moves_applied = 0;
     uint64_t reports = 0;
   };
