@@ -62,7 +62,7 @@ def worker(a):
     from pitstop.client import Directive, TrainerClient
     from pitstop.torch import lora_model as lm
     from pitstop.torch.multi_lora import MultiLoraTrainer, PipelineFailed
-    from pitstop.torch.placement import Placement, compute_placement
+    from pitstop.torch.placement import compute_placement
     from trainer_demo import load_corpus
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
