@@ -40,22 +40,38 @@ class Directive:
     """A switch the controller asks for (from TrainerDirective)."""
 
     __slots__ = ("directive_id", "mode", "period_steps", "period_ms",
-                 "apply_at_step", "reason")
+                 "apply_at_step", "reason", "placement")
 
     def __init__(self, directive_id, mode, period_steps=0, period_ms=0,
-                 apply_at_step=0, reason=""):
+                 apply_at_step=0, reason="", placement=None):
         self.directive_id = int(directive_id)
         self.mode = mode  # "sync" | "local_sgd" | "timed"
         self.period_steps = int(period_steps)
         self.period_ms = int(period_ms)
         self.apply_at_step = int(apply_at_step)
         self.reason = reason
+        # Multi-LoRA placement (TrainerDirective.placement) as a dict:
+        # {"pipelines": [{"stages": [(rank, begin, end)], "adapters": [..]}],
+        #  "excluded": [ranks], "samples_per_s": estimate}; None otherwise.
+        self.placement = placement
 
     def __repr__(self):
         return ("Directive(id=%d, mode=%s, period_steps=%d, period_ms=%d, "
                 "apply_at_step=%d, reason=%r)" %
                 (self.directive_id, self.mode, self.period_steps,
                  self.period_ms, self.apply_at_step, self.reason))
+
+
+def _placement(d):
+    if not d.HasField("placement"):
+        return None
+    p = d.placement
+    return {"pipelines": [{"stages": [(s.rank, s.layer_begin, s.layer_end)
+                                      for s in pipe.stages],
+                           "adapters": list(pipe.adapters)}
+                          for pipe in p.pipelines],
+            "excluded": list(p.excluded_ranks),
+            "samples_per_s": p.estimated_samples_per_s}
 
 
 class TrainerClient:
@@ -94,13 +110,14 @@ class TrainerClient:
 
     # -- called by the training loop ---------------------------------------
     def report(self, step, start_unix_ns, wall_ns, phases=None, mode=None,
-               tokens=0, loss=0.0):
-        """Queues one step report. phases: {name: seconds}. Never blocks."""
+               tokens=0, loss=0.0, lora=None):
+        """Queues one step report. phases: {name: seconds}; lora: the
+        multi-LoRA stage time (StepReport.lora fields). Never blocks."""
         t0 = time.perf_counter()
         item = (int(step), int(start_unix_ns), int(wall_ns),
                 tuple(phases.items()) if phases else (),
                 MODES.get(mode, 0) if mode else self._mode, int(tokens),
-                float(loss))
+                float(loss), lora)
         with self._lock:
             if len(self._queue) == self._queue.maxlen:
                 self._dropped += 1
@@ -168,7 +185,7 @@ class TrainerClient:
             req.current_mode = self._mode
             req.seen_directive_id = self._seen_directive
             req.dropped_reports = self._dropped
-        for step, start, wall, phases, mode, tokens, loss in items:
+        for step, start, wall, phases, mode, tokens, loss, lora in items:
             s = req.steps.add()
             s.step = step
             s.start_unix_ns = start
@@ -181,6 +198,12 @@ class TrainerClient:
                     p = s.phases.add()
                     p.phase = PHASES[name]
                     p.duration_ns = int(secs * 1e9)
+            if lora:
+                costs = lora.get("layer_costs", ())
+                s.lora.layer_costs.extend(costs)
+                for k, v in lora.items():
+                    if k != "layer_costs":
+                        setattr(s.lora, k, v)
         return req
 
     def _send_once(self):
@@ -209,7 +232,7 @@ class TrainerClient:
         for d in resp.directives:
             new.append(Directive(d.directive_id, MODE_NAMES.get(d.mode, "sync"),
                                  d.period_steps, d.period_ms, d.apply_at_step,
-                                 d.reason))
+                                 d.reason, _placement(d)))
         if new:
             with self._lock:
                 for d in new:

@@ -44,6 +44,7 @@ ControllerCore::ControllerCore(Options options,
   MutexLock lock(&mu_);
   drains_ = store_->Drains();
   sync_ = std::make_unique<SyncPolicyEngine>(options_.clock, options_.sync);
+  lora_ = std::make_unique<LoraPolicyEngine>(options_.clock, options_.lora);
 }
 
 ControllerCore::~ControllerCore() { Stop(); }
@@ -219,6 +220,8 @@ absl::Status ControllerCore::AgentBatch(uint64_t session,
   for (int i = 0; i < batch.trainer_reports_size(); ++i) {
     note(sync_->AddReport(host, batch.trainer_reports(i)), "trainer_reports",
          i);
+    note(lora_->AddReport(host, batch.trainer_reports(i)), "trainer_reports",
+         i);
   }
   if (options_.metrics) options_.metrics->AddSummaries(batch.summaries_size());
   return first;
@@ -346,6 +349,7 @@ void ControllerCore::RunCycle() {
   }
   for (const ProfilingRequest& p : r.profiling) SendProfiling(p);
   RunSyncPolicy();
+  RunLoraPolicy();
 }
 
 void ControllerCore::SendProfiling(const ProfilingRequest& r) {

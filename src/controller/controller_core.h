@@ -22,6 +22,7 @@
 #include "src/controller/controller_metrics.h"
 #include "src/controller/detect/detection_engine.h"
 #include "src/controller/ha/leadership.h"
+#include "src/controller/lora/lora_policy.h"
 #include "src/controller/store/fault_store.h"
 #include "src/controller/sync/sync_policy.h"
 
@@ -57,6 +58,7 @@ class ControllerCore {
     DetectionEngine::Options engine;
     ControllerMetrics* metrics = nullptr;  // optional, not owned
     SyncPolicyEngine::Options sync;        // per-job local-SGD switch policy
+    LoraPolicyEngine::Options lora;        // per-job multi-LoRA rescheduling
     std::string version = "0.1.0";
     // Hosts tracked at once (docs/reliability.md); a new host beyond it is
     // refused (RESOURCE_EXHAUSTED) after expiring the gone ones.
@@ -150,6 +152,12 @@ class ControllerCore {
   absl::StatusOr<v1::SyncSettings> SetSyncPolicy(
       const std::string& job_id, const v1::SyncSettings& settings);
 
+  // --- Multi-LoRA rescheduling policy (controller_lora.cc) -----------------
+  // NotFound for a job without multi-LoRA trainer reports.
+  absl::StatusOr<v1::JobLora> JobLora(const std::string& job_id);
+  absl::StatusOr<v1::LoraSettings> SetLoraPolicy(
+      const std::string& job_id, const v1::LoraSettings& settings);
+
   // --- WatchFaults --------------------------------------------------------
   using WatchFn = std::function<void(const v1::WatchFaultsResponse&)>;
   // Calls `fn` (with the core's lock held; it must not block or call back)
@@ -201,6 +209,10 @@ class ControllerCore {
   // Fills Job.sync and adds jobs known only from trainer reports.
   void AddSyncJobs(std::vector<v1::Job>* jobs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Multi-LoRA policy cycle and Job.lora (controller_lora.cc).
+  void RunLoraPolicy() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddLoraJobs(std::vector<v1::Job>* jobs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   const std::unique_ptr<FaultStore> store_;
@@ -209,6 +221,7 @@ class ControllerCore {
   Mutex mu_;
   std::unique_ptr<DetectionEngine> engine_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<SyncPolicyEngine> sync_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<LoraPolicyEngine> lora_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, NodeEntry> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::string> sessions_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> drains_ ABSL_GUARDED_BY(mu_);

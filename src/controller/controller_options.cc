@@ -52,6 +52,9 @@ absl::Status ControllerOptions::Validate() const {
   if (absl::StatusOr<v1::SyncSettings> s = DefaultSyncSettings(); !s.ok()) {
     return s.status();
   }
+  if (absl::StatusOr<v1::LoraPolicy> p = DefaultLoraPolicy(); !p.ok()) {
+    return p.status();
+  }
   // ValidatePolicy names the JobPolicy field ("policy.persistence_n: ...");
   // the YAML key is "detection.<field>".
   if (absl::Status s = ValidatePolicy(DefaultPolicy()); !s.ok()) {
@@ -62,6 +65,15 @@ absl::Status ControllerOptions::Validate() const {
     return KeyError(msg.substr(0, colon), msg.substr(colon + 2));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<v1::LoraPolicy> ControllerOptions::DefaultLoraPolicy() const {
+  if (lora_policy == "off") return v1::LORA_POLICY_OFF;
+  if (lora_policy == "advise") return v1::LORA_POLICY_ADVISE;
+  if (lora_policy == "auto") return v1::LORA_POLICY_AUTO;
+  return KeyError("lora.policy", absl::StrCat("expected off, advise or auto, "
+                                              "got '",
+                                              lora_policy, "'"));
 }
 
 absl::StatusOr<v1::SyncSettings> ControllerOptions::DefaultSyncSettings()
@@ -178,6 +190,10 @@ void RegisterControllerOptions(ConfigSchema* s, ControllerOptions* o) {
          "EDiT: local steps between synchronisations");
   s->Add("sync.straggler_min_effect", &o->sync_straggler_min_effect,
          "step-time straggler: compute >= (1 + this) x the other ranks'");
+  s->Add("lora.policy", &o->lora_policy,
+         "default multi-LoRA rescheduling policy: off, advise (record and "
+         "publish the placement it would move to) or auto (move when the "
+         "gain beats the cost)");
   s->Add("detection.z_threshold", &o->z_threshold,
          "default policy: robust z-score threshold; 0 = 3.5");
 }

@@ -44,9 +44,12 @@ struct ControllerOptions {
   uint32_t sync_period_ms = 2000;
   uint32_t sync_period_steps = 8;
   double sync_straggler_min_effect = 0.3;
+  // Default multi-LoRA rescheduling policy (src/controller/lora/).
+  std::string lora_policy = "advise";
 
   // The default SyncSettings; InvalidArgument naming the key.
   absl::StatusOr<v1::SyncSettings> DefaultSyncSettings() const;
+  absl::StatusOr<v1::LoraPolicy> DefaultLoraPolicy() const;
 
   v1::JobPolicy DefaultPolicy() const;
   // Checks values the schema's types cannot: detection.cycle_ms > 0, the

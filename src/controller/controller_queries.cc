@@ -101,6 +101,7 @@ std::vector<v1::Job> ControllerCore::Jobs() {
         store_->List(j.job_id(), false, 0);
     j.set_open_faults(open.ok() ? open->size() : 0);
   }
+  AddLoraJobs(&jobs);
   AddSyncJobs(&jobs);
   return jobs;
 }

@@ -120,6 +120,7 @@ int main(int argc, char** argv) {
   core_options.engine.default_policy = options.DefaultPolicy();
   core_options.sync.defaults = *options.DefaultSyncSettings();  // validated
   core_options.sync.straggler_min_effect = options.sync_straggler_min_effect;
+  core_options.lora.defaults.set_policy(*options.DefaultLoraPolicy());
   core_options.metrics = metrics.get();
   // Several controllers on etcd (docs/ha.md): the store is etcd's and the
   // core leads only while elected.

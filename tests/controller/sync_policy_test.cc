@@ -334,5 +334,29 @@ TEST(ControllerSyncTest, CoreSendsDirectivesToTheJobsAgentsAndListsTheJob) {
   EXPECT_TRUE(absl::IsNotFound((*core)->JobSync("none").status()));
 }
 
+// Multi-LoRA pipeline reports (StepReport.lora) belong to the LoRA policy
+// (src/controller/lora/): a slow stage there is not a data-parallel
+// straggler and must never switch the job to local SGD.
+TEST_F(SyncPolicyTest, MultiLoraReportsAreLeftToTheLoraPolicy) {
+  SetPolicy(v1::SYNC_POLICY_AUTO);
+  for (int round = 0; round < 30; ++round) {
+    for (int r = 0; r < 4; ++r) {
+      v1::ReportStepsRequest req;
+      req.mutable_trainer()->set_job_id("lora-j");
+      req.mutable_trainer()->set_global_rank(r);
+      req.mutable_trainer()->set_world_size(4);
+      v1::StepReport* s = req.add_steps();
+      s->set_step(round + 1);
+      s->set_wall_ns(r == 3 ? 80'000'000 : 40'000'000);
+      s->mutable_lora()->set_layer_end(1);
+      ASSERT_TRUE(engine_.AddReport("node0", req).ok());
+    }
+    clock_.Advance(absl::Seconds(1));
+    EXPECT_TRUE(engine_.Evaluate({}).empty());
+  }
+  EXPECT_EQ(engine_.State("lora-j").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace pitstop::controller

@@ -148,6 +148,7 @@ void AddCommands(CLI::App* app, GlobalOptions* g, int* exit_code) {
   AddFaultCommands(app, g, exit_code);
   AddNodeActions(app, g, exit_code);
   AddSyncCommands(app, g, exit_code);
+  AddLoraCommands(app, g, exit_code);
 }
 
 int ExitCodeFor(const grpc::Status& s) {

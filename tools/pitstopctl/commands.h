@@ -7,6 +7,9 @@
 namespace CLI {
 class App;
 }
+namespace pitstop::v1 {
+class JobLora;
+}
 
 namespace pitstop::ctl {
 
@@ -25,6 +28,10 @@ void AddFaultCommands(CLI::App* app, GlobalOptions* g, int* exit_code);
 void AddNodeActions(CLI::App* app, GlobalOptions* g, int* exit_code);
 // job JOB, sync-policy JOB POLICY (sync_commands.cc).
 void AddSyncCommands(CLI::App* app, GlobalOptions* g, int* exit_code);
+// lora JOB, lora-policy JOB POLICY (lora_commands.cc).
+void AddLoraCommands(CLI::App* app, GlobalOptions* g, int* exit_code);
+// The multi-LoRA section of `job JOB` (lora_commands.cc).
+void PrintLora(const v1::JobLora& l);
 
 }  // namespace pitstop::ctl
 

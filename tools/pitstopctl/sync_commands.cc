@@ -111,6 +111,7 @@ void AddSyncCommands(CLI::App* app, GlobalOptions* g, int* rc) {
       return;
     }
     PrintJob(r.job());
+    if (r.job().has_lora()) PrintLora(r.job().lora());
   });
 
   static std::string policy, local_mode;

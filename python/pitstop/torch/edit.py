@@ -267,6 +267,8 @@ class EDiT:
         if self.client is None:
             return
         for d in self.client.take_directives():
+            if getattr(d, "placement", None):  # multi-LoRA, not a switch
+                continue
             if self.agreement.offer(d):
                 log.info("pitstop: rank %d step %d: received %r", self.rank,
                          self.step_no, d)

@@ -154,6 +154,19 @@ grpc::ServerUnaryReactor* ControllerService::SetSyncPolicy(
                         resp->mutable_settings()));
 }
 
+grpc::ServerUnaryReactor* ControllerService::GetJobLora(
+    grpc::CallbackServerContext* ctx, const v1::GetJobLoraRequest* req,
+    v1::GetJobLoraResponse* resp) {
+  return Done(ctx, Take(core_->JobLora(req->job_id()), resp->mutable_lora()));
+}
+
+grpc::ServerUnaryReactor* ControllerService::SetLoraPolicy(
+    grpc::CallbackServerContext* ctx, const v1::SetLoraPolicyRequest* req,
+    v1::SetLoraPolicyResponse* resp) {
+  return Done(ctx, Take(core_->SetLoraPolicy(req->job_id(), req->settings()),
+                        resp->mutable_settings()));
+}
+
 grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
 AgentLinkService::Connect(grpc::CallbackServerContext*) {
   return NewAgentStreamReactor(core_);

@@ -76,6 +76,12 @@ class ControllerService final : public v1::Controller::CallbackService {
   grpc::ServerUnaryReactor* SetSyncPolicy(
       grpc::CallbackServerContext* ctx, const v1::SetSyncPolicyRequest* req,
       v1::SetSyncPolicyResponse* resp) override;
+  grpc::ServerUnaryReactor* GetJobLora(grpc::CallbackServerContext* ctx,
+                                       const v1::GetJobLoraRequest* req,
+                                       v1::GetJobLoraResponse* resp) override;
+  grpc::ServerUnaryReactor* SetLoraPolicy(
+      grpc::CallbackServerContext* ctx, const v1::SetLoraPolicyRequest* req,
+      v1::SetLoraPolicyResponse* resp) override;
 
  private:
   ControllerCore* const core_;

@@ -120,6 +120,11 @@ absl::Status SyncPolicyEngine::AddReport(const std::string& host,
   if (!v1::SyncMode_IsValid(r.current_mode())) {
     return absl::InvalidArgumentError("current_mode: unknown value");
   }
+  // Multi-LoRA pipelines are not data-parallel: the LoRA policy
+  // (src/controller/lora/) judges them, not the local-SGD switch.
+  for (const v1::StepReport& s : r.steps()) {
+    if (s.has_lora()) return absl::OkStatus();
+  }
   auto it = jobs_.find(t.job_id());
   if (it == jobs_.end()) {
     if (jobs_.size() >= options_.max_jobs) {

@@ -1,0 +1,470 @@
+"""Multi-LoRA pipeline trainer (mLoRA-style) with rescheduling at an agreed
+step.
+
+K LoRA adapters train on one frozen base model (pitstop.torch.lora_model)
+cut into P pipeline stages over P processes; activations and gradients go
+point-to-point (torch.distributed send/recv, gloo in tests). A step pushes
+every adapter's micro-batches through the pipeline, interleaved
+(adapter 0 mb 0, adapter 1 mb 0, ..., adapter 0 mb 1, ...): while one
+adapter's micro-batch is in stage s, the next adapter's fills stage s - 1,
+so the adapters fill each other's bubbles. Each adapter has its own data
+(ShardedCorpus) and its own optimizer state (one AdamW per adapter and
+layer: AdamW is element-wise, so this equals one AdamW per adapter and lets
+a layer's state move alone). Checkpoints are per adapter and per layer, so
+they do not depend on the placement.
+
+Every rank reports its stage's compute time per step through the trainer
+library (StepReport.lora), so the controller sees a slow stage without
+NCCL. A placement directive (from the controller through the agent, or
+offer() in tests) names new layer ranges per stage and excluded ranks and
+the step to apply it at. After every step the ranks all-gather a control
+vector (pitstop.torch.switch.SwitchAgreement): the move happens at the
+first step boundary where every rank has the directive and the agreed step
+has reached apply_at_step, so a directive late on one rank only delays it;
+between step n and n + 1 layers' base weights, LoRA parameters and AdamW
+state go from their old owner to their new one, and step n + 1 runs in the
+new placement: no adapter loses or repeats a step. A peer dying during the
+move (or a step) stops the trainer with MoveFailed / PipelineFailed naming
+the step, the layer and the peer; it never hangs past the process group's
+timeout.
+
+Not thread-safe: one training loop per process calls it.
+"""
+
+import json
+import logging
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from pitstop.torch import lora_model as lm
+from pitstop.torch.placement import Placement
+from pitstop.torch.switch import SwitchAgreement
+
+log = logging.getLogger("pitstop")
+
+
+class PipelineFailed(RuntimeError):
+    """A peer failed during a pipeline step; the trainer stopped."""
+
+
+class MoveFailed(PipelineFailed):
+    """A peer failed while layers moved; the trainer stopped."""
+
+
+def placement_from_directive(d, n_layers, world):
+    """Placement of a directive's placement dict, or (None, reason)."""
+    p = d.placement or {}
+    pipes = p.get("pipelines") or []
+    if len(pipes) != 1:
+        return None, ("%d pipelines: this trainer runs one pipeline" %
+                      len(pipes))
+    stages = pipes[0]["stages"]
+    try:
+        pl = Placement(stages, p.get("excluded", ()))
+        validate_placement(pl, n_layers, world)
+    except (ValueError, KeyError, TypeError) as e:
+        return None, str(e)
+    return pl, ""
+
+
+def validate_placement(pl, n_layers, world):
+    """ValueError naming what is wrong with `pl`."""
+    if not pl.stages:
+        raise ValueError("placement: no stages")
+    nxt = 0
+    seen = set()
+    for i, (r, b, e) in enumerate(pl.stages):
+        if not 0 <= r < world:
+            raise ValueError("stages[%d].rank %d: not in world of %d" %
+                             (i, r, world))
+        if r in seen:
+            raise ValueError("stages[%d].rank %d: holds two stages" % (i, r))
+        seen.add(r)
+        if b != nxt or e <= b:
+            raise ValueError("stages[%d]: layers [%d, %d) do not continue at "
+                             "%d" % (i, b, e, nxt))
+        nxt = e
+    if nxt != n_layers:
+        raise ValueError("placement: layers end at %d, the model has %d" %
+                         (nxt, n_layers))
+    for r in pl.excluded:
+        if r in seen:
+            raise ValueError("excluded rank %d also holds a stage" % r)
+
+
+class MultiLoraTrainer:
+    def __init__(self, cfg, adapters, placement, data, rank, world,
+                 client=None, throttle=None, agreement_timeout_s=30.0,
+                 move_hook=None):
+        """adapters: adapter indexes; placement: the starting Placement;
+        data: ShardedCorpus-like (batch(adapter, step, mb) -> (x, y));
+        throttle(step, cost_units, compute_s) -> extra seconds of stage
+        compute (emulated device time / a slowed rank); move_hook(layer,
+        src, dst) runs before each layer move (tests inject faults)."""
+        validate_placement(placement, cfg.n_layers, world)
+        self.cfg, self.adapters = cfg, list(adapters)
+        self.rank, self.world = rank, world
+        self.data, self.client, self.throttle = data, client, throttle
+        self.move_hook = move_hook
+        self.costs = lm.layer_costs(cfg)
+        self.placement = placement
+        self.agreement = SwitchAgreement(timeout_s=agreement_timeout_s)
+        self.step_no = 0          # completed steps (every adapter)
+        self.moves = []           # (step, placement dict, reason)
+        self.abandoned = []
+        self.losses = {}          # adapter -> {step: loss} (last stage)
+        self.layers = {}          # index -> base module
+        self.lora = {}            # (adapter, index) -> {name: Parameter}
+        self.opts = {}            # (adapter, index) -> AdamW
+        span = placement.layers_of(rank)
+        for i in range(*(span or (0, 0))):
+            self._build_layer(i, fresh=True)
+
+    # -- layers and adapters ------------------------------------------------
+    def _new_opt(self, params):
+        return torch.optim.AdamW(list(params.values()), lr=self.cfg.lr,
+                                 weight_decay=0.0)
+
+    def _build_layer(self, i, fresh):
+        self.layers[i] = lm.build_layer(self.cfg, i)
+        if lm.has_lora(self.cfg, i):
+            for k in self.adapters:
+                p = lm.init_lora(self.cfg, k, i) if fresh else {
+                    n: torch.nn.Parameter(torch.empty(s))
+                    for n, s in lm.lora_shapes(self.cfg)}
+                self.lora[(k, i)] = p
+                self.opts[(k, i)] = self._new_opt(p)
+
+    def _drop_layer(self, i):
+        del self.layers[i]
+        for k in self.adapters:
+            self.lora.pop((k, i), None)
+            self.opts.pop((k, i), None)
+
+    @property
+    def span(self):
+        return self.placement.layers_of(self.rank)
+
+    def adapter_steps(self, adapter):
+        """AdamW steps of `adapter` in each layer this rank holds."""
+        out = {}
+        for (k, i), opt in self.opts.items():
+            if k == adapter:
+                st = opt.state.get(next(iter(self.lora[(k, i)].values())), {})
+                out[i] = int(st.get("step", torch.tensor(0.0)).item())
+        return out
+
+    # -- one pipeline step ----------------------------------------------------
+    def _micro_batches(self):
+        return [(k, m) for m in range(self.cfg.micro_batches)
+                for k in self.adapters]
+
+    def _run_layers(self, h, adapter):
+        b, e = self.span
+        for i in range(b, e):
+            h = self.layers[i](h, self.lora.get((adapter, i)))
+        return h
+
+    def _throttle(self, units, compute_s):
+        if self.throttle is None:
+            return 0.0
+        extra = self.throttle(self.step_no + 1, units, compute_s)
+        if extra > 0:
+            time.sleep(extra)
+        return max(extra, 0.0)
+
+    def _forward(self, ranks, pos, mbs, shape, t):
+        first, last = pos == 0, pos == len(ranks) - 1
+        units = sum(self.costs[slice(*self.span)])
+        saved, sends = [], []
+        step = self.step_no + 1
+        for k, m in mbs:
+            if first:
+                h = self.data.batch(k, step, m)[0]
+            else:
+                h = torch.empty(shape)
+                c0 = time.perf_counter()
+                dist.recv(h, ranks[pos - 1])
+                t["communication"] += time.perf_counter() - c0
+                h.requires_grad_(True)
+            c0 = time.perf_counter()
+            out = self._run_layers(h, k)
+            loss = None
+            if last:
+                y = self.data.batch(k, step, m)[1]
+                loss = F.cross_entropy(out.reshape(-1, out.shape[-1]),
+                                       y.reshape(-1))
+            dt = time.perf_counter() - c0
+            t["forward"] += dt + self._throttle(units / 3, dt)
+            if not last:
+                sends.append(dist.isend(out.detach().contiguous(),
+                                        ranks[pos + 1]))
+            saved.append((k, h, out, loss))
+        return saved, sends
+
+    def _backward(self, ranks, pos, saved, shape, t):
+        first, last = pos == 0, pos == len(ranks) - 1
+        units = sum(self.costs[slice(*self.span)])
+        sends, losses = [], {}
+        scale = 1.0 / self.cfg.micro_batches
+        for k, h, out, loss in reversed(saved):
+            if last:
+                g = None
+                losses.setdefault(k, []).append(float(loss))
+            else:
+                g = torch.empty(shape)
+                c0 = time.perf_counter()
+                dist.recv(g, ranks[pos + 1])
+                t["communication"] += time.perf_counter() - c0
+            c0 = time.perf_counter()
+            if last:
+                (loss * scale).backward()
+            elif out.requires_grad:
+                out.backward(g)
+            dt = time.perf_counter() - c0
+            t["backward"] += dt + self._throttle(units * 2 / 3, dt)
+            if not first:
+                gin = h.grad if h.grad is not None else torch.zeros(shape)
+                sends.append(dist.isend(gin.contiguous(), ranks[pos - 1]))
+        return sends, losses
+
+    def _pipeline_step(self, t):
+        ranks = self.placement.ranks()
+        pos = ranks.index(self.rank)
+        cfg = self.cfg
+        shape = (cfg.micro_batch, cfg.seq, cfg.d_model)
+        mbs = self._micro_batches()
+        saved, s1 = self._forward(ranks, pos, mbs, shape, t)
+        s2, losses = self._backward(ranks, pos, saved, shape, t)
+        c0 = time.perf_counter()
+        for opt in self.opts.values():
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        t["optimizer"] += time.perf_counter() - c0
+        c0 = time.perf_counter()
+        for w in s1 + s2:
+            w.wait()
+        t["communication"] += time.perf_counter() - c0
+        step = self.step_no + 1
+        for k, ls in losses.items():
+            self.losses.setdefault(k, {})[step] = sum(ls) / len(ls)
+        return len(mbs)
+
+    def train_step(self):
+        """One step of every adapter, then the placement agreement (and a
+        move when agreed). Returns {adapter: loss} on the last stage."""
+        t = dict.fromkeys(("forward", "backward", "optimizer",
+                           "communication"), 0.0)
+        start_ns = time.time_ns()
+        t0 = time.perf_counter()
+        n_mb = 0
+        span = self.span
+        if span is not None:
+            try:
+                n_mb = self._pipeline_step(t)
+            except RuntimeError as e:
+                raise PipelineFailed(
+                    "multi-lora rank %d: step %d failed in the pipeline %s: "
+                    "%s; the trainer stops" %
+                    (self.rank, self.step_no + 1, self.placement.ranks(), e))
+        self.step_no += 1
+        wall = time.perf_counter() - t0
+        self._report(start_ns, wall, t, n_mb, span)
+        self._agree()
+        return {k: v[self.step_no] for k, v in self.losses.items()
+                if self.step_no in v}
+
+    def _report(self, start_ns, wall, t, n_mb, span):
+        if self.client is None:
+            return
+        last = span is not None and self.placement.ranks()[-1] == self.rank
+        b, e = span or (0, 0)
+        compute = t["forward"] + t["backward"] + t["optimizer"]
+        losses = [v[self.step_no] for v in self.losses.values()
+                  if self.step_no in v]
+        samples = n_mb * self.cfg.micro_batch if last else 0
+        self.client.report(
+            self.step_no, start_ns, int(wall * 1e9), phases=t,
+            tokens=samples * self.cfg.seq,
+            loss=sum(losses) / len(losses) if losses else 0.0,
+            lora={"stage": self.placement.ranks().index(self.rank)
+                  if span else 0, "layer_begin": b, "layer_end": e,
+                  "micro_batches": n_mb, "compute_ns": int(compute * 1e9),
+                  "layer_costs": self.costs, "samples": samples,
+                  "adapters": len(self.adapters), "excluded": span is None})
+
+    # -- directives and the move ---------------------------------------------
+    def offer(self, directive):
+        """A placement directive (Directive with .placement); any order."""
+        return self.agreement.offer(directive)
+
+    def _agree(self):
+        if self.client is not None:
+            for d in self.client.take_directives():
+                if getattr(d, "placement", None):
+                    self.offer(d)
+        ctl = torch.tensor(self.agreement.control(self.step_no),
+                           dtype=torch.float64)
+        out = [torch.zeros(3, dtype=torch.float64) for _ in range(self.world)]
+        try:
+            dist.all_gather(out, ctl)
+        except RuntimeError as e:
+            raise PipelineFailed(
+                "multi-lora rank %d: placement agreement after step %d "
+                "failed: %s; the trainer stops" % (self.rank, self.step_no, e))
+        dec = self.agreement.decide([o.tolist() for o in out])
+        if dec is None:
+            return
+        if dec.kind == "abandon":
+            self.abandoned.append((self.step_no, dec.directive_id,
+                                   dec.missing_ranks))
+            log.warning("multi-lora rank %d: directive %d abandoned after "
+                        "step %d: ranks %s never received it", self.rank,
+                        dec.directive_id, self.step_no, dec.missing_ranks)
+            return
+        new, why = placement_from_directive(dec.directive, self.cfg.n_layers,
+                                            self.world)
+        if new is None:
+            self.abandoned.append((self.step_no, dec.directive_id, why))
+            log.warning("multi-lora rank %d: directive %d rejected: %s",
+                        self.rank, dec.directive_id, why)
+            return
+        self.apply_placement(new, dec.directive.reason)
+
+    def apply_placement(self, new, reason=""):
+        """Moves layers to `new` now (every rank calls it at the same step
+        boundary; train_step does it on an agreed directive)."""
+        validate_placement(new, self.cfg.n_layers, self.world)
+        old = self.placement
+        t0 = time.perf_counter()
+        moved = [(i, old.owner(i), new.owner(i))
+                 for i in range(self.cfg.n_layers)
+                 if old.owner(i) != new.owner(i)]
+        pending, sent = [], []
+        for i, src, dst in moved:
+            try:
+                if self.move_hook is not None:
+                    self.move_hook(i, src, dst)
+                if self.rank == src:
+                    pending += self._send_layer(i, dst)
+                    sent.append(i)
+                elif self.rank == dst:
+                    self._recv_layer(i, src)
+            except RuntimeError as e:
+                raise MoveFailed(
+                    "multi-lora rank %d: moving layer %d from rank %d to rank "
+                    "%d after step %d failed: %s; the trainer stops (the "
+                    "placement is half-moved; restart from the adapters' "
+                    "checkpoints)" % (self.rank, i, src, dst, self.step_no, e))
+        try:
+            for w in pending:
+                w.wait()
+        except RuntimeError as e:
+            raise MoveFailed("multi-lora rank %d: sending layers %s after "
+                             "step %d failed: %s; the trainer stops" %
+                             (self.rank, sent, self.step_no, e))
+        for i in sent:
+            self._drop_layer(i)
+        self.placement = new
+        self.moves.append((self.step_no, new.to_dict(), reason,
+                           len(moved), time.perf_counter() - t0))
+        log.info("multi-lora rank %d: placement %s applied after step %d "
+                 "(%d layers moved in %.3f s)%s", self.rank, new.stages,
+                 self.step_no, len(moved), time.perf_counter() - t0,
+                 ": " + reason if reason else "")
+
+    def _layer_tensors(self, i):
+        """Everything of layer i, in an order both ends agree on: base
+        weights, then per adapter the LoRA parameters, a header [has AdamW
+        state, AdamW step], and exp_avg / exp_avg_sq per parameter."""
+        out = [p.data for p in self.layers[i].parameters()]
+        if lm.has_lora(self.cfg, i):
+            for k in self.adapters:
+                params = list(self.lora[(k, i)].values())
+                out += [p.data for p in params]
+                st = [self.opts[(k, i)].state.get(p) for p in params]
+                if all(st):
+                    out.append(torch.tensor(
+                        [1.0, float(st[0]["step"])], dtype=torch.float64))
+                    for s in st:
+                        out += [s["exp_avg"], s["exp_avg_sq"]]
+                else:
+                    out.append(torch.zeros(2, dtype=torch.float64))
+        return out
+
+    def _send_layer(self, i, dst):
+        return [dist.isend(t.contiguous(), dst)
+                for t in self._layer_tensors(i)]
+
+    def _recv_layer(self, i, src):
+        self._build_layer(i, fresh=False)
+        for p in self.layers[i].parameters():
+            dist.recv(p.data, src)
+        if not lm.has_lora(self.cfg, i):
+            return
+        for k in self.adapters:
+            params = list(self.lora[(k, i)].values())
+            for p in params:
+                dist.recv(p.data, src)
+            head = torch.zeros(2, dtype=torch.float64)
+            dist.recv(head, src)
+            if head[0] == 0:
+                continue
+            opt = self.opts[(k, i)]
+            for p in params:
+                a, b = torch.empty_like(p.data), torch.empty_like(p.data)
+                dist.recv(a, src)
+                dist.recv(b, src)
+                opt.state[p] = {"step": torch.tensor(float(head[1])),
+                                "exp_avg": a, "exp_avg_sq": b}
+
+    # -- checkpoints (per adapter, per layer) ----------------------------------
+    def save(self, directory):
+        """Writes this rank's layers of every adapter under
+        directory/adapter-<k>/; every rank calls it at the same step."""
+        for (k, i), params in self.lora.items():
+            d = os.path.join(directory, "adapter-%d" % k)
+            os.makedirs(d, exist_ok=True)
+            opt = self.opts[(k, i)]
+            torch.save({"step": self.step_no,
+                        "params": {n: p.data for n, p in params.items()},
+                        "opt": opt.state_dict()},
+                       os.path.join(d, "layer-%d.pt" % i))
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, "step.json.%d" % self.rank)
+        with open(tmp, "w") as f:
+            json.dump({"step": self.step_no, "adapters": self.adapters}, f)
+        os.replace(tmp, os.path.join(directory, "step.json"))
+        for k, ls in self.losses.items():
+            d = os.path.join(directory, "adapter-%d" % k)
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, "losses-rank%d.json" % self.rank),
+                      "w") as f:
+                json.dump({"step": self.step_no, "losses": ls}, f)
+
+    def load(self, directory):
+        """Loads this rank's layers of every adapter (placement-independent).
+        Raises FileNotFoundError / ValueError naming the file."""
+        meta = os.path.join(directory, "step.json")
+        with open(meta) as f:
+            step = int(json.load(f)["step"])
+        steps = {step}
+        for (k, i), params in self.lora.items():
+            path = os.path.join(directory, "adapter-%d" % k,
+                                "layer-%d.pt" % i)
+            ck = torch.load(path)
+            for n, p in params.items():
+                if n not in ck["params"]:
+                    raise ValueError("%s: no parameter %s" % (path, n))
+                p.data.copy_(ck["params"][n])
+            self.opts[(k, i)].load_state_dict(ck["opt"])
+            steps.add(ck["step"])
+        if len(steps) > 1:
+            raise ValueError("%s: layers from different steps %s" %
+                             (directory, sorted(steps)))
+        self.step_no = step
+        return step

@@ -1,0 +1,81 @@
+// ControllerCore: the multi-LoRA rescheduling policy glue: policy cycle,
+// placement directives to agents, Job.lora and the GetJobLora /
+// SetLoraPolicy calls.
+#include <algorithm>
+
+#include "pitstop/logging.h"
+#include "src/controller/controller_core.h"
+
+namespace pitstop::controller {
+
+void ControllerCore::RunLoraPolicy() {
+  if (lora_->empty()) return;
+  absl::StatusOr<std::vector<v1::Fault>> open = store_->List("", false, 0);
+  if (!open.ok()) {
+    Logger("controller.lora")
+        ->error("lora policy: reading open faults: {}",
+                open.status().ToString());
+    return;
+  }
+  for (const LoraPolicyEngine::Outgoing& o : lora_->Evaluate(*open)) {
+    for (const std::string& host : o.hosts) {
+      auto it = nodes_.find(host);
+      if (it == nodes_.end() || it->second.sink == nullptr) {
+        Logger("controller.lora")
+            ->warn(
+                "job {}: placement directive {} not delivered to {}: "
+                "agent not connected",
+                o.job_id, o.directive.directive_id(), host);
+        continue;
+      }
+      v1::ConnectResponse resp;
+      v1::AgentCommand* cmd = resp.add_commands();
+      cmd->set_command_id(next_command_id_++);
+      *cmd->mutable_trainer_directive() = o.directive;
+      it->second.sink->Send(resp);
+    }
+  }
+}
+
+void ControllerCore::AddLoraJobs(std::vector<v1::Job>* jobs) {
+  for (const auto& [id, hosts] : lora_->JobHosts()) {
+    auto it = std::find_if(jobs->begin(), jobs->end(),
+                           [&](const v1::Job& j) { return j.job_id() == id; });
+    if (it != jobs->end()) continue;
+    v1::Job j;
+    j.set_job_id(id);
+    for (const auto& h : hosts) j.add_hosts(h);
+    absl::StatusOr<std::vector<v1::Fault>> open = store_->List(id, false, 0);
+    j.set_open_faults(open.ok() ? open->size() : 0);
+    *j.mutable_policy() = engine_->GetJobPolicy(id);
+    jobs->push_back(std::move(j));
+  }
+  for (v1::Job& j : *jobs) {
+    absl::StatusOr<v1::JobLora> s = lora_->State(j.job_id());
+    if (s.ok()) {
+      if (j.n_ranks() == 0) j.set_n_ranks(s->trainers());
+      *j.mutable_lora() = std::move(*s);
+    }
+  }
+}
+
+absl::StatusOr<v1::JobLora> ControllerCore::JobLora(const std::string& job_id) {
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id: required");
+  MutexLock lock(&mu_);
+  return lora_->State(job_id);
+}
+
+absl::StatusOr<v1::LoraSettings> ControllerCore::SetLoraPolicy(
+    const std::string& job_id, const v1::LoraSettings& settings) {
+  MutexLock lock(&mu_);
+  absl::StatusOr<v1::LoraSettings> r = lora_->SetSettings(job_id, settings);
+  if (r.ok()) {
+    Logger("controller.lora")
+        ->info("job {}: lora policy {} (slow_persist_s {}, horizon_s {})",
+               job_id, v1::LoraPolicy_Name(r->policy()), r->slow_persist_s(),
+               r->horizon_s());
+  }
+  return r;
+}
+
+}  // namespace pitstop::controller

@@ -1,0 +1,137 @@
+// Per-job multi-LoRA rescheduling policy (mLoRA pipelines).
+//
+// Inputs: step reports of multi-LoRA trainers (StepReport.lora: each
+// rank's stage, layer range and stage compute time; python/pitstop through
+// the agents) and the controller's open faults. Per job and cycle:
+//
+//  * speed per rank: median over its last `window_steps` steps of
+//    cost units (sum of its layers' costs x micro-batches) / stage compute
+//    seconds; an excluded rank keeps the speed it last had;
+//  * slow ranks: speed < (1 - slow_min_effect) x the median rank's, or
+//    named by an open NON_COMM_SLOW fault of the job;
+//  * the placement for these speeds (placement.h) and its estimated
+//    throughput against the current placement's; moving is worth it when
+//    the gain over horizon_s beats the samples lost while moving
+//    (moved layers x move_s_per_layer) and the gain is >= min_gain;
+//  * once that held for slow_persist_s: OFF nothing; ADVISE (default) the
+//    decision is recorded and published (JobLora.proposed, decisions);
+//    AUTO it becomes a TrainerDirective with the placement, applied by the
+//    trainers at apply_at_step = last reported step + apply_lead_steps; a
+//    directive not applied within `resend` goes out again with a new id.
+//
+// Not thread-safe: ControllerCore calls it under its lock. Times come from
+// the injected Clock (FakeClock in tests).
+#ifndef PITSTOP_CONTROLLER_LORA_LORA_POLICY_H_
+#define PITSTOP_CONTROLLER_LORA_LORA_POLICY_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "pitstop/clock.h"
+#include "pitstop/v1/controller.pb.h"
+#include "pitstop/v1/trainer.pb.h"
+#include "src/controller/lora/placement.h"
+
+namespace pitstop::controller {
+
+// LoRA directives' ids start here so they never collide with the sync
+// policy's (both go through the agents' per-job directive slot).
+inline constexpr uint64_t kLoraDirectiveIdBase = uint64_t{1} << 40;
+
+v1::LoraSettings DefaultLoraSettings();
+// InvalidArgument naming the field ("settings.min_gain: ...").
+absl::Status ValidateLoraSettings(const v1::LoraSettings& s);
+v1::LoraSettings ResolveLoraSettings(const v1::LoraSettings& s,
+                                     const v1::LoraSettings& defaults);
+
+class LoraPolicyEngine {
+ public:
+  struct Options {
+    v1::LoraSettings defaults = DefaultLoraSettings();
+    uint32_t window_steps = 10;     // steps per rank in the window
+    uint32_t min_window_steps = 3;  // fewer: rank not measured
+    absl::Duration sample_max_age = absl::Seconds(30);
+    absl::Duration resend = absl::Seconds(60);
+    size_t max_decisions = 64;
+    size_t max_jobs = 4096;
+  };
+
+  struct Outgoing {
+    std::string job_id;
+    std::vector<std::string> hosts;
+    v1::TrainerDirective directive;
+  };
+
+  LoraPolicyEngine(Clock* clock, Options options);
+
+  // One trainer report from the agent of `host`; steps without `lora` are
+  // ignored. InvalidArgument names the field.
+  absl::Status AddReport(const std::string& host,
+                         const v1::ReportStepsRequest& report);
+  std::vector<Outgoing> Evaluate(const std::vector<v1::Fault>& open_faults);
+
+  absl::StatusOr<v1::LoraSettings> SetSettings(const std::string& job_id,
+                                               const v1::LoraSettings& s);
+  v1::LoraSettings Settings(const std::string& job_id) const;
+  // NotFound for a job that is not a multi-LoRA job.
+  absl::StatusOr<v1::JobLora> State(const std::string& job_id) const;
+  std::map<std::string, std::set<std::string>> JobHosts() const;
+  bool empty() const { return jobs_.empty(); }
+
+ private:
+  struct RankState {
+    std::string host;
+    std::deque<std::pair<double, int64_t>> speeds;  // units/s, received ns
+    uint32_t stage = 0, layer_begin = 0, layer_end = 0;
+    bool excluded = false;
+    bool known = false;
+    double last_speed = 0;  // kept while excluded
+    uint64_t last_step = 0;
+  };
+  struct Job {
+    bool has_settings = false;
+    v1::LoraSettings settings;
+    std::map<int32_t, RankState> ranks;
+    std::vector<double> layer_costs;
+    uint32_t micro_batches = 0;
+    double samples_per_mb = 1;
+    std::deque<std::pair<double, double>> throughput;  // samples, wall s
+    lora::Placement last_seen;
+    bool seen_any = false;
+    int64_t better_since_ns = 0;
+    v1::JobLora view;  // computed parts, refreshed by Evaluate
+    std::deque<v1::LoraDecision> decisions;
+    uint64_t next_directive = 1;
+    int64_t last_sent_ns = 0;
+    // AUTO: the placement sent, until the trainers report another one;
+    // ADVISE: the last placement advised.
+    std::string pending;
+    uint64_t moves_applied = 0;
+    uint64_t reports = 0;
+  };
+
+  void NoteReportedPlacement(const std::string& id, Job& job);
+  void EvaluateJob(const std::string& id, Job& job,
+                   const std::vector<v1::Fault>& open_faults, int64_t now,
+                   std::vector<Outgoing>* out);
+  void Record(Job& job, v1::LoraDecision d);
+
+  Clock* const clock_;
+  const Options options_;
+  std::map<std::string, Job> jobs_;
+};
+
+// Conversions between placement.h and the protos.
+v1::LoraPlacement ToProto(const lora::Placement& p,
+                          const std::vector<uint32_t>& adapters);
+std::string PlacementText(const lora::Placement& p);
+
+}  // namespace pitstop::controller
+
+#endif  // PITSTOP_CONTROLLER_LORA_LORA_POLICY_H_

@@ -1,0 +1,248 @@
+// LoraPolicyEngine with a FakeClock: reports of a 4-stage multi-LoRA job
+// (16 layers of equal cost, 8 micro-batches), one rank slowed to half
+// speed; OFF / ADVISE / AUTO, the cost of moving, faults as evidence.
+#include "src/controller/lora/lora_policy.h"
+
+#include "gtest/gtest.h"
+
+namespace pitstop::controller {
+namespace {
+
+constexpr int kLayers = 16;
+constexpr uint32_t kMb = 8;
+
+struct Stage {
+  int32_t rank;
+  uint32_t begin, end;
+};
+const std::vector<Stage> kEven = {
+    {0, 0, 4}, {1, 4, 8}, {2, 8, 12}, {3, 12, 16}};
+// The best placement with rank 3 at half speed (placement_cases.json,
+// one_rank_half_speed): 5, 5, 5 and 1 layers.
+const std::vector<Stage> kBalanced = {
+    {0, 0, 5}, {1, 5, 10}, {2, 10, 15}, {3, 15, 16}};
+
+class LoraPolicyTest : public ::testing::Test {
+ protected:
+  LoraPolicyTest() : engine_(&clock_, LoraPolicyEngine::Options{}) {}
+
+  // Every rank reports `steps` steps in `placement`; rank `slow` computes
+  // at `slow_speed` (units per second; the others at 1e6).
+  void Steps(const std::vector<Stage>& placement, int steps, int32_t slow = -1,
+             double slow_speed = 1e6) {
+    for (int i = 0; i < steps; ++i) {
+      ++step_;
+      for (size_t pos = 0; pos < placement.size(); ++pos) {
+        const Stage& s = placement[pos];
+        v1::ReportStepsRequest r;
+        r.mutable_trainer()->set_job_id("lora-job");
+        r.mutable_trainer()->set_global_rank(s.rank);
+        r.mutable_trainer()->set_world_size(4);
+        v1::StepReport* sr = r.add_steps();
+        sr->set_step(step_);
+        sr->set_wall_ns(100'000'000);
+        v1::LoraStageTime* l = sr->mutable_lora();
+        l->set_stage(pos);
+        l->set_layer_begin(s.begin);
+        l->set_layer_end(s.end);
+        l->set_micro_batches(kMb);
+        for (int k = 0; k < kLayers; ++k) l->add_layer_costs(1.0);
+        const double speed = s.rank == slow ? slow_speed : 1e6;
+        l->set_compute_ns(
+            static_cast<uint64_t>((s.end - s.begin) * kMb / speed * 1e9));
+        if (pos + 1 == placement.size()) l->set_samples(kMb * 4);
+        ASSERT_TRUE(engine_.AddReport("host" + std::to_string(s.rank), r).ok());
+      }
+    }
+  }
+
+  std::vector<LoraPolicyEngine::Outgoing> Cycle() {
+    return engine_.Evaluate({});
+  }
+
+  v1::JobLora State() {
+    absl::StatusOr<v1::JobLora> s = engine_.State("lora-job");
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? *s : v1::JobLora();
+  }
+
+  void SetPolicy(v1::LoraPolicy p, double move_s_per_layer = 0) {
+    v1::LoraSettings s;
+    s.set_policy(p);
+    s.set_move_s_per_layer(move_s_per_layer);
+    ASSERT_TRUE(engine_.SetSettings("lora-job", s).ok());
+  }
+
+  FakeClock clock_;
+  LoraPolicyEngine engine_;
+  uint64_t step_ = 0;
+};
+
+void ExpectStages(const v1::LoraPlacement& p, const std::vector<Stage>& want) {
+  ASSERT_EQ(p.pipelines_size(), 1);
+  ASSERT_EQ(p.pipelines(0).stages_size(), static_cast<int>(want.size()));
+  for (size_t i = 0; i < want.size(); ++i) {
+    const v1::LoraStage& s = p.pipelines(0).stages(i);
+    EXPECT_EQ(s.rank(), want[i].rank) << i;
+    EXPECT_EQ(s.layer_begin(), want[i].begin) << i;
+    EXPECT_EQ(s.layer_end(), want[i].end) << i;
+  }
+}
+
+TEST_F(LoraPolicyTest, HealthyJobGetsNoProposal) {
+  Steps(kEven, 10);
+  EXPECT_TRUE(Cycle().empty());
+  clock_.Advance(absl::Seconds(30));
+  Steps(kEven, 5);
+  EXPECT_TRUE(Cycle().empty());
+  const v1::JobLora s = State();
+  EXPECT_EQ(s.settings().policy(), v1::LORA_POLICY_ADVISE);
+  EXPECT_EQ(s.slow_ranks_size(), 0);
+  EXPECT_FALSE(s.has_proposed());
+  EXPECT_EQ(s.decisions_size(), 0);
+  ExpectStages(s.current(), kEven);
+  EXPECT_NEAR(s.measured_samples_per_s(), 320.0, 1e-6);  // 32 per 0.1 s
+}
+
+TEST_F(LoraPolicyTest, AdviseRecordsTheMoveAfterPersistingButSendsNothing) {
+  Steps(kEven, 10, 3, 0.5e6);
+  EXPECT_TRUE(Cycle().empty());
+  v1::JobLora s = State();
+  ASSERT_EQ(s.slow_ranks_size(), 1);
+  EXPECT_EQ(s.slow_ranks(0), 3);
+  ExpectStages(s.proposed(), kBalanced);
+  // Even split at half speed: step = (4+4+4+8) + 7 * 8 = 76 us; balanced:
+  // (5+5+5+2) + 7 * 5 = 52 us; 8 micro-batches of 4 samples.
+  EXPECT_NEAR(s.current_samples_per_s(), 32 / 76e-6, 1e-3);
+  EXPECT_NEAR(s.proposed_samples_per_s(), 32 / 52e-6, 1e-3);
+  EXPECT_EQ(s.decisions_size(), 0);  // not persisted yet (5 s)
+  clock_.Advance(absl::Seconds(6));
+  Steps(kEven, 3, 3, 0.5e6);
+  EXPECT_TRUE(Cycle().empty());
+  s = State();
+  ASSERT_EQ(s.decisions_size(), 1);
+  const v1::LoraDecision& d = s.decisions(0);
+  EXPECT_FALSE(d.sent());
+  EXPECT_EQ(d.policy(), v1::LORA_POLICY_ADVISE);
+  EXPECT_NE(d.evidence().text().find("rank 3 at 0.5"), std::string::npos)
+      << d.evidence().text();
+  // Layers 4, 8, 9, 12, 13 and 14 change owner.
+  EXPECT_EQ(d.evidence().values().at("moved_layers"), 6);
+  // Recorded once, not every cycle.
+  Cycle();
+  EXPECT_EQ(State().decisions_size(), 1);
+}
+
+TEST_F(LoraPolicyTest, AutoSendsThePlacementOnceAndSeesItApplied) {
+  SetPolicy(v1::LORA_POLICY_AUTO);
+  Steps(kEven, 10, 3, 0.5e6);
+  EXPECT_TRUE(Cycle().empty());
+  clock_.Advance(absl::Seconds(6));
+  Steps(kEven, 2, 3, 0.5e6);
+  std::vector<LoraPolicyEngine::Outgoing> out = Cycle();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].job_id, "lora-job");
+  EXPECT_EQ(out[0].hosts.size(), 4u);
+  const v1::TrainerDirective& d = out[0].directive;
+  EXPECT_GT(d.directive_id(), kLoraDirectiveIdBase);
+  EXPECT_EQ(d.apply_at_step(), step_ + 3);
+  EXPECT_EQ(d.mode(), v1::SYNC_MODE_UNSPECIFIED);
+  ExpectStages(d.placement(), kBalanced);
+  EXPECT_TRUE(Cycle().empty());  // pending: not sent again
+  // The trainers move; the balanced pipeline is not moved again.
+  Steps(kBalanced, 10, 3, 0.5e6);
+  clock_.Advance(absl::Seconds(10));
+  Steps(kBalanced, 5, 3, 0.5e6);
+  EXPECT_TRUE(Cycle().empty());
+  const v1::JobLora s = State();
+  EXPECT_EQ(s.moves_applied(), 1u);
+  ExpectStages(s.current(), kBalanced);
+  EXPECT_FALSE(s.has_proposed());
+  ASSERT_EQ(s.decisions_size(), 1);
+  EXPECT_TRUE(s.decisions(0).sent());
+}
+
+TEST_F(LoraPolicyTest, AutoResendsADirectiveNotApplied) {
+  SetPolicy(v1::LORA_POLICY_AUTO);
+  Steps(kEven, 10, 3, 0.5e6);
+  Cycle();
+  clock_.Advance(absl::Seconds(6));
+  Steps(kEven, 2, 3, 0.5e6);
+  std::vector<LoraPolicyEngine::Outgoing> first = Cycle();
+  ASSERT_EQ(first.size(), 1u);
+  clock_.Advance(absl::Seconds(61));
+  Steps(kEven, 5, 3, 0.5e6);
+  std::vector<LoraPolicyEngine::Outgoing> again = Cycle();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_GT(again[0].directive.directive_id(),
+            first[0].directive.directive_id());
+}
+
+TEST_F(LoraPolicyTest, OffComputesNothing) {
+  SetPolicy(v1::LORA_POLICY_OFF);
+  Steps(kEven, 10, 3, 0.5e6);
+  clock_.Advance(absl::Seconds(10));
+  Steps(kEven, 3, 3, 0.5e6);
+  EXPECT_TRUE(Cycle().empty());
+  const v1::JobLora s = State();
+  EXPECT_EQ(s.settings().policy(), v1::LORA_POLICY_OFF);
+  EXPECT_FALSE(s.has_proposed());
+  EXPECT_EQ(s.decisions_size(), 0);
+}
+
+TEST_F(LoraPolicyTest, MoveCostingMoreThanTheGainIsNotMade) {
+  // 1000 s per layer: 6 layers cost 6000 s of pipeline, the gain over the
+  // 120 s horizon is far less.
+  SetPolicy(v1::LORA_POLICY_AUTO, 1000);
+  Steps(kEven, 10, 3, 0.5e6);
+  clock_.Advance(absl::Seconds(10));
+  Steps(kEven, 3, 3, 0.5e6);
+  EXPECT_TRUE(Cycle().empty());
+  const v1::JobLora s = State();
+  EXPECT_EQ(s.slow_ranks_size(), 1);
+  EXPECT_FALSE(s.has_proposed());
+  EXPECT_EQ(s.decisions_size(), 0);
+}
+
+TEST_F(LoraPolicyTest, NonCommSlowFaultIsEvidence) {
+  Steps(kEven, 10);
+  v1::Fault f;
+  f.set_fault_id("f-1");
+  f.set_job_id("lora-job");
+  f.set_fault_class(v1::FAULT_CLASS_NON_COMM_SLOW);
+  f.add_suspects()->set_global_rank(2);
+  EXPECT_TRUE(engine_.Evaluate({f}).empty());
+  const v1::JobLora s = State();
+  ASSERT_EQ(s.slow_faults_size(), 1);
+  EXPECT_EQ(s.slow_faults(0), "f-1");
+  ASSERT_EQ(s.slow_ranks_size(), 1);
+  EXPECT_EQ(s.slow_ranks(0), 2);
+  EXPECT_FALSE(s.has_proposed());  // measured speeds are even: no gain
+}
+
+TEST_F(LoraPolicyTest, BadSettingsAndUnknownJobs) {
+  v1::LoraSettings s;
+  s.set_min_gain(-1);
+  EXPECT_EQ(engine_.SetSettings("j", s).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  s.set_min_gain(0);
+  s.set_slow_min_effect(1.5);
+  EXPECT_NE(engine_.SetSettings("j", s).status().message().find(
+                "settings.slow_min_effect"),
+            std::string::npos);
+  EXPECT_EQ(engine_.SetSettings("", v1::LoraSettings()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_.State("nope").status().code(), absl::StatusCode::kNotFound);
+  v1::ReportStepsRequest r;
+  r.mutable_trainer()->set_job_id("j");
+  r.mutable_trainer()->set_global_rank(0);
+  v1::LoraStageTime* l = r.add_steps()->mutable_lora();
+  l->set_layer_begin(3);
+  l->set_layer_end(9);
+  l->add_layer_costs(1);
+  EXPECT_EQ(engine_.AddReport("h", r).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace pitstop::controller
