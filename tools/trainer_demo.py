@@ -106,6 +106,49 @@ def build_model(vocab, args):
     return GPT()
 
 
+def lr_schedule(args):
+    """The inner learning rate, as a multiplier of --lr, over the job's
+    progress in synchronous-equivalent steps (EDiT.progress_steps: every
+    rank's tokens count): linear warm-up over --warmup-frac of the budget,
+    then cosine decay to --min-lr-frac at the budget (held there after).
+    The schedule of nanoGPT / DiLoCo / EDiT's inner optimizer; decaying
+    the rate also shrinks local SGD's drift between outer syncs."""
+    total = float(args.budget_steps)
+    warm = max(1.0, args.warmup_frac * total)
+
+    def f(step):
+        if step < warm:
+            return (step + 1) / warm
+        p = min(1.0, (step - warm) / max(1.0, total - warm))
+        return args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (
+            1 + math.cos(math.pi * p))
+    return f
+
+
+def heldout(val, args):
+    """--eval-batch fixed held-out sequences: the same for every snapshot
+    of every run, so differences between runs are not sampling noise."""
+    import torch
+    g = torch.Generator().manual_seed(7)
+    starts = torch.randint(len(val) - args.block - 1, (args.eval_batch,),
+                           generator=g)
+    vx = torch.stack([val[s:s + args.block] for s in starts])
+    vy = torch.stack([val[s + 1:s + 1 + args.block] for s in starts])
+    return vx, vy
+
+
+def evaluate(model, vx, vy, chunk=32):
+    import torch
+    model.eval()
+    tot = 0.0
+    with torch.no_grad():
+        for i in range(0, len(vx), chunk):
+            n = len(vx[i:i + chunk])
+            tot += float(model(vx[i:i + chunk], vy[i:i + chunk])) * n
+    model.train()
+    return tot / len(vx)
+
+
 # --- one rank -------------------------------------------------------------------
 def worker(args):
     import torch
@@ -136,39 +179,33 @@ def worker(args):
     edit = EDiT(model, opt, mode="sync", client=client,
                 period_ms=args.period_ms, outer_lr=args.outer_lr,
                 outer_momentum=args.outer_momentum,
-                switch_timeout_s=10.0)
+                lr_lambda=lr_schedule(args), switch_timeout_s=10.0)
     gen = torch.Generator().manual_seed(1000 + args.rank)
-    vgen = torch.Generator().manual_seed(7)
-    vstarts = torch.randint(len(val) - args.block - 1, (args.eval_batch,),
-                            generator=vgen)
-    vx = torch.stack([val[s:s + args.block] for s in vstarts])
-    vy = torch.stack([val[s + 1:s + 1 + args.block] for s in vstarts])
     tokens_per_step = args.batch * args.block
     budget = args.budget_steps * args.world * tokens_per_step
-    evals = []
     slow = args.rank == args.slow_rank
+    snaps = []  # rank 0: (train_s, tokens, mode, parameters) at sync points
 
-    def evaluate():
-        model.eval()
+    def snapshot(train_s):
         with torch.no_grad():
-            v = float(model(vx, vy))
-        model.train()
-        return v
+            snaps.append((train_s, edit.total_steps * tokens_per_step,
+                          edit.mode, [p.detach().clone()
+                                      for p in model.parameters()]))
 
     dist.barrier()
     t0 = time.monotonic()
-    last_eval = -1e9
+    snap_s = 0.0  # time spent taking snapshots: not training time
+    last_snap = -1e9
     step_wall = 0.0
     while not edit.stopped:
         edit.begin_step()
         ts = time.perf_counter()
         if args.rank == 0 and edit.synced and (
-                time.monotonic() - last_eval >= args.eval_every_s):
-            with edit.phase("evaluation"):
-                evals.append((time.monotonic() - t0,
-                              edit.total_steps * tokens_per_step, evaluate(),
-                              edit.mode))
-            last_eval = time.monotonic()
+                time.monotonic() - last_snap >= args.eval_every_s):
+            s0 = time.monotonic()
+            snapshot(s0 - t0 - snap_s)
+            last_snap = time.monotonic()
+            snap_s += last_snap - s0
         with edit.phase("data"):
             starts = torch.randint(len(train) - args.block - 1,
                                    (args.batch,), generator=gen)
@@ -180,25 +217,45 @@ def worker(args):
         with edit.phase("backward"):
             loss.backward()
         if slow:
-            with edit.phase("forward"):  # half speed: as long again
+            # Half speed relative to this rank's own compute (forward +
+            # backward wall time under whatever load the machine has),
+            # not a fixed delay: the same slowdown on a quiet or busy host.
+            with edit.phase("forward"):
                 time.sleep(time.perf_counter() - tc)
         edit.step(tokens=tokens_per_step, loss=float(loss))
         step_wall += time.perf_counter() - ts
         if edit.synced and edit.total_steps * tokens_per_step >= budget:
             edit.request_stop()
-    wall = time.monotonic() - t0
+    wall = time.monotonic() - t0 - snap_s
     if args.rank == 0:
-        evals.append((wall, edit.total_steps * tokens_per_step, evaluate(),
-                      edit.mode))
+        snapshot(wall)
     overhead_s = 0.0
     if client is not None:
         client.flush()
         time.sleep(0.3)
         overhead_s = client.report_s + client.thread_cpu_s
         client.close()
+    # Held-out loss of every snapshot, after training (not in its wall
+    # time), split over the ranks: rank 0 hands the snapshots over a file.
+    snap_file = args.init + ".snaps.pt"
+    if args.rank == 0:
+        torch.save(snaps, snap_file)
+    dist.barrier()
+    snaps = torch.load(snap_file)
+    vx, vy = heldout(val, args)
+    mine = {}
+    for i in range(args.rank, len(snaps), args.world):
+        with torch.no_grad():
+            for p, v in zip(model.parameters(), snaps[i][3]):
+                p.copy_(v)
+        mine[i] = evaluate(model, vx, vy)
+    dist.barrier()
+    if args.rank == 0:
+        os.unlink(snap_file)
     out = {"rank": args.rank, "wall_s": wall, "steps": edit.step_no,
            "total_steps": edit.total_steps, "switches": edit.switches,
-           "abandoned": edit.abandoned, "evals": evals,
+           "abandoned": edit.abandoned, "eval_part": mine,
+           "snaps": [s[:3] for s in snaps],
            "outer_syncs": edit.outer_syncs, "step_wall_s": step_wall,
            "report_overhead_s": overhead_s,
            "reports_sent": client.sent if client else 0,
@@ -290,6 +347,11 @@ def run_job(args, daemons, tmp, name, slow_rank):
     for o in outs:
         with open(o) as f:
             res.append(json.load(f))
+    losses = {}
+    for r in res:
+        losses.update({int(i): v for i, v in r["eval_part"].items()})
+    res[0]["evals"] = [(t, tok, losses[i], mode)
+                       for i, (t, tok, mode) in enumerate(res[0]["snaps"])]
     time.sleep(1.5)  # last reports reach the controller
     job = daemons.ctl("job", name).get("job", {})
     return res, job
@@ -300,6 +362,8 @@ def model_flags(args):
             "--heads", str(args.heads), "--block", str(args.block),
             "--batch", str(args.batch), "--lr", str(args.lr),
             "--budget-steps", str(args.budget_steps),
+            "--warmup-frac", str(args.warmup_frac),
+            "--min-lr-frac", str(args.min_lr_frac),
             "--eval-every-s", str(args.eval_every_s),
             "--eval-batch", str(args.eval_batch),
             "--period-ms", str(args.period_ms),
@@ -321,9 +385,18 @@ def loss_at_tokens(evals, tokens):
 
 
 def time_to_loss(evals, target):
+    """Training time at which the held-out loss first reaches `target`,
+    linear between the snapshot above it and the one at or below it (the
+    snapshots are seconds apart; taking the later one would round every
+    run up by up to a period)."""
+    prev = None
     for t, tok, loss, _ in evals:
         if loss <= target:
-            return t
+            if prev is None or prev[1] == loss:
+                return t
+            f = (prev[1] - target) / (prev[1] - loss)
+            return prev[0] + f * (t - prev[0])
+        prev = (t, loss)
     return float("nan")
 
 
@@ -362,56 +435,88 @@ def local_sgd(args):
           "ranks x %d tokens; logs in %s" %
           (args.world, args.layers, args.embd, args.budget_steps, args.world,
            args.batch * args.block, tmp), flush=True)
+    # Run order: the healthy run, then the slowed runs in ABBA order
+    # (slow-sync, slow-auto, slow-auto, slow-sync, ...): a machine whose
+    # load drifts during the demo biases neither side, and neither is
+    # always the first run after the daemons start.
+    plan = [("healthy", -1, "healthy")]
+    for k in range(args.repeats):
+        pair = [("slow-sync", "slow-sync-%d" % (k + 1)),
+                ("slow-auto", "slow-auto-%d" % (k + 1))]
+        for kind, name in (pair if k % 2 == 0 else reversed(pair)):
+            plan.append((name, args.world - 1, kind))
+    wanted = args.runs.split(",")
+    plan = [p for p in plan if p[2] in wanted]
+    results = {}
     try:
         daemons.start(args)
         auto = ["--slow-persist-s", str(args.slow_persist_s), "--healthy-s",
                 str(args.healthy_s), "--local-mode", "timed", "--period-ms",
                 str(args.period_ms), "--apply-lead-steps", "3"]
-        daemons.ctl("sync-policy", "healthy", "auto", *auto)
-        daemons.ctl("sync-policy", "slow-sync", "off")
-        daemons.ctl("sync-policy", "slow-auto", "auto", *auto)
-        results = {}
-        for name, slow in [("healthy", -1), ("slow-sync", args.world - 1),
-                           ("slow-auto", args.world - 1)]:
-            if name not in args.runs.split(","):
-                continue
+        for name, _, kind in plan:
+            if kind == "slow-sync":
+                daemons.ctl("sync-policy", name, "off")
+            else:
+                daemons.ctl("sync-policy", name, "auto", *auto)
+        for name, slow, kind in plan:
             res, job = run_job(args, daemons, tmp, name, slow)
-            results[name] = (res, job)
+            results[name] = (kind, res, job)
             summary(name, res, job)
     finally:
         daemons.stop()
         log.close()
-    if len(results) < 3:  # a partial run (--runs): the summaries above
-        if not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return
-    _, healthy_switches = summary("healthy", *results["healthy"], quiet=True)
-    s_res, _ = results["slow-sync"]
-    a_res, a_job = results["slow-auto"]
-    s_evals, a_evals = s_res[0]["evals"], a_res[0]["evals"]
-    budget = args.budget_steps * args.world * args.batch * args.block
-    target = loss_at_tokens(s_evals, 0.9 * budget)
-    sync_s = time_to_loss(s_evals, target)
-    switched_s = time_to_loss(a_evals, target)
-    s_final = loss_at_tokens(s_evals, budget)
-    a_final = loss_at_tokens(a_evals, budget)
-    h_final = loss_at_tokens(results["healthy"][0][0]["evals"], budget)
-    switches = a_res[0]["switches"]
-    switch_step = switches[0][0] if switches else -1
-    overheads = [summary(n, *results[n], quiet=True)[0] for n in results]
-    print("target loss %.4f (slow-sync at 90%% of the budget); final loss at "
-          "%d tokens: healthy %.4f, slow-sync %.4f, slow-auto %.4f (%+.2f%% "
-          "vs slow-sync); step-report overhead max %.3f%% of step time" %
-          (target, budget, h_final, s_final, a_final,
-           100 * (a_final - s_final) / s_final, 100 * max(overheads)))
-    decisions = a_job.get("sync", {}).get("decisions", [])
-    for d in decisions:
-        print("slow-auto decision: %s -> %s: %s [%s]" %
-              (d.get("fromMode", d.get("from_mode")),
-               d.get("toMode", d.get("to_mode")), d.get("reason"),
-               d.get("evidence", {}).get("text")))
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)
+    kinds = {k for k, _, _ in results.values()}
+    if kinds != {"healthy", "slow-sync", "slow-auto"}:
+        return  # a partial run (--runs): the summaries above
+    report(args, results)
+
+
+def report(args, results):
+    def of(kind):
+        return [(n, r, j) for n, (k, r, j) in results.items() if k == kind]
+    _, healthy_switches = summary("healthy", *of("healthy")[0][1:],
+                                  quiet=True)
+    budget = args.budget_steps * args.world * args.batch * args.block
+    syncs, autos = of("slow-sync"), of("slow-auto")
+    # The target: slow-sync's held-out loss at 90 % of the budget
+    # (synchronous training is deterministic: every slow-sync run has the
+    # same curve over tokens; the mean guards against a machine where not).
+    target = sum(loss_at_tokens(r[0]["evals"], 0.9 * budget)
+                 for _, r, _ in syncs) / len(syncs)
+    s_final = sum(loss_at_tokens(r[0]["evals"], budget)
+                  for _, r, _ in syncs) / len(syncs)
+    h_final = loss_at_tokens(of("healthy")[0][1][0]["evals"], budget)
+    print("target loss %.4f (slow-sync at 90%% of the budget); held-out loss "
+          "at %d tokens: healthy %.4f, slow-sync %.4f" %
+          (target, budget, h_final, s_final))
+    sync_t = [time_to_loss(r[0]["evals"], target) for _, r, _ in syncs]
+    auto_t = [time_to_loss(r[0]["evals"], target) for _, r, _ in autos]
+    gaps = []
+    for (name, r, _), t in zip(autos, auto_t):
+        a_final = loss_at_tokens(r[0]["evals"], budget)
+        gaps.append((a_final - s_final) / s_final)
+        print("%s: loss at %d tokens %.4f (%+.2f%% vs slow-sync), target "
+              "reached after %.1f s" % (name, budget, a_final,
+                                        100 * gaps[-1], t))
+    for (name, r, _), t in zip(syncs, sync_t):
+        print("%s: target reached after %.1f s" % (name, t))
+    overheads = [summary(n, r, j, quiet=True)[0]
+                 for n, (_, r, j) in results.items()]
+    print("final loss at equal tokens: slow-auto %+.2f%% vs slow-sync (mean "
+          "of %d); step-report overhead max %.3f%% of step time" %
+          (100 * sum(gaps) / len(gaps), len(gaps), 100 * max(overheads)))
+    first = autos[0]
+    for d in first[2].get("sync", {}).get("decisions", []):
+        print("%s decision: %s -> %s: %s [%s]" %
+              (first[0], d.get("fromMode", d.get("from_mode")),
+               d.get("toMode", d.get("to_mode")), d.get("reason"),
+               d.get("evidence", {}).get("text")))
+    switches = first[1][0]["switches"]
+    switch_step = switches[0][0] if switches else -1
+    sync_s = sum(sync_t) / len(sync_t)
+    switched_s = sum(auto_t) / len(auto_t)
     print("local-sgd: sync_s=%.1f switched_s=%.1f speedup=%.2f switch_step=%d "
           "healthy_switches=%d" % (sync_s, switched_s, sync_s / switched_s,
                                    switch_step, healthy_switches))
@@ -426,8 +531,15 @@ def add_model_args(p):
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--budget-steps", type=int, default=400,
                    help="token budget, in synchronous steps of every rank")
-    p.add_argument("--eval-every-s", type=float, default=1.0)
-    p.add_argument("--eval-batch", type=int, default=32)
+    p.add_argument("--warmup-frac", type=float, default=0.05,
+                   help="inner lr warm-up, fraction of the budget")
+    p.add_argument("--min-lr-frac", type=float, default=0.1,
+                   help="inner lr at the end of the cosine decay, x --lr")
+    p.add_argument("--eval-every-s", type=float, default=1.0,
+                   help="snapshot the model for evaluation at most this "
+                   "often (at sync points; evaluated after the run)")
+    p.add_argument("--eval-batch", type=int, default=256,
+                   help="held-out sequences per evaluation")
     p.add_argument("--period-ms", type=int, default=2000,
                    help="A-EDiT sync period")
     p.add_argument("--outer-lr", type=float, default=0.8)
@@ -446,6 +558,8 @@ def main():
     d.add_argument("--keep", action="store_true", help="keep the logs")
     d.add_argument("--runs", default="healthy,slow-sync,slow-auto",
                    help="which runs (all three for the summary line)")
+    d.add_argument("--repeats", type=int, default=2,
+                   help="slow-sync/slow-auto pairs, in ABBA order")
     add_model_args(d)
     w = sub.add_parser("worker", help="one rank (internal)")
     for a in ["--rank", "--world", "--slow-rank"]:
