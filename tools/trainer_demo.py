@@ -228,7 +228,8 @@ def worker(args):
         edit.step(tokens=tokens_per_step, loss=float(loss))
         step_walls.append(time.perf_counter() - ts)
         step_wall += step_walls[-1]
-        if edit.synced and edit.total_steps * tokens_per_step >= budget:
+        if edit.synced and (edit.total_steps * tokens_per_step >=
+                            budget * args.run_frac):
             edit.request_stop()
     wall = time.monotonic() - t0 - snap_s
     if args.rank == 0:
@@ -411,6 +412,7 @@ def model_flags(args):
             "--warmup-frac", str(args.warmup_frac),
             "--min-lr-frac", str(args.min_lr_frac),
             "--min-sync-frac", str(args.min_sync_frac),
+            "--run-frac", str(args.run_frac),
             "--eval-every-s", str(args.eval_every_s),
             "--eval-batch", str(args.eval_batch),
             "--period-ms", str(args.period_ms),
@@ -601,7 +603,12 @@ def add_model_args(p):
     p.add_argument("--period-ms", type=int, default=0,
                    help="A-EDiT sync period; 0: --period-steps healthy "
                    "steps, measured by the calibration")
-    p.add_argument("--min-sync-frac", type=float, default=0.2,
+    p.add_argument("--run-frac", type=float, default=1.15,
+                   help="train to this multiple of the budget (the lr "
+                   "schedule ends at the budget and holds its floor): a "
+                   "run that needs a few %% more tokens than slow-sync "
+                   "still gets a time to the target")
+    p.add_argument("--min-sync-frac", type=float, default=0.3,
                    help="post-local SGD: the first fraction of the budget "
                    "stays synchronous whatever the controller asks")
     p.add_argument("--outer-lr", type=float, default=1.0)
