@@ -5,9 +5,11 @@
 #
 # Trains a small GPT-style character-level model on /usr/share/common-licenses
 # with 4 gloo processes through pitstop.torch.EDiT, against a real
-# pitstop-controller and pitstop-agent on loopback, three times (healthy, one
-# rank at half speed synchronous, the same with pitstop's AUTO policy). The
-# last line is
+# pitstop-controller and pitstop-agent on loopback: healthy, then one rank at
+# half speed synchronous (slow-sync) and the same with pitstop's AUTO policy
+# (slow-auto), twice each in ABBA order; wall-clock settings are calibrated
+# in steps on the machine, evaluation happens after each run. The last line
+# is
 #   local-sgd: sync_s=<s> switched_s=<s> speedup=<x> switch_step=<n> healthy_switches=<n>
 # Needs the build (cmake --preset default && cmake --build --preset default)
 # and Debian's python3-torch, python3-grpcio (tools/install-deps.sh).
@@ -21,7 +23,7 @@ case "${1:-}" in
     exec /usr/bin/python3 "$here/trainer_demo.py" local-sgd "$@"
     ;;
   -h|--help|help)
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
     exec /usr/bin/python3 "$here/trainer_demo.py" local-sgd --help
     ;;
   *)

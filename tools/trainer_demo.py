@@ -4,21 +4,26 @@
 A small GPT-style character-level language model trained on the text of
 /usr/share/common-licenses by 4 processes (torch.distributed, gloo) through
 pitstop.torch.EDiT, with a real pitstop-controller and pitstop-agent on
-loopback. Three runs with the same token budget:
+loopback. Runs with the same token budget:
 
   healthy      no slow rank, sync policy AUTO   (pitstop must not switch)
   slow-sync    rank 3 at half speed, policy OFF (synchronous throughout)
   slow-auto    rank 3 at half speed, policy AUTO (pitstop switches to A-EDiT)
 
-The slowed rank sleeps, in its forward phase, as long as its forward and
-backward took: it runs at half speed. The last line printed is
+healthy first, then slow-sync-1, slow-auto-1, slow-auto-2, slow-sync-2
+(ABBA, --repeats 2). The slowed rank sleeps, in its forward phase, as long
+as its forward and backward took: it runs at half speed relative to its
+own compute. The controller's persistence and the A-EDiT period are given
+in steps and converted with the measured step time (calibrate()). Rank 0
+snapshots the model at sync points; the held-out loss of every snapshot is
+computed after the run, outside its wall time. The last line printed is
 
   local-sgd: sync_s=<s> switched_s=<s> speedup=<x> switch_step=<n> healthy_switches=<n>
 
-sync_s / switched_s: wall time of slow-sync / slow-auto to reach the target
-loss (slow-sync's held-out loss at 90% of the budget); switch_step: the
-agreed step of pitstop's switch in slow-auto; healthy_switches: switches
-the controller sent in the healthy run.
+sync_s / switched_s: mean training time of the slow-sync / slow-auto runs
+to reach the target loss (slow-sync's held-out loss at 90% of the budget);
+switch_step: the agreed step of pitstop's switch in slow-auto-1;
+healthy_switches: switches the controller sent in the healthy run.
 
 Usage: trainer_demo.py local-sgd [--build DIR] [--budget-steps N] ...
        trainer_demo.py worker ...   (one rank; started by the above)
@@ -397,11 +402,18 @@ def calibrate(args, tmp):
     the same fraction of the run on a loaded or a quiet machine (a fixed
     10 s of persistence is a seventh of a run at load 12 and most of it
     on an idle machine)."""
-    res, _ = run_job(args, None, tmp, "calibrate", -1,
-                     ["--budget-steps", str(args.calibrate_steps),
-                      "--eval-every-s", "1e9", "--eval-batch", "1",
-                      "--period-ms", "1000"])
-    return res
+    # The faster of two short runs: one can land on a stall of the shared
+    # machine (a 35-step run once measured 960 ms per step, the healthy
+    # run right after it 97 ms).
+    best = None
+    for k in range(2):
+        res, _ = run_job(args, None, tmp, "calibrate-%d" % k, -1,
+                         ["--budget-steps", str(args.calibrate_steps),
+                          "--eval-every-s", "1e9", "--eval-batch", "1",
+                          "--period-ms", "1000"])
+        step_s = median_step(res)
+        best = step_s if best is None else min(best, step_s)
+    return best
 
 
 def model_flags(args):
@@ -486,7 +498,7 @@ def local_sgd(args):
            args.batch * args.block, tmp), flush=True)
     given = {k: getattr(args, k) > 0
              for k in ("period_ms", "slow_persist_s", "eval_every_s")}
-    settle(args, given, median_step(calibrate(args, tmp)), "calibration run")
+    settle(args, given, calibrate(args, tmp), "calibration runs")
     # Run order: the healthy run, then the slowed runs in ABBA order
     # (slow-sync, slow-auto, slow-auto, slow-sync, ...): a machine whose
     # load drifts during the demo biases neither side, and neither is
@@ -527,6 +539,12 @@ def local_sgd(args):
     if kinds != {"healthy", "slow-sync", "slow-auto"}:
         return  # a partial run (--runs): the summaries above
     report(args, results)
+
+
+def best(times):
+    """The smallest time; nan only when no run reached the target."""
+    ok = [t for t in times if not math.isnan(t)]
+    return min(ok) if ok else float("nan")
 
 
 def report(args, results):
@@ -571,8 +589,16 @@ def report(args, results):
                d.get("evidence", {}).get("text")))
     switches = first[1][0]["switches"]
     switch_step = switches[0][0] if switches else -1
-    sync_s = sum(sync_t) / len(sync_t)
-    switched_s = sum(auto_t) / len(auto_t)
+    # The fastest of the repeats on each side, as timeit does: other
+    # processes on a shared machine only ever add time (one slow-auto run
+    # here took 113 s for the work another did in 34 s), and the ABBA
+    # order gives both sides the same chances.
+    print("time to target: slow-sync %s (mean %.1f), slow-auto %s (mean "
+          "%.1f); sync_s / switched_s below are the fastest of each" %
+          (" ".join("%.1f" % t for t in sync_t), sum(sync_t) / len(sync_t),
+           " ".join("%.1f" % t for t in auto_t), sum(auto_t) / len(auto_t)))
+    sync_s = best(sync_t)
+    switched_s = best(auto_t)
     print("local-sgd: sync_s=%.1f switched_s=%.1f speedup=%.2f switch_step=%d "
           "healthy_switches=%d" % (sync_s, switched_s, sync_s / switched_s,
                                    switch_step, healthy_switches))

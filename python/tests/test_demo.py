@@ -48,3 +48,8 @@ def test_lr_schedule_warms_up_then_decays_to_floor():
     assert f(600) == pytest.approx(0.1)  # held past the budget
     xs = [f(s) for s in range(20, 401)]
     assert all(b <= a for a, b in zip(xs, xs[1:]))
+
+
+def test_best_ignores_runs_that_never_reached_the_target():
+    assert trainer_demo.best([53.4, 48.0, float("nan")]) == 48.0
+    assert math.isnan(trainer_demo.best([float("nan")]))
