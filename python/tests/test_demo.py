@@ -12,6 +12,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..",
                                 "tools"))
 import trainer_demo  # noqa: E402
+import trainer_demo_report as rep  # noqa: E402
 
 
 EVALS = [(0.0, 0, 4.0, "sync"), (2.0, 1000, 3.0, "sync"),
@@ -20,20 +21,20 @@ EVALS = [(0.0, 0, 4.0, "sync"), (2.0, 1000, 3.0, "sync"),
 
 def test_time_to_loss_interpolates_between_snapshots():
     # 2.5 is half-way between the snapshots at 2 s (3.0) and 4 s (2.0).
-    assert trainer_demo.time_to_loss(EVALS, 2.5) == pytest.approx(3.0)
-    assert trainer_demo.time_to_loss(EVALS, 3.0) == 2.0
-    assert trainer_demo.time_to_loss(EVALS, 5.0) == 0.0
-    assert math.isnan(trainer_demo.time_to_loss(EVALS, 1.0))
+    assert rep.time_to_loss(EVALS, 2.5) == pytest.approx(3.0)
+    assert rep.time_to_loss(EVALS, 3.0) == 2.0
+    assert rep.time_to_loss(EVALS, 5.0) == 0.0
+    assert math.isnan(rep.time_to_loss(EVALS, 1.0))
     # A noisy curve: the first crossing counts.
     noisy = [(0.0, 0, 3.0, "s"), (1.0, 1, 2.0, "s"), (2.0, 2, 2.6, "s"),
              (3.0, 3, 1.0, "s")]
-    assert trainer_demo.time_to_loss(noisy, 2.5) == pytest.approx(0.5)
+    assert rep.time_to_loss(noisy, 2.5) == pytest.approx(0.5)
 
 
 def test_loss_at_tokens_interpolates():
-    assert trainer_demo.loss_at_tokens(EVALS, 1500) == pytest.approx(2.5)
-    assert trainer_demo.loss_at_tokens(EVALS, 1000) == 3.0
-    assert trainer_demo.loss_at_tokens(EVALS, 9999) == 1.8  # past the end
+    assert rep.loss_at_tokens(EVALS, 1500) == pytest.approx(2.5)
+    assert rep.loss_at_tokens(EVALS, 1000) == 3.0
+    assert rep.loss_at_tokens(EVALS, 9999) == 1.8  # past the end
 
 
 def test_lr_schedule_warms_up_then_decays_to_floor():
@@ -51,5 +52,5 @@ def test_lr_schedule_warms_up_then_decays_to_floor():
 
 
 def test_best_ignores_runs_that_never_reached_the_target():
-    assert trainer_demo.best([53.4, 48.0, float("nan")]) == 48.0
-    assert math.isnan(trainer_demo.best([float("nan")]))
+    assert rep.best([53.4, 48.0, float("nan")]) == 48.0
+    assert math.isnan(rep.best([float("nan")]))
