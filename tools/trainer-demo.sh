@@ -5,9 +5,11 @@
 #
 # Trains a small GPT-style character-level model on /usr/share/common-licenses
 # with 4 gloo processes through pitstop.torch.EDiT, against a real
-# pitstop-controller and pitstop-agent on loopback, three times (healthy, one
-# rank at half speed synchronous, the same with pitstop's AUTO policy). The
-# last line is
+# pitstop-controller and pitstop-agent on loopback: healthy, then one rank at
+# half speed synchronous (slow-sync) and the same with pitstop's AUTO policy
+# (slow-auto), twice each in ABBA order; wall-clock settings are calibrated
+# in steps on the machine, evaluation happens after each run. The last line
+# is
 #   local-sgd: sync_s=<s> switched_s=<s> speedup=<x> switch_step=<n> healthy_switches=<n>
 #
 #   tools/trainer-demo.sh multi-lora [options of tools/lora_demo.py multi-lora]
@@ -35,7 +37,7 @@ case "${1:-}" in
     exec /usr/bin/python3 "$here/lora_demo.py" multi-lora "$@"
     ;;
   -h|--help|help)
-    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
     /usr/bin/python3 "$here/trainer_demo.py" local-sgd --help
     exec /usr/bin/python3 "$here/lora_demo.py" multi-lora --help
     ;;

@@ -89,6 +89,31 @@ def scenario_timed_slow(rank, world, args):
             "consistent": edit.consistent()}
 
 
+def scenario_progress(rank, world, args):
+    """lr_lambda sees the job's progress: synchronous steps first, then
+    A-EDiT with rank `slow_rank` slow; records (step_no, progress) of every
+    inner step and the lr the optimizer used."""
+    model, opt = make(rank)
+    seen = []
+    edit = EDiT(model, opt, period_ms=args["period_ms"],
+                lr_lambda=lambda s: seen.append(s) or 1.0 / (1.0 + s))
+    lrs = []
+    step = 0
+    while not edit.stopped:
+        if step == args["sync_steps"]:
+            edit.request_switch(Directive(1, "timed", period_ms=args["period_ms"],
+                                          apply_at_step=0, reason="test"))
+        if edit.mode != "sync" and edit.outer_syncs >= args["syncs"]:
+            edit.request_stop()
+        train_step(edit, model, rank, step,
+                   args["slow_s"] if rank == args["slow_rank"] else 0.002)
+        lrs.append(opt.param_groups[0]["lr"])
+        step += 1
+    return {"seen": seen, "lrs": lrs, "steps": edit.step_no,
+            "total_steps": edit.total_steps,
+            "progress": edit.progress_steps, "checksum": edit.checksum()}
+
+
 def scenario_e2e(rank, world, args):
     """Against a real agent: rank `slow_rank` computes slowly until the
     controller's directive switched the job; then a few more syncs."""

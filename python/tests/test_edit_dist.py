@@ -88,3 +88,27 @@ def test_timed_mode_lets_fast_rank_take_more_steps(tmp_path):
     assert res[0]["steps"] > 1.5 * res[1]["steps"], (res, logs[0])
     assert res[0]["checksum"] == res[1]["checksum"]
     assert all(r["consistent"] for r in res)
+
+
+def test_lr_schedule_follows_the_jobs_progress(tmp_path):
+    sync_steps = 6
+    res, logs = spawn(tmp_path, 2, "progress",
+                      {"period_ms": 150, "sync_steps": sync_steps,
+                       "syncs": 4, "slow_rank": 1, "slow_s": 0.03})
+    r0, r1 = res
+    assert r0["steps"] > r1["steps"], logs[0]  # A-EDiT: rank 0 ran ahead
+    # Stopped at a sync point: the progress is every rank's steps / world.
+    total = r0["steps"] + r1["steps"]
+    assert r0["total_steps"] == r1["total_steps"] == total
+    assert r0["progress"] == r1["progress"] == total / 2
+    for r in res:
+        # Synchronous steps: exactly the step index on every rank.
+        assert r["seen"][:sync_steps] == list(range(sync_steps))
+        # The optimizer ran with base lr x lr_lambda(progress).
+        for s, lr in zip(r["seen"], r["lrs"]):
+            assert lr == pytest.approx(1e-2 / (1.0 + s))
+        # Never decreasing, and past the rank's own step count on the
+        # slow rank (the others' steps count too).
+        assert all(b >= a for a, b in zip(r["seen"], r["seen"][1:]))
+    assert r1["seen"][-1] > r1["steps"] - 1, logs[1]
+    assert r0["checksum"] == r1["checksum"]

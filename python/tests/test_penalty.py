@@ -99,3 +99,34 @@ def test_bad_arguments():
         PseudoGradientPenalty(2, alpha=0.0)
     with pytest.raises(ValueError, match="norms"):
         PseudoGradientPenalty(2).step([1.0])
+
+
+def test_steady_worker_keeps_small_fluctuations():
+    # A perfectly steady norm has an EWMA variance of ~0: without the
+    # relative floor a 5 % fluctuation scores z in the thousands and a
+    # good update is dropped.
+    p = PseudoGradientPenalty(2, warmup=5)
+    for _ in range(50):
+        p.step([1.0, 2.0])
+    w, s, anom = p.step([1.05, 2.0])
+    assert anom == [False, False]
+    assert w[0] > 0.0
+    assert s == [1.0, 1.0]
+    w, s, anom = p.step([1.5, 2.0])  # +50 %: z = 5 against the floor
+    assert anom == [True, False]
+    strict = PseudoGradientPenalty(2, warmup=5, min_rel_std=0.0)
+    for _ in range(50):
+        strict.step([1.0, 2.0])
+    _, _, anom = strict.step([1.05, 2.0])
+    assert anom == [True, False]  # what the floor prevents
+    with pytest.raises(ValueError, match="min_rel_std"):
+        PseudoGradientPenalty(2, min_rel_std=-1.0)
+
+
+def test_floor_also_sets_the_clip_cap():
+    p = PseudoGradientPenalty(1, warmup=5)
+    for _ in range(50):
+        p.step([1.0])
+    assert p.std(0) == pytest.approx(0.1)
+    w, s, anom = p.step([1.2])  # z = 2: kept, below the cap 1.3
+    assert not anom[0] and s == [1.0]

@@ -102,3 +102,29 @@ def test_newer_directive_supersedes_pending_one():
     # Applied once: the same directive again decides nothing.
     a.offer(d2)
     assert a.decide([a.control(7), b.control(7)]) is None
+
+
+def test_local_mode_waits_for_min_local_step_sync_does_not():
+    clock = FakeClock()
+    d = Directive(4, "timed", period_ms=500, apply_at_step=3)
+    ranks = [SwitchAgreement(1.0, clock, min_local_step=25) for _ in range(3)]
+    applied = []
+    for step in range(1, 41):
+        clock.t += 0.5  # 20 s in all: far past the 1 s timeout
+        if step == 2:
+            for a in ranks:
+                a.offer(d)
+        gathered = [a.control(step) for a in ranks]
+        out = [a.decide(gathered) for a in ranks]
+        assert len({repr(x) for x in out}) == 1  # identical on every rank
+        if out[0] is not None:
+            applied.append((step, out[0].kind))
+    # Every rank has it: no abandonment however long it waits.
+    assert applied == [(25, "apply")]
+    # Back to sync is never held back.
+    back = Directive(5, "sync", apply_at_step=0)
+    ranks = [SwitchAgreement(1.0, clock, min_local_step=25) for _ in range(2)]
+    for a in ranks:
+        a.offer(back)
+    gathered = [a.control(3) for a in ranks]
+    assert ranks[0].decide(gathered).kind == "apply"

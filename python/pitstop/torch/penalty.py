@@ -11,6 +11,13 @@ threshold counts less), and every norm is clipped to mean + z_threshold *
 std. Before the warm-up ends all workers weigh the same and nothing is
 clipped.
 
+The standard deviation used for z and the cap is at least ``min_rel_std``
+(0.1) times the worker's mean: a worker whose norms have been very steady
+has an EWMA variance near zero, and without a floor an ordinary 5 %
+fluctuation would score z > 3 and a good update would be thrown away.
+With the floor a norm must exceed its mean by 30 % (3 x 0.1) before it
+can be dropped; loss spikes move the norm by multiples, not percent.
+
 Pure Python floats: every rank feeds the same all-gathered norms in the
 same order, so every rank computes the same weights (model consistency).
 """
@@ -20,7 +27,7 @@ import math
 
 class PseudoGradientPenalty:
     def __init__(self, world_size, alpha=0.02, warmup=120, z_threshold=3.0,
-                 eps=1e-12):
+                 eps=1e-12, min_rel_std=0.1):
         if world_size <= 0:
             raise ValueError("world_size: must be > 0")
         if not 0.0 < alpha <= 1.0:
@@ -30,6 +37,9 @@ class PseudoGradientPenalty:
         self.warmup = warmup
         self.z_threshold = z_threshold
         self.eps = eps
+        if min_rel_std < 0.0:
+            raise ValueError("min_rel_std: must be >= 0, got %r" % min_rel_std)
+        self.min_rel_std = min_rel_std
         self.mean = [0.0] * world_size
         self.var = [0.0] * world_size
         self.count = [0] * world_size
@@ -41,8 +51,14 @@ class PseudoGradientPenalty:
             if self.count[i] < max(self.warmup, 1):
                 zs.append(0.0)
             else:
-                zs.append((n - self.mean[i]) / math.sqrt(self.var[i] + self.eps))
+                zs.append((n - self.mean[i]) / self.std(i))
         return zs
+
+    def std(self, i):
+        """Worker i's standard deviation as judged: the EWMA one, at least
+        min_rel_std x its mean."""
+        return max(math.sqrt(self.var[i] + self.eps),
+                   self.min_rel_std * abs(self.mean[i]))
 
     def _observe(self, i, n):
         if self.count[i] == 0:
@@ -69,7 +85,7 @@ class PseudoGradientPenalty:
         scales = []
         for i, n in enumerate(norms):
             if self.count[i] >= max(self.warmup, 1) and not anomalous[i]:
-                cap = self.mean[i] + self.z_threshold * math.sqrt(self.var[i])
+                cap = self.mean[i] + self.z_threshold * self.std(i)
                 scales.append(min(1.0, cap / n) if n > cap else 1.0)
             else:
                 scales.append(1.0)

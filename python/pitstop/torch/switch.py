@@ -12,7 +12,12 @@ every rank takes the same decision at the same collective:
   ranks that have it; the largest age counts) is abandoned by all ranks;
   a rank that receives it later ignores it, and training goes on in the
   current mode;
-* a newer directive supersedes an older one that was not applied yet.
+* a newer directive supersedes an older one that was not applied yet;
+* a directive to a local mode waits until the agreed step reaches
+  ``min_local_step`` (post-local SGD: the first steps of training, where
+  the loss falls fastest and the learning rate peaks, stay synchronous;
+  local SGD started there costs loss that later steps do not recover).
+  Waiting is not a timeout: every rank has the directive.
 
 Pure Python; the clock is injectable for tests.
 """
@@ -40,8 +45,10 @@ class Decision:
 
 
 class SwitchAgreement:
-    def __init__(self, timeout_s=30.0, clock=time.monotonic):
+    def __init__(self, timeout_s=30.0, clock=time.monotonic,
+                 min_local_step=0):
         self.timeout_s = timeout_s
+        self.min_local_step = min_local_step
         self.clock = clock
         self.latest = None
         self.received_at = 0.0
@@ -82,6 +89,8 @@ class SwitchAgreement:
             if d is None or d.directive_id != top:  # cannot happen: ids agree
                 return None
             if agreed_step < d.apply_at_step:
+                return None
+            if d.mode != "sync" and agreed_step < self.min_local_step:
                 return None
             self.applied_id = top
             return Decision("apply", d, top, agreed_step)
