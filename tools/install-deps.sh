@@ -17,6 +17,8 @@ PACKAGES=(
   python3-torch python3-grpcio python3-protobuf python3-pytest
   # OpenBLAS: Debian's torch calls the system BLAS; the reference one is ~50x slower
   libopenblas0-pthread
+  # Mutual TLS (issue #15): tools/gen-dev-certs.sh and the auth tests
+  openssl
 )
 
 missing=()

@@ -121,7 +121,20 @@ void UpstreamClient::Run() {
 
 absl::Duration UpstreamClient::RunStream() {
   auto log = Logger("agent.upstream");
-  auto channel = CreateChannel(options_.address);
+  std::shared_ptr<grpc::Channel> channel;
+  if (options_.tls.enabled()) {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
+        TlsClientCredentials(options_.tls);
+    if (!creds.ok()) {
+      log->error("controller {}: {}", options_.address,
+                 std::string(creds.status().message()));
+      return absl::ZeroDuration();
+    }
+    channel = grpc::CreateCustomChannel(options_.address, *creds,
+                                        StreamChannelArguments());
+  } else {
+    channel = CreateChannel(options_.address);
+  }
   // Connected means the channel is READY, not that a write was buffered.
   const absl::Time connect_deadline = SteadyNow() + kConnectTimeout;
   grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
@@ -234,7 +247,9 @@ absl::Duration UpstreamClient::RunStream() {
       absl::SleepFor(absl::Milliseconds(50));
     }
   }
-  ctx.TryCancel();
+  // A stream the controller ended keeps its status (PERMISSION_DENIED,
+  // ALREADY_EXISTS, ...) for the log; cancelling it would say CANCELLED.
+  if (!server_ended) ctx.TryCancel();
   reader.join();
   {
     MutexLock lock(&mu_);  // answers for a dead stream cannot be delivered
