@@ -36,7 +36,7 @@ class IngestReactor final : public grpc::ServerBidiReactor<Req, Resp>,
   // connection that did not come through the IngestListener).
   IngestReactor(AgentCore* core, std::optional<PeerCred> peer,
                 std::atomic<uint64_t>* pid_refusals)
-      : core_(core), peer_(std::move(peer)), pid_refusals_(pid_refusals) {
+      : core_(core), peer_(peer), pid_refusals_(pid_refusals) {
     id_ = core_->OpenStream(this);
     StartRead(&req_);
   }
@@ -152,7 +152,7 @@ class IngestServer::Service final : public v1::Telemetry::CallbackService {
   grpc::ServerBidiReactor<Req, Resp>* StreamTelemetry(
       grpc::CallbackServerContext* ctx) override {
     std::optional<PeerCred> peer = creds_->Lookup(ctx->peer());
-    return new IngestReactor(core_, std::move(peer), pid_refusals_);
+    return new IngestReactor(core_, peer, pid_refusals_);
   }
 
  private:

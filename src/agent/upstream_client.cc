@@ -249,6 +249,11 @@ absl::Duration UpstreamClient::RunStream() {
   }
   // A stream the controller ended keeps its status (PERMISSION_DENIED,
   // ALREADY_EXISTS, ...) for the log; cancelling it would say CANCELLED.
+  // A failed write usually means the controller ended it: give the reader
+  // up to 200 ms to see the status arrive.
+  for (int i = 0; i < 20 && !stopping && !server_ended; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
   if (!server_ended) ctx.TryCancel();
   reader.join();
   {

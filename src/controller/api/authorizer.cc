@@ -138,7 +138,7 @@ absl::Status Authorizer::Deny(const grpc::ServerContextBase& ctx,
     Logger("controller.auth")
         ->warn("refused {}: {} ({} refusals so far)", ctx.peer(), reason, n);
   }
-  return absl::PermissionDeniedError(std::move(reason));
+  return absl::PermissionDeniedError(reason);
 }
 
 absl::StatusOr<Caller> Authorizer::FromToken(const grpc::ServerContextBase& ctx,
