@@ -19,6 +19,8 @@ PACKAGES=(
   libopenblas0-pthread
   # Several controllers on etcd (tools/ha-demo.sh, ha tests).
   etcd-server etcd-client
+  # Mutual TLS (issue #15): tools/gen-dev-certs.sh and the auth tests
+  openssl
 )
 
 missing=()

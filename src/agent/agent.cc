@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "pitstop/logging.h"
 #include "pitstop/status_macros.h"
+#include "pitstop/tls.h"
 #include "src/agent/node_info.h"
 
 namespace pitstop::agent {
@@ -55,20 +56,29 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
         std::max<uint32_t>(options.ingest_shm_max_connections, 1);
     shm.idle_timeout_ms =
         std::max<uint32_t>(options.ingest_shm_idle_timeout_s, 1) * 1000;
+    shm.verify_pid = options.ingest_verify_pid;
     ASSIGN_OR_RETURN(a->shm_ingest_,
                      ShmIngestServer::Create(shm, a->shm_handler_.get()));
   }
   a->trainer_hub_ = std::make_unique<TrainerHub>(!options.controller.empty());
   a->trainer_service_ =
       std::make_unique<TrainerServiceImpl>(a->trainer_hub_.get());
-  ASSIGN_OR_RETURN(
-      a->ingest_,
-      IngestServer::Create(options.ingest_socket, options.ingest_socket_group,
-                           a->core_.get(), options.ingest_max_connections,
-                           {a->trainer_service_.get()}));
+  ASSIGN_OR_RETURN(a->ingest_,
+                   IngestServer::Create(
+                       options.ingest_socket, options.ingest_socket_group,
+                       a->core_.get(), options.ingest_max_connections,
+                       {a->trainer_service_.get()}, options.ingest_verify_pid));
   if (!options.controller.empty()) {
     UpstreamOptions up;
     up.address = options.controller;
+    up.tls = TlsFiles{options.tls_ca, options.tls_cert, options.tls_key};
+    if (!up.tls.enabled() && !IsLoopbackAddress(up.address)) {
+      Logger("agent")->warn(
+          "INSECURE: controller {} is reached without TLS: anyone on the "
+          "path can read this node's telemetry or impersonate the "
+          "controller (set tls.ca, tls.cert, tls.key)",
+          up.address);
+    }
     up.batch = absl::Milliseconds(options.batch_ms);
     up.backoff_max = absl::Milliseconds(
         std::max<uint32_t>(options.upstream_backoff_max_ms, 100));

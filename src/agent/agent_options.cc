@@ -1,6 +1,7 @@
 #include "src/agent/agent_options.h"
 
 #include "absl/strings/str_cat.h"
+#include "pitstop/tls.h"
 #include "src/agent/upstream_client.h"
 
 namespace pitstop::agent {
@@ -35,6 +36,9 @@ void RegisterAgentOptions(ConfigSchema* s, AgentOptions* o) {
          "Training processes served at once on ingest.shm_socket");
   s->Add("ingest.shm_idle_timeout_s", &o->ingest_shm_idle_timeout_s,
          "Disconnect a process that sent nothing for this long (s)");
+  s->Add("ingest.verify_pid", &o->ingest_verify_pid,
+         "Refuse a rank stream whose hello claims another pid than the "
+         "connected process (SO_PEERCRED); pid namespaces are understood");
   s->Add("ingest.max_connections", &o->ingest_max_connections,
          "Live rank connections at once; beyond, new ones are closed at "
          "once (the libraries retry)");
@@ -42,6 +46,13 @@ void RegisterAgentOptions(ConfigSchema* s, AgentOptions* o) {
          "pitstop-controller address host:port; empty = no upstream; "
          "several controllers comma-separated (the agent follows the "
          "leader)");
+  s->Add("tls.ca", &o->tls_ca,
+         "PEM CA file that signed the controller's certificate (mutual TLS; "
+         "empty = plaintext)");
+  s->Add("tls.cert", &o->tls_cert,
+         "PEM client certificate of this agent: CN or SAN DNS = host, SAN "
+         "URI pitstop://role/agent");
+  s->Add("tls.key", &o->tls_key, "PEM private key of tls.cert");
   s->Add("host", &o->host,
          "Host name this agent registers as (default: gethostname)");
   s->Add("batch_ms", &o->batch_ms, "Upstream batch period (ms)");
@@ -95,6 +106,12 @@ absl::Status ValidateAgentOptions(const AgentOptions& o,
   if (absl::Status st = ValidateControllerAddress(o.controller); !st.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, "key 'controller' (--controller): ", st.message()));
+  }
+  const TlsFiles tls{o.tls_ca, o.tls_cert, o.tls_key};
+  if (tls.enabled()) {
+    if (absl::Status st = ValidateTlsFiles(tls, "tls"); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, st.message()));
+    }
   }
   return absl::OkStatus();
 }

@@ -27,12 +27,21 @@ struct AgentOptions {
   // ingest.shm_idle_timeout_s: a process silent this long is disconnected
   // (the library sends a heartbeat every second and reconnects).
   uint32_t ingest_shm_idle_timeout_s = 30;
+  // ingest.verify_pid (--ingest-verify-pid): refuse a stream whose hello
+  // claims another pid than the connected process (SO_PEERCRED).
+  bool ingest_verify_pid = true;
   // ingest.max_connections: live rank connections at once; more are
   // closed at once (docs/reliability.md).
   uint32_t ingest_max_connections = 1024;
   // controller (--controller): host:port of pitstop-controller; empty = run
   // without upstream.
   std::string controller = "localhost:7070";
+  // tls.ca / tls.cert / tls.key (--tls-ca ...): mutual TLS towards the
+  // controller; the certificate must name `host` (CN or SAN DNS) and carry
+  // the SAN URI pitstop://role/agent. Empty = plaintext.
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
   // host (--host): host name to register as; empty = gethostname().
   std::string host;
   // batch_ms (--batch-ms): upstream batch period.

@@ -26,7 +26,8 @@ int OpenReserve() { return open("/dev/null", O_RDONLY | O_CLOEXEC); }
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<IngestListener>> IngestListener::Create(
-    int listen_fd, grpc::Server* server, size_t max_connections) {
+    int listen_fd, grpc::Server* server, size_t max_connections,
+    PeerCredRegistry* creds) {
   const int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake < 0) {
     close(listen_fd);
@@ -40,16 +41,19 @@ absl::StatusOr<std::unique_ptr<IngestListener>> IngestListener::Create(
     return absl::InternalError(
         absl::StrCat("ingest: /dev/null: ", std::strerror(errno)));
   }
-  return std::unique_ptr<IngestListener>(new IngestListener(
-      listen_fd, wake, reserve, server, std::max<size_t>(1, max_connections)));
+  return std::unique_ptr<IngestListener>(
+      new IngestListener(listen_fd, wake, reserve, server,
+                         std::max<size_t>(1, max_connections), creds));
 }
 
 IngestListener::IngestListener(int listen_fd, int wake_fd, int reserve_fd,
-                               grpc::Server* server, size_t max_connections)
+                               grpc::Server* server, size_t max_connections,
+                               PeerCredRegistry* creds)
     : listen_fd_(listen_fd),
       wake_fd_(wake_fd),
       reserve_fd_(reserve_fd),
       server_(server),
+      creds_(creds),
       max_connections_(max_connections) {
   thread_ = std::thread([this] { Loop(); });
 }
@@ -135,6 +139,13 @@ void IngestListener::AcceptReady() {
     live_[fd] = st.st_ino;  // a reused fd number replaces a closed entry
     live_count_.store(live_.size());
     accepted_.fetch_add(1);
+    if (creds_ != nullptr) {
+      // The kernel's record of who connected, before gRPC (which names
+      // this connection's peer "fd:N") reads anything from it.
+      // pid 0 when unknown: its streams are refused (fail closed).
+      absl::StatusOr<PeerCred> cred = PeerCredOf(fd);
+      creds_->Record(fd, cred.ok() ? *cred : PeerCred{});
+    }
     grpc::AddInsecureChannelFromFd(server_, fd);
   }
 }

@@ -33,6 +33,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
+#include "src/agent/peer_cred.h"
 
 namespace pitstop::agent {
 
@@ -52,8 +53,11 @@ class IngestListener {
 
   // Takes ownership of `listen_fd` (bound, listening, non-blocking). The
   // server must be started and outlive the listener.
+  // With `creds` (not owned, outlives the listener), each accepted
+  // connection's SO_PEERCRED is recorded there before gRPC gets it.
   static absl::StatusOr<std::unique_ptr<IngestListener>> Create(
-      int listen_fd, grpc::Server* server, size_t max_connections);
+      int listen_fd, grpc::Server* server, size_t max_connections,
+      PeerCredRegistry* creds = nullptr);
   ~IngestListener();
 
   // Stops accepting and closes the listening socket. Idempotent.
@@ -62,7 +66,8 @@ class IngestListener {
 
  private:
   IngestListener(int listen_fd, int wake_fd, int reserve_fd,
-                 grpc::Server* server, size_t max_connections);
+                 grpc::Server* server, size_t max_connections,
+                 PeerCredRegistry* creds);
   void Loop();
   void AcceptReady();
   // Accepts the waiting connection with the reserved descriptor and closes
@@ -76,6 +81,7 @@ class IngestListener {
   const int wake_fd_;
   int reserve_fd_;
   grpc::Server* const server_;
+  PeerCredRegistry* const creds_;
   const size_t max_connections_;
   // fd -> inode of the connections handed over (listener thread only).
   absl::flat_hash_map<int, ino_t> live_;

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -31,7 +32,11 @@ using Resp = v1::StreamTelemetryResponse;
 class IngestReactor final : public grpc::ServerBidiReactor<Req, Resp>,
                             public CommandSink {
  public:
-  explicit IngestReactor(AgentCore* core) : core_(core) {
+  // `peer`: the connection's SO_PEERCRED (nullopt: not checked, e.g. a
+  // connection that did not come through the IngestListener).
+  IngestReactor(AgentCore* core, std::optional<PeerCred> peer,
+                std::atomic<uint64_t>* pid_refusals)
+      : core_(core), peer_(peer), pid_refusals_(pid_refusals) {
     id_ = core_->OpenStream(this);
     StartRead(&req_);
   }
@@ -40,6 +45,18 @@ class IngestReactor final : public grpc::ServerBidiReactor<Req, Resp>,
     if (!ok) {  // client half-closed, broke or was cancelled
       EndStream(grpc::Status::OK);
       return;
+    }
+    if (req_.has_hello() && peer_.has_value()) {
+      // A process speaks only for itself: the hello's pid must be the
+      // connected process (its ranks are attributed to that pid).
+      if (absl::Status st = CheckClaimedPid(req_.hello().pid(), *peer_);
+          !st.ok()) {
+        pid_refusals_->fetch_add(1);
+        Logger("agent.ingest")
+            ->warn("stream {}: refused: {}", id_, std::string(st.message()));
+        EndStream(ToGrpcStatus(st));
+        return;
+      }
     }
     absl::Status st;
     // An exception must not escape a reactor callback: the stream would
@@ -113,6 +130,8 @@ class IngestReactor final : public grpc::ServerBidiReactor<Req, Resp>,
   }
 
   AgentCore* const core_;
+  const std::optional<PeerCred> peer_;
+  std::atomic<uint64_t>* const pid_refusals_;
   uint64_t id_ = 0;
   Req req_;
   Mutex mu_;
@@ -127,14 +146,19 @@ class IngestReactor final : public grpc::ServerBidiReactor<Req, Resp>,
 
 class IngestServer::Service final : public v1::Telemetry::CallbackService {
  public:
-  explicit Service(AgentCore* core) : core_(core) {}
+  Service(AgentCore* core, const PeerCredRegistry* creds,
+          std::atomic<uint64_t>* pid_refusals)
+      : core_(core), creds_(creds), pid_refusals_(pid_refusals) {}
   grpc::ServerBidiReactor<Req, Resp>* StreamTelemetry(
-      grpc::CallbackServerContext*) override {
-    return new IngestReactor(core_);
+      grpc::CallbackServerContext* ctx) override {
+    std::optional<PeerCred> peer = creds_->Lookup(ctx->peer());
+    return new IngestReactor(core_, peer, pid_refusals_);
   }
 
  private:
   AgentCore* core_;
+  const PeerCredRegistry* creds_;
+  std::atomic<uint64_t>* pid_refusals_;
 };
 
 absl::Status ClaimSocketPath(const std::string& path) {
@@ -199,7 +223,7 @@ int ListenUnix(const std::string& path) {
 absl::StatusOr<std::unique_ptr<IngestServer>> IngestServer::Create(
     const std::string& socket_path, const std::string& socket_group,
     AgentCore* core, size_t max_connections,
-    const std::vector<grpc::Service*>& extra_services) {
+    const std::vector<grpc::Service*>& extra_services, bool verify_pid) {
   if (socket_path.empty() ||
       socket_path.size() >= sizeof(sockaddr_un{}.sun_path)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -254,7 +278,7 @@ absl::StatusOr<std::unique_ptr<IngestServer>> IngestServer::Create(
   s->lock_fd_ = lock_fd;
   s->socket_path_ = socket_path;
   s->core_ = core;
-  s->service_ = std::make_unique<Service>(core);
+  s->service_ = std::make_unique<Service>(core, &s->creds_, &s->pid_refusals_);
   // The agent owns the listening socket (IngestListener accepts and hands
   // connections to gRPC): owner+group rw, nothing else.
   const int listen_fd = ListenUnix(socket_path);
@@ -282,7 +306,8 @@ absl::StatusOr<std::unique_ptr<IngestServer>> IngestServer::Create(
         "ingest.socket: cannot start the server on ", socket_path));
   }
   absl::StatusOr<std::unique_ptr<IngestListener>> listener =
-      IngestListener::Create(listen_fd, s->server_.get(), max_connections);
+      IngestListener::Create(listen_fd, s->server_.get(), max_connections,
+                             verify_pid ? &s->creds_ : nullptr);
   if (!listener.ok()) {
     s->Stop(absl::ZeroDuration());
     return listener.status();

@@ -11,6 +11,7 @@
 #ifndef PITSTOP_AGENT_INGEST_SERVER_H_
 #define PITSTOP_AGENT_INGEST_SERVER_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "grpcpp/grpcpp.h"
 #include "src/agent/agent_core.h"
 #include "src/agent/ingest_listener.h"
+#include "src/agent/peer_cred.h"
 
 namespace pitstop::agent {
 
@@ -36,11 +38,14 @@ class IngestServer {
   // Binds `socket_path` (< 108 bytes) and starts serving `core`, with at
   // most `max_connections` live connections (see IngestListener), plus
   // `extra_services` (not owned; must outlive the server), e.g. the
-  // TrainerService.
+  // TrainerService. With `verify_pid`, a telemetry stream whose hello
+  // claims another pid than its connection's SO_PEERCRED process ends with
+  // PERMISSION_DENIED (the daemon turns it on: ingest.verify_pid).
   static absl::StatusOr<std::unique_ptr<IngestServer>> Create(
       const std::string& socket_path, const std::string& socket_group,
       AgentCore* core, size_t max_connections = kDefaultMaxConnections,
-      const std::vector<grpc::Service*>& extra_services = {});
+      const std::vector<grpc::Service*>& extra_services = {},
+      bool verify_pid = false);
   ~IngestServer();
 
   // Marks the core stopping, ends all streams (waiting up to `grace` for
@@ -52,6 +57,9 @@ class IngestServer {
   IngestListener::Stats listener_stats() const {
     return listener_ ? listener_->stats() : IngestListener::Stats{};
   }
+  // Streams refused because their hello claimed another process's pid
+  // than the connection's SO_PEERCRED.
+  uint64_t pid_refusals() const { return pid_refusals_.load(); }
 
  private:
   class Service;
@@ -59,6 +67,9 @@ class IngestServer {
 
   std::string socket_path_;
   AgentCore* core_ = nullptr;
+  // Declared before service_ and listener_, which use them.
+  PeerCredRegistry creds_;
+  std::atomic<uint64_t> pid_refusals_{0};
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<IngestListener> listener_;

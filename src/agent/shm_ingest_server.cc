@@ -22,6 +22,7 @@
 #include "pitstop/logging.h"
 #include "pitstop/shm_transport.h"
 #include "src/agent/ingest_server.h"
+#include "src/agent/peer_cred.h"
 
 namespace pitstop::agent {
 namespace {
@@ -72,6 +73,7 @@ class ShmIngestServer::Conn final : public CommandSink {
   ShmIngestServer* const server_;
   int fd_;
   const std::string peer_;  // "pid P uid U" from SO_PEERCRED
+  PeerCred peer_cred_;
   uint32_t hello_pid_ = 0;
   uint64_t stream_ = 0;
   bool opened_ = false;
@@ -112,9 +114,9 @@ struct ShmIngestServer::Loop {
       const int fd = accept4(s->listen_fd_, nullptr, nullptr,
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) return;
-      ucred cred{};
-      socklen_t len = sizeof(cred);
-      getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len);
+      // pid 0 when unknown: its hello is refused under verify_pid.
+      absl::StatusOr<PeerCred> got = PeerCredOf(fd);
+      const PeerCred cred = got.ok() ? *got : PeerCred{};
       const std::string peer =
           absl::StrCat("pid ", cred.pid, " uid ", cred.uid);
       if (conns.size() >= s->options_.max_connections) {
@@ -128,6 +130,7 @@ struct ShmIngestServer::Loop {
         continue;
       }
       auto c = std::make_unique<Conn>(s, fd, peer);
+      c->peer_cred_ = cred;
       c->connected_ns_ = c->last_frame_ns_ = now;
       conns.push_back(std::move(c));
       s->connections_.store(static_cast<int>(conns.size()));
@@ -190,6 +193,16 @@ struct ShmIngestServer::Loop {
     if (size != sizeof(h)) return Malformed(c, "frame", off, "hello size");
     std::memcpy(&h, p, sizeof(h));
     c->hello_pid_ = h.pid;
+    if (s->options_.verify_pid) {
+      // A process speaks only for itself (docs/reliability.md, "Trust").
+      if (absl::Status st = CheckClaimedPid(h.pid, c->peer_cred_); !st.ok()) {
+        Log()->warn("{}: refused: {}", s->options_.socket_path,
+                    std::string(st.message()));
+        Count(&ShmIngestStats::pid_refused);
+        c->eof_ = true;
+        return false;
+      }
+    }
     if (h.protocol_version != shm::kProtocolVersion) {
       return Malformed(c, "hello", off,
                        absl::StrCat("protocol version ", h.protocol_version,
@@ -358,9 +371,15 @@ struct ShmIngestServer::Loop {
       bytes += m.size;
       ++messages;
       absl::Status st;
+      if (s->options_.verify_pid && req.has_hello()) {
+        // The telemetry hello inside the ring is what ranks are
+        // attributed by: it may not name another process either.
+        st = CheckClaimedPid(req.hello().pid(), c->peer_cred_);
+        if (!st.ok()) Count(&ShmIngestStats::pid_refused);
+      }
       // An exception (out of memory) ends this stream, not the agent.
       try {
-        st = s->handler_->OnMessage(c->stream_, req);
+        if (st.ok()) st = s->handler_->OnMessage(c->stream_, req);
       } catch (const std::bad_alloc&) {
         st = absl::ResourceExhaustedError("agent out of memory");
       } catch (const std::exception& e) {

@@ -71,6 +71,9 @@ struct ShmIngestOptions {
   uint32_t idle_timeout_ms = 30000;
   // How often rings are read when no frame wakes the thread.
   uint32_t poll_interval_ms = 2;
+  // Refuse a connection whose hello claims another pid than its
+  // SO_PEERCRED process (the daemon sets ingest.verify_pid, default on).
+  bool verify_pid = false;
 };
 
 struct ShmIngestStats {
@@ -78,6 +81,7 @@ struct ShmIngestStats {
   uint64_t refused = 0;  // over max_connections
   uint64_t malformed = 0;
   uint64_t shed_idle = 0;
+  uint64_t pid_refused = 0;  // hello.pid was not the connected process
   uint64_t messages = 0;
   uint64_t records = 0;
   uint64_t bytes = 0;

@@ -172,7 +172,20 @@ absl::Duration UpstreamClient::RunStream(const std::string& address) {
   auto log = Logger("agent.upstream");
   last_error_.clear();
   const bool several = SplitControllerList(options_.address).size() > 1;
-  auto channel = CreateChannel(address);
+  std::shared_ptr<grpc::Channel> channel;
+  if (options_.tls.enabled()) {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
+        TlsClientCredentials(options_.tls);
+    if (!creds.ok()) {
+      log->error("controller {}: {}", address,
+                 std::string(creds.status().message()));
+      return absl::ZeroDuration();
+    }
+    channel =
+        grpc::CreateCustomChannel(address, *creds, StreamChannelArguments());
+  } else {
+    channel = CreateChannel(address);
+  }
   // Connected means the channel is READY, not that a write was buffered.
   const absl::Time connect_deadline = SteadyNow() + kConnectTimeout;
   grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
@@ -287,8 +300,13 @@ absl::Duration UpstreamClient::RunStream(const std::string& address) {
       absl::SleepFor(absl::Milliseconds(50));
     }
   }
-  // A stream the controller ended keeps its status (a follower's names
-  // the leader); cancelling it would replace that with CANCELLED.
+  // A stream the controller ended keeps its status (a follower's names the
+  // leader; PERMISSION_DENIED, ALREADY_EXISTS, ...) for the log; cancelling
+  // it would say CANCELLED. A failed write usually means the controller
+  // ended it: give the reader up to 200 ms to see the status arrive.
+  for (int i = 0; i < 20 && !stopping && !server_ended; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
   if (!server_ended) ctx.TryCancel();
   reader.join();
   {

@@ -26,6 +26,7 @@
 #include "absl/time/time.h"
 #include "pitstop/clock.h"
 #include "pitstop/sync.h"
+#include "pitstop/tls.h"
 #include "pitstop/v1/agent.pb.h"
 #include "src/agent/agent_core.h"
 #include "src/agent/trainer_hub.h"
@@ -37,6 +38,9 @@ struct UpstreamOptions {
   // agent follows the leader (a follower's refusal names it, otherwise the
   // next address is tried).
   std::string address;
+  // Mutual TLS towards the controller (empty = plaintext). The files are
+  // read again for every new connection, so renewed certificates apply.
+  TlsFiles tls;
   absl::Duration batch = absl::Seconds(1);
   absl::Duration backoff_max = absl::Seconds(5);
   v1::NodeRegistration registration;

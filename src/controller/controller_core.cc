@@ -40,6 +40,7 @@ ControllerCore::ControllerCore(Options options,
     : options_(std::move(options)),
       store_(std::move(store)),
       start_unix_ns_(absl::ToUnixNanos(options_.clock->Now())),
+      inbox_(options_.ingest_inbox_bytes),
       engine_(std::move(engine)) {
   MutexLock lock(&mu_);
   drains_ = store_->Drains();
@@ -96,6 +97,7 @@ absl::StatusOr<uint64_t> ControllerCore::AgentConnected(
     return s;
   }
   MutexLock lock(&mu_);
+  DrainInbox();  // batches of a session this one may supersede
   auto existing = nodes_.find(reg.host());
   if (existing == nodes_.end() && nodes_.size() >= options_.max_hosts) {
     ShedAndExpire();  // make room from nodes that are gone
@@ -166,7 +168,49 @@ absl::StatusOr<uint64_t> ControllerCore::AgentConnected(
 
 absl::Status ControllerCore::AgentBatch(uint64_t session,
                                         const v1::ConnectRequest& batch) {
-  MutexLock lock(&mu_);
+  if (options_.ingest_off_lock) {
+    if (mu_.TryLock()) {
+      DrainInbox();  // earlier batches first: a stream's order holds
+      absl::Status s = ApplyBatch(session, batch);
+      UnlockIngest();
+      return s;
+    }
+    // A cycle, a disk write or a query holds the lock: do not wait for it.
+    if (inbox_.Push(session, batch)) return absl::OkStatus();
+  }
+  mu_.Lock();  // the inbox is full (or off): wait, which slows the agents
+  DrainInbox();
+  absl::Status s = ApplyBatch(session, batch);
+  UnlockIngest();
+  return s;
+}
+
+void ControllerCore::DrainInbox() {
+  if (inbox_.empty()) return;
+  for (IngestInbox::Entry& e : inbox_.TakeAll()) {
+    ++input_.batches_queued;
+    absl::Status s = ApplyBatch(e.session, e.batch);
+    // Unknown sessions (superseded, shed) are dropped as AgentBatch would
+    // have refused them; other errors are logged like the stream does.
+    if (!s.ok() && !absl::IsFailedPrecondition(s) &&
+        inbox_errors_++ % 1000 == 0) {
+      Logger("controller")
+          ->warn("queued agent batch: {} ({} so far)", s.ToString(),
+                 inbox_errors_);
+    }
+  }
+}
+
+void ControllerCore::UnlockIngest() {
+  for (;;) {
+    DrainInbox();
+    mu_.Unlock();
+    if (inbox_.empty() || !mu_.TryLock()) return;
+  }
+}
+
+absl::Status ControllerCore::ApplyBatch(uint64_t session,
+                                        const v1::ConnectRequest& batch) {
   auto sit = sessions_.find(session);
   if (sit == sessions_.end()) {
     return absl::FailedPreconditionError(
@@ -229,6 +273,7 @@ absl::Status ControllerCore::AgentBatch(uint64_t session,
 
 void ControllerCore::AgentDisconnected(uint64_t session) {
   MutexLock lock(&mu_);
+  DrainInbox();  // the stream's last batches before its end
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return;
   NodeEntry& e = nodes_[it->second];
@@ -244,6 +289,7 @@ void ControllerCore::AgentDisconnected(uint64_t session) {
 
 ControllerCore::InputStats ControllerCore::input_stats() {
   MutexLock lock(&mu_);
+  DrainInbox();
   return input_;
 }
 
@@ -290,7 +336,13 @@ void ControllerCore::ShedAndExpire() {
 
 void ControllerCore::RunCycle() {
   if (!CheckLeader().ok()) return;  // followers detect nothing
-  MutexLock lock(&mu_);
+  mu_.Lock();
+  DrainInbox();  // every batch that arrived before the cycle counts
+  RunCycleLocked();
+  UnlockIngest();
+}
+
+void ControllerCore::RunCycleLocked() {
   ShedAndExpire();
   if (options_.agent_silence > absl::ZeroDuration()) {
     const uint64_t now = NowUnixNs();

@@ -67,6 +67,7 @@ absl::StatusOr<v1::JobLora> ControllerCore::JobLora(const std::string& job_id) {
 
 absl::StatusOr<v1::LoraSettings> ControllerCore::SetLoraPolicy(
     const std::string& job_id, const v1::LoraSettings& settings) {
+  if (absl::Status s = CheckLeader(); !s.ok()) return s;
   MutexLock lock(&mu_);
   absl::StatusOr<v1::LoraSettings> r = lora_->SetSettings(job_id, settings);
   if (r.ok()) {

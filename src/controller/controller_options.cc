@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "pitstop/tls.h"
 #include "src/controller/detect/detection_engine.h"
 #include "src/controller/sync/sync_policy.h"
 
@@ -19,6 +20,32 @@ absl::Status KeyError(absl::string_view key, absl::string_view what) {
 
 }  // namespace
 
+TlsFiles ControllerOptions::Tls() const {
+  return TlsFiles{tls_ca, tls_cert, tls_key};
+}
+
+absl::Status ControllerOptions::ValidateTrust() const {
+  const TlsFiles tls = Tls();
+  if (tls.enabled()) {
+    // Names the key: "tls.cert: cannot read ...".
+    if (absl::Status s = ValidateTlsFiles(tls, "tls"); !s.ok()) {
+      const std::string msg(s.message());
+      const size_t colon = msg.find(": ");
+      return KeyError(msg.substr(0, colon), msg.substr(colon + 2));
+    }
+  } else if (!insecure && !IsLoopbackAddress(listen)) {
+    return KeyError(
+        "listen",
+        absl::StrCat(listen,
+                     " is not a loopback address: without TLS anyone who "
+                     "can reach it could speak for any agent or operator. "
+                     "Configure tls.ca, tls.cert and tls.key (mutual TLS, "
+                     "tools/gen-dev-certs.sh makes a test set), or pass "
+                     "--insecure to accept that"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ControllerOptions::Validate() const {
   // SQLite opens "" as a private temporary database: faults, drains and
   // policies would silently vanish at the next restart.
@@ -28,6 +55,7 @@ absl::Status ControllerOptions::Validate() const {
                     "temporary database, lost at restart)");
   }
   if (listen.empty()) return KeyError("listen", "must be host:port");
+  if (absl::Status s = ValidateTrust(); !s.ok()) return s;
   if (cycle_ms == 0) return KeyError("detection.cycle_ms", "must be > 0");
   if (mode != "observe" && mode != "act") {
     return KeyError("detection.mode",
@@ -140,6 +168,19 @@ void RegisterControllerOptions(ConfigSchema* s, ControllerOptions* o) {
   s->Add("listen", &o->listen,
          "gRPC address for AgentLink and Controller (127.0.0.1:0 picks a "
          "free port; use the cluster interface so agents can connect)");
+  s->Add("tls.ca", &o->tls_ca,
+         "PEM file of the CA that signs agent, operator and scheduler "
+         "certificates (mutual TLS; re-read every 10 s)");
+  s->Add("tls.cert", &o->tls_cert,
+         "PEM certificate (chain) of this controller; its SANs must name "
+         "the address agents and pitstopctl dial");
+  s->Add("tls.key", &o->tls_key, "PEM private key of tls.cert");
+  s->Add("auth.tokens_file", &o->tokens_file,
+         "bearer tokens, one 'TOKEN ROLE NAME' per line (roles: viewer, "
+         "operator, scheduler, agent); re-read on SIGHUP");
+  s->Add("insecure", &o->insecure,
+         "allow a non-loopback listen address without TLS (anyone who can "
+         "reach the port may then act as any agent or operator)");
   s->Add("port_file", &o->port_file,
          "write the bound port and a newline here once listening");
   s->Add("db", &o->db, "SQLite database of faults, drains and policies");

@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "pitstop/config.h"
+#include "pitstop/tls.h"
 #include "pitstop/v1/controller.pb.h"
 
 namespace pitstop::controller {
@@ -16,6 +17,14 @@ struct ControllerOptions {
   // the operator (docs/reliability.md).
   std::string listen = "127.0.0.1:7070";
   std::string port_file;
+  // Trust (docs/reliability.md): mutual TLS from PEM files (re-read while
+  // running), bearer tokens ("TOKEN ROLE NAME" lines, re-read on SIGHUP).
+  // Without TLS, listen must be a loopback address unless insecure is set.
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tokens_file;
+  bool insecure = false;
   std::string db = "/var/lib/pitstop/controller.db";
   std::string metrics_address = "127.0.0.1:9470";
   std::string log_level = "info";
@@ -54,9 +63,13 @@ struct ControllerOptions {
   v1::JobPolicy DefaultPolicy() const;
   // Checks values the schema's types cannot: detection.cycle_ms > 0, the
   // default policy valid (persistence_n <= persistence_m, min_effect >= 0,
-  // finite numbers), db not empty. InvalidArgument naming the YAML key and
-  // its flag.
+  // finite numbers), db not empty, the TLS files readable and a
+  // non-loopback listen address only with TLS or insecure. InvalidArgument
+  // naming the YAML key and its flag.
   absl::Status Validate() const;
+  // The TLS / loopback part of Validate().
+  absl::Status ValidateTrust() const;
+  TlsFiles Tls() const;
 };
 
 // Binds every option: "listen" <-> --listen, "detection.window_ms" <->

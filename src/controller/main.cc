@@ -11,9 +11,11 @@
 #include "pitstop/config.h"
 #include "pitstop/logging.h"
 #include "pitstop/signals.h"
+#include "pitstop/tls.h"
 #include "prometheus/exposer.h"
 #include "src/controller/actions/actions_config.h"
 #include "src/controller/actions/daemon_actions.h"
+#include "src/controller/api/authorizer.h"
 #include "src/controller/api/controller_service.h"
 #include "src/controller/controller_core.h"
 #include "src/controller/controller_options.h"
@@ -141,8 +143,40 @@ int main(int argc, char** argv) {
       actions_config.Enabled() ? std::make_optional(std::move(*actions_options))
                                : std::nullopt);
   if (!actions.ok()) return Fail(std::string(actions.status().message()));
-  auto server =
-      pitstop::controller::ControllerServer::Start(core->get(), options.listen);
+  auto logger = pitstop::Logger("controller");
+  // Trust (docs/reliability.md): mutual TLS and/or bearer tokens turn the
+  // role checks on; without either every caller may do everything, which
+  // Validate() allows on loopback only unless insecure is set.
+  pitstop::controller::ServerSecurity security;
+  const pitstop::TlsFiles tls = options.Tls();
+  if (tls.enabled()) {
+    auto creds = pitstop::TlsServerCredentials(tls);
+    if (!creds.ok()) return Fail(std::string(creds.status().message()));
+    security.credentials = *creds;
+  }
+  pitstop::controller::Authorizer::Options auth_options;
+  auth_options.enforce = tls.enabled() || !options.tokens_file.empty();
+  auth_options.tokens_file = options.tokens_file;
+  auto authorizer = pitstop::controller::Authorizer::Create(auth_options);
+  if (!authorizer.ok()) return Fail(std::string(authorizer.status().message()));
+  security.authorizer = authorizer->get();
+  if (!tls.enabled()) {
+    if (!pitstop::IsLoopbackAddress(options.listen)) {
+      logger->critical(
+          "INSECURE: listening on {} without TLS (--insecure): anyone who "
+          "can reach this port can register as any host, resolve faults, "
+          "drain nodes and change policies{}",
+          options.listen,
+          options.tokens_file.empty() ? ""
+                                      : "; bearer tokens travel in clear text");
+    } else if (options.tokens_file.empty()) {
+      logger->info(
+          "no TLS and no tokens: every local caller may do everything "
+          "(loopback only)");
+    }
+  }
+  auto server = pitstop::controller::ControllerServer::Start(
+      core->get(), options.listen, security);
   if (!server.ok()) return Fail(std::string(server.status().message()));
   (*core)->Start();
   if (!options.port_file.empty() &&
@@ -151,12 +185,24 @@ int main(int argc, char** argv) {
         absl::StrCat("port_file ", options.port_file, ": cannot write"));
   }
   if (ha != nullptr) ha->Start(core->get());
-  auto logger = pitstop::Logger("controller");
-  logger->info("ready: listening on port {} ({}), store {}, metrics '{}'",
-               (*server)->port(), options.listen,
-               (*core)->Status().database_path(), options.metrics_address);
+  logger->info(
+      "ready: listening on port {} ({}, {}), store {}, metrics '{}'",
+      (*server)->port(), options.listen,
+      tls.enabled()
+          ? "mutual TLS"
+          : (options.tokens_file.empty() ? "plaintext" : "plaintext + tokens"),
+      (*core)->Status().database_path(), options.metrics_address);
   int sig = 0;
-  while ((sig = (*signals)->Wait(absl::Seconds(1))) == 0) {
+  while ((sig = (*signals)->Wait(absl::Seconds(1))) == 0 || sig == SIGHUP) {
+    if (sig != SIGHUP) continue;
+    // SIGHUP: re-read the tokens file (certificates are re-read by gRPC
+    // every 10 s on their own).
+    if (absl::Status st = (*authorizer)->Reload(); !st.ok()) {
+      logger->error("SIGHUP: {}; the previous tokens stay",
+                    std::string(st.message()));
+    } else {
+      logger->info("SIGHUP: {} bearer tokens loaded", (*authorizer)->tokens());
+    }
   }
   logger->info("signal {}: shutting down", sig);
   if (ha != nullptr) ha->Stop();  // resigns: a follower takes over at once

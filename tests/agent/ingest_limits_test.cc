@@ -53,7 +53,8 @@ grpc::Status OneStream(const std::string& path, absl::Duration deadline) {
   ctx.set_wait_for_ready(true);
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
   auto stream = stub->StreamTelemetry(&ctx);
-  v1::StreamTelemetryRequest hello = testing::MakeHello(77, 0, 0xAA, 0, 2);
+  v1::StreamTelemetryRequest hello =
+      testing::MakeHello(getpid(), 0, 0xAA, 0, 2);
   testing::AddCompleteOps(&hello, 0xAA, 0, 1, 4);
   stream->Write(hello);
   stream->Write(testing::MakeGoodbye());

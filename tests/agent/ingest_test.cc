@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/agent/agent_core.h"
@@ -222,6 +223,37 @@ TEST_F(IngestTest, SocketIsGroupReadableWritableOnly) {
   ASSERT_EQ(stat(socket_.c_str(), &st), 0);
   EXPECT_TRUE(S_ISSOCK(st.st_mode));
   EXPECT_EQ(st.st_mode & 0777, 0660u);
+}
+
+// Trust (issue #15): with verify_pid a rank stream may only speak for the
+// process that connected (SO_PEERCRED recorded by the IngestListener).
+TEST(IngestPeerCredTest, HelloClaimingAnotherPidIsRefused) {
+  TempDir dir;
+  const std::string socket = dir.file("p.sock");
+  AgentCoreOptions options;
+  options.host = "node-p";
+  AgentCore core(Clock::Real(), options, nullptr);
+  auto s = IngestServer::Create(socket, "", &core, kDefaultMaxConnections, {},
+                                /*verify_pid=*/true);
+  ASSERT_TRUE(s.ok()) << s.status();
+  {
+    FakeRank liar(socket);
+    // pid 1 exists and is not this process.
+    liar.Send(MakeHello(1, 0, kComm, 0, 2));
+    const grpc::Status st = liar.Close();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(st.error_message(), HasSubstr("hello.pid 1"));
+    EXPECT_THAT(st.error_message(), HasSubstr(absl::StrCat("pid ", getpid())));
+  }
+  EXPECT_EQ((*s)->pid_refusals(), 1u);
+  {
+    FakeRank honest(socket);
+    ASSERT_TRUE(honest.Send(MakeHello(getpid(), 1, kComm, 1, 2)));
+    ASSERT_TRUE(honest.Send(MakeGoodbye()));
+    EXPECT_TRUE(honest.Close().ok());
+  }
+  EXPECT_EQ((*s)->pid_refusals(), 1u);
+  (*s)->Stop();
 }
 
 TEST_F(IngestTest, LiveSocketIsNotStolen) {

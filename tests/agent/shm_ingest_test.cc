@@ -74,10 +74,12 @@ class RawPeer {
     ring_bytes_ = ring_bytes;
     return fd;
   }
-  void SendHello(int memfd, uint64_t ring_bytes, uint32_t version = 1) {
+  void SendHello(int memfd, uint64_t ring_bytes, uint32_t version = 1,
+                 uint32_t pid = 4242) {
     shm::HelloFrame h{};
     h.protocol_version = version;
-    h.pid = 4242;
+    h.pid = pid;
+    hello_pid_ = pid;
     h.ring_bytes = ring_bytes;
     char buf[sizeof(FrameHeader) + sizeof(h)];
     const FrameHeader fh{sizeof(h), shm::kFrameHello, 0};
@@ -113,7 +115,7 @@ class RawPeer {
   // One message with one OpRecord into the ring.
   void WriteOp(uint64_t seq) {
     v1::StreamTelemetryRequest r;
-    if (pos_ == 0) r.mutable_hello()->set_pid(4242);
+    if (pos_ == 0) r.mutable_hello()->set_pid(hello_pid_);
     r.add_ops()->set_seq_number(seq);
     const std::string body = r.SerializeAsString();
     const shm::MessageHeader m{static_cast<uint32_t>(body.size()), 1};
@@ -125,6 +127,7 @@ class RawPeer {
   }
   void SetWritePos(uint64_t pos) { header_->write_pos.store(pos); }
   // True once the server closed the connection.
+  void SetHelloPid(uint32_t pid) { hello_pid_ = pid; }
   bool ClosedByServer() {
     char buf[256];
     for (;;) {
@@ -144,6 +147,7 @@ class RawPeer {
   shm::RingHeader* header_ = nullptr;
   uint64_t ring_bytes_ = 0;
   uint64_t pos_ = 0;
+  uint32_t hello_pid_ = 4242;
 };
 
 class ShmIngestTest : public ::testing::Test {
@@ -200,6 +204,40 @@ TEST_F(ShmIngestTest, GoodPeerStreamsAndMalformedPeersAreCutAlone) {
   good.WriteOp(2);
   ASSERT_TRUE(WaitUntil([&] { return rec_.ops.load() == 2; }));
   EXPECT_EQ(good.read_pos(), good.write_pos());
+}
+
+// Trust (issue #15): with verify_pid a process may only speak for itself;
+// SO_PEERCRED names the connected process.
+TEST_F(ShmIngestTest, HelloClaimingAnotherPidIsRefused) {
+  ShmIngestOptions o;
+  o.verify_pid = true;
+  Start(o);
+  RawPeer liar(path_);
+  ASSERT_TRUE(liar.connected());
+  // pid 1 is a real process, and not this one.
+  liar.SendHello(liar.MakeRing(64 * 1024), 64 * 1024, 1, /*pid=*/1);
+  EXPECT_TRUE(WaitUntil([&] { return liar.ClosedByServer(); }));
+  EXPECT_EQ(server_->stats().pid_refused, 1u);
+  EXPECT_EQ(rec_.opened.load(), 0);
+
+  RawPeer honest(path_);
+  ASSERT_TRUE(honest.connected());
+  honest.SendHello(honest.MakeRing(64 * 1024), 64 * 1024, 1,
+                   static_cast<uint32_t>(getpid()));
+  honest.WriteOp(1);
+  ASSERT_TRUE(WaitUntil([&] { return rec_.ops.load() == 1; }));
+  EXPECT_EQ(server_->stats().pid_refused, 1u);
+  EXPECT_FALSE(honest.ClosedByServer());
+
+  // An honest hello frame, then a telemetry hello naming pid 1 in the ring.
+  RawPeer smuggler(path_);
+  smuggler.SendHello(smuggler.MakeRing(64 * 1024), 64 * 1024, 1,
+                     static_cast<uint32_t>(getpid()));
+  smuggler.SetHelloPid(1);
+  smuggler.WriteOp(1);
+  EXPECT_TRUE(WaitUntil([&] { return smuggler.ClosedByServer(); }));
+  EXPECT_EQ(server_->stats().pid_refused, 2u);
+  EXPECT_EQ(rec_.ops.load(), 1);
 }
 
 TEST_F(ShmIngestTest, GoodbyeAndEofReadTheRingToItsEnd) {

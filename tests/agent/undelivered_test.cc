@@ -4,6 +4,7 @@
 // upstream (AgentCounters.undelivered).
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <string>
 #include <vector>
@@ -38,7 +39,8 @@ TEST(UndeliveredTest, StoppedAgentCountsWhatItCouldNotDeliver) {
     ASSERT_GE(testing::WaitAgentReady(dir.file("1.out"), &a), 0)
         << ReadFile(dir.file("1.err"));
     testing::FakeRank rank(sock);
-    v1::StreamTelemetryRequest req = testing::MakeHello(5, 0, 0xAB, 0, 2);
+    v1::StreamTelemetryRequest req =
+        testing::MakeHello(getpid(), 0, 0xAB, 0, 2);
     testing::AddCompleteOps(&req, 0xAB, 0, 1, 10);
     ASSERT_TRUE(rank.Send(req));
     ASSERT_TRUE(rank.Send(testing::MakeGoodbye()));

@@ -56,14 +56,24 @@ class ControllerDaemonTest : public ::testing::Test {
   }
 
   // Starts the daemon and waits for its port file. Returns "127.0.0.1:PORT".
-  std::string StartController() {
+  std::string StartController(const std::vector<std::string>& extra = {}) {
     const std::string port_file = dir_ + "/port";
     std::filesystem::remove(port_file);
-    pid_ = Spawn({controller_, "--listen", "127.0.0.1:0", "--port-file",
-                  port_file, "--db", dir_ + "/controller.db",
-                  "--metrics-address", "", "--detection-cycle-ms", "50",
-                  "--detection-hang-timeout-floor-ms", "300"},
-                 dir_ + "/controller.log");
+    std::vector<std::string> argv = {controller_,
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--port-file",
+                                     port_file,
+                                     "--db",
+                                     dir_ + "/controller.db",
+                                     "--metrics-address",
+                                     "",
+                                     "--detection-cycle-ms",
+                                     "50",
+                                     "--detection-hang-timeout-floor-ms",
+                                     "300"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    pid_ = Spawn(argv, dir_ + "/controller.log");
     EXPECT_GT(pid_, 0);
     std::string port;
     EXPECT_TRUE(WaitUntil([&] {
@@ -383,6 +393,85 @@ TEST_F(ControllerDaemonTest, EmptyDbAndConfigDirectoryAreRejected) {
             2)
       << out;
   EXPECT_THAT(out, HasSubstr(dir_ + ": not a regular file"));
+}
+
+// Issue #15: a non-loopback address needs TLS or --insecure; bad TLS files
+// are refused naming the key.
+TEST_F(ControllerDaemonTest, NonLoopbackListenNeedsTlsOrInsecure) {
+  std::string out;
+  EXPECT_EQ(RunProcess({controller_, "--listen", "0.0.0.0:0", "--db",
+                        dir_ + "/x.db", "--metrics-address", ""},
+                       dir_ + "/nl.out", &out),
+            2)
+      << out;
+  EXPECT_THAT(out, HasSubstr("not a loopback address"));
+  EXPECT_THAT(out, HasSubstr("--insecure"));
+  const std::string missing = dir_ + "/missing.pem";
+  EXPECT_EQ(RunProcess({controller_, "--listen", "127.0.0.1:0", "--db",
+                        dir_ + "/x.db", "--metrics-address", "", "--tls-ca",
+                        missing, "--tls-cert", missing, "--tls-key", missing},
+                       dir_ + "/tls.out", &out),
+            2)
+      << out;
+  EXPECT_THAT(out, HasSubstr("tls.ca"));
+  EXPECT_THAT(out, HasSubstr(missing));
+}
+
+// Issue #15: with mutual TLS, pitstopctl's certificate or token decides
+// what it may do; SIGHUP re-reads the tokens file.
+TEST_F(ControllerDaemonTest, MutualTlsRolesAndTokenReload) {
+  const std::string pki = dir_ + "/pki";
+  std::string out;
+  ASSERT_EQ(RunProcess({PITSTOP_GEN_CERTS, pki, "--hosts", "node1"},
+                       dir_ + "/gen.out", &out),
+            0)
+      << out;
+  const std::string tokens = dir_ + "/tokens";
+  { std::ofstream(tokens) << "# none yet\n"; }
+  const std::string target = StartController(
+      {"--tls-ca", pki + "/ca.pem", "--tls-cert", pki + "/controller.pem",
+       "--tls-key", pki + "/controller.key", "--auth-tokens-file", tokens});
+  auto as = [&](const std::string& who) -> std::vector<std::string> {
+    return {"--ca",   pki + "/ca.pem",
+            "--cert", pki + "/" + who + ".pem",
+            "--key",  pki + "/" + who + ".key"};
+  };
+  auto with = [](std::vector<std::string> a,
+                 const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  EXPECT_EQ(Ctl(target, with(as("viewer"), {"status"}), &out), 0) << out;
+  EXPECT_EQ(
+      Ctl(target,
+          with(as("viewer"), {"policy", "set", "job1", "--mode", "act"}), &out),
+      5)
+      << out;
+  EXPECT_THAT(out, HasSubstr("needs role operator"));
+  EXPECT_EQ(
+      Ctl(target,
+          with(as("operator"), {"policy", "set", "job1", "--mode", "act"}),
+          &out),
+      0)
+      << out;
+  EXPECT_EQ(Ctl(target, {"--ca", pki + "/ca.pem", "status"}, &out), 5) << out;
+  EXPECT_THAT(out, HasSubstr("no credentials"));
+  EXPECT_EQ(Ctl(target, {"--timeout-s", "3", "status"}, &out), 3) << out;
+
+  // A token added to the file works after SIGHUP, and the daemon lives on.
+  const std::string token = "0123456789abcdef-operator-token";
+  const std::vector<std::string> by_token = {"--ca", pki + "/ca.pem", "--token",
+                                             token};
+  EXPECT_EQ(Ctl(target, with(by_token, {"status"}), &out), 5) << out;
+  { std::ofstream(tokens) << token << " operator ops\n"; }
+  ASSERT_EQ(kill(pid_, SIGHUP), 0);
+  EXPECT_TRUE(WaitUntil([&] {
+    return Ctl(target,
+               with(by_token, {"policy", "set", "job1", "--mode", "observe"}),
+               &out) == 0;
+  })) << out;
+  EXPECT_THAT(Log(), HasSubstr("SIGHUP: 1 bearer tokens loaded"));
+  EXPECT_EQ(waitpid(pid_, nullptr, WNOHANG), 0) << "SIGHUP stopped it";
 }
 
 TEST_F(ControllerDaemonTest, ListenersDefaultToLoopback) {

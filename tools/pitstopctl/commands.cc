@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "pitstop/grpc_util.h"
+#include "pitstop/tls.h"
 #include "pitstop/v1/controller.grpc.pb.h"
 #include "tools/pitstopctl/ctl_client.h"
 #include "tools/pitstopctl/ctl_format.h"
@@ -162,6 +163,7 @@ int ExitCodeFor(const grpc::Status& s) {
       return kExitNotFound;
     case grpc::StatusCode::INVALID_ARGUMENT:
     case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::PERMISSION_DENIED:
       return kExitRejected;
     default:
       return kExitError;
@@ -175,8 +177,35 @@ void PrintError(const GlobalOptions& g, const grpc::Status& s) {
             << s.error_message() << "\n";
 }
 
-std::shared_ptr<grpc::Channel> CliChannel(const std::string& target) {
-  return grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+std::shared_ptr<grpc::Channel> CliChannel(const GlobalOptions& g) {
+  const std::vector<std::string> list = SplitControllerList(g.controller);
+  return CliChannel(g, list.empty() ? g.controller : list[0]);
+}
+
+std::shared_ptr<grpc::Channel> CliChannel(const GlobalOptions& g,
+                                          const std::string& target) {
+  const TlsFiles tls{g.ca, g.cert, g.key};
+  if (!tls.enabled()) {
+    return grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  }
+  if (tls.cert.empty() != tls.key.empty()) {
+    std::cerr << "pitstopctl: --cert and --key go together\n";
+    std::exit(kExitUsage);
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
+      TlsClientCredentials(tls);
+  if (!creds.ok()) {
+    // "tls.ca: ..." -> "--ca: ...".
+    std::string msg(creds.status().message());
+    if (msg.rfind("tls.", 0) == 0) msg = "--" + msg.substr(4);
+    std::cerr << "pitstopctl: " << msg << "\n";
+    std::exit(kExitUsage);
+  }
+  return grpc::CreateChannel(target, *creds);
+}
+
+void AddAuth(const GlobalOptions& g, grpc::ClientContext* ctx) {
+  if (!g.token.empty()) ctx->AddMetadata("authorization", "Bearer " + g.token);
 }
 
 std::string DefaultWho() {

@@ -17,6 +17,12 @@ struct GlobalOptions {
   std::string controller = "localhost:7070";
   std::string output = "table";
   double timeout_s = 10;
+  // Trust (docs/reliability.md): mutual TLS and/or a bearer token (flags
+  // --ca --cert --key --token, env PITSTOP_CA/CERT/KEY/TOKEN).
+  std::string ca;
+  std::string cert;
+  std::string key;
+  std::string token;
 };
 
 // Adds status, nodes, jobs, comms, faults, fault show, ack, resolve, drain,

@@ -29,14 +29,22 @@ std::string DefaultWho();
 // 100 ms minimum reconnect backoff is also gRPC's connect timeout, too short
 // for a loaded controller; here gRPC's defaults (20 s, bounded by the call
 // deadline) apply. A refused connection still fails at once.
-std::shared_ptr<grpc::Channel> CliChannel(const std::string& target);
+// With --ca (and --cert/--key) the channel uses TLS; an unreadable or bad
+// file is reported and pitstopctl exits with kExitUsage.
+std::shared_ptr<grpc::Channel> CliChannel(const GlobalOptions& g,
+                                          const std::string& target);
+// The same to the first address of --controller.
+std::shared_ptr<grpc::Channel> CliChannel(const GlobalOptions& g);
+// Adds "authorization: Bearer TOKEN" when --token / PITSTOP_TOKEN is set.
+void AddAuth(const GlobalOptions& g, grpc::ClientContext* ctx);
 
 // One call to `target`, no error printed.
 template <typename Req, typename Resp, typename Method>
 grpc::Status CallOne(const GlobalOptions& g, const std::string& target,
                      Method method, const Req& req, Resp* resp) {
-  auto stub = v1::Controller::NewStub(CliChannel(target));
+  auto stub = v1::Controller::NewStub(CliChannel(g, target));
   grpc::ClientContext ctx;
+  AddAuth(g, &ctx);
   ctx.set_deadline(
       std::chrono::system_clock::now() +
       std::chrono::milliseconds(static_cast<int64_t>(g.timeout_s * 1000)));

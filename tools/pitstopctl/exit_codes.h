@@ -10,7 +10,7 @@ inline constexpr int kExitUsage = 2;          // bad flags / arguments
 inline constexpr int kExitUnreachable = 3;    // controller down / timeout
 inline constexpr int kExitNotFound = 4;       // unknown fault / node / job
 inline constexpr int kExitRejected =
-    5;                                // INVALID_ARGUMENT, FAILED_PRECONDITION
+    5;  // INVALID_ARGUMENT, FAILED_PRECONDITION, PERMISSION_DENIED
 inline constexpr int kExitError = 6;  // anything else
 
 }  // namespace pitstop::ctl

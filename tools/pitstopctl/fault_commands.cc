@@ -31,8 +31,9 @@ FaultArgs& Args() {
 }
 
 int Watch(const GlobalOptions& g, const FaultArgs& a) {
-  auto stub = v1::Controller::NewStub(CliChannel(g.controller));
+  auto stub = v1::Controller::NewStub(CliChannel(g));
   grpc::ClientContext ctx;
+  AddAuth(g, &ctx);
   v1::WatchFaultsRequest req;
   req.set_job_id(a.job);
   req.set_include_existing(true);

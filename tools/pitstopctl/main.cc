@@ -19,14 +19,31 @@ int main(int argc, char** argv) {
   CLI::App app(
       "pitstopctl: inspect and operate pitstop-controller.\n"
       "Exit codes: 0 ok, 1 faults present (faults --fail-if-any), 2 usage, "
-      "3 controller unreachable, 4 not found, 5 request rejected, 6 other "
-      "error.");
+      "3 controller unreachable, 4 not found, 5 request rejected (also "
+      "PERMISSION_DENIED), 6 other error.");
   app.require_subcommand(1);
   app.add_option(
          "--controller", g.controller,
          "controller address host:port, or several comma-separated (the "
          "leader is followed; env PITSTOP_CONTROLLER)")
       ->capture_default_str();
+  app.add_option("--ca", g.ca,
+                 "PEM CA file: talk TLS and verify the controller with it "
+                 "(env PITSTOP_CA)")
+      ->envname("PITSTOP_CA")
+      ->check(CLI::ExistingFile);
+  app.add_option("--cert", g.cert,
+                 "PEM client certificate (its SAN URI pitstop://role/ROLE "
+                 "gives the role; env PITSTOP_CERT)")
+      ->envname("PITSTOP_CERT")
+      ->check(CLI::ExistingFile);
+  app.add_option("--key", g.key, "PEM private key of --cert (env PITSTOP_KEY)")
+      ->envname("PITSTOP_KEY")
+      ->check(CLI::ExistingFile);
+  app.add_option("--token", g.token,
+                 "bearer token from the controller's tokens file (env "
+                 "PITSTOP_TOKEN; prefer the environment: flags show in ps)")
+      ->envname("PITSTOP_TOKEN");
   app.add_option("-o,--output", g.output, "output format: table or json")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();

@@ -24,9 +24,23 @@ absl::Status Take(absl::StatusOr<T> v, T* out) {
 
 }  // namespace
 
+absl::Status ControllerService::Authorize(grpc::CallbackServerContext* ctx,
+                                          absl::string_view method) {
+  if (auth_ == nullptr) return absl::OkStatus();
+  return auth_->Check(*ctx, method).status();
+}
+
+// The first thing every Controller call does: the role check of its method.
+#define PITSTOP_AUTHORIZE(name)                                          \
+  if (absl::Status st = Authorize(ctx, "/pitstop.v1.Controller/" #name); \
+      !st.ok()) {                                                        \
+    return Done(ctx, st);                                                \
+  }
+
 grpc::ServerUnaryReactor* ControllerService::GetStatus(
     grpc::CallbackServerContext* ctx, const v1::GetStatusRequest*,
     v1::GetStatusResponse* resp) {
+  PITSTOP_AUTHORIZE(GetStatus);
   *resp->mutable_status() = core_->Status();
   return Done(ctx, absl::OkStatus());
 }
@@ -34,6 +48,7 @@ grpc::ServerUnaryReactor* ControllerService::GetStatus(
 grpc::ServerUnaryReactor* ControllerService::ListNodes(
     grpc::CallbackServerContext* ctx, const v1::ListNodesRequest*,
     v1::ListNodesResponse* resp) {
+  PITSTOP_AUTHORIZE(ListNodes);
   for (v1::Node& n : core_->Nodes()) *resp->add_nodes() = std::move(n);
   return Done(ctx, absl::OkStatus());
 }
@@ -41,12 +56,14 @@ grpc::ServerUnaryReactor* ControllerService::ListNodes(
 grpc::ServerUnaryReactor* ControllerService::GetNode(
     grpc::CallbackServerContext* ctx, const v1::GetNodeRequest* req,
     v1::GetNodeResponse* resp) {
+  PITSTOP_AUTHORIZE(GetNode);
   return Done(ctx, Take(core_->Node(req->host()), resp->mutable_node()));
 }
 
 grpc::ServerUnaryReactor* ControllerService::ListJobs(
     grpc::CallbackServerContext* ctx, const v1::ListJobsRequest*,
     v1::ListJobsResponse* resp) {
+  PITSTOP_AUTHORIZE(ListJobs);
   for (v1::Job& j : core_->Jobs()) *resp->add_jobs() = std::move(j);
   return Done(ctx, absl::OkStatus());
 }
@@ -54,12 +71,14 @@ grpc::ServerUnaryReactor* ControllerService::ListJobs(
 grpc::ServerUnaryReactor* ControllerService::GetJob(
     grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
     v1::GetJobResponse* resp) {
+  PITSTOP_AUTHORIZE(GetJob);
   return Done(ctx, Take(core_->Job(req->job_id()), resp->mutable_job()));
 }
 
 grpc::ServerUnaryReactor* ControllerService::ListCommunicators(
     grpc::CallbackServerContext* ctx, const v1::ListCommunicatorsRequest* req,
     v1::ListCommunicatorsResponse* resp) {
+  PITSTOP_AUTHORIZE(ListCommunicators);
   for (v1::Communicator& c : core_->Communicators(req->job_id())) {
     *resp->add_communicators() = std::move(c);
   }
@@ -69,6 +88,7 @@ grpc::ServerUnaryReactor* ControllerService::ListCommunicators(
 grpc::ServerUnaryReactor* ControllerService::GetCommunicator(
     grpc::CallbackServerContext* ctx, const v1::GetCommunicatorRequest* req,
     v1::GetCommunicatorResponse* resp) {
+  PITSTOP_AUTHORIZE(GetCommunicator);
   return Done(ctx, Take(core_->Communicator(req->comm_hash()),
                         resp->mutable_communicator()));
 }
@@ -76,6 +96,7 @@ grpc::ServerUnaryReactor* ControllerService::GetCommunicator(
 grpc::ServerUnaryReactor* ControllerService::ListFaults(
     grpc::CallbackServerContext* ctx, const v1::ListFaultsRequest* req,
     v1::ListFaultsResponse* resp) {
+  PITSTOP_AUTHORIZE(ListFaults);
   absl::StatusOr<std::vector<v1::Fault>> faults =
       core_->Faults(req->job_id(), req->include_resolved(), req->limit());
   if (!faults.ok()) return Done(ctx, faults.status());
@@ -86,18 +107,24 @@ grpc::ServerUnaryReactor* ControllerService::ListFaults(
 grpc::ServerUnaryReactor* ControllerService::GetFault(
     grpc::CallbackServerContext* ctx, const v1::GetFaultRequest* req,
     v1::GetFaultResponse* resp) {
+  PITSTOP_AUTHORIZE(GetFault);
   return Done(ctx, Take(core_->Fault(req->fault_id()), resp->mutable_fault()));
 }
 
 grpc::ServerWriteReactor<v1::WatchFaultsResponse>*
-ControllerService::WatchFaults(grpc::CallbackServerContext*,
+ControllerService::WatchFaults(grpc::CallbackServerContext* ctx,
                                const v1::WatchFaultsRequest* req) {
+  if (absl::Status st = Authorize(ctx, "/pitstop.v1.Controller/WatchFaults");
+      !st.ok()) {
+    return NewRefusedWatchReactor(st);
+  }
   return NewWatchReactor(core_, *req);
 }
 
 grpc::ServerUnaryReactor* ControllerService::AcknowledgeFault(
     grpc::CallbackServerContext* ctx, const v1::AcknowledgeFaultRequest* req,
     v1::AcknowledgeFaultResponse* resp) {
+  PITSTOP_AUTHORIZE(AcknowledgeFault);
   return Done(ctx,
               Take(core_->Acknowledge(req->fault_id(), req->who(), req->note()),
                    resp->mutable_fault()));
@@ -106,6 +133,7 @@ grpc::ServerUnaryReactor* ControllerService::AcknowledgeFault(
 grpc::ServerUnaryReactor* ControllerService::ResolveFault(
     grpc::CallbackServerContext* ctx, const v1::ResolveFaultRequest* req,
     v1::ResolveFaultResponse* resp) {
+  PITSTOP_AUTHORIZE(ResolveFault);
   return Done(ctx,
               Take(core_->Resolve(req->fault_id(), req->who(), req->note()),
                    resp->mutable_fault()));
@@ -114,6 +142,7 @@ grpc::ServerUnaryReactor* ControllerService::ResolveFault(
 grpc::ServerUnaryReactor* ControllerService::DrainNode(
     grpc::CallbackServerContext* ctx, const v1::DrainNodeRequest* req,
     v1::DrainNodeResponse* resp) {
+  PITSTOP_AUTHORIZE(DrainNode);
   return Done(ctx, Take(core_->Drain(req->host(), req->reason()),
                         resp->mutable_node()));
 }
@@ -121,12 +150,14 @@ grpc::ServerUnaryReactor* ControllerService::DrainNode(
 grpc::ServerUnaryReactor* ControllerService::UncordonNode(
     grpc::CallbackServerContext* ctx, const v1::UncordonNodeRequest* req,
     v1::UncordonNodeResponse* resp) {
+  PITSTOP_AUTHORIZE(UncordonNode);
   return Done(ctx, Take(core_->Uncordon(req->host()), resp->mutable_node()));
 }
 
 grpc::ServerUnaryReactor* ControllerService::GetJobPolicy(
     grpc::CallbackServerContext* ctx, const v1::GetJobPolicyRequest* req,
     v1::GetJobPolicyResponse* resp) {
+  PITSTOP_AUTHORIZE(GetJobPolicy);
   return Done(ctx,
               Take(core_->GetPolicy(req->job_id()), resp->mutable_policy()));
 }
@@ -134,6 +165,7 @@ grpc::ServerUnaryReactor* ControllerService::GetJobPolicy(
 grpc::ServerUnaryReactor* ControllerService::SetJobPolicy(
     grpc::CallbackServerContext* ctx, const v1::SetJobPolicyRequest* req,
     v1::SetJobPolicyResponse* resp) {
+  PITSTOP_AUTHORIZE(SetJobPolicy);
   if (!req->has_policy()) {
     return Done(ctx, absl::InvalidArgumentError("policy: required"));
   }
@@ -144,12 +176,14 @@ grpc::ServerUnaryReactor* ControllerService::SetJobPolicy(
 grpc::ServerUnaryReactor* ControllerService::GetJobSync(
     grpc::CallbackServerContext* ctx, const v1::GetJobSyncRequest* req,
     v1::GetJobSyncResponse* resp) {
+  PITSTOP_AUTHORIZE(GetJobSync);
   return Done(ctx, Take(core_->JobSync(req->job_id()), resp->mutable_sync()));
 }
 
 grpc::ServerUnaryReactor* ControllerService::SetSyncPolicy(
     grpc::CallbackServerContext* ctx, const v1::SetSyncPolicyRequest* req,
     v1::SetSyncPolicyResponse* resp) {
+  PITSTOP_AUTHORIZE(SetSyncPolicy);
   return Done(ctx, Take(core_->SetSyncPolicy(req->job_id(), req->settings()),
                         resp->mutable_settings()));
 }
@@ -157,29 +191,40 @@ grpc::ServerUnaryReactor* ControllerService::SetSyncPolicy(
 grpc::ServerUnaryReactor* ControllerService::GetJobLora(
     grpc::CallbackServerContext* ctx, const v1::GetJobLoraRequest* req,
     v1::GetJobLoraResponse* resp) {
+  PITSTOP_AUTHORIZE(GetJobLora);
   return Done(ctx, Take(core_->JobLora(req->job_id()), resp->mutable_lora()));
 }
 
 grpc::ServerUnaryReactor* ControllerService::SetLoraPolicy(
     grpc::CallbackServerContext* ctx, const v1::SetLoraPolicyRequest* req,
     v1::SetLoraPolicyResponse* resp) {
+  PITSTOP_AUTHORIZE(SetLoraPolicy);
   return Done(ctx, Take(core_->SetLoraPolicy(req->job_id(), req->settings()),
                         resp->mutable_settings()));
 }
 
 grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
-AgentLinkService::Connect(grpc::CallbackServerContext*) {
-  return NewAgentStreamReactor(core_);
+AgentLinkService::Connect(grpc::CallbackServerContext* ctx) {
+  if (auth_ == nullptr) return NewAgentStreamReactor(core_);
+  absl::StatusOr<Caller> caller =
+      auth_->Check(*ctx, "/pitstop.v1.AgentLink/Connect");
+  if (!caller.ok()) return NewRefusedAgentStreamReactor(caller.status());
+  return NewAgentStreamReactor(core_, AgentStreamAuth{auth_, ctx, *caller});
 }
 
-ControllerServer::ControllerServer(ControllerCore* core)
-    : controller_(core), agent_link_(core) {}
+ControllerServer::ControllerServer(ControllerCore* core, Authorizer* auth)
+    : controller_(core, auth), agent_link_(core, auth) {}
 
 absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
-    ControllerCore* core, const std::string& listen) {
-  std::unique_ptr<ControllerServer> s(new ControllerServer(core));
+    ControllerCore* core, const std::string& listen,
+    const ServerSecurity& security) {
+  std::unique_ptr<ControllerServer> s(
+      new ControllerServer(core, security.authorizer));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(listen,
+                           security.credentials
+                               ? security.credentials
+                               : grpc::InsecureServerCredentials(),
                            &s->port_);
   builder.RegisterService(&s->controller_);
   builder.RegisterService(&s->agent_link_);

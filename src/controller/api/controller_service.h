@@ -12,15 +12,18 @@
 #include "grpcpp/grpcpp.h"
 #include "pitstop/v1/agent.grpc.pb.h"
 #include "pitstop/v1/controller.grpc.pb.h"
+#include "src/controller/api/authorizer.h"
 #include "src/controller/controller_core.h"
 
 namespace pitstop::controller {
 
 // Request validation lives here: INVALID_ARGUMENT names the field, unknown
-// ids get NOT_FOUND (from the core).
+// ids get NOT_FOUND (from the core). Every call first asks `auth` (when
+// set) with the method's full name: PERMISSION_DENIED with the reason.
 class ControllerService final : public v1::Controller::CallbackService {
  public:
-  explicit ControllerService(ControllerCore* core) : core_(core) {}
+  explicit ControllerService(ControllerCore* core, Authorizer* auth = nullptr)
+      : core_(core), auth_(auth) {}
 
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx,
                                       const v1::GetStatusRequest* req,
@@ -84,17 +87,30 @@ class ControllerService final : public v1::Controller::CallbackService {
       v1::SetLoraPolicyResponse* resp) override;
 
  private:
+  absl::Status Authorize(grpc::CallbackServerContext* ctx,
+                         absl::string_view method);
   ControllerCore* const core_;
+  Authorizer* const auth_;
 };
 
 class AgentLinkService final : public v1::AgentLink::CallbackService {
  public:
-  explicit AgentLinkService(ControllerCore* core) : core_(core) {}
+  explicit AgentLinkService(ControllerCore* core, Authorizer* auth = nullptr)
+      : core_(core), auth_(auth) {}
   grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>* Connect(
       grpc::CallbackServerContext* ctx) override;
 
  private:
   ControllerCore* const core_;
+  Authorizer* const auth_;
+};
+
+// How the server authenticates and authorizes callers. Default: plaintext,
+// every call allowed (the controller then binds loopback unless told
+// --insecure; main() decides).
+struct ServerSecurity {
+  std::shared_ptr<grpc::ServerCredentials> credentials;  // null = insecure
+  Authorizer* authorizer = nullptr;                      // null = allow all
 };
 
 // Hosts both services on one port. Not thread-safe; owned by main().
@@ -103,14 +119,15 @@ class ControllerServer {
   // Binds `listen` ("0.0.0.0:7070", "127.0.0.1:0" picks a free port).
   // Unavailable naming the address when it cannot bind.
   static absl::StatusOr<std::unique_ptr<ControllerServer>> Start(
-      ControllerCore* core, const std::string& listen);
+      ControllerCore* core, const std::string& listen,
+      const ServerSecurity& security = {});
   ~ControllerServer();
   int port() const { return port_; }
   // Stops accepting, cancels open streams after `grace`, waits for calls.
   void Shutdown(absl::Duration grace);
 
  private:
-  ControllerServer(ControllerCore* core);
+  ControllerServer(ControllerCore* core, Authorizer* auth);
   ControllerService controller_;
   AgentLinkService agent_link_;
   std::unique_ptr<grpc::Server> server_;

@@ -40,7 +40,8 @@ class AgentStreamReactor final
     : public grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>,
       public CommandSink {
  public:
-  explicit AgentStreamReactor(ControllerCore* core) : core_(core), out_(this) {
+  AgentStreamReactor(ControllerCore* core, AgentStreamAuth auth)
+      : core_(core), auth_(std::move(auth)), out_(this) {
     StartRead(&request_);
   }
   void Send(const v1::ConnectResponse& response) override {
@@ -85,6 +86,15 @@ class AgentStreamReactor final
             "registration: the first ConnectRequest must carry it"));
         return;
       }
+      if (auth_.authorizer != nullptr) {
+        // An agent speaks only for the host its certificate names.
+        absl::Status allowed = auth_.authorizer->CheckAgentHost(
+            *auth_.ctx, auth_.caller, request_.registration().host());
+        if (!allowed.ok()) {
+          out_.Finish(ToGrpcStatus(allowed));
+          return;
+        }
+      }
       absl::StatusOr<uint64_t> s =
           core_->AgentConnected(request_.registration(), this);
       if (!s.ok()) {  // INVALID_ARGUMENT, ALREADY_EXISTS, RESOURCE_EXHAUSTED
@@ -114,6 +124,7 @@ class AgentStreamReactor final
   }
 
   ControllerCore* const core_;
+  const AgentStreamAuth auth_;
   WriteQueue<AgentStreamReactor, v1::ConnectResponse> out_;
   v1::ConnectRequest request_;
   uint64_t session_ = 0;
@@ -122,7 +133,29 @@ class AgentStreamReactor final
   std::string host_;
 };
 
+// A stream refused before it started (PERMISSION_DENIED): finishes at once.
+template <typename Base>
+class RefusedReactor final : public Base {
+ public:
+  explicit RefusedReactor(const absl::Status& why) {
+    this->Finish(ToGrpcStatus(why));
+  }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
+
+grpc::ServerWriteReactor<v1::WatchFaultsResponse>* NewRefusedWatchReactor(
+    const absl::Status& why) {
+  return new RefusedReactor<grpc::ServerWriteReactor<v1::WatchFaultsResponse>>(
+      why);
+}
+
+grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
+NewRefusedAgentStreamReactor(const absl::Status& why) {
+  return new RefusedReactor<
+      grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>>(why);
+}
 
 grpc::ServerWriteReactor<v1::WatchFaultsResponse>* NewWatchReactor(
     ControllerCore* core, const v1::WatchFaultsRequest& request) {
@@ -131,7 +164,12 @@ grpc::ServerWriteReactor<v1::WatchFaultsResponse>* NewWatchReactor(
 
 grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
 NewAgentStreamReactor(ControllerCore* core) {
-  return new AgentStreamReactor(core);
+  return new AgentStreamReactor(core, AgentStreamAuth{});
+}
+
+grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
+NewAgentStreamReactor(ControllerCore* core, AgentStreamAuth auth) {
+  return new AgentStreamReactor(core, std::move(auth));
 }
 
 }  // namespace pitstop::controller

@@ -5,6 +5,7 @@
 #include "grpcpp/grpcpp.h"
 #include "pitstop/v1/agent.pb.h"
 #include "pitstop/v1/controller.pb.h"
+#include "src/controller/api/authorizer.h"
 #include "src/controller/controller_core.h"
 
 namespace pitstop::controller {
@@ -19,6 +20,23 @@ grpc::ServerWriteReactor<v1::WatchFaultsResponse>* NewWatchReactor(
 // the core are written back. Deletes itself when done.
 grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
 NewAgentStreamReactor(ControllerCore* core);
+
+// An authenticated agent stream: its registration.host must be one the
+// caller's certificate (or token) names (Authorizer::CheckAgentHost),
+// PERMISSION_DENIED otherwise. `ctx` is the stream's own context.
+struct AgentStreamAuth {
+  Authorizer* authorizer = nullptr;
+  const grpc::CallbackServerContext* ctx = nullptr;
+  Caller caller;
+};
+grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
+NewAgentStreamReactor(ControllerCore* core, AgentStreamAuth auth);
+
+// Streams refused before they start: finish at once with `why`.
+grpc::ServerWriteReactor<v1::WatchFaultsResponse>* NewRefusedWatchReactor(
+    const absl::Status& why);
+grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
+NewRefusedAgentStreamReactor(const absl::Status& why);
 
 }  // namespace pitstop::controller
 

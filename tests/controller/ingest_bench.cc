@@ -1,0 +1,234 @@
+// Benchmark driver (not a test) of issue #15's "ingest off the lock": how
+// long ControllerCore::AgentBatch() takes while detection cycles run and
+// SQLite syncs (synchronous=FULL, a real file) happen, once with batches
+// waiting for the controller's lock (the old behaviour,
+// ingest_off_lock=false) and once with the ingest inbox, side by side in one
+// run. N ranks, 8 per host, in the engine benchmark's layout (a
+// tensor-parallel communicator per host, a data-parallel one per GPU index);
+// every host sends one batch per iteration with its ranks' summaries (rank 3
+// slow); a writer thread drains and uncordons a node every 20 ms (each an
+// fsync under the lock). Real clock: windows close every second and the
+// detection cycle runs every 100 ms.
+//
+//   controller_ingest_bench --ranks 2048 --seconds 5
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "src/controller/controller_core.h"
+
+namespace pitstop::controller {
+namespace {
+
+class NullSink : public CommandSink {
+ public:
+  void Send(const v1::ConnectResponse&) override {}
+};
+
+struct Result {
+  std::vector<double> latency_ms;
+  uint64_t queued = 0;
+  uint64_t cycles = 0;
+  double cycle_ms_max = 0;
+  uint64_t syncs = 0;
+  uint64_t faults = 0;
+  uint64_t errors = 0;
+  uint64_t joined = 0;
+};
+
+double Pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
+}
+
+Result Run(bool off_lock, int32_t ranks, int seconds, const std::string& db) {
+  std::filesystem::remove(db);
+  std::filesystem::remove(db + "-wal");
+  std::filesystem::remove(db + "-shm");
+  ControllerCore::Options o;
+  o.db_path = db;
+  o.cycle_period = absl::Milliseconds(100);
+  o.ingest_off_lock = off_lock;
+  auto core_or = ControllerCore::Create(o);
+  if (!core_or.ok()) {
+    std::fprintf(stderr, "%s\n", core_or.status().ToString().c_str());
+    std::exit(1);
+  }
+  ControllerCore* core = core_or->get();
+  // The engine benchmark's layout (docs/benchmarks.md): per host one
+  // tensor-parallel communicator of its 8 ranks, per GPU index one
+  // data-parallel communicator across all hosts.
+  const int32_t hosts = ranks / 8;
+  auto host_of = [](int32_t g) { return absl::StrCat("node", g / 8); };
+  NullSink sink;
+  std::vector<uint64_t> sessions;
+  for (int32_t h = 0; h < hosts; ++h) {
+    v1::NodeRegistration reg;
+    reg.set_host(host_of(h * 8));
+    reg.set_agent_id(absl::StrCat("agent-", h));
+    for (int g = 0; g < 8; ++g) reg.add_gpus()->set_index(g);
+    sessions.push_back(*core->AgentConnected(reg, &sink));
+  }
+  // Membership first: each host sends its ranks' infos.
+  for (int32_t h = 0; h < hosts; ++h) {
+    v1::ConnectRequest b;
+    for (int32_t g = h * 8; g < h * 8 + 8; ++g) {
+      for (int dp = 0; dp < 2; ++dp) {
+        v1::CommunicatorInfo* info = b.add_communicators();
+        info->set_comm_hash(dp ? 0x2000000 + g % 8 : 0x1000000 + h);
+        info->set_n_ranks(dp ? hosts : 8);
+        info->set_rank(dp ? h : g % 8);
+        info->set_job_id("bench");
+        info->set_host(host_of(g));
+        info->set_pid(10000 + g);
+        info->set_cuda_device(g % 8);
+      }
+    }
+    (void)core->AgentBatch(sessions[h], b);
+  }
+  core->Start();
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> syncs{0};
+  std::thread writer([&] {
+    const std::string host = host_of(0);
+    while (!stop.load()) {
+      (void)core->Drain(host, "bench");
+      (void)core->Uncordon(host);
+      syncs += 2;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  // Host h's batch of iteration `it`: 4 TP and 2 DP all-reduces of its 8
+  // ranks (rank 3 is 60% slower: a straggler to store and update).
+  auto Batch = [&](int32_t h, uint64_t it) {
+    v1::ConnectRequest b;
+    for (int32_t g = h * 8; g < h * 8 + 8; ++g) {
+      for (int dp = 0; dp < 2; ++dp) {
+        for (int op = 0; op < (dp ? 2 : 4); ++op) {
+          v1::CollectiveSummary* sum = b.add_summaries();
+          sum->set_comm_hash(dp ? 0x2000000 + g % 8 : 0x1000000 + h);
+          sum->set_rank(dp ? h : g % 8);
+          sum->set_global_rank(g);
+          sum->set_seq_number(it * (dp ? 2 : 4) + op + 1);
+          sum->set_func(v1::COLL_FUNC_ALL_REDUCE);
+          sum->set_state(v1::OP_STATE_COMPLETED);
+          sum->set_bytes(64 << 20);
+          sum->set_kernel_duration_ns((g == 3 ? 1'600'000 : 1'000'000) +
+                                      (g * 7919 + op * 104729) % 20'000);
+          sum->set_pid(10000 + g);
+        }
+      }
+    }
+    return b;
+  };
+  // Agents send concurrently, each host once per second (batch_ms 1000),
+  // spread over the second; kFeeders threads stand for the agents' streams.
+  constexpr int kFeeders = 8;
+  Result res;
+  std::vector<std::vector<double>> lat(kFeeders);
+  std::vector<uint64_t> errors(kFeeders, 0);
+  const auto t_start = std::chrono::steady_clock::now();
+  std::vector<std::thread> feeders;
+  for (int t = 0; t < kFeeders; ++t) {
+    feeders.emplace_back([&, t] {
+      for (uint64_t it = 0; it < static_cast<uint64_t>(seconds); ++it) {
+        for (int32_t h = t; h < hosts; h += kFeeders) {
+          std::this_thread::sleep_until(
+              t_start + std::chrono::microseconds(it * 1'000'000 +
+                                                  h * 1'000'000LL / hosts));
+          v1::ConnectRequest b = Batch(h, it);
+          const auto t0 = std::chrono::steady_clock::now();
+          if (!core->AgentBatch(sessions[h], b).ok()) ++errors[t];
+          lat[t].push_back(std::chrono::duration<double, std::milli>(
+                               std::chrono::steady_clock::now() - t0)
+                               .count());
+        }
+      }
+    });
+  }
+  for (std::thread& f : feeders) f.join();
+  for (int t = 0; t < kFeeders; ++t) {
+    res.latency_ms.insert(res.latency_ms.end(), lat[t].begin(), lat[t].end());
+    res.errors += errors[t];
+  }
+  stop = true;
+  writer.join();
+  core->Stop();
+  const v1::ControllerStatus st = core->Status();
+  res.queued = core->input_stats().batches_queued;
+  res.cycles = 0;
+  res.cycle_ms_max = st.last_detection_cycle_ms();
+  res.syncs = syncs.load();
+  res.faults = st.open_faults();
+  res.joined = st.collectives_joined();
+  return res;
+}
+
+int Main(int argc, char** argv) {
+  int32_t ranks = 2048;
+  int seconds = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--ranks")) ranks = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--seconds")) seconds = std::atoi(argv[i + 1]);
+  }
+  if (ranks < 16 || ranks % 8 != 0 || seconds < 1) {
+    std::fprintf(stderr, "usage: %s --ranks N (multiple of 8) --seconds S\n",
+                 argv[0]);
+    return 2;
+  }
+  const std::string db =
+      (std::filesystem::temp_directory_path() /
+       absl::StrCat("pitstop-ingest-bench-", getpid(), ".db"))
+          .string();
+  std::printf(
+      "%d ranks (%d hosts, 8 ranks each), %d s per mode, cycle 100 ms, "
+      "db %s (synchronous=FULL)\n",
+      ranks, ranks / 8, seconds, db.c_str());
+  std::printf(
+      "| mode | batches | p50 ms | p99 ms | p99.9 ms | max ms | queued | syncs "
+      "| "
+      "open faults | joined | errors | last cycle ms |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  double p99[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const bool off = i == 1;
+    Result r = Run(off, ranks, seconds, db);
+    p99[i] = Pct(r.latency_ms, 0.99);
+    std::printf(
+        "| %s | %zu | %.3f | %.3f | %.3f | %.3f | %llu | %llu | %llu | %llu | "
+        "%llu "
+        "| %.1f |\n",
+        off ? "inbox (ingest_off_lock)" : "waits for the lock",
+        r.latency_ms.size(), Pct(r.latency_ms, 0.5), p99[i],
+        Pct(r.latency_ms, 0.999), Pct(r.latency_ms, 1.0),
+        static_cast<unsigned long long>(r.queued),
+        static_cast<unsigned long long>(r.syncs),
+        static_cast<unsigned long long>(r.faults),
+        static_cast<unsigned long long>(r.joined),
+        static_cast<unsigned long long>(r.errors), r.cycle_ms_max);
+  }
+  std::printf("p99 ratio (waiting / inbox): %.1fx\n",
+              p99[1] > 0 ? p99[0] / p99[1] : 0.0);
+  std::filesystem::remove(db);
+  std::filesystem::remove(db + "-wal");
+  std::filesystem::remove(db + "-shm");
+  return 0;
+}
+
+}  // namespace
+}  // namespace pitstop::controller
+
+int main(int argc, char** argv) {
+  return pitstop::controller::Main(argc, argv);
+}
