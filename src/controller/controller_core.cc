@@ -42,6 +42,7 @@ ControllerCore::ControllerCore(Options options,
       engine_(std::move(engine)) {
   MutexLock lock(&mu_);
   drains_ = store_->Drains();
+  process_budget_ = options_.max_tracked_processes;
   sync_ = std::make_unique<SyncPolicyEngine>(options_.clock, options_.sync);
 }
 
@@ -195,6 +196,7 @@ absl::Status ControllerCore::AgentBatch(uint64_t session,
       node.undelivered = batch.counters().undelivered();
     }
   }
+  AccountRecords(host, &node, batch);
   auto note = [&](absl::Status s, absl::string_view what, int i) {
     if (!s.ok() && first.ok()) {
       first = absl::InvalidArgumentError(
@@ -271,6 +273,7 @@ void ControllerCore::ShedAndExpire() {
     if (e.session == 0 && expiry > 0 &&
         silent > static_cast<uint64_t>(expiry) && !drains_.count(it->first)) {
       engine_->ForgetNode(it->first);
+      e.records.Release(&process_budget_);
       ++input_.nodes_expired;
       Logger("controller")
           ->info("node {} forgotten: no agent for {} s", it->first,
