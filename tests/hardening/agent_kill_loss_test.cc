@@ -94,6 +94,17 @@ class AgentKillLossTest : public ::testing::Test {
         dir_.file(name + ".out"), dir_.file(name + ".err"));
   }
 
+  // Runs pitstopctl against the controller; its stdout.
+  std::string Ctl(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {BinaryPath("tools/pitstopctl/pitstopctl"),
+                                     "--controller", target_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const std::string out = dir_.file(absl::StrCat("ctl", ctl_runs_++));
+    Process ctl(argv, {}, out, out + ".err");
+    ctl.Wait();
+    return ReadFile(out);
+  }
+
   v1::Node GetNode() {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
@@ -132,6 +143,7 @@ class AgentKillLossTest : public ::testing::Test {
   std::unique_ptr<v1::Controller::Stub> stub_;
   std::unique_ptr<Process> agent_;
   int agents_ = 0;
+  int ctl_runs_ = 0;
 };
 
 TEST_F(AgentKillLossTest, KilledAgentLossEqualsSentMinusReceived) {
@@ -169,9 +181,24 @@ TEST_F(AgentKillLossTest, KilledAgentLossEqualsSentMinusReceived) {
             n.records_sent_by_ranks() - n.records_received());
   // The rank really sent more than the controller got before the kill.
   EXPECT_GT(n.records_sent_by_ranks(), at_kill.records_received());
-  // Said where operators look.
+  // Said where operators look: the controller's log, `pitstopctl nodes`
+  // (LOST), `pitstopctl nodes HOST` and -o json.
   EXPECT_NE(ReadFile(dir_.file("c.err")).find("never delivered"),
             std::string::npos);
+  const std::string lost = absl::StrCat(n.records_lost_in_agent());
+  const std::string detail = Ctl({"nodes", kHost});
+  const size_t row = detail.find("records lost in agent (killed)");
+  ASSERT_NE(row, std::string::npos) << detail;
+  const std::string line = detail.substr(row, detail.find('\n', row) - row);
+  EXPECT_EQ(line.substr(line.find_last_of(' ') + 1), lost) << detail;
+  EXPECT_NE(Ctl({"-o", "json", "nodes", kHost})
+                .find(absl::StrCat("\"records_lost_in_agent\":\"", lost, "\"")),
+            std::string::npos)
+      << Ctl({"-o", "json", "nodes", kHost});
+  const std::string table = Ctl({"nodes"});
+  EXPECT_NE(table.find("LOST"), std::string::npos) << table;
+  EXPECT_NE(table.find(absl::StrCat(" ", lost, " ")), std::string::npos)
+      << table;
 }
 
 TEST_F(AgentKillLossTest, RestartedRankAndCleanRunCountNoLoss) {
