@@ -45,6 +45,8 @@ class AgentLink {
   void SendGoodbye(uint32_t reason, const shm::Counters& counters);
   // Records written to the ring that the agent has not consumed.
   uint64_t unread_records() const;
+  // Records written into this connection's ring so far.
+  uint64_t records_written() const { return records_written_; }
   bool acked() const { return acked_; }
   const std::string& peer() const { return peer_; }
 

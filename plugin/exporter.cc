@@ -42,7 +42,10 @@ std::unique_ptr<Exporter> Exporter::Start(ExporterOptions options,
 
 Exporter::Exporter(ExporterOptions options, RingSet* rings,
                    CommRegistry* registry)
-    : options_(std::move(options)), rings_(rings), registry_(registry) {}
+    : options_(std::move(options)),
+      rings_(rings),
+      registry_(registry),
+      counters_start_unix_ns_(UnixNowNs()) {}
 
 Exporter::~Exporter() { Stop(kGoodbyeExit); }
 
@@ -72,6 +75,8 @@ void Exporter::OpenStream(uint64_t now_ns) {
   hf.pid = options_.hello.pid;
   hf.counters = CurrentCounters();
   hf.reconnects = static_cast<uint32_t>(streams_opened_.load());
+  hf.records_delivered = records_delivered_.load();
+  hf.counters_start_unix_ns = counters_start_unix_ns_;
   std::string error;
   link_ =
       AgentLink::Connect(options_.socket_path, options_.ring_bytes, hf, &error);
@@ -119,8 +124,12 @@ void Exporter::OpenStream(uint64_t now_ns) {
 void Exporter::CloseBrokenStream(uint64_t now_ns) {
   if (link_ == nullptr) return;
   // What the agent had not read when the connection broke is lost; so is
-  // what we had packed for it.
-  export_dropped_.fetch_add(link_->unread_records() + pending_records_);
+  // what we had packed for it. What it read is delivered as far as we can
+  // know: the next hello says so, and the controller compares it with what
+  // reached it through that agent.
+  const uint64_t unread = link_->unread_records();
+  records_delivered_.fetch_add(link_->records_written() - unread);
+  export_dropped_.fetch_add(unread + pending_records_);
   pending_.clear();
   pending_records_ = 0;
   pending_hello_ = false;

@@ -87,6 +87,9 @@ class Exporter {
   uint64_t streams_opened() const { return streams_opened_.load(); }
   // Connections the agent acknowledged (hello ack), any thread.
   uint64_t streams_acked() const { return streams_acked_.load(); }
+  // Records agents read over the connections that ended so far (sent in
+  // the next hello; docs/reliability.md "Lost without a count").
+  uint64_t records_delivered() const { return records_delivered_.load(); }
 
  private:
   Exporter(ExporterOptions options, RingSet* rings, CommRegistry* registry);
@@ -139,6 +142,9 @@ class Exporter {
   std::atomic<uint64_t> export_dropped_{0};
   std::atomic<uint64_t> streams_opened_{0};
   std::atomic<uint64_t> streams_acked_{0};
+  std::atomic<uint64_t> records_delivered_{0};
+  // CLOCK_REALTIME at construction: names these counters in every hello.
+  const uint64_t counters_start_unix_ns_;
   std::thread thread_;
 };
 

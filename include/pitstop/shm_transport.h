@@ -69,8 +69,24 @@ struct HelloFrame {
   Counters counters;
   uint32_t reconnects;  // connections this process opened before this one
   uint32_t reserved;
+  // --- Since library 0.2 (a 40-byte hello has neither; the agent accepts
+  // both sizes). Lets the controller count what a killed agent had read
+  // and never delivered (docs/reliability.md, "Lost without a count").
+  //
+  // Records agents read from this process's rings over its earlier
+  // connections, as each ring's records_read said when that connection
+  // ended (clamped to what was written).
+  uint64_t records_delivered;
+  // CLOCK_REALTIME when these counters started from zero (the library's
+  // exporter started in this process): with the pid it names the counting
+  // process, so a restarted rank (counters from zero, maybe the same pid in
+  // a container) is never taken for the old one.
+  uint64_t counters_start_unix_ns;
 };
-static_assert(sizeof(HelloFrame) == 40);
+static_assert(sizeof(HelloFrame) == 56);
+// The hello of library 0.1 (the fields up to `reserved`).
+inline constexpr uint32_t kHelloFrameV1Size = 40;
+static_assert(offsetof(HelloFrame, records_delivered) == kHelloFrameV1Size);
 
 struct AckFrame {
   uint32_t protocol_version;

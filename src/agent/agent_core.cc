@@ -9,7 +9,8 @@ AgentCore::AgentCore(Clock* clock, AgentCoreOptions options,
     : clock_(clock),
       options_(std::move(options)),
       metrics_(metrics),
-      buffer_(options_.buffer_summaries) {}
+      buffer_(options_.buffer_summaries),
+      ledger_(clock) {}
 
 AgentCore::~AgentCore() = default;
 
@@ -135,6 +136,11 @@ void AgentCore::SetStopping() {
 }
 
 void AgentCore::FillBatch(size_t max_summaries, v1::ConnectRequest* out) {
+  // First: every record counted here has been through OnMessage, so what
+  // it became (summaries below, progress, an open op) goes in this batch.
+  std::vector<v1::ProcessRecords> processes;
+  const uint64_t sent = ledger_.Snapshot(&processes);
+  for (auto& p : processes) *out->add_process_records() = std::move(p);
   std::vector<std::shared_ptr<Slot>> slots;
   {
     MutexLock lock(&mu_);
@@ -150,6 +156,7 @@ void AgentCore::FillBatch(size_t max_summaries, v1::ConnectRequest* out) {
   for (auto& p : progress) *out->add_progress() = std::move(p);
   buffer_.Drain(max_summaries, out);
   *out->mutable_counters() = Counters();
+  out->mutable_counters()->set_rank_records_sent(sent);
   out->set_sent_cpu_ns(clock_->MonotonicNanos());
   out->set_sent_unix_ns(absl::ToUnixNanos(clock_->Now()));
 }

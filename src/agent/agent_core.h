@@ -22,6 +22,7 @@
 #include "pitstop/v1/agent.pb.h"
 #include "pitstop/v1/telemetry.pb.h"
 #include "src/agent/agent_metrics.h"
+#include "src/agent/process_ledger.h"
 #include "src/agent/rank_joiner.h"
 #include "src/agent/upstream_buffer.h"
 
@@ -76,6 +77,8 @@ class AgentCore {
   int ApplyActivation(uint64_t command_id, const v1::SetActivationMask& mask);
 
   UpstreamBuffer* buffer() { return &buffer_; }
+  // Records per local process (shared-memory ingest), in every batch.
+  ProcessLedger* process_ledger() { return &ledger_; }
   v1::AgentCounters Counters();
   uint32_t connected_ranks();
   uint64_t rank_deaths() const { return deaths_.load(); }
@@ -105,6 +108,7 @@ class AgentCore {
   const AgentCoreOptions options_;
   AgentMetrics* const metrics_;
   UpstreamBuffer buffer_;
+  ProcessLedger ledger_;
   Mutex mu_;
   uint64_t next_stream_ ABSL_GUARDED_BY(mu_) = 1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,6 +1,7 @@
 #include "src/agent/rank_joiner.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "pitstop/logging.h"
@@ -38,8 +39,22 @@ void StepWaits(const v1::ProxyStepRecord& st, uint64_t* send_wait,
   }
 }
 
+// Why a string field is refused (it would be kept per communicator or
+// stream), or "".
+std::string LongString(const std::string& v, const char* field) {
+  if (v.size() <= kMaxStringBytes) return "";
+  return absl::StrCat(field, ": ", v.size(), " bytes (at most ",
+                      kMaxStringBytes, ")");
+}
+
 // Why `info` is rejected (sizes it would make the agent allocate), or "".
 std::string InvalidComm(const v1::CommunicatorInfo& info) {
+  for (auto [v, field] :
+       {std::pair{&info.comm_name(), "communicators.info.comm_name"},
+        std::pair{&info.host(), "communicators.info.host"},
+        std::pair{&info.job_id(), "communicators.info.job_id"}}) {
+    if (std::string why = LongString(*v, field); !why.empty()) return why;
+  }
   if (info.n_ranks() < 0 || info.n_ranks() > kMaxCommRanks) {
     return absl::StrCat("communicators.info.n_ranks: ", info.n_ranks(),
                         " outside [0, ", kMaxCommRanks, "]");
@@ -110,8 +125,21 @@ absl::Status RankJoiner::Add(uint64_t stream,
   const int64_t now = clock_->MonotonicNanos();
   ++stats_.batches;
   if (req.has_hello()) {
+    const v1::ProcessHello& h = req.hello();
+    for (auto [v, field] :
+         {std::pair{&h.host(), "hello.host"},
+          std::pair{&h.job_id(), "hello.job_id"},
+          std::pair{&h.library_version(), "hello.library_version"},
+          std::pair{&h.load_mode(), "hello.load_mode"}}) {
+      if (std::string why = LongString(*v, field); !why.empty()) {
+        return absl::InvalidArgumentError(why);
+      }
+    }
     s->has_hello = true;
-    s->hello = req.hello();
+    s->hello = h;
+    // Kept for the stream's life: fields this agent does not know (a
+    // newer library, or padding meant to cost memory) are not.
+    s->hello.DiscardUnknownFields();
     EmitLifecycle(s, v1::RankLifecycle::KIND_STREAM_OPENED);
   }
   if (req.batch_seq() != 0) {
@@ -125,6 +153,7 @@ absl::Status RankJoiner::Add(uint64_t stream,
     const uint64_t after = Dropped(req.drops());
     if (after > before) stats_.plugin_dropped += after - before;
     s->drops = req.drops();
+    s->drops.DiscardUnknownFields();
     s->has_drops = true;
   }
   const size_t n_records = static_cast<size_t>(req.communicators_size()) +
@@ -228,6 +257,7 @@ absl::Status RankJoiner::Add(uint64_t stream,
     }
     s->global_rank_entries =
         s->global_rank_entries - replaced + info.global_ranks_size();
+    info.DiscardUnknownFields();
     s->comms[info.comm_hash()] = info;
     communicators_.push_back(std::move(info));
   }
@@ -245,6 +275,9 @@ absl::Status RankJoiner::Add(uint64_t stream,
     if (op == nullptr) continue;
     op->has_record = true;
     op->record = r;
+    // Up to max_open_ops are kept: unknown fields would let each one cost
+    // as much as a message.
+    op->record.DiscardUnknownFields();
     ProgressState& p = s->progress[key];
     p.pid = s->hello.pid();
     p.last_enqueued_seq = std::max(p.last_enqueued_seq, r.seq_number());

@@ -70,6 +70,10 @@ inline constexpr size_t kMaxConnsPerStream = 1 << 20;  // over open ops
 // at most 4096 ops per batch. Beyond it the message's records are dropped
 // and counted in records_over_cap (the stream stays open).
 inline constexpr size_t kMaxRecordsPerMessage = 65536;
+// Strings kept per stream or communicator (hello host/job_id/versions,
+// comm_name, host, job_id): longer ones are refused (a hello: the stream
+// ends with InvalidArgument; a communicator record: dropped, counted).
+inline constexpr size_t kMaxStringBytes = 256;
 // global_ranks entries over a stream's live communicators (16 MiB).
 inline constexpr size_t kMaxGlobalRankEntries = size_t{1} << 22;
 

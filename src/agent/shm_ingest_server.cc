@@ -32,6 +32,8 @@ constexpr uint64_t kHelloTimeoutNs = 5'000'000'000ull;
 constexpr size_t kMaxOutBytes = 256 * 1024;
 // Bytes read from one ring per pass, so one busy rank cannot starve others.
 constexpr uint64_t kMaxBytesPerPass = 8ull << 20;
+// How long accepting pauses when the process is out of descriptors.
+constexpr uint64_t kOutOfFdsPauseNs = 100'000'000ull;
 
 uint64_t MonoNs() {
   timespec ts;
@@ -103,17 +105,49 @@ struct ShmIngestServer::Loop {
   std::vector<std::unique_ptr<Conn>> conns;
   v1::StreamTelemetryRequest req;
   uint64_t refused_logged_ns = 0;
+  uint64_t fds_logged_ns = 0;
+  uint64_t accept_paused_until_ns = 0;
 
   void Count(uint64_t ShmIngestStats::*field, uint64_t n = 1) {
     MutexLock lock(&s->stats_mu_);
     s->stats_.*field += n;
   }
 
+  // Out of descriptors (EMFILE/ENFILE, or kernel memory): the waiting
+  // connection stays readable and poll() would wake at once forever (a
+  // core at 100% for as long as the flood lasts). Accept and close it with
+  // the reserved descriptor, then leave the listening socket alone for
+  // kOutOfFdsPauseNs; the processes retry with backoff.
+  void OutOfDescriptors(uint64_t now, int err) {
+    if (s->reserve_fd_ >= 0) {
+      close(s->reserve_fd_);
+      s->reserve_fd_ = -1;
+      const int fd = accept4(s->listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd >= 0) close(fd);
+      s->reserve_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+    Count(&ShmIngestStats::refused);
+    accept_paused_until_ns = now + kOutOfFdsPauseNs;
+    if (now - fds_logged_ns > 10'000'000'000ull || fds_logged_ns == 0) {
+      fds_logged_ns = now;
+      Log()->error(
+          "{}: out of file descriptors ({}; {} connections open): closing "
+          "new connections for now",
+          s->options_.socket_path, strerror(err), conns.size());
+    }
+  }
+
   void Accept(uint64_t now) {
     for (;;) {
       const int fd = accept4(s->listen_fd_, nullptr, nullptr,
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) return;
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+            errno == ENOMEM) {
+          OutOfDescriptors(now, errno);
+        }
+        return;
+      }
       // pid 0 when unknown: its hello is refused under verify_pid.
       absl::StatusOr<PeerCred> got = PeerCredOf(fd);
       const PeerCred cred = got.ok() ? *got : PeerCred{};
@@ -189,9 +223,12 @@ struct ShmIngestServer::Loop {
 
   bool OnHello(Conn* c, const char* p, uint32_t size, int memfd, uint64_t off) {
     if (c->opened_) return Malformed(c, "frame", off, "second hello");
-    shm::HelloFrame h;
-    if (size != sizeof(h)) return Malformed(c, "frame", off, "hello size");
-    std::memcpy(&h, p, sizeof(h));
+    // A 0.1 library's hello ends before records_delivered (zero here).
+    shm::HelloFrame h{};
+    if (size != sizeof(h) && size != shm::kHelloFrameV1Size) {
+      return Malformed(c, "frame", off, "hello size");
+    }
+    std::memcpy(&h, p, size);
     c->hello_pid_ = h.pid;
     if (s->options_.verify_pid) {
       // A process speaks only for itself (docs/reliability.md, "Trust").
@@ -213,6 +250,8 @@ struct ShmIngestServer::Loop {
     c->counters_ = h.counters;
     c->stream_ = s->handler_->Open(c);
     c->opened_ = true;
+    s->handler_->OnHello(c->stream_, h);
+    s->handler_->OnCounters(c->stream_, h.counters);
     const shm::AckFrame ack{shm::kProtocolVersion, 0};
     const shm::FrameHeader fh{sizeof(ack), shm::kFrameHelloAck, 0};
     MutexLock lock(&c->out_mu_);
@@ -250,6 +289,7 @@ struct ShmIngestServer::Loop {
             ok = Malformed(c, "frame", off, "heartbeat size");
           } else {
             std::memcpy(&c->counters_, p, sizeof(shm::Counters));
+            s->handler_->OnCounters(c->stream_, c->counters_);
           }
           break;
         case shm::kFrameGoodbye: {
@@ -260,6 +300,7 @@ struct ShmIngestServer::Loop {
             std::memcpy(&g, p, sizeof(g));
             c->counters_ = g.counters;
             c->goodbye_ = true;
+            s->handler_->OnCounters(c->stream_, c->counters_);
           }
           break;
         }
@@ -398,6 +439,9 @@ struct ShmIngestServer::Loop {
     c->records_read_ += records;
     c->header_->records_read.store(c->records_read_, std::memory_order_release);
     c->header_->read_pos.store(pos, std::memory_order_release);
+    // Only now, with records_read published: what a batch then says was
+    // read is never more than what the process counts as delivered.
+    if (records != 0) s->handler_->OnRecordsRead(c->stream_, records);
     if (messages != 0) {
       MutexLock lock(&s->stats_mu_);
       s->stats_.messages += messages;
@@ -460,7 +504,9 @@ struct ShmIngestServer::Loop {
     for (;;) {
       fds.clear();
       fds.push_back({s->wake_fd_, POLLIN, 0});
-      fds.push_back({s->listen_fd_, POLLIN, 0});
+      const bool accepting = MonoNs() >= accept_paused_until_ns;
+      fds.push_back(
+          {s->listen_fd_, static_cast<short>(accepting ? POLLIN : 0), 0});
       for (auto& c : conns) {
         short events = POLLIN;
         {
@@ -541,11 +587,13 @@ absl::StatusOr<std::unique_ptr<ShmIngestServer>> ShmIngestServer::Create(
   }
   struct stat st;
   if (stat(path.c_str(), &st) == 0) s->inode_ = st.st_ino;
+  // Released to accept-and-close a connection when out of descriptors.
+  s->reserve_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
   s->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (s->wake_fd_ < 0) return absl::InternalError("eventfd failed");
   ShmIngestServer* self = s.get();
   s->thread_ = std::thread([self] {
-    Loop loop{self, {}, {}, 0};
+    Loop loop{self, {}, {}, 0, 0, 0};
     loop.Run();
   });
   return s;
@@ -571,7 +619,8 @@ void ShmIngestServer::Stop() {
   if (listen_fd_ >= 0) close(listen_fd_);
   if (wake_fd_ >= 0) close(wake_fd_);
   if (lock_fd_ >= 0) close(lock_fd_);
-  listen_fd_ = wake_fd_ = lock_fd_ = -1;
+  if (reserve_fd_ >= 0) close(reserve_fd_);
+  listen_fd_ = wake_fd_ = lock_fd_ = reserve_fd_ = -1;
 }
 
 void ShmIngestServer::Kill() {

@@ -29,6 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "pitstop/shm_transport.h"
 #include "pitstop/v1/telemetry.pb.h"
 #include "src/agent/agent_core.h"
 
@@ -46,6 +47,23 @@ class ShmStreamHandler {
                                  const v1::StreamTelemetryRequest& request) = 0;
   // The stream ended (goodbye, EOF, error, shed, agent stop).
   virtual void Close(uint64_t stream) = 0;
+  // After Open: the process's hello (a 0.1 library's 40-byte hello has
+  // records_delivered and counters_start_unix_ns 0).
+  virtual void OnHello(uint64_t stream, const shm::HelloFrame& hello) {
+    (void)stream;
+    (void)hello;
+  }
+  // The process's cumulative counters (hello, heartbeat, goodbye).
+  virtual void OnCounters(uint64_t stream, const shm::Counters& counters) {
+    (void)stream;
+    (void)counters;
+  }
+  // `records` more records were read from the ring and acknowledged to the
+  // process (after OnMessage of the messages carrying them).
+  virtual void OnRecordsRead(uint64_t stream, uint64_t records) {
+    (void)stream;
+    (void)records;
+  }
 };
 
 class AgentCoreHandler : public ShmStreamHandler {
@@ -56,7 +74,19 @@ class AgentCoreHandler : public ShmStreamHandler {
                          const v1::StreamTelemetryRequest& request) override {
     return core_->OnMessage(stream, request);
   }
-  void Close(uint64_t stream) override { core_->CloseStream(stream); }
+  void Close(uint64_t stream) override {
+    core_->process_ledger()->Closed(stream);
+    core_->CloseStream(stream);
+  }
+  void OnHello(uint64_t stream, const shm::HelloFrame& hello) override {
+    core_->process_ledger()->Hello(stream, hello);
+  }
+  void OnCounters(uint64_t stream, const shm::Counters& counters) override {
+    core_->process_ledger()->Counters(stream, counters);
+  }
+  void OnRecordsRead(uint64_t stream, uint64_t records) override {
+    core_->process_ledger()->RecordsRead(stream, records);
+  }
 
  private:
   AgentCore* const core_;
@@ -78,7 +108,7 @@ struct ShmIngestOptions {
 
 struct ShmIngestStats {
   uint64_t accepted = 0;
-  uint64_t refused = 0;  // over max_connections
+  uint64_t refused = 0;  // over max_connections, or out of descriptors
   uint64_t malformed = 0;
   uint64_t shed_idle = 0;
   uint64_t pid_refused = 0;  // hello.pid was not the connected process
@@ -119,6 +149,7 @@ class ShmIngestServer {
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // eventfd: activations queued, stop
   int lock_fd_ = -1;
+  int reserve_fd_ = -1;  // /dev/null, spent to shed when out of descriptors
   ino_t inode_ = 0;
   std::atomic<int> stop_{0};  // 1 = graceful, 2 = kill
   std::atomic<int> connections_{0};

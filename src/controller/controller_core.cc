@@ -44,6 +44,7 @@ ControllerCore::ControllerCore(Options options,
       engine_(std::move(engine)) {
   MutexLock lock(&mu_);
   drains_ = store_->Drains();
+  process_budget_ = options_.max_tracked_processes;
   sync_ = std::make_unique<SyncPolicyEngine>(options_.clock, options_.sync);
   lora_ = std::make_unique<LoraPolicyEngine>(options_.clock, options_.lora);
 }
@@ -242,6 +243,7 @@ absl::Status ControllerCore::ApplyBatch(uint64_t session,
       node.undelivered = batch.counters().undelivered();
     }
   }
+  AccountRecords(host, &node, batch);
   auto note = [&](absl::Status s, absl::string_view what, int i) {
     if (!s.ok() && first.ok()) {
       first = absl::InvalidArgumentError(
@@ -322,6 +324,7 @@ void ControllerCore::ShedAndExpire() {
     if (e.session == 0 && expiry > 0 &&
         silent > static_cast<uint64_t>(expiry) && !drains_.count(it->first)) {
       engine_->ForgetNode(it->first);
+      e.records.Release(&process_budget_);
       ++input_.nodes_expired;
       Logger("controller")
           ->info("node {} forgotten: no agent for {} s", it->first,

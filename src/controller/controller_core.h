@@ -24,6 +24,7 @@
 #include "src/controller/ha/leadership.h"
 #include "src/controller/ingest_inbox.h"
 #include "src/controller/lora/lora_policy.h"
+#include "src/controller/record_loss.h"
 #include "src/controller/store/fault_store.h"
 #include "src/controller/sync/sync_policy.h"
 
@@ -79,6 +80,10 @@ class ControllerCore {
     bool ingest_off_lock = true;
     // Serialized bytes queued at most; beyond, batches wait for the lock.
     size_t ingest_inbox_bytes = 256 << 20;
+    // Training processes whose records are accounted (records lost in
+    // killed agents, record_loss.h) over all hosts; beyond, a new process
+    // is not accounted (refused_total{what="processes"}).
+    int64_t max_tracked_processes = 1 << 20;
   };
 
   // What the core refused or dropped from agent input (also exported as
@@ -91,9 +96,10 @@ class ControllerCore {
     uint64_t sessions_superseded = 0;
     uint64_t streams_shed = 0;  // silent streams closed after node_grace
     uint64_t nodes_expired = 0;
-    uint64_t members_refused = 0;  // engine budget max_members
-    uint64_t comms_refused = 0;    // engine budget max_comms_per_host
-    uint64_t batches_queued = 0;   // agent batches that did not wait
+    uint64_t members_refused = 0;    // engine budget max_members
+    uint64_t comms_refused = 0;      // engine budget max_comms_per_host
+    uint64_t batches_queued = 0;     // agent batches that did not wait
+    uint64_t processes_refused = 0;  // max_tracked_processes
   };
 
   // Opens the store (Internal naming the path on failure) and loads drains,
@@ -187,6 +193,7 @@ class ControllerCore {
     uint32_t connected_ranks = 0;
     uint64_t plugin_dropped = 0;
     uint64_t undelivered = 0;  // counters.undelivered (lost in agents)
+    RecordLossLedger records;  // records lost in killed agents
     bool lost = false;         // the engine was told NodeLost
   };
   struct Watcher {
@@ -224,6 +231,10 @@ class ControllerCore {
   void ShedAndExpire() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountRefused(const char* what, uint64_t* counter, uint64_t n = 1)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Feeds batch.process_records to the host's RecordLossLedger.
+  void AccountRecords(const std::string& host, NodeEntry* node,
+                      const v1::ConnectRequest& batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sync policy cycle: evaluates and sends directives to the job's agents.
   void RunSyncPolicy() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fills Job.sync and adds jobs known only from trainer reports.
@@ -253,6 +264,7 @@ class ControllerCore {
   double last_cycle_ms_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_joined_ ABSL_GUARDED_BY(mu_) = 0;
   InputStats input_ ABSL_GUARDED_BY(mu_);
+  int64_t process_budget_ ABSL_GUARDED_BY(mu_);
 
   Mutex loop_mu_;
   CondVar loop_cv_;

@@ -42,6 +42,14 @@ ControllerMetrics::ControllerMetrics()
                       "Agent input refused or dropped by a limit "
                       "(docs/reliability.md), by what")
                   .Register(*registry_);
+  lost_in_agent_ =
+      &prometheus::BuildCounter()
+           .Name("pitstop_controller_records_lost_in_agent_total")
+           .Help(
+               "Telemetry records a node agent had read from local ranks and "
+               "never delivered (it was killed), by host; from the ranks' own "
+               "counters at their next agent (docs/reliability.md)")
+           .Register(*registry_);
 }
 
 void ControllerMetrics::ObserveCycle(double seconds) {
@@ -60,6 +68,9 @@ void ControllerMetrics::FaultOpened(v1::FaultClass c) {
 void ControllerMetrics::SetAgentsConnected(double n) { agents_->Set(n); }
 void ControllerMetrics::Refused(const std::string& what, double n) {
   refused_->Add({{"what", what}}).Increment(n);
+}
+void ControllerMetrics::LostInAgent(const std::string& host, double n) {
+  lost_in_agent_->Add({{"host", host}}).Increment(n);
 }
 
 }  // namespace pitstop::controller

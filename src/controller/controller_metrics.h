@@ -29,6 +29,9 @@ class ControllerMetrics {
   // Agent input refused or dropped by a limit (`what`: hosts, nics,
   // counters, claims, ...).
   void Refused(const std::string& what, double n);
+  // Records a killed agent of `host` had read and never delivered
+  // (docs/reliability.md, "Lost without a count").
+  void LostInAgent(const std::string& host, double n);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -38,6 +41,7 @@ class ControllerMetrics {
   prometheus::Family<prometheus::Counter>* faults_;
   prometheus::Gauge* agents_;
   prometheus::Family<prometheus::Counter>* refused_;
+  prometheus::Family<prometheus::Counter>* lost_in_agent_;
 };
 
 }  // namespace pitstop::controller

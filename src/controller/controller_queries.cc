@@ -29,6 +29,11 @@ v1::Node ControllerCore::ToNode(const std::string& host,
     n.set_last_seen_unix_ns(e->last_seen_unix_ns);
     n.set_connected_ranks(e->connected_ranks);
     n.set_plugin_dropped(e->plugin_dropped);
+    n.set_undelivered(e->undelivered);
+    const RecordLossLedger::Totals r = e->records.totals();
+    n.set_records_sent_by_ranks(r.sent);
+    n.set_records_received(r.received);
+    n.set_records_lost_in_agent(r.lost_in_agent);
   }
   if (d != drains_.end()) {
     n.set_state(v1::NODE_STATE_DRAINED);

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -64,7 +65,7 @@ grpc::Status OneStream(const std::string& path, absl::Duration deadline) {
 
 class IngestLimitsTest : public ::testing::Test {
  protected:
-  void Start(int nofile, int max_connections) {
+  void Start(int nofile, int max_connections, bool metrics = false) {
     sock_ = dir_.file("a.sock");
     const std::string agent = testing::BinaryPath("src/agent/pitstop-agent");
     std::vector<std::string> argv = {"/usr/bin/prlimit",
@@ -77,6 +78,9 @@ class IngestLimitsTest : public ::testing::Test {
                                      "",
                                      "--metrics-address",
                                      ""};
+    if (metrics) {
+      argv.back() = "127.0.0.1:0";
+    }
     // The default cap passes no flag, so this also runs against older
     // agents (which fail it).
     if (max_connections != 1024) {
@@ -85,8 +89,8 @@ class IngestLimitsTest : public ::testing::Test {
     }
     agent_ = std::make_unique<Process>(argv, std::vector<std::string>{},
                                        dir_.file("out"), dir_.file("err"));
-    ASSERT_GE(testing::WaitAgentReady(dir_.file("out"), agent_.get()), 0)
-        << ReadFile(dir_.file("err"));
+    metrics_port_ = testing::WaitAgentReady(dir_.file("out"), agent_.get());
+    ASSERT_GE(metrics_port_, 0) << ReadFile(dir_.file("err"));
   }
   void TearDown() override {
     if (HasFailure()) std::cerr << "agent log:\n" << ReadFile(dir_.file("err"));
@@ -94,6 +98,7 @@ class IngestLimitsTest : public ::testing::Test {
   TempDir dir_;
   std::string sock_;
   std::unique_ptr<Process> agent_;
+  int metrics_port_ = 0;
 };
 
 // The issue: with 1,024 descriptors, 1,100 idle connections gave "Too many
@@ -112,6 +117,39 @@ TEST_F(IngestLimitsTest, RecoversAfterDescriptorsRanOut) {
   EXPECT_TRUE(agent_->running());
   EXPECT_THAT(ReadFile(dir_.file("err")),
               ::testing::HasSubstr("out of file descriptors"));
+}
+
+// The same flood on the library's shared-memory socket: accept() failing
+// with EMFILE left the connection readable, so the server thread woke at
+// once forever (a core at 100% while the flood lasted, no log). Now it
+// sheds with a reserved descriptor, pauses, says so once, and a real rank
+// (the library through the emulator) streams afterwards.
+TEST_F(IngestLimitsTest, SharedMemorySocketRecoversAfterDescriptorsRanOut) {
+  Start(/*nofile=*/128, /*max_connections=*/1024, /*metrics=*/true);
+  const std::string shm = dir_.file("a-shm.sock");
+  std::vector<int> idle = Flood(shm, 300);
+  EXPECT_GT(idle.size(), 100u);
+  ASSERT_TRUE(testing::Eventually([&] {
+    return ReadFile(dir_.file("err")).find("out of file descriptors") !=
+           std::string::npos;
+  })) << ReadFile(dir_.file("err"));
+  EXPECT_TRUE(agent_->running());
+  for (int fd : idle) close(fd);
+  Process rank({testing::BinaryPath("tests/agent/pitstop_emu_rank"), "0", "1",
+                "20", "0", "finalize"},
+               {"PITSTOP_AGENT_SOCKET=" + shm, "PITSTOP_RECONNECT_MAX_MS=50",
+                "PITSTOP_FINALIZE_TIMEOUT_MS=30000"},
+               dir_.file("rank.out"), dir_.file("rank.err"));
+  const int st = rank.Wait(absl::Seconds(60));
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  EXPECT_TRUE(testing::Eventually([&] {
+    const std::string m = testing::HttpGet(metrics_port_, "/metrics");
+    const std::string name = "\npitstop_agent_records_ingested_total ";
+    const size_t at = m.find(name);
+    return at != std::string::npos &&
+           std::strtoull(m.c_str() + at + name.size(), nullptr, 10) >= 20;
+  })) << testing::HttpGet(metrics_port_, "/metrics");
+  EXPECT_TRUE(agent_->running());
 }
 
 TEST_F(IngestLimitsTest, ConnectionsBeyondTheCapAreClosedUntilSlotsFree) {

@@ -26,13 +26,38 @@ std::string Short(const std::string& name, const std::string& prefix) {
 void PrintNode(const v1::Node& n, Table* t) {
   std::vector<std::string> nics;
   for (const auto& nic : n.registration().nics()) nics.push_back(nic.name());
-  t->AddRow({n.host(), Short(v1::NodeState_Name(n.state()), "NODE_STATE_"),
-             n.agent_connected() ? "yes" : "no",
-             absl::StrCat(n.connected_ranks()),
-             absl::StrCat(n.registration().gpus_size()),
-             nics.empty() ? "-" : absl::StrJoin(nics, ","),
-             Age(n.last_seen_unix_ns()),
-             n.drain_reason().empty() ? "-" : n.drain_reason()});
+  t->AddRow(
+      {n.host(), Short(v1::NodeState_Name(n.state()), "NODE_STATE_"),
+       n.agent_connected() ? "yes" : "no", absl::StrCat(n.connected_ranks()),
+       absl::StrCat(n.registration().gpus_size()),
+       nics.empty() ? "-" : absl::StrJoin(nics, ","),
+       Age(n.last_seen_unix_ns()), absl::StrCat(n.records_lost_in_agent()),
+       n.drain_reason().empty() ? "-" : n.drain_reason()});
+}
+
+// `pitstopctl nodes HOST`: one node, field by field.
+void PrintNodeDetail(const v1::Node& n) {
+  Table t({"FIELD", "VALUE"});
+  t.AddRow({"host", n.host()});
+  t.AddRow({"state", Short(v1::NodeState_Name(n.state()), "NODE_STATE_")});
+  t.AddRow({"agent", n.agent_connected() ? "connected" : "not connected"});
+  t.AddRow({"agent id", n.registration().agent_id()});
+  t.AddRow({"agent version", n.registration().agent_version()});
+  t.AddRow({"last seen", Age(n.last_seen_unix_ns())});
+  t.AddRow({"connected ranks", absl::StrCat(n.connected_ranks())});
+  t.AddRow({"gpus", absl::StrCat(n.registration().gpus_size())});
+  std::vector<std::string> nics;
+  for (const auto& nic : n.registration().nics()) nics.push_back(nic.name());
+  t.AddRow({"nics", nics.empty() ? "-" : absl::StrJoin(nics, ",")});
+  t.AddRow({"records sent by ranks", absl::StrCat(n.records_sent_by_ranks())});
+  t.AddRow({"records received", absl::StrCat(n.records_received())});
+  t.AddRow({"records lost in agent (killed)",
+            absl::StrCat(n.records_lost_in_agent())});
+  t.AddRow(
+      {"summaries undelivered (agent stopped)", absl::StrCat(n.undelivered())});
+  t.AddRow({"records dropped in ranks", absl::StrCat(n.plugin_dropped())});
+  t.AddRow({"drain reason", n.drain_reason().empty() ? "-" : n.drain_reason()});
+  t.Print(std::cout);
 }
 
 void AddStatus(CLI::App* app, GlobalOptions* g, int* rc) {
@@ -73,22 +98,47 @@ void AddStatus(CLI::App* app, GlobalOptions* g, int* rc) {
 }
 
 void AddNodes(CLI::App* app, GlobalOptions* g, int* rc) {
-  app->add_subcommand("nodes", "nodes (agents) known to the controller")
-      ->callback([g, rc] {
-        v1::ListNodesResponse r;
-        if ((*rc = Call(*g, &v1::Controller::Stub::ListNodes,
-                        v1::ListNodesRequest(), &r))) {
-          return;
-        }
-        if (g->output == "json") {
-          std::cout << ToJson(r) << "\n";
-          return;
-        }
-        Table t({"HOST", "STATE", "AGENT", "RANKS", "GPUS", "NICS", "LAST SEEN",
-                 "DRAIN REASON"});
-        for (const v1::Node& n : r.nodes()) PrintNode(n, &t);
-        t.Print(std::cout);
-      });
+  auto* nodes =
+      app->add_subcommand("nodes",
+                          "nodes (agents) known to the controller; LOST: "
+                          "telemetry records an agent of the node read and "
+                          "never delivered (it was killed); with HOST, one "
+                          "node in detail");
+  static std::string host;
+  nodes->add_option("HOST", host, "show this node in detail");
+  nodes->callback([g, rc] {
+    if (!host.empty()) {
+      v1::GetNodeRequest req;
+      req.set_host(host);
+      v1::GetNodeResponse r;
+      if ((*rc = Call(*g, &v1::Controller::Stub::GetNode, req, &r))) return;
+      if (g->output == "json") {
+        std::cout << ToJson(r.node()) << "\n";
+        return;
+      }
+      PrintNodeDetail(r.node());
+      return;
+    }
+    // Every page (each reply stays under 2 MiB), as one list.
+    v1::ListNodesResponse r;
+    v1::ListNodesRequest req;
+    do {
+      v1::ListNodesResponse page;
+      if ((*rc = Call(*g, &v1::Controller::Stub::ListNodes, req, &page))) {
+        return;
+      }
+      for (v1::Node& n : *page.mutable_nodes()) *r.add_nodes() = std::move(n);
+      req.set_page_token(page.next_page_token());
+    } while (!req.page_token().empty());
+    if (g->output == "json") {
+      std::cout << ToJson(r) << "\n";
+      return;
+    }
+    Table t({"HOST", "STATE", "AGENT", "RANKS", "GPUS", "NICS", "LAST SEEN",
+             "LOST", "DRAIN REASON"});
+    for (const v1::Node& n : r.nodes()) PrintNode(n, &t);
+    t.Print(std::cout);
+  });
 }
 
 void AddJobs(CLI::App* app, GlobalOptions* g, int* rc) {
@@ -123,9 +173,17 @@ void AddJobs(CLI::App* app, GlobalOptions* g, int* rc) {
     v1::ListCommunicatorsRequest req;
     req.set_job_id(job);
     v1::ListCommunicatorsResponse r;
-    if ((*rc = Call(*g, &v1::Controller::Stub::ListCommunicators, req, &r))) {
-      return;
-    }
+    do {
+      v1::ListCommunicatorsResponse page;
+      if ((*rc = Call(*g, &v1::Controller::Stub::ListCommunicators, req,
+                      &page))) {
+        return;
+      }
+      for (v1::Communicator& c : *page.mutable_communicators()) {
+        *r.add_communicators() = std::move(c);
+      }
+      req.set_page_token(page.next_page_token());
+    } while (!req.page_token().empty());
     if (g->output == "json") {
       std::cout << ToJson(r) << "\n";
       return;

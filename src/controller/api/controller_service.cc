@@ -2,6 +2,7 @@
 #include "src/controller/api/controller_service.h"
 
 #include "pitstop/grpc_util.h"
+#include "src/controller/api/paging.h"
 #include "src/controller/api/streams.h"
 
 namespace pitstop::controller {
@@ -46,10 +47,10 @@ grpc::ServerUnaryReactor* ControllerService::GetStatus(
 }
 
 grpc::ServerUnaryReactor* ControllerService::ListNodes(
-    grpc::CallbackServerContext* ctx, const v1::ListNodesRequest*,
+    grpc::CallbackServerContext* ctx, const v1::ListNodesRequest* req,
     v1::ListNodesResponse* resp) {
   PITSTOP_AUTHORIZE(ListNodes);
-  for (v1::Node& n : core_->Nodes()) *resp->add_nodes() = std::move(n);
+  PageNodes(core_->Nodes(), *req, resp);
   return Done(ctx, absl::OkStatus());
 }
 
@@ -79,18 +80,18 @@ grpc::ServerUnaryReactor* ControllerService::ListCommunicators(
     grpc::CallbackServerContext* ctx, const v1::ListCommunicatorsRequest* req,
     v1::ListCommunicatorsResponse* resp) {
   PITSTOP_AUTHORIZE(ListCommunicators);
-  for (v1::Communicator& c : core_->Communicators(req->job_id())) {
-    *resp->add_communicators() = std::move(c);
-  }
-  return Done(ctx, absl::OkStatus());
+  return Done(
+      ctx, PageCommunicators(core_->Communicators(req->job_id()), *req, resp));
 }
 
 grpc::ServerUnaryReactor* ControllerService::GetCommunicator(
     grpc::CallbackServerContext* ctx, const v1::GetCommunicatorRequest* req,
     v1::GetCommunicatorResponse* resp) {
   PITSTOP_AUTHORIZE(GetCommunicator);
-  return Done(ctx, Take(core_->Communicator(req->comm_hash()),
-                        resp->mutable_communicator()));
+  absl::Status st =
+      Take(core_->Communicator(req->comm_hash()), resp->mutable_communicator());
+  TrimMembers(resp->mutable_communicator(), kMaxPageBytes);
+  return Done(ctx, st);
 }
 
 grpc::ServerUnaryReactor* ControllerService::ListFaults(
