@@ -309,6 +309,9 @@ absl::StatusOr<ReplayResult> ReplayJob(const ImportedJob& job,
   co.keep_work_dir = options.keep_work_dir;
   co.agent_batch_ms = 100;
   co.log_level = "warn";
+  // One replaying process speaks for every rank of the trace with the pids
+  // the trace recorded; these private agents must not hold it to its own.
+  co.agent_extra_args.push_back("--ingest-verify-pid=false");
   say(absl::StrCat("starting a controller and ", hosts.size(), " agent(s)"));
   ASSIGN_OR_RETURN(auto cluster, sim::LocalCluster::Start(co));
   auto channel = grpc::CreateChannel(cluster->controller_address(),

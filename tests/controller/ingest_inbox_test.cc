@@ -47,6 +47,7 @@ TEST(IngestOffLockTest, BatchDoesNotWaitForADetectionCycle) {
   FakeClock clock;
   ControllerCore::Options o;
   o.clock = &clock;
+  o.ingest_off_lock = true;  // off by default (controller_core.h)
   auto core_or = ControllerCore::Create(o);
   ASSERT_TRUE(core_or.ok()) << core_or.status();
   ControllerCore* core = core_or->get();
