@@ -403,8 +403,7 @@ void ControllerCore::RunCycleLocked() {
            *stored);
   }
   for (const ProfilingRequest& p : r.profiling) SendProfiling(p);
-  RunSyncPolicy();
-  RunLoraPolicy();
+  RunTrainerPolicies();
 }
 
 void ControllerCore::SendProfiling(const ProfilingRequest& r) {

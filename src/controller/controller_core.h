@@ -239,13 +239,25 @@ class ControllerCore {
   void AccountRecords(const std::string& host, NodeEntry* node,
                       const v1::ConnectRequest& batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The trainer policies' cycle (sync, then multi-LoRA) on one read of the
+  // open faults.
+  void RunTrainerPolicies() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends a trainer directive to each of `hosts`' agents; logs the ones not
+  // connected (`what` names the directive in the log).
+  void SendTrainerDirective(const std::string& job_id,
+                            const std::vector<std::string>& hosts,
+                            const v1::TrainerDirective& directive,
+                            const char* what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sync policy cycle: evaluates and sends directives to the job's agents.
-  void RunSyncPolicy() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RunSyncPolicy(const std::vector<v1::Fault>& open)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fills Job.sync and adds jobs known only from trainer reports.
   void AddSyncJobs(std::vector<v1::Job>* jobs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Multi-LoRA policy cycle and Job.lora (controller_lora.cc).
-  void RunLoraPolicy() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RunLoraPolicy(const std::vector<v1::Fault>& open)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddLoraJobs(std::vector<v1::Job>* jobs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

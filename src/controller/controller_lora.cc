@@ -8,32 +8,10 @@
 
 namespace pitstop::controller {
 
-void ControllerCore::RunLoraPolicy() {
+void ControllerCore::RunLoraPolicy(const std::vector<v1::Fault>& open) {
   if (lora_->empty()) return;
-  absl::StatusOr<std::vector<v1::Fault>> open = store_->List("", false, 0);
-  if (!open.ok()) {
-    Logger("controller.lora")
-        ->error("lora policy: reading open faults: {}",
-                open.status().ToString());
-    return;
-  }
-  for (const LoraPolicyEngine::Outgoing& o : lora_->Evaluate(*open)) {
-    for (const std::string& host : o.hosts) {
-      auto it = nodes_.find(host);
-      if (it == nodes_.end() || it->second.sink == nullptr) {
-        Logger("controller.lora")
-            ->warn(
-                "job {}: placement directive {} not delivered to {}: "
-                "agent not connected",
-                o.job_id, o.directive.directive_id(), host);
-        continue;
-      }
-      v1::ConnectResponse resp;
-      v1::AgentCommand* cmd = resp.add_commands();
-      cmd->set_command_id(next_command_id_++);
-      *cmd->mutable_trainer_directive() = o.directive;
-      it->second.sink->Send(resp);
-    }
+  for (const LoraPolicyEngine::Outgoing& o : lora_->Evaluate(open)) {
+    SendTrainerDirective(o.job_id, o.hosts, o.directive, "placement directive");
   }
 }
 

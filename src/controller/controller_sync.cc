@@ -1,5 +1,6 @@
 // ControllerCore: the sync policy (local-SGD switch) glue: policy cycle,
-// directives to agents, Job.sync and the GetJobSync / SetSyncPolicy calls.
+// directives to agents (shared with the multi-LoRA policy), Job.sync and
+// the GetJobSync / SetSyncPolicy calls.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -8,32 +9,43 @@
 
 namespace pitstop::controller {
 
-void ControllerCore::RunSyncPolicy() {
-  if (sync_->empty()) return;
+void ControllerCore::RunTrainerPolicies() {
+  if (sync_->empty() && lora_->empty()) return;
   absl::StatusOr<std::vector<v1::Fault>> open = store_->List("", false, 0);
   if (!open.ok()) {
     Logger("controller.sync")
-        ->error("sync policy: reading open faults: {}",
+        ->error("trainer policies: reading open faults: {}",
                 open.status().ToString());
     return;
   }
-  for (const SyncPolicyEngine::Outgoing& o : sync_->Evaluate(*open)) {
-    for (const std::string& host : o.hosts) {
-      auto it = nodes_.find(host);
-      if (it == nodes_.end() || it->second.sink == nullptr) {
-        Logger("controller.sync")
-            ->warn(
-                "job {}: directive {} not delivered to {}: agent not "
-                "connected",
-                o.job_id, o.directive.directive_id(), host);
-        continue;
-      }
-      v1::ConnectResponse resp;
-      v1::AgentCommand* cmd = resp.add_commands();
-      cmd->set_command_id(next_command_id_++);
-      *cmd->mutable_trainer_directive() = o.directive;
-      it->second.sink->Send(resp);
+  RunSyncPolicy(*open);
+  RunLoraPolicy(*open);
+}
+
+void ControllerCore::SendTrainerDirective(const std::string& job_id,
+                                          const std::vector<std::string>& hosts,
+                                          const v1::TrainerDirective& directive,
+                                          const char* what) {
+  for (const std::string& host : hosts) {
+    auto it = nodes_.find(host);
+    if (it == nodes_.end() || it->second.sink == nullptr) {
+      Logger("controller.sync")
+          ->warn("job {}: {} {} not delivered to {}: agent not connected",
+                 job_id, what, directive.directive_id(), host);
+      continue;
     }
+    v1::ConnectResponse resp;
+    v1::AgentCommand* cmd = resp.add_commands();
+    cmd->set_command_id(next_command_id_++);
+    *cmd->mutable_trainer_directive() = directive;
+    it->second.sink->Send(resp);
+  }
+}
+
+void ControllerCore::RunSyncPolicy(const std::vector<v1::Fault>& open) {
+  if (sync_->empty()) return;
+  for (const SyncPolicyEngine::Outgoing& o : sync_->Evaluate(open)) {
+    SendTrainerDirective(o.job_id, o.hosts, o.directive, "directive");
   }
 }
 
