@@ -17,8 +17,12 @@ void ControllerCore::RunLoraPolicy(const std::vector<v1::Fault>& open) {
 
 void ControllerCore::AddLoraJobs(std::vector<v1::Job>* jobs) {
   for (const auto& [id, hosts] : lora_->JobHosts()) {
-    auto it = std::find_if(jobs->begin(), jobs->end(),
-                           [&](const v1::Job& j) { return j.job_id() == id; });
+    // A lambda may not capture a structured binding before C++20's P1091
+    // (clang < 16, which clang-tidy uses here): name it.
+    const std::string& job_id = id;
+    auto it = std::find_if(
+        jobs->begin(), jobs->end(),
+        [&job_id](const v1::Job& j) { return j.job_id() == job_id; });
     if (it != jobs->end()) continue;
     v1::Job j;
     j.set_job_id(id);
