@@ -2,8 +2,9 @@
 // startEvent and stopEvent).
 //
 // Acquire is lock-free: a shared cursor walks the pool round-robin and a CAS
-// claims a free slot (the CAS is the only locked instruction); where each
-// thread may own a partition (AcquireOwned), not even that, so a released
+// claims a free slot; with the caller's own cursor (AcquireFrom) the CAS is
+// the only locked instruction, and where each thread may own a partition
+// (AcquireOwned) not even that, so a released
 // slot is reused only after the cursor has gone round once. That matters
 // because NCCL may still name a stopped handle as a parent (CUDA-graph replays;
 // children that start after their Coll stopped). No allocation after
@@ -42,13 +43,10 @@ class SlotPool {
   // Claims a slot whose word is 0 or `reclaimable` (if nonzero), setting it
   // to 1. Tries a few slots, then gives up.
   T* Acquire(uint32_t reclaimable = 0) noexcept {
-    // The cursor is only a hint (the CAS decides who owns a slot), so it is
-    // advanced with a plain load and store rather than a locked add: racing
-    // threads may probe the same slot, and one of them moves on.
-    uint32_t c = cursor_.load(std::memory_order_relaxed);
     for (int probe = 0; probe < kProbes; ++probe) {
-      T& s = slots_[shared_base_ + (c++ & shared_mask_)];
-      cursor_.store(c, std::memory_order_relaxed);
+      T& s = slots_[shared_base_ +
+                    (cursor_.fetch_add(1, std::memory_order_relaxed) &
+                     shared_mask_)];
       uint32_t w = s.header.word.load(std::memory_order_relaxed);
       if ((w == 0 || (reclaimable != 0 && w == reclaimable)) &&
           s.header.word.compare_exchange_strong(w, 1,
@@ -57,6 +55,26 @@ class SlotPool {
       }
     }
     return nullptr;
+  }
+  // Like Acquire() over the whole pool, but walking the caller's own cursor
+  // (a producer-local field), so the common path has the claiming CAS as its
+  // only locked instruction and no shared cursor to race on. For slots other
+  // threads may touch while free (ops), where a plain claim is not safe;
+  // only on pools without owner partitions (it walks every slot).
+  T* AcquireFrom(uint32_t* cursor, uint32_t reclaimable) noexcept {
+    uint32_t c = *cursor;
+    for (int probe = 0; probe < kProbes; ++probe) {
+      T& s = slots_[c++ & (size_ - 1)];
+      uint32_t w = s.header.word.load(std::memory_order_relaxed);
+      if ((w == 0 || (reclaimable != 0 && w == reclaimable)) &&
+          s.header.word.compare_exchange_strong(w, 1,
+                                                std::memory_order_acquire)) {
+        *cursor = c;
+        return &s;
+      }
+    }
+    *cursor = c;
+    return Acquire(reclaimable);
   }
   // Claims a free slot of partition `owner` (the caller's ring index; only
   // that thread claims there) with a plain load and store instead of a CAS:

@@ -174,7 +174,7 @@ void* Recorder::StartOp(CommContext* ctx, void* parent,
   const uint64_t now = NowCpuNs();
   Ring* ring = rings_->ThreadRing();
   if (ring == nullptr) return nullptr;  // counted once, as no_ring_drops
-  OpSlot* s = op_->Acquire(kStopped);
+  OpSlot* s = op_->AcquireFrom(&ring->op_cursor, kStopped);
   if (s == nullptr) {
     pool_exhausted_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;

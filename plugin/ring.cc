@@ -23,7 +23,11 @@ Ring::Ring(uint32_t capacity, uint32_t index)
     : units_(capacity * 2),
       mask_(capacity * 2 - 1),
       index_(index),
-      units_mem_(new Unit[capacity * 2 + 1]) {}
+      units_mem_(new Unit[capacity * 2 + 1]) {
+  // Threads start their op-slot walks 256 slots apart (SlotPool::AcquireFrom
+  // wraps at the pool's size), so they rarely probe the same slots.
+  op_cursor = index * 256;
+}
 
 RingSet::RingSet(uint32_t max_rings, uint32_t ring_capacity)
     : id_(g_next_set_id.fetch_add(1)),

@@ -91,6 +91,7 @@ class Ring {
   uint64_t next_op_seq = 0;
   // Producer-local cursors into this ring's partitions of the Recorder's
   // slot pools (SlotPool::AcquireOwned).
+  uint32_t op_cursor = 0;  // set apart per ring by the constructor
   uint32_t proxy_op_cursor = 0;
   uint32_t step_cursor = 0;
   uint32_t kernel_cursor = 0;
