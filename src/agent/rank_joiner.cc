@@ -433,7 +433,11 @@ void RankJoiner::Poll() {
     for (uint64_t op_id : pending) {
       auto it = s->ops.find(op_id);
       if (it == s->ops.end()) continue;
-      if (now - it->second.completion_seen_ns >= options_.grace_ns) {
+      // Without its OpRecord there is nothing to summarise yet: the record
+      // is on its way from another thread's ring (a loaded node delays it
+      // past any grace); the open-op cap and timeout still bound the wait.
+      if (it->second.has_record &&
+          now - it->second.completion_seen_ns >= options_.grace_ns) {
         EmitOp(s, op_id, /*forced=*/false);
       } else {
         s->pending.push_back(op_id);

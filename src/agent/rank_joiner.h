@@ -21,6 +21,9 @@
 //     announces (kernel channels + proxy ops) were seen, or `grace_ns` after
 //     the completion arrived, whichever is first. Ops imported from other
 //     tools (OpRecord + OpCompletion only, children 0) complete at once.
+//     An op whose OpRecord has not arrived is never completed by the grace:
+//     the record is written on another thread's ring and may come batches
+//     later on a loaded node (only the caps and the stream's end emit it).
 //   - GPU timer values are converted to the node's CLOCK_MONOTONIC with an
 //     offset fitted per stream from KernelChannelRecord (cpu, gpu) pairs
 //     (GpuClockFit); kernel_duration_ns = max over channels of

@@ -452,7 +452,13 @@ struct ShmIngestServer::Loop {
   }
 
   void CloseConn(Conn* c) {
-    if (c->opened_) s->handler_->Close(c->stream_);
+    if (c->opened_) {
+      Log()->debug("{} (hello pid {}): stream closed ({}), {} records read",
+                   c->peer_, c->hello_pid_,
+                   c->goodbye_ ? "goodbye" : (c->eof_ ? "eof" : "stopping"),
+                   c->records_read_);
+      s->handler_->Close(c->stream_);
+    }
     c->opened_ = false;
   }
 
@@ -471,6 +477,8 @@ struct ShmIngestServer::Loop {
       if (stop != 2 && c->opened_) {
         DrainRing(c, ending ? ~uint64_t{0} : kMaxBytesPerPass);
       }
+      // Closing already (a malformed ring or frame): nothing more is read.
+      const bool closing = c->eof_;
       if (!ending) {
         Flush(c);
         const uint64_t limit =
@@ -483,6 +491,14 @@ struct ShmIngestServer::Loop {
               c->peer_, c->hello_pid_, (now - c->last_frame_ns_) / 1000000);
           Count(&ShmIngestStats::shed_idle);
           c->eof_ = true;
+        }
+        if (c->eof_ && !closing && stop != 2 && c->opened_) {
+          // Found gone only now (our send failed: the process exited
+          // between the poll and this pass, or it went idle): its last
+          // frames (the goodbye) and the rest of the ring were written
+          // before it went, and still count.
+          ReadSocket(c, now);
+          DrainRing(c, ~uint64_t{0});
         }
       } else {
         Flush(c);  // a last ack/activation is harmless

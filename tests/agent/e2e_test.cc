@@ -41,7 +41,7 @@ class E2eTest : public ::testing::Test {
                                  "--ingest-socket", sock_, "--controller",
                                  receiver_.address(), "--host", "emu-node-0",
                                  "--batch-ms", "200", "--metrics-address",
-                                 "127.0.0.1:0", "--log-level", "warn"},
+                                 "127.0.0.1:0", "--log-level", "debug"},
         std::vector<std::string>{}, dir_.file("agent" + n + ".out"),
         dir_.file("agent" + n + ".err"));
     const int port =
@@ -72,6 +72,56 @@ class E2eTest : public ::testing::Test {
     }
   }
 
+  // What arrived per rank, and what the agent and ranks said: enough to tell
+  // records dropped in the process from records lost on the way.
+  std::string Diagnose(int n_ranks) {
+    const Reqs reqs = receiver_.requests();
+    std::map<int, int> per_rank;
+    std::map<int, std::set<uint64_t>> seqs;
+    std::string events;
+    for (const auto& q : reqs) {
+      for (const auto& s : q.summaries()) {
+        ++per_rank[s.rank()];
+        seqs[s.rank()].insert(s.seq_number());
+      }
+      for (const auto& l : q.lifecycle()) {
+        absl::StrAppend(&events, "lifecycle rank ", l.global_rank(), " kind ",
+                        l.kind(), "\n");
+      }
+      for (const auto& a : q.aggregates()) {
+        absl::StrAppend(&events, "aggregate ops ", a.ops(), "\n");
+      }
+      if (q.has_counters()) {
+        absl::StrAppend(&events, "counters ", q.counters().ShortDebugString(),
+                        "\n");
+      }
+    }
+    for (const auto& [rank, s] : seqs) {
+      absl::StrAppend(&events, "rank ", rank, " seqs:");
+      for (uint64_t v : s) absl::StrAppend(&events, " ", v);
+      absl::StrAppend(&events, "\n");
+    }
+    std::string out = absl::StrCat(
+        "summaries=", CountSummaries(reqs), " clean_exits=",
+        CountLifecycle(reqs, v1::RankLifecycle::KIND_CLEAN_EXIT), "\n");
+    for (const auto& [rank, n] : per_rank) {
+      absl::StrAppend(&out, "rank ", rank, ": ", n, "\n");
+    }
+    absl::StrAppend(&out, events);
+    for (int r = 0; r < n_ranks; ++r) {
+      absl::StrAppend(&out, "rank", r, ".err: ",
+                      ReadFile(dir_.file(absl::StrCat("rank", r, ".err"))));
+    }
+    for (int n = 0; n < agent_starts_; ++n) {
+      absl::StrAppend(
+          &out, "agent", n,
+          ".err: ", ReadFile(dir_.file(absl::StrCat("agent", n, ".err"))),
+          "agent", n,
+          ".out: ", ReadFile(dir_.file(absl::StrCat("agent", n, ".out"))));
+    }
+    return out;
+  }
+
   TempDir dir_;
   std::string sock_ = dir_.file("agent.sock");
   // The library's transport: ingest.shm_socket derived from ingest.socket.
@@ -97,7 +147,7 @@ TEST_F(E2eTest, EightRanksThroughThePluginReachTheReceiver) {
   ASSERT_TRUE(receiver_.WaitUntil([](const Reqs& r) {
     return CountSummaries(r) == kRanks * kColls &&
            CountLifecycle(r, v1::RankLifecycle::KIND_CLEAN_EXIT) == kRanks;
-  })) << CountSummaries(receiver_.requests());
+  })) << Diagnose(kRanks);
   std::map<int, std::set<uint64_t>> seqs;
   for (const auto& q : receiver_.requests()) {
     for (const auto& s : q.summaries()) {

@@ -194,6 +194,27 @@ TEST_F(RankJoinerTest, MissingChildrenEmitAfterGraceAndLateRecordsCount) {
   EXPECT_EQ(joiner_.open_ops(), 0u);
 }
 
+// The completion came first (another thread's ring) and the OpRecord is
+// batches late on a loaded node: the grace does not emit a summary-less op;
+// the record, when it comes, completes the op.
+TEST_F(RankJoinerTest, CompletionBeforeItsRecordWaitsPastTheGrace) {
+  auto first = Hello(1, 0);
+  AddCompletion(&first, 5, 900, /*children=*/0);
+  ASSERT_TRUE(joiner_.Add(1, first).ok());
+  clock_.Advance(absl::Seconds(2));
+  joiner_.Poll();
+  EXPECT_TRUE(Summaries().empty());
+  EXPECT_EQ(joiner_.stats().orphan_ops, 0u);
+  v1::StreamTelemetryRequest late;
+  AddOp(&late, 5, /*seq=*/11);
+  ASSERT_TRUE(joiner_.Add(1, late).ok());
+  const auto s = Summaries();
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].seq_number(), 11u);
+  EXPECT_EQ(s[0].state(), v1::OP_STATE_COMPLETED);
+  EXPECT_EQ(joiner_.stats().late_records, 0u);
+}
+
 TEST_F(RankJoinerTest, CapEvictsOldestIncompleteOps) {
   auto req = Hello(1, 0);
   for (uint64_t i = 0; i < 10; ++i) AddOp(&req, 100 + i, i);

@@ -49,7 +49,9 @@ class Recorder : public ShmStreamHandler {
 // A process speaking the protocol by hand.
 class RawPeer {
  public:
-  explicit RawPeer(const std::string& path) {
+  explicit RawPeer(const std::string& path) { Connect(path); }
+  RawPeer() = default;
+  void Connect(const std::string& path) {
     fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un a{};
     a.sun_family = AF_UNIX;
@@ -125,6 +127,23 @@ class RawPeer {
     pos_ += shm::MessageFootprint(body.size());
     header_->write_pos.store(pos_, std::memory_order_release);
   }
+  // One message with `n` OpRecords (seq first..first+n-1) into the ring.
+  void WriteOps(uint64_t first, int n) {
+    v1::StreamTelemetryRequest r;
+    if (pos_ == 0) r.mutable_hello()->set_pid(hello_pid_);
+    for (int i = 0; i < n; ++i) r.add_ops()->set_seq_number(first + i);
+    const std::string body = r.SerializeAsString();
+    const shm::MessageHeader m{static_cast<uint32_t>(body.size()),
+                               static_cast<uint32_t>(n)};
+    char* data = static_cast<char*>(map_) + sizeof(shm::RingHeader);
+    std::memcpy(data + pos_, &m, sizeof(m));
+    std::memcpy(data + pos_ + sizeof(m), body.data(), body.size());
+    pos_ += shm::MessageFootprint(body.size());
+    header_->write_pos.store(pos_, std::memory_order_release);
+  }
+  // Stops reading: the server's next send fails with EPIPE, as when the
+  // process has exited between its poll and its send.
+  void ShutdownRead() { ASSERT_EQ(shutdown(fd_, SHUT_RD), 0); }
   void SetWritePos(uint64_t pos) { header_->write_pos.store(pos); }
   // True once the server closed the connection.
   void SetHelloPid(uint32_t pid) { hello_pid_ = pid; }
@@ -250,6 +269,29 @@ TEST_F(ShmIngestTest, GoodbyeAndEofReadTheRingToItsEnd) {
   }
   ASSERT_TRUE(WaitUntil([&] { return rec_.closed.load() == 1; }));
   EXPECT_EQ(rec_.ops.load(), 50);
+}
+
+// The server learns the process is gone from a failed send, with more in
+// the ring than one pass reads (8 MiB): it still reads the ring to its end.
+TEST_F(ShmIngestTest, PeerFoundGoneBySendStillHasItsRingRead) {
+  Start();
+  constexpr uint64_t kRingBytes = 32ull << 20;
+  constexpr int kOpsPerMessage = 20000;
+  RawPeer p;  // connects once the ring is full: a hello is due in 5 s
+  const int ring = p.MakeRing(kRingBytes);
+  int ops = 0;
+  while (p.write_pos() < (10ull << 20)) {
+    p.WriteOps(ops, kOpsPerMessage);
+    ops += kOpsPerMessage;
+  }
+  // The server parses 8 MiB before it sends the hello's ack: by then we
+  // no longer read, so that send fails.
+  p.Connect(path_);
+  p.SendHello(ring, kRingBytes);
+  p.ShutdownRead();
+  ASSERT_TRUE(WaitUntil([&] { return rec_.closed.load() == 1; }));
+  EXPECT_EQ(rec_.ops.load(), ops);
+  EXPECT_EQ(p.read_pos(), p.write_pos());
 }
 
 TEST_F(ShmIngestTest, ConnectionsOverTheCapAreRefused) {
