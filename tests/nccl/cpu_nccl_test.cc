@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <string>
@@ -54,7 +55,9 @@ class CpuNcclTest : public ::testing::Test {
           {CPU_NCCL_RANK, scenario, absl::StrCat(r), absl::StrCat(n), hex});
     }
     env.emplace("PITSTOP_CPU_NCCL_TIMEOUT_MS", kTimeoutMs);
-    env.emplace("NCCL_PROFILER_PLUGIN", "none");
+    if (env.count("-NCCL_PROFILER_PLUGIN") == 0) {
+      env.emplace("NCCL_PROFILER_PLUGIN", "none");
+    }
     return RunRanks(n, argv, env, dir_, kDeadlineS);
   }
 
@@ -146,6 +149,80 @@ TEST_F(CpuNcclTest, ProfilerPluginRecordsReachTheReceiver) {
     EXPECT_EQ(p.channel_id(), 0u);
     EXPECT_TRUE(p.is_send());
     EXPECT_GE(p.stop_cpu_ns(), p.start_cpu_ns());
+  }
+}
+
+std::string Goodbyes(const std::vector<emu::ReceivedStream>& streams) {
+  std::string out = absl::StrCat(streams.size(), " streams:");
+  for (const auto& s : streams) {
+    absl::StrAppend(&out, " [", s.batches.size(), " batches, ended ", s.ended);
+    for (const auto& b : s.batches) {
+      if (b.has_goodbye()) {
+        absl::StrAppend(&out, ", goodbye ", b.goodbye().reason());
+      }
+    }
+    absl::StrAppend(&out, "]");
+  }
+  return out;
+}
+
+// The pitstop library LD_PRELOADed over the backend, as over NCCL: its
+// interposer wins over the weak nccl* names, sees every communicator made
+// (split children and the shrunk one name their parent), NCCL loads it as
+// the profiler (the preload points NCCL_PROFILER_PLUGIN at itself), and the
+// hello carries the version the backend reports (the rebuild probe's input).
+TEST_F(CpuNcclTest, PreloadedInterposerSeesEveryCommunicatorAndTheVersion) {
+  const std::string sock = absl::StrCat(dir_, "/agent.sock");
+  auto receiver = emu::TelemetryReceiver::Start(sock);
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  const auto results =
+      Run("split", 4,
+          {{"LD_PRELOAD", emu::BuiltPluginPath()},
+           {"ASAN_OPTIONS", std::string(asan != nullptr ? asan : "") +
+                                ":verify_asan_link_order=0"},
+           {"-NCCL_PROFILER_PLUGIN", ""},
+           {"PITSTOP_AGENT_SOCKET", sock},
+           {"PITSTOP_FINALIZE_TIMEOUT_MS", "20000"}});
+  ASSERT_TRUE(AllExitedZero(results)) << Describe(results);
+  emu::TelemetryReceiver* r = receiver->get();
+  ASSERT_TRUE(r->WaitFor(
+      [](const std::vector<emu::ReceivedStream>& s) {
+        int goodbyes = 0;
+        for (const auto& x : s) {
+          goodbyes += emu::HasGoodbye({x}, v1::ProcessGoodbye::REASON_FINALIZE);
+        }
+        return goodbyes == 4;
+      },
+      absl::Seconds(60)))
+      << Goodbyes(r->Streams());
+  const auto streams = r->Streams();
+  ASSERT_EQ(streams.size(), 4u);
+  for (const auto& s : streams) {
+    ASSERT_FALSE(s.batches.empty());
+    EXPECT_EQ(s.batches[0].hello().load_mode(), "both");
+    EXPECT_EQ(s.batches[0].hello().nccl_version(), 22809u);
+  }
+  std::set<uint64_t> worlds, children;
+  std::map<uint64_t, uint64_t> parent_of;
+  for (const auto& ev : emu::AllCommEvents(streams)) {
+    if (ev.kind() != v1::CommunicatorEvent::KIND_INIT) continue;
+    const auto& info = ev.info();
+    EXPECT_EQ(info.source(), v1::CommunicatorInfo::SOURCE_INTERPOSER)
+        << ev.DebugString();
+    if (info.parent_comm_hash() == 0) {
+      EXPECT_EQ(info.n_ranks(), 4);
+      worlds.insert(info.comm_hash());
+    } else {
+      children.insert(info.comm_hash());
+      parent_of[info.comm_hash()] = info.parent_comm_hash();
+    }
+  }
+  ASSERT_EQ(worlds.size(), 1u);  // one world, same hash on all four
+  // Split: color 0 {0, 2} and color 1 {3} (rank 1 opted out); shrink {0,1,2}.
+  EXPECT_EQ(children.size(), 3u);
+  for (const auto& [child, parent] : parent_of) {
+    EXPECT_EQ(parent, *worlds.begin()) << child;
   }
 }
 

@@ -59,7 +59,13 @@ std::vector<RankResult> RunRanks(
       merged[std::string(*e, static_cast<size_t>(eq - *e))] = eq + 1;
     }
   }
-  for (const auto& [k, v] : env) merged[k] = v;
+  for (const auto& [k, v] : env) {
+    if (!k.empty() && k[0] == '-') {
+      merged.erase(k.substr(1));  // "-KEY": unset KEY
+    } else {
+      merged[k] = v;
+    }
+  }
   std::vector<std::string> env_strings;
   for (const auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
 

@@ -16,9 +16,9 @@ struct RankResult {
   std::string stderr_text;
 };
 
-// argv_for(rank) gives each rank's command line; env is added to this
-// process's environment. Each rank's stderr goes to a file under
-// `work_dir` and is returned.
+// argv[rank] is each rank's command line; env is added to this process's
+// environment (a key "-KEY" unsets KEY). Each rank's stderr goes to a file
+// under `work_dir` and is returned.
 std::vector<RankResult> RunRanks(
     int n_ranks, const std::vector<std::vector<std::string>>& argv,
     const std::map<std::string, std::string>& env, const std::string& work_dir,
