@@ -2,10 +2,15 @@
 
 #include <time.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
+#include "pitstop/status_macros.h"
 #include "src/nccl/cpu/nccl_functions.h"
 
 namespace pitstop::trainer {
@@ -98,7 +103,7 @@ double AccumulateGradient(const ModelShape& shape, uint64_t seed,
 }
 
 absl::StatusOr<std::vector<float>> Train(
-    ncclComm_t comm, const TrainOptions& options,
+    ncclComm_t comm, const TrainOptions& options, const TrainState& start,
     const std::function<void(const StepReport&)>& on_step) {
   int rank = 0, n = 0;
   if (ncclCommUserRank(comm, &rank) != ncclSuccess ||
@@ -106,11 +111,18 @@ absl::StatusOr<std::vector<float>> Train(
     return absl::FailedPreconditionError(
         absl::StrCat("bad communicator: ", ncclGetLastError(comm)));
   }
-  std::vector<float> params = InitialParameters(options.shape, options.seed);
+  std::vector<float> params =
+      start.params.empty() ? InitialParameters(options.shape, options.seed)
+                           : start.params;
+  if (params.size() != ParameterCount(options.shape)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("start state has ", params.size(), " parameters, the ",
+                     "model ", ParameterCount(options.shape)));
+  }
   std::vector<float> grad(params.size());
   const int b = options.batch_per_rank;
   const float scale = options.learning_rate / static_cast<float>(b * n);
-  for (int step = 0; step < options.steps; ++step) {
+  for (int step = start.next_step; step < options.steps; ++step) {
     const int64_t t0 = NowNs();
     std::fill(grad.begin(), grad.end(), 0.0f);
     const uint64_t first = (static_cast<uint64_t>(step) * n + rank) * b;
@@ -130,10 +142,127 @@ absl::StatusOr<std::vector<float>> Train(
     grad.pop_back();
     for (size_t i = 0; i < params.size(); ++i) params[i] -= scale * grad[i];
     if (on_step) {
-      on_step({.step = step, .loss = loss / (b * n), .step_ns = NowNs() - t0});
+      on_step({.step = step,
+               .loss = loss / (b * n),
+               .step_ns = NowNs() - t0,
+               .params = &params});
     }
   }
   return params;
+}
+
+namespace {
+
+constexpr char kCheckpointMagic[8] = {'P', 'S', 'D', 'P', 'C', 'K', '0', '1'};
+
+uint64_t Fnv(const std::string& bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : bytes) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+  return h;
+}
+
+template <typename T>
+void Put(std::string* out, T v) {
+  char b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));  // x86-64 and aarch64: little-endian
+  out->append(b, sizeof(T));
+}
+
+class Reader {
+ public:
+  Reader(const std::string& path, const std::string& data)
+      : path_(path), data_(data) {}
+  template <typename T>
+  absl::Status Get(T* v, const char* what) {
+    if (data_.size() - off_ < sizeof(T)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path_, ": offset ", off_, ": truncated reading ", what));
+    }
+    std::memcpy(v, data_.data() + off_, sizeof(T));
+    off_ += sizeof(T);
+    return absl::OkStatus();
+  }
+  size_t offset() const { return off_; }
+
+ private:
+  const std::string& path_;
+  const std::string& data_;
+  size_t off_ = 0;
+};
+
+}  // namespace
+
+absl::Status SaveCheckpoint(const std::string& path, const TrainOptions& o,
+                            const TrainState& state) {
+  std::string out(kCheckpointMagic, 8);
+  Put<uint64_t>(&out, o.seed);
+  Put<uint32_t>(&out, static_cast<uint32_t>(o.shape.inputs));
+  Put<uint32_t>(&out, static_cast<uint32_t>(o.shape.hidden));
+  Put<uint64_t>(&out, static_cast<uint64_t>(state.next_step));
+  Put<uint64_t>(&out, state.params.size());
+  out.append(reinterpret_cast<const char*>(state.params.data()),
+             state.params.size() * sizeof(float));
+  Put<uint64_t>(&out, Fnv(out));
+  // Write then rename: a reader never sees half a checkpoint.
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(out.data(), static_cast<std::streamsize>(out.size()));
+    if (!f) return absl::UnavailableError(absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot rename ", tmp, " to ", path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainState> LoadCheckpoint(const std::string& path,
+                                          const TrainOptions& o) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  const std::string data((std::istreambuf_iterator<char>(f)),
+                         std::istreambuf_iterator<char>());
+  if (data.size() < 8 || std::memcmp(data.data(), kCheckpointMagic, 8) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": offset 0: not a pitstop-dp-trainer checkpoint"));
+  }
+  Reader r(path, data);
+  char magic[8];
+  RETURN_IF_ERROR(r.Get(&magic, "magic"));
+  uint64_t seed = 0, next = 0, n = 0;
+  uint32_t inputs = 0, hidden = 0;
+  RETURN_IF_ERROR(r.Get(&seed, "seed"));
+  RETURN_IF_ERROR(r.Get(&inputs, "inputs"));
+  RETURN_IF_ERROR(r.Get(&hidden, "hidden"));
+  if (seed != o.seed || static_cast<int>(inputs) != o.shape.inputs ||
+      static_cast<int>(hidden) != o.shape.hidden) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": offset 8: checkpoint of seed ", seed, " shape ",
+                     inputs, "x", hidden, ", this run has seed ", o.seed,
+                     " shape ", o.shape.inputs, "x", o.shape.hidden));
+  }
+  RETURN_IF_ERROR(r.Get(&next, "next step"));
+  RETURN_IF_ERROR(r.Get(&n, "parameter count"));
+  if (n != ParameterCount(o.shape)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": offset ", r.offset() - 8, ": ", n,
+                     " parameters, the model has ", ParameterCount(o.shape)));
+  }
+  TrainState state;
+  state.next_step = static_cast<int>(next);
+  state.params.resize(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    RETURN_IF_ERROR(r.Get(&state.params[i], "parameters"));
+  }
+  const size_t body = r.offset();
+  uint64_t sum = 0;
+  RETURN_IF_ERROR(r.Get(&sum, "checksum"));
+  if (sum != Fnv(data.substr(0, body))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": offset ", body, ": checksum mismatch"));
+  }
+  return state;
 }
 
 uint64_t Fingerprint(const std::vector<float>& params) {

@@ -37,10 +37,27 @@ struct ModelShape {
 struct TrainOptions {
   ModelShape shape{};
   uint64_t seed = 1;
-  int steps = 100;
+  int steps = 100;  // total: the run ends after step steps-1
   int batch_per_rank = 32;
   float learning_rate = 0.2f;
 };
+
+// The whole training state at a step boundary: every data-parallel replica
+// holds the same one, so any rank's copy restores any rank.
+struct TrainState {
+  int next_step = 0;            // first step still to run
+  std::vector<float> params{};  // empty: InitialParameters(shape, seed)
+};
+
+// Checkpoint file: "PSDPCK01", then little-endian u64 seed, u32 inputs,
+// u32 hidden, u64 next_step, u64 parameter count, the float32 parameters,
+// and u64 FNV-1a of everything before it.
+absl::Status SaveCheckpoint(const std::string& path, const TrainOptions& o,
+                            const TrainState& state);
+// Errors name the file and the byte offset (bad magic, shape or seed that
+// differ from `o`, truncation, checksum).
+absl::StatusOr<TrainState> LoadCheckpoint(const std::string& path,
+                                          const TrainOptions& o);
 
 // Flat parameters: W1 (hidden x inputs), b1 (hidden), w2 (hidden), b2 (1).
 size_t ParameterCount(const ModelShape& shape);
@@ -60,12 +77,15 @@ struct StepReport {
   int step = 0;
   double loss = 0;  // mean over the global batch
   int64_t step_ns = 0;
+  const std::vector<float>* params = nullptr;  // after this step's update
 };
 
-// Runs options.steps steps of data-parallel SGD on `comm` (rank r of n
-// takes samples [step*n*b + r*b, +b)). `on_step` sees every step.
+// Runs steps [start.next_step, options.steps) of data-parallel SGD on
+// `comm` (rank r of n takes samples [(step*n + r)*b, +b)). `on_step` sees
+// every step. Resuming from a checkpoint of step S gives exactly the
+// weights an uninterrupted run has after the same steps.
 absl::StatusOr<std::vector<float>> Train(
-    ncclComm_t comm, const TrainOptions& options,
+    ncclComm_t comm, const TrainOptions& options, const TrainState& start,
     const std::function<void(const StepReport&)>& on_step);
 
 // FNV-1a over the parameter bytes: a short fingerprint for logs.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "src/nccl/cpu/nccl_functions.h"
 #include "tests/nccl/rank_group.h"
@@ -74,16 +75,22 @@ class DpTrainerRunTest : public ::testing::Test {
   }
 
   // Runs the trainer on n ranks; returns each rank's final weights.
-  std::vector<std::vector<float>> Train(int n, const std::string& tag) {
+  std::vector<std::vector<float>> Train(
+      int n, const std::string& tag, const std::string& steps = "60",
+      const std::vector<std::string>& extra = {}) {
     ncclUniqueId id;
     EXPECT_EQ(ncclGetUniqueId(&id), ncclSuccess);
     std::vector<std::vector<std::string>> argv;
     for (int r = 0; r < n; ++r) {
       argv.push_back({DP_TRAINER, "--rank", absl::StrCat(r), "--nranks",
                       absl::StrCat(n), "--unique-id",
-                      UniqueIdHex(&id, sizeof(id)), "--steps", "60", "--batch",
+                      UniqueIdHex(&id, sizeof(id)), "--steps", steps, "--batch",
                       "16", "--seed", "11", "--log-every", "0", "--out",
                       absl::StrCat(dir_, "/", tag, r, ".bin")});
+      for (const std::string& x : extra) {
+        argv.back().push_back(
+            absl::StrReplaceAll(x, {{"{r}", absl::StrCat(r)}}));
+      }
     }
     const auto results = RunRanks(n, argv,
                                   {{"PITSTOP_CPU_NCCL_TIMEOUT_MS", "60000"},
@@ -127,6 +134,72 @@ TEST_F(DpTrainerRunTest, TwoRunsOnThreeRanksAreBitIdentical) {
       Loss(shape, 11, InitialParameters(shape, 11), held_out, 512);
   const double after = Loss(shape, 11, a[0], held_out, 512);
   EXPECT_LT(after, 0.5 * before) << "before " << before << " after " << after;
+}
+
+// A full restart from a checkpoint (new job, new communicator, new
+// processes) ends exactly where the uninterrupted run ends.
+TEST_F(DpTrainerRunTest, RestartFromCheckpointIsBitIdentical) {
+  const auto straight = Train(2, "s", "40");
+  const std::string ckpt = dir_ + "/ckpt{r}";
+  Train(2, "h", "25", {"--save-at", "25", "--save", ckpt});
+  const auto resumed = Train(2, "r", "40", {"--resume", ckpt});
+  ASSERT_EQ(straight.size(), 2u);
+  ASSERT_EQ(resumed.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(straight[r].size(), resumed[r].size());
+    EXPECT_EQ(0, std::memcmp(straight[r].data(), resumed[r].data(),
+                             straight[r].size() * 4))
+        << "rank " << r;
+  }
+  // And the half-way weights are not the final ones (it did resume).
+  const auto half = Train(2, "h2", "25");
+  EXPECT_NE(
+      0, std::memcmp(half[0].data(), straight[0].data(), half[0].size() * 4));
+}
+
+TEST(CheckpointTest, RoundTripsAndRejectsDamageWithFileAndOffset) {
+  char tmpl[] = "/tmp/pst-ckpt-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string path = std::string(tmpl) + "/c";
+  TrainOptions o;
+  o.seed = 5;
+  TrainState st{7, InitialParameters(o.shape, 5)};
+  ASSERT_TRUE(SaveCheckpoint(path, o, st).ok());
+  auto back = LoadCheckpoint(path, o);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->next_step, 7);
+  EXPECT_EQ(back->params, st.params);
+
+  TrainOptions other = o;
+  other.seed = 6;
+  auto wrong = LoadCheckpoint(path, other);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("seed 5"), std::string::npos)
+      << wrong.status();
+
+  std::string bytes;
+  {
+    std::ifstream f(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  bytes[100] ^= 1;  // a flipped bit in the parameters
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f << bytes;
+  }
+  auto flipped = LoadCheckpoint(path, o);
+  ASSERT_FALSE(flipped.ok());
+  EXPECT_NE(flipped.status().message().find("checksum"), std::string::npos);
+  EXPECT_NE(flipped.status().message().find(path), std::string::npos);
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f << bytes.substr(0, 50);
+  }
+  auto cut = LoadCheckpoint(path, o);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.status().message().find("truncated"), std::string::npos)
+      << cut.status();
+  (void)std::system((std::string("rm -rf ") + tmpl).c_str());
 }
 
 }  // namespace
