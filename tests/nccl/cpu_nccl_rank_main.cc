@@ -10,6 +10,8 @@
 //   peer-death   the last rank exits after one all-reduce; the others see
 //                an error (no hang), shrink it out, carry on, abort the old
 //   profiled     a few all-reduces with the profiler plugin loaded
+//   abort-pending  rank 0 starts a non-blocking init its peer never joins,
+//                and aborts it while it is still in progress
 #include <unistd.h>
 
 #include <cmath>
@@ -298,6 +300,23 @@ int main(int argc, char** argv) {
     return 2;
   }
   ncclComm_t comm = nullptr;
+  if (scenario == "abort-pending") {
+    if (r != 0) return 0;  // the peer that never comes
+    ncclConfig_t cfg = PitstopNcclConfigInit();
+    cfg.blocking = 0;
+    Expect("pending.init", 0,
+           static_cast<int>(ncclCommInitRankConfig(&comm, n, id, r, &cfg)),
+           static_cast<int>(ncclInProgress));
+    ncclResult_t state = ncclSuccess;
+    CHECK_NCCL(ncclCommGetAsyncError(comm, &state));
+    Expect("pending.state", 0, static_cast<int>(state),
+           static_cast<int>(ncclInProgress));
+    // Must return without waiting for the init (whose timeout is set far
+    // beyond the test's deadline).
+    CHECK_NCCL(ncclCommAbort(comm));
+    std::fflush(stderr);
+    _exit(g_failures == 0 ? 0 : 1);  // the abandoned init thread stays
+  }
   if (scenario == "nonblocking") {
     ncclConfig_t cfg = PitstopNcclConfigInit();
     cfg.blocking = 0;

@@ -89,6 +89,15 @@ TEST_F(CpuNcclTest, DeadPeerGivesAnErrorThenShrinkAndAbortRecover) {
   EXPECT_TRUE(AllExitedZero(results)) << Describe(results);
 }
 
+// Abort of a communicator whose non-blocking init waits for a peer that
+// never comes returns at once: with the init's timeout far past the
+// deadline, an abort that waited would be killed at the deadline.
+TEST_F(CpuNcclTest, AbortDuringPendingNonBlockingInitDoesNotWait) {
+  const auto results =
+      Run("abort-pending", 2, {{"PITSTOP_CPU_NCCL_TIMEOUT_MS", "3600000"}});
+  EXPECT_TRUE(AllExitedZero(results)) << Describe(results);
+}
+
 TEST_F(CpuNcclTest, BadUniqueIdIsAnError) {
   ncclUniqueId id{};
   ncclComm_t comm = nullptr;
