@@ -21,6 +21,8 @@ PACKAGES=(
   etcd-server etcd-client
   # Mutual TLS (issue #15): tools/gen-dev-certs.sh and the auth tests
   openssl
+  # CPU NCCL backend (src/nccl/cpu, issue #13): gloo's TCP pairs and stores
+  libgloo-dev
 )
 
 missing=()

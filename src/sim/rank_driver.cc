@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "pitstop/clock.h"
 #include "pitstop/status_macros.h"
-#include "tests/harness/nccl_emulator.h"
+#include "src/nccl/emulator/nccl_emulator.h"
 
 namespace pitstop::sim {
 namespace {

@@ -15,7 +15,7 @@
 
 #include "absl/time/clock.h"
 #include "pitstop/clock.h"
-#include "tests/harness/nccl_emulator.h"
+#include "src/nccl/emulator/nccl_emulator.h"
 
 int main(int argc, char** argv) {
   using namespace pitstop::emu;

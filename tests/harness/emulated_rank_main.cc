@@ -20,7 +20,7 @@
 #include <string>
 
 #include "absl/strings/numbers.h"
-#include "tests/harness/nccl_emulator.h"
+#include "src/nccl/emulator/nccl_emulator.h"
 
 namespace {
 

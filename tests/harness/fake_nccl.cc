@@ -12,7 +12,7 @@
 #include <mutex>
 
 #include "plugin/abi/profiler_v5.h"
-#include "tests/harness/nccl_emulator.h"
+#include "src/nccl/emulator/nccl_emulator.h"
 
 namespace {
 

@@ -29,7 +29,7 @@
 #include <memory>
 #include <string>
 
-#include "tests/harness/nccl_emulator.h"
+#include "src/nccl/emulator/nccl_emulator.h"
 
 // LeakSanitizer's interface when linked (sanitizer builds), else null.
 extern "C" void __lsan_ignore_object(const void*) __attribute__((weak));

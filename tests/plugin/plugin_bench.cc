@@ -30,7 +30,7 @@
 #include "plugin/recorder.h"
 #include "plugin/ring.h"
 #include "src/agent/shm_ingest_server.h"
-#include "tests/harness/nccl_emulator.h"
+#include "src/nccl/emulator/nccl_emulator.h"
 #include "tests/harness/telemetry_receiver.h"
 
 // Counting allocator: every malloc on the calling thread (the .so's

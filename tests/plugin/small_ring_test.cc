@@ -6,7 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/harness/nccl_emulator.h"
+#include "src/nccl/emulator/nccl_emulator.h"
 #include "tests/harness/telemetry_receiver.h"
 #include "tests/plugin/test_util.h"
 

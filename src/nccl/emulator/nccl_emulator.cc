@@ -1,4 +1,4 @@
-#include "tests/harness/nccl_emulator.h"
+#include "src/nccl/emulator/nccl_emulator.h"
 
 #include <dlfcn.h>
 #include <unistd.h>

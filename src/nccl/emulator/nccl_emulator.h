@@ -1,4 +1,4 @@
-// NCCL emulator harness: drives the real libnccl-profiler-pitstop.so the way
+// NCCL emulator: drives the real libnccl-profiler-pitstop.so the way
 // NCCL's loader and runtime do, without a GPU.
 //
 // What it does like NCCL (facts: ../shared/docs/nccl-plugin-abi.md):
@@ -17,7 +17,7 @@
 //
 // Usage (one emulated rank per process, as the simulator does):
 //
-//   #include "tests/harness/nccl_emulator.h"
+//   #include "src/nccl/emulator/nccl_emulator.h"
 //   using namespace pitstop::emu;
 //   auto emu = Emulator::Create({.plugin = "pitstop"});   // or a path
 //   if (!emu.ok()) ...;                     // library or symbol not found
@@ -48,8 +48,8 @@
 // Thread safety: Emulator, Comm and Op are thread-safe; every call blocks
 // until the plugin callbacks it makes have returned (proxy/graph-thread work
 // is handed to that thread and waited for), so the caller controls timing.
-#ifndef PITSTOP_TESTS_HARNESS_NCCL_EMULATOR_H_
-#define PITSTOP_TESTS_HARNESS_NCCL_EMULATOR_H_
+#ifndef PITSTOP_SRC_NCCL_EMULATOR_NCCL_EMULATOR_H_
+#define PITSTOP_SRC_NCCL_EMULATOR_NCCL_EMULATOR_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -232,4 +232,4 @@ class Emulator {
 
 }  // namespace pitstop::emu
 
-#endif  // PITSTOP_TESTS_HARNESS_NCCL_EMULATOR_H_
+#endif  // PITSTOP_SRC_NCCL_EMULATOR_NCCL_EMULATOR_H_

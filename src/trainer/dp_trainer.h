@@ -1,0 +1,96 @@
+// A deterministic data-parallel trainer: a small MLP (in -> hidden, tanh ->
+// 1) learning a fixed "teacher" function on synthetic data, plain SGD, the
+// gradients of every step summed across ranks with ncclAllReduce.
+//
+// Deterministic by construction: the data of sample k is a pure function of
+// (seed, k) (splitmix64), every rank starts from the same weights (a
+// function of the seed), local gradients are summed in sample order, and
+// the CPU NCCL backend's all-reduce reduces in a fixed rank order. Two runs
+// with the same arguments and rank count end with bit-identical weights,
+// on every rank. This is the yardstick for migration: a run that moved its
+// ranks must end exactly where an undisturbed run ends.
+//
+// The NCCL calls go through the public nccl* API (src/nccl/cpu/
+// nccl_functions.h), so the pitstop interposer and profiler see them like a
+// framework's.
+//
+// Thread safety: one Trainer per process, used from one thread.
+#ifndef PITSTOP_SRC_TRAINER_DP_TRAINER_H_
+#define PITSTOP_SRC_TRAINER_DP_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "src/nccl/cpu/nccl_api.h"
+
+namespace pitstop::trainer {
+
+struct ModelShape {
+  int inputs = 16;
+  int hidden = 32;
+};
+
+struct TrainOptions {
+  ModelShape shape{};
+  uint64_t seed = 1;
+  int steps = 100;  // total: the run ends after step steps-1
+  int batch_per_rank = 32;
+  float learning_rate = 0.2f;
+};
+
+// The whole training state at a step boundary: every data-parallel replica
+// holds the same one, so any rank's copy restores any rank.
+struct TrainState {
+  int next_step = 0;            // first step still to run
+  std::vector<float> params{};  // empty: InitialParameters(shape, seed)
+};
+
+// Checkpoint file: "PSDPCK01", then little-endian u64 seed, u32 inputs,
+// u32 hidden, u64 next_step, u64 parameter count, the float32 parameters,
+// and u64 FNV-1a of everything before it.
+absl::Status SaveCheckpoint(const std::string& path, const TrainOptions& o,
+                            const TrainState& state);
+// Errors name the file and the byte offset (bad magic, shape or seed that
+// differ from `o`, truncation, checksum).
+absl::StatusOr<TrainState> LoadCheckpoint(const std::string& path,
+                                          const TrainOptions& o);
+
+// Flat parameters: W1 (hidden x inputs), b1 (hidden), w2 (hidden), b2 (1).
+size_t ParameterCount(const ModelShape& shape);
+std::vector<float> InitialParameters(const ModelShape& shape, uint64_t seed);
+
+// Synthetic sample k: inputs in [-1, 1) and the teacher's target.
+void Sample(const ModelShape& shape, uint64_t seed, uint64_t k, float* x,
+            float* y);
+
+// Adds the gradient of 0.5 * (f(x) - y)^2 over samples [first, first + n)
+// to `grad` and returns the summed loss (in sample order: deterministic).
+double AccumulateGradient(const ModelShape& shape, uint64_t seed,
+                          const std::vector<float>& params, uint64_t first,
+                          int n, std::vector<float>* grad);
+
+struct StepReport {
+  int step = 0;
+  double loss = 0;  // mean over the global batch
+  int64_t step_ns = 0;
+  const std::vector<float>* params = nullptr;  // after this step's update
+};
+
+// Runs steps [start.next_step, options.steps) of data-parallel SGD on
+// `comm` (rank r of n takes samples [(step*n + r)*b, +b)). `on_step` sees
+// every step. Resuming from a checkpoint of step S gives exactly the
+// weights an uninterrupted run has after the same steps.
+absl::StatusOr<std::vector<float>> Train(
+    ncclComm_t comm, const TrainOptions& options, const TrainState& start,
+    const std::function<void(const StepReport&)>& on_step);
+
+// FNV-1a over the parameter bytes: a short fingerprint for logs.
+uint64_t Fingerprint(const std::vector<float>& params);
+
+}  // namespace pitstop::trainer
+
+#endif  // PITSTOP_SRC_TRAINER_DP_TRAINER_H_

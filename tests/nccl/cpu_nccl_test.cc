@@ -1,0 +1,239 @@
+// The CPU NCCL backend across real processes: every collective on real data
+// with known answers, split and shrink, non-blocking init, a dead peer (an
+// error within the timeout, then shrink and abort: no hang), and the
+// profiler plugin loaded by NCCL's rules streaming real records to an
+// in-test receiver.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "src/nccl/cpu/nccl_functions.h"
+#include "src/nccl/emulator/nccl_emulator.h"
+#include "tests/harness/telemetry_receiver.h"
+#include "tests/nccl/rank_group.h"
+
+namespace pitstop::testing {
+namespace {
+
+// Generous: a loaded 2-core machine with sanitizers; a dead peer is
+// detected by its closed connection long before this.
+constexpr char kTimeoutMs[] = "60000";
+constexpr int kDeadlineS = 150;
+
+class CpuNcclTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/pst-cpunccl-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    // ncclGetUniqueId makes its store directory here; no threads start in
+    // this process (the ranks are children).
+    setenv("PITSTOP_CPU_NCCL_STORE_DIR", dir_.c_str(), 1);
+  }
+  void TearDown() override {
+    if (!dir_.empty()) {
+      const std::string cmd = "rm -rf '" + dir_ + "'";
+      (void)std::system(cmd.c_str());
+    }
+  }
+
+  std::vector<RankResult> Run(const std::string& scenario, int n,
+                              std::map<std::string, std::string> env = {}) {
+    ncclUniqueId id;
+    EXPECT_EQ(ncclGetUniqueId(&id), ncclSuccess) << ncclGetLastError(nullptr);
+    const std::string hex = UniqueIdHex(&id, sizeof(id));
+    std::vector<std::vector<std::string>> argv;
+    for (int r = 0; r < n; ++r) {
+      argv.push_back(
+          {CPU_NCCL_RANK, scenario, absl::StrCat(r), absl::StrCat(n), hex});
+    }
+    env.emplace("PITSTOP_CPU_NCCL_TIMEOUT_MS", kTimeoutMs);
+    if (env.count("-NCCL_PROFILER_PLUGIN") == 0) {
+      env.emplace("NCCL_PROFILER_PLUGIN", "none");
+    }
+    return RunRanks(n, argv, env, dir_, kDeadlineS);
+  }
+
+  std::string dir_;
+};
+
+TEST_F(CpuNcclTest, EveryCollectiveGivesTheKnownAnswerOnThreeRanks) {
+  const auto results = Run("collectives", 3);
+  EXPECT_TRUE(AllExitedZero(results)) << Describe(results);
+}
+
+TEST_F(CpuNcclTest, TwoRanksToo) {
+  const auto results = Run("collectives", 2);
+  EXPECT_TRUE(AllExitedZero(results)) << Describe(results);
+}
+
+TEST_F(CpuNcclTest, SplitWithNoColorAndShrink) {
+  const auto results = Run("split", 4);
+  EXPECT_TRUE(AllExitedZero(results)) << Describe(results);
+}
+
+TEST_F(CpuNcclTest, NonBlockingInitReportsInProgressThenSuccess) {
+  const auto results = Run("nonblocking", 2);
+  EXPECT_TRUE(AllExitedZero(results)) << Describe(results);
+}
+
+TEST_F(CpuNcclTest, DeadPeerGivesAnErrorThenShrinkAndAbortRecover) {
+  const auto results = Run("peer-death", 3);
+  EXPECT_TRUE(AllExitedZero(results)) << Describe(results);
+}
+
+// Abort of a communicator whose non-blocking init waits for a peer that
+// never comes returns at once: with the init's timeout far past the
+// deadline, an abort that waited would be killed at the deadline.
+TEST_F(CpuNcclTest, AbortDuringPendingNonBlockingInitDoesNotWait) {
+  const auto results =
+      Run("abort-pending", 2, {{"PITSTOP_CPU_NCCL_TIMEOUT_MS", "3600000"}});
+  EXPECT_TRUE(AllExitedZero(results)) << Describe(results);
+}
+
+TEST_F(CpuNcclTest, BadUniqueIdIsAnError) {
+  ncclUniqueId id{};
+  ncclComm_t comm = nullptr;
+  EXPECT_EQ(ncclCommInitRank(&comm, 2, id, 0), ncclInvalidArgument);
+  EXPECT_EQ(comm, nullptr);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("magic"),
+            std::string::npos);
+}
+
+TEST_F(CpuNcclTest, ProfilerPluginRecordsReachTheReceiver) {
+  const std::string sock = absl::StrCat(dir_, "/agent.sock");
+  auto receiver = emu::TelemetryReceiver::Start(sock);
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  // NCCL's naming rule: "pitstop" is tried verbatim, then as
+  // libnccl-profiler-pitstop.so (found in the plugin's build directory).
+  const auto results = Run("profiled", 2,
+                           {{"NCCL_PROFILER_PLUGIN", "pitstop"},
+                            {"PITSTOP_AGENT_SOCKET", sock},
+                            {"PITSTOP_FINALIZE_TIMEOUT_MS", "20000"},
+                            {"PITSTOP_HOST", "cpu-node-0"}});
+  ASSERT_TRUE(AllExitedZero(results)) << Describe(results);
+  emu::TelemetryReceiver* r = receiver->get();
+  // Both ranks finalized; wait for their goodbyes (everything before them
+  // was streamed).
+  ASSERT_TRUE(r->WaitFor(
+      [](const std::vector<emu::ReceivedStream>& s) {
+        int goodbyes = 0;
+        for (const auto& x : s) {
+          goodbyes += emu::HasGoodbye({x}, v1::ProcessGoodbye::REASON_FINALIZE);
+        }
+        return goodbyes == 2;
+      },
+      absl::Seconds(60)));
+  const auto streams = r->Streams();
+  const auto ops = emu::AllOps(streams);
+  std::set<std::pair<int, uint64_t>> seen;  // (rank, seq)
+  std::set<uint64_t> hashes;
+  for (const v1::OpRecord& op : ops) {
+    EXPECT_EQ(op.func(), v1::COLL_FUNC_ALL_REDUCE);
+    seen.insert({op.rank(), op.seq_number()});
+    hashes.insert(op.comm_hash());
+  }
+  EXPECT_EQ(ops.size(), 10u);
+  EXPECT_EQ(seen.size(), 10u);   // seq 0..4 on ranks 0 and 1
+  EXPECT_EQ(hashes.size(), 1u);  // one communicator, same hash on both
+  EXPECT_EQ(emu::AllCompletions(streams).size(), 10u);
+  const auto kernels = emu::AllKernels(streams);
+  ASSERT_EQ(kernels.size(), 10u);
+  for (const auto& k : kernels) {
+    EXPECT_GT(k.start_gpu_ns(), 0u);
+    EXPECT_GE(k.stop_gpu_ns(), k.start_gpu_ns());  // real timings
+  }
+  // One proxy op per operation (channel 0, to the next rank). ProxyStep
+  // events are off in the plugin's default activation mask.
+  const auto proxies = emu::AllProxyOps(streams);
+  ASSERT_EQ(proxies.size(), 10u);
+  for (const auto& p : proxies) {
+    EXPECT_EQ(p.channel_id(), 0u);
+    EXPECT_TRUE(p.is_send());
+    EXPECT_GE(p.stop_cpu_ns(), p.start_cpu_ns());
+  }
+}
+
+std::string Goodbyes(const std::vector<emu::ReceivedStream>& streams) {
+  std::string out = absl::StrCat(streams.size(), " streams:");
+  for (const auto& s : streams) {
+    absl::StrAppend(&out, " [", s.batches.size(), " batches, ended ", s.ended);
+    for (const auto& b : s.batches) {
+      if (b.has_goodbye()) {
+        absl::StrAppend(&out, ", goodbye ", b.goodbye().reason());
+      }
+    }
+    absl::StrAppend(&out, "]");
+  }
+  return out;
+}
+
+// The pitstop library LD_PRELOADed over the backend, as over NCCL: its
+// interposer wins over the weak nccl* names, sees every communicator made
+// (split children and the shrunk one name their parent), NCCL loads it as
+// the profiler (the preload points NCCL_PROFILER_PLUGIN at itself), and the
+// hello carries the version the backend reports (the rebuild probe's input).
+TEST_F(CpuNcclTest, PreloadedInterposerSeesEveryCommunicatorAndTheVersion) {
+  const std::string sock = absl::StrCat(dir_, "/agent.sock");
+  auto receiver = emu::TelemetryReceiver::Start(sock);
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  const auto results =
+      Run("split", 4,
+          {{"LD_PRELOAD", emu::BuiltPluginPath()},
+           {"ASAN_OPTIONS", std::string(asan != nullptr ? asan : "") +
+                                ":verify_asan_link_order=0"},
+           {"-NCCL_PROFILER_PLUGIN", ""},
+           {"PITSTOP_AGENT_SOCKET", sock},
+           {"PITSTOP_FINALIZE_TIMEOUT_MS", "20000"}});
+  ASSERT_TRUE(AllExitedZero(results)) << Describe(results);
+  emu::TelemetryReceiver* r = receiver->get();
+  ASSERT_TRUE(r->WaitFor(
+      [](const std::vector<emu::ReceivedStream>& s) {
+        int goodbyes = 0;
+        for (const auto& x : s) {
+          goodbyes += emu::HasGoodbye({x}, v1::ProcessGoodbye::REASON_FINALIZE);
+        }
+        return goodbyes == 4;
+      },
+      absl::Seconds(60)))
+      << Goodbyes(r->Streams());
+  const auto streams = r->Streams();
+  ASSERT_EQ(streams.size(), 4u);
+  for (const auto& s : streams) {
+    ASSERT_FALSE(s.batches.empty());
+    EXPECT_EQ(s.batches[0].hello().load_mode(), "both");
+    EXPECT_EQ(s.batches[0].hello().nccl_version(), 22809u);
+  }
+  std::set<uint64_t> worlds, children;
+  std::map<uint64_t, uint64_t> parent_of;
+  for (const auto& ev : emu::AllCommEvents(streams)) {
+    if (ev.kind() != v1::CommunicatorEvent::KIND_INIT) continue;
+    const auto& info = ev.info();
+    EXPECT_EQ(info.source(), v1::CommunicatorInfo::SOURCE_INTERPOSER)
+        << ev.DebugString();
+    if (info.parent_comm_hash() == 0) {
+      EXPECT_EQ(info.n_ranks(), 4);
+      worlds.insert(info.comm_hash());
+    } else {
+      children.insert(info.comm_hash());
+      parent_of[info.comm_hash()] = info.parent_comm_hash();
+    }
+  }
+  ASSERT_EQ(worlds.size(), 1u);  // one world, same hash on all four
+  // Split: color 0 {0, 2} and color 1 {3} (rank 1 opted out); shrink {0,1,2}.
+  EXPECT_EQ(children.size(), 3u);
+  for (const auto& [child, parent] : parent_of) {
+    EXPECT_EQ(parent, *worlds.begin()) << child;
+  }
+}
+
+}  // namespace
+}  // namespace pitstop::testing
