@@ -242,6 +242,14 @@ class EDiT:
         self._t0 = None
 
     @property
+    def phase_times(self):
+        """Seconds per phase of the current step, or of the last one after
+        ``step()`` until the next ``begin_step()``: the caller's phases
+        plus ``optimizer`` and ``communication`` (the wrapper's own), as
+        reported to the controller."""
+        return dict(self._phases)
+
+    @property
     def progress_steps(self):
         """The job's progress in synchronous-equivalent steps: the steps of
         all ranks / world size (tokens consumed by the job / tokens of one
