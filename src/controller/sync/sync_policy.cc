@@ -1,6 +1,7 @@
 #include "src/controller/sync/sync_policy.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -274,7 +275,7 @@ uint32_t SyncPolicyEngine::TimedPeriodMs(const Job& job,
   }
   const double ms = std::clamp(s.timed_period_steps() * step_ms, 1.0,
                                static_cast<double>(kMaxPeriodMs));
-  const auto period = static_cast<uint32_t>(ms + 0.5);
+  const auto period = static_cast<uint32_t>(std::lround(ms));
   *how = absl::StrCat("A-EDiT period ", s.timed_period_steps(), " steps x ",
                       absl::SixDigits(step_ms), " ms = ", period, " ms");
   return period;
