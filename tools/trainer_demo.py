@@ -11,17 +11,20 @@ loopback. Runs with the same token budget:
   slow-auto    rank 3 at half speed, policy AUTO (pitstop switches to A-EDiT)
 
 healthy first, then slow-sync-1, slow-auto-1, slow-auto-2, slow-sync-2
-(ABBA, --repeats 2). The slowed rank sleeps, in its forward phase, as long
-as its forward and backward took: it runs at half speed relative to its
-own compute. The controller's persistence and the A-EDiT period are given
-in steps and converted with the measured step time (calibrate()). Rank 0
-snapshots the model at sync points; the held-out loss of every snapshot is
-computed after the run, outside its wall time. The last line printed is
+(ABBA, --repeats 2). The slowed rank sleeps, before its collectives, as
+long as its own compute of the step took (data, forward, backward and the
+optimizer step; HalfSpeed): it runs at half speed relative to its own
+compute, and synchronous training waits for it. The controller's
+persistence and the A-EDiT period are given in steps and converted with
+the measured step time (calibrate()). Rank 0 snapshots the model at sync
+points; the held-out loss of every snapshot is computed after the run,
+outside its wall time. The last line printed is
 
   local-sgd: sync_s=<s> switched_s=<s> speedup=<x> switch_step=<n> healthy_switches=<n>
 
-sync_s / switched_s: mean training time of the slow-sync / slow-auto runs
-to reach the target loss (slow-sync's held-out loss at 90% of the budget);
+sync_s / switched_s: the fastest training time of the slow-sync / slow-auto
+runs to reach the target loss (slow-sync's held-out loss at 90% of the
+budget; the per-run times and per-pair ratios are printed above it);
 switch_step: the agreed step of pitstop's switch in slow-auto-1;
 healthy_switches: switches the controller sent in the healthy run.
 
@@ -44,7 +47,7 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 
 CORPUS_DIR = "/usr/share/common-licenses"
 
-from trainer_demo_report import report, summary  # noqa: E402
+from trainer_demo_report import median_step, report, summary  # noqa: E402
 
 
 # --- data and model -----------------------------------------------------------
@@ -157,6 +160,33 @@ def evaluate(model, vx, vy, chunk=32):
 
 
 # --- one rank -------------------------------------------------------------------
+class HalfSpeed:
+    """The slowed rank: its compute takes `factor` times as long as it
+    does on this machine right now (2: half speed). The delay is relative
+    to the rank's own compute of the step -- data, forward and backward of
+    this step plus the optimizer step of the previous one (which runs
+    inside EDiT.step after the all-reduce) -- measured under whatever load
+    the machine has, not a fixed sleep: the same slowdown on a quiet or a
+    busy host, and in every mode. It is slept before EDiT.step, so in
+    synchronous training the other ranks wait for it in the all-reduce,
+    as they wait for a slow GPU."""
+
+    def __init__(self, factor=2.0):
+        if factor < 1.0:
+            raise ValueError("slow factor: at least 1, got %r" % factor)
+        self.extra = factor - 1.0
+        self.last_optimizer_s = 0.0
+
+    def delay_s(self, compute_s):
+        """Seconds to sleep after this step's data, forward and backward,
+        which took `compute_s`."""
+        return self.extra * (max(0.0, compute_s) + self.last_optimizer_s)
+
+    def after_step(self, phase_times):
+        """EDiT.phase_times after EDiT.step: the optimizer step's time."""
+        self.last_optimizer_s = phase_times.get("optimizer", 0.0)
+
+
 def worker(args):
     import torch
     import torch.distributed as dist
@@ -187,12 +217,12 @@ def worker(args):
                 period_ms=args.period_ms, outer_lr=args.outer_lr,
                 outer_momentum=args.outer_momentum,
                 lr_lambda=lr_schedule(args),
-                min_sync_steps=int(args.min_sync_frac * args.budget_steps),
+                min_sync_steps=args.min_sync_steps,
                 switch_timeout_s=10.0)
     gen = torch.Generator().manual_seed(1000 + args.rank)
     tokens_per_step = args.batch * args.block
     budget = args.budget_steps * args.world * tokens_per_step
-    slow = args.rank == args.slow_rank
+    slow = HalfSpeed(args.slow_factor) if args.rank == args.slow_rank else None
     snaps = []  # rank 0: (train_s, tokens, mode, parameters) at sync points
 
     def snapshot(train_s):
@@ -216,23 +246,24 @@ def worker(args):
             snapshot(s0 - t0 - snap_s)
             last_snap = time.monotonic()
             snap_s += last_snap - s0
+        tc = time.perf_counter()
         with edit.phase("data"):
             starts = torch.randint(len(train) - args.block - 1,
                                    (args.batch,), generator=gen)
             x = torch.stack([train[s:s + args.block] for s in starts])
             y = torch.stack([train[s + 1:s + 1 + args.block] for s in starts])
-        tc = time.perf_counter()
         with edit.phase("forward"):
             loss = model(x, y)
         with edit.phase("backward"):
             loss.backward()
-        if slow:
-            # Half speed relative to this rank's own compute (forward +
-            # backward wall time under whatever load the machine has),
-            # not a fixed delay: the same slowdown on a quiet or busy host.
+        if slow is not None:
+            # Before the all-reduce / the outer sync's collectives, so the
+            # other ranks wait for it in synchronous training.
             with edit.phase("forward"):
-                time.sleep(time.perf_counter() - tc)
+                time.sleep(slow.delay_s(time.perf_counter() - tc))
         edit.step(tokens=tokens_per_step, loss=float(loss))
+        if slow is not None:
+            slow.after_step(edit.phase_times)
         step_walls.append(time.perf_counter() - ts)
         step_wall += step_walls[-1]
         if edit.synced and (edit.total_steps * tokens_per_step >=
@@ -373,11 +404,6 @@ def run_job(args, daemons, tmp, name, slow_rank, extra=()):
     return res, job
 
 
-def median_step(res):
-    walls = sorted(res[0]["step_walls"][5:])
-    return walls[len(walls) // 2]
-
-
 def settle(args, given, step_s, source):
     """Converts the settings given in steps into wall-clock ones with the
     measured time of a healthy synchronous step (flags given explicitly in
@@ -385,8 +411,9 @@ def settle(args, given, step_s, source):
     if not given["period_ms"]:
         args.period_ms = max(100, int(round(args.period_steps * step_s * 1000)))
     if not given["slow_persist_s"]:
-        # The slowed rank's synchronous step takes about twice as long.
-        args.slow_persist_s = max(1, int(round(args.persist_steps * 2 * step_s)))
+        # A slowed synchronous step takes at most --slow-factor healthy ones.
+        args.slow_persist_s = max(1, int(round(
+            args.persist_steps * args.slow_factor * step_s)))
     if not given["eval_every_s"]:
         args.eval_every_s = args.period_ms / 1000.0
     print("%s: %.1f ms per healthy synchronous step -> A-EDiT period %d ms "
@@ -425,7 +452,8 @@ def model_flags(args):
             "--budget-steps", str(args.budget_steps),
             "--warmup-frac", str(args.warmup_frac),
             "--min-lr-frac", str(args.min_lr_frac),
-            "--min-sync-frac", str(args.min_sync_frac),
+            "--min-sync-steps", str(args.min_sync_steps),
+            "--slow-factor", str(args.slow_factor),
             "--run-frac", str(args.run_frac),
             "--eval-every-s", str(args.eval_every_s),
             "--eval-batch", str(args.eval_batch),
@@ -525,9 +553,15 @@ def add_model_args(p):
                    "schedule ends at the budget and holds its floor): a "
                    "run that needs a few %% more tokens than slow-sync "
                    "still gets a time to the target")
-    p.add_argument("--min-sync-frac", type=float, default=0.3,
-                   help="post-local SGD: the first fraction of the budget "
-                   "stays synchronous whatever the controller asks")
+    p.add_argument("--min-sync-steps", type=int, default=120,
+                   help="post-local SGD (EDiT's min_sync_steps): the first "
+                   "steps stay synchronous whatever the controller asks "
+                   "(tools/local_sgd_sim.py: switching at step 40 / 60 / "
+                   "80 / 100 / 120 of 400 ends +5.3 / +5.2 / +2.2 / +3.1 / "
+                   "+0.2 %% in held-out loss)")
+    p.add_argument("--slow-factor", type=float, default=2.0,
+                   help="the slowed rank's compute takes this many times "
+                   "as long (2: half speed)")
     p.add_argument("--outer-lr", type=float, default=1.0)
     p.add_argument("--outer-momentum", type=float, default=0.5)
 

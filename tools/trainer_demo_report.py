@@ -60,6 +60,18 @@ def best(times):
     return min(ok) if ok else float("nan")
 
 
+def median_step(res):
+    """Median wall time of rank 0's steps (the first 5 left out)."""
+    walls = sorted(res[0]["step_walls"][5:])
+    return walls[len(walls) // 2] if walls else float("nan")
+
+
+def pair_ratios(sync_t, auto_t):
+    """sync / auto time to target of each pair (run k of each side)."""
+    return [s / a if a > 0 else float("nan")
+            for s, a in zip(sync_t, auto_t)]
+
+
 def report(args, results):
     def of(kind):
         return [(n, r, j) for n, (k, r, j) in results.items() if k == kind]
@@ -87,8 +99,18 @@ def report(args, results):
         print("%s: loss at %d tokens %.4f (%+.2f%% vs slow-sync), target "
               "reached after %.1f s" % (name, budget, a_final,
                                         100 * gaps[-1], t))
+    healthy_res = of("healthy")[0][1]
+    healthy_t = time_to_loss(healthy_res[0]["evals"], target)
+    healthy_step = median_step(healthy_res)
     for (name, r, _), t in zip(syncs, sync_t):
-        print("%s: target reached after %.1f s" % (name, t))
+        # What the half-speed rank costs synchronous training: the same
+        # curve over tokens, so the time ratio to the healthy run is the
+        # slowdown (both also as median step times).
+        print("%s: target reached after %.1f s; the half-speed rank costs "
+              "synchronous training %.2fx (time to target vs healthy %.1f s; "
+              "median step %.1f ms vs %.1f ms)" %
+              (name, t, t / healthy_t, healthy_t, 1000 * median_step(r),
+               1000 * healthy_step))
     overheads = [summary(n, r, j, quiet=True)[0]
                  for n, (_, r, j) in results.items()]
     print("final loss at equal tokens: slow-auto %+.2f%% vs slow-sync (mean "
@@ -110,6 +132,10 @@ def report(args, results):
           "%.1f); sync_s / switched_s below are the fastest of each" %
           (" ".join("%.1f" % t for t in sync_t), sum(sync_t) / len(sync_t),
            " ".join("%.1f" % t for t in auto_t), sum(auto_t) / len(auto_t)))
+    # Per ABBA pair (slow-sync-k, slow-auto-k ran next to each other):
+    # the ratio of one pair is what a drifting load disturbs least.
+    pairs = pair_ratios(sync_t, auto_t)
+    print("speedup per pair: %s" % " ".join("%.2f" % x for x in pairs))
     sync_s = best(sync_t)
     switched_s = best(auto_t)
     print("local-sgd: sync_s=%.1f switched_s=%.1f speedup=%.2f switch_step=%d "

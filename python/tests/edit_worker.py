@@ -78,15 +78,17 @@ def scenario_timed_slow(rank, world, args):
     edit = EDiT(model, opt, mode="timed", period_ms=args["period_ms"])
     t_end = time.monotonic() + args["seconds"]
     step = 0
+    phases = []  # EDiT.phase_times after each step
     while not edit.stopped:
         if time.monotonic() > t_end:
             edit.request_stop()
         train_step(edit, model, rank, step,
                    args["slow_s"] if rank == args["slow_rank"] else 0.0)
+        phases.append(edit.phase_times)
         step += 1
     return {"steps": edit.step_no, "outer_syncs": edit.outer_syncs,
             "switches": edit.switches, "checksum": edit.checksum(),
-            "consistent": edit.consistent()}
+            "consistent": edit.consistent(), "phases": phases}
 
 
 def scenario_progress(rank, world, args):

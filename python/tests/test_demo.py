@@ -54,3 +54,24 @@ def test_lr_schedule_warms_up_then_decays_to_floor():
 def test_best_ignores_runs_that_never_reached_the_target():
     assert rep.best([53.4, 48.0, float("nan")]) == 48.0
     assert math.isnan(rep.best([float("nan")]))
+
+
+def test_half_speed_sleeps_its_own_compute_including_the_optimizer():
+    slow = trainer_demo.HalfSpeed(2.0)
+    # First step: no optimizer step measured yet.
+    assert slow.delay_s(0.030) == pytest.approx(0.030)
+    slow.after_step({"optimizer": 0.010, "communication": 0.5})
+    # Data + forward + backward of this step + the last optimizer step;
+    # communication (waiting for others) is not compute.
+    assert slow.delay_s(0.030) == pytest.approx(0.040)
+    assert trainer_demo.HalfSpeed(3.0).delay_s(0.01) == pytest.approx(0.02)
+    assert trainer_demo.HalfSpeed(1.0).delay_s(0.05) == 0.0
+    with pytest.raises(ValueError):
+        trainer_demo.HalfSpeed(0.5)
+
+
+def test_pair_ratios_and_median_step():
+    assert rep.pair_ratios([40.0, 30.0], [20.0, 25.0]) == [2.0, 1.2]
+    assert math.isnan(rep.pair_ratios([40.0], [float("nan")])[0])
+    res = [{"step_walls": [9.0] * 5 + [0.1, 0.3, 0.2]}]
+    assert rep.median_step(res) == 0.2  # the first 5 steps left out

@@ -88,6 +88,17 @@ def test_timed_mode_lets_fast_rank_take_more_steps(tmp_path):
     assert res[0]["steps"] > 1.5 * res[1]["steps"], (res, logs[0])
     assert res[0]["checksum"] == res[1]["checksum"]
     assert all(r["consistent"] for r in res)
+    # phase_times: the last step's phases, the caller's and the wrapper's
+    # (what HalfSpeed in the demo reads): the slow rank's forward holds
+    # its sleep, every step has an optimizer phase, outer syncs a
+    # communication phase.
+    slow = res[1]["phases"]
+    assert all(p["forward"] >= 0.05 for p in slow), slow[:3]
+    for r in res:
+        assert all(p["optimizer"] > 0 and "backward" in p
+                   for p in r["phases"])
+        synced = [p for p in r["phases"] if "communication" in p]
+        assert len(synced) == r["outer_syncs"]
 
 
 def test_lr_schedule_follows_the_jobs_progress(tmp_path):

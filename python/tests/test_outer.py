@@ -48,3 +48,19 @@ def test_without_penalty_weights_follow_steps_or_are_equal():
     # A rank reporting no steps contributes nothing (and never divides by 0).
     w, _, _, judged = outer_weights(None, [0.0, 1.0], [0, 4])
     assert w == [0.0, 1.0] and judged == [0.0, 0.25]
+
+
+def test_timed_sync_joins_at_the_last_step_boundary_that_fits():
+    from pitstop.torch.edit import timed_sync_due
+    # 600 ms period, 100 ms steps: after 500 ms the next step would end at
+    # 600 -> sync now; after 450 ms it ends at 550 -> one more step.
+    assert timed_sync_due(0.500, 0.100, 600)
+    assert not timed_sync_due(0.450, 0.100, 600)
+    # A slow rank (250 ms steps) stops at 400 ms instead of running to 650.
+    assert timed_sync_due(0.400, 0.250, 600)
+    assert not timed_sync_due(0.300, 0.250, 600)
+    # No estimate: the first boundary at or past the deadline.
+    assert not timed_sync_due(0.599, 0.0, 600)
+    assert timed_sync_due(0.600, 0.0, 600)
+    # A step longer than the period: every step is a sync point.
+    assert timed_sync_due(0.0, 0.9, 600)

@@ -139,6 +139,7 @@ absl::StatusOr<v1::SyncSettings> ControllerOptions::DefaultSyncSettings()
   s.set_healthy_s(sync_healthy_s);
   s.set_period_ms(sync_period_ms);
   s.set_period_steps(sync_period_steps);
+  s.set_timed_period_steps(sync_timed_period_steps);
   s.set_apply_lead_steps(5);
   if (absl::Status st = ValidateSyncSettings(s); !st.ok()) {
     const std::string msg =
@@ -229,6 +230,9 @@ void RegisterControllerOptions(ConfigSchema* s, ControllerOptions* o) {
          "A-EDiT: wall time between synchronisations (ms)");
   s->Add("sync.period_steps", &o->sync_period_steps,
          "EDiT: local steps between synchronisations");
+  s->Add("sync.timed_period_steps", &o->sync_timed_period_steps,
+         "A-EDiT: period in local steps of a fast rank, converted to ms with "
+         "the job's measured step time at the switch; 0 = sync.period_ms");
   s->Add("sync.straggler_min_effect", &o->sync_straggler_min_effect,
          "step-time straggler: compute >= (1 + this) x the other ranks'");
   s->Add("lora.policy", &o->lora_policy,

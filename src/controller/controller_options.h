@@ -52,6 +52,7 @@ struct ControllerOptions {
   std::string sync_local_mode = "timed";
   uint32_t sync_period_ms = 2000;
   uint32_t sync_period_steps = 8;
+  uint32_t sync_timed_period_steps = 0;  // 0: sync_period_ms
   double sync_straggler_min_effect = 0.3;
   // Default multi-LoRA rescheduling policy (src/controller/lora/).
   std::string lora_policy = "advise";

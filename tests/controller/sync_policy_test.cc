@@ -38,8 +38,8 @@ class SyncPolicyTest : public ::testing::Test {
       for (int i = 0; i < 5; ++i) {
         v1::StepReport* s = req.add_steps();
         s->set_step(++step_[r]);
-        const uint64_t compute = r == slow ? 40'000'000 * factor : 40'000'000;
-        const uint64_t wall = 40'000'000 * (slow >= 0 ? factor : 1.0) + 1'000;
+        const uint64_t compute = r == slow ? base_ns_ * factor : base_ns_;
+        const uint64_t wall = base_ns_ * (slow >= 0 ? factor : 1.0) + 1'000;
         s->set_wall_ns(wall);
         v1::PhaseTime* p = s->add_phases();
         p->set_phase(v1::TRAIN_PHASE_COMMUNICATION);
@@ -75,6 +75,7 @@ class SyncPolicyTest : public ::testing::Test {
   std::vector<v1::Fault> faults_;
   std::vector<SyncPolicyEngine::Outgoing> sent_, all_sent_;
   std::map<int, uint64_t> step_;
+  uint64_t base_ns_ = 40'000'000;  // a fast rank's compute per step
 };
 
 TEST_F(SyncPolicyTest, HealthyJobNeverSwitches) {
@@ -154,6 +155,42 @@ TEST_F(SyncPolicyTest, AutoSwitchesAfterPersistenceAndBackAfterHealthy) {
   EXPECT_THAT(s.decisions(1).reason(), StartsWith("healthy for 30 s"));
 }
 
+TEST_F(SyncPolicyTest, TimedPeriodInStepsIsConvertedWithTheFastRanksPace) {
+  v1::SyncSettings set;
+  set.set_policy(v1::SYNC_POLICY_AUTO);
+  set.set_timed_period_steps(12);
+  ASSERT_TRUE(engine_.SetSettings("j", set).ok());
+  EXPECT_EQ(State().settings().timed_period_steps(), 12u);
+  // Rank 0 computes 40 ms per step, rank 1 (the straggler) 120 ms: the
+  // period is 12 steps of the fast rank, 480 ms, not of the median of
+  // both (80 ms: 960 ms) nor of the slow one.
+  for (int i = 0; i < 20 && all_sent_.empty(); ++i) Second(2, 1, 3.0);
+  ASSERT_EQ(all_sent_.size(), 1u);
+  EXPECT_EQ(all_sent_[0].directive.mode(), v1::SYNC_MODE_TIMED);
+  EXPECT_EQ(all_sent_[0].directive.period_ms(), 480u);
+  const v1::JobSync s = State();
+  ASSERT_EQ(s.decisions_size(), 1);
+  EXPECT_THAT(s.decisions(0).reason(),
+              HasSubstr("A-EDiT period 12 steps x 40 ms = 480 ms"));
+  EXPECT_EQ(s.decisions(0).evidence().values().at("period_ms"), 480.0);
+  EXPECT_THAT(all_sent_[0].directive.reason(), HasSubstr("= 480 ms"));
+}
+
+TEST_F(SyncPolicyTest, TimedPeriodInStepsFollowsTheMachinesPace) {
+  // The same setting on ranks twice as fast: half the milliseconds
+  // (period_ms, set too, is not used). With timed_period_steps 0 the
+  // directive carries period_ms (AutoSwitchesAfterPersistence...).
+  base_ns_ = 20'000'000;
+  v1::SyncSettings set;
+  set.set_policy(v1::SYNC_POLICY_AUTO);
+  set.set_timed_period_steps(12);
+  set.set_period_ms(999);
+  ASSERT_TRUE(engine_.SetSettings("j", set).ok());
+  for (int i = 0; i < 20 && all_sent_.empty(); ++i) Second(4, 3, 2.0);
+  ASSERT_EQ(all_sent_.size(), 1u);
+  EXPECT_EQ(all_sent_[0].directive.period_ms(), 240u);
+}
+
 TEST_F(SyncPolicyTest, ShortSlowSpellDoesNotSwitch) {
   SetPolicy(v1::SYNC_POLICY_AUTO);
   for (int round = 0; round < 5; ++round) {
@@ -223,6 +260,10 @@ TEST_F(SyncPolicyTest, ValidationNamesTheField) {
   s.set_healthy_s(8 * 24 * 3600);
   EXPECT_THAT(std::string(engine_.SetSettings("j", s).status().message()),
               StartsWith("settings.healthy_s"));
+  s.Clear();
+  s.set_timed_period_steps(2'000'000);
+  EXPECT_THAT(std::string(engine_.SetSettings("j", s).status().message()),
+              StartsWith("settings.timed_period_steps"));
   s.Clear();
   s.set_policy(static_cast<v1::SyncPolicy>(42));
   EXPECT_THAT(std::string(engine_.SetSettings("j", s).status().message()),

@@ -33,6 +33,16 @@ std::string SyncSummary(const v1::Job& j) {
 
 namespace {
 
+// "8 steps / 2000 ms" (EDiT steps / A-EDiT ms), or the A-EDiT period in
+// local steps when the controller converts it.
+std::string PeriodText(const v1::SyncSettings& s) {
+  if (s.timed_period_steps() > 0) {
+    return absl::StrCat(s.period_steps(), " steps / ", s.timed_period_steps(),
+                        " local steps (timed)");
+  }
+  return absl::StrCat(s.period_steps(), " steps / ", s.period_ms(), " ms");
+}
+
 void PrintJob(const v1::Job& j) {
   const v1::JobSync& s = j.sync();
   const v1::SyncSettings& st = s.settings();
@@ -45,8 +55,8 @@ void PrintJob(const v1::Job& j) {
             << ShortEnum(v1::SyncPolicy_Name(st.policy()), "SYNC_POLICY_")
             << " (slow_persist_s " << st.slow_persist_s() << ", healthy_s "
             << st.healthy_s() << ", local mode "
-            << SyncModeShort(st.local_mode()) << ", period "
-            << st.period_steps() << " steps / " << st.period_ms() << " ms)\n";
+            << SyncModeShort(st.local_mode()) << ", period " << PeriodText(st)
+            << ")\n";
   if (s.trainers() == 0) {
     std::cout << "  no trainer reports steps (python/pitstop)\n";
     return;
@@ -116,7 +126,7 @@ void AddSyncCommands(CLI::App* app, GlobalOptions* g, int* rc) {
 
   static std::string policy, local_mode;
   static uint32_t slow_s = 0, healthy_s = 0, period_ms = 0, period_steps = 0,
-                  lead = 0;
+                  lead = 0, timed_steps = 0;
   CLI::App* set = app->add_subcommand(
       "sync-policy",
       "set a job's local-SGD switch policy: off, advise (default: record and "
@@ -134,6 +144,10 @@ void AddSyncCommands(CLI::App* app, GlobalOptions* g, int* rc) {
       ->check(CLI::IsMember({"timed", "local_sgd"}));
   set->add_option("--period-ms", period_ms, "A-EDiT sync period (ms)");
   set->add_option("--period-steps", period_steps, "EDiT local steps");
+  set->add_option("--timed-period-steps", timed_steps,
+                  "A-EDiT period in local steps of a fast rank, converted to "
+                  "ms with the job's measured step time (instead of "
+                  "--period-ms)");
   set->add_option("--apply-lead-steps", lead,
                   "apply at the last reported step + this");
   set->callback([g, rc] {
@@ -150,6 +164,7 @@ void AddSyncCommands(CLI::App* app, GlobalOptions* g, int* rc) {
     s->set_period_ms(period_ms);
     s->set_period_steps(period_steps);
     s->set_apply_lead_steps(lead);
+    s->set_timed_period_steps(timed_steps);
     v1::SetSyncPolicyResponse r;
     if ((*rc = Call(*g, &v1::Controller::Stub::SetSyncPolicy, req, &r))) {
       return;
@@ -163,8 +178,8 @@ void AddSyncCommands(CLI::App* app, GlobalOptions* g, int* rc) {
               << ShortEnum(v1::SyncPolicy_Name(o.policy()), "SYNC_POLICY_")
               << ", slow_persist_s " << o.slow_persist_s() << ", healthy_s "
               << o.healthy_s() << ", local mode "
-              << SyncModeShort(o.local_mode()) << ", period "
-              << o.period_steps() << " steps / " << o.period_ms() << " ms\n";
+              << SyncModeShort(o.local_mode()) << ", period " << PeriodText(o)
+              << "\n";
   });
 }
 

@@ -20,7 +20,11 @@ Modes (``mode``):
   1.0 / 0.5, +10 % for plain averaging 1.0 / 0, H = 20)
 * ``"timed"`` (A-EDiT): as local_sgd, but the ranks synchronise every
   ``period_ms`` of wall time, so a fast rank takes more local steps than a
-  slow one instead of waiting for it.
+  slow one instead of waiting for it. Each rank joins the sync at the
+  last step boundary that fits in the period (``timed_fit``, default on;
+  its step time is the median of its last 5 local steps), so no rank
+  holds the others at the collective with a step that straddles the
+  deadline (timed_sync_due).
 
 Learning-rate schedule (``lr_lambda``): a function of the job's progress
 in synchronous-equivalent steps (all ranks' steps / world size,
@@ -79,6 +83,20 @@ from pitstop.torch.switch import CONTROL_LEN, SwitchAgreement
 log = logging.getLogger("pitstop")
 
 
+def timed_sync_due(elapsed_s, step_s, period_ms):
+    """A-EDiT: whether a rank that has been in this round for `elapsed_s`
+    and takes about `step_s` per local step (median of its last ones)
+    joins the outer sync now. It does when the next step would end past
+    the period: every rank reaches the sync by the deadline, at the last
+    step boundary that fits, instead of the first one after it. The
+    collective waits for the last rank to arrive, so a slow rank finishing
+    a step that straddles the deadline (up to one of its long steps) would
+    hold every fast rank idle; this way the slow rank idles instead -- at
+    most one of its steps, which is worth half as much. step_s 0: the
+    first boundary at or past the deadline."""
+    return (elapsed_s + step_s) * 1000.0 >= period_ms
+
+
 def outer_weights(penalty, norms, steps, norm_per_step=True,
                   weight_by_steps=True):
     """The outer sync's arithmetic on all-gathered numbers (identical on
@@ -110,7 +128,7 @@ class EDiT:
                  penalty=True, penalty_args=None, job_id=None, client=None,
                  switch_timeout_s=30.0, control_every=1, clock=time.monotonic,
                  weight_by_steps=True, norm_per_step=True, lr_lambda=None,
-                 min_sync_steps=0, group=None):
+                 min_sync_steps=0, timed_fit=True, group=None):
         if mode not in MODES:
             raise ValueError("mode: one of %s, got %r" % (sorted(MODES), mode))
         if period_steps <= 0 or period_ms <= 0:
@@ -127,6 +145,11 @@ class EDiT:
         self.outer_momentum = outer_momentum
         self.control_every = max(1, control_every)
         self.weight_by_steps = weight_by_steps
+        # A-EDiT: join the outer sync at the last step boundary that fits in
+        # the period (timed_sync_due).
+        self.timed_fit = timed_fit
+        self._last_step_end = 0.0
+        self._step_times = []
         self.norm_per_step = norm_per_step
         # The inner learning rate follows the job's progress in tokens, not
         # this rank's optimizer steps: in local modes ranks take different
@@ -242,6 +265,14 @@ class EDiT:
         self._t0 = None
 
     @property
+    def phase_times(self):
+        """Seconds per phase of the current step, or of the last one after
+        ``step()`` until the next ``begin_step()``: the caller's phases
+        plus ``optimizer`` and ``communication`` (the wrapper's own), as
+        reported to the controller."""
+        return dict(self._phases)
+
+    @property
     def progress_steps(self):
         """The job's progress in synchronous-equivalent steps: the steps of
         all ranks / world size (tokens consumed by the job / tokens of one
@@ -286,7 +317,13 @@ class EDiT:
     def _sync_due(self):
         if self.mode == "local_sgd":
             return self.local_steps >= self.period_steps
-        return (self.clock() - self._round_start) * 1000.0 >= self.period_ms
+        now = self.clock()
+        self._step_times.append(now - self._last_step_end)
+        del self._step_times[:-5]
+        self._last_step_end = now
+        est = (sorted(self._step_times)[len(self._step_times) // 2]
+               if self.timed_fit else 0.0)
+        return timed_sync_due(now - self._round_start, est, self.period_ms)
 
     def _enter_local(self, mode):
         with torch.no_grad():
@@ -295,6 +332,8 @@ class EDiT:
         self.mode = mode
         self.local_steps = 0
         self._round_start = self.clock()
+        self._last_step_end = self._round_start
+        self._step_times = []
 
     def _outer_sync(self):
         with torch.no_grad():
@@ -336,6 +375,7 @@ class EDiT:
         self.outer_syncs += 1
         self.local_steps = 0
         self._round_start = self.clock()
+        self._last_step_end = self._round_start
         return gathered
 
     # -- control -------------------------------------------------------------------

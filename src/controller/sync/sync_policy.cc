@@ -1,6 +1,7 @@
 #include "src/controller/sync/sync_policy.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -13,6 +14,7 @@ constexpr size_t kMaxJobIdBytes = 256;
 constexpr int32_t kMaxRanks = 1 << 20;
 constexpr int kMaxSteps = 4096;
 constexpr uint32_t kMaxSeconds = 7 * 24 * 3600;
+constexpr uint32_t kMaxPeriodMs = 3'600'000;
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -72,8 +74,12 @@ absl::Status ValidateSyncSettings(const v1::SyncSettings& s) {
   if (s.period_steps() > 1'000'000) {
     return absl::InvalidArgumentError("settings.period_steps: at most 1000000");
   }
-  if (s.period_ms() > 3'600'000) {
+  if (s.period_ms() > kMaxPeriodMs) {
     return absl::InvalidArgumentError("settings.period_ms: at most 3600000");
+  }
+  if (s.timed_period_steps() > 1'000'000) {
+    return absl::InvalidArgumentError(
+        "settings.timed_period_steps: at most 1000000");
   }
   if (s.apply_lead_steps() > 1'000'000) {
     return absl::InvalidArgumentError(
@@ -94,6 +100,9 @@ v1::SyncSettings ResolveSyncSettings(const v1::SyncSettings& s,
   if (r.period_steps() == 0) r.set_period_steps(d.period_steps());
   if (r.period_ms() == 0) r.set_period_ms(d.period_ms());
   if (r.apply_lead_steps() == 0) r.set_apply_lead_steps(d.apply_lead_steps());
+  if (r.timed_period_steps() == 0) {
+    r.set_timed_period_steps(d.timed_period_steps());
+  }
   return r;
 }
 
@@ -242,6 +251,36 @@ v1::Evidence SyncPolicyEngine::MakeEvidence(const Job& job, int64_t now) const {
   return e;
 }
 
+uint32_t SyncPolicyEngine::TimedPeriodMs(const Job& job,
+                                         const v1::SyncSettings& s,
+                                         std::string* how) const {
+  if (s.timed_period_steps() == 0) return s.period_ms();
+  // The pace of a rank that stops waiting: the median compute time per
+  // step of the ranks that are not stragglers (all ranks when every one
+  // is one).
+  std::vector<double> fast;
+  for (const auto& [rank, ms] : job.rank_ms) {
+    if (std::find(job.stragglers.begin(), job.stragglers.end(), rank) ==
+        job.stragglers.end()) {
+      fast.push_back(ms);
+    }
+  }
+  double step_ms = Median(std::move(fast));
+  if (step_ms <= 0) step_ms = job.median_ms;
+  if (step_ms <= 0) {
+    *how = absl::StrCat("A-EDiT period ", s.period_ms(),
+                        " ms (no step time measured yet for ",
+                        s.timed_period_steps(), " steps)");
+    return s.period_ms();
+  }
+  const double ms = std::clamp(s.timed_period_steps() * step_ms, 1.0,
+                               static_cast<double>(kMaxPeriodMs));
+  const auto period = static_cast<uint32_t>(std::lround(ms));
+  *how = absl::StrCat("A-EDiT period ", s.timed_period_steps(), " steps x ",
+                      absl::SixDigits(step_ms), " ms = ", period, " ms");
+  return period;
+}
+
 void SyncPolicyEngine::Record(Job& job, v1::SyncDecision d) {
   job.decisions.push_back(std::move(d));
   while (job.decisions.size() > options_.max_decisions) {
@@ -321,6 +360,12 @@ void SyncPolicyEngine::Decide(const std::string& id, Job& job, int64_t now,
         ModeName(job.target),
         job.last_sent_ns == 0 ? ": sending it now" : ": sending it again");
   }
+  uint32_t period_ms = s.period_ms();
+  if (to == v1::SYNC_MODE_TIMED) {
+    std::string how;
+    period_ms = TimedPeriodMs(job, s, &how);
+    if (!how.empty()) absl::StrAppend(&reason, "; ", how);
+  }
   v1::SyncDecision d;
   d.set_time_unix_ns(absl::ToUnixNanos(clock_->Now()));
   d.set_from_mode(resend ? job.reported : job.target);
@@ -328,6 +373,9 @@ void SyncPolicyEngine::Decide(const std::string& id, Job& job, int64_t now,
   d.set_policy(s.policy());
   d.set_reason(reason);
   *d.mutable_evidence() = MakeEvidence(job, now);
+  if (to == v1::SYNC_MODE_TIMED) {
+    (*d.mutable_evidence()->mutable_values())["period_ms"] = period_ms;
+  }
   job.target = to;
   if (automatic) {
     uint64_t last_step = 0;
@@ -344,7 +392,7 @@ void SyncPolicyEngine::Decide(const std::string& id, Job& job, int64_t now,
     dir.set_job_id(id);
     dir.set_mode(to);
     dir.set_period_steps(s.period_steps());
-    dir.set_period_ms(s.period_ms());
+    dir.set_period_ms(period_ms);
     dir.set_apply_at_step(last_step + s.apply_lead_steps());
     dir.set_reason(absl::StrCat(reason, " (", d.evidence().text(), ")"));
     d.set_sent(true);

@@ -128,6 +128,11 @@ class SyncPolicyEngine {
   void Decide(const std::string& id, Job& job, int64_t now,
               std::vector<Outgoing>* out);
   void Record(Job& job, v1::SyncDecision d);
+  // The TIMED directive's period: settings.period_ms, or
+  // timed_period_steps x the median compute ms of the non-straggler ranks
+  // (`how` says which, for the decision's reason).
+  uint32_t TimedPeriodMs(const Job& job, const v1::SyncSettings& s,
+                         std::string* how) const;
   v1::Evidence MakeEvidence(const Job& job, int64_t now) const;
 
   Clock* const clock_;
