@@ -41,7 +41,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from pitstop.torch import lora_model as lm
-from pitstop.torch.placement import Placement
+from pitstop.torch.placement import (Placement,  # noqa: F401
+                                     placement_from_directive,
+                                     validate_placement)
 from pitstop.torch.switch import SwitchAgreement
 
 log = logging.getLogger("pitstop")
@@ -53,70 +55,6 @@ class PipelineFailed(RuntimeError):
 
 class MoveFailed(PipelineFailed):
     """A peer failed while layers moved; the trainer stopped."""
-
-
-def placement_from_directive(d, n_layers, world, adapters=None):
-    """Placement of a directive's placement dict, or (None, reason)."""
-    p = d.placement or {}
-    pipes = p.get("pipelines") or []
-    try:
-        if not pipes:
-            raise ValueError("placement: no pipelines")
-        pl = Placement(pipelines=[(q["stages"], q.get("adapters") or None)
-                                  for q in pipes],
-                       excluded=p.get("excluded", ()))
-        validate_placement(pl, n_layers, world, adapters)
-    except (ValueError, KeyError, TypeError) as e:
-        return None, str(e)
-    return pl, ""
-
-
-def validate_placement(pl, n_layers, world, adapters=None):
-    """ValueError naming what is wrong with `pl` (for `adapters`, the
-    job's adapter ids, when given)."""
-    if not pl.pipelines:
-        raise ValueError("placement: no pipelines")
-    seen = set()
-    several = len(pl.pipelines) > 1
-    owned = []
-    for q, (stages, ad) in enumerate(pl.pipelines):
-        where = "pipelines[%d]." % q if several else ""
-        if not stages:
-            raise ValueError("%splacement: no stages" % where)
-        nxt = 0
-        for i, (r, b, e) in enumerate(stages):
-            if not 0 <= r < world:
-                raise ValueError("%sstages[%d].rank %d: not in world of %d" %
-                                 (where, i, r, world))
-            if r in seen:
-                raise ValueError("%sstages[%d].rank %d: holds two stages" %
-                                 (where, i, r))
-            seen.add(r)
-            if b != nxt or e <= b:
-                raise ValueError("%sstages[%d]: layers [%d, %d) do not "
-                                 "continue at %d" % (where, i, b, e, nxt))
-            nxt = e
-        if nxt != n_layers:
-            raise ValueError("%splacement: layers end at %d, the model has %d"
-                             % (where, nxt, n_layers))
-        if ad is None:
-            if several:
-                raise ValueError("%sadapters: required with several "
-                                 "pipelines" % where)
-            continue
-        if not ad:
-            raise ValueError("%sadapters: empty" % where)
-        owned += list(ad)
-    if owned:
-        if len(set(owned)) != len(owned):
-            raise ValueError("adapters: %s in two pipelines" %
-                             sorted({a for a in owned if owned.count(a) > 1}))
-        if adapters is not None and sorted(owned) != sorted(adapters):
-            raise ValueError("adapters: pipelines train %s, the job has %s" %
-                             (sorted(owned), sorted(adapters)))
-    for r in pl.excluded:
-        if r in seen:
-            raise ValueError("excluded rank %d also holds a stage" % r)
 
 
 class MultiLoraTrainer:
