@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -99,12 +98,11 @@ def worker(a):
         if a.socket else None
     tr = MultiLoraTrainer(cfg, range(a.adapters), start, data, a.rank,
                           a.world, client=client, throttle=throttle,
-                          agreement_timeout_s=60)
+                          agreement_timeout_s=60, probe_every=a.probe_every)
     if a.force_move:
-        step, stages, excluded = json.loads(a.force_move)
+        step, placement = json.loads(a.force_move)
         tr.offer(Directive(1, None, apply_at_step=step, reason="reference",
-                           placement={"pipelines": [{"stages": stages}],
-                                      "excluded": excluded}))
+                           placement=placement))
     ends = []
     dist.barrier()
     try:
@@ -122,9 +120,9 @@ def worker(a):
            "losses": {str(k): v for k, v in tr.losses.items()},
            "adapter_steps": {str(k): tr.adapter_steps(k)
                              for k in range(a.adapters)},
-           "moves": [(m[0], m[1]["stages"], m[1]["excluded"], m[3], m[4])
-                     for m in tr.moves],
+           "moves": [(m[0], m[1], m[3], m[4]) for m in tr.moves],
            "start": start.stages, "span": tr.span,
+           "busy_s": tr.busy_s, "stage_wall_s": tr.stage_wall_s,
            "samples_per_step": a.adapters * a.micro_batches * a.micro_batch}
     with open(a.out, "w") as f:
         json.dump(out, f)
@@ -133,25 +131,13 @@ def worker(a):
 
 
 def run_job(args, daemons, tmp, name, slow_rank, force_move=""):
-    init = os.path.join(tmp, name + ".store")
-    procs, outs = [], []
-    logf = open(os.path.join(tmp, name + ".log"), "w")
-    for r in range(args.world):
-        out = os.path.join(tmp, "%s.%d.json" % (name, r))
-        outs.append(out)
-        cmd = [sys.executable, os.path.abspath(__file__), "worker",
-               "--rank", str(r), "--world", str(args.world), "--init", init,
-               "--out", out, "--job", name, "--slow-rank", str(slow_rank),
-               "--force-move", force_move] + model_flags(args)
-        if daemons is not None:
-            cmd += ["--socket", daemons.socket]
-        procs.append(subprocess.Popen(cmd, stdout=logf, stderr=logf))
-    for p in procs:
-        if p.wait(timeout=args.run_timeout_s) != 0:
-            for q in procs:
-                q.kill()
-            sys.exit("lora_demo: run %s failed (log: %s)" % (name, logf.name))
-    res = [json.load(open(o)) for o in outs]
+    from trainer_demo import run_ranks
+    flags = ["--job", name, "--slow-rank", str(slow_rank), "--force-move",
+             force_move] + model_flags(args)
+    if daemons is not None:
+        flags += ["--socket", daemons.socket]
+    res = run_ranks(__file__, args.world, tmp, name, flags,
+                    args.run_timeout_s, "lora_demo")
     job = {}
     if daemons is not None:
         time.sleep(1.5)  # the last reports reach the controller
@@ -165,7 +151,8 @@ def model_flags(args):
             "--seq", str(args.seq), "--micro-batch", str(args.micro_batch),
             "--micro-batches", str(args.micro_batches), "--lr", str(args.lr),
             "--slow-from", str(args.slow_from),
-            "--device-ms-per-block", str(args.device_ms_per_block)]
+            "--device-ms-per-block", str(args.device_ms_per_block),
+            "--probe-every", str(args.probe_every)]
 
 
 def throughput(res, first_step):
@@ -236,10 +223,10 @@ def multi_lora(args):
         if not moves:
             sys.exit("lora_demo: pitstop did not move the rescheduled run "
                      "(log: %s)" % log.name)
-        step, stages, excluded = moves[0][:3]
+        step, placement = moves[0][:2]
         results["reference"] = run_job(
             args, daemons, tmp, "reference", -1,
-            json.dumps([step, stages, excluded]))
+            json.dumps([step, placement]))
         report("reference", *results["reference"])
     finally:
         daemons.stop()
@@ -255,12 +242,21 @@ def multi_lora(args):
     final = {k: (a[k][args.steps], b[k][args.steps]) for k in sorted(a)}
     healthy_moves = len(results["healthy"][0][0]["moves"])
     print("placement: start %s -> %s excluded %s after step %d (%d layers "
-          "moved in %.3f s)" % (results["rescheduled"][0][0]["start"], stages,
-                                excluded, moved_at, moves[0][3], moves[0][4]))
+          "moved in %.3f s)" % (results["rescheduled"][0][0]["start"],
+                                [q["stages"] for q in placement["pipelines"]],
+                                placement["excluded"], moved_at, moves[0][2],
+                                moves[0][3]))
     print("final loss per adapter (rescheduled / reference): %s; largest "
           "per-step loss difference %.3g; healthy run moves %d" %
           (", ".join("%d: %.5f/%.5f" % (k, x, y)
                      for k, (x, y) in final.items()), diff, healthy_moves))
+    print("stage busy (compute / step wall) per rank, healthy run: %s "
+          "(GPipe bubble (P-1)/(M+P-1) = %.2f)" % (
+              ", ".join("%.2f" % (x["busy_s"] / x["stage_wall_s"])
+                        for x in results["healthy"][0]
+                        if x["stage_wall_s"] > 0),
+              (args.world - 1.0) / (args.adapters * args.micro_batches +
+                                    args.world - 1)))
     print("targets: rescheduled/healthy %.3f (>= %.3f), rescheduled/slowed "
           "%.2f (>= 1.3)" % (r / h, 0.85 * 3.5 / 4, r / s))
     if not args.keep:
@@ -274,7 +270,8 @@ def report(name, res, job):
     decisions = lora.get("decisions", [])
     print("%-11s %d steps, moves %s, controller: %d decisions%s" %
           (name, len(res[0]["ends"]),
-           [(m[0], m[1]) for m in res[0]["moves"]], len(decisions),
+           [(m[0], [q["stages"] for q in m[1]["pipelines"]],
+             m[1]["excluded"]) for m in res[0]["moves"]], len(decisions),
            "".join("\n            decision: %s" % d.get("reason", "")
                    for d in decisions)), flush=True)
 
@@ -294,6 +291,8 @@ def add_model_args(p):
     p.add_argument("--device-ms-per-block", type=float, default=25.0,
                    help="emulated accelerator time per block and "
                    "micro-batch (forward + backward)")
+    p.add_argument("--probe-every", type=int, default=5,
+                   help="an excluded rank times one block every N steps")
 
 
 def main():

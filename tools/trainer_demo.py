@@ -370,28 +370,39 @@ class Daemons:
                     p.kill()
 
 
-def run_job(args, daemons, tmp, name, slow_rank, extra=()):
+def run_ranks(script, world, tmp, name, flags, timeout_s, prog):
+    """Starts `world` ranks of `script` ("worker" subcommand, --rank,
+    --world, --init, --out plus `flags`), waits for all (killing all when
+    one fails: the run exits naming its log) and returns their JSON
+    outputs in rank order. Shared by the local-SGD and multi-LoRA demos."""
     init = os.path.join(tmp, name + ".store")
     procs, outs = [], []
     logf = open(os.path.join(tmp, name + ".log"), "w")
-    for r in range(args.world):
+    for r in range(world):
         out = os.path.join(tmp, "%s.%d.json" % (name, r))
         outs.append(out)
-        cmd = [sys.executable, os.path.abspath(__file__), "worker",
-               "--rank", str(r), "--world", str(args.world), "--init", init,
-               "--out", out, "--job", name, "--socket",
-               daemons.socket if daemons else "",
-               "--slow-rank", str(slow_rank)] + model_flags(args) + list(extra)
+        cmd = [sys.executable, os.path.abspath(script), "worker",
+               "--rank", str(r), "--world", str(world), "--init", init,
+               "--out", out] + list(flags)
         procs.append(subprocess.Popen(cmd, stdout=logf, stderr=logf))
     for p in procs:
-        if p.wait(timeout=args.run_timeout_s) != 0:
+        if p.wait(timeout=timeout_s) != 0:
             for q in procs:
                 q.kill()
-            sys.exit("trainer_demo: run %s failed (log: %s)" % (name, logf.name))
+            sys.exit("%s: run %s failed (log: %s)" % (prog, name, logf.name))
     res = []
     for o in outs:
         with open(o) as f:
             res.append(json.load(f))
+    return res
+
+
+def run_job(args, daemons, tmp, name, slow_rank, extra=()):
+    res = run_ranks(__file__, args.world, tmp, name,
+                    ["--job", name, "--socket",
+                     daemons.socket if daemons else "",
+                     "--slow-rank", str(slow_rank)] + model_flags(args) +
+                    list(extra), args.run_timeout_s, "trainer_demo")
     losses = {}
     for r in res:
         losses.update({int(i): v for i, v in r["eval_part"].items()})

@@ -202,7 +202,11 @@ class TrainerClient:
                 costs = lora.get("layer_costs", ())
                 s.lora.layer_costs.extend(costs)
                 for k, v in lora.items():
-                    if k != "layer_costs":
+                    if k == "layer_costs":
+                        continue
+                    if isinstance(v, (list, tuple)):
+                        getattr(s.lora, k).extend(v)
+                    else:
                         setattr(s.lora, k, v)
         return req
 

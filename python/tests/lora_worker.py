@@ -25,6 +25,22 @@ from pitstop.torch.multi_lora import (MultiLoraTrainer,  # noqa: E402
 from pitstop.torch.placement import Placement  # noqa: E402
 
 
+def start_placement(j):
+    if isinstance(j, list):
+        return Placement(j)
+    return Placement(pipelines=[(q["stages"], q.get("adapters"))
+                                for q in j["pipelines"]],
+                     excluded=j.get("excluded", ()))
+
+
+def placement_dict(j, excluded, adapters):
+    if isinstance(j, list):
+        return {"pipelines": [{"stages": j,
+                               "adapters": list(range(adapters))}],
+                "excluded": excluded}
+    return j
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rank", type=int, required=True)
@@ -34,8 +50,14 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--adapters", type=int, default=4)
     ap.add_argument("--blocks", type=int, default=6)
-    ap.add_argument("--start", required=True, help="JSON stages")
-    ap.add_argument("--target", default="", help="JSON stages to move to")
+    ap.add_argument("--start", required=True,
+                    help="JSON stages, or a placement dict with pipelines")
+    ap.add_argument("--target", default="",
+                    help="JSON stages (or a placement dict) to move to")
+    # A second move, offered once the first is applied.
+    ap.add_argument("--then", default="", help="JSON placement dict")
+    ap.add_argument("--then-at", type=int, default=0)
+    ap.add_argument("--probe-every", type=int, default=0)
     ap.add_argument("--excluded", default="[]")
     ap.add_argument("--apply-at", type=int, default=0)
     # "rank:step,rank:step": the step after which each rank gets the
@@ -82,21 +104,25 @@ def main():
         client = TrainerClient(a.job, a.rank, a.world, socket=a.socket,
                                flush_interval_s=0.2)
     tr = MultiLoraTrainer(cfg, range(a.adapters),
-                          Placement(json.loads(a.start)), data, a.rank,
+                          start_placement(json.loads(a.start)), data, a.rank,
                           a.world, agreement_timeout_s=60, client=client,
                           throttle=throttle if a.device_ms > 0 else None,
-                          move_hook=die if a.die_rank >= 0 else None)
+                          move_hook=die if a.die_rank >= 0 else None,
+                          probe_every=a.probe_every)
     offer_at = {}
     for item in filter(None, a.offer_at.split(",")):
         r, s = item.split(":")
         offer_at[int(r)] = int(s)
-    directive = None
+    directive = then = None
     if a.target:
         directive = Directive(
             1, None, apply_at_step=a.apply_at, reason="test",
-            placement={"pipelines": [{"stages": json.loads(a.target),
-                                      "adapters": list(range(a.adapters))}],
-                       "excluded": json.loads(a.excluded)})
+            placement=placement_dict(json.loads(a.target),
+                                     json.loads(a.excluded), a.adapters))
+    if a.then:
+        then = Directive(2, None, apply_at_step=a.then_at, reason="test 2",
+                         placement=placement_dict(json.loads(a.then), [],
+                                                  a.adapters))
     if a.load:
         # The checkpoint's placement differs from --start: move first.
         tr.load(a.load)
@@ -104,6 +130,9 @@ def main():
         while tr.step_no < a.steps:
             if directive is not None and tr.step_no == offer_at.get(a.rank, 0):
                 tr.offer(directive)
+            if then is not None and len(tr.moves) == 1:
+                tr.offer(then)
+                then = None
             tr.train_step()
             if a.save_at and tr.step_no == a.save_at:
                 tr.save(a.ckpt)
@@ -125,7 +154,10 @@ def main():
            "checks": checks, "moves": [m[0] for m in tr.moves],
            "span": tr.span, "step_no": tr.step_no,
            "connected": bool(client and client.connected),
-           "move_reasons": [m[2] for m in tr.moves]}
+           "move_reasons": [m[2] for m in tr.moves],
+           "pipeline": tr.pipeline, "adapters": tr.my_adapters,
+           "probes": tr.probes, "abandoned": [list(map(str, x))
+                                              for x in tr.abandoned]}
     if client is not None:
         client.flush()
         client.close()

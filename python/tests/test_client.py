@@ -48,3 +48,85 @@ def test_queue_is_bounded(tmp_path):
         c.report(i, 0, 1)
     assert len(c._queue) == 10 and c.dropped == 15
     assert [q[0] for q in c._queue] == list(range(15, 25))
+
+
+class _ScriptedAgent:
+    """A TrainerService on a unix socket answering each poll with the
+    job's newest directive above seen_directive_id, like the agent's
+    TrainerHub; `directives` can be extended while it runs."""
+
+    def __init__(self, path):
+        import grpc
+        from concurrent import futures
+        from pitstop.v1 import trainer_pb2, trainer_pb2_grpc
+        self.pb = trainer_pb2
+        self.directives = []
+        agent = self
+
+        class Servicer(trainer_pb2_grpc.TrainerServiceServicer):
+            def ReportSteps(self, request, context):
+                resp = trainer_pb2.ReportStepsResponse()
+                newest = agent.directives[-1] if agent.directives else None
+                if newest and newest.directive_id > request.seen_directive_id:
+                    resp.directives.append(newest)
+                return resp
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        trainer_pb2_grpc.add_TrainerServiceServicer_to_server(Servicer(),
+                                                              self.server)
+        self.server.add_insecure_port("unix:" + path)
+        self.server.start()
+
+    def stop(self):
+        self.server.stop(0)
+
+
+def _wait_directives(c, n, timeout=20):
+    got, deadline = [], time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        c.flush()
+        got += c.take_directives()
+        time.sleep(0.05)
+    return got
+
+
+def test_sync_directive_after_a_lora_directive_is_applied(tmp_path):
+    # The controller numbers a job's directives in one sequence for both
+    # policies (src/controller/directives/directive_ids.h): a local-SGD
+    # switch after a placement directive has the next id, and the client
+    # (which keeps only ids above the highest it saw) hands it to the
+    # local-SGD trainer, whose agreement applies it.
+    from types import SimpleNamespace
+    from pitstop.torch.edit import EDiT
+    from pitstop.torch.switch import SwitchAgreement
+    sock = str(tmp_path / "agent.sock")
+    agent = _ScriptedAgent(sock)
+    pb = agent.pb
+    try:
+        lora = pb.TrainerDirective(directive_id=1, job_id="j",
+                                   apply_at_step=3, reason="placement")
+        stage = lora.placement.pipelines.add().stages.add()
+        stage.rank, stage.layer_begin, stage.layer_end = 0, 0, 4
+        agent.directives.append(lora)
+        c = TrainerClient("j", 0, 1, socket=sock, flush_interval_s=0.05)
+        first = _wait_directives(c, 1)
+        assert [d.directive_id for d in first] == [1]
+        assert first[0].placement["pipelines"][0]["stages"] == [(0, 0, 4)]
+        agent.directives.append(pb.TrainerDirective(
+            directive_id=2, job_id="j", mode=pb.SYNC_MODE_LOCAL_SGD,
+            period_steps=4, apply_at_step=5, reason="slow rank"))
+        second = _wait_directives(c, 1)
+        c.close()
+        assert [(d.directive_id, d.mode) for d in second] == [(2, "local_sgd")]
+        # The local-SGD trainer skips the placement directive and applies
+        # the switch at the agreed step.
+        trainer = SimpleNamespace(client=SimpleNamespace(
+            take_directives=lambda: first + second),
+            agreement=SwitchAgreement(), rank=0, step_no=5)
+        EDiT._poll(trainer)
+        dec = trainer.agreement.decide([trainer.agreement.control(5)])
+        assert dec is not None and dec.kind == "apply", dec
+        assert dec.directive.directive_id == 2
+        assert dec.directive.mode == "local_sgd"
+    finally:
+        agent.stop()

@@ -111,9 +111,15 @@ def test_move_at_agreed_step_changes_nothing(tmp_path, reference):
 def test_move_excluding_a_rank(tmp_path, reference):
     res = run(tmp_path, "excl", ["--start", json.dumps(EVEN), "--target",
                                  json.dumps(EXCLUDED), "--excluded", "[1]",
-                                 "--apply-at", "2"])
+                                 "--apply-at", "2", "--probe-every", "2"])
     assert [r["moves"] for r in res] == [[2]] * WORLD
     assert res[1]["span"] is None and res[1]["checks"] == {}
+    # The excluded rank times one block every 2 steps (reported to the
+    # controller, which brings it back when it has recovered); the others
+    # never probe.
+    assert [p[0] for p in res[1]["probes"]] == [4, 6], res[1]["probes"]
+    assert all(p[1] > 0 for p in res[1]["probes"])
+    assert all(r["probes"] == [] for r in res if r["rank"] != 1)
     assert_every_step_once(res, 6)
     assert_same_training(res, reference, 6)
 
@@ -164,3 +170,41 @@ def test_checkpoint_per_adapter_loads_into_another_placement(tmp_path,
         assert sorted(la[k]) == [4, 5, 6]
         for s in (4, 5, 6):
             assert la[k][s] == pytest.approx(lb[k][s], rel=1e-6)
+
+
+# Two pipelines of two stages (data-parallel replicas of the base model),
+# adapters split 2 + 2; then adapter 1 moves to the second pipeline (3 + 1
+# the other way round: its LoRA parameters and AdamW state change process).
+TWO = {"pipelines": [{"stages": [[0, 0, 4], [1, 4, 8]], "adapters": [0, 1]},
+                     {"stages": [[2, 0, 4], [3, 4, 8]], "adapters": [2, 3]}],
+       "excluded": []}
+TWO_MOVED = {"pipelines": [{"stages": [[0, 0, 3], [1, 3, 8]],
+                            "adapters": [0]},
+                           {"stages": [[2, 0, 5], [3, 5, 8]],
+                            "adapters": [1, 2, 3]}],
+             "excluded": []}
+
+
+def test_two_pipelines_and_an_adapter_moving_between_them(tmp_path,
+                                                          reference):
+    # One pipeline -> two pipelines after step 2 (ranks 2 and 3 receive the
+    # base layers they lack and adapters 2, 3) -> adapter 1 moves to the
+    # second pipeline after step 4; losses and LoRA parameters equal the
+    # run that never moved.
+    res = run(tmp_path, "pipes", ["--start", json.dumps(EVEN), "--target",
+                                  json.dumps(TWO), "--apply-at", "2",
+                                  "--then", json.dumps(TWO_MOVED),
+                                  "--then-at", "4"])
+    assert [r["moves"] for r in res] == [[2, 4]] * WORLD, res
+    assert [r["pipeline"] for r in res] == [0, 0, 1, 1]
+    assert [r["adapters"] for r in res] == [[0], [0], [1, 2, 3], [1, 2, 3]]
+    assert [r["span"] for r in res] == [[0, 3], [3, 8], [0, 5], [5, 8]]
+    assert_every_step_once(res, 6)
+    assert_same_training(res, reference, 6)
+
+
+def test_pipelines_from_the_start_equal_one_pipeline(tmp_path, reference):
+    res = run(tmp_path, "two", ["--start", json.dumps(TWO)])
+    assert [r["moves"] for r in res] == [[]] * WORLD
+    assert_every_step_once(res, 6)
+    assert_same_training(res, reference, 6)

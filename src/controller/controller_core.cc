@@ -45,8 +45,12 @@ ControllerCore::ControllerCore(Options options,
   MutexLock lock(&mu_);
   drains_ = store_->Drains();
   process_budget_ = options_.max_tracked_processes;
-  sync_ = std::make_unique<SyncPolicyEngine>(options_.clock, options_.sync);
-  lora_ = std::make_unique<LoraPolicyEngine>(options_.clock, options_.lora);
+  SyncPolicyEngine::Options sync = options_.sync;
+  sync.directive_ids = &directive_ids_;
+  sync_ = std::make_unique<SyncPolicyEngine>(options_.clock, std::move(sync));
+  LoraPolicyEngine::Options lora = options_.lora;
+  lora.directive_ids = &directive_ids_;
+  lora_ = std::make_unique<LoraPolicyEngine>(options_.clock, std::move(lora));
 }
 
 ControllerCore::~ControllerCore() { Stop(); }

@@ -269,6 +269,8 @@ class ControllerCore {
   uint64_t inbox_errors_ ABSL_GUARDED_BY(mu_) = 0;
   Mutex mu_;
   std::unique_ptr<DetectionEngine> engine_ ABSL_GUARDED_BY(mu_);
+  // One directive-id sequence per job for both trainer policies.
+  DirectiveIds directive_ids_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<SyncPolicyEngine> sync_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<LoraPolicyEngine> lora_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, NodeEntry> nodes_ ABSL_GUARDED_BY(mu_);

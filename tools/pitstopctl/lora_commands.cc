@@ -14,14 +14,21 @@ namespace pitstop::ctl {
 namespace {
 
 std::string PlacementLine(const v1::LoraPlacement& p) {
-  std::vector<std::string> parts;
+  std::vector<std::string> pipes;
   for (const v1::LoraPipeline& pipe : p.pipelines()) {
+    std::vector<std::string> parts;
     for (const v1::LoraStage& s : pipe.stages()) {
       parts.push_back(absl::StrFormat("rank %d: layers [%u,%u)", s.rank(),
                                       s.layer_begin(), s.layer_end()));
     }
+    std::string one = absl::StrJoin(parts, ", ");
+    if (p.pipelines_size() > 1) {  // several: name each one's adapters
+      absl::StrAppend(&one, " (adapters ", absl::StrJoin(pipe.adapters(), ","),
+                      ")");
+    }
+    pipes.push_back(std::move(one));
   }
-  std::string out = absl::StrJoin(parts, ", ");
+  std::string out = absl::StrJoin(pipes, " | ");
   if (!p.excluded_ranks().empty()) {
     absl::StrAppend(&out, "; excluded ",
                     absl::StrJoin(p.excluded_ranks(), ","));
@@ -103,7 +110,7 @@ void AddLoraCommands(CLI::App* app, GlobalOptions* g, int* rc) {
   });
 
   static std::string policy;
-  static uint32_t slow_s = 0, horizon_s = 0, lead = 0;
+  static uint32_t slow_s = 0, horizon_s = 0, lead = 0, max_pipelines = 0;
   static double effect = 0, move_s = 0, min_gain = 0;
   CLI::App* set = app->add_subcommand(
       "lora-policy",
@@ -128,6 +135,10 @@ void AddLoraCommands(CLI::App* app, GlobalOptions* g, int* rc) {
                   "minimum relative throughput gain (0.1 = 10%)");
   set->add_option("--apply-lead-steps", lead,
                   "apply at the last reported step + this");
+  set->add_option("--max-pipelines", max_pipelines,
+                  "most pipelines (data-parallel replicas, adapters split "
+                  "between them) a placement may have (default 1)")
+      ->check(CLI::Range(1, 64));
   set->callback([g, rc] {
     v1::SetLoraPolicyRequest req;
     req.set_job_id(job);
@@ -141,6 +152,7 @@ void AddLoraCommands(CLI::App* app, GlobalOptions* g, int* rc) {
     s->set_move_s_per_layer(move_s);
     s->set_min_gain(min_gain);
     s->set_apply_lead_steps(lead);
+    s->set_max_pipelines(max_pipelines);
     v1::SetLoraPolicyResponse r;
     if ((*rc = Call(*g, &v1::Controller::Stub::SetLoraPolicy, req, &r))) {
       return;
@@ -153,7 +165,8 @@ void AddLoraCommands(CLI::App* app, GlobalOptions* g, int* rc) {
     std::cout << "job " << job << ": lora policy " << PolicyName(o.policy())
               << ", slow_persist_s " << o.slow_persist_s() << ", horizon_s "
               << o.horizon_s() << ", move_s_per_layer " << o.move_s_per_layer()
-              << ", min_gain " << o.min_gain() << "\n";
+              << ", min_gain " << o.min_gain() << ", max_pipelines "
+              << o.max_pipelines() << "\n";
   });
 }
 

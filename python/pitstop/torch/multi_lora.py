@@ -41,7 +41,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from pitstop.torch import lora_model as lm
-from pitstop.torch.placement import Placement
+from pitstop.torch.placement import (Placement,  # noqa: F401
+                                     placement_from_directive,
+                                     validate_placement)
 from pitstop.torch.switch import SwitchAgreement
 
 log = logging.getLogger("pitstop")
@@ -55,95 +57,76 @@ class MoveFailed(PipelineFailed):
     """A peer failed while layers moved; the trainer stopped."""
 
 
-def placement_from_directive(d, n_layers, world):
-    """Placement of a directive's placement dict, or (None, reason)."""
-    p = d.placement or {}
-    pipes = p.get("pipelines") or []
-    if len(pipes) != 1:
-        return None, ("%d pipelines: this trainer runs one pipeline" %
-                      len(pipes))
-    stages = pipes[0]["stages"]
-    try:
-        pl = Placement(stages, p.get("excluded", ()))
-        validate_placement(pl, n_layers, world)
-    except (ValueError, KeyError, TypeError) as e:
-        return None, str(e)
-    return pl, ""
-
-
-def validate_placement(pl, n_layers, world):
-    """ValueError naming what is wrong with `pl`."""
-    if not pl.stages:
-        raise ValueError("placement: no stages")
-    nxt = 0
-    seen = set()
-    for i, (r, b, e) in enumerate(pl.stages):
-        if not 0 <= r < world:
-            raise ValueError("stages[%d].rank %d: not in world of %d" %
-                             (i, r, world))
-        if r in seen:
-            raise ValueError("stages[%d].rank %d: holds two stages" % (i, r))
-        seen.add(r)
-        if b != nxt or e <= b:
-            raise ValueError("stages[%d]: layers [%d, %d) do not continue at "
-                             "%d" % (i, b, e, nxt))
-        nxt = e
-    if nxt != n_layers:
-        raise ValueError("placement: layers end at %d, the model has %d" %
-                         (nxt, n_layers))
-    for r in pl.excluded:
-        if r in seen:
-            raise ValueError("excluded rank %d also holds a stage" % r)
-
-
 class MultiLoraTrainer:
     def __init__(self, cfg, adapters, placement, data, rank, world,
                  client=None, throttle=None, agreement_timeout_s=30.0,
-                 move_hook=None):
-        """adapters: adapter indexes; placement: the starting Placement;
+                 move_hook=None, max_layers=0, probe_every=0):
+        """adapters: the job's adapter indexes; placement: the starting
+        Placement (one pipeline or several, adapters split between them);
         data: ShardedCorpus-like (batch(adapter, step, mb) -> (x, y));
         throttle(step, cost_units, compute_s) -> extra seconds of stage
         compute (emulated device time / a slowed rank); move_hook(layer,
-        src, dst) runs before each layer move (tests inject faults)."""
-        validate_placement(placement, cfg.n_layers, world)
-        self.cfg, self.adapters = cfg, list(adapters)
+        src, dst) runs before each layer move (tests inject faults);
+        max_layers: most layers this rank can hold (reported, 0 = any);
+        probe_every: an excluded rank times one block every this many
+        steps (0: never) and reports it, so the controller sees it
+        recover."""
+        self.adapters = sorted(adapters)
+        validate_placement(placement, cfg.n_layers, world, self.adapters)
+        self.cfg = cfg
         self.rank, self.world = rank, world
         self.data, self.client, self.throttle = data, client, throttle
         self.move_hook = move_hook
+        self.max_layers = max_layers
+        self.probe_every = probe_every
         self.costs = lm.layer_costs(cfg)
         self.placement = placement
         self.agreement = SwitchAgreement(timeout_s=agreement_timeout_s)
         self.step_no = 0          # completed steps (every adapter)
-        self.moves = []           # (step, placement dict, reason)
+        self.moves = []           # (step, placement dict, reason, n, s)
         self.abandoned = []
+        self.probes = []          # (step, units per second) when excluded
+        # Seconds of stage compute and of step wall time while holding a
+        # stage: 1 - busy / wall is the pipeline bubble (plus waiting).
+        self.busy_s = self.stage_wall_s = 0.0
         self.losses = {}          # adapter -> {step: loss} (last stage)
         self.layers = {}          # index -> base module
         self.lora = {}            # (adapter, index) -> {name: Parameter}
         self.opts = {}            # (adapter, index) -> AdamW
         span = placement.layers_of(rank)
         for i in range(*(span or (0, 0))):
-            self._build_layer(i, fresh=True)
+            self._build_layer(i)
+            for k in self.my_adapters:
+                self._new_lora(k, i, fresh=True)
 
     # -- layers and adapters ------------------------------------------------
+    @property
+    def pipeline(self):
+        """Index of this rank's pipeline, None when excluded."""
+        return self.placement.pipeline_of(self.rank)
+
+    @property
+    def my_adapters(self):
+        """The adapters this rank's pipeline trains."""
+        q = self.pipeline
+        return [] if q is None else self.placement.adapters_of(
+            q, self.adapters)
+
     def _new_opt(self, params):
         return torch.optim.AdamW(list(params.values()), lr=self.cfg.lr,
                                  weight_decay=0.0)
 
-    def _build_layer(self, i, fresh):
+    def _build_layer(self, i):
         self.layers[i] = lm.build_layer(self.cfg, i)
-        if lm.has_lora(self.cfg, i):
-            for k in self.adapters:
-                p = lm.init_lora(self.cfg, k, i) if fresh else {
-                    n: torch.nn.Parameter(torch.empty(s))
-                    for n, s in lm.lora_shapes(self.cfg)}
-                self.lora[(k, i)] = p
-                self.opts[(k, i)] = self._new_opt(p)
 
-    def _drop_layer(self, i):
-        del self.layers[i]
-        for k in self.adapters:
-            self.lora.pop((k, i), None)
-            self.opts.pop((k, i), None)
+    def _new_lora(self, k, i, fresh):
+        if not lm.has_lora(self.cfg, i):
+            return
+        p = lm.init_lora(self.cfg, k, i) if fresh else {
+            n: torch.nn.Parameter(torch.empty(s))
+            for n, s in lm.lora_shapes(self.cfg)}
+        self.lora[(k, i)] = p
+        self.opts[(k, i)] = self._new_opt(p)
 
     @property
     def span(self):
@@ -161,7 +144,7 @@ class MultiLoraTrainer:
     # -- one pipeline step ----------------------------------------------------
     def _micro_batches(self):
         return [(k, m) for m in range(self.cfg.micro_batches)
-                for k in self.adapters]
+                for k in self.my_adapters]
 
     def _run_layers(self, h, adapter):
         b, e = self.span
@@ -233,7 +216,7 @@ class MultiLoraTrainer:
         return sends, losses
 
     def _pipeline_step(self, t):
-        ranks = self.placement.ranks()
+        ranks = self.placement.ranks(self.pipeline)
         pos = ranks.index(self.rank)
         cfg = self.cfg
         shape = (cfg.micro_batch, cfg.seq, cfg.d_model)
@@ -254,15 +237,33 @@ class MultiLoraTrainer:
             self.losses.setdefault(k, {})[step] = sum(ls) / len(ls)
         return len(mbs)
 
+    def probe(self):
+        """Times one block's forward + backward on a fixed micro-batch
+        (through the throttle, i.e. the emulated device): this rank's speed
+        in cost units per second while it holds no stage."""
+        cfg = self.cfg
+        i = 1 if cfg.blocks >= 1 else 0
+        layer = lm.build_layer(cfg, i)
+        lora = lm.init_lora(cfg, 0, i) if lm.has_lora(cfg, i) else None
+        g = torch.Generator().manual_seed(cfg.seed * 31 + 7)
+        x = torch.randn((cfg.micro_batch, cfg.seq, cfg.d_model), generator=g)
+        x.requires_grad_(True)
+        c0 = time.perf_counter()
+        layer(x, lora).sum().backward()
+        dt = time.perf_counter() - c0
+        dt += self._throttle(self.costs[i], dt)
+        return self.costs[i] / max(dt, 1e-9), dt
+
     def train_step(self):
         """One step of every adapter, then the placement agreement (and a
-        move when agreed). Returns {adapter: loss} on the last stage."""
+        move when agreed). Returns {adapter: loss} on the last stages."""
         t = dict.fromkeys(("forward", "backward", "optimizer",
                            "communication"), 0.0)
         start_ns = time.time_ns()
         t0 = time.perf_counter()
         n_mb = 0
         span = self.span
+        probe = None
         if span is not None:
             try:
                 n_mb = self._pipeline_step(t)
@@ -270,32 +271,44 @@ class MultiLoraTrainer:
                 raise PipelineFailed(
                     "multi-lora rank %d: step %d failed in the pipeline %s: "
                     "%s; the trainer stops" %
-                    (self.rank, self.step_no + 1, self.placement.ranks(), e))
+                    (self.rank, self.step_no + 1,
+                     self.placement.ranks(self.pipeline), e))
+        elif self.probe_every and (self.step_no + 1) % self.probe_every == 0:
+            probe = self.probe()
+            self.probes.append((self.step_no + 1, probe[0]))
         self.step_no += 1
         wall = time.perf_counter() - t0
-        self._report(start_ns, wall, t, n_mb, span)
+        if span is not None:
+            self.busy_s += t["forward"] + t["backward"] + t["optimizer"]
+            self.stage_wall_s += wall
+        self._report(start_ns, wall, t, n_mb, span, probe)
         self._agree()
         return {k: v[self.step_no] for k, v in self.losses.items()
                 if self.step_no in v}
 
-    def _report(self, start_ns, wall, t, n_mb, span):
+    def _report(self, start_ns, wall, t, n_mb, span, probe=None):
         if self.client is None:
             return
-        last = span is not None and self.placement.ranks()[-1] == self.rank
+        q = self.pipeline
+        last = span is not None and self.placement.ranks(q)[-1] == self.rank
         b, e = span or (0, 0)
         compute = t["forward"] + t["backward"] + t["optimizer"]
         losses = [v[self.step_no] for v in self.losses.values()
                   if self.step_no in v]
         samples = n_mb * self.cfg.micro_batch if last else 0
+        lora = {"stage": self.placement.ranks(q).index(self.rank)
+                if span else 0, "layer_begin": b, "layer_end": e,
+                "micro_batches": n_mb, "compute_ns": int(compute * 1e9),
+                "layer_costs": self.costs, "samples": samples,
+                "adapters": len(self.my_adapters), "excluded": span is None,
+                "pipeline": q or 0, "adapter_ids": self.my_adapters,
+                "max_layers": self.max_layers}
+        if probe is not None:
+            lora["probe_units_per_s"] = probe[0]
         self.client.report(
             self.step_no, start_ns, int(wall * 1e9), phases=t,
             tokens=samples * self.cfg.seq,
-            loss=sum(losses) / len(losses) if losses else 0.0,
-            lora={"stage": self.placement.ranks().index(self.rank)
-                  if span else 0, "layer_begin": b, "layer_end": e,
-                  "micro_batches": n_mb, "compute_ns": int(compute * 1e9),
-                  "layer_costs": self.costs, "samples": samples,
-                  "adapters": len(self.adapters), "excluded": span is None})
+            loss=sum(losses) / len(losses) if losses else 0.0, lora=lora)
 
     # -- directives and the move ---------------------------------------------
     def offer(self, directive):
@@ -327,7 +340,7 @@ class MultiLoraTrainer:
                         dec.directive_id, self.step_no, dec.missing_ranks)
             return
         new, why = placement_from_directive(dec.directive, self.cfg.n_layers,
-                                            self.world)
+                                            self.world, self.adapters)
         if new is None:
             self.abandoned.append((self.step_no, dec.directive_id, why))
             log.warning("multi-lora rank %d: directive %d rejected: %s",
@@ -335,92 +348,131 @@ class MultiLoraTrainer:
             return
         self.apply_placement(new, dec.directive.reason)
 
+    def _transfers(self, old, new):
+        """Every transfer of the move, in the order all ranks agree on:
+        per layer, base weights to each rank that holds the layer now and
+        did not (from its owner in the lowest old pipeline), then per
+        adapter its LoRA parameters and AdamW state when the adapter's
+        owner of the layer changes (another stage, or another pipeline).
+        [(kind, layer, adapter, src, dst)]."""
+        out = []
+        for i in range(self.cfg.n_layers):
+            was = old.owners(i)
+            for dst in new.owners(i):
+                if dst not in was:
+                    out.append(("base", i, None, old.owner(i), dst))
+            if not lm.has_lora(self.cfg, i):
+                continue
+            for k in self.adapters:
+                src, dst = old.owner(i, k), new.owner(i, k)
+                if src != dst:
+                    out.append(("lora", i, k, src, dst))
+        return out
+
     def apply_placement(self, new, reason=""):
-        """Moves layers to `new` now (every rank calls it at the same step
-        boundary; train_step does it on an agreed directive)."""
-        validate_placement(new, self.cfg.n_layers, self.world)
+        """Moves layers and adapters to `new` now (every rank calls it at
+        the same step boundary; train_step does it on an agreed
+        directive)."""
+        validate_placement(new, self.cfg.n_layers, self.world, self.adapters)
         old = self.placement
         t0 = time.perf_counter()
-        moved = [(i, old.owner(i), new.owner(i))
-                 for i in range(self.cfg.n_layers)
-                 if old.owner(i) != new.owner(i)]
+        moves = self._transfers(old, new)
         pending, sent = [], []
-        for i, src, dst in moved:
+        hooked = set()
+        for kind, i, k, src, dst in moves:
             try:
-                if self.move_hook is not None:
+                if self.move_hook is not None and (i, src, dst) not in hooked:
+                    hooked.add((i, src, dst))
                     self.move_hook(i, src, dst)
                 if self.rank == src:
-                    pending += self._send_layer(i, dst)
-                    sent.append(i)
+                    tensors = (self._base_tensors(i) if kind == "base" else
+                               self._lora_tensors(k, i))
+                    pending += [dist.isend(x.contiguous(), dst)
+                                for x in tensors]
+                    sent.append((kind, i, k))
                 elif self.rank == dst:
-                    self._recv_layer(i, src)
+                    if kind == "base":
+                        self._recv_base(i, src)
+                    else:
+                        self._recv_lora(k, i, src)
             except RuntimeError as e:
+                what = ("layer %d" % i if kind == "base" else
+                        "adapter %d of layer %d" % (k, i))
                 raise MoveFailed(
-                    "multi-lora rank %d: moving layer %d from rank %d to rank "
+                    "multi-lora rank %d: moving %s from rank %d to rank "
                     "%d after step %d failed: %s; the trainer stops (the "
                     "placement is half-moved; restart from the adapters' "
-                    "checkpoints)" % (self.rank, i, src, dst, self.step_no, e))
+                    "checkpoints)" % (self.rank, what, src, dst,
+                                      self.step_no, e))
         try:
             for w in pending:
                 w.wait()
         except RuntimeError as e:
             raise MoveFailed("multi-lora rank %d: sending layers %s after "
                              "step %d failed: %s; the trainer stops" %
-                             (self.rank, sent, self.step_no, e))
-        for i in sent:
-            self._drop_layer(i)
+                             (self.rank, sorted({i for _, i, _ in sent}),
+                              self.step_no, e))
+        # Drop what this rank no longer holds.
+        span = new.layers_of(self.rank)
+        keep = set(range(*(span or (0, 0))))
+        q = new.pipeline_of(self.rank)
+        mine = set() if q is None else set(new.adapters_of(q, self.adapters))
+        for i in list(self.layers):
+            if i not in keep:
+                del self.layers[i]
+        for key in list(self.lora):
+            if key[1] not in keep or key[0] not in mine:
+                del self.lora[key]
+                del self.opts[key]
         self.placement = new
+        n_layers = len({(i, d) for kind, i, _, _, d in moves})
         self.moves.append((self.step_no, new.to_dict(), reason,
-                           len(moved), time.perf_counter() - t0))
+                           n_layers, time.perf_counter() - t0))
         log.info("multi-lora rank %d: placement %s applied after step %d "
-                 "(%d layers moved in %.3f s)%s", self.rank, new.stages,
-                 self.step_no, len(moved), time.perf_counter() - t0,
+                 "(%d transfers in %.3f s)%s", self.rank, new.pipelines,
+                 self.step_no, len(moves), time.perf_counter() - t0,
                  ": " + reason if reason else "")
 
-    def _layer_tensors(self, i):
-        """Everything of layer i, in an order both ends agree on: base
-        weights, then per adapter the LoRA parameters, a header [has AdamW
-        state, AdamW step], and exp_avg / exp_avg_sq per parameter."""
-        out = [p.data for p in self.layers[i].parameters()]
-        if lm.has_lora(self.cfg, i):
-            for k in self.adapters:
-                params = list(self.lora[(k, i)].values())
-                out += [p.data for p in params]
-                st = [self.opts[(k, i)].state.get(p) for p in params]
-                if all(st):
-                    out.append(torch.tensor(
-                        [1.0, float(st[0]["step"])], dtype=torch.float64))
-                    for s in st:
-                        out += [s["exp_avg"], s["exp_avg_sq"]]
-                else:
-                    out.append(torch.zeros(2, dtype=torch.float64))
+    def _base_tensors(self, i):
+        return [p.data for p in self.layers[i].parameters()]
+
+    def _lora_tensors(self, k, i):
+        """Adapter k's LoRA parameters of layer i, a header [has AdamW
+        state, AdamW step], and exp_avg / exp_avg_sq per parameter: the
+        order both ends agree on."""
+        params = list(self.lora[(k, i)].values())
+        out = [p.data for p in params]
+        st = [self.opts[(k, i)].state.get(p) for p in params]
+        if all(st):
+            out.append(torch.tensor([1.0, float(st[0]["step"])],
+                                    dtype=torch.float64))
+            for s in st:
+                out += [s["exp_avg"], s["exp_avg_sq"]]
+        else:
+            out.append(torch.zeros(2, dtype=torch.float64))
         return out
 
-    def _send_layer(self, i, dst):
-        return [dist.isend(t.contiguous(), dst)
-                for t in self._layer_tensors(i)]
-
-    def _recv_layer(self, i, src):
-        self._build_layer(i, fresh=False)
+    def _recv_base(self, i, src):
+        self._build_layer(i)
         for p in self.layers[i].parameters():
             dist.recv(p.data, src)
-        if not lm.has_lora(self.cfg, i):
+
+    def _recv_lora(self, k, i, src):
+        self._new_lora(k, i, fresh=False)
+        params = list(self.lora[(k, i)].values())
+        for p in params:
+            dist.recv(p.data, src)
+        head = torch.zeros(2, dtype=torch.float64)
+        dist.recv(head, src)
+        if head[0] == 0:
             return
-        for k in self.adapters:
-            params = list(self.lora[(k, i)].values())
-            for p in params:
-                dist.recv(p.data, src)
-            head = torch.zeros(2, dtype=torch.float64)
-            dist.recv(head, src)
-            if head[0] == 0:
-                continue
-            opt = self.opts[(k, i)]
-            for p in params:
-                a, b = torch.empty_like(p.data), torch.empty_like(p.data)
-                dist.recv(a, src)
-                dist.recv(b, src)
-                opt.state[p] = {"step": torch.tensor(float(head[1])),
-                                "exp_avg": a, "exp_avg_sq": b}
+        opt = self.opts[(k, i)]
+        for p in params:
+            a, b = torch.empty_like(p.data), torch.empty_like(p.data)
+            dist.recv(a, src)
+            dist.recv(b, src)
+            opt.state[p] = {"step": torch.tensor(float(head[1])),
+                            "exp_avg": a, "exp_avg_sq": b}
 
     # -- checkpoints (per adapter, per layer) ----------------------------------
     def save(self, directory):

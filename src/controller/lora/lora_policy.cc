@@ -11,18 +11,7 @@
 namespace pitstop::controller {
 namespace {
 
-constexpr size_t kMaxJobIdBytes = 256;
-constexpr int32_t kMaxRanks = 1 << 20;
-constexpr int kMaxSteps = 4096;
 constexpr int kMaxLayers = 4096;
-constexpr uint32_t kMaxSeconds = 7 * 24 * 3600;
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 std::string Key(const lora::Placement& p) { return PlacementText(p); }
 
@@ -37,6 +26,7 @@ v1::LoraSettings DefaultLoraSettings() {
   s.set_move_s_per_layer(0.05);
   s.set_apply_lead_steps(3);
   s.set_min_gain(0.1);
+  s.set_max_pipelines(1);
   return s;
 }
 
@@ -50,11 +40,12 @@ absl::Status ValidateLoraSettings(const v1::LoraSettings& s) {
         absl::StrCat("settings.slow_min_effect: must be in [0, 1), got ",
                      s.slow_min_effect()));
   }
-  if (s.slow_persist_s() > kMaxSeconds || s.horizon_s() > kMaxSeconds) {
+  if (s.slow_persist_s() > kMaxPolicySeconds ||
+      s.horizon_s() > kMaxPolicySeconds) {
     return absl::InvalidArgumentError(absl::StrCat(
-        s.slow_persist_s() > kMaxSeconds ? "settings.slow_persist_s"
-                                         : "settings.horizon_s",
-        ": at most ", kMaxSeconds, " (a week)"));
+        s.slow_persist_s() > kMaxPolicySeconds ? "settings.slow_persist_s"
+                                               : "settings.horizon_s",
+        ": at most ", kMaxPolicySeconds, " (a week)"));
   }
   if (!(s.move_s_per_layer() >= 0 && s.move_s_per_layer() <= 3600)) {
     return absl::InvalidArgumentError(
@@ -66,6 +57,9 @@ absl::Status ValidateLoraSettings(const v1::LoraSettings& s) {
   if (s.apply_lead_steps() > 1'000'000) {
     return absl::InvalidArgumentError(
         "settings.apply_lead_steps: at most 1000000");
+  }
+  if (s.max_pipelines() > 64) {
+    return absl::InvalidArgumentError("settings.max_pipelines: at most 64");
   }
   return absl::OkStatus();
 }
@@ -80,32 +74,44 @@ v1::LoraSettings ResolveLoraSettings(const v1::LoraSettings& s,
   if (r.move_s_per_layer() == 0) r.set_move_s_per_layer(d.move_s_per_layer());
   if (r.apply_lead_steps() == 0) r.set_apply_lead_steps(d.apply_lead_steps());
   if (r.min_gain() == 0) r.set_min_gain(d.min_gain());
+  if (r.max_pipelines() == 0) r.set_max_pipelines(d.max_pipelines());
   return r;
 }
 
-v1::LoraPlacement ToProto(const lora::Placement& p,
-                          const std::vector<uint32_t>& adapters) {
+v1::LoraPlacement ToProto(const lora::Placement& p) {
   v1::LoraPlacement out;
-  v1::LoraPipeline* pipe = out.add_pipelines();
-  for (const lora::Stage& s : p.stages) {
-    v1::LoraStage* st = pipe->add_stages();
-    st->set_rank(s.rank);
-    st->set_layer_begin(s.layer_begin);
-    st->set_layer_end(s.layer_end);
+  for (const lora::Pipeline& q : p.pipelines) {
+    v1::LoraPipeline* pipe = out.add_pipelines();
+    for (const lora::Stage& s : q.stages) {
+      v1::LoraStage* st = pipe->add_stages();
+      st->set_rank(s.rank);
+      st->set_layer_begin(s.layer_begin);
+      st->set_layer_end(s.layer_end);
+    }
+    for (uint32_t a : q.adapters) pipe->add_adapters(a);
   }
-  for (uint32_t a : adapters) pipe->add_adapters(a);
   for (int32_t r : p.excluded) out.add_excluded_ranks(r);
   out.set_estimated_samples_per_s(p.estimate.samples_per_s);
   return out;
 }
 
 std::string PlacementText(const lora::Placement& p) {
-  std::vector<std::string> parts;
-  for (const lora::Stage& s : p.stages) {
-    parts.push_back(
-        absl::StrCat("r", s.rank, ":[", s.layer_begin, ",", s.layer_end, ")"));
+  std::vector<std::string> pipes;
+  for (const lora::Pipeline& q : p.pipelines) {
+    std::vector<std::string> parts;
+    for (const lora::Stage& s : q.stages) {
+      parts.push_back(absl::StrCat("r", s.rank, ":[", s.layer_begin, ",",
+                                   s.layer_end, ")"));
+    }
+    std::string t = absl::StrJoin(parts, " ");
+    // One pipeline trains every adapter: no list (the same placement
+    // whether or not the adapters are named).
+    if (p.pipelines.size() > 1) {
+      absl::StrAppend(&t, " adapters ", absl::StrJoin(q.adapters, ","));
+    }
+    pipes.push_back(std::move(t));
   }
-  std::string out = absl::StrJoin(parts, " ");
+  std::string out = absl::StrJoin(pipes, " | ");
   if (!p.excluded.empty()) {
     absl::StrAppend(&out, " excluded ", absl::StrJoin(p.excluded, ","));
   }
@@ -113,7 +119,9 @@ std::string PlacementText(const lora::Placement& p) {
 }
 
 LoraPolicyEngine::LoraPolicyEngine(Clock* clock, Options options)
-    : clock_(clock), options_(std::move(options)) {}
+    : clock_(clock),
+      options_(std::move(options)),
+      ids_(options_.directive_ids ? options_.directive_ids : &own_ids_) {}
 
 absl::Status LoraPolicyEngine::AddReport(const std::string& host,
                                          const v1::ReportStepsRequest& r) {
@@ -121,18 +129,7 @@ absl::Status LoraPolicyEngine::AddReport(const std::string& host,
   bool any = false;
   for (const v1::StepReport& s : r.steps()) any |= s.has_lora();
   if (!any) return absl::OkStatus();
-  if (t.job_id().empty() || t.job_id().size() > kMaxJobIdBytes) {
-    return absl::InvalidArgumentError(
-        "trainer.job_id: required, at most 256 bytes");
-  }
-  if (t.global_rank() < 0 || t.global_rank() >= kMaxRanks) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "trainer.global_rank: ", t.global_rank(), " out of range"));
-  }
-  if (r.steps_size() > kMaxSteps) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("steps: ", r.steps_size(), " > ", kMaxSteps));
-  }
+  if (absl::Status st = ValidateTrainerReport(r); !st.ok()) return st;
   for (int i = 0; i < r.steps_size(); ++i) {
     const v1::LoraStageTime& l = r.steps(i).lora();
     if (l.layer_costs_size() > kMaxLayers ||
@@ -151,6 +148,7 @@ absl::Status LoraPolicyEngine::AddReport(const std::string& host,
     }
     it = jobs_.emplace(t.job_id(), Job{}).first;
   }
+  ids_->Seen(t.job_id(), r.seen_directive_id());
   Job& job = it->second;
   const int64_t now = clock_->MonotonicNanos();
   RankState& rs = job.ranks[t.global_rank()];
@@ -161,24 +159,43 @@ absl::Status LoraPolicyEngine::AddReport(const std::string& host,
     job.reports++;
     rs.last_step = std::max(rs.last_step, s.step());
     job.layer_costs.assign(l.layer_costs().begin(), l.layer_costs().end());
-    if (l.micro_batches() > 0) job.micro_batches = l.micro_batches();
+    if (l.micro_batches() > 0) {
+      // A trainer that does not say how many adapters: count micro-batches
+      // as one adapter's.
+      const uint32_t n = std::max<uint32_t>(l.adapters(), 1);
+      job.mb_per_adapter = std::max<uint32_t>(l.micro_batches() / n, 1);
+      job.n_adapters = std::max(job.n_adapters, n);
+    }
+    job.adapters.insert(l.adapter_ids().begin(), l.adapter_ids().end());
     if (l.samples() > 0 && l.micro_batches() > 0) {
       job.samples_per_mb = double(l.samples()) / l.micro_batches();
-      job.throughput.push_back({double(l.samples()), s.wall_ns() / 1e9});
-      while (job.throughput.size() > options_.window_steps) {
-        job.throughput.pop_front();
-      }
+      auto& w = job.throughput[t.global_rank()];
+      w.push_back({double(l.samples()), s.wall_ns() / 1e9});
+      while (w.size() > options_.window_steps) w.pop_front();
     }
     if (!rs.known || rs.excluded != l.excluded() ||
         rs.layer_begin != l.layer_begin() || rs.layer_end != l.layer_end()) {
       rs.speeds.clear();  // another stage: older speeds are of other layers
+      job.throughput.erase(t.global_rank());
     }
     rs.known = true;
     rs.excluded = l.excluded();
     rs.stage = l.stage();
     rs.layer_begin = l.layer_begin();
     rs.layer_end = l.layer_end();
-    if (l.excluded() || l.compute_ns() == 0) continue;
+    rs.pipeline = l.pipeline();
+    rs.adapters.assign(l.adapter_ids().begin(), l.adapter_ids().end());
+    rs.max_layers = l.max_layers();
+    if (l.excluded()) {
+      job.throughput.erase(t.global_rank());
+      // The probe: one block timed on a fixed micro-batch.
+      if (l.probe_units_per_s() > 0 && std::isfinite(l.probe_units_per_s())) {
+        rs.speeds.push_back({l.probe_units_per_s(), now});
+        while (rs.speeds.size() > options_.window_steps) rs.speeds.pop_front();
+      }
+      continue;
+    }
+    if (l.compute_ns() == 0) continue;
     double units = 0;
     for (uint32_t i = l.layer_begin(); i < l.layer_end(); ++i) {
       units += l.layer_costs(i);
@@ -193,25 +210,37 @@ absl::Status LoraPolicyEngine::AddReport(const std::string& host,
 
 void LoraPolicyEngine::NoteReportedPlacement(const std::string& id, Job& job) {
   lora::Placement p;
-  std::vector<std::pair<uint32_t, lora::Stage>> stages;
+  // pipeline -> (stage, stage), adapters
+  std::map<uint32_t, std::vector<std::pair<uint32_t, lora::Stage>>> stages;
+  std::map<uint32_t, std::vector<uint32_t>> adapters;
   for (const auto& [rank, rs] : job.ranks) {
     if (!rs.known) continue;
     if (rs.excluded) {
       p.excluded.push_back(rank);
     } else {
-      stages.push_back({rs.stage, {rank, rs.layer_begin, rs.layer_end}});
+      stages[rs.pipeline].push_back(
+          {rs.stage, {rank, rs.layer_begin, rs.layer_end}});
+      adapters[rs.pipeline] = rs.adapters;
     }
   }
-  std::sort(stages.begin(), stages.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (const auto& [unused, s] : stages) p.stages.push_back(s);
-  // Complete only: contiguous from 0 to the last layer.
-  uint32_t next = 0;
-  for (const lora::Stage& s : p.stages) {
-    if (s.layer_begin != next) return;
-    next = s.layer_end;
+  for (auto& [q, st] : stages) {
+    std::sort(st.begin(), st.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    lora::Pipeline pipe;
+    for (const auto& [unused, s] : st) pipe.stages.push_back(s);
+    // Complete only: contiguous from 0 to the last layer.
+    uint32_t next = 0;
+    for (const lora::Stage& s : pipe.stages) {
+      if (s.layer_begin != next) return;
+      next = s.layer_end;
+    }
+    if (next != job.layer_costs.size()) return;
+    pipe.adapters = adapters[q];
+    std::sort(pipe.adapters.begin(), pipe.adapters.end());
+    p.pipelines.push_back(std::move(pipe));
   }
-  if (p.stages.empty() || next != job.layer_costs.size()) return;
+  if (p.pipelines.empty()) return;
+  if (p.pipelines.size() == 1) p.pipelines[0].adapters.clear();  // all
   if (job.seen_any && Key(p) != Key(job.last_seen)) {
     job.moves_applied++;
     Logger("controller.lora")
@@ -254,7 +283,9 @@ void LoraPolicyEngine::EvaluateJob(const std::string& id, Job& job,
     while (!rs.speeds.empty() && now - rs.speeds.front().second > max_age) {
       rs.speeds.pop_front();
     }
-    if (!rs.excluded && rs.speeds.size() >= options_.min_window_steps) {
+    // An excluded rank's probes count from the first (they come every few
+    // steps only).
+    if (rs.speeds.size() >= (rs.excluded ? 1 : options_.min_window_steps)) {
       std::vector<double> w;
       for (const auto& [sp, unused] : rs.speeds) w.push_back(sp);
       rs.last_speed = Median(std::move(w));
@@ -263,7 +294,7 @@ void LoraPolicyEngine::EvaluateJob(const std::string& id, Job& job,
       speeds[rank] = rs.last_speed;
     }
   }
-  for (const lora::Stage& st : job.last_seen.stages) {
+  for (const lora::Stage& st : job.last_seen.AllStages()) {
     if (!speeds.contains(st.rank)) return;  // not every stage measured yet
   }
   std::vector<double> all;
@@ -285,14 +316,29 @@ void LoraPolicyEngine::EvaluateJob(const std::string& id, Job& job,
     }
   }
   const lora::Placement& cur = job.last_seen;
+  std::vector<uint32_t> adapters(job.adapters.begin(), job.adapters.end());
+  if (adapters.empty()) {
+    for (uint32_t a = 0; a < job.n_adapters; ++a) adapters.push_back(a);
+  }
+  const uint32_t n_adapters = std::max<uint32_t>(adapters.size(), 1);
+  const uint32_t micro_batches =
+      std::max<uint32_t>(job.mb_per_adapter, 1) * n_adapters;
   absl::StatusOr<lora::Estimate> cur_est =
-      lora::EstimateStages(cur.stages, speeds, job.layer_costs,
-                           job.micro_batches, job.samples_per_mb);
+      lora::EstimatePipelines(cur.pipelines, speeds, job.layer_costs,
+                              micro_batches, job.samples_per_mb, n_adapters);
   lora::PlacementInput in;
   in.speeds = speeds;
   in.layer_costs = job.layer_costs;
-  in.micro_batches = std::max<uint32_t>(job.micro_batches, 1);
+  in.micro_batches = micro_batches;
   in.samples_per_micro_batch = job.samples_per_mb;
+  in.adapters = adapters;
+  in.max_pipelines = std::max<uint32_t>(s.max_pipelines(), 1);
+  for (const auto& [r, rs] : job.ranks) {
+    if (rs.max_layers > 0 && (in.max_layers_per_rank == 0 ||
+                              rs.max_layers < in.max_layers_per_rank)) {
+      in.max_layers_per_rank = rs.max_layers;
+    }
+  }
   absl::StatusOr<lora::Placement> prop = lora::ComputePlacement(in);
   if (!cur_est.ok() || !prop.ok()) {
     Logger("controller.lora")
@@ -302,7 +348,7 @@ void LoraPolicyEngine::EvaluateJob(const std::string& id, Job& job,
   }
   // The view (JobLora) with evidence, whatever is decided.
   v.set_current_samples_per_s(cur_est->samples_per_s);
-  *v.mutable_current() = ToProto(cur, {});
+  *v.mutable_current() = ToProto(cur);
   v.mutable_current()->set_estimated_samples_per_s(cur_est->samples_per_s);
   for (const auto& [rank, rs] : job.ranks) {
     v1::LoraRankSpeed* rsp = v.add_ranks();
@@ -317,22 +363,33 @@ void LoraPolicyEngine::EvaluateJob(const std::string& id, Job& job,
     }
   }
   for (int32_t r : slow) v.add_slow_ranks(r);
-  double samples = 0, wall = 0;
-  for (const auto& [n, w] : job.throughput) samples += n, wall += w;
-  if (wall > 0) v.set_measured_samples_per_s(samples / wall);
-  const uint32_t moved = lora::MovedLayers(cur.stages, prop->stages) +
+  // Pipelines run side by side: their rates add up.
+  double measured = 0;
+  for (const auto& [r, w] : job.throughput) {
+    double samples = 0, wall = 0;
+    for (const auto& [n, secs] : w) samples += n, wall += secs;
+    if (wall > 0) measured += samples / wall;
+  }
+  if (measured > 0) v.set_measured_samples_per_s(measured);
+  const uint32_t moved = lora::MovedLayers(cur, *prop, adapters) +
                          (cur.excluded != prop->excluded ? 1 : 0);
   const double move_cost_s = moved * s.move_s_per_layer();
   const double gain = prop->estimate.samples_per_s - cur_est->samples_per_s;
+  // An excluded rank whose probes show it recovered comes back.
+  bool returning = false;
+  for (int32_t r : cur.excluded) {
+    returning |= std::find(prop->excluded.begin(), prop->excluded.end(), r) ==
+                 prop->excluded.end();
+  }
   const bool worth =
-      moved > 0 && !slow.empty() &&
+      moved > 0 && (!slow.empty() || returning) &&
       gain >= s.min_gain() * cur_est->samples_per_s &&
       gain * s.horizon_s() > move_cost_s * prop->estimate.samples_per_s;
   if (!worth) {
     job.better_since_ns = 0;
     return;
   }
-  *v.mutable_proposed() = ToProto(*prop, {});
+  *v.mutable_proposed() = ToProto(*prop);
   v.set_proposed_samples_per_s(prop->estimate.samples_per_s);
   v.set_move_cost_s(move_cost_s);
   if (job.better_since_ns == 0) job.better_since_ns = now;
@@ -372,10 +429,21 @@ void LoraPolicyEngine::EvaluateJob(const std::string& id, Job& job,
   }
   (*e->mutable_values())["median_units_per_s"] = median;
   (*e->mutable_values())["moved_layers"] = moved;
+  std::vector<std::string> back_txt;
+  for (int32_t r : cur.excluded) {
+    if (std::find(prop->excluded.begin(), prop->excluded.end(), r) ==
+            prop->excluded.end() &&
+        speeds.contains(r)) {
+      back_txt.push_back(absl::StrFormat(
+          "rank %d probes at %.2fx", r, median > 0 ? speeds[r] / median : 0.0));
+    }
+  }
   e->set_text(absl::StrFormat(
-      "slow: %s (median speed %.3g units/s)%s; %s -> %s: %.3f -> %.3f "
+      "%s%s%s (median speed %.3g units/s)%s; %s -> %s: %.3f -> %.3f "
       "samples/s (est.), move %u layers ~%.2f s",
-      absl::StrJoin(slow_txt, ", "), median,
+      slow_txt.empty() ? "" : "slow: " + absl::StrJoin(slow_txt, ", "),
+      !slow_txt.empty() && !back_txt.empty() ? "; " : "",
+      back_txt.empty() ? "" : "back: " + absl::StrJoin(back_txt, ", "), median,
       v.slow_faults_size()
           ? absl::StrCat(", faults ", absl::StrJoin(v.slow_faults(), ","))
           : "",
@@ -385,7 +453,7 @@ void LoraPolicyEngine::EvaluateJob(const std::string& id, Job& job,
   job.pending = key;
   job.last_sent_ns = now;
   if (auto_mode) {
-    const uint64_t did = kLoraDirectiveIdBase + job.next_directive++;
+    const uint64_t did = ids_->Next(id);
     d.set_sent(true);
     d.set_directive_id(did);
     d.set_apply_at_step(last_step + s.apply_lead_steps());
@@ -449,7 +517,7 @@ absl::StatusOr<v1::JobLora> LoraPolicyEngine::State(
   uint64_t last = 0;
   for (const auto& [r, rs] : job.ranks) last = std::max(last, rs.last_step);
   v.set_last_step(last);
-  if (!v.has_current()) *v.mutable_current() = ToProto(job.last_seen, {});
+  if (!v.has_current()) *v.mutable_current() = ToProto(job.last_seen);
   for (const v1::LoraDecision& d : job.decisions) *v.add_decisions() = d;
   v.set_moves_applied(job.moves_applied);
   v.set_reports(job.reports);

@@ -6,18 +6,26 @@
 //
 //  * speed per rank: median over its last `window_steps` steps of
 //    cost units (sum of its layers' costs x micro-batches) / stage compute
-//    seconds; an excluded rank keeps the speed it last had;
+//    seconds; an excluded rank: the median of its probes (the trainer
+//    times one block on a fixed micro-batch every few steps), else the
+//    speed it last had;
 //  * slow ranks: speed < (1 - slow_min_effect) x the median rank's, or
 //    named by an open NON_COMM_SLOW fault of the job;
 //  * the placement for these speeds (placement.h) and its estimated
 //    throughput against the current placement's; moving is worth it when
 //    the gain over horizon_s beats the samples lost while moving
-//    (moved layers x move_s_per_layer) and the gain is >= min_gain;
+//    (moved layers x move_s_per_layer) and the gain is >= min_gain, and
+//    a rank is slow or an excluded rank comes back (its probes show it
+//    recovered). Several pipelines (adapters split) when the job's
+//    settings allow max_pipelines > 1 and the ranks' memory (reported
+//    max_layers) holds the model;
 //  * once that held for slow_persist_s: OFF nothing; ADVISE (default) the
 //    decision is recorded and published (JobLora.proposed, decisions);
 //    AUTO it becomes a TrainerDirective with the placement, applied by the
 //    trainers at apply_at_step = last reported step + apply_lead_steps; a
 //    directive not applied within `resend` goes out again with a new id.
+//    Directive ids are the job's sequence shared with the sync policy
+//    (directives/directive_ids.h).
 //
 // Not thread-safe: ControllerCore calls it under its lock. Times come from
 // the injected Clock (FakeClock in tests).
@@ -36,13 +44,11 @@
 #include "pitstop/clock.h"
 #include "pitstop/v1/controller.pb.h"
 #include "pitstop/v1/trainer.pb.h"
+#include "src/controller/directives/directive_ids.h"
+#include "src/controller/directives/trainer_policy.h"
 #include "src/controller/lora/placement.h"
 
 namespace pitstop::controller {
-
-// LoRA directives' ids start here so they never collide with the sync
-// policy's (both go through the agents' per-job directive slot).
-inline constexpr uint64_t kLoraDirectiveIdBase = uint64_t{1} << 40;
 
 v1::LoraSettings DefaultLoraSettings();
 // InvalidArgument naming the field ("settings.min_gain: ...").
@@ -60,13 +66,12 @@ class LoraPolicyEngine {
     absl::Duration resend = absl::Seconds(60);
     size_t max_decisions = 64;
     size_t max_jobs = 4096;
+    // The job's directive ids, shared with the sync policy (not owned;
+    // null: the engine keeps its own).
+    DirectiveIds* directive_ids = nullptr;
   };
 
-  struct Outgoing {
-    std::string job_id;
-    std::vector<std::string> hosts;
-    v1::TrainerDirective directive;
-  };
+  using Outgoing = OutgoingDirective;
 
   LoraPolicyEngine(Clock* clock, Options options);
 
@@ -87,8 +92,12 @@ class LoraPolicyEngine {
  private:
   struct RankState {
     std::string host;
-    std::deque<std::pair<double, int64_t>> speeds;  // units/s, received ns
+    // units/s, received ns: of its stage, or of its probes while excluded.
+    std::deque<std::pair<double, int64_t>> speeds;
     uint32_t stage = 0, layer_begin = 0, layer_end = 0;
+    uint32_t pipeline = 0;
+    std::vector<uint32_t> adapters;  // of its pipeline (empty: all)
+    uint32_t max_layers = 0;         // 0 = no limit
     bool excluded = false;
     bool known = false;
     double last_speed = 0;  // kept while excluded
@@ -99,15 +108,17 @@ class LoraPolicyEngine {
     v1::LoraSettings settings;
     std::map<int32_t, RankState> ranks;
     std::vector<double> layer_costs;
-    uint32_t micro_batches = 0;
+    uint32_t mb_per_adapter = 0;  // micro-batches per adapter per step
+    uint32_t n_adapters = 0;      // reported without adapter ids
+    std::set<uint32_t> adapters;  // ids of every reported pipeline
     double samples_per_mb = 1;
-    std::deque<std::pair<double, double>> throughput;  // samples, wall s
+    // Per last-stage rank (one per pipeline): samples, wall s.
+    std::map<int32_t, std::deque<std::pair<double, double>>> throughput;
     lora::Placement last_seen;
     bool seen_any = false;
     int64_t better_since_ns = 0;
     v1::JobLora view;  // computed parts, refreshed by Evaluate
     std::deque<v1::LoraDecision> decisions;
-    uint64_t next_directive = 1;
     int64_t last_sent_ns = 0;
     // AUTO: the placement sent, until the trainers report another one;
     // ADVISE: the last placement advised.
@@ -124,12 +135,13 @@ class LoraPolicyEngine {
 
   Clock* const clock_;
   const Options options_;
+  DirectiveIds own_ids_;  // used when options_.directive_ids is null
+  DirectiveIds* const ids_;
   std::map<std::string, Job> jobs_;
 };
 
 // Conversions between placement.h and the protos.
-v1::LoraPlacement ToProto(const lora::Placement& p,
-                          const std::vector<uint32_t>& adapters);
+v1::LoraPlacement ToProto(const lora::Placement& p);
 std::string PlacementText(const lora::Placement& p);
 
 }  // namespace pitstop::controller

@@ -10,18 +10,7 @@
 namespace pitstop::controller {
 namespace {
 
-constexpr size_t kMaxJobIdBytes = 256;
-constexpr int32_t kMaxRanks = 1 << 20;
-constexpr int kMaxSteps = 4096;
-constexpr uint32_t kMaxSeconds = 7 * 24 * 3600;
 constexpr uint32_t kMaxPeriodMs = 3'600'000;
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 std::string ModeName(v1::SyncMode m) {
   switch (m) {
@@ -65,11 +54,12 @@ absl::Status ValidateSyncSettings(const v1::SyncSettings& s) {
         absl::StrCat("settings.local_mode: must be LOCAL_SGD or TIMED, got ",
                      s.local_mode()));
   }
-  if (s.slow_persist_s() > kMaxSeconds || s.healthy_s() > kMaxSeconds) {
+  if (s.slow_persist_s() > kMaxPolicySeconds ||
+      s.healthy_s() > kMaxPolicySeconds) {
     return absl::InvalidArgumentError(absl::StrCat(
-        s.slow_persist_s() > kMaxSeconds ? "settings.slow_persist_s"
-                                         : "settings.healthy_s",
-        ": at most ", kMaxSeconds, " (a week)"));
+        s.slow_persist_s() > kMaxPolicySeconds ? "settings.slow_persist_s"
+                                               : "settings.healthy_s",
+        ": at most ", kMaxPolicySeconds, " (a week)"));
   }
   if (s.period_steps() > 1'000'000) {
     return absl::InvalidArgumentError("settings.period_steps: at most 1000000");
@@ -107,28 +97,18 @@ v1::SyncSettings ResolveSyncSettings(const v1::SyncSettings& s,
 }
 
 SyncPolicyEngine::SyncPolicyEngine(Clock* clock, Options options)
-    : clock_(clock), options_(std::move(options)) {}
+    : clock_(clock),
+      options_(std::move(options)),
+      ids_(options_.directive_ids ? options_.directive_ids : &own_ids_) {}
 
 absl::Status SyncPolicyEngine::AddReport(const std::string& host,
                                          const v1::ReportStepsRequest& r) {
   const v1::TrainerIdentity& t = r.trainer();
-  if (t.job_id().empty() || t.job_id().size() > kMaxJobIdBytes) {
-    return absl::InvalidArgumentError(
-        "trainer.job_id: required, at most 256 bytes");
-  }
-  if (t.global_rank() < 0 || t.global_rank() >= kMaxRanks ||
-      t.world_size() < 0 || t.world_size() > kMaxRanks) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("trainer.global_rank: ", t.global_rank(), " / world_size ",
-                     t.world_size(), " out of range"));
-  }
-  if (r.steps_size() > kMaxSteps) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("steps: ", r.steps_size(), " > ", kMaxSteps));
-  }
+  if (absl::Status st = ValidateTrainerReport(r); !st.ok()) return st;
   if (!v1::SyncMode_IsValid(r.current_mode())) {
     return absl::InvalidArgumentError("current_mode: unknown value");
   }
+  ids_->Seen(t.job_id(), r.seen_directive_id());
   // Multi-LoRA pipelines are not data-parallel: the LoRA policy
   // (src/controller/lora/) judges them, not the local-SGD switch.
   for (const v1::StepReport& s : r.steps()) {
@@ -388,7 +368,7 @@ void SyncPolicyEngine::Decide(const std::string& id, Job& job, int64_t now,
     }
     o.hosts.assign(hosts.begin(), hosts.end());
     v1::TrainerDirective& dir = o.directive;
-    dir.set_directive_id(job.next_directive++);
+    dir.set_directive_id(ids_->Next(id));
     dir.set_job_id(id);
     dir.set_mode(to);
     dir.set_period_steps(s.period_steps());

@@ -37,6 +37,8 @@
 #include "pitstop/clock.h"
 #include "pitstop/v1/controller.pb.h"
 #include "pitstop/v1/trainer.pb.h"
+#include "src/controller/directives/directive_ids.h"
+#include "src/controller/directives/trainer_policy.h"
 
 namespace pitstop::controller {
 
@@ -60,13 +62,12 @@ class SyncPolicyEngine {
     size_t max_decisions = 64;
     size_t max_jobs = 4096;
     size_t max_ranks_per_job = 65536;
+    // The job's directive ids, shared with the LoRA policy (not owned;
+    // null: the engine keeps its own).
+    DirectiveIds* directive_ids = nullptr;
   };
 
-  struct Outgoing {
-    std::string job_id;
-    std::vector<std::string> hosts;
-    v1::TrainerDirective directive;
-  };
+  using Outgoing = OutgoingDirective;
 
   SyncPolicyEngine(Clock* clock, Options options);
 
@@ -117,7 +118,6 @@ class SyncPolicyEngine {
     double median_ms = 0;
     std::map<int32_t, double> rank_ms;
     std::deque<v1::SyncDecision> decisions;
-    uint64_t next_directive = 1;
     int64_t last_sent_ns = 0;
     v1::TrainerDirective last_sent;
     uint64_t reports = 0;
@@ -137,6 +137,8 @@ class SyncPolicyEngine {
 
   Clock* const clock_;
   const Options options_;
+  DirectiveIds own_ids_;  // used when options_.directive_ids is null
+  DirectiveIds* const ids_;
   std::map<std::string, Job> jobs_;
 };
 

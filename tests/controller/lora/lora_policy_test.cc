@@ -51,9 +51,32 @@ class LoraPolicyTest : public ::testing::Test {
         l->set_compute_ns(
             static_cast<uint64_t>((s.end - s.begin) * kMb / speed * 1e9));
         if (pos + 1 == placement.size()) l->set_samples(kMb * 4);
+        if (adapters_ > 0) {
+          l->set_adapters(adapters_);
+          for (uint32_t a = 0; a < adapters_; ++a) l->add_adapter_ids(a);
+          l->set_max_layers(max_layers_);
+        }
         ASSERT_TRUE(engine_.AddReport("host" + std::to_string(s.rank), r).ok());
       }
+      if (excluded_ >= 0) Excluded(excluded_, probe_);
     }
+  }
+
+  // Rank `rank`, excluded, reports step_ with a probe of `probe` units/s
+  // (0: none).
+  void Excluded(int32_t rank, double probe) {
+    v1::ReportStepsRequest r;
+    r.mutable_trainer()->set_job_id("lora-job");
+    r.mutable_trainer()->set_global_rank(rank);
+    r.mutable_trainer()->set_world_size(4);
+    v1::StepReport* sr = r.add_steps();
+    sr->set_step(step_);
+    sr->set_wall_ns(100'000'000);
+    v1::LoraStageTime* l = sr->mutable_lora();
+    l->set_excluded(true);
+    for (int k = 0; k < kLayers; ++k) l->add_layer_costs(1.0);
+    l->set_probe_units_per_s(probe);
+    ASSERT_TRUE(engine_.AddReport("host" + std::to_string(rank), r).ok());
   }
 
   std::vector<LoraPolicyEngine::Outgoing> Cycle() {
@@ -76,6 +99,10 @@ class LoraPolicyTest : public ::testing::Test {
   FakeClock clock_;
   LoraPolicyEngine engine_;
   uint64_t step_ = 0;
+  uint32_t adapters_ = 0;    // > 0: reports name the adapters
+  uint32_t max_layers_ = 0;  // reported with adapters_
+  int32_t excluded_ = -1;    // >= 0: this rank reports as excluded
+  double probe_ = 0;         // its probe, units/s
 };
 
 void ExpectStages(const v1::LoraPlacement& p, const std::vector<Stage>& want) {
@@ -144,7 +171,7 @@ TEST_F(LoraPolicyTest, AutoSendsThePlacementOnceAndSeesItApplied) {
   EXPECT_EQ(out[0].job_id, "lora-job");
   EXPECT_EQ(out[0].hosts.size(), 4u);
   const v1::TrainerDirective& d = out[0].directive;
-  EXPECT_GT(d.directive_id(), kLoraDirectiveIdBase);
+  EXPECT_EQ(d.directive_id(), 1u);  // the job's first
   EXPECT_EQ(d.apply_at_step(), step_ + 3);
   EXPECT_EQ(d.mode(), v1::SYNC_MODE_UNSPECIFIED);
   ExpectStages(d.placement(), kBalanced);
@@ -242,6 +269,99 @@ TEST_F(LoraPolicyTest, BadSettingsAndUnknownJobs) {
   l->add_layer_costs(1);
   EXPECT_EQ(engine_.AddReport("h", r).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// An excluded rank is probed (one block timed every few steps); while its
+// probes are slow it stays out, once they show it recovered the policy
+// brings it back (the gain beats the cost of moving).
+TEST_F(LoraPolicyTest, ExcludedRankComesBackWhenItsProbesRecover) {
+  SetPolicy(v1::LORA_POLICY_AUTO);
+  const std::vector<Stage> without3 = {{0, 0, 6}, {1, 6, 11}, {2, 11, 16}};
+  excluded_ = 3;
+  probe_ = 0.1e6;  // still slow
+  Steps(without3, 10);
+  clock_.Advance(absl::Seconds(10));
+  Steps(without3, 5);
+  EXPECT_TRUE(Cycle().empty());
+  v1::JobLora s = State();
+  ASSERT_EQ(s.current().excluded_ranks_size(), 1);
+  EXPECT_FALSE(s.has_proposed());
+  EXPECT_EQ(s.slow_ranks_size(), 1);  // the probes say so
+  // Recovered: its probes run at the others' speed (the old ones age out
+  // of the window after sample_max_age).
+  probe_ = 1e6;
+  clock_.Advance(absl::Seconds(31));
+  Steps(without3, 3);
+  EXPECT_TRUE(Cycle().empty());  // not persisted yet
+  s = State();
+  ASSERT_TRUE(s.has_proposed());
+  EXPECT_EQ(s.proposed().excluded_ranks_size(), 0);
+  ExpectStages(s.proposed(), kEven);
+  clock_.Advance(absl::Seconds(6));
+  Steps(without3, 2);
+  std::vector<LoraPolicyEngine::Outgoing> out = Cycle();
+  ASSERT_EQ(out.size(), 1u);
+  ExpectStages(out[0].directive.placement(), kEven);
+  EXPECT_EQ(out[0].directive.placement().excluded_ranks_size(), 0);
+  EXPECT_NE(out[0].directive.reason().find("back: rank 3 probes at 1.00x"),
+            std::string::npos)
+      << out[0].directive.reason();
+  // The trainers move: rank 3 holds a stage again, nothing more is sent.
+  const uint64_t moves = State().moves_applied();
+  excluded_ = -1;
+  Steps(kEven, 10);
+  clock_.Advance(absl::Seconds(10));
+  Steps(kEven, 5);
+  EXPECT_TRUE(Cycle().empty());
+  EXPECT_EQ(State().moves_applied(), moves + 1);
+  EXPECT_TRUE(State().current().excluded_ranks().empty());
+}
+
+// With max_pipelines 2 and ranks that hold 10 of the 16 layers, the best
+// placement for rank 3 at 0.7x is two pipelines of two stages (adapters
+// split); the directive carries both, the same as ComputePlacement.
+TEST_F(LoraPolicyTest, SeveralPipelinesWhenTheSettingsAllow) {
+  v1::LoraSettings set;
+  set.set_policy(v1::LORA_POLICY_AUTO);
+  set.set_max_pipelines(2);
+  ASSERT_TRUE(engine_.SetSettings("lora-job", set).ok());
+  adapters_ = 4;  // 8 micro-batches: 2 per adapter
+  max_layers_ = 10;
+  Steps(kEven, 10, 3, 0.7e6);
+  EXPECT_TRUE(Cycle().empty());  // better from now; persists 5 s
+  clock_.Advance(absl::Seconds(6));
+  Steps(kEven, 3, 3, 0.7e6);
+  std::vector<LoraPolicyEngine::Outgoing> out = Cycle();
+  ASSERT_EQ(out.size(), 1u);
+  const v1::LoraPlacement& p = out[0].directive.placement();
+  ASSERT_EQ(p.pipelines_size(), 2);
+  lora::PlacementInput in;
+  in.speeds = {{0, 1e6}, {1, 1e6}, {2, 1e6}, {3, 0.7e6}};
+  in.layer_costs.assign(kLayers, 1.0);
+  in.micro_batches = kMb;
+  in.samples_per_micro_batch = 4;
+  in.adapters = {0, 1, 2, 3};
+  in.max_pipelines = 2;
+  in.max_layers_per_rank = 10;
+  absl::StatusOr<lora::Placement> want = lora::ComputePlacement(in);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_EQ(want->pipelines.size(), 2u);
+  for (int q = 0; q < 2; ++q) {
+    const lora::Pipeline& w = want->pipelines[q];
+    ASSERT_EQ(p.pipelines(q).stages_size(), static_cast<int>(w.stages.size()));
+    for (size_t i = 0; i < w.stages.size(); ++i) {
+      EXPECT_EQ(p.pipelines(q).stages(i).rank(), w.stages[i].rank);
+      EXPECT_EQ(p.pipelines(q).stages(i).layer_end(), w.stages[i].layer_end);
+    }
+    EXPECT_EQ(std::vector<uint32_t>(p.pipelines(q).adapters().begin(),
+                                    p.pipelines(q).adapters().end()),
+              w.adapters);
+  }
+  // Speeds come from whole-nanosecond compute times: equal to 1e-5.
+  EXPECT_NEAR(p.estimated_samples_per_s(), want->estimate.samples_per_s,
+              1e-5 * want->estimate.samples_per_s);
+  // Without the setting the same reports give one pipeline.
+  EXPECT_EQ(engine_.Settings("other").max_pipelines(), 1u);
 }
 
 }  // namespace
