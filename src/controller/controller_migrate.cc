@@ -360,7 +360,7 @@ void ControllerCore::RunMigrations() {
         !HardwareSuspect(*f, &host) ||
         engine_->GetJobPolicy(f->job_id()).mode() != v1::POLICY_MODE_ACT ||
         migrations_->HasForFault(f->fault_id()) ||
-        migrations_->Busy(f->job_id()) || act_refused_.count(f->fault_id())) {
+        migrations_->Busy(f->job_id())) {
       continue;
     }
     v1::MigrateNodeRequest req;
@@ -376,7 +376,9 @@ void ControllerCore::RunMigrations() {
       if (m.ok()) continue;
       plan = m.status();
     }
-    act_refused_.insert(f->fault_id());
+    // Tried again every cycle (agents may connect, hosts become known);
+    // logged once per fault.
+    if (!act_refused_.insert(f->fault_id()).second) continue;
     Logger("controller")
         ->warn("policy ACT: fault {} of job {} on {} not migrated: {}",
                f->fault_id(), f->job_id(), host,

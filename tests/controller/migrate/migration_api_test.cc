@@ -77,8 +77,14 @@ class MigrationApiTest : public ::testing::Test {
     }
     ASSERT_TRUE(WaitUntil([&] {
       auto comms = core_->Communicators("");
-      return comms.size() == 1 && comms[0].members_size() == job_.n_ranks() &&
-             core_->Status().nodes_ready() == agents_.size();
+      if (comms.size() != 1 || comms[0].members_size() != job_.n_ranks() ||
+          core_->Status().nodes_ready() != agents_.size()) {
+        return false;
+      }
+      for (const auto& m : comms[0].members()) {
+        if (m.host().empty()) return false;
+      }
+      return true;
     }));
   }
   grpc::Status Migrate(const std::string& host, const std::string& to,
