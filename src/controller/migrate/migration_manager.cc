@@ -197,7 +197,11 @@ void MigrationManager::BeginPrepare(v1::Migration* m, bool abort_unreachable) {
   Persist(*m, Change::CHANGE_UPDATED);
   std::vector<std::string> unreachable;
   for (const v1::MigrationMember& mem : m->members()) {
-    if (!SendCurrent(*m, mem)) unreachable.push_back(mem.host());
+    // With the state from a replica the leaver may well be dead.
+    if (!SendCurrent(*m, mem) &&
+        !(m->from_replica() && mem.role() == v1::MIGRATION_ROLE_LEAVER)) {
+      unreachable.push_back(mem.host());
+    }
   }
   if (abort_unreachable && !unreachable.empty()) {
     AbortLocked(m, absl::StrCat("agents not connected: ",
@@ -346,7 +350,11 @@ absl::Status MigrationManager::OnAck(const std::string& host,
     mem->set_ready(true);
     mem->set_progress_seq(ack.progress_seq());
     for (const v1::MigrationMember& x : m->members()) {
-      if (!x.ready()) return absl::OkStatus();
+      // From a replica, nothing waits for the (possibly dead) leaver.
+      if (!x.ready() &&
+          !(m->from_replica() && x.role() == v1::MIGRATION_ROLE_LEAVER)) {
+        return absl::OkStatus();
+      }
     }
     BeginSwitch(m);
     return absl::OkStatus();
@@ -448,7 +456,8 @@ std::string MigrationManager::Missing(const v1::Migration& m,
   std::vector<std::string> hosts;
   for (const v1::MigrationMember& mem : m.members()) {
     if (switched ? (!mem.switched() && mem.role() != v1::MIGRATION_ROLE_LEAVER)
-                 : !mem.ready()) {
+                 : !mem.ready() && !(m.from_replica() &&
+                                     mem.role() == v1::MIGRATION_ROLE_LEAVER)) {
       hosts.push_back(mem.host());
     }
   }

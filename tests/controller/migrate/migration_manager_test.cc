@@ -242,6 +242,21 @@ TEST_F(MigrationManagerTest, UnreachableMemberAtStartAborts) {
   EXPECT_NE(a.abort_reason().find("not connected: node2"), std::string::npos);
 }
 
+TEST_F(MigrationManagerTest, FromReplicaStartsWithTheLeaverDead) {
+  sender_.down.insert("node0");
+  MigrationPlan p = Plan();
+  p.from_replica = true;
+  auto m = mm_->Start(p);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(Get(m->migration_id()).state(), v1::MIGRATION_STATE_PREPARING);
+  EXPECT_EQ(sender_.Count(Phase::PHASE_PREPARE), 3);
+  // READY from the stayers and the joiner is enough.
+  for (const char* h : {"node1", "node2", "spare0"}) {
+    ASSERT_TRUE(mm_->OnAck(h, Ack(*m, Phase::PHASE_PREPARE, 7)).ok());
+  }
+  EXPECT_EQ(Get(m->migration_id()).state(), v1::MIGRATION_STATE_SWITCHING);
+}
+
 TEST_F(MigrationManagerTest, SecondMigrationOfTheJobWaits) {
   auto first = mm_->Start(Plan());
   ASSERT_TRUE(first.ok());
