@@ -83,12 +83,22 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     up.backoff_max = absl::Milliseconds(
         std::max<uint32_t>(options.upstream_backoff_max_ms, 100));
     up.trainer = a->trainer_hub_.get();
+    Agent* self = a.get();
+    absl::StatusOr<std::unique_ptr<MigrationPlane>> plane =
+        MigrationPlane::Create(options.migration_data_plane,
+                               [self](const v1::MigrationAck& ack) {
+                                 if (self->upstream_) self->upstream_->Ack(ack);
+                               });
+    if (!plane.ok()) return plane.status();
+    a->migration_ = std::move(*plane);
+    up.migration = a->migration_.get();
     v1::NodeRegistration& reg = up.registration;
     reg.set_host(a->host_);
     reg.set_agent_id(absl::StrCat(a->host_, "-", getpid(), "-",
                                   absl::ToUnixNanos(clock->Now())));
     reg.set_agent_version(PITSTOP_VERSION);
     reg.set_standby(options.standby);
+    reg.set_migration_data_plane(a->migration_->name());
     reg.set_boot_unix_ns(absl::ToUnixNanos(clock->Now()));
     for (auto& n : ReadNics(options.sysfs_root)) *reg.add_nics() = n;
     for (auto& g : ReadGpus("/proc")) *reg.add_gpus() = g;

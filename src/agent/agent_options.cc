@@ -70,7 +70,14 @@ void RegisterAgentOptions(ConfigSchema* s, AgentOptions* o) {
          "Incomplete operations older than this are reported as they are (s)");
   s->Add("node.sysfs_root", &o->sysfs_root,
          "Root of the sysfs tree NICs are read from");
-  s->Add("node.standby", &o->standby, "Register as a standby spare node");
+  s->Add("standby", &o->standby,
+         "Register this node as standby capacity: a spare that migrations "
+         "move ranks to (pitstopctl standby lists them)");
+  s->Add("node.standby", &o->standby, "Same as standby (older key)");
+  s->Add("migration.data_plane", &o->migration_data_plane,
+         "How this agent takes part in migrations: none (refuse them) or "
+         "emulated (answer for the ranks without moving anything; tests and "
+         "benchmarks only)");
   s->Add("log.level", &o->log_level,
          "trace, debug, info, warn, error, critical, off");
   s->Add("log.file", &o->log_file, "Log file; empty = stderr");
@@ -106,6 +113,14 @@ absl::Status ValidateAgentOptions(const AgentOptions& o,
   if (absl::Status st = ValidateControllerAddress(o.controller); !st.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, "key 'controller' (--controller): ", st.message()));
+  }
+  if (!o.migration_data_plane.empty() && o.migration_data_plane != "none" &&
+      o.migration_data_plane != "emulated") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where,
+        "key 'migration.data_plane' (--migration-data-plane): expected none "
+        "or emulated, got '",
+        o.migration_data_plane, "'"));
   }
   const TlsFiles tls{o.tls_ca, o.tls_cert, o.tls_key};
   if (tls.enabled()) {

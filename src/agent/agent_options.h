@@ -59,8 +59,12 @@ struct AgentOptions {
   // node.sysfs_root (--node-sysfs-root): where /sys/class/{infiniband,net}
   // are read from (tests point it at a fake tree).
   std::string sysfs_root = "/sys";
-  // node.standby (--node-standby): this node is a standby spare.
+  // standby (--standby) or node.standby (--node-standby): this node is a
+  // standby spare for migrations (docs/migration.md).
   bool standby = false;
+  // migration.data_plane: none (default) or emulated (tests and benchmarks:
+  // the agent answers migration directives for its ranks itself).
+  std::string migration_data_plane = "none";
   // log.level / log.file.
   std::string log_level = "info";
   std::string log_file;

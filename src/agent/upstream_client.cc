@@ -104,11 +104,20 @@ bool UpstreamClient::WaitFor(absl::Duration d, bool wake_on_backlog) {
     // and loss under bursts without waiting for the batch period.
     const bool backlog = wake_on_backlog && Backlog();
     MutexLock lock(&mu_);
-    if (stop_ || backlog || !acks_.empty() || pong_ != 0) return stop_;
+    if (stop_ || backlog || !acks_.empty() || pong_ != 0 ||
+        !migration_acks_.empty()) {
+      return stop_;
+    }
     const absl::Duration left = deadline - SteadyNow();
     if (left <= absl::ZeroDuration()) return stop_;
     cv_.WaitWithTimeout(&mu_, std::min(left, absl::Milliseconds(20)));
   }
+}
+
+void UpstreamClient::Ack(const v1::MigrationAck& ack) {
+  MutexLock lock(&mu_);
+  migration_acks_.push_back(ack);
+  cv_.SignalAll();
 }
 
 bool UpstreamClient::Backlog() const {
@@ -233,6 +242,12 @@ absl::Duration UpstreamClient::RunStream(const std::string& address) {
     v1::ConnectResponse resp;
     while (stream->Read(&resp)) {
       for (const v1::AgentCommand& cmd : resp.commands()) {
+        if (cmd.has_migration()) {
+          // Its answers come back through Ack(), which takes mu_.
+          if (options_.migration)
+            options_.migration->OnDirective(cmd.migration());
+          continue;
+        }
         MutexLock lock(&mu_);
         if (cmd.has_set_activation_mask()) {
           core_->ApplyActivation(cmd.command_id(), cmd.set_activation_mask());
@@ -264,6 +279,10 @@ absl::Duration UpstreamClient::RunStream(const std::string& address) {
       MutexLock lock(&mu_);
       for (uint64_t id : acks_) batch.add_acked_command_ids(id);
       acks_.clear();
+      for (v1::MigrationAck& a : migration_acks_) {
+        *batch.add_migration_acks() = std::move(a);
+      }
+      migration_acks_.clear();
       batch.set_pong_command_id(pong_);
       pong_ = 0;
     }

@@ -29,6 +29,7 @@
 #include "pitstop/tls.h"
 #include "pitstop/v1/agent.pb.h"
 #include "src/agent/agent_core.h"
+#include "src/agent/migration_plane.h"
 #include "src/agent/trainer_hub.h"
 
 namespace pitstop::agent {
@@ -47,6 +48,9 @@ struct UpstreamOptions {
   // Trainer step reports go up with every batch, directives come down
   // (optional, not owned).
   TrainerHub* trainer = nullptr;
+  // Migration directives go here (optional, not owned); its answers go up
+  // through Ack().
+  MigrationPlane* migration = nullptr;
 };
 
 // OK for "" (no upstream), host:port (port 1..65535), unix:PATH or a
@@ -66,6 +70,9 @@ class UpstreamClient {
   void Stop();
 
   bool connected() const { return connected_.load(); }
+  // Queues a migration answer for the next batch (sent at once). Any
+  // thread; does not block.
+  void Ack(const v1::MigrationAck& ack);
   uint64_t connects() const { return connects_.load(); }
 
  private:
@@ -91,6 +98,7 @@ class UpstreamClient {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<uint64_t> acks_ ABSL_GUARDED_BY(mu_);
   uint64_t pong_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<v1::MigrationAck> migration_acks_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pitstop::agent

@@ -30,8 +30,13 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::Create(
       open.ok()) {
     (*engine)->AdoptOpenFaults(*open);
   }
-  return std::unique_ptr<ControllerCore>(new ControllerCore(
+  std::unique_ptr<ControllerCore> core(new ControllerCore(
       std::move(options), std::move(*store), std::move(*engine)));
+  if (core->options_.leadership == nullptr) {
+    MutexLock lock(&core->mu_);
+    if (absl::Status s = core->LoadMigrations(); !s.ok()) return s;
+  }
+  return core;
 }
 
 ControllerCore::ControllerCore(Options options,
@@ -166,8 +171,9 @@ absl::StatusOr<uint64_t> ControllerCore::AgentConnected(
   sessions_[session] = reg.host();
   if (options_.metrics) options_.metrics->SetAgentsConnected(sessions_.size());
   Logger("controller")
-      ->info("agent {} connected (agent_id {}, {} GPUs)", reg.host(),
-             reg.agent_id(), reg.gpus_size());
+      ->info("agent {} connected (agent_id {}, {} GPUs{})", reg.host(),
+             reg.agent_id(), reg.gpus_size(), reg.standby() ? ", standby" : "");
+  if (migrations_) migrations_->OnHostUp(reg.host());
   return session;
 }
 
@@ -274,6 +280,9 @@ absl::Status ControllerCore::ApplyBatch(uint64_t session,
          i);
   }
   if (options_.metrics) options_.metrics->AddSummaries(batch.summaries_size());
+  if (absl::Status s = MigrationInput(host, batch); !s.ok() && first.ok()) {
+    first = s;
+  }
   return first;
 }
 
@@ -289,7 +298,9 @@ void ControllerCore::AgentDisconnected(uint64_t session) {
   e.lost = true;
   engine_->NodeLost(it->second);
   Logger("controller")->info("agent {} disconnected", it->second);
+  const std::string host = it->second;
   sessions_.erase(it);
+  if (migrations_) migrations_->OnHostDown(host, "", "agent stream lost");
   if (options_.metrics) options_.metrics->SetAgentsConnected(sessions_.size());
 }
 
@@ -408,6 +419,7 @@ void ControllerCore::RunCycleLocked() {
   }
   for (const ProfilingRequest& p : r.profiling) SendProfiling(p);
   RunTrainerPolicies();
+  RunMigrations();
 }
 
 void ControllerCore::SendProfiling(const ProfilingRequest& r) {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "src/controller/ha/leadership.h"
 #include "src/controller/ingest_inbox.h"
 #include "src/controller/lora/lora_policy.h"
+#include "src/controller/migrate/migration_manager.h"
 #include "src/controller/record_loss.h"
 #include "src/controller/store/fault_store.h"
 #include "src/controller/sync/sync_policy.h"
@@ -88,6 +90,8 @@ class ControllerCore {
     // killed agents, record_loss.h) over all hosts; beyond, a new process
     // is not accounted (refused_total{what="processes"}).
     int64_t max_tracked_processes = 1 << 20;
+    // Standby migration (docs/migration.md); its clock is `clock`.
+    MigrationManager::Options migrate;
   };
 
   // What the core refused or dropped from agent input (also exported as
@@ -179,6 +183,22 @@ class ControllerCore {
   absl::StatusOr<v1::LoraSettings> SetLoraPolicy(
       const std::string& job_id, const v1::LoraSettings& settings);
 
+  // --- Standby migration (controller_migrate.cc, docs/migration.md) -------
+  // FailedPrecondition / InvalidArgument say why a request cannot be
+  // served; a second migration of a job is returned QUEUED.
+  absl::StatusOr<v1::Migration> MigrateNode(const v1::MigrateNodeRequest& req);
+  absl::StatusOr<v1::Migration> GetMigration(const std::string& id);
+  std::vector<v1::Migration> ListMigrations(const std::string& job_id,
+                                            bool include_finished);
+  std::vector<v1::StandbyNode> Standby();
+  using MigrationWatchFn =
+      std::function<void(const v1::WatchMigrationsResponse&)>;
+  // As Subscribe, for migration changes (include_existing: the unfinished
+  // ones first).
+  uint64_t SubscribeMigrations(const std::string& job_id, bool include_existing,
+                               MigrationWatchFn fn);
+  void UnsubscribeMigrations(uint64_t id);
+
   // --- WatchFaults --------------------------------------------------------
   using WatchFn = std::function<void(const v1::WatchFaultsResponse&)>;
   // Calls `fn` (with the core's lock held; it must not block or call back)
@@ -261,6 +281,37 @@ class ControllerCore {
   void AddLoraJobs(std::vector<v1::Job>* jobs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Migration directives to agent streams (controller_migrate.cc); called
+  // by the manager with the core's lock held.
+  class MigrationLink final : public MigrationSender {
+   public:
+    explicit MigrationLink(ControllerCore* core) : core_(core) {}
+    bool SendMigration(const std::string& host,
+                       const v1::MigrationDirective& d) override;
+
+   private:
+    ControllerCore* const core_;
+  };
+  // (Re)creates the migration manager from the store (Create, BecomeLeader).
+  absl::Status LoadMigrations() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Resolves a MigrateNode request against the nodes, the engine's
+  // communicators and the standby pool.
+  absl::StatusOr<MigrationPlan> PlanMigration(const v1::MigrateNodeRequest& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<v1::StandbyNode> StandbyLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Agent input for migrations: acks and rank deaths of a batch.
+  absl::Status MigrationInput(const std::string& host,
+                              const v1::ConnectRequest& batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Timeouts, then policy ACT: a CONFIRMED GPU/NIC/node fault of an ACT
+  // job starts a migration when a standby is free.
+  void RunMigrations() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A committed migration: its fault becomes MITIGATING, the leaver is
+  // drained.
+  void MigrationFinished(const v1::Migration& m)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const Options options_;
   const std::unique_ptr<FaultStore> store_;
   const uint64_t start_unix_ns_;
@@ -282,6 +333,15 @@ class ControllerCore {
   double last_cycle_ms_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_joined_ ABSL_GUARDED_BY(mu_) = 0;
   InputStats input_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<MigrationLink> migration_link_;
+  // Null on a follower until it leads.
+  std::unique_ptr<MigrationManager> migrations_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> act_refused_ ABSL_GUARDED_BY(mu_);  // logged once
+  struct MigrationWatcher {
+    std::string job_id;
+    MigrationWatchFn fn;
+  };
+  std::map<uint64_t, MigrationWatcher> migration_watchers_ ABSL_GUARDED_BY(mu_);
   int64_t process_budget_ ABSL_GUARDED_BY(mu_);
 
   Mutex loop_mu_;

@@ -45,6 +45,10 @@ absl::Status ControllerCore::BecomeLeader() {
   input_.members_refused = 0;
   input_.comms_refused = 0;
   if (options_.metrics) options_.metrics->SetAgentsConnected(0);
+  // Unfinished migrations resume (or abort) under this leader.
+  if (absl::Status s = LoadMigrations(); !s.ok()) {
+    Logger("controller")->error("{}", s.ToString());
+  }
   // The previous leader acted on these (or chose not to): watchers such as
   // the fault actions take them as existing, so a failover never runs a
   // hook or a Slurm drain twice.
@@ -72,6 +76,7 @@ void ControllerCore::StepDown(const std::string& why) {
   }
   nodes_.clear();
   sessions_.clear();
+  migrations_.reset();  // the next leader drives them from the store
   if (options_.metrics) options_.metrics->SetAgentsConnected(0);
   Logger("controller")
       ->warn("stepped down ({}): {} agent streams closed", why, closed);

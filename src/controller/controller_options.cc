@@ -216,6 +216,15 @@ void RegisterControllerOptions(ConfigSchema* s, ControllerOptions* o) {
   s->Add("detection.warmup_collectives", &o->warmup_collectives,
          "default policy: collectives per communicator before verdicts; "
          "0 = 20");
+  s->Add("migrate.prepare_timeout_s", &o->migrate_prepare_timeout_s,
+         "a migration's PREPARE phase (new communicators, state transfer, "
+         "joiner warm-up) aborts after this long without every READY (s)");
+  s->Add("migrate.switch_timeout_s", &o->migrate_switch_timeout_s,
+         "SWITCH_AT aborts after this long without every SWITCHED (s)");
+  s->Add("migrate.switch_margin", &o->migrate_switch_margin,
+         "switch point = highest sequence number reported with READY + this");
+  s->Add("migrate.resume", &o->migrate_resume,
+         "after a restart, resume unfinished migrations (false: abort them)");
   s->Add("sync.policy", &o->sync_policy,
          "default local-SGD switch policy: off, advise (record and publish "
          "what it would do) or auto (send directives to the trainers)");

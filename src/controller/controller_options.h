@@ -56,6 +56,12 @@ struct ControllerOptions {
   double sync_straggler_min_effect = 0.3;
   // Default multi-LoRA rescheduling policy (src/controller/lora/).
   std::string lora_policy = "advise";
+  // Standby migration (docs/migration.md): phase timeouts, the switch
+  // point's margin and what a restart does with unfinished migrations.
+  uint32_t migrate_prepare_timeout_s = 120;
+  uint32_t migrate_switch_timeout_s = 60;
+  uint32_t migrate_switch_margin = 4;
+  bool migrate_resume = true;
 
   // The default SyncSettings; InvalidArgument naming the key.
   absl::StatusOr<v1::SyncSettings> DefaultSyncSettings() const;

@@ -1,6 +1,7 @@
 // pitstop-controller: joins the telemetry of all agents, detects and
 // localises faults, keeps them in SQLite and serves the Controller API.
 // See docs/controller.md.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -123,6 +124,12 @@ int main(int argc, char** argv) {
   core_options.sync.defaults = *options.DefaultSyncSettings();  // validated
   core_options.sync.straggler_min_effect = options.sync_straggler_min_effect;
   core_options.lora.defaults.set_policy(*options.DefaultLoraPolicy());
+  core_options.migrate.prepare_timeout =
+      absl::Seconds(std::max<uint32_t>(options.migrate_prepare_timeout_s, 1));
+  core_options.migrate.switch_timeout =
+      absl::Seconds(std::max<uint32_t>(options.migrate_switch_timeout_s, 1));
+  core_options.migrate.switch_margin = options.migrate_switch_margin;
+  core_options.migrate.resume = options.migrate_resume;
   core_options.metrics = metrics.get();
   // Several controllers on etcd (docs/ha.md): the store is etcd's and the
   // core leads only while elected.

@@ -208,6 +208,7 @@ void AddCommands(CLI::App* app, GlobalOptions* g, int* exit_code) {
   AddNodeActions(app, g, exit_code);
   AddSyncCommands(app, g, exit_code);
   AddLoraCommands(app, g, exit_code);
+  AddMigrateCommands(app, g, exit_code);
 }
 
 int ExitCodeFor(const grpc::Status& s) {

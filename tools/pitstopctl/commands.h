@@ -36,6 +36,8 @@ void AddNodeActions(CLI::App* app, GlobalOptions* g, int* exit_code);
 void AddSyncCommands(CLI::App* app, GlobalOptions* g, int* exit_code);
 // lora JOB, lora-policy JOB POLICY (lora_commands.cc).
 void AddLoraCommands(CLI::App* app, GlobalOptions* g, int* exit_code);
+// standby, migrate, migrations, migration ID (migrate_commands.cc).
+void AddMigrateCommands(CLI::App* app, GlobalOptions* g, int* exit_code);
 // The multi-LoRA section of `job JOB` (lora_commands.cc).
 void PrintLora(const v1::JobLora& l);
 

@@ -69,6 +69,12 @@ const std::map<std::string, Role>& MethodRoles() {
       {"/pitstop.v1.Controller/SetSyncPolicy", Role::kOperator},
       {"/pitstop.v1.Controller/GetJobLora", Role::kViewer},
       {"/pitstop.v1.Controller/SetLoraPolicy", Role::kOperator},
+      // Standby migration: operators and schedulers move nodes.
+      {"/pitstop.v1.Controller/MigrateNode", Role::kOperator},
+      {"/pitstop.v1.Controller/GetMigration", Role::kViewer},
+      {"/pitstop.v1.Controller/ListMigrations", Role::kViewer},
+      {"/pitstop.v1.Controller/WatchMigrations", Role::kViewer},
+      {"/pitstop.v1.Controller/ListStandby", Role::kViewer},
       // Agents only, for the host their certificate names.
       {"/pitstop.v1.AgentLink/Connect", Role::kAgent},
   };

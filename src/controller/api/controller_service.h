@@ -85,6 +85,22 @@ class ControllerService final : public v1::Controller::CallbackService {
   grpc::ServerUnaryReactor* SetLoraPolicy(
       grpc::CallbackServerContext* ctx, const v1::SetLoraPolicyRequest* req,
       v1::SetLoraPolicyResponse* resp) override;
+  // Standby migration (migration_service.cc).
+  grpc::ServerUnaryReactor* MigrateNode(grpc::CallbackServerContext* ctx,
+                                        const v1::MigrateNodeRequest* req,
+                                        v1::MigrateNodeResponse* resp) override;
+  grpc::ServerUnaryReactor* GetMigration(
+      grpc::CallbackServerContext* ctx, const v1::GetMigrationRequest* req,
+      v1::GetMigrationResponse* resp) override;
+  grpc::ServerUnaryReactor* ListMigrations(
+      grpc::CallbackServerContext* ctx, const v1::ListMigrationsRequest* req,
+      v1::ListMigrationsResponse* resp) override;
+  grpc::ServerWriteReactor<v1::WatchMigrationsResponse>* WatchMigrations(
+      grpc::CallbackServerContext* ctx,
+      const v1::WatchMigrationsRequest* req) override;
+  grpc::ServerUnaryReactor* ListStandby(grpc::CallbackServerContext* ctx,
+                                        const v1::ListStandbyRequest* req,
+                                        v1::ListStandbyResponse* resp) override;
 
  private:
   absl::Status Authorize(grpc::CallbackServerContext* ctx,

@@ -264,4 +264,35 @@ std::map<std::string, v1::JobPolicy> EtcdFaultStore::Policies() const {
   return out;
 }
 
+absl::Status EtcdFaultStore::SaveMigration(const v1::Migration& m) {
+  if (m.migration_id().empty()) {
+    return absl::InvalidArgumentError("migration.migration_id: empty");
+  }
+  MutexLock lock(&mu_);
+  return FencedTxn(
+             nullptr, 0,
+             {PutOp(absl::StrCat(prefix_, "migrations/", m.migration_id()),
+                    m.SerializeAsString())})
+      .status();
+}
+
+absl::StatusOr<std::vector<v1::Migration>> EtcdFaultStore::Migrations() const {
+  const std::string p = absl::StrCat(prefix_, "migrations/");
+  absl::StatusOr<std::vector<EtcdKv>> kvs = etcd_->List(p);
+  if (!kvs.ok()) return kvs.status();
+  std::vector<v1::Migration> out;
+  for (const EtcdKv& kv : *kvs) {
+    if (!out.emplace_back().ParseFromString(kv.value)) {
+      return absl::DataLossError(
+          absl::StrCat(path_, ": ", kv.key, ": undecodable migration record"));
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const v1::Migration& a, const v1::Migration& b) {
+              return FaultNumberOf(a.migration_id()) <
+                     FaultNumberOf(b.migration_id());
+            });
+  return out;
+}
+
 }  // namespace pitstop::controller::ha

@@ -1,8 +1,8 @@
 // FaultStore on etcd, for several controllers (docs/ha.md). Keys under a
-// prefix (default "/pitstop/"): faults/ID, drains/HOST, policies/JOB, each
-// value a serialized record. Every write is one etcd transaction that
-// compares the leader key's lease and create revision with this
-// controller's fence, so a deposed leader cannot write: etcd refuses, the
+// prefix (default "/pitstop/"): faults/ID, drains/HOST, policies/JOB,
+// migrations/ID, each value a serialized record. Every write is one etcd
+// transaction that compares the leader key's lease and create revision with
+// this controller's fence, so a deposed leader cannot write: etcd refuses, the
 // refusal is counted (fenced_writes_refused) and the write fails with
 // Unavailable. Read-modify-writes also compare the record's mod revision
 // and retry on a concurrent change.
@@ -74,6 +74,8 @@ class EtcdFaultStore final : public FaultStore {
   absl::Status SavePolicy(absl::string_view job_id,
                           const v1::JobPolicy& p) override;
   std::map<std::string, v1::JobPolicy> Policies() const override;
+  absl::Status SaveMigration(const v1::Migration& m) override;
+  absl::StatusOr<std::vector<v1::Migration>> Migrations() const override;
   const std::string& path() const override { return path_; }
 
   // Writes etcd refused because another controller holds the leader key.

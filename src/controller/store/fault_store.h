@@ -68,6 +68,12 @@ class FaultStore {
                                   const v1::JobPolicy& p) = 0;
   virtual std::map<std::string, v1::JobPolicy> Policies() const = 0;
 
+  // Migration records (src/controller/migrate/), keyed by migration_id:
+  // SaveMigration inserts or replaces one; Migrations returns all, oldest
+  // (lowest number) first.
+  virtual absl::Status SaveMigration(const v1::Migration& m) = 0;
+  virtual absl::StatusOr<std::vector<v1::Migration>> Migrations() const = 0;
+
   // Where the state lives: the database path, or "etcd:ENDPOINTS PREFIX".
   virtual const std::string& path() const = 0;
 };

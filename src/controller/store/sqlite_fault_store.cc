@@ -27,6 +27,10 @@ CREATE TABLE IF NOT EXISTS faults (
 CREATE INDEX IF NOT EXISTS faults_by_job ON faults(job_id, state);
 CREATE TABLE IF NOT EXISTS drains (host TEXT PRIMARY KEY, reason TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS policies (job_id TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS migrations (
+  migration_id TEXT PRIMARY KEY,
+  number INTEGER NOT NULL,
+  data BLOB NOT NULL);
 )sql";
 
 absl::Status NotFound(absl::string_view id) {
@@ -259,6 +263,36 @@ std::map<std::string, v1::JobPolicy> SqliteFaultStore::Policies() const {
   std::map<std::string, v1::JobPolicy> out;
   SqliteStmt q(db_, "SELECT job_id, data FROM policies");
   while (q.Step() == SQLITE_ROW) out[q.Text(0)].ParseFromString(q.Blob(1));
+  return out;
+}
+
+absl::Status SqliteFaultStore::SaveMigration(const v1::Migration& m) {
+  if (m.migration_id().empty()) {
+    return absl::InvalidArgumentError("migration.migration_id: empty");
+  }
+  MutexLock lock(&mu_);
+  SqliteStmt q(db_,
+               "INSERT OR REPLACE INTO migrations(migration_id, number, data) "
+               "VALUES (?1, ?2, ?3)");
+  q.Bind(1, m.migration_id());
+  q.Bind(2, FaultNumberOf(m.migration_id()));
+  q.BindBlob(3, m.SerializeAsString());
+  return q.Run();
+}
+
+absl::StatusOr<std::vector<v1::Migration>> SqliteFaultStore::Migrations()
+    const {
+  MutexLock lock(&mu_);
+  SqliteStmt q(db_, "SELECT data FROM migrations ORDER BY number");
+  std::vector<v1::Migration> out;
+  for (int rc = q.Step();; rc = q.Step()) {
+    if (rc == SQLITE_DONE) break;
+    if (rc != SQLITE_ROW) return q.Error(rc);
+    if (!out.emplace_back().ParseFromString(q.Blob(0))) {
+      return absl::DataLossError(
+          absl::StrCat(path_, ": undecodable migration record"));
+    }
+  }
   return out;
 }
 

@@ -68,6 +68,8 @@ class SqliteFaultStore final : public FaultStore {
   absl::Status SavePolicy(absl::string_view job_id,
                           const v1::JobPolicy& p) override;
   std::map<std::string, v1::JobPolicy> Policies() const override;
+  absl::Status SaveMigration(const v1::Migration& m) override;
+  absl::StatusOr<std::vector<v1::Migration>> Migrations() const override;
 
   const std::string& path() const override { return path_; }
 

@@ -1,0 +1,348 @@
+// Standby migration through the real Controller API and AgentLink over
+// loopback gRPC: the standby pool, request errors, a full migration with
+// the agents' answers, WatchMigrations and policy ACT. The agents are test
+// clients of AgentLink that answer the directives themselves (an emulated
+// data plane: nothing moves on any rank).
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "pitstop/clock.h"
+#include "pitstop/v1/controller.grpc.pb.h"
+#include "src/controller/api/controller_service.h"
+#include "src/controller/controller_core.h"
+#include "src/controller/store/fault_store.h"
+#include "tests/controller/sim_job.h"
+#include "tests/controller/test_agent.h"
+
+namespace pitstop::controller::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+class MigrationApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           absl::StrCat(
+               "pitstop-migapi-", ::getpid(), "-",
+               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    agents_.clear();
+    server_.reset();
+    core_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  std::string Db() const { return (dir_ / "pitstop.db").string(); }
+  void StartController() {
+    ControllerCore::Options o;
+    o.clock = &clock_;
+    o.db_path = Db();
+    o.cycle_period = absl::Hours(1);  // cycles only when the test runs one
+    auto core = ControllerCore::Create(o);
+    ASSERT_TRUE(core.ok()) << core.status();
+    core_ = std::move(*core);
+    auto server = ControllerServer::Start(core_.get(), "127.0.0.1:0");
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    target_ = absl::StrCat("127.0.0.1:", server_->port());
+    stub_ = v1::Controller::NewStub(TestChannel(target_));
+  }
+  // job1: 8 ranks on node0, node1 (4 each) plus `standbys` spare nodes.
+  void StartJob(int standbys, const std::string& data_plane = "emulated") {
+    for (v1::NodeRegistration reg : job_.Nodes()) {
+      reg.set_migration_data_plane(data_plane);
+      agents_[reg.host()] = std::make_unique<TestAgent>(target_, reg);
+    }
+    for (int i = 0; i < standbys; ++i) {
+      v1::NodeRegistration reg;
+      reg.set_host(absl::StrCat("spare", i));
+      reg.set_agent_id(absl::StrCat("agent-spare", i));
+      reg.set_standby(true);
+      reg.set_migration_data_plane(data_plane);
+      agents_[reg.host()] = std::make_unique<TestAgent>(target_, reg);
+    }
+    for (int32_t r = 0; r < job_.n_ranks(); ++r) {
+      v1::ConnectRequest batch;
+      *batch.add_communicators() = job_.Info(r);
+      ASSERT_TRUE(agents_[job_.HostOf(r)]->Send(batch));
+    }
+    ASSERT_TRUE(WaitUntil([&] {
+      auto comms = core_->Communicators("");
+      if (comms.size() != 1 || comms[0].members_size() != job_.n_ranks() ||
+          core_->Status().nodes_ready() != agents_.size()) {
+        return false;
+      }
+      for (const auto& m : comms[0].members()) {
+        if (m.host().empty()) return false;
+      }
+      return true;
+    }));
+  }
+  grpc::Status Migrate(const std::string& host, const std::string& to,
+                       v1::MigrateNodeResponse* r) {
+    v1::MigrateNodeRequest req;
+    req.set_host(host);
+    req.set_to(to);
+    req.set_who("test");
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(20));
+    return stub_->MigrateNode(&ctx, req, r);
+  }
+  v1::ListStandbyResponse Standby() {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(20));
+    v1::ListStandbyResponse r;
+    EXPECT_TRUE(stub_->ListStandby(&ctx, v1::ListStandbyRequest(), &r).ok());
+    return r;
+  }
+  v1::Migration GetMigration(const std::string& id) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(20));
+    v1::GetMigrationRequest req;
+    req.set_migration_id(id);
+    v1::GetMigrationResponse r;
+    grpc::Status s = stub_->GetMigration(&ctx, req, &r);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return r.migration();
+  }
+  // Waits for `host`'s agent to receive a directive of `phase` and answers
+  // it (READY with `progress`, or SWITCHED).
+  void Answer(const std::string& host, v1::MigrationDirective::Phase phase,
+              uint64_t progress = 0) {
+    v1::MigrationDirective d;
+    ASSERT_TRUE(WaitUntil([&] {
+      for (const v1::AgentCommand& c :
+           agents_[host]->WaitForCommands(1, absl::Milliseconds(50))) {
+        if (c.has_migration() && c.migration().phase() == phase) {
+          d = c.migration();
+          return true;
+        }
+      }
+      return false;
+    })) << host
+        << " got no " << v1::MigrationDirective::Phase_Name(phase);
+    v1::ConnectRequest batch;
+    v1::MigrationAck* a = batch.add_migration_acks();
+    a->set_migration_id(d.migration_id());
+    a->set_epoch(d.epoch());
+    a->set_phase(phase);
+    a->set_ok(true);
+    a->set_progress_seq(progress);
+    ASSERT_TRUE(agents_[host]->Send(batch));
+  }
+  void WaitState(const std::string& id, v1::MigrationState s) {
+    ASSERT_TRUE(WaitUntil([&] { return GetMigration(id).state() == s; }))
+        << "migration " << id << " never reached " << v1::MigrationState_Name(s)
+        << "; now " << GetMigration(id).DebugString();
+  }
+
+  std::filesystem::path dir_;
+  FakeClock clock_;
+  SimJob job_{0xC0FFEE, 8, 4};
+  std::unique_ptr<ControllerCore> core_;
+  std::unique_ptr<ControllerServer> server_;
+  std::string target_;
+  std::unique_ptr<v1::Controller::Stub> stub_;
+  std::map<std::string, std::unique_ptr<TestAgent>> agents_;
+};
+
+TEST_F(MigrationApiTest, StandbyPoolIsListed) {
+  StartController();
+  StartJob(/*standbys=*/2);
+  v1::ListStandbyResponse r = Standby();
+  ASSERT_EQ(r.nodes_size(), 2);
+  EXPECT_EQ(r.nodes(0).host(), "spare0");
+  EXPECT_EQ(r.nodes(0).state(), v1::STANDBY_STATE_FREE);
+  EXPECT_EQ(r.nodes(0).migration_data_plane(), "emulated");
+  // A standby whose agent goes away is unreachable, not free.
+  ASSERT_TRUE(agents_["spare1"]->Close().ok());
+  agents_.erase("spare1");
+  ASSERT_TRUE(WaitUntil([&] {
+    v1::ListStandbyResponse s = Standby();
+    return s.nodes_size() == 2 &&
+           s.nodes(1).state() == v1::STANDBY_STATE_UNREACHABLE;
+  }));
+}
+
+TEST_F(MigrationApiTest, BadRequestsSayWhy) {
+  StartController();
+  StartJob(/*standbys=*/1);
+  v1::MigrateNodeResponse r;
+  grpc::Status s = Migrate("", "", &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("host: required"));
+  s = Migrate("node9", "", &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("node9 is not known"));
+  s = Migrate("spare0", "", &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("is a standby node"));
+  s = Migrate("node0", "node1", &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("node1 is not a standby node"));
+  EXPECT_TRUE(core_->ListMigrations("", true).empty());
+}
+
+TEST_F(MigrationApiTest, JobWithoutDataPlaneIsNotMigratable) {
+  StartController();
+  StartJob(/*standbys=*/1, /*data_plane=*/"");
+  v1::MigrateNodeResponse r;
+  grpc::Status s = Migrate("node0", "", &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("not migratable"));
+  EXPECT_THAT(s.error_message(), HasSubstr("no migration data plane"));
+}
+
+TEST_F(MigrationApiTest, FullMigrationThroughTheAgents) {
+  StartController();
+  StartJob(/*standbys=*/1);
+  // A watcher sees every phase.
+  grpc::ClientContext wctx;
+  v1::WatchMigrationsRequest wreq;
+  auto watch = stub_->WatchMigrations(&wctx, wreq);
+
+  v1::MigrateNodeResponse r;
+  grpc::Status s = Migrate("node0", "", &r);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const std::string id = r.migration().migration_id();
+  EXPECT_EQ(r.migration().state(), v1::MIGRATION_STATE_PREPARING);
+  EXPECT_EQ(r.migration().joiner_host(), "spare0");
+  EXPECT_EQ(r.migration().comms_size(), 1);
+  EXPECT_EQ(Standby().nodes(0).state(), v1::STANDBY_STATE_RESERVED);
+  // No free standby left for another node.
+  v1::MigrateNodeResponse r2;
+  s = Migrate("node1", "", &r2);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("no free standby"));
+
+  Answer("node0", v1::MigrationDirective::PHASE_PREPARE, 40);
+  Answer("node1", v1::MigrationDirective::PHASE_PREPARE, 42);
+  Answer("spare0", v1::MigrationDirective::PHASE_PREPARE, 0);
+  WaitState(id, v1::MIGRATION_STATE_SWITCHING);
+  EXPECT_EQ(GetMigration(id).switch_seq(), 42u + 4u);
+  Answer("node1", v1::MigrationDirective::PHASE_SWITCH_AT);
+  Answer("spare0", v1::MigrationDirective::PHASE_SWITCH_AT);
+  WaitState(id, v1::MIGRATION_STATE_COMMITTED);
+
+  // The leaver is drained, the standby is in use by the job.
+  auto node = core_->Node("node0");
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ(node->state(), v1::NODE_STATE_DRAINED);
+  EXPECT_THAT(node->drain_reason(), HasSubstr(id));
+  EXPECT_EQ(Standby().nodes(0).state(), v1::STANDBY_STATE_IN_USE);
+
+  // The watch may have been registered after MigrateNode returned (the
+  // stream starts asynchronously), so CREATED and PREPARING may be missed;
+  // the switch and the commit come after the agents' answers, always seen.
+  std::vector<
+      std::pair<v1::WatchMigrationsResponse::Change, v1::MigrationState>>
+      seen;
+  v1::WatchMigrationsResponse w;
+  while (watch->Read(&w)) {
+    EXPECT_EQ(w.migration().migration_id(), id);
+    seen.emplace_back(w.change(), w.migration().state());
+    if (w.change() == v1::WatchMigrationsResponse::CHANGE_FINISHED) break;
+  }
+  ASSERT_GE(seen.size(), 2u);
+  EXPECT_EQ(seen[seen.size() - 2],
+            std::make_pair(v1::WatchMigrationsResponse::CHANGE_UPDATED,
+                           v1::MIGRATION_STATE_SWITCHING));
+  EXPECT_EQ(seen.back(),
+            std::make_pair(v1::WatchMigrationsResponse::CHANGE_FINISHED,
+                           v1::MIGRATION_STATE_COMMITTED));
+  for (size_t i = 1; i < seen.size(); ++i) {
+    EXPECT_NE(seen[i].first, v1::WatchMigrationsResponse::CHANGE_CREATED);
+  }
+  wctx.TryCancel();
+  (void)watch->Finish();
+}
+
+TEST_F(MigrationApiTest, JoinerAgentLossAbortsAndFreesTheStandby) {
+  StartController();
+  StartJob(/*standbys=*/1);
+  v1::MigrateNodeResponse r;
+  ASSERT_TRUE(Migrate("node0", "spare0", &r).ok());
+  const std::string id = r.migration().migration_id();
+  Answer("node0", v1::MigrationDirective::PHASE_PREPARE);
+  ASSERT_TRUE(agents_["spare0"]->Close().ok());
+  WaitState(id, v1::MIGRATION_STATE_ABORTED);
+  EXPECT_THAT(GetMigration(id).abort_reason(), HasSubstr("joiner spare0 died"));
+  // The stayers were told to drop the new communicators.
+  bool aborted = false;
+  ASSERT_TRUE(WaitUntil([&] {
+    for (const auto& c :
+         agents_["node1"]->WaitForCommands(1, absl::Milliseconds(50))) {
+      aborted |= c.has_migration() &&
+                 c.migration().phase() == v1::MigrationDirective::PHASE_ABORT;
+    }
+    return aborted;
+  }));
+  EXPECT_FALSE(core_->Node("node0")->state() == v1::NODE_STATE_DRAINED);
+}
+
+// Policy ACT: a CONFIRMED GPU fault on node0 (here in the database when the
+// controller starts, as after a restart) starts a migration at the next
+// cycle once job1's policy is ACT; OBSERVE (the default) does nothing.
+TEST_F(MigrationApiTest, PolicyActMigratesAConfirmedHardwareFault) {
+  {
+    auto store = FaultStore::Open(Db());
+    ASSERT_TRUE(store.ok()) << store.status();
+    v1::Fault f;
+    f.set_fault_id("F7");
+    f.set_job_id("job1");
+    f.set_state(v1::FAULT_STATE_CONFIRMED);
+    f.set_fault_class(v1::FAULT_CLASS_NON_COMM_SLOW);
+    f.set_summary("GPU 2 of node0 is slow");
+    v1::Suspect* s = f.add_suspects();
+    s->set_level(v1::SUSPECT_LEVEL_GPU);
+    s->set_host("node0");
+    s->set_gpu_index(2);
+    bool ignored = false;
+    ASSERT_TRUE((*store)->Upsert(f, &ignored).ok());
+  }
+  StartController();
+  StartJob(/*standbys=*/1);
+  core_->RunCycle();
+  EXPECT_TRUE(core_->ListMigrations("", true).empty()) << "OBSERVE acted";
+
+  v1::JobPolicy act;
+  act.set_mode(v1::POLICY_MODE_ACT);
+  ASSERT_TRUE(core_->SetPolicy("job1", act).ok());
+  core_->RunCycle();
+  std::vector<v1::Migration> ms = core_->ListMigrations("", true);
+  ASSERT_EQ(ms.size(), 1u);
+  const std::string id = ms[0].migration_id();
+  EXPECT_EQ(ms[0].fault_id(), "F7");
+  EXPECT_EQ(ms[0].leaver_host(), "node0");
+  EXPECT_EQ(ms[0].requested_by(), "policy");
+  EXPECT_EQ(ms[0].state(), v1::MIGRATION_STATE_PREPARING);
+  core_->RunCycle();  // one migration per fault
+  EXPECT_EQ(core_->ListMigrations("", true).size(), 1u);
+
+  Answer("node0", v1::MigrationDirective::PHASE_PREPARE);
+  Answer("node1", v1::MigrationDirective::PHASE_PREPARE);
+  Answer("spare0", v1::MigrationDirective::PHASE_PREPARE);
+  WaitState(id, v1::MIGRATION_STATE_SWITCHING);
+  Answer("node1", v1::MigrationDirective::PHASE_SWITCH_AT);
+  Answer("spare0", v1::MigrationDirective::PHASE_SWITCH_AT);
+  WaitState(id, v1::MIGRATION_STATE_COMMITTED);
+  auto f = core_->Fault("F7");
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->state(), v1::FAULT_STATE_MITIGATING);
+  EXPECT_THAT(f->resolution_note(), HasSubstr(id));
+}
+
+}  // namespace
+}  // namespace pitstop::controller::testing
