@@ -42,6 +42,15 @@ ControllerMetrics::ControllerMetrics()
                       "Agent input refused or dropped by a limit "
                       "(docs/reliability.md), by what")
                   .Register(*registry_);
+  batches_queued_ =
+      &prometheus::BuildCounter()
+           .Name("pitstop_controller_ingest_batches_queued_total")
+           .Help(
+               "Agent batches that found the controller's lock busy (a "
+               "detection cycle, a disk write, a query) and were queued "
+               "instead of waiting")
+           .Register(*registry_)
+           .Add({});
   lost_in_agent_ =
       &prometheus::BuildCounter()
            .Name("pitstop_controller_records_lost_in_agent_total")
@@ -68,6 +77,9 @@ void ControllerMetrics::FaultOpened(v1::FaultClass c) {
 void ControllerMetrics::SetAgentsConnected(double n) { agents_->Set(n); }
 void ControllerMetrics::Refused(const std::string& what, double n) {
   refused_->Add({{"what", what}}).Increment(n);
+}
+void ControllerMetrics::AddBatchesQueued(double n) {
+  batches_queued_->Increment(n);
 }
 void ControllerMetrics::LostInAgent(const std::string& host, double n) {
   lost_in_agent_->Add({{"host", host}}).Increment(n);

@@ -32,6 +32,9 @@ class ControllerMetrics {
   // Records a killed agent of `host` had read and never delivered
   // (docs/reliability.md, "Lost without a count").
   void LostInAgent(const std::string& host, double n);
+  // Agent batches that found the core's lock busy and were queued
+  // (docs/reliability.md, "Ingest off the lock").
+  void AddBatchesQueued(double n);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -42,6 +45,7 @@ class ControllerMetrics {
   prometheus::Gauge* agents_;
   prometheus::Family<prometheus::Counter>* refused_;
   prometheus::Family<prometheus::Counter>* lost_in_agent_;
+  prometheus::Counter* batches_queued_;
 };
 
 }  // namespace pitstop::controller

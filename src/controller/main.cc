@@ -209,6 +209,7 @@ int main(int argc, char** argv) {
   (*server)->Shutdown(absl::Milliseconds(options.shutdown_grace_ms));
   (*core)->Stop();
   actions->reset();  // unsubscribes; stops a running hook
-  logger->info("stopped");
+  logger->info("stopped ({} agent batches found the lock busy and were queued)",
+               (*core)->input_stats().batches_queued);
   return 0;
 }
