@@ -21,6 +21,8 @@ PACKAGES=(
   etcd-server etcd-client
   # Mutual TLS (issue #15): tools/gen-dev-certs.sh and the auth tests
   openssl
+  # Certificates checked before a SIGHUP reload (src/common/tls_reloader.cc)
+  libssl-dev
 )
 
 missing=()
