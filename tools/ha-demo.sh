@@ -13,11 +13,15 @@
 # it as a follower each time) and prints per kill: the time until the other
 # controller leads, until every agent streams to it, faults/acknowledgements
 # lost, and in the end actions taken twice (the on_confirmed hook's log) and
-# fenced writes refused (controller logs).
+# fenced writes refused (controller logs). Then deposes a live leader:
+# revokes its lease in etcd while two clients write through it, and shows
+# its writes refused by etcd (fenced_writes_refused), its step-down and
+# nothing lost.
 #
 # Usage: tools/ha-demo.sh [--kills N] [--build DIR] [--lease-ttl-s S] [--keep]
 # Exit: 0 every target met (new leader <= 3 s, agents <= 5 s, nothing lost,
-# nothing done twice), 1 a target missed, 2 usage or start-up failure,
+# nothing done twice, a live deposed leader fenced and stepped down), 1 a
+# target missed, 2 usage or start-up failure,
 # 77 skipped (no etcd binary; Debian: etcd-server, tools/install-deps.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +36,7 @@ while (($#)); do
     --build) BUILD=$2; shift 2 ;;
     --lease-ttl-s) TTL=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "ha-demo: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -236,16 +240,101 @@ EOF
   start_controller "$old"
 done
 
+# --- depose a live leader: its in-flight writes are fenced ---------------------
+# kill -9 shows a dead leader replaced; fencing is about a leader that is
+# still running but no longer holds the lease (a pause, a partition, an
+# operator revoking it). The leader's lease is revoked in etcd while two
+# clients keep writing policies through it: it learns of the loss at its
+# next keepalive (every ttl/3), so writes it sends before then carry the
+# dead lease, which etcd refuses (fenced_writes_refused). It must step
+# down, the other controller must lead, nothing may be lost. The first
+# write is racing the keepalive; up to 5 tries.
+status_field() {  # status_field I FIELD -> value from c$I's status (0 if absent)
+  ctl --controller "${CADDR[$1]}" -o json status 2>/dev/null |
+    $PY -c 'import json, sys; print(json.load(sys.stdin).get(sys.argv[1], 0))' "$2" 2>/dev/null || echo 0
+}
+FENCE_TRIES=0
+FENCE_REFUSED=0
+FENCE_LOST=0
+FENCE_STEPPED_DOWN=0
+while ((FENCE_TRIES < 5 && FENCE_REFUSED == 0)); do
+  FENCE_TRIES=$((FENCE_TRIES + 1))
+  old=$(leader_index)
+  [[ $old != -1 ]] || die "fence: no leader"
+  new=$((1 - old))
+  before=$(snapshot)
+  refused0=$(status_field "$old" fenced_writes_refused)
+  downs0=$(grep -c "stepped down" "$WORK/c$old.log" || true)
+  writers=()
+  for w in 1 2; do
+    (while :; do
+      "$CTL_BIN" --timeout-s 2 --controller "${CADDR[$old]}" policy set "fence-demo-$w" \
+        --mode observe >/dev/null 2>&1 || true
+    done) &
+    writers+=($!)
+  done
+  sleep 0.5
+  lease=$(ETCDCTL_API=3 etcdctl --endpoints="$ENDPOINTS" get /pitstop-ha-demo/leader -w json |
+    $PY -c 'import json, sys; k = json.load(sys.stdin).get("kvs", []); print("%x" % k[0]["lease"] if k else "")')
+  [[ -n $lease ]] || die "fence: no leader key in etcd"
+  t0=$(now_ms)
+  ETCDCTL_API=3 etcdctl --endpoints="$ENDPOINTS" lease revoke "$lease" >/dev/null ||
+    die "fence: revoking lease $lease failed"
+  # Deposed: c$old logs its step-down; then a leader (normally c$new; c$old
+  # may win the new election too) with every agent.
+  t_down=0
+  t_lead=0
+  leader=-1
+  while (($(now_ms) - t0 < 30000)); do
+    if ((!t_down)) && (($(grep -c "stepped down" "$WORK/c$old.log" || true) > downs0)); then
+      t_down=$(($(now_ms) - t0))
+    fi
+    if ((t_down)); then
+      leader=$(leader_index)
+      if [[ $leader != -1 ]]; then
+        read -r _ ready < <(role_of "$leader")
+        if [[ $ready == "$NODES" ]]; then t_lead=$(($(now_ms) - t0)); break; fi
+      fi
+    fi
+    sleep 0.05
+  done
+  for w in "${writers[@]}"; do kill "$w" 2>/dev/null || true; wait "$w" 2>/dev/null || true; done
+  ((t_down)) || die "fence: c$old did not step down within 30 s; see $WORK/c$old.log"
+  ((t_lead)) || die "fence: no leader with all agents within 30 s; see $WORK/c*.log"
+  FENCE_STEPPED_DOWN=1
+  old_role="stepped down after ${t_down} ms"
+  refused=$(( $(status_field "$old" fenced_writes_refused) - refused0 ))
+  FENCE_REFUSED=$refused
+  after=$(snapshot)
+  FENCE_LOST=$($PY - "$before" "$after" <<'EOF2'
+import sys
+def parse(text):
+    return dict(line.split() for line in text.splitlines() if line.strip())
+before, after = parse(sys.argv[1]), parse(sys.argv[2])
+kept = ("FAULT_STATE_ACKNOWLEDGED", "FAULT_STATE_MITIGATING", "FAULT_STATE_RESOLVED")
+lost = [f for f in before if f not in after]
+lost += [f for f, st in before.items()
+         if f in after and st in kept and after[f] not in kept]
+print(len(lost))
+EOF2
+)
+  LOST=$((LOST + FENCE_LOST))
+  printf '[ha] fence try %d: lease %s of c%d revoked under write load; c%d %s; its writes refused by etcd: %d; c%d leads with all agents after %d ms; lost %d\n' \
+    "$FENCE_TRIES" "$lease" "$old" "$old" "$old_role" "$refused" "$leader" "$t_lead" "$FENCE_LOST"
+done
+
 # --- summary -------------------------------------------------------------------
 DUPES=$(awk '{print $1}' "$WORK/actions.log" 2>/dev/null | sort | uniq -d | wc -l)
 HOOKS=$(wc -l <"$WORK/actions.log" 2>/dev/null || echo 0)
 FENCED=$(cat "$WORK"/c*.log | grep -c "fenced write refused" || true)
 OPENED=$(snapshot | wc -l)
-$PY - "$KILLS" "$LOST" "$DUPES" "$HOOKS" "$FENCED" "$OPENED" "${LEAD_MS[*]:-}" "${AGENTS_MS[*]:-}" <<'EOF'
+$PY - "$KILLS" "$LOST" "$DUPES" "$HOOKS" "$FENCED" "$OPENED" "${LEAD_MS[*]:-}" "${AGENTS_MS[*]:-}" \
+  "$FENCE_REFUSED" "$FENCE_STEPPED_DOWN" "$FENCE_TRIES" <<'EOF'
 import sys
 kills, lost, dupes, hooks, fenced, opened = map(int, sys.argv[1:7])
 lead = [int(x) for x in sys.argv[7].split()]
 agents = [int(x) for x in sys.argv[8].split()]
+fence_refused, fence_down, fence_tries = map(int, sys.argv[9:12])
 def stats(v):
     if not v: return "-"
     v = sorted(v)
@@ -256,7 +345,10 @@ print("  every agent streaming to it:    %s (target <= 5000 ms)" % stats(agents)
 print("  faults/acknowledgements lost:   %d" % lost)
 print("  actions taken twice:            %d (on_confirmed hook ran %d times; faults recorded %d)" % (dupes, hooks, opened))
 print("  fenced writes refused:          %d (writes of a deposed leader etcd refused)" % fenced)
-ok = lead and max(lead) <= 3000 and max(agents) <= 5000 and lost == 0 and dupes == 0
+print("  live leader deposed (lease revoked under writes): %d of its writes refused by etcd, %s (%d tries)"
+      % (fence_refused, "stepped down" if fence_down else "DID NOT step down", fence_tries))
+ok = (lead and max(lead) <= 3000 and max(agents) <= 5000 and lost == 0 and dupes == 0
+      and fence_refused > 0 and fence_down)
 print("[ha] targets " + ("met" if ok else "MISSED"))
 sys.exit(0 if ok else 1)
 EOF

@@ -23,6 +23,8 @@ PACKAGES=(
   openssl
   # CPU NCCL backend (src/nccl/cpu, issue #13): gloo's TCP pairs and stores
   libgloo-dev
+  # Certificates checked before a SIGHUP reload (src/common/tls_reloader.cc)
+  libssl-dev
 )
 
 missing=()

@@ -125,6 +125,9 @@ void Agent::RunTicker(absl::Duration period) {
       const IngestListener::Stats l = ingest_->listener_stats();
       core_->SetConnectionsRefused(l.refused_cap + l.refused_fds);
     }
+    core_->SetPidRefused(
+        (ingest_ != nullptr ? ingest_->pid_refusals() : 0) +
+        (shm_ingest_ != nullptr ? shm_ingest_->stats().pid_refused : 0));
     core_->PublishMetrics(upstream_ != nullptr && upstream_->connected(),
                           upstream_ != nullptr ? upstream_->connects() : 0);
   }

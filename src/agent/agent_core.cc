@@ -250,6 +250,7 @@ void AgentCore::PublishMetrics(bool upstream_connected,
   t.records_refused = records_refused_.load();
   t.connections_refused = connections_refused_.load();
   t.undelivered = undelivered_.load();
+  t.pid_refused = pid_refused_.load();
   metrics_->SetTotals(t);
 }
 

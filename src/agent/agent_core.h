@@ -92,6 +92,8 @@ class AgentCore {
   void AddUndelivered(uint64_t n) { undelivered_.fetch_add(n); }
   // Set by the agent: connections the ingest listener refused so far.
   void SetConnectionsRefused(uint64_t n) { connections_refused_.store(n); }
+  // Connections refused for a pid claim (both ingest servers, cumulative).
+  void SetPidRefused(uint64_t n) { pid_refused_.store(n); }
 
  private:
   struct Slot {
@@ -122,6 +124,7 @@ class AgentCore {
   std::atomic<uint64_t> deaths_{0};
   std::atomic<uint64_t> records_refused_{0};
   std::atomic<uint64_t> connections_refused_{0};
+  std::atomic<uint64_t> pid_refused_{0};
   std::atomic<uint64_t> undelivered_{0};
 };
 

@@ -76,6 +76,10 @@ AgentMetrics::AgentMetrics()
       counter("pitstop_agent_connections_refused_total",
               "Rank connections closed at once (ingest.max_connections "
               "reached, or out of file descriptors)");
+  pid_refused_ = counter(
+      "pitstop_agent_pid_refused_total",
+      "Rank connections refused: their hello claimed another process's pid "
+      "than the connected one (SO_PEERCRED, ingest.verify_pid)");
   undelivered_ = counter("pitstop_agent_undelivered_total",
                          "Summaries and lifecycle events accepted and not "
                          "delivered to the controller");
@@ -146,6 +150,7 @@ void AgentMetrics::SetTotals(const Totals& t) {
   advance(connections_refused_, t.connections_refused,
           last_.connections_refused);
   advance(undelivered_, t.undelivered, last_.undelivered);
+  advance(pid_refused_, t.pid_refused, last_.pid_refused);
   plugin_dropped_->Set(static_cast<double>(t.plugin_dropped));
   queued_->Set(static_cast<double>(t.queued_summaries));
   connected_ranks_->Set(t.connected_ranks);

@@ -69,6 +69,9 @@ class AgentMetrics {
     uint64_t records_refused = 0;
     uint64_t connections_refused = 0;
     uint64_t undelivered = 0;
+    // Rank connections refused for claiming another process's pid
+    // (ingest.verify_pid, docs/reliability.md "The agent's sockets").
+    uint64_t pid_refused = 0;
   };
   // Publishes cumulative totals (counters advance by the difference).
   void SetTotals(const Totals& totals);
@@ -110,6 +113,7 @@ class AgentMetrics {
   prometheus::Gauge* upstream_connected_;
   prometheus::Counter* records_refused_;
   prometheus::Counter* connections_refused_;
+  prometheus::Counter* pid_refused_;
   prometheus::Counter* undelivered_;
 };
 

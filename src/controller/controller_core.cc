@@ -2,6 +2,8 @@
 // API queries are in controller_queries.cc.
 #include "src/controller/controller_core.h"
 
+#include <atomic>
+#include <future>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -106,7 +108,7 @@ absl::StatusOr<uint64_t> ControllerCore::AgentConnected(
   if (absl::Status s = CheckRegistration(&reg, &nics_dropped); !s.ok()) {
     return s;
   }
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   DrainInbox();  // batches of a session this one may supersede
   auto existing = nodes_.find(reg.host());
   if (existing == nodes_.end() && nodes_.size() >= options_.max_hosts) {
@@ -177,45 +179,70 @@ absl::StatusOr<uint64_t> ControllerCore::AgentConnected(
   return session;
 }
 
+void ControllerCore::SubmitAgentBatch(uint64_t session,
+                                      const v1::ConnectRequest* batch,
+                                      BatchDone done) {
+  if (options_.ingest_off_lock) {
+    if (!mu_.TryLock()) {
+      // A cycle, a disk write or a query holds the lock: do not wait for it.
+      IngestInbox::Entry e{session, batch, std::move(done)};
+      if (inbox_.Push(e)) {
+        // The holder may have checked the inbox just before the push and
+        // let go: then nobody would join this batch until the next cycle.
+        // Either it sees the batch or this TryLock succeeds (fenced both
+        // sides, see UnlockIngest).
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        if (mu_.TryLock()) UnlockIngest();
+        return;
+      }
+      done = std::move(e.done);  // the inbox is full: wait, slowing agents
+      mu_.Lock();
+    }
+  } else {
+    mu_.Lock();
+  }
+  DrainInbox();  // earlier batches first
+  finished_.emplace_back(std::move(done), ApplyBatch(session, *batch));
+  UnlockIngest();
+}
+
 absl::Status ControllerCore::AgentBatch(uint64_t session,
                                         const v1::ConnectRequest& batch) {
-  if (options_.ingest_off_lock) {
-    if (mu_.TryLock()) {
-      DrainInbox();  // earlier batches first: a stream's order holds
-      absl::Status s = ApplyBatch(session, batch);
-      UnlockIngest();
-      return s;
-    }
-    // A cycle, a disk write or a query holds the lock: do not wait for it.
-    if (inbox_.Push(session, batch)) return absl::OkStatus();
-  }
-  mu_.Lock();  // the inbox is full (or off): wait, which slows the agents
-  DrainInbox();
-  absl::Status s = ApplyBatch(session, batch);
-  UnlockIngest();
-  return s;
+  std::promise<absl::Status> result;
+  std::future<absl::Status> got = result.get_future();
+  SubmitAgentBatch(session, &batch,
+                   [&result](absl::Status s) { result.set_value(s); });
+  return got.get();
+}
+
+ControllerCore::CoreLock::CoreLock(ControllerCore* core) : core_(core) {
+  core_->mu_.Lock();
+}
+
+ControllerCore::CoreLock::~CoreLock() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  core_->UnlockIngest();
 }
 
 void ControllerCore::DrainInbox() {
   if (inbox_.empty()) return;
-  for (IngestInbox::Entry& e : inbox_.TakeAll()) {
-    ++input_.batches_queued;
-    absl::Status s = ApplyBatch(e.session, e.batch);
-    // Unknown sessions (superseded, shed) are dropped as AgentBatch would
-    // have refused them; other errors are logged like the stream does.
-    if (!s.ok() && !absl::IsFailedPrecondition(s) &&
-        inbox_errors_++ % 1000 == 0) {
-      Logger("controller")
-          ->warn("queued agent batch: {} ({} so far)", s.ToString(),
-                 inbox_errors_);
-    }
+  std::vector<IngestInbox::Entry> queued = inbox_.TakeAll();
+  input_.batches_queued += queued.size();
+  if (options_.metrics) options_.metrics->AddBatchesQueued(queued.size());
+  for (IngestInbox::Entry& e : queued) {
+    finished_.emplace_back(std::move(e.done), ApplyBatch(e.session, *e.batch));
   }
 }
 
 void ControllerCore::UnlockIngest() {
   for (;;) {
     DrainInbox();
+    std::vector<std::pair<BatchDone, absl::Status>> finished;
+    finished.swap(finished_);
     mu_.Unlock();
+    // Without the lock: a completion may start the stream's next read (or
+    // end the stream), which must not wait for or call back into the core.
+    for (auto& [done, status] : finished) done(std::move(status));
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     if (inbox_.empty() || !mu_.TryLock()) return;
   }
 }
@@ -287,7 +314,7 @@ absl::Status ControllerCore::ApplyBatch(uint64_t session,
 }
 
 void ControllerCore::AgentDisconnected(uint64_t session) {
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   DrainInbox();  // the stream's last batches before its end
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return;
@@ -305,7 +332,7 @@ void ControllerCore::AgentDisconnected(uint64_t session) {
 }
 
 ControllerCore::InputStats ControllerCore::input_stats() {
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   DrainInbox();
   return input_;
 }
@@ -450,7 +477,7 @@ void ControllerCore::Notify(v1::WatchFaultsResponse::Change change,
 
 uint64_t ControllerCore::Subscribe(const std::string& job_id,
                                    bool include_existing, WatchFn fn) {
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   if (include_existing) {
     absl::StatusOr<std::vector<v1::Fault>> open =
         store_->List(job_id, false, 0);
@@ -469,7 +496,7 @@ uint64_t ControllerCore::Subscribe(const std::string& job_id,
 }
 
 void ControllerCore::Unsubscribe(uint64_t id) {
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   watchers_.erase(id);
 }
 

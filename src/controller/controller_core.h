@@ -12,6 +12,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -78,12 +79,9 @@ class ControllerCore {
     Leadership* leadership = nullptr;  // not owned
     // Agent batches that find the lock busy (a detection cycle, a SQLite
     // write, a query) are queued (src/controller/ingest_inbox.h) instead of
-    // waiting. Off by default: a queued batch's error never reaches the
-    // stream that sent it, so a misbehaving agent stream keeps going, and
-    // under adversarial_input_test's storm a well-behaved job's
-    // communicator was lost. Until that is fixed only the benchmark and
-    // ingest_inbox_test turn it on.
-    bool ingest_off_lock = false;
+    // waiting; their stream learns each batch's status from a completion
+    // (SubmitAgentBatch). False: batches wait for the lock.
+    bool ingest_off_lock = true;
     // Serialized bytes queued at most; beyond, batches wait for the lock.
     size_t ingest_inbox_bytes = 256 << 20;
     // Training processes whose records are accounted (records lost in
@@ -124,14 +122,24 @@ class ControllerCore {
   // registration.host when empty. `sink` must outlive the session.
   absl::StatusOr<uint64_t> AgentConnected(const v1::NodeRegistration& reg,
                                           CommandSink* sink);
-  // One batch of a registered stream: feeds the engine. InvalidArgument
-  // names the first bad item (others in the batch are still taken). Never
-  // waits for a detection cycle or a disk write (ingest_off_lock): a batch
-  // that finds the lock busy is queued, returns OK and is joined, in order,
-  // by the next holder of the lock (its errors are then logged).
+  // One batch of a registered stream: feeds the engine. `done` receives
+  // the batch's status: InvalidArgument names the first bad item (the
+  // others are still taken), ResourceExhausted a refused budget,
+  // FailedPrecondition a session that ended (superseded or shed). Never
+  // waits for a detection cycle or a disk write (ingest_off_lock): when
+  // the lock is free the batch is joined and `done` runs before this
+  // returns; otherwise the batch is queued and the next holder of the lock
+  // joins it, in order, and runs `done` after releasing the lock. `batch`
+  // must stay alive and unchanged until `done` runs; a stream sends its
+  // next batch only after (so a stream's order holds).
+  void SubmitAgentBatch(uint64_t session, const v1::ConnectRequest* batch,
+                        BatchDone done);
+  // The same, waiting for the batch's status (tests, tools).
   absl::Status AgentBatch(uint64_t session, const v1::ConnectRequest& batch);
   void AgentDisconnected(uint64_t session);
   InputStats input_stats();
+  // The ingest inbox's counters; does not take the core's lock.
+  IngestInbox::Stats inbox_stats() const { return inbox_.stats(); }
 
   // One detection cycle now (the loop calls this every cycle_period):
   // runs the engine, stores faults, notifies watchers, sends commands.
@@ -230,10 +238,26 @@ class ControllerCore {
   // AgentBatch's work under the lock.
   absl::Status ApplyBatch(uint64_t session, const v1::ConnectRequest& batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Joins every queued batch (ingest_inbox.h), oldest first.
+  // Takes mu_ for a scope and releases it with UnlockIngest(): every
+  // holder of the lock joins the batches queued meanwhile before it lets
+  // go, and their completions run after (ingest_inbox.h).
+  class ABSL_SCOPED_LOCKABLE CoreLock {
+   public:
+    explicit CoreLock(ControllerCore* core)
+        ABSL_EXCLUSIVE_LOCK_FUNCTION(core->mu_);
+    ~CoreLock() ABSL_UNLOCK_FUNCTION();
+    CoreLock(const CoreLock&) = delete;
+    CoreLock& operator=(const CoreLock&) = delete;
+
+   private:
+    ControllerCore* const core_;
+  };
+  // Joins every queued batch (ingest_inbox.h), oldest first; their
+  // completions wait in finished_ for UnlockIngest().
   void DrainInbox() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drains, unlocks, and drains again what arrived meanwhile when the lock
-  // is free, so a batch queued during a cycle does not wait for the next.
+  // Drains, unlocks, runs the completions, and drains again what arrived
+  // meanwhile when the lock is free, so a batch queued while the lock was
+  // held does not wait for the next holder.
   void UnlockIngest() ABSL_UNLOCK_FUNCTION(mu_);
   void RunCycleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
@@ -317,8 +341,10 @@ class ControllerCore {
   const uint64_t start_unix_ns_;
 
   IngestInbox inbox_;
-  uint64_t inbox_errors_ ABSL_GUARDED_BY(mu_) = 0;
   Mutex mu_;
+  // Completions of batches joined under the lock, run by UnlockIngest().
+  std::vector<std::pair<BatchDone, absl::Status>> finished_
+      ABSL_GUARDED_BY(mu_);
   std::unique_ptr<DetectionEngine> engine_ ABSL_GUARDED_BY(mu_);
   // One directive-id sequence per job for both trainer policies.
   DirectiveIds directive_ids_ ABSL_GUARDED_BY(mu_);

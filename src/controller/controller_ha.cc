@@ -29,7 +29,7 @@ absl::Status ControllerCore::BecomeLeader() {
   }
   (*engine)->AdoptOpenFaults(*open);
   std::map<std::string, std::string> drains = store_->Drains();
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   for (auto& [host, e] : nodes_) {
     if (e.sink != nullptr) {
       e.sink->Close(
@@ -65,7 +65,7 @@ absl::Status ControllerCore::BecomeLeader() {
 }
 
 void ControllerCore::StepDown(const std::string& why) {
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   size_t closed = 0;
   for (auto& [host, e] : nodes_) {
     if (e.sink != nullptr) {

@@ -43,14 +43,14 @@ void ControllerCore::AddLoraJobs(std::vector<v1::Job>* jobs) {
 
 absl::StatusOr<v1::JobLora> ControllerCore::JobLora(const std::string& job_id) {
   if (job_id.empty()) return absl::InvalidArgumentError("job_id: required");
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   return lora_->State(job_id);
 }
 
 absl::StatusOr<v1::LoraSettings> ControllerCore::SetLoraPolicy(
     const std::string& job_id, const v1::LoraSettings& settings) {
   if (absl::Status s = CheckLeader(); !s.ok()) return s;
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   absl::StatusOr<v1::LoraSettings> r = lora_->SetSettings(job_id, settings);
   if (r.ok()) {
     Logger("controller.lora")

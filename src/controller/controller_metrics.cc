@@ -42,6 +42,31 @@ ControllerMetrics::ControllerMetrics()
                       "Agent input refused or dropped by a limit "
                       "(docs/reliability.md), by what")
                   .Register(*registry_);
+  batches_queued_ =
+      &prometheus::BuildCounter()
+           .Name("pitstop_controller_ingest_batches_queued_total")
+           .Help(
+               "Agent batches that found the controller's lock busy (a "
+               "detection cycle, a disk write, a query) and were queued "
+               "instead of waiting")
+           .Register(*registry_)
+           .Add({});
+  auth_refused_ =
+      &prometheus::BuildCounter()
+           .Name("pitstop_controller_auth_refused_total")
+           .Help(
+               "Calls refused PERMISSION_DENIED: no or unknown credentials, "
+               "a role too weak, an agent speaking for another host")
+           .Register(*registry_)
+           .Add({});
+  fenced_refused_ =
+      &prometheus::BuildCounter()
+           .Name("pitstop_controller_fenced_writes_refused_total")
+           .Help(
+               "Durable writes etcd refused because this controller's leader "
+               "lease no longer held the leader key (it was deposed)")
+           .Register(*registry_)
+           .Add({});
   lost_in_agent_ =
       &prometheus::BuildCounter()
            .Name("pitstop_controller_records_lost_in_agent_total")
@@ -68,6 +93,22 @@ void ControllerMetrics::FaultOpened(v1::FaultClass c) {
 void ControllerMetrics::SetAgentsConnected(double n) { agents_->Set(n); }
 void ControllerMetrics::Refused(const std::string& what, double n) {
   refused_->Add({{"what", what}}).Increment(n);
+}
+void ControllerMetrics::AddBatchesQueued(double n) {
+  batches_queued_->Increment(n);
+}
+namespace {
+void Advance(prometheus::Counter* c, std::atomic<uint64_t>* last,
+             uint64_t total) {
+  const uint64_t before = last->exchange(total);
+  if (total > before) c->Increment(static_cast<double>(total - before));
+}
+}  // namespace
+void ControllerMetrics::SetAuthRefused(uint64_t total) {
+  Advance(auth_refused_, &auth_refused_last_, total);
+}
+void ControllerMetrics::SetFencedWritesRefused(uint64_t total) {
+  Advance(fenced_refused_, &fenced_refused_last_, total);
 }
 void ControllerMetrics::LostInAgent(const std::string& host, double n) {
   lost_in_agent_->Add({{"host", host}}).Increment(n);

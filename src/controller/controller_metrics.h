@@ -3,6 +3,8 @@
 #ifndef PITSTOP_CONTROLLER_CONTROLLER_METRICS_H_
 #define PITSTOP_CONTROLLER_CONTROLLER_METRICS_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -32,6 +34,14 @@ class ControllerMetrics {
   // Records a killed agent of `host` had read and never delivered
   // (docs/reliability.md, "Lost without a count").
   void LostInAgent(const std::string& host, double n);
+  // Agent batches that found the core's lock busy and were queued
+  // (docs/reliability.md, "Ingest off the lock").
+  void AddBatchesQueued(double n);
+  // Cumulative totals kept elsewhere (the authorizer, the etcd store),
+  // published by the daemon once a second; counters advance by the
+  // difference.
+  void SetAuthRefused(uint64_t total);
+  void SetFencedWritesRefused(uint64_t total);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -42,6 +52,11 @@ class ControllerMetrics {
   prometheus::Gauge* agents_;
   prometheus::Family<prometheus::Counter>* refused_;
   prometheus::Family<prometheus::Counter>* lost_in_agent_;
+  prometheus::Counter* batches_queued_;
+  prometheus::Counter* auth_refused_;
+  prometheus::Counter* fenced_refused_;
+  std::atomic<uint64_t> auth_refused_last_{0};
+  std::atomic<uint64_t> fenced_refused_last_{0};
 };
 
 }  // namespace pitstop::controller

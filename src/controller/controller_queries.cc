@@ -48,7 +48,7 @@ v1::Node ControllerCore::ToNode(const std::string& host,
 }
 
 v1::ControllerStatus ControllerCore::Status() {
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   v1::ControllerStatus s;
   s.set_version(options_.version);
   s.set_start_unix_ns(start_unix_ns_);
@@ -79,7 +79,7 @@ v1::ControllerStatus ControllerCore::Status() {
 }
 
 std::vector<v1::Node> ControllerCore::Nodes() {
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   std::vector<v1::Node> out;
   for (const auto& [h, e] : nodes_) out.push_back(ToNode(h, &e));
   for (const auto& [h, r] : drains_) {
@@ -90,7 +90,7 @@ std::vector<v1::Node> ControllerCore::Nodes() {
 
 absl::StatusOr<v1::Node> ControllerCore::Node(const std::string& host) {
   if (absl::Status s = Required(host, "host"); !s.ok()) return s;
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   auto it = nodes_.find(host);
   if (it == nodes_.end() && !drains_.count(host)) {
     return absl::NotFoundError(absl::StrCat("node ", host, " not found"));
@@ -99,7 +99,7 @@ absl::StatusOr<v1::Node> ControllerCore::Node(const std::string& host) {
 }
 
 std::vector<v1::Job> ControllerCore::Jobs() {
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   std::vector<v1::Job> jobs = engine_->Jobs();
   for (v1::Job& j : jobs) {
     absl::StatusOr<std::vector<v1::Fault>> open =
@@ -121,7 +121,7 @@ absl::StatusOr<v1::Job> ControllerCore::Job(const std::string& job_id) {
 
 std::vector<v1::Communicator> ControllerCore::Communicators(
     const std::string& job_id) {
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   std::vector<v1::Communicator> out;
   for (v1::Communicator& c : engine_->Communicators()) {
     if (job_id.empty() || c.job_id() == job_id) out.push_back(std::move(c));
@@ -134,7 +134,7 @@ absl::StatusOr<v1::Communicator> ControllerCore::Communicator(
   if (comm_hash == 0) {
     return absl::InvalidArgumentError("comm_hash: required (non-zero)");
   }
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   v1::Communicator c;
   if (engine_->GetCommunicator(comm_hash, &c)) return c;
   return absl::NotFoundError(
@@ -158,7 +158,7 @@ absl::StatusOr<v1::Fault> ControllerCore::MoveFault(const std::string& fault_id,
   if (absl::Status s = Required(fault_id, "fault_id"); !s.ok()) return s;
   if (absl::Status s = Required(who, "who"); !s.ok()) return s;
   if (absl::Status s = CheckLeader(); !s.ok()) return s;
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   absl::StatusOr<v1::Fault> before = store_->Get(fault_id);
   absl::StatusOr<v1::Fault> f =
       resolve ? store_->Resolve(fault_id, who, note, NowUnixNs())
@@ -189,7 +189,7 @@ absl::StatusOr<v1::Node> ControllerCore::Drain(const std::string& host,
   if (absl::Status s = Required(host, "host"); !s.ok()) return s;
   if (absl::Status s = Required(reason, "reason"); !s.ok()) return s;
   if (absl::Status s = CheckLeader(); !s.ok()) return s;
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   auto it = nodes_.find(host);
   if (it == nodes_.end() && !drains_.count(host)) {
     return absl::NotFoundError(absl::StrCat("node ", host, " not found"));
@@ -202,7 +202,7 @@ absl::StatusOr<v1::Node> ControllerCore::Drain(const std::string& host,
 absl::StatusOr<v1::Node> ControllerCore::Uncordon(const std::string& host) {
   if (absl::Status s = Required(host, "host"); !s.ok()) return s;
   if (absl::Status s = CheckLeader(); !s.ok()) return s;
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   auto it = nodes_.find(host);
   if (it == nodes_.end() && !drains_.count(host)) {
     return absl::NotFoundError(absl::StrCat("node ", host, " not found"));
@@ -215,7 +215,7 @@ absl::StatusOr<v1::Node> ControllerCore::Uncordon(const std::string& host) {
 absl::StatusOr<v1::JobPolicy> ControllerCore::GetPolicy(
     const std::string& job_id) {
   if (absl::Status s = Required(job_id, "job_id"); !s.ok()) return s;
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   return engine_->GetJobPolicy(job_id);
 }
 
@@ -223,7 +223,7 @@ absl::StatusOr<v1::JobPolicy> ControllerCore::SetPolicy(
     const std::string& job_id, const v1::JobPolicy& policy) {
   if (absl::Status s = Required(job_id, "job_id"); !s.ok()) return s;
   if (absl::Status s = CheckLeader(); !s.ok()) return s;
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   absl::StatusOr<v1::JobPolicy> resolved =
       engine_->SetJobPolicy(job_id, policy);
   if (!resolved.ok()) return resolved.status();

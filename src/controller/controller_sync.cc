@@ -83,14 +83,14 @@ void ControllerCore::AddSyncJobs(std::vector<v1::Job>* jobs) {
 
 absl::StatusOr<v1::JobSync> ControllerCore::JobSync(const std::string& job_id) {
   if (job_id.empty()) return absl::InvalidArgumentError("job_id: required");
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   return sync_->State(job_id);
 }
 
 absl::StatusOr<v1::SyncSettings> ControllerCore::SetSyncPolicy(
     const std::string& job_id, const v1::SyncSettings& settings) {
   if (absl::Status s = CheckLeader(); !s.ok()) return s;
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   absl::StatusOr<v1::SyncSettings> r = sync_->SetSettings(job_id, settings);
   if (r.ok()) {
     Logger("controller.sync")

@@ -5,18 +5,18 @@
 
 namespace pitstop::controller {
 
-bool IngestInbox::Push(uint64_t session, const v1::ConnectRequest& batch) {
-  const size_t bytes = batch.ByteSizeLong();
+bool IngestInbox::Push(Entry& e) {
+  const size_t bytes = e.batch->ByteSizeLong();
   MutexLock lock(&mu_);
   if (!entries_.empty() && bytes_ + bytes > max_bytes_) {
     ++stats_.full;
     return false;
   }
-  entries_.push_back(Entry{session, batch});
+  entries_.push_back(std::move(e));
   bytes_ += bytes;
   ++stats_.queued;
   stats_.max_depth = std::max(stats_.max_depth, entries_.size());
-  size_.store(entries_.size(), std::memory_order_release);
+  size_.store(entries_.size(), std::memory_order_seq_cst);
   return true;
 }
 
@@ -25,7 +25,7 @@ std::vector<IngestInbox::Entry> IngestInbox::TakeAll() {
   MutexLock lock(&mu_);
   out.swap(entries_);
   bytes_ = 0;
-  size_.store(0, std::memory_order_release);
+  size_.store(0, std::memory_order_seq_cst);
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include "pitstop/logging.h"
 #include "pitstop/signals.h"
 #include "pitstop/tls.h"
+#include "pitstop/tls_reloader.h"
 #include "prometheus/exposer.h"
 #include "src/controller/actions/actions_config.h"
 #include "src/controller/actions/daemon_actions.h"
@@ -156,10 +157,14 @@ int main(int argc, char** argv) {
   // Validate() allows on loopback only unless insecure is set.
   pitstop::controller::ServerSecurity security;
   const pitstop::TlsFiles tls = options.Tls();
+  // Outlives the server (gRPC asks it for the certificate at every
+  // handshake); SIGHUP reloads it.
+  std::unique_ptr<pitstop::ReloadableServerTls> server_tls;
   if (tls.enabled()) {
-    auto creds = pitstop::TlsServerCredentials(tls);
-    if (!creds.ok()) return Fail(std::string(creds.status().message()));
-    security.credentials = *creds;
+    auto loaded = pitstop::ReloadableServerTls::Create(tls);
+    if (!loaded.ok()) return Fail(std::string(loaded.status().message()));
+    server_tls = std::move(*loaded);
+    security.credentials = server_tls->credentials();
   }
   pitstop::controller::Authorizer::Options auth_options;
   auth_options.enforce = tls.enabled() || !options.tokens_file.empty();
@@ -201,9 +206,26 @@ int main(int argc, char** argv) {
       (*core)->Status().database_path(), options.metrics_address);
   int sig = 0;
   while ((sig = (*signals)->Wait(absl::Seconds(1))) == 0 || sig == SIGHUP) {
+    // Counters kept by the authorizer and the etcd store, as metrics.
+    metrics->SetAuthRefused((*authorizer)->denied());
+    if (ha != nullptr)
+      metrics->SetFencedWritesRefused(ha->fenced_writes_refused());
     if (sig != SIGHUP) continue;
-    // SIGHUP: re-read the tokens file (certificates are re-read by gRPC
-    // every 10 s on their own).
+    // SIGHUP: re-read the certificate, key and CA (new handshakes use them
+    // at once) and the tokens file; a bad file keeps the previous set.
+    if (server_tls != nullptr) {
+      const pitstop::CertificateSummary before = server_tls->current();
+      if (absl::Status st = server_tls->Reload(); !st.ok()) {
+        logger->error("SIGHUP: {}; keeping the certificate {} (serial {})",
+                      std::string(st.message()), before.subject, before.serial);
+      } else {
+        const pitstop::CertificateSummary now = server_tls->current();
+        logger->info(
+            "SIGHUP: TLS reloaded: certificate {} (serial {}, valid until "
+            "{}) for new connections",
+            now.subject, now.serial, now.not_after);
+      }
+    }
     if (absl::Status st = (*authorizer)->Reload(); !st.ok()) {
       logger->error("SIGHUP: {}; the previous tokens stay",
                     std::string(st.message()));
@@ -216,6 +238,7 @@ int main(int argc, char** argv) {
   (*server)->Shutdown(absl::Milliseconds(options.shutdown_grace_ms));
   (*core)->Stop();
   actions->reset();  // unsubscribes; stops a running hook
-  logger->info("stopped");
+  logger->info("stopped ({} agent batches found the lock busy and were queued)",
+               (*core)->input_stats().batches_queued);
   return 0;
 }

@@ -1,7 +1,7 @@
 // Benchmark driver (not a test) of issue #15's "ingest off the lock": how
-// long ControllerCore::AgentBatch() takes while detection cycles run and
-// SQLite syncs (synchronous=FULL, a real file) happen, once with batches
-// waiting for the controller's lock (the old behaviour,
+// long ControllerCore::SubmitAgentBatch() holds its caller while detection
+// cycles run and SQLite syncs (synchronous=FULL, a real file) happen, once with
+// batches waiting for the controller's lock (the old behaviour,
 // ingest_off_lock=false) and once with the ingest inbox, side by side in one
 // run. N ranks, 8 per host, in the engine benchmark's layout (a
 // tensor-parallel communicator per host, a data-parallel one per GPU index);
@@ -36,7 +36,9 @@ class NullSink : public CommandSink {
 };
 
 struct Result {
-  std::vector<double> latency_ms;
+  std::vector<double> latency_ms;  // the sender's thread held (accept)
+  std::vector<double> joined_ms;   // until the batch's completion ran
+  uint64_t stream_waits = 0;       // a host's previous batch not yet joined
   uint64_t queued = 0;
   uint64_t cycles = 0;
   double cycle_ms_max = 0;
@@ -134,10 +136,21 @@ Result Run(bool off_lock, int32_t ranks, int seconds, const std::string& db) {
   };
   // Agents send concurrently, each host once per second (batch_ms 1000),
   // spread over the second; kFeeders threads stand for the agents' streams.
+  // Like a stream, a host sends its next batch only once the previous one
+  // was joined (its completion ran); "accept" is how long the sender's
+  // thread was held, "joined" how long until its completion ran.
   constexpr int kFeeders = 8;
+  struct Slot {
+    v1::ConnectRequest batch;
+    std::chrono::steady_clock::time_point t0;
+    std::vector<double> joined_ms;  // written by the completion
+    uint64_t errors = 0;            // written by the completion
+    std::atomic<bool> busy{false};
+  };
+  std::vector<Slot> slots(hosts);
   Result res;
   std::vector<std::vector<double>> lat(kFeeders);
-  std::vector<uint64_t> errors(kFeeders, 0);
+  std::vector<uint64_t> stream_waits(kFeeders, 0);
   const auto t_start = std::chrono::steady_clock::now();
   std::vector<std::thread> feeders;
   for (int t = 0; t < kFeeders; ++t) {
@@ -147,9 +160,24 @@ Result Run(bool off_lock, int32_t ranks, int seconds, const std::string& db) {
           std::this_thread::sleep_until(
               t_start + std::chrono::microseconds(it * 1'000'000 +
                                                   h * 1'000'000LL / hosts));
-          v1::ConnectRequest b = Batch(h, it);
+          Slot& slot = slots[h];
+          if (slot.busy.load(std::memory_order_acquire)) ++stream_waits[t];
+          while (slot.busy.load(std::memory_order_acquire)) {
+            std::this_thread::sleep_for(std::chrono::microseconds(100));
+          }
+          slot.batch = Batch(h, it);
+          slot.busy.store(true, std::memory_order_relaxed);
           const auto t0 = std::chrono::steady_clock::now();
-          if (!core->AgentBatch(sessions[h], b).ok()) ++errors[t];
+          slot.t0 = t0;
+          core->SubmitAgentBatch(
+              sessions[h], &slot.batch, [&slot](absl::Status s) {
+                if (!s.ok()) ++slot.errors;
+                slot.joined_ms.push_back(
+                    std::chrono::duration<double, std::milli>(
+                        std::chrono::steady_clock::now() - slot.t0)
+                        .count());
+                slot.busy.store(false, std::memory_order_release);
+              });
           lat[t].push_back(std::chrono::duration<double, std::milli>(
                                std::chrono::steady_clock::now() - t0)
                                .count());
@@ -158,9 +186,17 @@ Result Run(bool off_lock, int32_t ranks, int seconds, const std::string& db) {
     });
   }
   for (std::thread& f : feeders) f.join();
+  for (Slot& slot : slots) {
+    while (slot.busy.load(std::memory_order_acquire)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    res.joined_ms.insert(res.joined_ms.end(), slot.joined_ms.begin(),
+                         slot.joined_ms.end());
+    res.errors += slot.errors;
+  }
   for (int t = 0; t < kFeeders; ++t) {
     res.latency_ms.insert(res.latency_ms.end(), lat[t].begin(), lat[t].end());
-    res.errors += errors[t];
+    res.stream_waits += stream_waits[t];
   }
   stop = true;
   writer.join();
@@ -196,27 +232,31 @@ int Main(int argc, char** argv) {
       "db %s (synchronous=FULL)\n",
       ranks, ranks / 8, seconds, db.c_str());
   std::printf(
-      "| mode | batches | p50 ms | p99 ms | p99.9 ms | max ms | queued | syncs "
-      "| "
-      "open faults | joined | errors | last cycle ms |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "| mode | batches | p50 ms | p99 ms | p99.9 ms | max ms | joined p99 ms "
+      "| joined max ms | queued | syncs | open faults | collectives joined | "
+      "errors | last cycle ms |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   double p99[2] = {0, 0};
   for (int i = 0; i < 2; ++i) {
     const bool off = i == 1;
     Result r = Run(off, ranks, seconds, db);
     p99[i] = Pct(r.latency_ms, 0.99);
     std::printf(
-        "| %s | %zu | %.3f | %.3f | %.3f | %.3f | %llu | %llu | %llu | %llu | "
-        "%llu "
-        "| %.1f |\n",
+        "| %s | %zu | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %llu | %llu | "
+        "%llu | %llu | %llu | %.1f |\n",
         off ? "inbox (ingest_off_lock)" : "waits for the lock",
         r.latency_ms.size(), Pct(r.latency_ms, 0.5), p99[i],
         Pct(r.latency_ms, 0.999), Pct(r.latency_ms, 1.0),
+        Pct(r.joined_ms, 0.99), Pct(r.joined_ms, 1.0),
         static_cast<unsigned long long>(r.queued),
         static_cast<unsigned long long>(r.syncs),
         static_cast<unsigned long long>(r.faults),
         static_cast<unsigned long long>(r.joined),
         static_cast<unsigned long long>(r.errors), r.cycle_ms_max);
+    if (r.stream_waits > 0) {
+      std::printf("  (%llu batches waited for their host's previous one)\n",
+                  static_cast<unsigned long long>(r.stream_waits));
+    }
   }
   std::printf("p99 ratio (waiting / inbox): %.1fx\n",
               p99[1] > 0 ? p99[0] / p99[1] : 0.0);

@@ -73,11 +73,22 @@ class AgentStreamReactor final
   }
   void OnCancel() override { out_.Finish(grpc::Status::CANCELLED); }
   void OnDone() override {
+    {
+      MutexLock lock(&mu_);
+      done_ = true;
+      // A batch still queued in the core: its completion cleans up.
+      if (batch_pending_) return;
+    }
+    End();
+  }
+
+ private:
+  // After OnDone and the last batch's completion, whichever comes last.
+  void End() {
     if (session_ != 0) core_->AgentDisconnected(session_);
     delete this;
   }
 
- private:
   void HandleRequest() {
     if (session_ == 0) {
       if (!request_.has_registration()) {
@@ -104,7 +115,28 @@ class AgentStreamReactor final
       session_ = *s;
       host_ = request_.registration().host();
     }
-    absl::Status st = core_->AgentBatch(session_, request_);
+    {
+      MutexLock lock(&mu_);
+      batch_pending_ = true;
+    }
+    // The next read starts from the completion (at once when the core's
+    // lock is free, else when the batch has been joined): one batch per
+    // stream in flight, and its status handled as if joined at once.
+    core_->SubmitAgentBatch(session_, &request_,
+                            [this](absl::Status st) { BatchDone(st); });
+  }
+
+  void BatchDone(const absl::Status& st) {
+    bool ended;
+    {
+      MutexLock lock(&mu_);
+      batch_pending_ = false;
+      ended = done_;
+    }
+    if (ended) {  // the stream ended while its batch was queued
+      End();
+      return;
+    }
     if (absl::IsFailedPrecondition(st) || closed_.load()) {
       // The session was superseded or shed: end the stream so the agent
       // reconnects instead of sending into the void.
@@ -131,6 +163,9 @@ class AgentStreamReactor final
   std::atomic<bool> closed_{false};
   uint64_t invalid_batches_ = 0;
   std::string host_;
+  Mutex mu_;
+  bool batch_pending_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // A stream refused before it started (PERMISSION_DENIED): finishes at once.

@@ -114,6 +114,10 @@ absl::Status HaController::CheckLeader() const {
       absl::StrCat("controller ", self_, " is a follower; leader=", leader));
 }
 
+uint64_t HaController::fenced_writes_refused() const {
+  return store_ == nullptr ? 0 : store_->fenced_writes_refused();
+}
+
 void HaController::FillStatus(v1::ControllerStatus* status) const {
   status->set_role(election_->IsLeader() ? v1::CONTROLLER_ROLE_LEADER
                                          : v1::CONTROLLER_ROLE_FOLLOWER);

@@ -57,6 +57,9 @@ class HaController final : public Leadership {
   void Stop();
 
   absl::Status CheckLeader() const override;
+  // Writes etcd refused because this controller's lease no longer held
+  // the leader key (EtcdFaultStore::fenced_writes_refused).
+  uint64_t fenced_writes_refused() const;
   void FillStatus(v1::ControllerStatus* status) const override;
 
   LeaderElection* election() { return election_.get(); }
