@@ -126,7 +126,7 @@ std::vector<v1::StandbyNode> ControllerCore::StandbyLocked() const {
 }
 
 std::vector<v1::StandbyNode> ControllerCore::Standby() {
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   return StandbyLocked();
 }
 
@@ -274,7 +274,7 @@ absl::StatusOr<v1::Migration> ControllerCore::MigrateNode(
     return absl::InvalidArgumentError("host: required (the node to leave)");
   }
   if (absl::Status s = CheckLeader(); !s.ok()) return s;
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   if (!migrations_) return absl::UnavailableError("not leading");
   absl::StatusOr<MigrationPlan> plan = PlanMigration(req);
   if (!plan.ok()) return plan.status();
@@ -285,7 +285,7 @@ absl::StatusOr<v1::Migration> ControllerCore::MigrateNode(
 absl::StatusOr<v1::Migration> ControllerCore::GetMigration(
     const std::string& id) {
   if (id.empty()) return absl::InvalidArgumentError("migration_id: required");
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   if (!migrations_) {
     return absl::NotFoundError(absl::StrCat("migration ", id, " not found"));
   }
@@ -294,7 +294,7 @@ absl::StatusOr<v1::Migration> ControllerCore::GetMigration(
 
 std::vector<v1::Migration> ControllerCore::ListMigrations(
     const std::string& job_id, bool include_finished) {
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   if (!migrations_) return {};
   return migrations_->List(job_id, include_finished);
 }
@@ -302,7 +302,7 @@ std::vector<v1::Migration> ControllerCore::ListMigrations(
 uint64_t ControllerCore::SubscribeMigrations(const std::string& job_id,
                                              bool include_existing,
                                              MigrationWatchFn fn) {
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   if (include_existing && migrations_) {
     v1::WatchMigrationsResponse resp;
     resp.set_change(v1::WatchMigrationsResponse::CHANGE_EXISTING);
@@ -317,7 +317,7 @@ uint64_t ControllerCore::SubscribeMigrations(const std::string& job_id,
 }
 
 void ControllerCore::UnsubscribeMigrations(uint64_t id) {
-  MutexLock lock(&mu_);
+  CoreLock lock(this);
   migration_watchers_.erase(id);
 }
 
