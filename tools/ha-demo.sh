@@ -19,10 +19,13 @@
 # nothing lost.
 #
 # Usage: tools/ha-demo.sh [--kills N] [--build DIR] [--lease-ttl-s S] [--keep]
+#                         [--no-time-targets]
 # Exit: 0 every target met (new leader <= 3 s, agents <= 5 s, nothing lost,
 # nothing done twice, a live deposed leader fenced and stepped down), 1 a
 # target missed, 2 usage or start-up failure,
 # 77 skipped (no etcd binary; Debian: etcd-server, tools/install-deps.sh).
+# --no-time-targets: the times are printed but do not decide the exit status
+# (ctest's run: the machine may be shared; the timed run is this script).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,13 +33,15 @@ KILLS=20
 BUILD=build
 TTL=2
 KEEP=0
+export HA_TIME_TARGETS=1
 while (($#)); do
   case $1 in
     --kills) KILLS=$2; shift 2 ;;
     --build) BUILD=$2; shift 2 ;;
     --lease-ttl-s) TTL=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --no-time-targets) HA_TIME_TARGETS=0; shift ;;
+    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "ha-demo: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -347,8 +352,12 @@ print("  actions taken twice:            %d (on_confirmed hook ran %d times; fau
 print("  fenced writes refused:          %d (writes of a deposed leader etcd refused)" % fenced)
 print("  live leader deposed (lease revoked under writes): %d of its writes refused by etcd, %s (%d tries)"
       % (fence_refused, "stepped down" if fence_down else "DID NOT step down", fence_tries))
-ok = (lead and max(lead) <= 3000 and max(agents) <= 5000 and lost == 0 and dupes == 0
-      and fence_refused > 0 and fence_down)
+import os
+timing = os.environ.get("HA_TIME_TARGETS", "1") == "1"
+ok = (lead and (not timing or (max(lead) <= 3000 and max(agents) <= 5000))
+      and lost == 0 and dupes == 0 and fence_refused > 0 and fence_down)
+if not timing:
+    print("[ha] times printed only (--no-time-targets)")
 print("[ha] targets " + ("met" if ok else "MISSED"))
 sys.exit(0 if ok else 1)
 EOF
