@@ -189,9 +189,9 @@ void ControllerCore::SubmitAgentBatch(uint64_t session,
       if (inbox_.Push(e)) {
         // The holder may have checked the inbox just before the push and
         // let go: then nobody would join this batch until the next cycle.
-        // Either it sees the batch or this TryLock succeeds (fenced both
-        // sides, see UnlockIngest).
-        std::atomic_thread_fence(std::memory_order_seq_cst);
+        // Either it sees the batch or this TryLock succeeds (ordered on
+        // both sides by ingest_handoff_, see UnlockIngest).
+        ingest_handoff_.fetch_add(1, std::memory_order_acq_rel);
         if (mu_.TryLock()) UnlockIngest();
         return;
       }
@@ -242,7 +242,7 @@ void ControllerCore::UnlockIngest() {
     // Without the lock: a completion may start the stream's next read (or
     // end the stream), which must not wait for or call back into the core.
     for (auto& [done, status] : finished) done(std::move(status));
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    ingest_handoff_.fetch_add(1, std::memory_order_acq_rel);
     if (inbox_.empty() || !mu_.TryLock()) return;
   }
 }

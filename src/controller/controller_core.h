@@ -5,6 +5,7 @@
 #ifndef PITSTOP_CONTROLLER_CONTROLLER_CORE_H_
 #define PITSTOP_CONTROLLER_CONTROLLER_CORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -341,6 +342,12 @@ class ControllerCore {
   const uint64_t start_unix_ns_;
 
   IngestInbox inbox_;
+  // The hand-off between a batch queued without the lock and a holder that
+  // lets it go: both sides do one read-modify-write here between their
+  // store (push / unlock) and their load (TryLock / inbox check). RMWs of
+  // one atomic are totally ordered, so one side always sees the other's
+  // store (a fence would do too, but TSan cannot model fences).
+  std::atomic<uint64_t> ingest_handoff_{0};
   Mutex mu_;
   // Completions of batches joined under the lock, run by UnlockIngest().
   std::vector<std::pair<BatchDone, absl::Status>> finished_
