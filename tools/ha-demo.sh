@@ -72,6 +72,22 @@ cleanup() {
   if ((KEEP)); then echo "ha-demo: logs kept in $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
+# Faults of snapshot $1 missing from snapshot $2, or acknowledged there and
+# no longer: what a failover lost.
+count_lost() {
+  $PY - "$1" "$2" <<'EOF'
+import sys
+def parse(text):
+    return dict(line.split() for line in text.splitlines() if line.strip())
+before, after = parse(sys.argv[1]), parse(sys.argv[2])
+kept = ("FAULT_STATE_ACKNOWLEDGED", "FAULT_STATE_MITIGATING", "FAULT_STATE_RESOLVED")
+lost = [f for f in before if f not in after]
+lost += [f for f, st in before.items()
+         if f in after and st in kept and after[f] not in kept]
+print(len(lost))
+EOF
+}
+
 now_ms() { date +%s%3N; }
 die() { echo "ha-demo: $*" >&2; exit 2; }
 
@@ -225,18 +241,7 @@ for k in $(seq 1 "$KILLS"); do
   ((t_lead && t_agents)) || die "kill $k: c$new did not take over within 30 s; see $WORK/c$new.log"
   after=$(snapshot)
   # Lost: a fault missing, or an acknowledgement undone.
-  lost=$($PY - "$before" "$after" <<'EOF'
-import sys
-def parse(text):
-    return dict(line.split() for line in text.splitlines() if line.strip())
-before, after = parse(sys.argv[1]), parse(sys.argv[2])
-kept = ("FAULT_STATE_ACKNOWLEDGED", "FAULT_STATE_MITIGATING", "FAULT_STATE_RESOLVED")
-lost = [f for f in before if f not in after]
-lost += [f for f, st in before.items()
-         if f in after and st in kept and after[f] not in kept]
-print(len(lost))
-EOF
-)
+  lost=$(count_lost "$before" "$after")
   LOST=$((LOST + lost))
   LEAD_MS+=("$t_lead")
   AGENTS_MS+=("$t_agents")
@@ -311,18 +316,7 @@ while ((FENCE_TRIES < 5 && FENCE_REFUSED == 0)); do
   refused=$(( $(status_field "$old" fenced_writes_refused) - refused0 ))
   FENCE_REFUSED=$refused
   after=$(snapshot)
-  FENCE_LOST=$($PY - "$before" "$after" <<'EOF2'
-import sys
-def parse(text):
-    return dict(line.split() for line in text.splitlines() if line.strip())
-before, after = parse(sys.argv[1]), parse(sys.argv[2])
-kept = ("FAULT_STATE_ACKNOWLEDGED", "FAULT_STATE_MITIGATING", "FAULT_STATE_RESOLVED")
-lost = [f for f in before if f not in after]
-lost += [f for f, st in before.items()
-         if f in after and st in kept and after[f] not in kept]
-print(len(lost))
-EOF2
-)
+  FENCE_LOST=$(count_lost "$before" "$after")
   LOST=$((LOST + FENCE_LOST))
   printf '[ha] fence try %d: lease %s of c%d revoked under write load; c%d %s; its writes refused by etcd: %d; c%d leads with all agents after %d ms; lost %d\n' \
     "$FENCE_TRIES" "$lease" "$old" "$old" "$old_role" "$refused" "$leader" "$t_lead" "$FENCE_LOST"
