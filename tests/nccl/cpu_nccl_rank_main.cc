@@ -9,6 +9,8 @@
 //   nonblocking  config.blocking = 0: ncclInProgress, then poll
 //   peer-death   the last rank exits after one all-reduce; the others see
 //                an error (no hang), shrink it out, carry on, abort the old
+//   error-spreads  the last rank exits; rank 1 waits on rank 0, which fails
+//                on the dead rank: rank 0's error must reach rank 1
 //   profiled     a few all-reduces with the profiler plugin loaded
 //   abort-pending  rank 0 starts a non-blocking init its peer never joins,
 //                and aborts it while it is still in progress
@@ -273,6 +275,28 @@ void PeerDeath(ncclComm_t comm, int r, int n) {
   CHECK_NCCL(ncclCommDestroy(small));
 }
 
+// Rank 0 receives from the dead last rank (an error at once); rank 1
+// receives from rank 0, which never sends. Rank 1 only returns if rank 0's
+// failure reaches it: the op timeout is set far beyond the test's deadline.
+void ErrorSpreads(ncclComm_t comm, int r, int n) {
+  int v = 1;
+  CHECK_NCCL(ncclAllReduce(&v, &v, 1, ncclInt32, ncclSum, comm, nullptr));
+  if (r == n - 1) _exit(0);
+  int64_t x = 0;
+  const int from = r == 0 ? n - 1 : 0;
+  const ncclResult_t res = ncclRecv(&x, 1, ncclInt64, from, comm, nullptr);
+  Expect("spread.recv.failed", 0, res != ncclSuccess, true);
+  int dead = n - 1;
+  ncclComm_t small = nullptr;
+  CHECK_NCCL(ncclCommShrink(comm, &dead, 1, &small, nullptr, 1));
+  int w = r + 1;
+  CHECK_NCCL(ncclAllReduce(&w, &w, 1, ncclInt32, ncclSum, small, nullptr));
+  Expect("spread.after.allreduce", 0, w, (n - 1) * n / 2);
+  CHECK_NCCL(ncclCommAbort(comm));
+  CHECK_NCCL(ncclCommFinalize(small));
+  CHECK_NCCL(ncclCommDestroy(small));
+}
+
 void Profiled(ncclComm_t comm, int /*r*/, int n) {
   std::vector<float> a(4096, 1.0f);
   for (int k = 0; k < 5; ++k) {
@@ -343,6 +367,9 @@ int main(int argc, char** argv) {
     } else if (scenario == "peer-death") {
       PeerDeath(comm, r, n);
       return g_failures == 0 ? 0 : 1;  // the old comm was aborted
+    } else if (scenario == "error-spreads") {
+      ErrorSpreads(comm, r, n);
+      return g_failures == 0 ? 0 : 1;
     } else if (scenario == "profiled") {
       Profiled(comm, r, n);
     } else {

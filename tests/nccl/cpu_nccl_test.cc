@@ -45,7 +45,8 @@ class CpuNcclTest : public ::testing::Test {
   }
 
   std::vector<RankResult> Run(const std::string& scenario, int n,
-                              std::map<std::string, std::string> env = {}) {
+                              std::map<std::string, std::string> env = {},
+                              int deadline_s = kDeadlineS) {
     ncclUniqueId id;
     EXPECT_EQ(ncclGetUniqueId(&id), ncclSuccess) << ncclGetLastError(nullptr);
     const std::string hex = UniqueIdHex(&id, sizeof(id));
@@ -58,7 +59,7 @@ class CpuNcclTest : public ::testing::Test {
     if (env.count("-NCCL_PROFILER_PLUGIN") == 0) {
       env.emplace("NCCL_PROFILER_PLUGIN", "none");
     }
-    return RunRanks(n, argv, env, dir_, kDeadlineS);
+    return RunRanks(n, argv, env, dir_, deadline_s);
   }
 
   std::string dir_;
@@ -86,6 +87,18 @@ TEST_F(CpuNcclTest, NonBlockingInitReportsInProgressThenSuccess) {
 
 TEST_F(CpuNcclTest, DeadPeerGivesAnErrorThenShrinkAndAbortRecover) {
   const auto results = Run("peer-death", 3);
+  EXPECT_TRUE(AllExitedZero(results)) << Describe(results);
+}
+
+// A rank that hits an error closes its connections, so a peer blocked on
+// it (not on the dead rank) fails at once instead of a whole op timeout
+// later; otherwise survivors reach the shrink a timeout apart and its
+// rendezvous can time out. With the op timeout far past the deadline, a
+// failure that did not spread is killed at the deadline.
+TEST_F(CpuNcclTest, ErrorOnOneRankReachesPeersBlockedOnIt) {
+  const auto results =
+      Run("error-spreads", 3, {{"PITSTOP_CPU_NCCL_TIMEOUT_MS", "3600000"}},
+          /*deadline_s=*/60);
   EXPECT_TRUE(AllExitedZero(results)) << Describe(results);
 }
 

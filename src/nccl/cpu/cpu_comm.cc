@@ -1,5 +1,6 @@
 #include "src/nccl/cpu/cpu_comm.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,6 +30,22 @@
 
 namespace pitstop::cpunccl {
 namespace {
+
+// gloo writes to its sockets without MSG_NOSIGNAL, so a write to a peer that
+// is gone raises SIGPIPE, whose default action kills the training process: a
+// dead peer must be an error instead. Python-based trainers already ignore
+// SIGPIPE; a plain C++ process gets the same here. A handler the application
+// installed is left alone.
+void IgnoreSigpipeUnlessHandled() {
+  struct sigaction current;
+  if (sigaction(SIGPIPE, nullptr, &current) != 0) return;
+  if ((current.sa_flags & SA_SIGINFO) == 0 && current.sa_handler == SIG_DFL) {
+    struct sigaction ignore = {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    (void)sigaction(SIGPIPE, &ignore, nullptr);
+  }
+}
 
 constexpr char kIdMagic[8] = {'P', 'S', 'C', 'P', 'U', 'N', 'C', '1'};
 constexpr size_t kIdDirOffset = 16;  // magic (8) + nonce (8)
@@ -198,7 +215,24 @@ absl::Status CpuComm::Guard(const char* what, F&& body) {
     st = absl::InternalError(absl::StrCat(what, ": unknown exception"));
   }
   SetError(st);
+  CloseConnections();
   return st;
+}
+
+// A peer blocked on this rank (receiving from it in a ring, say) would only
+// learn of the failure at its own timeout, a whole timeout after the others:
+// survivors would then reach ncclCommShrink that far apart and the rebuild's
+// rendezvous could time out. Closing every connection of the failed
+// communicator makes each peer's next or pending transfer with this rank fail
+// at once, so the error spreads through the communicator in milliseconds.
+void CpuComm::CloseConnections() {
+  if (context_ == nullptr) return;
+  try {
+    context_->closeConnections();
+  } catch (...) {
+    // Best effort: the communicator is in error whether or not the
+    // connections could be closed.
+  }
 }
 
 absl::StatusOr<std::unique_ptr<CpuComm>> CpuComm::Create(
@@ -208,6 +242,7 @@ absl::StatusOr<std::unique_ptr<CpuComm>> CpuComm::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", options.rank, " not in [0, ", options.n_ranks, ")"));
   }
+  IgnoreSigpipeUnlessHandled();
   std::unique_ptr<CpuComm> comm(new CpuComm(options));
   if (absl::Status st = comm->Connect(); !st.ok()) return st;
   return comm;

@@ -124,6 +124,7 @@ class CpuComm {
   uint32_t NextTag() { return tag_++; }
   template <typename F>
   absl::Status Guard(const char* what, F&& body);
+  void CloseConnections();
 
   CommOptions options_;
   std::shared_ptr<gloo::rendezvous::Store> file_store_;
