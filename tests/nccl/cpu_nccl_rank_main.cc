@@ -242,6 +242,18 @@ void Split(ncclComm_t comm, int r, int n) {
   CHECK_NCCL(ncclCommDestroy(small));
 }
 
+// The survivors rebuild without the dead last rank (shrink with abort) and
+// check the new communicator with one all-reduce.
+ncclComm_t ShrinkOutTheLastRank(ncclComm_t comm, int r, int n) {
+  int dead = n - 1;
+  ncclComm_t small = nullptr;
+  CHECK_NCCL(ncclCommShrink(comm, &dead, 1, &small, nullptr, 1));
+  int w = r + 1;
+  CHECK_NCCL(ncclAllReduce(&w, &w, 1, ncclInt32, ncclSum, small, nullptr));
+  Expect("after.allreduce", 0, w, (n - 1) * n / 2);
+  return small;
+}
+
 void PeerDeath(ncclComm_t comm, int r, int n) {
   int v = 1;
   CHECK_NCCL(ncclAllReduce(&v, &v, 1, ncclInt32, ncclSum, comm, nullptr));
@@ -261,12 +273,7 @@ void PeerDeath(ncclComm_t comm, int r, int n) {
          static_cast<int>(
              ncclAllReduce(&v, &v, 1, ncclInt32, ncclSum, comm, nullptr)),
          static_cast<int>(ncclInvalidUsage));
-  int dead = n - 1;
-  ncclComm_t small = nullptr;
-  CHECK_NCCL(ncclCommShrink(comm, &dead, 1, &small, nullptr, 1));
-  int w = r + 1;
-  CHECK_NCCL(ncclAllReduce(&w, &w, 1, ncclInt32, ncclSum, small, nullptr));
-  Expect("after.allreduce", 0, w, (n - 1) * n / 2);
+  ncclComm_t small = ShrinkOutTheLastRank(comm, r, n);
   CHECK_NCCL(ncclCommAbort(comm));
   // An aborted communicator is gone: using it is an error, not a crash.
   Expect("aborted.destroy", 0, static_cast<int>(ncclCommDestroy(comm)),
@@ -286,12 +293,7 @@ void ErrorSpreads(ncclComm_t comm, int r, int n) {
   const int from = r == 0 ? n - 1 : 0;
   const ncclResult_t res = ncclRecv(&x, 1, ncclInt64, from, comm, nullptr);
   Expect("spread.recv.failed", 0, res != ncclSuccess, true);
-  int dead = n - 1;
-  ncclComm_t small = nullptr;
-  CHECK_NCCL(ncclCommShrink(comm, &dead, 1, &small, nullptr, 1));
-  int w = r + 1;
-  CHECK_NCCL(ncclAllReduce(&w, &w, 1, ncclInt32, ncclSum, small, nullptr));
-  Expect("spread.after.allreduce", 0, w, (n - 1) * n / 2);
+  ncclComm_t small = ShrinkOutTheLastRank(comm, r, n);
   CHECK_NCCL(ncclCommAbort(comm));
   CHECK_NCCL(ncclCommFinalize(small));
   CHECK_NCCL(ncclCommDestroy(small));

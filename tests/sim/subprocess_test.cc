@@ -41,18 +41,29 @@ TEST(SubprocessTest, ReportsExitCodeAndPassesEnvironment) {
 }
 
 TEST(SubprocessTest, StopEscalatesToKill) {
+  char tmpl[] = "/tmp/pitstop-subproc-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string log = std::string(tmpl) + "/out.log";
   SubprocessOptions opts;
-  // Ignores SIGTERM, so Stop must fall back to SIGKILL.
+  // Ignores SIGTERM, so Stop must fall back to SIGKILL. It says when the
+  // trap is set: a SIGTERM sent before that (a loaded machine can take
+  // longer than any fixed sleep to start the shell) would end it at once.
   opts.argv = {"/bin/sh", "-c",
-               "trap '' TERM; while true; do sleep 0.05; done"};
+               "trap '' TERM; echo trapped; while true; do sleep 0.05; done"};
+  opts.log_path = log;
   auto p = Subprocess::Start(opts);
   ASSERT_TRUE(p.ok()) << p.status();
-  usleep(100000);
+  for (int i = 0; i < 3000 && ReadFile(log) != "trapped\n"; ++i) {
+    usleep(10000);  // up to 30 s
+  }
+  ASSERT_EQ(ReadFile(log), "trapped\n");
   EXPECT_TRUE((*p)->Running());
   const int status = (*p)->Stop(absl::Milliseconds(200));
   ASSERT_TRUE(WIFSIGNALED(status));
   EXPECT_EQ(WTERMSIG(status), SIGKILL);
   EXPECT_FALSE((*p)->Running());
+  unlink(log.c_str());
+  rmdir(tmpl);
 }
 
 TEST(SubprocessTest, MissingExecutableIsNotFound) {
