@@ -246,7 +246,8 @@ void LoraPolicyEngine::NoteReportedPlacement(const std::string& id, Job& job) {
     Logger("controller.lora")
         ->info("job {}: trainers now run placement {} (was {})", id,
                PlacementText(p), PlacementText(job.last_seen));
-    job.pending.clear();      // applied (or superseded by the trainers)
+    job.pending.clear();  // applied (or superseded by the trainers)
+    job.pending_sent = false;
     job.better_since_ns = 0;  // judge the new placement afresh
   }
   job.seen_any = true;
@@ -404,7 +405,7 @@ void LoraPolicyEngine::EvaluateJob(const std::string& id, Job& job,
   // One move at a time: while a sent placement is not applied, nothing new
   // goes out (speeds measured meanwhile are of the old placement) until it
   // is due again; ADVISE records each distinct proposal once.
-  if (auto_mode && !job.pending.empty() && !resend_due) return;
+  if (auto_mode && job.pending_sent && !resend_due) return;
   if (!auto_mode && job.pending == key) return;
   uint64_t last_step = 0;
   for (const auto& [r, rs] : job.ranks) {
@@ -451,6 +452,7 @@ void LoraPolicyEngine::EvaluateJob(const std::string& id, Job& job,
       prop->estimate.samples_per_s, moved, move_cost_s));
   d.set_reason(e->text());
   job.pending = key;
+  job.pending_sent = auto_mode;
   job.last_sent_ns = now;
   if (auto_mode) {
     const uint64_t did = ids_->Next(id);

@@ -123,6 +123,10 @@ class LoraPolicyEngine {
     // AUTO: the placement sent, until the trainers report another one;
     // ADVISE: the last placement advised.
     std::string pending;
+    // Whether `pending` went out as a directive: an advice recorded before
+    // the operator switched to AUTO must not hold the first directive back
+    // until the resend interval.
+    bool pending_sent = false;
     uint64_t moves_applied = 0;
     uint64_t reports = 0;
   };

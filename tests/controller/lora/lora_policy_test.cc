@@ -189,6 +189,25 @@ TEST_F(LoraPolicyTest, AutoSendsThePlacementOnceAndSeesItApplied) {
   EXPECT_TRUE(s.decisions(0).sent());
 }
 
+// The default is ADVISE: an operator reads the advice, then switches the
+// job to AUTO. The advised placement goes out at the next cycle, not only
+// after the resend interval (60 s of a slowed job).
+TEST_F(LoraPolicyTest, SwitchingFromAdviseToAutoSendsTheAdviceAtOnce) {
+  Steps(kEven, 10, 3, 0.5e6);
+  Cycle();
+  clock_.Advance(absl::Seconds(6));
+  Steps(kEven, 2, 3, 0.5e6);
+  EXPECT_TRUE(Cycle().empty());
+  ASSERT_EQ(State().decisions_size(), 1);  // advised
+  SetPolicy(v1::LORA_POLICY_AUTO);
+  clock_.Advance(absl::Seconds(1));
+  Steps(kEven, 2, 3, 0.5e6);
+  std::vector<LoraPolicyEngine::Outgoing> out = Cycle();
+  ASSERT_EQ(out.size(), 1u);
+  ExpectStages(out[0].directive.placement(), kBalanced);
+  EXPECT_TRUE(Cycle().empty());  // sent: pending until applied or due
+}
+
 TEST_F(LoraPolicyTest, AutoResendsADirectiveNotApplied) {
   SetPolicy(v1::LORA_POLICY_AUTO);
   Steps(kEven, 10, 3, 0.5e6);
