@@ -283,8 +283,14 @@ absl::Status ControllerCore::ApplyBatch(uint64_t session,
   AccountRecords(host, &node, batch);
   auto note = [&](absl::Status s, absl::string_view what, int i) {
     if (!s.ok() && first.ok()) {
-      first = absl::InvalidArgumentError(
-          absl::StrCat(what, "[", i, "]: ", s.message()));
+      // Keeps RESOURCE_EXHAUSTED (a full table is not the agent's bad
+      // input); FAILED_PRECONDITION is reserved for a superseded session,
+      // which ends the agent's stream.
+      const absl::StatusCode code = absl::IsFailedPrecondition(s)
+                                        ? absl::StatusCode::kInvalidArgument
+                                        : s.code();
+      first =
+          absl::Status(code, absl::StrCat(what, "[", i, "]: ", s.message()));
     }
   };
   for (int i = 0; i < batch.communicators_size(); ++i) {

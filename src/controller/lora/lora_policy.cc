@@ -140,17 +140,12 @@ absl::Status LoraPolicyEngine::AddReport(const std::string& host,
           ") of ", l.layer_costs_size(), " layer costs"));
     }
   }
-  auto it = jobs_.find(t.job_id());
-  if (it == jobs_.end()) {
-    if (jobs_.size() >= options_.max_jobs) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "trainer.job_id: more than ", options_.max_jobs, " jobs"));
-    }
-    it = jobs_.emplace(t.job_id(), Job{}).first;
-  }
+  absl::StatusOr<Job*> found = FindOrAddJob(t.job_id(), "trainer.job_id");
+  if (!found.ok()) return found.status();
   ids_->Seen(t.job_id(), r.seen_directive_id());
-  Job& job = it->second;
+  Job& job = **found;
   const int64_t now = clock_->MonotonicNanos();
+  job.last_active_ns = now;
   RankState& rs = job.ranks[t.global_rank()];
   rs.host = host;
   for (const v1::StepReport& s : r.steps()) {
@@ -204,8 +199,33 @@ absl::Status LoraPolicyEngine::AddReport(const std::string& host,
         {units * l.micro_batches() / (l.compute_ns() / 1e9), now});
     while (rs.speeds.size() > options_.window_steps) rs.speeds.pop_front();
   }
-  NoteReportedPlacement(it->first, job);
+  NoteReportedPlacement(t.job_id(), job);
   return absl::OkStatus();
+}
+
+absl::StatusOr<LoraPolicyEngine::Job*> LoraPolicyEngine::FindOrAddJob(
+    const std::string& id, const char* field) {
+  auto it = jobs_.find(id);
+  if (it != jobs_.end()) return &it->second;
+  if (jobs_.size() >= options_.max_jobs) {
+    auto idlest = jobs_.begin();
+    for (auto j = jobs_.begin(); j != jobs_.end(); ++j) {
+      if (j->second.last_active_ns < idlest->second.last_active_ns) idlest = j;
+    }
+    const int64_t idle_ns =
+        clock_->MonotonicNanos() - idlest->second.last_active_ns;
+    if (idle_ns < absl::ToInt64Nanoseconds(options_.job_idle_expiry)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(field, ": more than ", options_.max_jobs,
+                       " multi-LoRA jobs active within ",
+                       absl::FormatDuration(options_.job_idle_expiry)));
+    }
+    Logger("controller.lora")
+        ->info("job {}: forgotten after {} without reports (table full)",
+               idlest->first, absl::FormatDuration(absl::Nanoseconds(idle_ns)));
+    jobs_.erase(idlest);
+  }
+  return &jobs_.emplace(id, Job{}).first->second;
 }
 
 void LoraPolicyEngine::NoteReportedPlacement(const std::string& id, Job& job) {
@@ -486,16 +506,11 @@ absl::StatusOr<v1::LoraSettings> LoraPolicyEngine::SetSettings(
     return absl::InvalidArgumentError("job_id: required, at most 256 bytes");
   }
   if (absl::Status st = ValidateLoraSettings(s); !st.ok()) return st;
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) {
-    if (jobs_.size() >= options_.max_jobs) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("job_id: more than ", options_.max_jobs, " jobs"));
-    }
-    it = jobs_.emplace(job_id, Job{}).first;
-  }
-  it->second.has_settings = true;
-  it->second.settings = s;
+  absl::StatusOr<Job*> job = FindOrAddJob(job_id, "job_id");
+  if (!job.ok()) return job.status();
+  (*job)->has_settings = true;
+  (*job)->settings = s;
+  (*job)->last_active_ns = clock_->MonotonicNanos();
   return ResolveLoraSettings(s, options_.defaults);
 }
 

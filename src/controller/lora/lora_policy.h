@@ -66,6 +66,10 @@ class LoraPolicyEngine {
     absl::Duration resend = absl::Seconds(60);
     size_t max_decisions = 64;
     size_t max_jobs = 4096;
+    // With the table full, a new job replaces the one idle longest (no
+    // report, no settings change) if that one has been idle this long: a
+    // long-running controller sees many short fine-tuning jobs come and go.
+    absl::Duration job_idle_expiry = absl::Hours(1);
     // The job's directive ids, shared with the sync policy (not owned;
     // null: the engine keeps its own).
     DirectiveIds* directive_ids = nullptr;
@@ -120,6 +124,7 @@ class LoraPolicyEngine {
     v1::JobLora view;  // computed parts, refreshed by Evaluate
     std::deque<v1::LoraDecision> decisions;
     int64_t last_sent_ns = 0;
+    int64_t last_active_ns = 0;  // last report or settings change
     // AUTO: the placement sent, until the trainers report another one;
     // ADVISE: the last placement advised.
     std::string pending;
@@ -132,6 +137,9 @@ class LoraPolicyEngine {
   };
 
   void NoteReportedPlacement(const std::string& id, Job& job);
+  // Finds or adds `id`; with the table full, drops the job idle longest if
+  // it is past job_idle_expiry, else ResourceExhausted naming `field`.
+  absl::StatusOr<Job*> FindOrAddJob(const std::string& id, const char* field);
   void EvaluateJob(const std::string& id, Job& job,
                    const std::vector<v1::Fault>& open_faults, int64_t now,
                    std::vector<Outgoing>* out);

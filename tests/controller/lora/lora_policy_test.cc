@@ -290,6 +290,61 @@ TEST_F(LoraPolicyTest, BadSettingsAndUnknownJobs) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// One stage's report of one step for `job` (a one-rank, one-layer job).
+absl::Status ReportOneStep(LoraPolicyEngine& engine, const std::string& job) {
+  v1::ReportStepsRequest r;
+  r.mutable_trainer()->set_job_id(job);
+  r.mutable_trainer()->set_global_rank(0);
+  r.mutable_trainer()->set_world_size(1);
+  v1::StepReport* sr = r.add_steps();
+  sr->set_step(1);
+  sr->set_wall_ns(1'000'000);
+  v1::LoraStageTime* l = sr->mutable_lora();
+  l->set_layer_begin(0);
+  l->set_layer_end(1);
+  l->set_micro_batches(1);
+  l->add_layer_costs(1.0);
+  l->set_compute_ns(1'000'000);
+  return engine.AddReport("host0", r);
+}
+
+// A controller that runs for months sees many short jobs: with the table
+// full, a new job replaces one idle past the expiry, never an active one.
+TEST(LoraPolicyLimitsTest, FullTableForgetsTheJobIdleLongest) {
+  FakeClock clock;
+  LoraPolicyEngine::Options o;
+  o.max_jobs = 3;
+  o.job_idle_expiry = absl::Minutes(10);
+  LoraPolicyEngine engine(&clock, o);
+  for (const char* job : {"a", "b", "c"}) {  // reported at 0, 1 and 2 min
+    ASSERT_TRUE(ReportOneStep(engine, job).ok());
+    clock.Advance(absl::Minutes(1));
+  }
+  // All three active within the expiry: a fourth is refused, saying why,
+  // by reports and by settings alike.
+  absl::Status full = ReportOneStep(engine, "d");
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(full.message().find("more than 3"), std::string::npos) << full;
+  EXPECT_EQ(engine.SetSettings("d", v1::LoraSettings()).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  // At 11 min "a" is idle past the expiry; "b" reports again. "d" takes
+  // the place of "a", the others stay.
+  clock.Advance(absl::Minutes(8));
+  ASSERT_TRUE(ReportOneStep(engine, "b").ok());
+  ASSERT_TRUE(ReportOneStep(engine, "d").ok());
+  EXPECT_EQ(engine.State("a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(engine.State("b").ok());
+  EXPECT_TRUE(engine.State("c").ok());
+  EXPECT_TRUE(engine.State("d").ok());
+  // "c" (idle 9 min) is still within the expiry; at 12 min it is not.
+  EXPECT_FALSE(ReportOneStep(engine, "e").ok());
+  clock.Advance(absl::Minutes(1));
+  ASSERT_TRUE(ReportOneStep(engine, "e").ok());
+  EXPECT_EQ(engine.State("c").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(engine.State("b").ok());
+  EXPECT_TRUE(engine.State("e").ok());
+}
+
 // An excluded rank is probed (one block timed every few steps); while its
 // probes are slow it stays out, once they show it recovered the policy
 // brings it back (the gain beats the cost of moving).
