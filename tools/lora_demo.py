@@ -277,34 +277,76 @@ def report(name, res, job):
 
 
 def add_model_args(p):
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--adapters", type=int, default=4)
-    p.add_argument("--blocks", type=int, default=10)
-    p.add_argument("--d-model", type=int, default=32)
-    p.add_argument("--seq", type=int, default=16)
-    p.add_argument("--micro-batch", type=int, default=2)
+    p.add_argument("--steps", type=int, default=60,
+                   help="training steps of each run (default 60)")
+    p.add_argument("--adapters", type=int, default=4,
+                   help="LoRA adapters trained at once (default 4)")
+    p.add_argument("--blocks", type=int, default=10,
+                   help="transformer blocks of the base model (default 10)")
+    p.add_argument("--d-model", type=int, default=32,
+                   help="model width (default 32)")
+    p.add_argument("--seq", type=int, default=16,
+                   help="characters per sample (default 16)")
+    p.add_argument("--micro-batch", type=int, default=2,
+                   help="samples per micro-batch (default 2)")
     p.add_argument("--micro-batches", type=int, default=2,
-                   help="per adapter per step")
-    p.add_argument("--lr", type=float, default=3e-3)
+                   help="per adapter per step (default 2)")
+    p.add_argument("--lr", type=float, default=3e-3,
+                   help="AdamW learning rate (default 3e-3)")
     p.add_argument("--slow-from", type=int, default=15,
-                   help="the slow rank runs at half speed from this step")
+                   help="the slow rank runs at half speed from this step "
+                   "(default 15)")
     p.add_argument("--device-ms-per-block", type=float, default=25.0,
                    help="emulated accelerator time per block and "
-                   "micro-batch (forward + backward)")
+                   "micro-batch (forward + backward; default 25)")
     p.add_argument("--probe-every", type=int, default=5,
-                   help="an excluded rank times one block every N steps")
+                   help="an excluded rank times one block every N steps "
+                   "(default 5)")
+
+
+def check_args(ap, args):
+    """Refuses what cannot run before any daemon or rank starts."""
+    bad = []
+    for name in ["world", "steps", "adapters", "blocks", "d_model", "seq",
+                 "micro_batch", "micro_batches", "persist_s", "run_timeout_s",
+                 "probe_every"]:
+        if getattr(args, name) < 1:
+            bad.append("--%s must be >= 1" % name.replace("_", "-"))
+    if args.world < 2:
+        bad.append("--world must be >= 2 (a pipeline of stages)")
+    if args.world > args.blocks + 2:
+        bad.append("--world %d: more stages than the %d layers "
+                   "(--blocks + embedding + head)" % (args.world,
+                                                      args.blocks + 2))
+    if not 0 <= args.slow_rank < args.world:
+        bad.append("--slow-rank %d: not a rank of --world %d"
+                   % (args.slow_rank, args.world))
+    if not 0 <= args.slow_from < args.steps:
+        bad.append("--slow-from %d: not a step of --steps %d"
+                   % (args.slow_from, args.steps))
+    if args.device_ms_per_block < 0 or args.lr <= 0:
+        bad.append("--device-ms-per-block must be >= 0 and --lr > 0")
+    if bad:
+        ap.error("; ".join(bad))
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="tools/trainer-demo.sh",
+                                 description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("multi-lora", help="the four runs")
-    d.add_argument("--build", default=os.path.join(REPO, "build"))
-    d.add_argument("--world", type=int, default=4)
-    d.add_argument("--slow-rank", type=int, default=1)
+    d.add_argument("--build", default=os.path.join(REPO, "build"),
+                   help="build directory with the daemons and pitstopctl "
+                   "(default: build/ of this checkout)")
+    d.add_argument("--world", type=int, default=4,
+                   help="ranks = pipeline stages (default 4)")
+    d.add_argument("--slow-rank", type=int, default=1,
+                   help="the rank slowed to half speed (default 1)")
     d.add_argument("--persist-s", type=int, default=2,
-                   help="lora policy: a better placement holds this long")
-    d.add_argument("--run-timeout-s", type=int, default=900)
+                   help="lora policy: a better placement holds this long "
+                   "(s, >= 1; default 2)")
+    d.add_argument("--run-timeout-s", type=int, default=900,
+                   help="each run is stopped after this long (default 900)")
     d.add_argument("--keep", action="store_true", help="keep the logs")
     add_model_args(d)
     w = sub.add_parser("worker", help="one rank (internal)")
@@ -316,6 +358,8 @@ def main():
     w.add_argument("--force-move", default="")
     add_model_args(w)
     args = ap.parse_args()
+    if args.cmd == "multi-lora":
+        check_args(ap, args)
     if args.cmd == "worker":
         worker(args)
     else:

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -109,6 +110,18 @@ void AddLoraCommands(CLI::App* app, GlobalOptions* g, int* rc) {
     PrintLora(r.lora());
   });
 
+  // The API reads 0 as "the controller's default": refuse it here rather
+  // than silently setting the default.
+  static const CLI::Validator kAboveZero(
+      [](std::string& v) -> std::string {
+        double x = 0;
+        if (!absl::SimpleAtod(v, &x) || !(x > 0)) {
+          return "must be > 0 (0 would mean the controller's default: leave "
+                 "the option out for that)";
+        }
+        return "";
+      },
+      "> 0");
   static std::string policy;
   static uint32_t slow_s = 0, horizon_s = 0, lead = 0, max_pipelines = 0;
   static double effect = 0, move_s = 0, min_gain = 0;
@@ -117,24 +130,31 @@ void AddLoraCommands(CLI::App* app, GlobalOptions* g, int* rc) {
       "set a job's multi-LoRA rescheduling policy: off, advise (default: "
       "record and publish the placement it would move to) or auto (move "
       "when the gain beats the cost); options not given take the "
-      "controller's defaults");
+      "controller's defaults (the API reads 0 as \"default\", so values "
+      "must be > 0)");
   set->add_option("JOB", job, "job id")->required();
   set->add_option("POLICY", policy, "off | advise | auto")
       ->required()
       ->check(CLI::IsMember({"off", "advise", "auto"}));
   set->add_option("--slow-min-effect", effect,
                   "slow below (1 - this) x the median rank's speed")
-      ->check(CLI::Range(0.0, 0.99));
+      ->check(CLI::Range(0.001, 0.99));
   set->add_option("--slow-persist-s", slow_s,
-                  "a better placement must hold this long before acting");
+                  "a better placement must hold this long before acting")
+      ->check(kAboveZero);
   set->add_option("--horizon-s", horizon_s,
-                  "gain counted over this long against the move's cost");
+                  "gain counted over this long against the move's cost")
+      ->check(kAboveZero);
   set->add_option("--move-s-per-layer", move_s,
-                  "pipeline pause per moved layer (s)");
+                  "pipeline pause per moved layer (s)")
+      ->check(kAboveZero);
   set->add_option("--min-gain", min_gain,
-                  "minimum relative throughput gain (0.1 = 10%)");
+                  "minimum relative throughput gain (0.1 = 10%; for \"any "
+                  "gain\" give a tiny value such as 1e-6)")
+      ->check(kAboveZero);
   set->add_option("--apply-lead-steps", lead,
-                  "apply at the last reported step + this");
+                  "apply at the last reported step + this")
+      ->check(kAboveZero);
   set->add_option("--max-pipelines", max_pipelines,
                   "most pipelines (data-parallel replicas, adapters split "
                   "between them) a placement may have (default 1)")
@@ -165,8 +185,10 @@ void AddLoraCommands(CLI::App* app, GlobalOptions* g, int* rc) {
     std::cout << "job " << job << ": lora policy " << PolicyName(o.policy())
               << ", slow_persist_s " << o.slow_persist_s() << ", horizon_s "
               << o.horizon_s() << ", move_s_per_layer " << o.move_s_per_layer()
-              << ", min_gain " << o.min_gain() << ", max_pipelines "
-              << o.max_pipelines() << "\n";
+              << ", min_gain " << o.min_gain() << ", slow_min_effect "
+              << o.slow_min_effect() << ", apply_lead_steps "
+              << o.apply_lead_steps() << ", max_pipelines " << o.max_pipelines()
+              << "\n";
   });
 }
 
