@@ -17,9 +17,17 @@ class WatchReactor final
  public:
   WatchReactor(ControllerCore* core, const v1::WatchFaultsRequest& req)
       : core_(core), out_(this) {
-    id_ = core_->Subscribe(
+    // A follower refuses (UNAVAILABLE naming the leader); a leader that
+    // steps down ends the stream the same way (controller_ha.cc).
+    absl::StatusOr<uint64_t> id = core_->SubscribeClient(
         req.job_id(), req.include_existing(),
-        [this](const v1::WatchFaultsResponse& r) { out_.Enqueue(r); });
+        [this](const v1::WatchFaultsResponse& r) { out_.Enqueue(r); },
+        [this](const absl::Status& why) { out_.Finish(ToGrpcStatus(why)); });
+    if (id.ok()) {
+      id_ = *id;
+    } else {
+      out_.Finish(ToGrpcStatus(id.status()));
+    }
   }
   void OnWriteDone(bool ok) override {
     if (!out_.WriteDone(ok)) out_.Finish(grpc::Status::CANCELLED);
