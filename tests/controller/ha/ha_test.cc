@@ -19,6 +19,7 @@
 #include "src/controller/ha/ha_controller.h"
 #include "src/controller/ha/leader_election.h"
 #include "src/controller/migrate/migration_manager.h"
+#include "src/controller/plan/plan_codec.h"
 #include "tests/controller/ha/etcd_fixture.h"
 #include "tests/controller/test_agent.h"
 
@@ -400,6 +401,63 @@ TEST_F(HaTest, MigrationsLiveInEtcdAndADeposedLeaderCannotWriteThem) {
   ASSERT_TRUE(m4.ok()) << m4.status();
   EXPECT_EQ(m4->epoch(), 3u);
   EXPECT_EQ(m4->migration_id(), "M11");
+  EXPECT_EQ(store_b.fenced_writes_refused(), 0u);
+  b->Stop(/*resign=*/true);
+}
+
+// Flow plans on etcd: the newest epoch per job, fenced like every write.
+TEST_F(HaTest, PlansLiveInEtcdAndADeposedLeaderCannotWriteThem) {
+  auto client_a = Client();
+  auto client_b = Client();
+  auto a = Election(client_a.get(), "a:1");
+  a->Start();
+  ASSERT_TRUE(WaitFor([&] { return a->IsLeader(); }));
+  const EtcdFence a_fence = a->Fence();
+  StaleFence stale(a_fence);
+  EtcdFaultStore store_a(client_a.get(), &stale, prefix_);
+  plan::FlowPlan p;
+  p.epoch = 3;
+  p.paths.resize(2);
+  p.paths[0].links = {4, 9, 17};
+  p.paths[0].src_gpu = 0;
+  p.paths[0].dst_gpu = 8;
+  p.paths[0].src_port = 49153;
+  p.paths[1].links = {5, 10};
+  p.paths[1].split = {{6, 11}};
+  p.paths[1].split_ports = {50001};
+  ASSERT_TRUE(store_a.SavePlan({"job1", 3, plan::EncodePlan(p)}).ok());
+  ASSERT_TRUE(store_a.SavePlan({"job0", 1, plan::EncodePlan({})}).ok());
+  absl::Status s = store_a.SavePlan({"job1", 2, "{}"});
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;  // older epoch
+  EXPECT_TRUE(absl::IsInvalidArgument(store_a.SavePlan({"", 1, "{}"})));
+  auto plans = store_a.Plans();
+  ASSERT_TRUE(plans.ok()) << plans.status();
+  ASSERT_EQ(plans->size(), 2u);
+  EXPECT_EQ((*plans)[0].job_id, "job0");
+  EXPECT_EQ((*plans)[1].job_id, "job1");
+  EXPECT_EQ((*plans)[1].epoch, 3u);
+  auto back = plan::DecodePlan((*plans)[1].data);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->paths[0].links, p.paths[0].links);
+  EXPECT_EQ(back->paths[1].split, p.paths[1].split);
+
+  a->Stop(/*resign=*/false);
+  ASSERT_TRUE(client_b->Revoke(a_fence.lease).ok());
+  auto b = Election(client_b.get(), "b:2");
+  b->Start();
+  ASSERT_TRUE(WaitFor([&] { return b->IsLeader(); }));
+  ElectionFence b_fence(b.get());
+  EtcdFaultStore store_b(client_b.get(), &b_fence, prefix_);
+  // The deposed leader's newer plan is refused by etcd, naming B.
+  p.epoch = 4;
+  s = store_a.SavePlan({"job1", 4, plan::EncodePlan(p)});
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_EQ(LeaderFromMessage(s.message()), "b:2");
+  EXPECT_EQ(store_a.fenced_writes_refused(), 1u);
+  plans = store_b.Plans();
+  ASSERT_TRUE(plans.ok()) << plans.status();
+  EXPECT_EQ((*plans)[1].epoch, 3u);
+  ASSERT_TRUE(store_b.SavePlan({"job1", 5, plan::EncodePlan(p)}).ok());
   EXPECT_EQ(store_b.fenced_writes_refused(), 0u);
   b->Stop(/*resign=*/true);
 }
