@@ -16,12 +16,14 @@
 # fenced writes refused (controller logs). Then deposes a live leader:
 # revokes its lease in etcd while two clients write through it, and shows
 # its writes refused by etcd (fenced_writes_refused), its step-down and
-# nothing lost.
+# nothing lost; a `pitstopctl faults --watch` through it sees its stream end
+# naming the new leader and watches there.
 #
 # Usage: tools/ha-demo.sh [--kills N] [--build DIR] [--lease-ttl-s S] [--keep]
 #                         [--no-time-targets]
 # Exit: 0 every target met (new leader <= 3 s, agents <= 5 s, nothing lost,
-# nothing done twice, a live deposed leader fenced and stepped down), 1 a
+# nothing done twice, a live deposed leader fenced and stepped down, the
+# watch re-followed the leader), 1 a
 # target missed, 2 usage or start-up failure,
 # 77 skipped (no etcd binary; Debian: etcd-server, tools/install-deps.sh).
 # --no-time-targets: the times are printed but do not decide the exit status
@@ -267,6 +269,7 @@ FENCE_TRIES=0
 FENCE_REFUSED=0
 FENCE_LOST=0
 FENCE_STEPPED_DOWN=0
+WATCH_REFOLLOWED=0
 while ((FENCE_TRIES < 5 && FENCE_REFUSED == 0)); do
   FENCE_TRIES=$((FENCE_TRIES + 1))
   old=$(leader_index)
@@ -283,6 +286,13 @@ while ((FENCE_TRIES < 5 && FENCE_REFUSED == 0)); do
     done) &
     writers+=($!)
   done
+  # An operator's watch through the leader (both addresses, the leader
+  # first): when it steps down the stream must end naming the new leader
+  # and pitstopctl must watch there (docs/ha.md).
+  "$CTL_BIN" --controller "${CADDR[$old]},${CADDR[$new]}" faults --watch \
+    >"$WORK/watch.out" 2>"$WORK/watch.err" &
+  watcher=$!
+  PIDS+=("$watcher")
   sleep 0.5
   lease=$(ETCDCTL_API=3 etcdctl --endpoints="$ENDPOINTS" get /pitstop-ha-demo/leader -w json |
     $PY -c 'import json, sys; k = json.load(sys.stdin).get("kvs", []); print("%x" % k[0]["lease"] if k else "")')
@@ -309,6 +319,17 @@ while ((FENCE_TRIES < 5 && FENCE_REFUSED == 0)); do
     sleep 0.05
   done
   for w in "${writers[@]}"; do kill "$w" 2>/dev/null || true; wait "$w" 2>/dev/null || true; done
+  # The watch re-followed: its stream on c$old ended UNAVAILABLE and it
+  # watches again at the leader, still running (up to 10 s more).
+  for _ in $(seq 200); do
+    grep -q "watching at" "$WORK/watch.err" && break
+    sleep 0.05
+  done
+  if grep -q "watching at" "$WORK/watch.err" && kill -0 "$watcher" 2>/dev/null; then
+    WATCH_REFOLLOWED=1
+  fi
+  kill "$watcher" 2>/dev/null || true
+  wait "$watcher" 2>/dev/null || true
   ((t_down)) || die "fence: c$old did not step down within 30 s; see $WORK/c$old.log"
   ((t_lead)) || die "fence: no leader with all agents within 30 s; see $WORK/c*.log"
   FENCE_STEPPED_DOWN=1
@@ -320,6 +341,8 @@ while ((FENCE_TRIES < 5 && FENCE_REFUSED == 0)); do
   LOST=$((LOST + FENCE_LOST))
   printf '[ha] fence try %d: lease %s of c%d revoked under write load; c%d %s; its writes refused by etcd: %d; c%d leads with all agents after %d ms; lost %d\n' \
     "$FENCE_TRIES" "$lease" "$old" "$old" "$old_role" "$refused" "$leader" "$t_lead" "$FENCE_LOST"
+  printf '[ha] pitstopctl faults --watch on c%d: %s\n' "$old" \
+    "$( ((WATCH_REFOLLOWED)) && grep -m1 "watching at" "$WORK/watch.err" || echo "DID NOT re-follow the leader")"
 done
 
 # --- summary -------------------------------------------------------------------
@@ -328,12 +351,12 @@ HOOKS=$(wc -l <"$WORK/actions.log" 2>/dev/null || echo 0)
 FENCED=$(cat "$WORK"/c*.log | grep -c "fenced write refused" || true)
 OPENED=$(snapshot | wc -l)
 $PY - "$KILLS" "$LOST" "$DUPES" "$HOOKS" "$FENCED" "$OPENED" "${LEAD_MS[*]:-}" "${AGENTS_MS[*]:-}" \
-  "$FENCE_REFUSED" "$FENCE_STEPPED_DOWN" "$FENCE_TRIES" <<'EOF'
+  "$FENCE_REFUSED" "$FENCE_STEPPED_DOWN" "$FENCE_TRIES" "$WATCH_REFOLLOWED" <<'EOF'
 import sys
 kills, lost, dupes, hooks, fenced, opened = map(int, sys.argv[1:7])
 lead = [int(x) for x in sys.argv[7].split()]
 agents = [int(x) for x in sys.argv[8].split()]
-fence_refused, fence_down, fence_tries = map(int, sys.argv[9:12])
+fence_refused, fence_down, fence_tries, watch_refollowed = map(int, sys.argv[9:13])
 def stats(v):
     if not v: return "-"
     v = sorted(v)
@@ -346,10 +369,13 @@ print("  actions taken twice:            %d (on_confirmed hook ran %d times; fau
 print("  fenced writes refused:          %d (writes of a deposed leader etcd refused)" % fenced)
 print("  live leader deposed (lease revoked under writes): %d of its writes refused by etcd, %s (%d tries)"
       % (fence_refused, "stepped down" if fence_down else "DID NOT step down", fence_tries))
+print("  its faults --watch:             %s" % ("ended naming the leader and re-followed it"
+      if watch_refollowed else "DID NOT re-follow the leader"))
 import os
 timing = os.environ.get("HA_TIME_TARGETS", "1") == "1"
 ok = (lead and (not timing or (max(lead) <= 3000 and max(agents) <= 5000))
-      and lost == 0 and dupes == 0 and fence_refused > 0 and fence_down)
+      and lost == 0 and dupes == 0 and fence_refused > 0 and fence_down
+      and watch_refollowed)
 if not timing:
     print("[ha] times printed only (--no-time-targets)")
 print("[ha] targets " + ("met" if ok else "MISSED"))

@@ -386,7 +386,11 @@ void ControllerCore::ShedAndExpire() {
 }
 
 void ControllerCore::RunCycle() {
-  if (!CheckLeader().ok()) return;  // followers detect nothing
+  if (!CheckLeader().ok()) {  // followers detect nothing
+    CoreLock lock(this);
+    EndFormerWatches(/*now=*/false);
+    return;
+  }
   mu_.Lock();
   DrainInbox();  // every batch that arrived before the cycle counts
   RunCycleLocked();
@@ -484,6 +488,12 @@ void ControllerCore::Notify(v1::WatchFaultsResponse::Change change,
 uint64_t ControllerCore::Subscribe(const std::string& job_id,
                                    bool include_existing, WatchFn fn) {
   CoreLock lock(this);
+  return AddWatcher(job_id, include_existing, std::move(fn), nullptr);
+}
+
+uint64_t ControllerCore::AddWatcher(const std::string& job_id,
+                                    bool include_existing, WatchFn fn,
+                                    WatchEndFn end) {
   if (include_existing) {
     absl::StatusOr<std::vector<v1::Fault>> open =
         store_->List(job_id, false, 0);
@@ -497,13 +507,14 @@ uint64_t ControllerCore::Subscribe(const std::string& job_id,
     }
   }
   const uint64_t id = next_id_++;
-  watchers_[id] = Watcher{job_id, std::move(fn)};
+  watchers_[id] = Watcher{job_id, std::move(fn), std::move(end)};
   return id;
 }
 
 void ControllerCore::Unsubscribe(uint64_t id) {
   CoreLock lock(this);
   watchers_.erase(id);
+  ending_watches_.erase(id);
 }
 
 }  // namespace pitstop::controller

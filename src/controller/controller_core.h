@@ -217,6 +217,26 @@ class ControllerCore {
                      WatchFn fn);
   void Unsubscribe(uint64_t id);
 
+  // --- Watch streams of clients (controller_ha.cc) --------------------------
+  // Ends a client's watch stream (the gRPC reactor's Finish); called with
+  // the core's lock held, so it must not block or call back.
+  using WatchEndFn = std::function<void(const absl::Status&)>;
+  // As Subscribe / SubscribeMigrations, for a client's stream: refused with
+  // Unavailable naming the leader on a follower (it runs no detection, so a
+  // watch there would stay silent). When this controller steps down, every
+  // such watch is ended with `end`: Unavailable naming the new leader
+  // ("leader=HOST:PORT") once it is known, at most kWatchEndWait later, so
+  // pitstopctl and schedulers re-follow the leader. Unsubscribe /
+  // UnsubscribeMigrations with the id as usual.
+  static constexpr absl::Duration kWatchEndWait = absl::Seconds(5);
+  absl::StatusOr<uint64_t> SubscribeClient(const std::string& job_id,
+                                           bool include_existing, WatchFn fn,
+                                           WatchEndFn end);
+  absl::StatusOr<uint64_t> SubscribeMigrationsClient(const std::string& job_id,
+                                                     bool include_existing,
+                                                     MigrationWatchFn fn,
+                                                     WatchEndFn end);
+
  private:
   struct NodeEntry {
     v1::NodeRegistration registration;
@@ -232,6 +252,7 @@ class ControllerCore {
   struct Watcher {
     std::string job_id;
     WatchFn fn;
+    WatchEndFn end;  // set for a client's stream (SubscribeClient)
   };
 
   ControllerCore(Options options, std::unique_ptr<FaultStore> store,
@@ -264,6 +285,20 @@ class ControllerCore {
   void Loop();
   // OK without Leadership or while leading; Unavailable naming the leader.
   absl::Status CheckLeader() const;
+  // Subscribe / SubscribeMigrations under the lock; `end` null for a
+  // watcher inside the controller (fault actions, metrics).
+  uint64_t AddWatcher(const std::string& job_id, bool include_existing,
+                      WatchFn fn, WatchEndFn end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t AddMigrationWatcher(const std::string& job_id, bool include_existing,
+                               MigrationWatchFn fn, WatchEndFn end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the client watches to ending_watches_ (StepDown).
+  void DetachClientWatches(const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends ending_watches_ once the leader is known (or `now`, or past
+  // ending_deadline_) with Unavailable naming it.
+  void EndFormerWatches(bool now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Acknowledge (resolve = false) or Resolve, then notify watchers.
   absl::StatusOr<v1::Fault> MoveFault(const std::string& fault_id,
                                       const std::string& who,
@@ -373,8 +408,14 @@ class ControllerCore {
   struct MigrationWatcher {
     std::string job_id;
     MigrationWatchFn fn;
+    WatchEndFn end;  // set for a client's stream
   };
   std::map<uint64_t, MigrationWatcher> migration_watchers_ ABSL_GUARDED_BY(mu_);
+  // Client watches of the term this controller lost, waiting to be ended
+  // naming the new leader (EndFormerWatches), by subscription id.
+  std::map<uint64_t, WatchEndFn> ending_watches_ ABSL_GUARDED_BY(mu_);
+  std::string ending_why_ ABSL_GUARDED_BY(mu_);
+  absl::Time ending_deadline_ ABSL_GUARDED_BY(mu_);
   int64_t process_budget_ ABSL_GUARDED_BY(mu_);
 
   Mutex loop_mu_;

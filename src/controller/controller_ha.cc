@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "pitstop/leader_hint.h"
 #include "pitstop/logging.h"
 #include "src/controller/controller_core.h"
 
@@ -55,6 +56,9 @@ absl::Status ControllerCore::BecomeLeader() {
   for (auto it = open->rbegin(); it != open->rend(); ++it) {
     Notify(v1::WatchFaultsResponse::CHANGE_EXISTING, *it);
   }
+  // Watches of an earlier term of this controller: they missed what
+  // happened in between; their clients watch again here.
+  EndFormerWatches(/*now=*/true);
   Logger("controller")
       ->info(
           "leading: {} open faults, {} drains loaded from {}; next fault "
@@ -77,9 +81,82 @@ void ControllerCore::StepDown(const std::string& why) {
   nodes_.clear();
   sessions_.clear();
   migrations_.reset();  // the next leader drives them from the store
+  DetachClientWatches(why);
   if (options_.metrics) options_.metrics->SetAgentsConnected(0);
   Logger("controller")
       ->warn("stepped down ({}): {} agent streams closed", why, closed);
+}
+
+absl::StatusOr<uint64_t> ControllerCore::SubscribeClient(
+    const std::string& job_id, bool include_existing, WatchFn fn,
+    WatchEndFn end) {
+  CoreLock lock(this);
+  // Checked under the lock: the election stops leading before it calls
+  // StepDown (which takes the lock), so a watch is either refused here or
+  // ended by StepDown, never left silent.
+  if (absl::Status s = CheckLeader(); !s.ok()) return s;
+  return AddWatcher(job_id, include_existing, std::move(fn), std::move(end));
+}
+
+absl::StatusOr<uint64_t> ControllerCore::SubscribeMigrationsClient(
+    const std::string& job_id, bool include_existing, MigrationWatchFn fn,
+    WatchEndFn end) {
+  CoreLock lock(this);
+  if (absl::Status s = CheckLeader(); !s.ok()) return s;
+  return AddMigrationWatcher(job_id, include_existing, std::move(fn),
+                             std::move(end));
+}
+
+void ControllerCore::DetachClientWatches(const std::string& why) {
+  size_t n = 0;
+  for (auto it = watchers_.begin(); it != watchers_.end();) {
+    if (!it->second.end) {
+      ++it;
+      continue;
+    }
+    ending_watches_[it->first] = std::move(it->second.end);
+    it = watchers_.erase(it);
+    ++n;
+  }
+  for (auto it = migration_watchers_.begin();
+       it != migration_watchers_.end();) {
+    if (!it->second.end) {
+      ++it;
+      continue;
+    }
+    ending_watches_[it->first] = std::move(it->second.end);
+    it = migration_watchers_.erase(it);
+    ++n;
+  }
+  if (n == 0) return;
+  ending_why_ = why;
+  ending_deadline_ = options_.clock->Now() + kWatchEndWait;
+  // Usually the new leader is not known yet (its campaign follows the
+  // lease's end); the loop ends them once it is (RunCycle).
+  EndFormerWatches(/*now=*/false);
+}
+
+void ControllerCore::EndFormerWatches(bool now) {
+  if (ending_watches_.empty()) return;
+  std::string leader;
+  if (options_.leadership != nullptr) {
+    v1::ControllerStatus st;
+    options_.leadership->FillStatus(&st);
+    const absl::Status leading = CheckLeader();
+    leader = leading.ok() ? st.leader() : LeaderFromMessage(leading.message());
+  }
+  if (leader.empty() && !now && options_.clock->Now() < ending_deadline_) {
+    return;
+  }
+  const absl::Status why = absl::UnavailableError(absl::StrCat(
+      "controller stepped down (", ending_why_, "); watch again at ",
+      leader.empty() ? "another controller (no leader known yet)"
+                     : absl::StrCat("the leader; leader=", leader)));
+  Logger("controller")
+      ->info("{} watch streams of the former term ended: {}",
+             ending_watches_.size(), std::string(why.message()));
+  for (auto& [id, end] : ending_watches_) end(why);
+  ending_watches_.clear();
 }
 
 }  // namespace pitstop::controller

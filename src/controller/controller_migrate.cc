@@ -303,6 +303,13 @@ uint64_t ControllerCore::SubscribeMigrations(const std::string& job_id,
                                              bool include_existing,
                                              MigrationWatchFn fn) {
   CoreLock lock(this);
+  return AddMigrationWatcher(job_id, include_existing, std::move(fn), nullptr);
+}
+
+uint64_t ControllerCore::AddMigrationWatcher(const std::string& job_id,
+                                             bool include_existing,
+                                             MigrationWatchFn fn,
+                                             WatchEndFn end) {
   if (include_existing && migrations_) {
     v1::WatchMigrationsResponse resp;
     resp.set_change(v1::WatchMigrationsResponse::CHANGE_EXISTING);
@@ -312,13 +319,15 @@ uint64_t ControllerCore::SubscribeMigrations(const std::string& job_id,
     }
   }
   const uint64_t id = next_id_++;
-  migration_watchers_[id] = MigrationWatcher{job_id, std::move(fn)};
+  migration_watchers_[id] =
+      MigrationWatcher{job_id, std::move(fn), std::move(end)};
   return id;
 }
 
 void ControllerCore::UnsubscribeMigrations(uint64_t id) {
   CoreLock lock(this);
   migration_watchers_.erase(id);
+  ending_watches_.erase(id);
 }
 
 absl::Status ControllerCore::MigrationInput(const std::string& host,

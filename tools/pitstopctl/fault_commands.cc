@@ -1,7 +1,9 @@
 // pitstopctl: faults [--watch], fault show, ack, resolve, drain, uncordon,
 // policy get/set.
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <iostream>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -30,30 +32,63 @@ FaultArgs& Args() {
   return args;
 }
 
-int Watch(const GlobalOptions& g, const FaultArgs& a) {
-  auto stub = v1::Controller::NewStub(CliChannel(g));
-  grpc::ClientContext ctx;
-  AddAuth(g, &ctx);
-  v1::WatchFaultsRequest req;
-  req.set_job_id(a.job);
-  req.set_include_existing(true);
-  auto reader = stub->WatchFaults(&ctx, req);
-  v1::WatchFaultsResponse r;
-  while (reader->Read(&r)) {
-    if (g.output == "json") {
-      std::cout << ToJson(r) << std::endl;
-      continue;
-    }
-    const v1::Fault& f = r.fault();
-    std::cout << ShortEnum(v1::WatchFaultsResponse::Change_Name(r.change()),
-                           "CHANGE_")
-              << "  " << f.fault_id() << "  "
-              << ShortEnum(v1::FaultClass_Name(f.fault_class()), "FAULT_CLASS_")
-              << "  "
-              << ShortEnum(v1::FaultState_Name(f.state()), "FAULT_STATE_")
-              << "  " << SuspectList(f) << "  " << f.summary() << std::endl;
+// Prints one change of the watch.
+void PrintChange(const GlobalOptions& g, const v1::WatchFaultsResponse& r) {
+  if (g.output == "json") {
+    std::cout << ToJson(r) << std::endl;
+    return;
   }
-  const grpc::Status s = reader->Finish();
+  const v1::Fault& f = r.fault();
+  std::cout << ShortEnum(v1::WatchFaultsResponse::Change_Name(r.change()),
+                         "CHANGE_")
+            << "  " << f.fault_id() << "  "
+            << ShortEnum(v1::FaultClass_Name(f.fault_class()), "FAULT_CLASS_")
+            << "  " << ShortEnum(v1::FaultState_Name(f.state()), "FAULT_STATE_")
+            << "  " << SuspectList(f) << "  " << f.summary() << std::endl;
+}
+
+// With several controllers (docs/ha.md) a watch that ends UNAVAILABLE (a
+// follower, or a leader that stepped down) is opened again at the leader
+// it names, else at the next address, for up to kRefollowFor; the open
+// faults are printed again (EXISTING) there.
+constexpr auto kRefollowFor = std::chrono::seconds(15);
+
+int Watch(const GlobalOptions& g, const FaultArgs& a) {
+  const std::vector<std::string> list = SplitControllerList(g.controller);
+  std::string target = list.size() > 1 ? list[0] : g.controller;
+  size_t next = 0;
+  auto give_up = std::chrono::steady_clock::now() + kRefollowFor;
+  grpc::Status s;
+  for (;;) {
+    auto stub = v1::Controller::NewStub(CliChannel(g, target));
+    grpc::ClientContext ctx;
+    AddAuth(g, &ctx);
+    v1::WatchFaultsRequest req;
+    req.set_job_id(a.job);
+    req.set_include_existing(true);
+    auto reader = stub->WatchFaults(&ctx, req);
+    v1::WatchFaultsResponse r;
+    while (reader->Read(&r)) {
+      PrintChange(g, r);
+      give_up = std::chrono::steady_clock::now() + kRefollowFor;
+    }
+    s = reader->Finish();
+    if (list.size() <= 1 || s.error_code() != grpc::StatusCode::UNAVAILABLE ||
+        std::chrono::steady_clock::now() > give_up) {
+      break;
+    }
+    const std::string hint = LeaderFromMessage(s.error_message());
+    const std::string from = target;
+    if (!hint.empty() && hint != target) {
+      target = hint;
+    } else {
+      next = (next + 1) % list.size();
+      target = list[next];
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    std::cerr << "pitstopctl: " << from << ": " << s.error_message()
+              << "; watching at " << target << std::endl;
+  }
   if (!s.ok()) PrintError(g, s);
   return ExitCodeFor(s);
 }

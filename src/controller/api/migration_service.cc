@@ -20,9 +20,17 @@ class MigrationWatchReactor final
   MigrationWatchReactor(ControllerCore* core,
                         const v1::WatchMigrationsRequest& req)
       : core_(core), out_(this) {
-    id_ = core_->SubscribeMigrations(
+    // Refused on a follower, ended when this controller steps down: both
+    // UNAVAILABLE naming the leader (controller_ha.cc).
+    absl::StatusOr<uint64_t> id = core_->SubscribeMigrationsClient(
         req.job_id(), req.include_existing(),
-        [this](const v1::WatchMigrationsResponse& r) { out_.Enqueue(r); });
+        [this](const v1::WatchMigrationsResponse& r) { out_.Enqueue(r); },
+        [this](const absl::Status& why) { out_.Finish(ToGrpcStatus(why)); });
+    if (id.ok()) {
+      id_ = *id;
+    } else {
+      out_.Finish(ToGrpcStatus(id.status()));
+    }
   }
   void OnWriteDone(bool ok) override {
     if (!out_.WriteDone(ok)) out_.Finish(grpc::Status::CANCELLED);

@@ -17,9 +17,17 @@ class WatchReactor final
  public:
   WatchReactor(ControllerCore* core, const v1::WatchFaultsRequest& req)
       : core_(core), out_(this) {
-    id_ = core_->Subscribe(
+    // A follower refuses (UNAVAILABLE naming the leader); a leader that
+    // steps down ends the stream the same way (controller_ha.cc).
+    absl::StatusOr<uint64_t> id = core_->SubscribeClient(
         req.job_id(), req.include_existing(),
-        [this](const v1::WatchFaultsResponse& r) { out_.Enqueue(r); });
+        [this](const v1::WatchFaultsResponse& r) { out_.Enqueue(r); },
+        [this](const absl::Status& why) { out_.Finish(ToGrpcStatus(why)); });
+    if (id.ok()) {
+      id_ = *id;
+    } else {
+      out_.Finish(ToGrpcStatus(id.status()));
+    }
   }
   void OnWriteDone(bool ok) override {
     if (!out_.WriteDone(ok)) out_.Finish(grpc::Status::CANCELLED);
@@ -76,8 +84,9 @@ class AgentStreamReactor final
     {
       MutexLock lock(&mu_);
       done_ = true;
-      // A batch still queued in the core: its completion cleans up.
-      if (batch_pending_) return;
+      // A batch's completion still running (or its batch still queued in
+      // the core): the completion cleans up when it is done with `this`.
+      if (holds_ > 0) return;
     }
     End();
   }
@@ -117,7 +126,7 @@ class AgentStreamReactor final
     }
     {
       MutexLock lock(&mu_);
-      batch_pending_ = true;
+      ++holds_;
     }
     // The next read starts from the completion (at once when the core's
     // lock is free, else when the batch has been joined): one batch per
@@ -126,17 +135,31 @@ class AgentStreamReactor final
                             [this](absl::Status st) { BatchDone(st); });
   }
 
+  // The batch's completion. Its hold (holds_) is kept until it is done
+  // with `this`: OnDone may run on another thread as soon as no read is
+  // outstanding (a cancel racing the completion), and it must not delete
+  // the reactor under it (it did: "pure virtual method called" under TSan,
+  // 1 run in 5 of IngestStreamTest.StreamEndingWhileItsBatchIsQueued).
   void BatchDone(const absl::Status& st) {
     bool ended;
     {
       MutexLock lock(&mu_);
-      batch_pending_ = false;
       ended = done_;
     }
-    if (ended) {  // the stream ended while its batch was queued
-      End();
-      return;
+    if (!ended) Continue(st);
+    {
+      MutexLock lock(&mu_);
+      // A read started by Continue() may already have brought the next
+      // batch (HandleRequest took a hold for it): only this completion's
+      // hold is given back.
+      if (--holds_ > 0) return;
+      ended = done_;
     }
+    if (ended) End();  // the stream ended while its batch was queued
+  }
+
+  // After a batch while the stream is open: end it or read the next one.
+  void Continue(const absl::Status& st) {
     if (absl::IsFailedPrecondition(st) || closed_.load()) {
       // The session was superseded or shed: end the stream so the agent
       // reconnects instead of sending into the void.
@@ -151,8 +174,11 @@ class AgentStreamReactor final
           ->warn("agent {}: {} ({} batches with invalid records so far)", host_,
                  st.ToString(), invalid_batches_);
     }
-    request_.Clear();
-    StartRead(&request_);
+    // Not after Finish (a cancel or a Close on another thread).
+    (void)out_.UnlessFinished([this] {
+      request_.Clear();
+      StartRead(&request_);
+    });
   }
 
   ControllerCore* const core_;
@@ -164,7 +190,8 @@ class AgentStreamReactor final
   uint64_t invalid_batches_ = 0;
   std::string host_;
   Mutex mu_;
-  bool batch_pending_ ABSL_GUARDED_BY(mu_) = false;
+  // Batches submitted whose completion has not finished with `this`.
+  int holds_ ABSL_GUARDED_BY(mu_) = 0;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -50,6 +50,16 @@ class WriteQueue {
     WriteNextLocked();
     return true;
   }
+  // Runs `start` (the reactor's StartRead) unless the RPC was finished:
+  // an operation started after Finish can race gRPC's OnDone (the reactor
+  // may be gone). False when finished.
+  template <typename Fn>
+  bool UnlessFinished(Fn start) {
+    MutexLock lock(&mu_);
+    if (finished_) return false;
+    start();
+    return true;
+  }
   // Finishes the RPC once, whatever called first.
   void Finish(const grpc::Status& s) {
     MutexLock lock(&mu_);

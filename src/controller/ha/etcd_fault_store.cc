@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "pitstop/logging.h"
 
@@ -19,6 +20,23 @@ etcdserverpb::RequestOp PutOp(const std::string& key,
   op.mutable_request_put()->set_key(key);
   op.mutable_request_put()->set_value(value);
   return op;
+}
+
+// plans/JOB values: "EPOCH\n" then the plan's encoding.
+absl::StatusOr<StoredPlan> DecodePlanValue(const std::string& path,
+                                           const std::string& key,
+                                           absl::string_view job_id,
+                                           absl::string_view value) {
+  const size_t nl = value.find('\n');
+  StoredPlan p;
+  if (nl == absl::string_view::npos ||
+      !absl::SimpleAtoi(value.substr(0, nl), &p.epoch)) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": ", key, ": undecodable plan record"));
+  }
+  p.job_id = std::string(job_id);
+  p.data = std::string(value.substr(nl + 1));
+  return p;
 }
 
 }  // namespace
@@ -291,6 +309,55 @@ absl::StatusOr<std::vector<v1::Migration>> EtcdFaultStore::Migrations() const {
             [](const v1::Migration& a, const v1::Migration& b) {
               return FaultNumberOf(a.migration_id()) <
                      FaultNumberOf(b.migration_id());
+            });
+  return out;
+}
+
+absl::Status EtcdFaultStore::SavePlan(const StoredPlan& plan) {
+  if (plan.job_id.empty()) return CheckPlanWrite(plan, false, 0);
+  MutexLock lock(&mu_);
+  const std::string key = absl::StrCat(prefix_, "plans/", plan.job_id);
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    absl::StatusOr<std::optional<EtcdKv>> kv = etcd_->Get(key);
+    if (!kv.ok()) return kv.status();
+    uint64_t stored_epoch = 0;
+    if (kv->has_value()) {
+      absl::StatusOr<StoredPlan> old =
+          DecodePlanValue(path_, key, plan.job_id, (*kv)->value);
+      if (!old.ok()) return old.status();
+      stored_epoch = old->epoch;
+    }
+    if (absl::Status s = CheckPlanWrite(plan, kv->has_value(), stored_epoch);
+        !s.ok()) {
+      return s;
+    }
+    // Guarded by the record's mod revision: the epoch check and the write
+    // are one step even against another writer.
+    absl::StatusOr<bool> done =
+        FencedTxn(&key, kv->has_value() ? (*kv)->mod_revision : 0,
+                  {PutOp(key, absl::StrCat(plan.epoch, "\n", plan.data))});
+    if (!done.ok()) return done.status();
+    if (*done) return absl::OkStatus();
+  }
+  return absl::AbortedError(absl::StrCat("plan of job ", plan.job_id,
+                                         ": changed concurrently ",
+                                         kMaxAttempts, " times; not stored"));
+}
+
+absl::StatusOr<std::vector<StoredPlan>> EtcdFaultStore::Plans() const {
+  const std::string p = absl::StrCat(prefix_, "plans/");
+  absl::StatusOr<std::vector<EtcdKv>> kvs = etcd_->List(p);
+  if (!kvs.ok()) return kvs.status();
+  std::vector<StoredPlan> out;
+  for (const EtcdKv& kv : *kvs) {
+    absl::StatusOr<StoredPlan> plan =
+        DecodePlanValue(path_, kv.key, kv.key.substr(p.size()), kv.value);
+    if (!plan.ok()) return plan.status();
+    out.push_back(std::move(*plan));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const StoredPlan& a, const StoredPlan& b) {
+              return a.job_id < b.job_id;
             });
   return out;
 }

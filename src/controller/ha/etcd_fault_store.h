@@ -1,6 +1,7 @@
 // FaultStore on etcd, for several controllers (docs/ha.md). Keys under a
 // prefix (default "/pitstop/"): faults/ID, drains/HOST, policies/JOB,
-// migrations/ID, each value a serialized record. Every write is one etcd
+// migrations/ID, each value a serialized record, and plans/JOB ("EPOCH\n"
+// then the plan's encoding). Every write is one etcd
 // transaction that compares the leader key's lease and create revision with
 // this controller's fence, so a deposed leader cannot write: etcd refuses, the
 // refusal is counted (fenced_writes_refused) and the write fails with
@@ -76,6 +77,8 @@ class EtcdFaultStore final : public FaultStore {
   std::map<std::string, v1::JobPolicy> Policies() const override;
   absl::Status SaveMigration(const v1::Migration& m) override;
   absl::StatusOr<std::vector<v1::Migration>> Migrations() const override;
+  absl::Status SavePlan(const StoredPlan& plan) override;
+  absl::StatusOr<std::vector<StoredPlan>> Plans() const override;
   const std::string& path() const override { return path_; }
 
   // Writes etcd refused because another controller holds the leader key.

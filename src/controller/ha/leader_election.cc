@@ -87,7 +87,9 @@ void LeaderElection::Run() {
     if (leader) {
       KeepAlive();
       MutexLock lock(&mu_);
-      wait = std::max(granted_ttl_ / 3, absl::Milliseconds(100));
+      // Deposed by this keep-alive: poll like a follower, so the new
+      // leader is known (and named to clients) soon.
+      if (leader_) wait = std::max(granted_ttl_ / 3, absl::Milliseconds(100));
     } else {
       Campaign();
     }

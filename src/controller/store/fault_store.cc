@@ -77,4 +77,17 @@ bool ApplyResolve(v1::Fault* f, absl::string_view who, absl::string_view note,
   return true;
 }
 
+absl::Status CheckPlanWrite(const StoredPlan& plan, bool has_stored,
+                            uint64_t stored_epoch) {
+  if (plan.job_id.empty()) {
+    return absl::InvalidArgumentError("plan.job_id: empty");
+  }
+  if (has_stored && stored_epoch > plan.epoch) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "plan of job ", plan.job_id, ": epoch ", plan.epoch,
+        " is older than the stored epoch ", stored_epoch, "; not stored"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace pitstop::controller

@@ -20,6 +20,14 @@
 
 namespace pitstop::controller {
 
+// A job's C4P flow plan as stored: the plan's epoch and its encoding
+// (src/controller/plan/plan_codec.h; the store does not look inside).
+struct StoredPlan {
+  std::string job_id;
+  uint64_t epoch = 0;
+  std::string data;
+};
+
 // Implementations are thread-safe: every method may be called from any
 // thread. A write refused because this controller no longer leads (etcd
 // fencing) returns Unavailable; callers treat it like any store failure.
@@ -74,6 +82,14 @@ class FaultStore {
   virtual absl::Status SaveMigration(const v1::Migration& m) = 0;
   virtual absl::StatusOr<std::vector<v1::Migration>> Migrations() const = 0;
 
+  // Flow plans (src/controller/plan/), one per job, the newest epoch:
+  // SavePlan replaces the job's plan unless the stored one has a higher
+  // epoch (FailedPrecondition naming both: a re-plan that lost a race must
+  // not undo a newer one); the same epoch replaces it. InvalidArgument for
+  // an empty job id. Plans returns every job's, by job id.
+  virtual absl::Status SavePlan(const StoredPlan& plan) = 0;
+  virtual absl::StatusOr<std::vector<StoredPlan>> Plans() const = 0;
+
   // Where the state lives: the database path, or "etcd:ENDPOINTS PREFIX".
   virtual const std::string& path() const = 0;
 };
@@ -81,6 +97,10 @@ class FaultStore {
 // Shared by the implementations: the numeric suffix of a fault id ("F12"
 // -> 12; 0 without one).
 int64_t FaultNumberOf(absl::string_view fault_id);
+// SavePlan's checks, shared by the stores: InvalidArgument for an empty job
+// id; FailedPrecondition when `stored_epoch` (of a stored plan) is newer.
+absl::Status CheckPlanWrite(const StoredPlan& plan, bool has_stored,
+                            uint64_t stored_epoch);
 
 // The state transitions both stores apply (pure functions over records, so
 // SQLite and etcd behave the same). MergeUpsert returns the record to store

@@ -31,6 +31,10 @@ CREATE TABLE IF NOT EXISTS migrations (
   migration_id TEXT PRIMARY KEY,
   number INTEGER NOT NULL,
   data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS plans (
+  job_id TEXT PRIMARY KEY,
+  epoch INTEGER NOT NULL,
+  data BLOB NOT NULL);
 )sql";
 
 absl::Status NotFound(absl::string_view id) {
@@ -292,6 +296,41 @@ absl::StatusOr<std::vector<v1::Migration>> SqliteFaultStore::Migrations()
       return absl::DataLossError(
           absl::StrCat(path_, ": undecodable migration record"));
     }
+  }
+  return out;
+}
+
+absl::Status SqliteFaultStore::SavePlan(const StoredPlan& plan) {
+  MutexLock lock(&mu_);
+  // One controller per database (the lock file) and one writer (mu_): the
+  // read and the write below cannot interleave with another write.
+  SqliteStmt read(db_, "SELECT epoch FROM plans WHERE job_id = ?1");
+  read.Bind(1, plan.job_id);
+  const int rc = read.Step();
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return read.Error(rc);
+  const bool has_stored = rc == SQLITE_ROW;
+  const uint64_t stored = has_stored ? static_cast<uint64_t>(read.Int(0)) : 0;
+  if (absl::Status s = CheckPlanWrite(plan, has_stored, stored); !s.ok()) {
+    return s;
+  }
+  SqliteStmt q(db_,
+               "INSERT OR REPLACE INTO plans(job_id, epoch, data) "
+               "VALUES (?1, ?2, ?3)");
+  q.Bind(1, plan.job_id);
+  q.Bind(2, static_cast<int64_t>(plan.epoch));
+  q.BindBlob(3, plan.data);
+  return q.Run();
+}
+
+absl::StatusOr<std::vector<StoredPlan>> SqliteFaultStore::Plans() const {
+  MutexLock lock(&mu_);
+  SqliteStmt q(db_, "SELECT job_id, epoch, data FROM plans ORDER BY job_id");
+  std::vector<StoredPlan> out;
+  for (int rc = q.Step();; rc = q.Step()) {
+    if (rc == SQLITE_DONE) break;
+    if (rc != SQLITE_ROW) return q.Error(rc);
+    out.push_back(
+        StoredPlan{q.Text(0), static_cast<uint64_t>(q.Int(1)), q.Blob(2)});
   }
   return out;
 }

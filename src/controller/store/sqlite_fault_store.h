@@ -70,6 +70,8 @@ class SqliteFaultStore final : public FaultStore {
   std::map<std::string, v1::JobPolicy> Policies() const override;
   absl::Status SaveMigration(const v1::Migration& m) override;
   absl::StatusOr<std::vector<v1::Migration>> Migrations() const override;
+  absl::Status SavePlan(const StoredPlan& plan) override;
+  absl::StatusOr<std::vector<StoredPlan>> Plans() const override;
 
   const std::string& path() const override { return path_; }
 

@@ -1,25 +1,34 @@
 // Several controllers on a real etcd: the fenced store, the election and
 // the core's follower behaviour. Skips loudly without the etcd binary.
 #include <memory>
+#include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pitstop/leader_hint.h"
+#include "pitstop/v1/controller.grpc.pb.h"
+#include "src/controller/api/controller_service.h"
 #include "src/controller/controller_core.h"
 #include "src/controller/ha/etcd_client.h"
 #include "src/controller/ha/etcd_fault_store.h"
 #include "src/controller/ha/ha_controller.h"
 #include "src/controller/ha/leader_election.h"
+#include "src/controller/migrate/migration_manager.h"
+#include "src/controller/plan/plan_codec.h"
 #include "tests/controller/ha/etcd_fixture.h"
+#include "tests/controller/test_agent.h"
 
 namespace pitstop::controller::ha {
 namespace {
 
 using testing::EtcdProcess;
 using ::testing::HasSubstr;
+using testing::TestChannel;
 
 // A fence fixed at what a controller believed when it was paused: models
 // a deposed leader that has not noticed yet.
@@ -51,6 +60,31 @@ v1::Fault MakeFault(const std::string& id, const std::string& job) {
   f.set_state(v1::FAULT_STATE_SUSPECTED);
   f.set_summary("rank 3 slow");
   return f;
+}
+
+// The agents' side of migrations: records what each host was told; every
+// host is connected.
+class RecordingSender final : public MigrationSender {
+ public:
+  bool SendMigration(const std::string& host,
+                     const v1::MigrationDirective& d) override {
+    sent.emplace_back(host, d);
+    return true;
+  }
+  std::vector<std::pair<std::string, v1::MigrationDirective>> sent;
+};
+
+// Job "j": node0 (ranks 0-1, leaving), node1 (2-3); `joiner` takes over.
+MigrationPlan MakePlan(const std::string& job, const std::string& joiner) {
+  MigrationPlan p;
+  p.job_id = job;
+  p.leaver_host = "node0";
+  p.joiner_host = joiner;
+  p.ranks_by_host = {{"node0", {0, 1}}, {"node1", {2, 3}}};
+  p.comms = {{0xA1, "world"}};
+  p.switch_comm_hash = 0xA1;
+  p.requested_by = "test";
+  return p;
 }
 
 TEST(LeaderHintTest, ParsesTheLeaderAndControllerLists) {
@@ -284,6 +318,305 @@ TEST_F(HaTest, CoresFollowTheLeaderAndTakeOverDurableState) {
   EXPECT_EQ(core_a->Status().role(), v1::CONTROLLER_ROLE_FOLLOWER);
   EXPECT_TRUE(absl::IsUnavailable(core_a->SetPolicy("job1", p).status()));
   (*ha_b)->Stop();
+}
+
+// Migrations and their epochs on etcd: the state machine writes every
+// change there, a new leader's manager resumes the unfinished ones from
+// it, and a deposed leader's migration writes are refused.
+TEST_F(HaTest, MigrationsLiveInEtcdAndADeposedLeaderCannotWriteThem) {
+  auto client_a = Client();
+  auto client_b = Client();
+  auto a = Election(client_a.get(), "a:1");
+  a->Start();
+  ASSERT_TRUE(WaitFor([&] { return a->IsLeader(); }));
+  const EtcdFence a_fence = a->Fence();
+  StaleFence stale(a_fence);  // A keeps believing it leads
+  EtcdFaultStore store_a(client_a.get(), &stale, prefix_);
+  RecordingSender sender_a;
+  MigrationManager::Options mo;
+  auto mm_a = MigrationManager::Create(mo, &store_a, &sender_a);
+  ASSERT_TRUE(mm_a.ok()) << mm_a.status();
+  auto m1 = (*mm_a)->Start(MakePlan("j", "spare0"));
+  ASSERT_TRUE(m1.ok()) << m1.status();
+  auto m2 = (*mm_a)->Start(MakePlan("j", "spare1"));  // queued behind M1
+  ASSERT_TRUE(m2.ok()) << m2.status();
+  // A record numbered 10 sorts after 2 (numbers, not strings).
+  v1::Migration m10;
+  m10.set_migration_id("M10");
+  m10.set_job_id("k");
+  m10.set_state(v1::MIGRATION_STATE_COMMITTED);
+  m10.set_epoch(7);
+  ASSERT_TRUE(store_a.SaveMigration(m10).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(store_a.SaveMigration(v1::Migration())));
+
+  auto stored = store_a.Migrations();
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->size(), 3u);
+  EXPECT_EQ((*stored)[0].migration_id(), m1->migration_id());
+  EXPECT_EQ((*stored)[0].state(), v1::MIGRATION_STATE_PREPARING);
+  EXPECT_EQ((*stored)[0].epoch(), 1u);
+  EXPECT_EQ((*stored)[0].members_size(), 3);  // 2 hosts + the joiner
+  EXPECT_EQ((*stored)[1].migration_id(), m2->migration_id());
+  EXPECT_EQ((*stored)[1].state(), v1::MIGRATION_STATE_QUEUED);
+  EXPECT_EQ((*stored)[1].epoch(), 2u);
+  EXPECT_EQ((*stored)[2].migration_id(), "M10");
+
+  // A pauses; its lease runs out (revoked: the same, sooner); B leads.
+  a->Stop(/*resign=*/false);
+  ASSERT_TRUE(client_b->Revoke(a_fence.lease).ok());
+  auto b = Election(client_b.get(), "b:2");
+  b->Start();
+  ASSERT_TRUE(WaitFor([&] { return b->IsLeader(); }));
+  ElectionFence b_fence(b.get());
+  EtcdFaultStore store_b(client_b.get(), &b_fence, prefix_);
+
+  // A wakes up: a new migration and an abort of M1 reach nobody.
+  auto m3 = (*mm_a)->Start(MakePlan("other", "spare2"));
+  EXPECT_TRUE(absl::IsUnavailable(m3.status())) << m3.status();
+  EXPECT_EQ(LeaderFromMessage(m3.status().message()), "b:2");
+  (void)(*mm_a)->Abort(m1->migration_id(), "operator on the old leader");
+  absl::Status direct = store_a.SaveMigration(*m1);
+  EXPECT_TRUE(absl::IsUnavailable(direct)) << direct;
+  EXPECT_GE(store_a.fenced_writes_refused(), 3u);
+  EXPECT_EQ(stale.refused_, static_cast<int>(store_a.fenced_writes_refused()));
+
+  // The new leader finds M1 as A last wrote it while leading, resumes it
+  // (same epoch) and keeps M2 queued; the resumption is written to etcd.
+  RecordingSender sender_b;
+  auto mm_b = MigrationManager::Create(mo, &store_b, &sender_b);
+  ASSERT_TRUE(mm_b.ok()) << mm_b.status();
+  auto resumed = (*mm_b)->Get(m1->migration_id());
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->state(), v1::MIGRATION_STATE_PREPARING);
+  EXPECT_EQ(resumed->epoch(), 1u);
+  EXPECT_EQ(resumed->resumed(), 1u);
+  stored = store_b.Migrations();
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->size(), 3u);  // A's third migration never landed
+  EXPECT_EQ((*stored)[0].state(), v1::MIGRATION_STATE_PREPARING);
+  EXPECT_EQ((*stored)[0].resumed(), 1u);
+  EXPECT_EQ((*stored)[1].state(), v1::MIGRATION_STATE_QUEUED);
+  // B's next migration of the job takes the next epoch.
+  auto m4 = (*mm_b)->Start(MakePlan("j", "spare3"));
+  ASSERT_TRUE(m4.ok()) << m4.status();
+  EXPECT_EQ(m4->epoch(), 3u);
+  EXPECT_EQ(m4->migration_id(), "M11");
+  EXPECT_EQ(store_b.fenced_writes_refused(), 0u);
+  b->Stop(/*resign=*/true);
+}
+
+// Flow plans on etcd: the newest epoch per job, fenced like every write.
+TEST_F(HaTest, PlansLiveInEtcdAndADeposedLeaderCannotWriteThem) {
+  auto client_a = Client();
+  auto client_b = Client();
+  auto a = Election(client_a.get(), "a:1");
+  a->Start();
+  ASSERT_TRUE(WaitFor([&] { return a->IsLeader(); }));
+  const EtcdFence a_fence = a->Fence();
+  StaleFence stale(a_fence);
+  EtcdFaultStore store_a(client_a.get(), &stale, prefix_);
+  plan::FlowPlan p;
+  p.epoch = 3;
+  p.paths.resize(2);
+  p.paths[0].links = {4, 9, 17};
+  p.paths[0].src_gpu = 0;
+  p.paths[0].dst_gpu = 8;
+  p.paths[0].src_port = 49153;
+  p.paths[1].links = {5, 10};
+  p.paths[1].split = {{6, 11}};
+  p.paths[1].split_ports = {50001};
+  ASSERT_TRUE(store_a.SavePlan({"job1", 3, plan::EncodePlan(p)}).ok());
+  ASSERT_TRUE(store_a.SavePlan({"job0", 1, plan::EncodePlan({})}).ok());
+  absl::Status s = store_a.SavePlan({"job1", 2, "{}"});
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;  // older epoch
+  EXPECT_TRUE(absl::IsInvalidArgument(store_a.SavePlan({"", 1, "{}"})));
+  auto plans = store_a.Plans();
+  ASSERT_TRUE(plans.ok()) << plans.status();
+  ASSERT_EQ(plans->size(), 2u);
+  EXPECT_EQ((*plans)[0].job_id, "job0");
+  EXPECT_EQ((*plans)[1].job_id, "job1");
+  EXPECT_EQ((*plans)[1].epoch, 3u);
+  auto back = plan::DecodePlan((*plans)[1].data);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->paths[0].links, p.paths[0].links);
+  EXPECT_EQ(back->paths[1].split, p.paths[1].split);
+
+  a->Stop(/*resign=*/false);
+  ASSERT_TRUE(client_b->Revoke(a_fence.lease).ok());
+  auto b = Election(client_b.get(), "b:2");
+  b->Start();
+  ASSERT_TRUE(WaitFor([&] { return b->IsLeader(); }));
+  ElectionFence b_fence(b.get());
+  EtcdFaultStore store_b(client_b.get(), &b_fence, prefix_);
+  // The deposed leader's newer plan is refused by etcd, naming B.
+  p.epoch = 4;
+  s = store_a.SavePlan({"job1", 4, plan::EncodePlan(p)});
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_EQ(LeaderFromMessage(s.message()), "b:2");
+  EXPECT_EQ(store_a.fenced_writes_refused(), 1u);
+  plans = store_b.Plans();
+  ASSERT_TRUE(plans.ok()) << plans.status();
+  EXPECT_EQ((*plans)[1].epoch, 3u);
+  ASSERT_TRUE(store_b.SavePlan({"job1", 5, plan::EncodePlan(p)}).ok());
+  EXPECT_EQ(store_b.fenced_writes_refused(), 0u);
+  b->Stop(/*resign=*/true);
+}
+
+// A leader's client watch streams (WatchFaults, WatchMigrations) end with
+// UNAVAILABLE naming the new leader when it is deposed; a follower refuses
+// new ones the same way. Real gRPC servers in front of both cores.
+TEST_F(HaTest, WatchStreamsOfADeposedLeaderEndNamingTheNewLeader) {
+  // Durable state the leader will announce as existing: one open fault
+  // and one unfinished migration, written under a first leader that
+  // resigns.
+  {
+    auto client = Client();
+    auto seed = Election(client.get(), "seed:1");
+    seed->Start();
+    ASSERT_TRUE(WaitFor([&] { return seed->IsLeader(); }));
+    ElectionFence fence(seed.get());
+    EtcdFaultStore store(client.get(), &fence, prefix_);
+    bool ignored = false;
+    ASSERT_TRUE(store.Upsert(MakeFault("F1", "j"), &ignored).ok());
+    RecordingSender sender;
+    auto mm = MigrationManager::Create({}, &store, &sender);
+    ASSERT_TRUE(mm.ok()) << mm.status();
+    ASSERT_TRUE((*mm)->Start(MakePlan("j", "spare0")).ok());
+    seed->Stop(/*resign=*/true);
+  }
+  HaOptions ho;
+  ho.etcd_endpoints = endpoint();
+  ho.etcd_prefix = prefix_;
+  auto ha_a = HaController::Create(ho, "127.0.0.1:7001");
+  auto ha_b = HaController::Create(ho, "127.0.0.1:7002");
+  ASSERT_TRUE(ha_a.ok() && ha_b.ok());
+  auto make_core = [](HaController* ha) {
+    ControllerCore::Options o;
+    o.open_store = [ha] { return ha->OpenStore(); };
+    o.leadership = ha;
+    o.cycle_period = absl::Milliseconds(100);
+    auto core = ControllerCore::Create(o);
+    EXPECT_TRUE(core.ok()) << core.status();
+    return std::move(*core);
+  };
+  auto core_a = make_core(ha_a->get());
+  auto core_b = make_core(ha_b->get());
+  core_a->Start();
+  core_b->Start();
+  auto server_a = ControllerServer::Start(core_a.get(), "127.0.0.1:0");
+  auto server_b = ControllerServer::Start(core_b.get(), "127.0.0.1:0");
+  ASSERT_TRUE(server_a.ok() && server_b.ok());
+  auto stub_a = v1::Controller::NewStub(
+      TestChannel(absl::StrCat("127.0.0.1:", (*server_a)->port())));
+  auto stub_b = v1::Controller::NewStub(
+      TestChannel(absl::StrCat("127.0.0.1:", (*server_b)->port())));
+  (*ha_a)->Start(core_a.get());
+  ASSERT_TRUE(WaitFor(
+      [&] { return core_a->Status().role() == v1::CONTROLLER_ROLE_LEADER; }));
+  (*ha_b)->Start(core_b.get());
+  ASSERT_TRUE(
+      WaitFor([&] { return core_b->Status().leader() == "127.0.0.1:7001"; }));
+
+  // Watches on the leader: each first gets the existing record (so the
+  // subscription is in place before the leader is deposed).
+  auto deadline = [](grpc::ClientContext* ctx) {
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::seconds(60));
+  };
+  grpc::ClientContext fctx;
+  deadline(&fctx);
+  v1::WatchFaultsRequest freq;
+  freq.set_include_existing(true);
+  auto faults = stub_a->WatchFaults(&fctx, freq);
+  v1::WatchFaultsResponse fr;
+  ASSERT_TRUE(faults->Read(&fr));
+  EXPECT_EQ(fr.change(), v1::WatchFaultsResponse::CHANGE_EXISTING);
+  EXPECT_EQ(fr.fault().fault_id(), "F1");
+  grpc::ClientContext mctx;
+  deadline(&mctx);
+  v1::WatchMigrationsRequest mreq;
+  mreq.set_include_existing(true);
+  auto migrations = stub_a->WatchMigrations(&mctx, mreq);
+  v1::WatchMigrationsResponse mr;
+  ASSERT_TRUE(migrations->Read(&mr));
+  EXPECT_EQ(mr.change(), v1::WatchMigrationsResponse::CHANGE_EXISTING);
+  EXPECT_EQ(mr.migration().migration_id(), "M1");
+
+  // A follower refuses a watch, naming the leader.
+  {
+    grpc::ClientContext ctx;
+    deadline(&ctx);
+    auto w = stub_b->WatchFaults(&ctx, freq);
+    EXPECT_FALSE(w->Read(&fr));
+    const grpc::Status s = w->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE)
+        << s.error_message();
+    EXPECT_EQ(LeaderFromMessage(s.error_message()), "127.0.0.1:7001");
+  }
+
+  // A's lease ends in etcd (what a pause past the TTL does): A steps down
+  // and campaigns again. B normally wins (it polls every 100 ms, A only
+  // once its keep-alive saw the loss); on a loaded machine A may win the
+  // new term itself, and then the streams must name A.
+  auto client = Client();
+  ASSERT_TRUE(client->Revoke((*ha_a)->election()->Fence().lease).ok());
+  std::string leader;
+  ASSERT_TRUE(WaitFor([&] {
+    if (core_b->Status().role() == v1::CONTROLLER_ROLE_LEADER) {
+      leader = "127.0.0.1:7002";
+    } else if (core_a->Status().role() == v1::CONTROLLER_ROLE_LEADER &&
+               (*ha_a)->election()->terms_won() >= 2) {
+      leader = "127.0.0.1:7001";
+    }
+    return !leader.empty();
+  }));
+  const bool b_leads = leader == "127.0.0.1:7002";
+  v1::Controller::Stub* at_leader = b_leads ? stub_b.get() : stub_a.get();
+  v1::Controller::Stub* at_follower = b_leads ? stub_a.get() : stub_b.get();
+
+  // Both streams on A end (not silent) with UNAVAILABLE naming the leader.
+  while (faults->Read(&fr)) {
+  }
+  grpc::Status s = faults->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_EQ(LeaderFromMessage(s.error_message()), leader) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("stepped down"));
+  while (migrations->Read(&mr)) {
+  }
+  s = migrations->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_EQ(LeaderFromMessage(s.error_message()), leader) << s.error_message();
+
+  // Watching again at the named leader works: it announces what it loaded.
+  {
+    grpc::ClientContext ctx;
+    deadline(&ctx);
+    auto w = at_leader->WatchMigrations(&ctx, mreq);
+    ASSERT_TRUE(w->Read(&mr));
+    EXPECT_EQ(mr.migration().migration_id(), "M1");
+    EXPECT_EQ(mr.migration().state(), v1::MIGRATION_STATE_PREPARING);
+    EXPECT_GE(mr.migration().resumed(), 2u);  // by each term that led
+    ctx.TryCancel();
+    while (w->Read(&mr)) {
+    }
+    (void)w->Finish();
+  }
+  // The other controller, a follower, refuses new watches naming it.
+  {
+    grpc::ClientContext ctx;
+    deadline(&ctx);
+    auto w = at_follower->WatchMigrations(&ctx, mreq);
+    EXPECT_FALSE(w->Read(&mr));
+    s = w->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_EQ(LeaderFromMessage(s.error_message()), leader);
+  }
+  (*server_a)->Shutdown(absl::Seconds(1));
+  (*server_b)->Shutdown(absl::Seconds(1));
+  (*ha_b)->Stop();
+  (*ha_a)->Stop();
+  core_a->Stop();
+  core_b->Stop();
 }
 
 }  // namespace
