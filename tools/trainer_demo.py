@@ -533,11 +533,18 @@ def local_sgd(args):
             if kind == "slow-sync":
                 daemons.ctl("sync-policy", name, "off")
             else:
+                # The A-EDiT period in a fast rank's local steps (the
+                # controller converts it with the fast ranks' measured
+                # compute per step at the switch); period_ms is the
+                # fallback when no step time is measured yet.
+                timed = (["--timed-period-steps", str(args.local_steps)]
+                         if args.local_steps > 0 and not given["period_ms"]
+                         else [])
                 daemons.ctl("sync-policy", name, "auto", "--slow-persist-s",
                             str(args.slow_persist_s), "--healthy-s",
                             str(args.healthy_s), "--local-mode", "timed",
                             "--period-ms", str(args.period_ms),
-                            "--apply-lead-steps", "3")
+                            "--apply-lead-steps", "3", *timed)
             res, job = run_job(args, daemons, tmp, name, slow)
             results[name] = (kind, res, job)
             summary(name, res, job)
@@ -614,8 +621,16 @@ def main():
     d.add_argument("--slow-persist-s", type=int, default=0,
                    help="controller's slow_persist_s; 0: --persist-steps "
                    "slowed steps, measured by the calibration")
+    d.add_argument("--local-steps", type=int, default=10,
+                   help="A-EDiT period in local steps of a fast rank (the "
+                   "controller's timed_period_steps: (N + 1/2) x the fast "
+                   "ranks' compute per step at the switch; the slow rank "
+                   "takes about N / --slow-factor); 0 or an explicit "
+                   "--period-ms: the period in ms")
     d.add_argument("--period-steps", type=int, default=8,
-                   help="A-EDiT period in healthy synchronous steps")
+                   help="period_ms in healthy synchronous steps: the "
+                   "A-EDiT period with --local-steps 0 (the controller's "
+                   "fallback otherwise) and the snapshot interval")
     d.add_argument("--persist-steps", type=int, default=60,
                    help="slow_persist_s in slowed synchronous steps (60: "
                    "~17 s with the default --device-ms, close to the "
