@@ -11,10 +11,11 @@ loopback. Runs with the same token budget:
   slow-auto    rank 3 at half speed, policy AUTO (pitstop switches to A-EDiT)
 
 healthy first, then slow-sync-1, slow-auto-1, slow-auto-2, slow-sync-2
-(ABBA, --repeats 2). The slowed rank sleeps, before its collectives, as
-long as its own compute of the step took (data, forward, backward and the
-optimizer step; HalfSpeed): it runs at half speed relative to its own
-compute, and synchronous training waits for it. The controller's
+(ABBA, --repeats 2). Each rank's step is charged as emulated accelerator
+time (DeviceTime): it takes max(its real CPU work, --device-ms), the
+slowed rank twice that, slept before its collectives, so synchronous
+training waits for it as for a slow GPU and four ranks do not compete for
+the machine's cores. The controller's
 persistence and the A-EDiT period are given in steps and converted with
 the measured step time (calibrate()). Rank 0 snapshots the model at sync
 points; the held-out loss of every snapshot is computed after the run,
@@ -160,27 +161,45 @@ def evaluate(model, vx, vy, chunk=32):
 
 
 # --- one rank -------------------------------------------------------------------
-class HalfSpeed:
-    """The slowed rank: its compute takes `factor` times as long as it
-    does on this machine right now (2: half speed). The delay is relative
-    to the rank's own compute of the step -- data, forward and backward of
-    this step plus the optimizer step of the previous one (which runs
-    inside EDiT.step after the all-reduce) -- measured under whatever load
-    the machine has, not a fixed sleep: the same slowdown on a quiet or a
-    busy host, and in every mode. It is slept before EDiT.step, so in
-    synchronous training the other ranks wait for it in the all-reduce,
-    as they wait for a slow GPU."""
+class DeviceTime:
+    """Emulated accelerator time of one rank's step (the setting issue #16
+    describes: a slow GPU, not a CPU share). On an accelerator the host
+    issues a step's kernels asynchronously and waits for the device before
+    the gradient all-reduce, so the step's compute takes max(host time,
+    device time). Here the host work is the real step on the CPU -- data,
+    forward and backward of this step plus the optimizer step of the
+    previous one (which runs inside EDiT.step after the all-reduce) -- and
+    the device time is a fixed `device_s` per step (one micro-batch of
+    --batch x --block tokens). `factor` slows the device: 2 is half speed,
+    so the slowed rank's step takes 2 x max(host, device). The difference
+    is slept before EDiT.step, so in synchronous training the other ranks
+    wait for it in the all-reduce, as they wait for a slow GPU.
 
-    def __init__(self, factor=2.0):
+    With device time well above the host time, four ranks on a machine
+    with two cores do not compete for them (each sleeps most of its step)
+    and half speed is half the rank's own step, not a share of a loaded
+    CPU. device_s 0 is the CPU-only mode of earlier rounds: the slowed
+    rank sleeps (factor - 1) x its own host compute."""
+
+    def __init__(self, device_s=0.0, factor=1.0):
         if factor < 1.0:
             raise ValueError("slow factor: at least 1, got %r" % factor)
-        self.extra = factor - 1.0
+        if device_s < 0.0:
+            raise ValueError("device time: at least 0, got %r" % device_s)
+        self.device_s = device_s
+        self.factor = factor
         self.last_optimizer_s = 0.0
+        self.steps = 0
+        self.host_bound = 0  # steps whose host time exceeded device_s
 
     def delay_s(self, compute_s):
         """Seconds to sleep after this step's data, forward and backward,
-        which took `compute_s`."""
-        return self.extra * (max(0.0, compute_s) + self.last_optimizer_s)
+        which took `compute_s` of wall time."""
+        host = max(0.0, compute_s) + self.last_optimizer_s
+        self.steps += 1
+        if self.device_s > 0.0 and host > self.device_s:
+            self.host_bound += 1
+        return max(0.0, self.factor * max(host, self.device_s) - host)
 
     def after_step(self, phase_times):
         """EDiT.phase_times after EDiT.step: the optimizer step's time."""
@@ -222,7 +241,9 @@ def worker(args):
     gen = torch.Generator().manual_seed(1000 + args.rank)
     tokens_per_step = args.batch * args.block
     budget = args.budget_steps * args.world * tokens_per_step
-    slow = HalfSpeed(args.slow_factor) if args.rank == args.slow_rank else None
+    device = DeviceTime(args.device_ms / 1000.0,
+                        args.slow_factor if args.rank == args.slow_rank
+                        else 1.0)
     snaps = []  # rank 0: (train_s, tokens, mode, parameters) at sync points
 
     def snapshot(train_s):
@@ -256,14 +277,13 @@ def worker(args):
             loss = model(x, y)
         with edit.phase("backward"):
             loss.backward()
-        if slow is not None:
-            # Before the all-reduce / the outer sync's collectives, so the
-            # other ranks wait for it in synchronous training.
-            with edit.phase("forward"):
-                time.sleep(slow.delay_s(time.perf_counter() - tc))
+        # The device finishing the step (DeviceTime): before the
+        # all-reduce / the outer sync's collectives, so in synchronous
+        # training the other ranks wait for a slowed rank there.
+        with edit.phase("backward"):
+            time.sleep(device.delay_s(time.perf_counter() - tc))
         edit.step(tokens=tokens_per_step, loss=float(loss))
-        if slow is not None:
-            slow.after_step(edit.phase_times)
+        device.after_step(edit.phase_times)
         step_walls.append(time.perf_counter() - ts)
         step_wall += step_walls[-1]
         if edit.synced and (edit.total_steps * tokens_per_step >=
@@ -303,7 +323,8 @@ def worker(args):
            "step_walls": step_walls if args.rank == 0 else [],
            "report_overhead_s": overhead_s,
            "reports_sent": client.sent if client else 0,
-           "reports_dropped": client.dropped if client else 0}
+           "reports_dropped": client.dropped if client else 0,
+           "device_steps": device.steps, "host_bound": device.host_bound}
     with open(args.out, "w") as f:
         json.dump(out, f)
     dist.barrier()
@@ -465,6 +486,7 @@ def model_flags(args):
             "--min-lr-frac", str(args.min_lr_frac),
             "--min-sync-steps", str(args.min_sync_steps),
             "--slow-factor", str(args.slow_factor),
+            "--device-ms", str(args.device_ms),
             "--run-frac", str(args.run_frac),
             "--eval-every-s", str(args.eval_every_s),
             "--eval-batch", str(args.eval_batch),
@@ -511,11 +533,18 @@ def local_sgd(args):
             if kind == "slow-sync":
                 daemons.ctl("sync-policy", name, "off")
             else:
+                # The A-EDiT period in a fast rank's local steps (the
+                # controller converts it with the fast ranks' measured
+                # compute per step at the switch); period_ms is the
+                # fallback when no step time is measured yet.
+                timed = (["--timed-period-steps", str(args.local_steps)]
+                         if args.local_steps > 0 and not given["period_ms"]
+                         else [])
                 daemons.ctl("sync-policy", name, "auto", "--slow-persist-s",
                             str(args.slow_persist_s), "--healthy-s",
                             str(args.healthy_s), "--local-mode", "timed",
                             "--period-ms", str(args.period_ms),
-                            "--apply-lead-steps", "3")
+                            "--apply-lead-steps", "3", *timed)
             res, job = run_job(args, daemons, tmp, name, slow)
             results[name] = (kind, res, job)
             summary(name, res, job)
@@ -559,7 +588,7 @@ def add_model_args(p):
     p.add_argument("--period-ms", type=int, default=0,
                    help="A-EDiT sync period; 0: --period-steps healthy "
                    "steps, measured by the calibration")
-    p.add_argument("--run-frac", type=float, default=1.15,
+    p.add_argument("--run-frac", type=float, default=1.1,
                    help="train to this multiple of the budget (the lr "
                    "schedule ends at the budget and holds its floor): a "
                    "run that needs a few %% more tokens than slow-sync "
@@ -573,6 +602,12 @@ def add_model_args(p):
     p.add_argument("--slow-factor", type=float, default=2.0,
                    help="the slowed rank's compute takes this many times "
                    "as long (2: half speed)")
+    p.add_argument("--device-ms", type=float, default=100.0,
+                   help="emulated accelerator time per step (one "
+                   "micro-batch of --batch x --block tokens, forward, "
+                   "backward and optimizer): a step's compute takes "
+                   "max(its real CPU time, this), x --slow-factor on the "
+                   "slowed rank (DeviceTime); 0: CPU only, as rounds 1-4")
     p.add_argument("--outer-lr", type=float, default=1.0)
     p.add_argument("--outer-momentum", type=float, default=0.5)
 
@@ -586,10 +621,21 @@ def main():
     d.add_argument("--slow-persist-s", type=int, default=0,
                    help="controller's slow_persist_s; 0: --persist-steps "
                    "slowed steps, measured by the calibration")
+    d.add_argument("--local-steps", type=int, default=10,
+                   help="A-EDiT period in local steps of a fast rank (the "
+                   "controller's timed_period_steps: (N + 1/2) x the fast "
+                   "ranks' compute per step at the switch; the slow rank "
+                   "takes about N / --slow-factor); 0 or an explicit "
+                   "--period-ms: the period in ms")
     d.add_argument("--period-steps", type=int, default=8,
-                   help="A-EDiT period in healthy synchronous steps")
-    d.add_argument("--persist-steps", type=int, default=40,
-                   help="slow_persist_s in slowed synchronous steps")
+                   help="period_ms in healthy synchronous steps: the "
+                   "A-EDiT period with --local-steps 0 (the controller's "
+                   "fallback otherwise) and the snapshot interval")
+    d.add_argument("--persist-steps", type=int, default=60,
+                   help="slow_persist_s in slowed synchronous steps (60: "
+                   "~17 s with the default --device-ms, close to the "
+                   "controller's default 20 s; the directive still reaches "
+                   "every rank before --min-sync-steps)")
     d.add_argument("--calibrate-steps", type=int, default=30)
     d.add_argument("--healthy-s", type=int, default=120)
     d.add_argument("--run-timeout-s", type=int, default=900)

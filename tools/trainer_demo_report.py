@@ -46,12 +46,48 @@ def summary(name, res, job, quiet=False):
         return overhead, len(sent)
     print("%-10s wall %6.1f s, steps per rank %s, outer syncs %d, final loss "
           "%.4f at %d tokens, switches %s, controller decisions sent %d, "
-          "report overhead %.3f%% of step time (%d reports sent, %d dropped)" %
+          "report overhead %.3f%% of step time (%d reports sent, %d dropped)"
+          "%s" %
           (name, r0["wall_s"], steps, r0["outer_syncs"], r0["evals"][-1][2],
            r0["evals"][-1][1], [(s[0], s[1], s[2]) for s in r0["switches"]],
            len(sent), 100 * overhead, sum(r["reports_sent"] for r in res),
-           sum(r["reports_dropped"] for r in res)), flush=True)
+           sum(r["reports_dropped"] for r in res), host_bound_text(res)),
+          flush=True)
     return overhead, len(sent)
+
+
+def host_bound_text(res):
+    """With emulated device time: the share of each rank's steps whose
+    real CPU work took longer than the device time (then the CPU, not the
+    emulated accelerator, set that step's pace)."""
+    if not any(r.get("device_steps") for r in res):
+        return ""
+    return ", host-bound steps %s" % " ".join(
+        "%.0f%%" % (100.0 * r.get("host_bound", 0) / max(1, r["device_steps"]))
+        for r in res)
+
+
+def rate_after_switch(evals):
+    """Tokens per second of training time from the first snapshot taken in
+    a local mode to the last one (nan when the run never switched)."""
+    local = [e for e in evals if e[3] != "sync"]
+    if len(local) < 2 or local[-1][0] <= local[0][0]:
+        return float("nan")
+    return (local[-1][1] - local[0][1]) / (local[-1][0] - local[0][0])
+
+
+def sync_rate(evals):
+    """Tokens per second of a synchronous run (first to last snapshot)."""
+    if len(evals) < 2 or evals[-1][0] <= evals[0][0]:
+        return float("nan")
+    return (evals[-1][1] - evals[0][1]) / (evals[-1][0] - evals[0][0])
+
+
+def speedup_bound(warm_frac, r):
+    """Time-to-target ratio when a fraction `warm_frac` of the tokens to
+    the target is trained synchronously in both runs and the rest `r`
+    times as fast (equal tokens to the target on both sides)."""
+    return 1.0 / (warm_frac + (1.0 - warm_frac) / r)
 
 
 def best(times):
@@ -124,6 +160,21 @@ def report(args, results):
                d.get("evidence", {}).get("text")))
     switches = first[1][0]["switches"]
     switch_step = switches[0][0] if switches else -1
+    # Throughput after the switch against synchronous training with the
+    # slow rank, and what it allows with the synchronous warm-up (equal
+    # tokens to the target): the cap on the speedup of this setting.
+    s_rate = sum(sync_rate(r[0]["evals"]) for _, r, _ in syncs) / len(syncs)
+    caps = []
+    for name, r, _ in autos:
+        x = rate_after_switch(r[0]["evals"]) / s_rate
+        sw = r[0]["switches"][0][0] if r[0]["switches"] else -1
+        warm = (min(1.0, sw * args.world * args.batch * args.block /
+                    (0.9 * budget)) if sw > 0 else float("nan"))
+        caps.append("%s r=%.2f, switch at step %d (%.0f%% of the tokens to "
+                    "the target synchronous) -> at most %.2fx" %
+                    (name, x, sw, 100 * warm, speedup_bound(warm, x)))
+    print("throughput after the switch vs slow-sync (r) and the speedup it "
+          "allows: %s" % "; ".join(caps))
     # The fastest of the repeats on each side, as timeit does: other
     # processes on a shared machine only ever add time (one slow-auto run
     # here took 113 s for the work another did in 34 s), and the ABBA

@@ -162,18 +162,20 @@ TEST_F(SyncPolicyTest, TimedPeriodInStepsIsConvertedWithTheFastRanksPace) {
   ASSERT_TRUE(engine_.SetSettings("j", set).ok());
   EXPECT_EQ(State().settings().timed_period_steps(), 12u);
   // Rank 0 computes 40 ms per step, rank 1 (the straggler) 120 ms: the
-  // period is 12 steps of the fast rank, 480 ms, not of the median of
-  // both (80 ms: 960 ms) nor of the slow one.
+  // period is 12 steps of the fast rank plus half a step of slack (so
+  // that the 12th local step fits), 500 ms, not of the median of both
+  // (80 ms: 1000 ms) nor of the slow one.
   for (int i = 0; i < 20 && all_sent_.empty(); ++i) Second(2, 1, 3.0);
   ASSERT_EQ(all_sent_.size(), 1u);
   EXPECT_EQ(all_sent_[0].directive.mode(), v1::SYNC_MODE_TIMED);
-  EXPECT_EQ(all_sent_[0].directive.period_ms(), 480u);
+  EXPECT_EQ(all_sent_[0].directive.period_ms(), 500u);
   const v1::JobSync s = State();
   ASSERT_EQ(s.decisions_size(), 1);
   EXPECT_THAT(s.decisions(0).reason(),
-              HasSubstr("A-EDiT period 12 steps x 40 ms = 480 ms"));
-  EXPECT_EQ(s.decisions(0).evidence().values().at("period_ms"), 480.0);
-  EXPECT_THAT(all_sent_[0].directive.reason(), HasSubstr("= 480 ms"));
+              HasSubstr("A-EDiT period 12 steps (+ half a step of slack) x "
+                        "40 ms = 500 ms"));
+  EXPECT_EQ(s.decisions(0).evidence().values().at("period_ms"), 500.0);
+  EXPECT_THAT(all_sent_[0].directive.reason(), HasSubstr("= 500 ms"));
 }
 
 TEST_F(SyncPolicyTest, TimedPeriodInStepsFollowsTheMachinesPace) {
@@ -188,7 +190,7 @@ TEST_F(SyncPolicyTest, TimedPeriodInStepsFollowsTheMachinesPace) {
   ASSERT_TRUE(engine_.SetSettings("j", set).ok());
   for (int i = 0; i < 20 && all_sent_.empty(); ++i) Second(4, 3, 2.0);
   ASSERT_EQ(all_sent_.size(), 1u);
-  EXPECT_EQ(all_sent_[0].directive.period_ms(), 240u);
+  EXPECT_EQ(all_sent_[0].directive.period_ms(), 250u);  // 12.5 x 20 ms
 }
 
 TEST_F(SyncPolicyTest, ShortSlowSpellDoesNotSwitch) {

@@ -253,10 +253,18 @@ uint32_t SyncPolicyEngine::TimedPeriodMs(const Job& job,
                         s.timed_period_steps(), " steps)");
     return s.period_ms();
   }
-  const double ms = std::clamp(s.timed_period_steps() * step_ms, 1.0,
+  // Half a step of slack: a rank joins the outer sync at the last step
+  // boundary that fits in the period (the trainer's timed_fit), so with
+  // exactly N x step_ms a local step a little slower than the measured
+  // median (reporting, jitter) would make every fast rank stop after N - 1
+  // steps and wait. With N + 1/2 a fast rank takes its N steps, one at
+  // half speed N / 2, and all arrive at about N x step_ms: the slack is
+  // not waited for.
+  const double ms = std::clamp((s.timed_period_steps() + 0.5) * step_ms, 1.0,
                                static_cast<double>(kMaxPeriodMs));
   const auto period = static_cast<uint32_t>(std::lround(ms));
-  *how = absl::StrCat("A-EDiT period ", s.timed_period_steps(), " steps x ",
+  *how = absl::StrCat("A-EDiT period ", s.timed_period_steps(),
+                      " steps (+ half a step of slack) x ",
                       absl::SixDigits(step_ms), " ms = ", period, " ms");
   return period;
 }

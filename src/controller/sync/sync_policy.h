@@ -129,7 +129,8 @@ class SyncPolicyEngine {
               std::vector<Outgoing>* out);
   void Record(Job& job, v1::SyncDecision d);
   // The TIMED directive's period: settings.period_ms, or
-  // timed_period_steps x the median compute ms of the non-straggler ranks
+  // (timed_period_steps + 1/2) x the median compute ms of the non-straggler
+  // ranks
   // (`how` says which, for the decision's reason).
   uint32_t TimedPeriodMs(const Job& job, const v1::SyncSettings& s,
                          std::string* how) const;
