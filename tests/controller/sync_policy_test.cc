@@ -304,6 +304,20 @@ TEST(SyncPolicyLimitsTest, JobsAndRanksAreBounded) {
   ASSERT_TRUE(engine.AddReport("n", r).ok());
   r.mutable_trainer()->set_job_id("c");
   EXPECT_TRUE(absl::IsResourceExhausted(engine.AddReport("n", r)));
+  EXPECT_TRUE(absl::IsResourceExhausted(
+      engine.SetSettings("c", v1::SyncSettings()).status()));
+  // Once a job is idle past the expiry (an hour by default), a new job takes
+  // its place: "b" reports again, so "a" (idle longest) is forgotten.
+  clock.Advance(absl::Minutes(59));
+  r.mutable_trainer()->set_job_id("b");
+  ASSERT_TRUE(engine.AddReport("n", r).ok());
+  r.mutable_trainer()->set_job_id("c");
+  EXPECT_TRUE(absl::IsResourceExhausted(engine.AddReport("n", r)));
+  clock.Advance(absl::Minutes(2));
+  ASSERT_TRUE(engine.AddReport("n", r).ok());
+  EXPECT_TRUE(absl::IsNotFound(engine.State("a").status()));
+  EXPECT_TRUE(engine.State("b").ok());
+  EXPECT_TRUE(engine.State("c").ok());
 }
 
 class SinkRecorder : public CommandSink {

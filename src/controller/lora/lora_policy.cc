@@ -205,27 +205,16 @@ absl::Status LoraPolicyEngine::AddReport(const std::string& host,
 
 absl::StatusOr<LoraPolicyEngine::Job*> LoraPolicyEngine::FindOrAddJob(
     const std::string& id, const char* field) {
-  auto it = jobs_.find(id);
-  if (it != jobs_.end()) return &it->second;
-  if (jobs_.size() >= options_.max_jobs) {
-    auto idlest = jobs_.begin();
-    for (auto j = jobs_.begin(); j != jobs_.end(); ++j) {
-      if (j->second.last_active_ns < idlest->second.last_active_ns) idlest = j;
-    }
-    const int64_t idle_ns =
-        clock_->MonotonicNanos() - idlest->second.last_active_ns;
-    if (idle_ns < absl::ToInt64Nanoseconds(options_.job_idle_expiry)) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat(field, ": more than ", options_.max_jobs,
-                       " multi-LoRA jobs active within ",
-                       absl::FormatDuration(options_.job_idle_expiry)));
-    }
+  std::string forgotten;
+  absl::StatusOr<Job*> job = controller::FindOrAddJob(
+      jobs_, id, options_.max_jobs, options_.job_idle_expiry,
+      clock_->MonotonicNanos(), field, &forgotten);
+  if (!forgotten.empty()) {
     Logger("controller.lora")
-        ->info("job {}: forgotten after {} without reports (table full)",
-               idlest->first, absl::FormatDuration(absl::Nanoseconds(idle_ns)));
-    jobs_.erase(idlest);
+        ->info("job {}: forgotten, idle past {} with the job table full",
+               forgotten, absl::FormatDuration(options_.job_idle_expiry));
   }
-  return &jobs_.emplace(id, Job{}).first->second;
+  return job;
 }
 
 void LoraPolicyEngine::NoteReportedPlacement(const std::string& id, Job& job) {

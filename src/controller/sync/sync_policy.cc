@@ -114,22 +114,19 @@ absl::Status SyncPolicyEngine::AddReport(const std::string& host,
   for (const v1::StepReport& s : r.steps()) {
     if (s.has_lora()) return absl::OkStatus();
   }
-  auto it = jobs_.find(t.job_id());
-  if (it == jobs_.end()) {
-    if (jobs_.size() >= options_.max_jobs) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "trainer.job_id: more than ", options_.max_jobs, " jobs"));
-    }
-    it = jobs_.emplace(t.job_id(), Job{}).first;
-  }
-  Job& job = it->second;
+  const int64_t now = clock_->MonotonicNanos();
+  absl::StatusOr<Job*> found =
+      FindOrAddJob(jobs_, t.job_id(), options_.max_jobs,
+                   options_.job_idle_expiry, now, "trainer.job_id");
+  if (!found.ok()) return found.status();
+  Job& job = **found;
   if (!job.ranks.count(t.global_rank()) &&
       job.ranks.size() >= options_.max_ranks_per_job) {
     return absl::ResourceExhaustedError(
         absl::StrCat("trainer.global_rank: job ", t.job_id(), " has ",
                      options_.max_ranks_per_job, " reporting ranks already"));
   }
-  const int64_t now = clock_->MonotonicNanos();
+  job.last_active_ns = now;
   RankState& rs = job.ranks[t.global_rank()];
   rs.host = host;
   rs.seen_directive = std::max(rs.seen_directive, r.seen_directive_id());
@@ -161,7 +158,7 @@ absl::Status SyncPolicyEngine::AddReport(const std::string& host,
     if (job.reported != v1::SYNC_MODE_UNSPECIFIED) {
       job.switches_applied++;
       Logger("controller.sync")
-          ->info("job {}: trainers now run {} (were {})", it->first,
+          ->info("job {}: trainers now run {} (were {})", t.job_id(),
                  ModeName(common), ModeName(job.reported));
     }
     job.reported = common;
@@ -404,10 +401,12 @@ absl::StatusOr<v1::SyncSettings> SyncPolicyEngine::SetSettings(
     return absl::InvalidArgumentError("job_id: at most 256 bytes");
   }
   if (absl::Status st = ValidateSyncSettings(s); !st.ok()) return st;
-  if (!jobs_.count(job_id) && jobs_.size() >= options_.max_jobs) {
-    return absl::ResourceExhaustedError("job_id: too many jobs");
-  }
-  Job& job = jobs_[job_id];
+  absl::StatusOr<Job*> found =
+      FindOrAddJob(jobs_, job_id, options_.max_jobs, options_.job_idle_expiry,
+                   clock_->MonotonicNanos(), "job_id");
+  if (!found.ok()) return found.status();
+  Job& job = **found;
+  job.last_active_ns = clock_->MonotonicNanos();
   job.has_settings = true;
   job.settings = s;
   return Settings(job_id);

@@ -61,6 +61,9 @@ class SyncPolicyEngine {
     absl::Duration resend = absl::Seconds(60);
     size_t max_decisions = 64;
     size_t max_jobs = 4096;
+    // With the table full, a new job replaces the one idle longest once it
+    // has been idle this long (no report, no settings change).
+    absl::Duration job_idle_expiry = absl::Hours(1);
     size_t max_ranks_per_job = 65536;
     // The job's directive ids, shared with the LoRA policy (not owned;
     // null: the engine keeps its own).
@@ -105,6 +108,7 @@ class SyncPolicyEngine {
     uint64_t seen_directive = 0;
   };
   struct Job {
+    int64_t last_active_ns = 0;  // last report or settings change
     bool has_settings = false;
     v1::SyncSettings settings;  // as set (zero = default)
     std::map<int32_t, RankState> ranks;
