@@ -613,7 +613,8 @@ def add_model_args(p):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="tools/trainer-demo.sh",
+                                 description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("local-sgd", help="the three runs")
     d.add_argument("--build", default=os.path.join(REPO, "build"))
@@ -656,7 +657,37 @@ def main():
     if args.cmd == "worker":
         worker(args)
     else:
+        check_args(ap, args)
         local_sgd(args)
+
+
+RUNS = ("healthy", "slow-sync", "slow-auto")
+
+
+def check_args(ap, args):
+    """Refuses what cannot run before any daemon or rank starts."""
+    bad = []
+    if args.world < 2:
+        bad.append("--world %d: at least 2 ranks (one of them slowed)"
+                   % args.world)
+    if args.calibrate_steps < 10:
+        bad.append("--calibrate-steps %d: at least 10 (the first 5 are "
+                   "warm-up and not timed)" % args.calibrate_steps)
+    if args.repeats < 1:
+        bad.append("--repeats must be >= 1")
+    runs = [r for r in args.runs.split(",") if r]
+    unknown = [r for r in runs if r not in RUNS]
+    if unknown or not runs:
+        bad.append("--runs %r: a comma-separated subset of %s"
+                   % (args.runs, ",".join(RUNS)))
+    if args.embd % args.heads:
+        bad.append("--embd %d is not a multiple of --heads %d"
+                   % (args.embd, args.heads))
+    if args.budget_steps < 1 or args.device_ms < 0 or args.slow_factor < 1:
+        bad.append("--budget-steps >= 1, --device-ms >= 0 and "
+                   "--slow-factor >= 1 are required")
+    if bad:
+        ap.error("; ".join(bad))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,9 @@ import time
 log = logging.getLogger("pitstop")
 
 DEFAULT_SOCKET = "/run/pitstop/agent.sock"
+# The agent's limit on steps per ReportSteps request (kMaxStepsPerReport in
+# src/controller/directives/trainer_policy.h; the agent checks the same).
+MAX_STEPS_PER_REQUEST = 4096
 
 # Phase names accepted by report(); values are TrainPhase numbers.
 PHASES = {
@@ -81,6 +84,9 @@ class TrainerClient:
             raise ValueError("job_id: required")
         if global_rank < 0:
             raise ValueError("global_rank: must be >= 0, got %r" % global_rank)
+        if world_size and not global_rank < world_size:
+            raise ValueError("global_rank %r: not a rank of world_size %r"
+                             % (global_rank, world_size))
         self.job_id = job_id
         self.global_rank = int(global_rank)
         self.world_size = int(world_size)
@@ -97,6 +103,10 @@ class TrainerClient:
         self._seen_directive = 0
         self._inbox = []
         self._connected = None  # None: not tried yet
+        self.refused = 0  # reports the agent answered with a refusal
+        self._nan_logged = False
+        self._refusal_reasons = set()
+        self._refusals = ()  # gRPC codes of an agent that answered: _load
         self.controller_connected = False
         self.thread_cpu_s = 0.0  # CPU the sender thread used (overhead)
         self.report_s = 0.0      # time spent inside report() (overhead)
@@ -114,10 +124,17 @@ class TrainerClient:
         """Queues one step report. phases: {name: seconds}; lora: the
         multi-LoRA stage time (StepReport.lora fields). Never blocks."""
         t0 = time.perf_counter()
+        loss = float(loss)
+        if loss != loss:  # NaN: the agent refuses it; 0 = no loss reported
+            if not self._nan_logged:
+                self._nan_logged = True
+                log.warning("pitstop: loss is NaN at step %s; step reports "
+                            "carry no loss while it is", step)
+            loss = 0.0
         item = (int(step), int(start_unix_ns), int(wall_ns),
                 tuple(phases.items()) if phases else (),
                 MODES.get(mode, 0) if mode else self._mode, int(tokens),
-                float(loss), lora)
+                loss, lora)
         with self._lock:
             if len(self._queue) == self._queue.maxlen:
                 self._dropped += 1
@@ -170,6 +187,10 @@ class TrainerClient:
             return False
         self._grpc = grpc
         self._pb = trainer_pb2
+        c = grpc.StatusCode
+        self._refusals = (c.INVALID_ARGUMENT, c.FAILED_PRECONDITION,
+                          c.PERMISSION_DENIED, c.OUT_OF_RANGE,
+                          c.UNAUTHENTICATED)
         channel = grpc.insecure_channel("unix:" + self.socket)
         self._stub = trainer_pb2_grpc.TrainerServiceStub(channel)
         return True
@@ -214,12 +235,27 @@ class TrainerClient:
         with self._lock:
             items = list(self._queue)
             self._queue.clear()
-        req = self._build(items[:4096])
+        # The agent takes at most MAX_STEPS_PER_REQUEST steps per request:
+        # a longer queue (fast steps, or an agent back after the back-off)
+        # goes in several. An empty queue still polls for directives.
+        for i in range(0, max(len(items), 1), MAX_STEPS_PER_REQUEST):
+            if not self._send_chunk(items[i:i + MAX_STEPS_PER_REQUEST],
+                                    len(items) - i):
+                return False
+        return True
+
+    def _send_chunk(self, chunk, unsent):
+        """Sends one request; False when the agent is not answering (then
+        `unsent`, this chunk and the ones after it, count as dropped)."""
+        req = self._build(chunk)
         try:
             resp = self._stub.ReportSteps(req, timeout=2.0)
         except self._grpc.RpcError as e:
+            if e.code() in self._refusals:
+                self._refused(e, len(chunk))
+                return True
             with self._lock:
-                self._dropped += len(items)
+                self._dropped += unsent
             if self._connected is not False:
                 log.warning(
                     "pitstop: no agent answering at unix:%s (%s); training "
@@ -230,7 +266,7 @@ class TrainerClient:
         if self._connected is False:
             log.info("pitstop: agent at unix:%s reachable again", self.socket)
         self._connected = True
-        self._sent += len(items)
+        self._sent += len(chunk)
         self.controller_connected = resp.controller_connected
         new = []
         for d in resp.directives:
@@ -244,6 +280,23 @@ class TrainerClient:
                         self._seen_directive = d.directive_id
                         self._inbox.append(d)
         return True
+
+    def _refused(self, error, n):
+        """The agent answered and refused the request (a report it cannot
+        take, an identity that does not hold): it is reachable, the reports
+        are dropped and counted, and the reason is logged once per reason
+        rather than read as a missing agent."""
+        with self._lock:
+            self._dropped += n
+            self.refused += n
+        self._connected = True
+        reason = "%s: %s" % (error.code().name, error.details())
+        if reason not in self._refusal_reasons and \
+                len(self._refusal_reasons) < 16:
+            self._refusal_reasons.add(reason)
+            log.warning("pitstop: the agent at unix:%s refused %d step "
+                        "report(s) of job %s rank %d (%s); they are dropped",
+                        self.socket, n, self.job_id, self.global_rank, reason)
 
     def _run(self):
         t_cpu0 = time.thread_time()

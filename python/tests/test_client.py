@@ -41,6 +41,12 @@ def test_bad_identity_is_refused():
         TrainerClient("j", -1, start=False)
 
 
+def test_rank_outside_the_world_is_refused_at_once():
+    import pytest
+    with pytest.raises(ValueError, match="not a rank of world_size 4"):
+        TrainerClient("j", 7, 4, start=False)
+
+
 def test_queue_is_bounded(tmp_path):
     c = TrainerClient("j", 0, socket=str(tmp_path / "x"), max_queue=10,
                       start=False)
@@ -61,10 +67,16 @@ class _ScriptedAgent:
         from pitstop.v1 import trainer_pb2, trainer_pb2_grpc
         self.pb = trainer_pb2
         self.directives = []
+        self.steps = []      # every step report received
+        self.refuse = None   # a message: answer INVALID_ARGUMENT with it
         agent = self
 
         class Servicer(trainer_pb2_grpc.TrainerServiceServicer):
             def ReportSteps(self, request, context):
+                if agent.refuse:
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                  agent.refuse)
+                agent.steps.extend(request.steps)
                 resp = trainer_pb2.ReportStepsResponse()
                 newest = agent.directives[-1] if agent.directives else None
                 if newest and newest.directive_id > request.seen_directive_id:
@@ -130,3 +142,79 @@ def test_sync_directive_after_a_lora_directive_is_applied(tmp_path):
         assert dec.directive.mode == "local_sgd"
     finally:
         agent.stop()
+
+
+def _until(cond, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return cond()
+
+
+def test_a_long_queue_goes_in_several_requests(tmp_path):
+    # The agent takes 4096 steps per request; 6000 queued (fast steps, or
+    # an agent back after the back-off) must all arrive and be counted.
+    sock = str(tmp_path / "agent.sock")
+    agent = _ScriptedAgent(sock)
+    try:
+        c = TrainerClient("j", 0, 1, socket=sock, flush_interval_s=60,
+                          max_queue=10000)
+        for i in range(6000):
+            c.report(i, 0, 1000)
+        c.flush()
+        assert _until(lambda: len(agent.steps) >= 6000)
+        c.close()
+        assert [s.step for s in agent.steps] == list(range(6000))
+        assert c.sent == 6000 and c.dropped == 0
+    finally:
+        agent.stop()
+
+
+def test_refused_reports_are_named_not_read_as_a_missing_agent(tmp_path,
+                                                                caplog):
+    caplog.set_level(logging.INFO, logger="pitstop")
+    sock = str(tmp_path / "agent.sock")
+    agent = _ScriptedAgent(sock)
+    agent.refuse = "steps[0].phases[0].phase: unknown value 99"
+    try:
+        c = TrainerClient("j", 0, 1, socket=sock, flush_interval_s=0.05)
+        for i in range(3):
+            c.report(i, 0, 1000)
+        assert _until(lambda: c.refused >= 3)
+        for i in range(3, 5):  # the same reason again: logged once
+            c.report(i, 0, 1000)
+        assert _until(lambda: c.refused >= 5)
+        agent.refuse = None  # accepted again, without a reconnect message
+        c.report(5, 0, 1000)
+        assert _until(lambda: len(agent.steps) == 1)
+        c.close()
+    finally:
+        agent.stop()
+    msgs = [r.getMessage() for r in caplog.records]
+    refused = [m for m in msgs if "refused" in m]
+    assert len(refused) == 1, msgs
+    assert "INVALID_ARGUMENT" in refused[0] and "unknown value 99" in refused[0]
+    assert not any("no agent" in m or "reachable again" in m for m in msgs)
+    assert c.connected and c.dropped == 5 and c.sent == 1
+
+
+def test_nan_loss_is_sent_without_a_loss(tmp_path, caplog):
+    # The agent refuses a NaN loss (the controller averages losses): one
+    # diverged step must not cost the batch, nor a diverged run its reports
+    # and directives.
+    caplog.set_level(logging.INFO, logger="pitstop")
+    sock = str(tmp_path / "agent.sock")
+    agent = _ScriptedAgent(sock)
+    try:
+        c = TrainerClient("j", 0, 1, socket=sock, flush_interval_s=0.05)
+        c.report(1, 0, 1000, loss=2.5)
+        c.report(2, 0, 1000, loss=float("nan"))
+        c.report(3, 0, 1000, loss=float("nan"))
+        assert _until(lambda: len(agent.steps) == 3)
+        c.close()
+    finally:
+        agent.stop()
+    assert [s.loss for s in agent.steps] == [2.5, 0.0, 0.0]
+    nan = [r for r in caplog.records if "NaN" in r.getMessage()]
+    assert len(nan) == 1
+    assert c.refused == 0 and c.dropped == 0
