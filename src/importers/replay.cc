@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <map>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "pitstop/clock.h"
 #include "pitstop/status_macros.h"
 #include "pitstop/v1/controller.grpc.pb.h"
@@ -260,6 +263,48 @@ absl::StatusOr<std::vector<v1::Fault>> ListFaults(v1::Controller::Stub* stub,
   return std::vector<v1::Fault>(resp.faults().begin(), resp.faults().end());
 }
 
+// What a verdict reads of the faults: class, suspects and victims.
+std::string VerdictShape(const std::vector<v1::Fault>& faults) {
+  const Verdict v = VerdictFromFaults(faults, {});
+  std::string out = absl::StrCat(v.fault_class, ":");
+  for (int32_t r : v.suspects) absl::StrAppend(&out, r, ",");
+  absl::StrAppend(&out, "|");
+  for (int32_t r : v.victims) absl::StrAppend(&out, r, ",");
+  return absl::StrCat(out, "|", faults.size());
+}
+
+// Detection runs on the controller's real clock. On a loaded machine its
+// cycles and the agents' batches lag the replay, and a verdict read at a
+// fixed time can miss a fault still being confirmed (seen: one of two
+// faults of a Flight Recorder scenario under load). After `settle`, the
+// faults are read again until their verdict has kept its shape for
+// `settle` / 2, for at most `settle_max` in all.
+absl::StatusOr<std::vector<v1::Fault>> SettledFaults(
+    v1::Controller::Stub* stub, const std::string& job_id,
+    absl::Duration settle, absl::Duration settle_max,
+    const std::function<void(const std::string&)>& say) {
+  const absl::Time start = absl::Now();
+  absl::SleepFor(settle);
+  ASSIGN_OR_RETURN(std::vector<v1::Fault> faults, ListFaults(stub, job_id));
+  std::string shape = VerdictShape(faults);
+  absl::Time same_since = absl::Now();
+  while (absl::Now() - same_since < settle / 2) {
+    if (absl::Now() - start >= settle_max) {
+      say(absl::StrCat("the faults were still changing after ",
+                       absl::FormatDuration(settle_max),
+                       "; reading the verdict now"));
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(250));
+    ASSIGN_OR_RETURN(faults, ListFaults(stub, job_id));
+    if (std::string now = VerdictShape(faults); now != shape) {
+      shape = std::move(now);
+      same_since = absl::Now();
+    }
+  }
+  return faults;
+}
+
 }  // namespace
 
 absl::StatusOr<ReplayResult> ReplayJob(const ImportedJob& job,
@@ -371,9 +416,9 @@ absl::StatusOr<ReplayResult> ReplayJob(const ImportedJob& job,
   for (std::thread& t : threads) t.join();
   say(absl::StrCat(sent.load(), " records sent; letting detection settle for ",
                    absl::FormatDuration(options.settle)));
-  absl::SleepFor(options.settle);
   ASSIGN_OR_RETURN(std::vector<v1::Fault> faults,
-                   ListFaults(stub.get(), job.job_id));
+                   SettledFaults(stub.get(), job.job_id, options.settle,
+                                 options.settle_max, say));
   // Every stream ends with a goodbye before the daemons go down.
   for (auto& rp : replayers) rp->Stop();
   ReplayResult result;

@@ -39,6 +39,9 @@ struct ReplayOptions {
   // After the last record: how long to let detection run (hang timeouts
   // must pass twice to confirm) before reading the verdict.
   absl::Duration settle = absl::Seconds(4);
+  // Then until the faults' verdict keeps its shape for settle / 2 (a loaded
+  // machine's detection lags), at most this long after the last record.
+  absl::Duration settle_max = absl::Seconds(30);
   // Keep the daemons' work directory (logs, database) for inspection.
   bool keep_work_dir = false;
   // Progress lines; may be null.
