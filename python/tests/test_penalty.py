@@ -63,19 +63,30 @@ def test_moderately_high_norm_is_down_weighted_and_clipped():
     rng = random.Random(3)
     for _ in range(200):
         p.step([1.0 + 0.1 * rng.gauss(0, 1) for _ in range(3)])
-    sd = math.sqrt(p.var[1])
-    high = p.mean[1] + 2.5 * sd  # below the threshold: kept, weighed less
+    cap = p.mean[1] + 2.0 * p.std(1)  # clip_z 2
+    high = p.mean[1] + 2.5 * p.std(1)  # below the threshold: kept
     w, s, anom = p.step([p.mean[0], high, p.mean[2]])
     assert not any(anom)
-    assert w[1] < w[0] and w[1] < w[2]
+    assert w[1] < w[0] and w[1] < w[2]  # weighed less
     assert sum(w) == pytest.approx(1.0)
-    assert s == [1.0, 1.0, 1.0]
-    # Clipping: a norm above mean + 3 sd that is not anomalous cannot
-    # happen (z > 3 is dropped), so clip scales only act on kept norms at
-    # the cap; a kept norm just above the cap is scaled onto it.
-    cap = p.mean[0] + 3.0 * math.sqrt(p.var[0])
-    z_just = (cap * 1.0000001 - p.mean[0]) / math.sqrt(p.var[0] + p.eps)
-    assert z_just > 3.0  # above the cap is also above the threshold
+    # ... and clipped onto mean + 2 sd; the ordinary norms are untouched.
+    assert s[1] == pytest.approx(cap / high) and s[1] < 1.0
+    assert s[0] == 1.0 and s[2] == 1.0
+
+
+def test_clip_sits_below_the_drop_threshold():
+    # A cap at the drop threshold could never bind (a kept norm has
+    # z <= 3): it is refused, and so is a non-positive one.
+    with pytest.raises(ValueError, match="clip_z"):
+        PseudoGradientPenalty(2, z_threshold=3.0, clip_z=3.5)
+    with pytest.raises(ValueError, match="clip_z"):
+        PseudoGradientPenalty(2, clip_z=0.0)
+    # Before the warm-up nothing is clipped.
+    p = PseudoGradientPenalty(1, warmup=10)
+    for _ in range(5):
+        _, s, _ = p.step([1.0])
+    _, s, _ = p.step([1.25])
+    assert s == [1.0]
 
 
 def test_non_finite_and_all_anomalous():
@@ -128,5 +139,8 @@ def test_floor_also_sets_the_clip_cap():
     for _ in range(50):
         p.step([1.0])
     assert p.std(0) == pytest.approx(0.1)
-    w, s, anom = p.step([1.2])  # z = 2: kept, below the cap 1.3
-    assert not anom[0] and s == [1.0]
+    w, s, anom = p.step([1.2])  # z = 2: kept, at the cap 1.2
+    assert not anom[0] and s == [pytest.approx(1.0)]
+    cap = p.mean[0] + 2.0 * p.std(0)  # ~1.2 (the 1.2 moved the mean)
+    w, s, anom = p.step([1.25])  # z ~ 2.5: kept, clipped onto the cap
+    assert not anom[0] and s[0] == pytest.approx(cap / 1.25) and s[0] < 0.97

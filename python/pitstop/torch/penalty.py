@@ -7,9 +7,12 @@ z = (norm - mean) / std decides: z > ``z_threshold`` (3) marks the worker
 anomalous for this round: its update is dropped (weight 0) and its
 statistics are not updated with the outlier. The other workers are
 weighted by softmax(-z) (a worker whose norm is high but below the
-threshold counts less), and every norm is clipped to mean + z_threshold *
-std. Before the warm-up ends all workers weigh the same and nothing is
-clipped.
+threshold counts less), and a kept norm above mean + ``clip_z`` (2) *
+std is clipped onto that cap. The clip must sit below the drop threshold
+to act at all: a kept norm has z <= z_threshold, so a cap at z_threshold
+would never bind. Norms between the two are suspicious but not dropped:
+they count, scaled down. Before the warm-up ends all workers weigh the same
+and nothing is clipped.
 
 The standard deviation used for z and the cap is at least ``min_rel_std``
 (0.1) times the worker's mean: a worker whose norms have been very steady
@@ -27,7 +30,7 @@ import math
 
 class PseudoGradientPenalty:
     def __init__(self, world_size, alpha=0.02, warmup=120, z_threshold=3.0,
-                 eps=1e-12, min_rel_std=0.1):
+                 eps=1e-12, min_rel_std=0.1, clip_z=2.0):
         if world_size <= 0:
             raise ValueError("world_size: must be > 0")
         if not 0.0 < alpha <= 1.0:
@@ -40,6 +43,10 @@ class PseudoGradientPenalty:
         if min_rel_std < 0.0:
             raise ValueError("min_rel_std: must be >= 0, got %r" % min_rel_std)
         self.min_rel_std = min_rel_std
+        if not 0.0 < clip_z <= z_threshold:
+            raise ValueError("clip_z: must be in (0, z_threshold], got %r"
+                             % clip_z)
+        self.clip_z = clip_z
         self.mean = [0.0] * world_size
         self.var = [0.0] * world_size
         self.count = [0] * world_size
@@ -85,7 +92,7 @@ class PseudoGradientPenalty:
         scales = []
         for i, n in enumerate(norms):
             if self.count[i] >= max(self.warmup, 1) and not anomalous[i]:
-                cap = self.mean[i] + self.z_threshold * self.std(i)
+                cap = self.mean[i] + self.clip_z * self.std(i)
                 scales.append(min(1.0, cap / n) if n > cap else 1.0)
             else:
                 scales.append(1.0)
