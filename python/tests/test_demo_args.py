@@ -13,12 +13,18 @@ import lora_demo  # noqa: E402
 import trainer_demo  # noqa: E402
 
 
-def run_main(monkeypatch, *argv):
+def start(monkeypatch, module, entry, command, *argv):
+    """Runs module.main() on `command argv` with the demo's entry point
+    replaced; returns the arguments it would have started with."""
     started = []
-    monkeypatch.setattr(lora_demo, "multi_lora", started.append)
-    monkeypatch.setattr(sys, "argv", ["lora_demo.py", "multi-lora", *argv])
-    lora_demo.main()
+    monkeypatch.setattr(module, entry, started.append)
+    monkeypatch.setattr(sys, "argv", ["demo.py", command, *argv])
+    module.main()
     return started
+
+
+def run_main(monkeypatch, *argv):
+    return start(monkeypatch, lora_demo, "multi_lora", "multi-lora", *argv)
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -45,11 +51,7 @@ def test_defaults_and_a_valid_choice_start_the_runs(monkeypatch):
 
 
 def run_local_sgd(monkeypatch, *argv):
-    started = []
-    monkeypatch.setattr(trainer_demo, "local_sgd", started.append)
-    monkeypatch.setattr(sys, "argv", ["trainer_demo.py", "local-sgd", *argv])
-    trainer_demo.main()
-    return started
+    return start(monkeypatch, trainer_demo, "local_sgd", "local-sgd", *argv)
 
 
 @pytest.mark.parametrize("argv,message", [

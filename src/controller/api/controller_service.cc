@@ -4,16 +4,10 @@
 #include "pitstop/grpc_util.h"
 #include "src/controller/api/paging.h"
 #include "src/controller/api/streams.h"
+#include "src/controller/api/unary_call.h"
 
 namespace pitstop::controller {
 namespace {
-
-grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx,
-                               const absl::Status& status) {
-  grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
-  r->Finish(ToGrpcStatus(status));
-  return r;
-}
 
 // Copies a StatusOr's value into *out, returning the status.
 template <typename T>
@@ -31,19 +25,12 @@ absl::Status ControllerService::Authorize(grpc::CallbackServerContext* ctx,
   return auth_->Check(*ctx, method).status();
 }
 
-// The first thing every Controller call does: the role check of its method.
-#define PITSTOP_AUTHORIZE(name)                                          \
-  if (absl::Status st = Authorize(ctx, "/pitstop.v1.Controller/" #name); \
-      !st.ok()) {                                                        \
-    return Done(ctx, st);                                                \
-  }
-
 grpc::ServerUnaryReactor* ControllerService::GetStatus(
     grpc::CallbackServerContext* ctx, const v1::GetStatusRequest*,
     v1::GetStatusResponse* resp) {
   PITSTOP_AUTHORIZE(GetStatus);
   *resp->mutable_status() = core_->Status();
-  return Done(ctx, absl::OkStatus());
+  return FinishUnary(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* ControllerService::ListNodes(
@@ -51,14 +38,14 @@ grpc::ServerUnaryReactor* ControllerService::ListNodes(
     v1::ListNodesResponse* resp) {
   PITSTOP_AUTHORIZE(ListNodes);
   PageNodes(core_->Nodes(), *req, resp);
-  return Done(ctx, absl::OkStatus());
+  return FinishUnary(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* ControllerService::GetNode(
     grpc::CallbackServerContext* ctx, const v1::GetNodeRequest* req,
     v1::GetNodeResponse* resp) {
   PITSTOP_AUTHORIZE(GetNode);
-  return Done(ctx, Take(core_->Node(req->host()), resp->mutable_node()));
+  return FinishUnary(ctx, Take(core_->Node(req->host()), resp->mutable_node()));
 }
 
 grpc::ServerUnaryReactor* ControllerService::ListJobs(
@@ -66,21 +53,21 @@ grpc::ServerUnaryReactor* ControllerService::ListJobs(
     v1::ListJobsResponse* resp) {
   PITSTOP_AUTHORIZE(ListJobs);
   for (v1::Job& j : core_->Jobs()) *resp->add_jobs() = std::move(j);
-  return Done(ctx, absl::OkStatus());
+  return FinishUnary(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* ControllerService::GetJob(
     grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
     v1::GetJobResponse* resp) {
   PITSTOP_AUTHORIZE(GetJob);
-  return Done(ctx, Take(core_->Job(req->job_id()), resp->mutable_job()));
+  return FinishUnary(ctx, Take(core_->Job(req->job_id()), resp->mutable_job()));
 }
 
 grpc::ServerUnaryReactor* ControllerService::ListCommunicators(
     grpc::CallbackServerContext* ctx, const v1::ListCommunicatorsRequest* req,
     v1::ListCommunicatorsResponse* resp) {
   PITSTOP_AUTHORIZE(ListCommunicators);
-  return Done(
+  return FinishUnary(
       ctx, PageCommunicators(core_->Communicators(req->job_id()), *req, resp));
 }
 
@@ -91,7 +78,7 @@ grpc::ServerUnaryReactor* ControllerService::GetCommunicator(
   absl::Status st =
       Take(core_->Communicator(req->comm_hash()), resp->mutable_communicator());
   TrimMembers(resp->mutable_communicator(), kMaxPageBytes);
-  return Done(ctx, st);
+  return FinishUnary(ctx, st);
 }
 
 grpc::ServerUnaryReactor* ControllerService::ListFaults(
@@ -100,16 +87,17 @@ grpc::ServerUnaryReactor* ControllerService::ListFaults(
   PITSTOP_AUTHORIZE(ListFaults);
   absl::StatusOr<std::vector<v1::Fault>> faults =
       core_->Faults(req->job_id(), req->include_resolved(), req->limit());
-  if (!faults.ok()) return Done(ctx, faults.status());
+  if (!faults.ok()) return FinishUnary(ctx, faults.status());
   for (v1::Fault& f : *faults) *resp->add_faults() = std::move(f);
-  return Done(ctx, absl::OkStatus());
+  return FinishUnary(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* ControllerService::GetFault(
     grpc::CallbackServerContext* ctx, const v1::GetFaultRequest* req,
     v1::GetFaultResponse* resp) {
   PITSTOP_AUTHORIZE(GetFault);
-  return Done(ctx, Take(core_->Fault(req->fault_id()), resp->mutable_fault()));
+  return FinishUnary(
+      ctx, Take(core_->Fault(req->fault_id()), resp->mutable_fault()));
 }
 
 grpc::ServerWriteReactor<v1::WatchFaultsResponse>*
@@ -126,41 +114,42 @@ grpc::ServerUnaryReactor* ControllerService::AcknowledgeFault(
     grpc::CallbackServerContext* ctx, const v1::AcknowledgeFaultRequest* req,
     v1::AcknowledgeFaultResponse* resp) {
   PITSTOP_AUTHORIZE(AcknowledgeFault);
-  return Done(ctx,
-              Take(core_->Acknowledge(req->fault_id(), req->who(), req->note()),
-                   resp->mutable_fault()));
+  return FinishUnary(
+      ctx, Take(core_->Acknowledge(req->fault_id(), req->who(), req->note()),
+                resp->mutable_fault()));
 }
 
 grpc::ServerUnaryReactor* ControllerService::ResolveFault(
     grpc::CallbackServerContext* ctx, const v1::ResolveFaultRequest* req,
     v1::ResolveFaultResponse* resp) {
   PITSTOP_AUTHORIZE(ResolveFault);
-  return Done(ctx,
-              Take(core_->Resolve(req->fault_id(), req->who(), req->note()),
-                   resp->mutable_fault()));
+  return FinishUnary(
+      ctx, Take(core_->Resolve(req->fault_id(), req->who(), req->note()),
+                resp->mutable_fault()));
 }
 
 grpc::ServerUnaryReactor* ControllerService::DrainNode(
     grpc::CallbackServerContext* ctx, const v1::DrainNodeRequest* req,
     v1::DrainNodeResponse* resp) {
   PITSTOP_AUTHORIZE(DrainNode);
-  return Done(ctx, Take(core_->Drain(req->host(), req->reason()),
-                        resp->mutable_node()));
+  return FinishUnary(ctx, Take(core_->Drain(req->host(), req->reason()),
+                               resp->mutable_node()));
 }
 
 grpc::ServerUnaryReactor* ControllerService::UncordonNode(
     grpc::CallbackServerContext* ctx, const v1::UncordonNodeRequest* req,
     v1::UncordonNodeResponse* resp) {
   PITSTOP_AUTHORIZE(UncordonNode);
-  return Done(ctx, Take(core_->Uncordon(req->host()), resp->mutable_node()));
+  return FinishUnary(ctx,
+                     Take(core_->Uncordon(req->host()), resp->mutable_node()));
 }
 
 grpc::ServerUnaryReactor* ControllerService::GetJobPolicy(
     grpc::CallbackServerContext* ctx, const v1::GetJobPolicyRequest* req,
     v1::GetJobPolicyResponse* resp) {
   PITSTOP_AUTHORIZE(GetJobPolicy);
-  return Done(ctx,
-              Take(core_->GetPolicy(req->job_id()), resp->mutable_policy()));
+  return FinishUnary(
+      ctx, Take(core_->GetPolicy(req->job_id()), resp->mutable_policy()));
 }
 
 grpc::ServerUnaryReactor* ControllerService::SetJobPolicy(
@@ -168,40 +157,44 @@ grpc::ServerUnaryReactor* ControllerService::SetJobPolicy(
     v1::SetJobPolicyResponse* resp) {
   PITSTOP_AUTHORIZE(SetJobPolicy);
   if (!req->has_policy()) {
-    return Done(ctx, absl::InvalidArgumentError("policy: required"));
+    return FinishUnary(ctx, absl::InvalidArgumentError("policy: required"));
   }
-  return Done(ctx, Take(core_->SetPolicy(req->job_id(), req->policy()),
-                        resp->mutable_policy()));
+  return FinishUnary(ctx, Take(core_->SetPolicy(req->job_id(), req->policy()),
+                               resp->mutable_policy()));
 }
 
 grpc::ServerUnaryReactor* ControllerService::GetJobSync(
     grpc::CallbackServerContext* ctx, const v1::GetJobSyncRequest* req,
     v1::GetJobSyncResponse* resp) {
   PITSTOP_AUTHORIZE(GetJobSync);
-  return Done(ctx, Take(core_->JobSync(req->job_id()), resp->mutable_sync()));
+  return FinishUnary(ctx,
+                     Take(core_->JobSync(req->job_id()), resp->mutable_sync()));
 }
 
 grpc::ServerUnaryReactor* ControllerService::SetSyncPolicy(
     grpc::CallbackServerContext* ctx, const v1::SetSyncPolicyRequest* req,
     v1::SetSyncPolicyResponse* resp) {
   PITSTOP_AUTHORIZE(SetSyncPolicy);
-  return Done(ctx, Take(core_->SetSyncPolicy(req->job_id(), req->settings()),
-                        resp->mutable_settings()));
+  return FinishUnary(ctx,
+                     Take(core_->SetSyncPolicy(req->job_id(), req->settings()),
+                          resp->mutable_settings()));
 }
 
 grpc::ServerUnaryReactor* ControllerService::GetJobLora(
     grpc::CallbackServerContext* ctx, const v1::GetJobLoraRequest* req,
     v1::GetJobLoraResponse* resp) {
   PITSTOP_AUTHORIZE(GetJobLora);
-  return Done(ctx, Take(core_->JobLora(req->job_id()), resp->mutable_lora()));
+  return FinishUnary(ctx,
+                     Take(core_->JobLora(req->job_id()), resp->mutable_lora()));
 }
 
 grpc::ServerUnaryReactor* ControllerService::SetLoraPolicy(
     grpc::CallbackServerContext* ctx, const v1::SetLoraPolicyRequest* req,
     v1::SetLoraPolicyResponse* resp) {
   PITSTOP_AUTHORIZE(SetLoraPolicy);
-  return Done(ctx, Take(core_->SetLoraPolicy(req->job_id(), req->settings()),
-                        resp->mutable_settings()));
+  return FinishUnary(ctx,
+                     Take(core_->SetLoraPolicy(req->job_id(), req->settings()),
+                          resp->mutable_settings()));
 }
 
 grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <exception>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "pitstop/grpc_util.h"
@@ -12,16 +13,20 @@
 namespace pitstop::controller {
 namespace {
 
-class WatchReactor final
-    : public grpc::ServerWriteReactor<v1::WatchFaultsResponse> {
+// A client's watch stream (WatchFaults, WatchMigrations): subscribes to the
+// core and writes every change in order until the client cancels. A
+// follower refuses it and a leader that steps down ends it, both with
+// UNAVAILABLE naming the leader (controller_ha.cc). `Subscribe` and
+// `Unsubscribe` are the core's pair for Response. Deletes itself when done.
+template <typename Response, auto Subscribe, auto Unsubscribe>
+class ClientWatchReactor final : public grpc::ServerWriteReactor<Response> {
  public:
-  WatchReactor(ControllerCore* core, const v1::WatchFaultsRequest& req)
+  ClientWatchReactor(ControllerCore* core, const std::string& job_id,
+                     bool include_existing)
       : core_(core), out_(this) {
-    // A follower refuses (UNAVAILABLE naming the leader); a leader that
-    // steps down ends the stream the same way (controller_ha.cc).
-    absl::StatusOr<uint64_t> id = core_->SubscribeClient(
-        req.job_id(), req.include_existing(),
-        [this](const v1::WatchFaultsResponse& r) { out_.Enqueue(r); },
+    absl::StatusOr<uint64_t> id = (core_->*Subscribe)(
+        job_id, include_existing,
+        [this](const Response& r) { out_.Enqueue(r); },
         [this](const absl::Status& why) { out_.Finish(ToGrpcStatus(why)); });
     if (id.ok()) {
       id_ = *id;
@@ -34,15 +39,23 @@ class WatchReactor final
   }
   void OnCancel() override { out_.Finish(grpc::Status::CANCELLED); }
   void OnDone() override {
-    core_->Unsubscribe(id_);
+    (core_->*Unsubscribe)(id_);
     delete this;
   }
 
  private:
   ControllerCore* const core_;
-  WriteQueue<WatchReactor, v1::WatchFaultsResponse> out_;
+  WriteQueue<ClientWatchReactor, Response> out_;
   uint64_t id_ = 0;
 };
+
+using FaultWatchReactor = ClientWatchReactor<v1::WatchFaultsResponse,
+                                             &ControllerCore::SubscribeClient,
+                                             &ControllerCore::Unsubscribe>;
+using MigrationWatchReactor =
+    ClientWatchReactor<v1::WatchMigrationsResponse,
+                       &ControllerCore::SubscribeMigrationsClient,
+                       &ControllerCore::UnsubscribeMigrations>;
 
 class AgentStreamReactor final
     : public grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>,
@@ -219,9 +232,22 @@ NewRefusedAgentStreamReactor(const absl::Status& why) {
       grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>>(why);
 }
 
+grpc::ServerWriteReactor<v1::WatchMigrationsResponse>*
+NewRefusedMigrationWatchReactor(const absl::Status& why) {
+  return new RefusedReactor<
+      grpc::ServerWriteReactor<v1::WatchMigrationsResponse>>(why);
+}
+
 grpc::ServerWriteReactor<v1::WatchFaultsResponse>* NewWatchReactor(
     ControllerCore* core, const v1::WatchFaultsRequest& request) {
-  return new WatchReactor(core, request);
+  return new FaultWatchReactor(core, request.job_id(),
+                               request.include_existing());
+}
+
+grpc::ServerWriteReactor<v1::WatchMigrationsResponse>* NewMigrationWatchReactor(
+    ControllerCore* core, const v1::WatchMigrationsRequest& request) {
+  return new MigrationWatchReactor(core, request.job_id(),
+                                   request.include_existing());
 }
 
 grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*

@@ -10,10 +10,14 @@
 
 namespace pitstop::controller {
 
-// WatchFaults: subscribes to the core and writes every change in order
-// until the client cancels. Deletes itself when done.
+// WatchFaults / WatchMigrations: subscribe to the core and write every
+// change in order until the client cancels; refused on a follower and ended
+// when this controller steps down (UNAVAILABLE naming the leader). Delete
+// themselves when done.
 grpc::ServerWriteReactor<v1::WatchFaultsResponse>* NewWatchReactor(
     ControllerCore* core, const v1::WatchFaultsRequest& request);
+grpc::ServerWriteReactor<v1::WatchMigrationsResponse>* NewMigrationWatchReactor(
+    ControllerCore* core, const v1::WatchMigrationsRequest& request);
 
 // AgentLink.Connect: the first message must carry `registration`
 // (INVALID_ARGUMENT otherwise); later batches feed the core; commands from
@@ -35,6 +39,8 @@ NewAgentStreamReactor(ControllerCore* core, AgentStreamAuth auth);
 // Streams refused before they start: finish at once with `why`.
 grpc::ServerWriteReactor<v1::WatchFaultsResponse>* NewRefusedWatchReactor(
     const absl::Status& why);
+grpc::ServerWriteReactor<v1::WatchMigrationsResponse>*
+NewRefusedMigrationWatchReactor(const absl::Status& why);
 grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
 NewRefusedAgentStreamReactor(const absl::Status& why);
 

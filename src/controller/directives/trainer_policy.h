@@ -60,36 +60,35 @@ inline absl::Status ValidateTrainerReport(const v1::ReportStepsRequest& r) {
   return absl::OkStatus();
 }
 
-// Finds or adds job `id` in a policy's job table (`Job` has an int64_t
-// `last_active_ns`). A long-running controller sees many short jobs come
-// and go: with the table full, a new job replaces the one idle longest if
-// it has been idle at least `idle_expiry`; active jobs are never dropped
-// (ResourceExhausted naming `field`). `forgotten` (may be null) gets the id
-// of a dropped job.
+// Finds or adds job `id` in a policy's job table and marks it active at
+// `now_ns` (`Job` has an int64_t `last_active_ns`). A long-running controller
+// sees many short jobs come and go: with the table full, a new job replaces the
+// one idle longest if it has been idle at least `idle_expiry`; active jobs are
+// never dropped (ResourceExhausted naming `field`). `forgotten` (may be null)
+// gets the id of a dropped job.
 template <typename Job>
 absl::StatusOr<Job*> FindOrAddJob(std::map<std::string, Job>& jobs,
                                   const std::string& id, size_t max_jobs,
                                   absl::Duration idle_expiry, int64_t now_ns,
                                   const char* field,
                                   std::string* forgotten = nullptr) {
-  auto it = jobs.find(id);
-  if (it != jobs.end()) return &it->second;
-  if (jobs.size() >= max_jobs && !jobs.empty()) {
-    auto idlest = jobs.begin();
-    for (auto j = jobs.begin(); j != jobs.end(); ++j) {
-      if (j->second.last_active_ns < idlest->second.last_active_ns) idlest = j;
-    }
-    if (now_ns - idlest->second.last_active_ns <
-        absl::ToInt64Nanoseconds(idle_expiry)) {
+  if (auto it = jobs.find(id); it != jobs.end()) {
+    it->second.last_active_ns = now_ns;
+    return &it->second;
+  }
+  if (jobs.size() >= max_jobs) {
+    auto idlest = std::min_element(
+        jobs.begin(), jobs.end(), [](const auto& a, const auto& b) {
+          return a.second.last_active_ns < b.second.last_active_ns;
+        });
+    if (idlest == jobs.end() || now_ns - idlest->second.last_active_ns <
+                                    absl::ToInt64Nanoseconds(idle_expiry)) {
       return absl::ResourceExhaustedError(
           absl::StrCat(field, ": more than ", max_jobs, " jobs active within ",
                        absl::FormatDuration(idle_expiry)));
     }
     if (forgotten != nullptr) *forgotten = idlest->first;
     jobs.erase(idlest);
-  } else if (jobs.size() >= max_jobs) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(field, ": more than ", max_jobs, " jobs"));
   }
   Job* job = &jobs.emplace(id, Job{}).first->second;
   job->last_active_ns = now_ns;

@@ -145,7 +145,6 @@ absl::Status LoraPolicyEngine::AddReport(const std::string& host,
   ids_->Seen(t.job_id(), r.seen_directive_id());
   Job& job = **found;
   const int64_t now = clock_->MonotonicNanos();
-  job.last_active_ns = now;
   RankState& rs = job.ranks[t.global_rank()];
   rs.host = host;
   for (const v1::StepReport& s : r.steps()) {
@@ -499,7 +498,6 @@ absl::StatusOr<v1::LoraSettings> LoraPolicyEngine::SetSettings(
   if (!job.ok()) return job.status();
   (*job)->has_settings = true;
   (*job)->settings = s;
-  (*job)->last_active_ns = clock_->MonotonicNanos();
   return ResolveLoraSettings(s, options_.defaults);
 }
 

@@ -126,7 +126,6 @@ absl::Status SyncPolicyEngine::AddReport(const std::string& host,
         absl::StrCat("trainer.global_rank: job ", t.job_id(), " has ",
                      options_.max_ranks_per_job, " reporting ranks already"));
   }
-  job.last_active_ns = now;
   RankState& rs = job.ranks[t.global_rank()];
   rs.host = host;
   rs.seen_directive = std::max(rs.seen_directive, r.seen_directive_id());
@@ -406,7 +405,6 @@ absl::StatusOr<v1::SyncSettings> SyncPolicyEngine::SetSettings(
                    clock_->MonotonicNanos(), "job_id");
   if (!found.ok()) return found.status();
   Job& job = **found;
-  job.last_active_ns = clock_->MonotonicNanos();
   job.has_settings = true;
   job.settings = s;
   return Settings(job_id);
