@@ -5,7 +5,9 @@
 // claims a free slot; with the caller's own cursor (AcquireFrom) the CAS is
 // the only locked instruction, and where each thread may own a partition
 // (AcquireOwned) not even that, so a released
-// slot is reused only after the cursor has gone round once. That matters
+// slot is reused only after the cursor has gone round once. The owner also
+// accepts the stop of a slot of its partition without a locked instruction
+// (ClaimStop). That matters
 // because NCCL may still name a stopped handle as a parent (CUDA-graph replays;
 // children that start after their Coll stopped). No allocation after
 // construction; exhaustion returns nullptr (the caller counts it).
@@ -36,7 +38,8 @@ class SlotPool {
         span_(PartitionSpan(size, owners)),
         owners_(span_ != 0 ? owners : 0),
         shared_base_(span_ != 0 ? size / 2 : 0),
-        shared_mask_(span_ != 0 ? size / 2 - 1 : size - 1) {}
+        shared_mask_(span_ != 0 ? size / 2 - 1 : size - 1),
+        span_shift_(span_ != 0 ? __builtin_ctz(span_) : 0) {}
   SlotPool(const SlotPool&) = delete;
   SlotPool& operator=(const SlotPool&) = delete;
 
@@ -97,6 +100,29 @@ class SlotPool {
     }
     return Acquire();
   }
+  // Moves an in-flight slot (word 1) to `to`; false if it was not in flight
+  // (free, already being stopped, or another pool-specific state), so a
+  // second or stale stop is refused. `owner`: the calling thread's ring
+  // index. On a slot of the caller's own partition this is a plain load and
+  // store: only the owner claims there (AcquireOwned), so the word can only
+  // change under it by a stop from another thread, and NCCL stops a handle
+  // once (a second stop comes after the first, never at the same time; it
+  // then finds the word no longer 1). Elsewhere a CAS decides.
+  bool ClaimStop(T* s, uint32_t owner, uint32_t to) noexcept {
+    if (OwnedBy(s, owner)) {
+      if (s->header.word.load(std::memory_order_acquire) != 1) return false;
+      s->header.word.store(to, std::memory_order_relaxed);
+      return true;
+    }
+    uint32_t w = 1;
+    return s->header.word.compare_exchange_strong(w, to,
+                                                  std::memory_order_acq_rel);
+  }
+  // True if `s` (one of this pool's slots) lies in partition `owner`.
+  bool OwnedBy(const T* s, uint32_t owner) const noexcept {
+    const auto index = static_cast<size_t>(s - slots_.get());
+    return owner < owners_ && (index >> span_shift_) == owner;
+  }
   void Release(T* s) noexcept {
     s->header.word.store(0, std::memory_order_release);
   }
@@ -125,6 +151,7 @@ class SlotPool {
   const uint32_t owners_;
   const uint32_t shared_base_;
   const uint32_t shared_mask_;
+  const uint32_t span_shift_;  // log2(span_)
   alignas(64) std::atomic<uint32_t> cursor_{0};
 };
 

@@ -34,6 +34,12 @@ constexpr uint32_t kChildMask = 0x3FFFu << kChildShift;
 constexpr uint32_t kMaxRefs = 0xFF00;
 constexpr uint32_t kMaxChildCount = 0x3F00;
 
+// The calling thread's ring index for SlotPool::ClaimStop; no partition
+// matches it when the thread has no ring.
+inline uint32_t RingIndex(const Ring* ring) noexcept {
+  return ring != nullptr ? ring->index() : ~uint32_t{0};
+}
+
 inline uint32_t ChildCount(uint32_t w) {
   return (w & kChildMask) >> kChildShift;
 }
@@ -384,12 +390,18 @@ void Recorder::DetachChild(OpSlot* parent, uint64_t now) noexcept {
   uint32_t w = parent->header.word.load(std::memory_order_relaxed);
   uint32_t next;
   do {
+    // No reference left to drop: a child stopped twice at once by two
+    // threads (outside NCCL's contract). Never borrow from the count bits.
+    if ((w & kRefMask) == 0) return CountIgnored();
     next = w - 1;
     if ((next & ~kChildMask) == kStopped) next |= kStopping;
   } while (!parent->header.word.compare_exchange_weak(
       w, next, std::memory_order_acq_rel, std::memory_order_relaxed));
-  if ((next & ~kChildMask) == (kStopped | kStopping))
-    FinishCompletion(parent, next, now);
+  if ((next & ~kChildMask) == (kStopped | kStopping)) {
+    // A kernel channel stop with GPU timers reads no clock (now == 0);
+    // the completion does.
+    FinishCompletion(parent, next, now != 0 ? now : NowCpuNs());
+  }
 }
 
 void Recorder::FinishCompletion(OpSlot* s, uint32_t word,
@@ -437,7 +449,10 @@ void Recorder::StopOp(OpSlot* s) noexcept {
 }
 
 void Recorder::StopStep(StepSlot* s) noexcept {
-  if (!ClaimStop(s, kBeingStopped)) return CountIgnored();
+  Ring* const ring = rings_->ThreadRing();
+  if (!step_->ClaimStop(s, RingIndex(ring), kBeingStopped)) {
+    return CountIgnored();
+  }
   ProxyStepRec& r = s->rec;
   const uint64_t stop = NowCpuNs();
   r.stop_cpu_ns = stop;
@@ -467,13 +482,48 @@ void Recorder::StopStep(StepSlot* s) noexcept {
     }
     if (t[kStepRecvGpuWait] != 0) o.gpu_wait_ns += stop - t[kStepRecvGpuWait];
   }
-  Ring* ring;
-  if (Record* out = Reserve(&ring)) {
+  if (Record* out = ring != nullptr ? ring->Reserve() : nullptr) {
     out->type = RecordType::kProxyStep;
     out->proxy_step = r;
     ring->Publish();
   }
   step_->Release(s);
+}
+
+bool Recorder::FitSampleDue(Ring* ring, uint64_t stop_gpu_ns) noexcept {
+  if (ring == nullptr) return true;
+  // Either direction: a thread may see several GPUs' timers.
+  const uint64_t d = stop_gpu_ns - ring->fit_gpu_ns;
+  if (ring->fit_gpu_ns != 0 && (d < kFitSampleGpuNs || -d < kFitSampleGpuNs)) {
+    return false;
+  }
+  ring->fit_gpu_ns = stop_gpu_ns;
+  return true;
+}
+
+void Recorder::StopKernel(KernelSlot* s) noexcept {
+  Ring* const ring = rings_->ThreadRing();
+  if (!kernel_->ClaimStop(s, RingIndex(ring), kBeingStopped)) {
+    return CountIgnored();
+  }
+  KernelChRec& r = s->rec;
+  // Both GPU timers known: the GPU times are the record, and the CPU clock
+  // is read only for the agent's GPU->CPU offset fit, at most once per
+  // kFitSampleGpuNs of GPU time per thread. Without them (v3, a stop
+  // without KernelChStop) the CPU observation is the record: read it.
+  const uint64_t now = (r.start_gpu_ns == 0 || r.stop_gpu_ns == 0 ||
+                        FitSampleDue(ring, r.stop_gpu_ns))
+                           ? NowCpuNs()
+                           : 0;
+  r.stop_cpu_ns = now;
+  if (Record* out = ring != nullptr ? ring->Reserve() : nullptr) {
+    out->type = RecordType::kKernelCh;
+    out->kernel = r;
+    ring->Publish();
+  }
+  OpSlot* parent = s->parent;
+  kernel_->Release(s);
+  DetachChild(parent, now);
 }
 
 void Recorder::Stop(void* handle) noexcept {
@@ -498,10 +548,11 @@ void Recorder::Stop(void* handle) noexcept {
       break;
     case kTagProxyOp:
       if (ProxyOpSlot* s = Slot(proxy_op_, handle, kTagProxyOp)) {
-        if (!ClaimStop(s, kBeingStopped)) break;
+        ring = rings_->ThreadRing();
+        if (!proxy_op_->ClaimStop(s, RingIndex(ring), kBeingStopped)) break;
         const uint64_t now = NowCpuNs();
         s->rec.stop_cpu_ns = now;
-        if (Record* out = Reserve(&ring)) {
+        if (Record* out = ring != nullptr ? ring->Reserve() : nullptr) {
           out->type = RecordType::kProxyOp;
           out->proxy_op = s->rec;
           ring->Publish();
@@ -516,17 +567,7 @@ void Recorder::Stop(void* handle) noexcept {
       break;
     case kTagKernel:
       if (KernelSlot* s = Slot(kernel_, handle, kTagKernel)) {
-        if (!ClaimStop(s, kBeingStopped)) break;
-        const uint64_t now = NowCpuNs();
-        s->rec.stop_cpu_ns = now;
-        if (Record* out = Reserve(&ring)) {
-          out->type = RecordType::kKernelCh;
-          out->kernel = s->rec;
-          ring->Publish();
-        }
-        OpSlot* parent = s->parent;
-        kernel_->Release(s);
-        return DetachChild(parent, now);
+        return StopKernel(s);
       }
       break;
     case kTagNet:

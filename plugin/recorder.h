@@ -4,8 +4,10 @@
 // Every method is noexcept and, after construction, takes no lock, makes no
 // allocation and no system call (the clock is the TSC, cpu_clock.h; or
 // clock_gettime(CLOCK_MONOTONIC) through the vDSO where there is none).
-// One clock read per event that needs a CPU time; a KernelCh start with a
-// GPU timer needs none.
+// One clock read per event that needs a CPU time; a KernelCh with GPU
+// timers at start and stop needs none (a sample for the agent's clock fit
+// every kFitSampleGpuNs of GPU time per thread, and the completion time when
+// its stop completes the op, excepted).
 // Handles come from preallocated pools; records go to the calling thread's
 // ring. Full ring / empty pool: the event is dropped and counted.
 //
@@ -57,6 +59,12 @@ struct ProxyOpStart {
   int chunk_size = 0;
   bool is_send = false;
 };
+
+// GPU time between two CPU clock samples taken at kernel channel stops that
+// carry GPU timers, per thread: at most 20,000 clock reads a second where
+// there were one per stop, and the agent's fit (a minimum over 4,096
+// samples) still spans at most ~0.2 s of samples at full rate.
+inline constexpr uint64_t kFitSampleGpuNs = 50'000;
 
 struct PoolSizes {
   uint32_t api = 4096;
@@ -130,6 +138,11 @@ class Recorder {
   // (kStopped | kStopping, no references left), and releases the slot.
   void FinishCompletion(OpSlot* s, uint32_t word, uint64_t now) noexcept;
   void StopStep(StepSlot* s) noexcept;
+  void StopKernel(KernelSlot* s) noexcept;
+  // Whether a kernel channel stop at `stop_gpu_ns` should read the CPU clock
+  // as a (cpu, gpu) sample for the agent's offset fit: the first on each
+  // thread, then once the GPU timer moved kFitSampleGpuNs from the last one.
+  static bool FitSampleDue(Ring* ring, uint64_t stop_gpu_ns) noexcept;
 
   RingSet* const rings_;
   pid_t self_pid_;

@@ -95,6 +95,9 @@ class Ring {
   uint32_t proxy_op_cursor = 0;
   uint32_t step_cursor = 0;
   uint32_t kernel_cursor = 0;
+  // Producer-local: GPU stop timer of this thread's last CPU clock sample
+  // at a kernel channel stop (Recorder::FitSampleDue).
+  uint64_t fit_gpu_ns = 0;
 
  private:
   struct alignas(64) Unit {

@@ -7,6 +7,11 @@
 //                       this binary's malloc wrappers (counted, not assumed).
 //   BM_NullPair/<type>  the same harness driving a do-nothing plugin table:
 //                       own cost = BM_Pair - BM_NullPair (same run).
+//   BM_BasePair/<type>  the same harness driving another build of the
+//                       library loaded into the same process
+//                       (PITSTOP_BENCH_BASELINE_PLUGIN=path/to/.so, e.g.
+//                       main's): ratio new/old in one run. Skipped, saying
+//                       so, when unset. tools/bench-hotpath.sh runs these.
 //   BM_ExporterThroughput  the real exporter draining one ring through the
 //                       shared-memory transport into the agent's real
 //                       ingest server: records/s, bytes/record.
@@ -18,7 +23,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -64,23 +72,39 @@ struct Loaded {
   int mask = 0;
 };
 
+Loaded* Load(const std::string& path) {
+  auto* l = new Loaded();
+  // No agent: the exporter drains and drops (counted), so the rings
+  // never fill and only the hot path is measured.
+  setenv("PITSTOP_AGENT_SOCKET", "/tmp/pitstop-bench-no-agent.sock", 1);
+  setenv("PITSTOP_EVENT_MASK", "coll|p2p|proxyop|kernelch|proxystep", 1);
+  auto lib = emu::OpenPluginLibrary(path);
+  if (!lib.ok()) {
+    fprintf(stderr, "cannot load %s: %s\n", path.c_str(),
+            std::string(lib.status().message()).c_str());
+    std::abort();
+  }
+  l->p = static_cast<abi::ProfilerV5*>(dlsym(*lib, "ncclProfiler_v5"));
+  if (l->p == nullptr ||
+      l->p->init(&l->ctx, 0xBE7C, &l->mask, "bench", 1, 8, 0, nullptr) != 0) {
+    std::abort();
+  }
+  return l;
+}
+
 Loaded& Plugin() {
-  static Loaded* l = [] {
-    auto* l = new Loaded();
-    // No agent: the exporter drains and drops (counted), so the rings
-    // never fill and only the hot path is measured.
-    setenv("PITSTOP_AGENT_SOCKET", "/tmp/pitstop-bench-no-agent.sock", 1);
-    setenv("PITSTOP_EVENT_MASK", "coll|p2p|proxyop|kernelch|proxystep", 1);
-    auto lib = emu::OpenPluginLibrary(emu::BuiltPluginPath());
-    if (!lib.ok()) std::abort();
-    l->p = static_cast<abi::ProfilerV5*>(dlsym(*lib, "ncclProfiler_v5"));
-    if (l->p == nullptr ||
-        l->p->init(&l->ctx, 0xBE7C, &l->mask, "bench", 1, 8, 0, nullptr) != 0) {
-      std::abort();
-    }
-    return l;
-  }();
+  static Loaded* l = Load(emu::BuiltPluginPath());
   return *l;
+}
+
+// Another build of the library (RTLD_LOCAL: its own runtime, exporter and
+// symbols), or null.
+Loaded* Baseline() {
+  static Loaded* l = [] {
+    const char* path = getenv("PITSTOP_BENCH_BASELINE_PLUGIN");
+    return path != nullptr && path[0] != '\0' ? Load(path) : nullptr;
+  }();
+  return l;
 }
 
 enum PairType { kColl, kKernelCh, kProxyOp, kProxyStep };
@@ -123,12 +147,24 @@ void PairLoop(benchmark::State& state, abi::ProfilerV5* p, void* ctx);
 
 void BM_Pair(benchmark::State& state) {
   Loaded& l = Plugin();
+  Baseline();  // both loaded whichever runs first
   PairLoop(state, l.p, l.ctx);
 }
 
 void BM_NullPair(benchmark::State& state) {
   Plugin();  // same process state (exporter thread running)
+  Baseline();
   PairLoop(state, g_null, &g_null_handle);
+}
+
+void BM_BasePair(benchmark::State& state) {
+  Plugin();
+  Loaded* l = Baseline();
+  if (l == nullptr) {
+    return state.SkipWithError(
+        "PITSTOP_BENCH_BASELINE_PLUGIN not set: no baseline library");
+  }
+  PairLoop(state, l->p, l->ctx);
 }
 
 void PairLoop(benchmark::State& state, abi::ProfilerV5* p, void* ctx) {
@@ -167,7 +203,6 @@ void PairLoop(benchmark::State& state, abi::ProfilerV5* p, void* ctx) {
     case kKernelCh:
       e.type = abi::kKernelCh;
       e.parent_obj = coll;
-      e.kernel_ch.p_timer = 1000;
       break;
     case kProxyOp:
       e = pd;
@@ -178,15 +213,20 @@ void PairLoop(benchmark::State& state, abi::ProfilerV5* p, void* ctx) {
       break;
   }
   abi::StateArgsV5 args;
-  args.kernel_ch.p_timer = 2000;
+  // GPU timers move as on a GPU: a channel runs 0.8 us and one starts every
+  // microsecond (a dense stream: a million kernel channels a second).
+  uint64_t gpu_ns = 1'700'000'000'000'000'000ull;
   const uint64_t allocs_before = t_allocs;
   for (auto _ : state) {
     void* h = nullptr;
     if (type == kColl) e.coll.seq_number++;
+    if (type == kKernelCh) e.kernel_ch.p_timer = gpu_ns;
     l.p->start_event(l.ctx, &h, &e);
     if (type == kKernelCh) {
+      args.kernel_ch.p_timer = gpu_ns + 800;
       l.p->record_event_state(h, abi::kKernelChStop, &args);
     }
+    gpu_ns += 1000;
     l.p->stop_event(h);
     benchmark::DoNotOptimize(h);
   }
@@ -205,6 +245,13 @@ BENCHMARK(BM_Pair)
     ->Repetitions(5)
     ->ReportAggregatesOnly(true);
 BENCHMARK(BM_NullPair)
+    ->ArgName("type")
+    ->DenseRange(0, 3)
+    ->Threads(1)
+    ->Threads(2)
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true);
+BENCHMARK(BM_BasePair)
     ->ArgName("type")
     ->DenseRange(0, 3)
     ->Threads(1)

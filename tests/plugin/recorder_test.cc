@@ -212,6 +212,147 @@ TEST_F(RecorderTest, DoubleStopOfOtherKindsIsIgnored) {
   EXPECT_EQ(rec_.ignored(), 3u);
 }
 
+TEST_F(RecorderTest, KernelStopsWithGpuTimersSampleTheCpuClockSparsely) {
+  // Both GPU timers given: the CPU clock is read at the first stop on this
+  // thread, then only once the GPU stop timer moved kFitSampleGpuNs (the
+  // agent's clock-fit samples); without a GPU timer at start or stop every
+  // record keeps its CPU time. The completion always has one, also when the
+  // stop that completes the op read no clock.
+  void* op = StartColl();
+  ASSERT_NE(op, nullptr);
+  constexpr uint64_t kGpu = 1'700'000'000'000'000'000ull;
+  constexpr int kChannels = 120;  // 1 us apart: 120 us of GPU time
+  std::vector<void*> open;
+  for (int i = 0; i < kChannels; ++i) {
+    const uint64_t t = kGpu + uint64_t{1000} * i;
+    void* k = rec_.StartKernelCh(&ctx_, op, static_cast<uint8_t>(i % 32), t);
+    ASSERT_NE(k, nullptr) << i;
+    rec_.RecordState(k, abi::kKernelChStop, t + 800);
+    if (i < kChannels - 1) {
+      rec_.Stop(k);
+    } else {
+      open.push_back(k);
+    }
+  }
+  void* no_stop_timer = rec_.StartKernelCh(&ctx_, op, 0, kGpu);
+  void* no_start_timer = rec_.StartKernelCh(&ctx_, op, 0, 0);
+  rec_.RecordState(no_start_timer, abi::kKernelChStop, kGpu + 500);
+  rec_.Stop(no_stop_timer);
+  rec_.Stop(no_start_timer);
+  rec_.Stop(op);
+  // The last channel's stop completes the op; its own GPU stop timer is
+  // 119.8 us after the first sample and 19.8 us after the third: no sample.
+  rec_.Stop(open[0]);
+  std::vector<uint64_t> sampled_gpu;
+  uint64_t completion_ns = 0, completions = 0;
+  uint64_t untimed_start = 0, untimed_stop = 0, kernel_records = 0;
+  rings_.DrainAll(1 << 20, [&](const Record& r) {
+    if (r.type == RecordType::kCompletion) {
+      ++completions;
+      completion_ns = r.completion.completion_cpu_ns;
+      EXPECT_EQ(r.completion.children, uint32_t{kChannels + 2});
+    }
+    if (r.type != RecordType::kKernelCh) return;
+    ++kernel_records;
+    const KernelChRec& k = r.kernel;
+    if (k.stop_gpu_ns == 0) {
+      untimed_stop = k.stop_cpu_ns;
+    } else if (k.start_gpu_ns == 0) {
+      untimed_start = k.stop_cpu_ns;
+      EXPECT_NE(k.start_cpu_ns, 0u);
+    } else {
+      EXPECT_EQ(k.start_cpu_ns, 0u);
+      if (k.stop_cpu_ns != 0) sampled_gpu.push_back(k.stop_gpu_ns);
+    }
+  });
+  EXPECT_EQ(kernel_records, uint64_t{kChannels + 2});
+  const std::vector<uint64_t> want = {kGpu + 800, kGpu + 50'800,
+                                      kGpu + 100'800};
+  EXPECT_EQ(sampled_gpu, want);
+  EXPECT_NE(untimed_start, 0u);
+  EXPECT_NE(untimed_stop, 0u);
+  EXPECT_EQ(completions, 1u);
+  EXPECT_NE(completion_ns, 0u);
+  EXPECT_GE(completion_ns, untimed_start);
+  // A GPU timer far behind the last sample (another GPU's clock on the
+  // same thread) is sampled too.
+  void* k = rec_.StartKernelCh(&ctx_, nullptr, 0, 5'000'000);
+  rec_.RecordState(k, abi::kKernelChStop, 5'000'800);
+  rec_.Stop(k);
+  uint64_t behind = 0;
+  rings_.DrainAll(1 << 20, [&](const Record& r) {
+    if (r.type == RecordType::kKernelCh) behind = r.kernel.stop_cpu_ns;
+  });
+  EXPECT_NE(behind, 0u);
+  EXPECT_EQ(rec_.ignored(), 0u);
+}
+
+TEST(RecorderOwnedSlotsTest,
+     OwnerAndOtherThreadsStopInterleavedEachHandleOnce) {
+  // Owned slots are stopped by their owner without a locked instruction and
+  // by any other thread with a CAS. Here both happen at once on the same
+  // partition: the owner starts children of a shared op, stops half of them
+  // itself and hands the other half to a second thread; then both try a
+  // second (sequential) stop of every handle. Every handle is accepted
+  // once, every op completes once with all its children counted, nothing
+  // leaks.
+  RingSet rings(4, 1 << 14);
+  PoolSizes sizes;
+  sizes.op = 64;
+  sizes.kernel = 256;  // 4 partitions of 32: the owner's spills over too
+  Recorder rec(&rings, getpid(), sizes);
+  CommContext ctx;
+  ctx.comm_hash = 9;
+  ctx.n_ranks = 2;
+  ctx.mask.store(kSupportedEventMask);
+  ctx.p2p_seq = std::make_unique<std::atomic<uint64_t>[]>(4);
+  constexpr int kOps = 2000;
+  constexpr int kChildren = 40;
+  std::atomic<int> round{-1};
+  std::atomic<int> foreign_done{-1};
+  std::vector<void*> theirs(kChildren / 2);
+  std::thread other([&] {
+    for (int r = 0; r < kOps; ++r) {
+      while (round.load() < r) std::this_thread::yield();
+      for (void* h : theirs) rec.Stop(h);
+      for (void* h : theirs) rec.Stop(h);  // refused: already stopped
+      foreign_done.store(r);
+    }
+  });
+  std::vector<void*> mine(kChildren / 2);
+  int completions = 0;
+  for (int r = 0; r < kOps; ++r) {
+    OpStart a;
+    a.func = "AllReduce";
+    a.seq_number = static_cast<uint64_t>(r);
+    void* op = rec.StartOp(&ctx, nullptr, a);
+    ASSERT_NE(op, nullptr) << r;
+    for (int i = 0; i < kChildren; ++i) {
+      void* k = rec.StartKernelCh(&ctx, op, static_cast<uint8_t>(i),
+                                  uint64_t{1000} * (i + 1));
+      ASSERT_NE(k, nullptr) << r << " " << i;
+      rec.RecordState(k, abi::kKernelChStop, uint64_t{1000} * (i + 1) + 500);
+      (i % 2 == 0 ? mine : theirs)[i / 2] = k;
+    }
+    round.store(r);  // the other thread stops `theirs` meanwhile
+    rec.Stop(op);    // races with its detaches
+    for (void* h : mine) rec.Stop(h);
+    while (foreign_done.load() < r) std::this_thread::yield();
+    for (void* h : mine) rec.Stop(h);  // refused: already stopped
+    rings.DrainAll(1 << 20, [&](const Record& rd) {
+      if (rd.type == RecordType::kCompletion) {
+        ++completions;
+        EXPECT_EQ(rd.completion.children, uint32_t{kChildren}) << r;
+      }
+    });
+  }
+  other.join();
+  EXPECT_EQ(completions, kOps);
+  EXPECT_EQ(rec.ignored(), uint64_t{kOps} * kChildren);
+  EXPECT_EQ(rec.pool_exhausted(), 0u);
+  EXPECT_EQ(rings.TotalFullDrops(), 0u);
+}
+
 TEST(RecorderOwnedSlotsTest,
      ThreadsClaimOwnPartitionsThenShareWithoutDoubleClaims) {
   // 4 rings and 1,024 kernel slots: each thread owns 128 slots claimed
