@@ -382,35 +382,63 @@ void Recorder::EmitCompletion(OpSlot* s, uint64_t now,
   ring->Publish();
 }
 
-void Recorder::DetachChild(OpSlot* parent, uint64_t now) noexcept {
-  if (parent == nullptr) return;
-  // The last reference of a stopped op completes it. The slot is held
-  // (kStopping) while the completion reads it: at plain kStopped another
-  // thread may already reclaim and rewrite it.
+bool Recorder::DropRef(OpSlot* parent, uint32_t* word) noexcept {
   uint32_t w = parent->header.word.load(std::memory_order_relaxed);
   uint32_t next;
+  bool mine;
   do {
     // No reference left to drop: a child stopped twice at once by two
     // threads (outside NCCL's contract). Never borrow from the count bits.
-    if ((w & kRefMask) == 0) return CountIgnored();
+    if ((w & kRefMask) == 0) {
+      CountIgnored();
+      return false;
+    }
     next = w - 1;
-    if ((next & ~kChildMask) == kStopped) next |= kStopping;
+    // The last reference of a stopped op completes it, unless a completion
+    // is being emitted (kStopping): that one takes this child's count over
+    // when it ends (FinishCompletion).
+    mine = (next & ~kChildMask) == kStopped;
+    if (mine) next |= kStopping;
   } while (!parent->header.word.compare_exchange_weak(
       w, next, std::memory_order_acq_rel, std::memory_order_relaxed));
-  if ((next & ~kChildMask) == (kStopped | kStopping)) {
+  *word = next;
+  return mine;
+}
+
+void Recorder::DetachChild(OpSlot* parent, uint64_t now) noexcept {
+  if (parent == nullptr) return;
+  uint32_t word;
+  if (DropRef(parent, &word)) {
     // A kernel channel stop with GPU timers reads no clock (now == 0);
     // the completion does.
-    FinishCompletion(parent, next, now != 0 ? now : NowCpuNs());
+    FinishCompletion(parent, word, now != 0 ? now : NowCpuNs());
   }
 }
 
 void Recorder::FinishCompletion(OpSlot* s, uint32_t word,
                                 uint64_t now) noexcept {
-  EmitCompletion(s, now, ChildCount(word));
-  // Back to plain kStopped (reclaimable) unless a late child attached
-  // meanwhile: clear kStopping and the children this completion counted.
-  s->header.word.fetch_sub(kStopping | (word & kChildMask),
-                           std::memory_order_release);
+  // The slot is held (kStopping) while a completion reads it: at plain
+  // kStopped another thread may already reclaim and rewrite it.
+  for (;;) {
+    EmitCompletion(s, now, ChildCount(word));
+    // Clear kStopping and the children this completion counted: back to
+    // plain kStopped (reclaimable) unless late children attached meanwhile.
+    const uint32_t done = kStopping | (word & kChildMask);
+    uint32_t w =
+        s->header.word.fetch_sub(done, std::memory_order_acq_rel) - done;
+    // Late children that attached and stopped while this completion was
+    // emitted left their count and no reference: complete them as well.
+    // One still running completes the op itself when it stops.
+    for (;;) {
+      if ((w & ~kChildMask) != kStopped || ChildCount(w) == 0) return;
+      if (s->header.word.compare_exchange_weak(w, w | kStopping,
+                                               std::memory_order_acq_rel,
+                                               std::memory_order_relaxed)) {
+        word = w | kStopping;
+        break;
+      }
+    }
+  }
 }
 
 void Recorder::StopOp(OpSlot* s) noexcept {

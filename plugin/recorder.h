@@ -129,13 +129,19 @@ class Recorder {
   Record* Reserve(Ring** ring) noexcept;
   OpSlot* AsOp(void* p) const noexcept;
   void StopOp(OpSlot* s) noexcept;
+  // Drops a child's reference on `parent`; a stopped op left without
+  // references is completed (the clock is read there if `now` is 0).
   void DetachChild(OpSlot* parent, uint64_t now) noexcept;
+  // The reference drop itself: true if the caller must now emit the
+  // completion (FinishCompletion) with the header word it set (*word).
+  bool DropRef(OpSlot* parent, uint32_t* word) noexcept;
   // Counts a child's reference on `parent` (one locked add); false (and
   // counted) if the parent has implausibly many children in flight.
   bool AttachChild(OpSlot* parent) noexcept;
   void EmitCompletion(OpSlot* s, uint64_t now, uint32_t children) noexcept;
   // Emits the completion of `s`, whose header the caller moved to `word`
-  // (kStopped | kStopping, no references left), and releases the slot.
+  // (kStopped | kStopping, no references left), and releases the slot;
+  // then the completion of late children that stopped meanwhile, if any.
   void FinishCompletion(OpSlot* s, uint32_t word, uint64_t now) noexcept;
   void StopStep(StepSlot* s) noexcept;
   void StopKernel(KernelSlot* s) noexcept;
@@ -143,6 +149,8 @@ class Recorder {
   // as a (cpu, gpu) sample for the agent's offset fit: the first on each
   // thread, then once the GPU timer moved kFitSampleGpuNs from the last one.
   static bool FitSampleDue(Ring* ring, uint64_t stop_gpu_ns) noexcept;
+
+  friend class RecorderTestPeer;
 
   RingSet* const rings_;
   pid_t self_pid_;

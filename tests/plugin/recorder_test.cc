@@ -194,6 +194,66 @@ TEST_F(RecorderTest, ChildrenOnOtherThreadsCompleteEachOpExactlyOnce) {
   EXPECT_EQ(rec_.pool_exhausted(), 0u);
 }
 
+}  // namespace
+
+// Steps a child's stop in two halves, so that another thread's events can
+// be placed inside the window in which a completion is being emitted.
+class RecorderTestPeer {
+ public:
+  // The reference drop of a child's stop: true if this caller now emits
+  // the completion (holding the slot), `*word` its header.
+  static bool DropRef(Recorder* r, void* op, uint32_t* word) {
+    return r->DropRef(r->AsOp(op), word);
+  }
+  static void FinishCompletion(Recorder* r, void* op, uint32_t word) {
+    r->FinishCompletion(r->AsOp(op), word, /*now=*/1);
+  }
+};
+
+namespace {
+
+TEST_F(RecorderTest, LateChildStoppedDuringACompletionIsCompletedOnce) {
+  // The first channel of each op is never stopped (its stop is stepped
+  // by hand): room for all of them.
+  PoolSizes sizes = SmallPools();
+  sizes.kernel = 64;
+  Recorder rec(&rings_, getpid(), sizes);
+  // A child that attaches to a stopped op and stops while the op's
+  // completion is being emitted (the slot held, kStopping) leaves its count
+  // to that completion's thread, which emits a second completion for it and
+  // only then releases the slot. Before the fix the late child ran its own
+  // completion at the same time and both subtracted their counts: the
+  // header underflowed and the slot never came back.
+  for (int round = 0; round < 40; ++round) {  // > 16 slots: all reclaimed
+    OpStart a;
+    a.func = "AllReduce";
+    void* op = rec.StartOp(&ctx_, nullptr, a);
+    ASSERT_NE(op, nullptr) << round;
+    ASSERT_NE(rec.StartKernelCh(&ctx_, op, 0, 0), nullptr);
+    rec.Stop(op);  // the kernel channel still holds it
+    uint32_t word = 0;
+    ASSERT_TRUE(RecorderTestPeer::DropRef(&rec, op, &word));  // its stop
+    void* late = rec.StartKernelCh(&ctx_, op, 1, 0);
+    ASSERT_NE(late, nullptr);
+    rec.Stop(late);
+    std::vector<uint32_t> children;
+    auto drain = [&] {
+      rings_.DrainAll(1 << 20, [&](const Record& r) {
+        if (r.type == RecordType::kCompletion) {
+          children.push_back(r.completion.children);
+        }
+      });
+    };
+    drain();
+    EXPECT_TRUE(children.empty()) << "the late child completed on its own";
+    RecorderTestPeer::FinishCompletion(&rec, op, word);
+    drain();
+    EXPECT_EQ(children, (std::vector<uint32_t>{1, 1})) << round;
+  }
+  // Every slot came back (40 ops through 16 slots).
+  EXPECT_EQ(rec.pool_exhausted(), 0u);
+}
+
 TEST_F(RecorderTest, DoubleStopOfOtherKindsIsIgnored) {
   void* api = rec_.StartApi(&ctx_, false, false);
   void* step = rec_.StartProxyStep(&ctx_, nullptr, 0);
@@ -306,7 +366,7 @@ TEST(RecorderOwnedSlotsTest,
   ctx.n_ranks = 2;
   ctx.mask.store(kSupportedEventMask);
   ctx.p2p_seq = std::make_unique<std::atomic<uint64_t>[]>(4);
-  constexpr int kOps = 2000;
+  constexpr int kOps = 300;
   constexpr int kChildren = 40;
   std::atomic<int> round{-1};
   std::atomic<int> foreign_done{-1};
