@@ -12,9 +12,9 @@
 #
 # Options:
 #   --baseline SO       the library to compare against (a built .so)
-#   --baseline-rev REV  build that commit's library in a temporary git
-#                       worktree (kept in $TMPDIR/pitstop-hotpath-REV for
-#                       later runs; only the .so target is built)
+#   --baseline-rev REV  build that commit's library in a git worktree of
+#                       its own (BUILD/hotpath-baseline-REV, kept for later
+#                       runs; only the .so target is built)
 #   --build DIR         this tree's build directory (default: build); its
 #                       plugin_bench is built if missing
 #   --runs N            processes to run, one after another (default: 5)
@@ -61,7 +61,7 @@ fi
 
 if [[ -n "$baseline_rev" ]]; then
   sha="$(git -C "$root" rev-parse --short=12 "$baseline_rev^{commit}")"
-  wt="${TMPDIR:-/tmp}/pitstop-hotpath-$sha"
+  wt="$build/hotpath-baseline-$sha"
   if [[ ! -f "$wt/build/plugin/libnccl-profiler-pitstop.so" ]]; then
     echo "bench-hotpath: building the library of $sha in $wt" >&2
     [[ -d "$wt" ]] || git -C "$root" worktree add --detach "$wt" "$sha" >&2
