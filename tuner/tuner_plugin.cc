@@ -53,6 +53,9 @@ struct Global {
   std::atomic<int64_t> next_open_ns{0};
   std::atomic<bool> load_logged{false};
   int readers_opened = 0;  // guarded by mu
+  // Every reader opened, kept mapped for good: a thread in getCollInfo may
+  // still read a replaced one. Guarded by mu.
+  TunerTableReader* readers[kMaxReaders] = {};
   std::string path;        // guarded by mu; resolved at first init
   std::string last_error;  // guarded by mu
 };
@@ -94,8 +97,8 @@ TunerTableReader* RefreshReader(bool at_init) noexcept {
                            std::memory_order_relaxed);
       return nullptr;
     }
-    ++g.readers_opened;
-    TunerTableReader* fresh = r.release();  // kept mapped for good
+    TunerTableReader* fresh = r.release();
+    g.readers[g.readers_opened++] = fresh;
     g.reader.store(fresh, std::memory_order_release);
     g.next_open_ns.store(0, std::memory_order_relaxed);
     return fresh;

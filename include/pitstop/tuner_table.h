@@ -149,6 +149,9 @@ class TunerTableReader {
   Result Lookup(uint64_t comm_id, Steering* out) const;
   // The entry with kFlagShapeUnique and this shape (tuner ABI v4).
   Result LookupShape(uint32_t n_ranks, uint32_t n_nodes, Steering* out) const;
+  // Every entry now in the table, in slot order (for tools and tests; it
+  // allocates). Slots that stayed busy through every retry are left out.
+  std::vector<Steering> Entries() const;
   // Bumped by the writer after every change: a caller may cache a lookup
   // until it moves.
   uint64_t generation() const;
