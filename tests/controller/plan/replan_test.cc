@@ -39,6 +39,11 @@ TEST(ReplanTest, EightQpsPerConnectionRecoverAnExactlyFullGroup) {
   ASSERT_TRUE(r->degraded);
   EXPECT_GE(r->recovery, 0.90);
   EXPECT_LE(r->moved, r->network_flows / 20);  // <= 5% of QPs
+  // ... and of connections (a connection counts once if any QP moved).
+  EXPECT_EQ(r->network_connections * 8, r->network_flows);
+  EXPECT_GT(r->moved_connections, 0);
+  EXPECT_LE(r->moved_connections, r->moved);
+  EXPECT_LE(r->moved_connections, r->network_connections / 20);
   // A quarter-speed link keeps a quarter of the QPs it had: at most three
   // quarters of the crossing QPs move (the old re-plan moved 31 of 32).
   EXPECT_GT(r->crossing, 0);
@@ -60,6 +65,8 @@ TEST(ReplanTest, OneQpPerConnectionStopsAtTheWholeFlowLimit) {
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(r->degraded);
   EXPECT_NEAR(r->recovery, 2.0 / 3.0, 0.01);
+  EXPECT_EQ(r->moved_connections, r->moved);
+  EXPECT_EQ(r->network_connections, r->network_flows);
 }
 
 double Simulate(const Fabric& fab, const std::vector<Flow>& flows,
