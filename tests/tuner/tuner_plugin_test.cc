@@ -6,10 +6,12 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -224,6 +226,71 @@ TEST(TunerPluginTest, NoTableMeansNcclDefaultsUntilOneAppears) {
     }
   }
   EXPECT_EQ(n_channels, 4);
+}
+
+// Several threads plan collectives of their own communicators while the
+// agent rewrites entries and restarts (a new table renamed over the path):
+// each communicator only ever gets NCCL's choice or its own steering.
+TEST(TunerPluginTest, ConcurrentCommunicatorsFollowATableBeingRewritten) {
+  auto tuner =
+      TunerEmulator::Create({.plugin = "pitstop", .nccl_version = 23007});
+  ASSERT_TRUE(tuner.ok()) << tuner.status();
+  constexpr int kThreads = 4;
+  std::vector<std::unique_ptr<TunerComm>> comms;
+  for (int t = 0; t < kThreads; ++t) {
+    auto c = (*tuner)->InitComm(
+        {.comm_hash = 0x100u + t, .n_ranks = 16, .n_nodes = 2});
+    ASSERT_TRUE(c.ok());
+    comms.push_back(std::move(*c));
+  }
+  std::atomic<bool> done{false};
+  std::atomic<int> wrong{0}, steered{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      while (!done.load()) {
+        CollDecision d =
+            comms[t]->GetCollInfo(kFuncAllReduce, kBytes, DefaultCostTable());
+        if (d.n_channels == 0 && d.costs == DefaultCostTable()) continue;
+        // Comm t's entries always cap at t + 1 channels, ring only.
+        if (d.n_channels == t + 1 && d.algo == kRing) {
+          steered.fetch_add(1);
+        } else {
+          wrong.fetch_add(1);
+        }
+      }
+    });
+  }
+  std::string error;
+  std::unique_ptr<TunerTableWriter> table;
+  for (int round = 0; round < 20; ++round) {
+    table = NewTable();  // an agent (re)start
+    for (int k = 0; k < 50; ++k) {
+      std::vector<Steering> entries;
+      for (int t = 0; t < kThreads; ++t) {
+        if ((k + t) % 2 == 0) {
+          entries.push_back(RingOnly(0x100u + t, t + 1, round * 100 + k));
+        }
+      }
+      ASSERT_TRUE(table->Replace(entries, &error)) << error;
+    }
+  }
+  // Finally every communicator steered, until each thread has seen it.
+  std::vector<Steering> all;
+  for (int t = 0; t < kThreads; ++t) {
+    all.push_back(RingOnly(0x100u + t, t + 1, 9999));
+  }
+  ASSERT_TRUE(table->Replace(all, &error)) << error;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (steered.load() < 100 * kThreads &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  done = true;
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_GE(steered.load(), 100 * kThreads);
+  RecordProperty("steered_calls", steered.load());
 }
 
 }  // namespace
