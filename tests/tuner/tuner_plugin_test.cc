@@ -98,6 +98,14 @@ TEST(TunerPluginTest, LoadsByNcclNamingRulesOnEveryClaimedRelease) {
         0);
     EXPECT_EQ((*comm)->Finalize(), 0);
   }
+  // The way a job sets it: NCCL_TUNER_PLUGIN in the environment.
+  setenv("NCCL_TUNER_PLUGIN", "pitstop", 1);
+  auto from_env = TunerEmulator::Create({.nccl_version = 22809});
+  unsetenv("NCCL_TUNER_PLUGIN");
+  ASSERT_TRUE(from_env.ok()) << from_env.status();
+  EXPECT_EQ((*from_env)->abi_version(), 5);
+  EXPECT_THAT((*from_env)->library_path(),
+              HasSubstr("libnccl-tuner-pitstop.so"));
   auto missing = TunerEmulator::Create({.plugin = "no-such-tuner"});
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(missing.status().message(),
