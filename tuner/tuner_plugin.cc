@@ -91,8 +91,10 @@ TunerTableReader* RefreshReader(bool at_init) noexcept {
     std::string error;
     std::unique_ptr<TunerTableReader> r =
         TunerTableReader::Open(g.path, &error);
-    if (r == nullptr) {
-      g.last_error = error;
+    if (r == nullptr || r->retired()) {
+      // Missing, bad, or a retired table still at the path (its writer
+      // died between building and renaming a new one): try again later.
+      g.last_error = r == nullptr ? error : "the table at the path is retired";
       g.next_open_ns.store(NowNs() + kReopenIntervalNs,
                            std::memory_order_relaxed);
       return nullptr;

@@ -147,23 +147,20 @@ struct TunerTableWriter::Mapping {
   }
 };
 
-// Marks a table already at `path` retired so its readers reopen the path.
-static void RetireExisting(const std::string& path) {
-  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return;
+// Marks the table open at `fd` retired so its readers reopen the path.
+static void RetireFd(int fd) {
   struct stat st {};
-  if (fstat(fd, &st) == 0 && st.st_size >= static_cast<off_t>(sizeof(Header))) {
-    void* p = mmap(nullptr, sizeof(Header), PROT_READ | PROT_WRITE, MAP_SHARED,
-                   fd, 0);
-    if (p != MAP_FAILED) {
-      auto* h = static_cast<Header*>(p);
-      if (h->magic.load(std::memory_order_acquire) == kTableMagic) {
-        h->retired.store(1, std::memory_order_release);
-      }
-      munmap(p, sizeof(Header));
-    }
+  if (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(Header))) {
+    return;
   }
-  close(fd);
+  void* p =
+      mmap(nullptr, sizeof(Header), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return;
+  auto* h = static_cast<Header*>(p);
+  if (h->magic.load(std::memory_order_acquire) == kTableMagic) {
+    h->retired.store(1, std::memory_order_release);
+  }
+  munmap(p, sizeof(Header));
 }
 
 std::unique_ptr<TunerTableWriter> TunerTableWriter::Create(
@@ -209,11 +206,18 @@ std::unique_ptr<TunerTableWriter> TunerTableWriter::Create(
   h->writer_pid.store(static_cast<uint32_t>(getpid()),
                       std::memory_order_relaxed);
   h->magic.store(kTableMagic, std::memory_order_release);
-  RetireExisting(path);
+  // The old table is retired only after the new one is at the path, so a
+  // reader that sees `retired` and reopens gets the new one.
+  int old_fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (rename(tmp.c_str(), path.c_str()) != 0) {
     *error = Errno("cannot rename tuner table to", path);
     unlink(tmp.c_str());
+    if (old_fd >= 0) close(old_fd);
     return nullptr;
+  }
+  if (old_fd >= 0) {
+    RetireFd(old_fd);
+    close(old_fd);
   }
   return std::unique_ptr<TunerTableWriter>(
       new TunerTableWriter(std::move(map)));
