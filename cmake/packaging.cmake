@@ -4,7 +4,7 @@
 #   pitstop-agent            /usr/bin/pitstop-agent, its unit, /etc/pitstop/agent.yaml
 #   pitstop-controller       /usr/bin/pitstop-controller, its unit, controller.yaml
 #   pitstopctl               /usr/bin/pitstopctl, /usr/bin/pitstop (analyze, replay)
-#   libnccl-profiler-pitstop the in-process library, the Slurm TaskProlog
+#   libnccl-profiler-pitstop the in-process library, the NCCL tuner, the Slurm TaskProlog
 #   python3-pitstop          the trainer library (when python/pitstop exists)
 #
 # Units and /etc files have absolute destinations: packages (and a root
@@ -28,6 +28,9 @@ install(TARGETS pitstop-controller RUNTIME DESTINATION bin
         COMPONENT controller)
 install(TARGETS pitstopctl pitstop RUNTIME DESTINATION bin COMPONENT ctl)
 install(TARGETS nccl-profiler-pitstop LIBRARY DESTINATION ${PITSTOP_LIBDIR}
+        COMPONENT profiler)
+# The NCCL tuner that applies a flow plan (docs/planning.md); same package.
+install(TARGETS nccl-tuner-pitstop LIBRARY DESTINATION ${PITSTOP_LIBDIR}
         COMPONENT profiler)
 install(PROGRAMS deploy/slurm/pitstop-task-prolog.sh
         DESTINATION share/pitstop/slurm COMPONENT profiler)
@@ -97,7 +100,7 @@ set(CPACK_COMPONENT_CTL_DESCRIPTION
 set(CPACK_DEBIAN_PROFILER_PACKAGE_NAME "libnccl-profiler-pitstop")
 set(CPACK_DEBIAN_PROFILER_PACKAGE_SECTION "libs")
 set(CPACK_COMPONENT_PROFILER_DESCRIPTION
-    "pitstop in-process library (NCCL profiler plugin)\n Loaded by NCCL through NCCL_PROFILER_PLUGIN or LD_PRELOAD; records\n collective timings and streams them to pitstop-agent. Includes a Slurm\n TaskProlog that sets NCCL_PROFILER_PLUGIN and PITSTOP_JOB_ID.")
+    "pitstop in-process library (NCCL profiler plugin)\n Loaded by NCCL through NCCL_PROFILER_PLUGIN or LD_PRELOAD; records\n collective timings and streams them to pitstop-agent. Includes a Slurm\n TaskProlog that sets NCCL_PROFILER_PLUGIN and PITSTOP_JOB_ID, and the\n NCCL tuner libnccl-tuner-pitstop.so (NCCL_TUNER_PLUGIN=pitstop) that\n applies the controller's flow plan.")
 set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME "python3-pitstop")
 set(CPACK_DEBIAN_PYTHON_PACKAGE_ARCHITECTURE "all")
 set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS "python3")

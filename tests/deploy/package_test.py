@@ -40,6 +40,7 @@ EXPECTED = {
     "pitstopctl": ["/usr/bin/pitstopctl", "/usr/bin/pitstop"],
     "libnccl-profiler-pitstop": [
         "/usr/lib/x86_64-linux-gnu/libnccl-profiler-pitstop.so",
+        "/usr/lib/x86_64-linux-gnu/libnccl-tuner-pitstop.so",
         "/usr/share/pitstop/slurm/pitstop-task-prolog.sh"],
 }
 CONFFILES = {

@@ -16,6 +16,7 @@ void AddReplayCommand(CLI::App* app, int* exit_code);
 void AddSimCommand(CLI::App* app, int* exit_code);
 void AddDiffCommand(CLI::App* app, int* exit_code);
 void AddPlanCommand(CLI::App* app, int* exit_code);
+void AddTunerTableCommand(CLI::App* app, int* exit_code);
 
 }  // namespace pitstop::tool
 

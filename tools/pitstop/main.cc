@@ -5,6 +5,7 @@
 //   pitstop sim [--scenario]   fault-injection cluster simulator
 //   pitstop diff A B           differential profiling of two Kineto traces
 //   pitstop plan --topology F  flow path planning vs ECMP (docs/planning.md)
+//   pitstop tuner-table [PATH] what the NCCL tuner on this node is told
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   pitstop::tool::AddSimCommand(&app, &exit_code);
   pitstop::tool::AddDiffCommand(&app, &exit_code);
   pitstop::tool::AddPlanCommand(&app, &exit_code);
+  pitstop::tool::AddTunerTableCommand(&app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
