@@ -218,7 +218,13 @@ absl::Status ParseInto(const YAML::Node& root, const std::string& source,
                        Scenario* s) {
   Reader top(source, root);
   RETURN_IF_ERROR(top.Check({"name", "description", "seed", "duration_s",
-                             "job_id", "cluster", "job", "faults"}));
+                             "job_id", "cluster", "job", "faults",
+                             "planning"}));
+  if (const YAML::Node p = root["planning"]) {
+    Reader r(source, p);
+    RETURN_IF_ERROR(r.Check({"fabric"}));
+    RETURN_IF_ERROR(r.Get("fabric", &s->fabric));
+  }
   RETURN_IF_ERROR(top.Get("name", &s->name));
   RETURN_IF_ERROR(top.Get("description", &s->description));
   RETURN_IF_ERROR(top.Get("seed", &s->seed));
@@ -459,6 +465,11 @@ std::string ScenarioToYaml(const Scenario& s) {
   phases("step", s.step);
   phases("eval_step", s.eval_step);
   out << YAML::EndMap;
+  if (!s.fabric.empty()) {
+    out << YAML::Key << "planning" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "fabric" << YAML::Value << s.fabric;
+    out << YAML::EndMap;
+  }
   out << YAML::Key << "faults" << YAML::Value << YAML::BeginSeq;
   for (const FaultSpec& f : s.faults) {
     out << YAML::BeginMap;

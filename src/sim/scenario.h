@@ -94,6 +94,11 @@ struct Scenario {
 
   std::vector<FaultSpec> faults;
 
+  // `planning: {fabric: SPEC}`: the controller plans the job's flows live
+  // on this fabric (its --fabric; docs/planning.md) and the run reports the
+  // plan's epochs and the agents' tuner tables. Empty: planning off.
+  std::string fabric;
+
   int world_size() const { return nodes * gpus_per_node; }
 };
 
