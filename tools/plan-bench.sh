@@ -4,7 +4,11 @@
 # fabrics of 1,024 and 8,192 GPUs, healthy and with the plan's busiest
 # switch-to-switch link at a quarter of its capacity. Prints a Markdown table.
 #
-#   tools/plan-bench.sh [build/tools/pitstop/pitstop] [--quick | --large]
+#   tools/plan-bench.sh [build/tools/pitstop/pitstop] [--quick | --large | --replan]
+#
+# --replan: only the rows where one degraded link sits in an exactly full
+# group of uplinks, each with one QP per connection and with eight
+# (NCCL_IB_QPS_PER_CONNECTION=8; every QP its own flow and path).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PITSTOP=${1:-build/tools/pitstop/pitstop}
@@ -29,6 +33,18 @@ cases=(
 )
 if [[ "$QUICK" == "--quick" ]]; then cases=("${cases[@]:0:11}"); fi
 if [[ "$QUICK" == "--large" ]]; then cases=("${cases[@]:11}"); fi
+if [[ "$QUICK" == "--replan" ]]; then
+  cases=()
+  for c in \
+    "tests/controller/plan/testdata/three_tier_64hosts.csv|packed|--aggs-per-pod 8 --cores-per-agg 8" \
+    "tests/controller/plan/testdata/three_tier_64hosts.csv|scattered|--aggs-per-pod 8 --cores-per-agg 8" \
+    "gen:leafspine,gpus=1024,rail=0,hosts_per_tor=4|scattered|" \
+    "gen:3tier,gpus=1024,tors_per_pod=16|scattered|" \
+    "gen:leafspine,gpus=8192|scattered|"; do
+    extra=${c##*|}
+    cases+=("$c" "$c${extra:+ }--qps 8")
+  done
+fi
 echo "| fabric | placement | ECMP p50 | ECMP p99 | planned | bound | planned/bound | ECMP p99/planned | ECMP p50/planned | plan ms (CPU) | degraded: moved/flows | re-plan ms (CPU) | recovery | ECMP p50 degraded |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for c in "${cases[@]}"; do

@@ -1,5 +1,6 @@
-// The built libnccl-profiler-pitstop.so must load in any training container
-// (docs/plugin.md, "What the library links"): its NEEDED entries are only
+// The built libnccl-profiler-pitstop.so and libnccl-tuner-pitstop.so must
+// load in any training container (docs/plugin.md, "What the library
+// links"; docs/planning.md for the tuner): their NEEDED entries are only
 // the C runtime and libstdc++, and it needs no symbol version newer than
 // GLIBC_2.34 / GLIBCXX_3.4.29 (Ubuntu 22.04, RHEL 9). Reads the real file
 // with readelf and objdump, so no later change can bring a dependency back
@@ -49,9 +50,15 @@ std::vector<int> Version(const std::string& v) {
 #define PITSTOP_SKIP_IF_SANITIZED()
 #endif
 
-TEST(DepsTest, NeededEntriesAreOnlyTheCRuntimeAndLibstdcxx) {
+// Each built in-process library: the profiler (+ interposer) and the tuner.
+class DepsTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  std::string Lib() const { return GetParam(); }
+};
+
+TEST_P(DepsTest, NeededEntriesAreOnlyTheCRuntimeAndLibstdcxx) {
   PITSTOP_SKIP_IF_SANITIZED();
-  const std::string out = RunTool("readelf -d '" PITSTOP_PLUGIN_PATH "' 2>&1");
+  const std::string out = RunTool("readelf -d '" + Lib() + "' 2>&1");
   ASSERT_EQ(out.rfind("FAILED", 0), std::string::npos) << out;
   const std::set<std::string> allowed = {"libc.so.6",
                                          "libm.so.6",
@@ -68,7 +75,7 @@ TEST(DepsTest, NeededEntriesAreOnlyTheCRuntimeAndLibstdcxx) {
        ++it) {
     ++count;
     EXPECT_TRUE(allowed.count((*it)[1].str()))
-        << "libnccl-profiler-pitstop.so needs " << (*it)[1].str()
+        << Lib() << " needs " << (*it)[1].str()
         << ", which a training container may not have";
   }
   EXPECT_GT(count, 0) << "no NEEDED entry parsed from:\n" << out;
@@ -76,9 +83,9 @@ TEST(DepsTest, NeededEntriesAreOnlyTheCRuntimeAndLibstdcxx) {
   EXPECT_EQ(out.find("RPATH"), std::string::npos) << out;
 }
 
-TEST(DepsTest, NoSymbolVersionNewerThanGlibc234AndGlibcxx3429) {
+TEST_P(DepsTest, NoSymbolVersionNewerThanGlibc234AndGlibcxx3429) {
   PITSTOP_SKIP_IF_SANITIZED();
-  const std::string out = RunTool("objdump -T '" PITSTOP_PLUGIN_PATH "' 2>&1");
+  const std::string out = RunTool("objdump -T '" + Lib() + "' 2>&1");
   ASSERT_EQ(out.rfind("FAILED", 0), std::string::npos) << out;
   const std::regex ver(R"((GLIBC|GLIBCXX|CXXABI|GCC)_([0-9.]+))");
   const std::map<std::string, std::vector<int>> limit = {
@@ -106,15 +113,40 @@ TEST(DepsTest, NoSymbolVersionNewerThanGlibc234AndGlibcxx3429) {
   EXPECT_GT(count, 5) << "no versioned symbol parsed from:\n" << out;
 }
 
-TEST(DepsTest, ExportsNoThirdPartySymbols) {
+TEST_P(DepsTest, ExportsNoThirdPartySymbols) {
   const std::string out =
-      RunTool("nm -D --undefined-only '" PITSTOP_PLUGIN_PATH "' 2>&1");
+      RunTool("nm -D --undefined-only '" + Lib() + "' 2>&1");
   ASSERT_EQ(out.rfind("FAILED", 0), std::string::npos) << out;
   for (const char* lib : {"grpc", "protobuf", "absl", "gpr_"}) {
     EXPECT_EQ(out.find(lib), std::string::npos)
         << "the library references " << lib << ":\n"
         << out;
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(Libraries, DepsTest,
+                         ::testing::Values(PITSTOP_PLUGIN_PATH,
+                                           PITSTOP_TUNER_PATH),
+                         [](const auto& info) {
+                           return std::string(info.index == 0 ? "profiler"
+                                                              : "tuner");
+                         });
+
+// The tuner exports exactly NCCL's three tuner tables, nothing else.
+TEST(TunerExportsTest, OnlyTheTunerTables) {
+  const std::string out =
+      RunTool("nm -D --defined-only '" PITSTOP_TUNER_PATH "' 2>&1");
+  ASSERT_EQ(out.rfind("FAILED", 0), std::string::npos) << out;
+  std::set<std::string> names;
+  const std::regex sym(R"(\s[A-Za-z]\s(\S+))");
+  for (std::sregex_iterator it(out.begin(), out.end(), sym), end; it != end;
+       ++it) {
+    names.insert((*it)[1].str());
+  }
+  EXPECT_EQ(names,
+            (std::set<std::string>{"ncclTunerPlugin_v4", "ncclTunerPlugin_v5",
+                                   "ncclTunerPlugin_v6"}))
+      << out;
 }
 
 }  // namespace

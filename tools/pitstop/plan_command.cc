@@ -97,6 +97,8 @@ nlohmann::json ReportJson(const plan::EvalReport& r) {
         {"moved_flows", r.moved},
         {"moved_share",
          r.network_flows > 0 ? double(r.moved) / r.network_flows : 0.0},
+        {"moved_connections", r.moved_connections},
+        {"network_connections", r.network_connections},
         {"replan_ms", r.replan_ms},
         {"replan_cpu_ms", r.replan_cpu_ms},
         {"recovery_of_healthy_bound", r.recovery}};
@@ -146,9 +148,11 @@ void PrintTable(const plan::EvalReport& r) {
     print(r.after, "degraded: " + links);
     std::cout << absl::StrFormat(
         "  re-plan: %d of %d network flows crossed the degraded link(s), %d "
-        "moved (%.2f%%) in %.2f ms; recovers %.1f%% of the healthy bound\n",
+        "moved (%.2f%%; %d of %d connections) in %.2f ms; recovers %.1f%% of "
+        "the healthy bound\n",
         r.crossing, r.network_flows, r.moved,
-        r.network_flows ? 100.0 * r.moved / r.network_flows : 0.0, r.replan_ms,
+        r.network_flows ? 100.0 * r.moved / r.network_flows : 0.0,
+        r.moved_connections, r.network_connections, r.replan_ms,
         100 * r.recovery);
   }
 }

@@ -225,6 +225,25 @@ absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
   rep.replan_cpu_ms = 1000.0 * (std::clock() - c1) / CLOCKS_PER_SEC;
   rep.crossing = stats.crossing;
   rep.moved = stats.moved;
+  // The same in connections: one with any QP moved counts once.
+  {
+    std::vector<char> seen, moved;
+    for (const Flow& f : flows) {
+      if (!f.network) continue;
+      if (static_cast<size_t>(f.conn) >= seen.size()) {
+        seen.resize(f.conn + 1, 0);
+        moved.resize(f.conn + 1, 0);
+      }
+      seen[f.conn] = 1;
+      const PlannedPath& a = plan.paths[f.id];
+      const PlannedPath& b = re.paths[f.id];
+      if (a.links != b.links || a.split != b.split) moved[f.conn] = 1;
+    }
+    for (size_t c = 0; c < seen.size(); ++c) {
+      rep.network_connections += seen[c];
+      rep.moved_connections += moved[c];
+    }
+  }
   rep.after =
       EvaluateOnce(*fabric, flows, re, **hash, o, po.degraded_below, nv_paths);
   rep.recovery =

@@ -81,7 +81,11 @@ struct EvalReport {
   std::vector<std::string> degraded_links;
   Evaluation after;  // ecmp on the degraded fabric, re-plan, bound
   int crossing = 0;
-  int moved = 0;
+  int moved = 0;  // QPs (flows) whose path changed
+  // Connections with a QP that moved, of the connections that cross hosts
+  // (equal to the QP counts with one QP per connection).
+  int moved_connections = 0;
+  int network_connections = 0;
   double replan_ms = 0;
   double replan_cpu_ms = 0;
   double recovery = 0;  // healthy bound / re-planned completion

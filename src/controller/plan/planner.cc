@@ -286,9 +286,28 @@ FlowPlan Planner::Replan(FlowPlan previous, const std::vector<int>& changed,
   // one path is spread over more QPs, each routed on its own.
   target_ = CutBound(*fabric_, flows, options_.degraded_below);
   const double goal = target_ * (1 + options_.target_slack);
+  // First keep, largest first, the crossing flows whose old path still meets
+  // the goal: a link at a quarter of its speed still carries a quarter of
+  // its QPs as fast as the others carry theirs. Only the rest move.
+  std::vector<int> to_move;
+  for (int i : crossing) {
+    const PlannedPath& p = plan.paths[i];
+    bool fits = p.split.empty();
+    if (fits) {
+      for (int g : {p.src_gpu, p.dst_gpu}) {
+        // A flow on a degraded NIC leaves it (the NIC set changes).
+        fits &= Candidates(g).size() == 1;
+      }
+    }
+    if (fits && PathCost(p.links, flows[i].bytes).max <= goal) {
+      Add(p, flows[i].bytes, +1);
+    } else {
+      to_move.push_back(i);
+    }
+  }
   int moved = 0;
   PlannedPath alt;
-  for (int i : crossing) {
+  for (int i : to_move) {
     const Flow& f = flows[i];
     Cost c = Best(f, &alt);
     PlannedPath chosen = alt;
