@@ -255,9 +255,9 @@ absl::Duration UpstreamClient::RunStream(const std::string& address) {
                                ? options_.paths->OnDirective(cmd.path())
                                : absl::UnimplementedError("no tuner table");
           if (!s.ok()) {
-            Logger("agent")->warn("flow plan of job {} epoch {} not applied: {}",
-                                  cmd.path().job_id(), cmd.path().epoch(),
-                                  s.ToString());
+            Logger("agent")->warn(
+                "flow plan of job {} epoch {} not applied: {}",
+                cmd.path().job_id(), cmd.path().epoch(), s.ToString());
             continue;
           }
           MutexLock lock(&mu_);

@@ -27,9 +27,9 @@ absl::Status ControllerCore::StartPlanning() {
   o.store = store_.get();
   absl::StatusOr<std::unique_ptr<LivePlanner>> p = LivePlanner::Create(o);
   if (!p.ok()) {
-    return absl::Status(p.status().code(), absl::StrCat("--fabric ", o.fabric,
-                                                        ": ",
-                                                        p.status().message()));
+    return absl::Status(
+        p.status().code(),
+        absl::StrCat("--fabric ", o.fabric, ": ", p.status().message()));
   }
   planner_ = std::move(*p);
   Logger("planner")->info("flow planning on: {}",

@@ -287,12 +287,13 @@ absl::StatusOr<std::unique_ptr<RunResult>> RunScenario(
     result->plan_epochs = plans.epochs();
     result->final_plan = plans.last();
     for (int i = 0; i < cluster->nodes(); ++i) {
-      TunerTableView t = ReadTunerTable(cluster->host(i), cluster->tuner_table(i));
-      say(absl::StrFormat("[sim] tuner table of %s: %s", t.host,
-                          t.error.empty()
-                              ? absl::StrFormat("%d steered communicators",
-                                                t.entries.size())
-                              : t.error));
+      TunerTableView t =
+          ReadTunerTable(cluster->host(i), cluster->tuner_table(i));
+      say(absl::StrFormat(
+          "[sim] tuner table of %s: %s", t.host,
+          t.error.empty()
+              ? absl::StrFormat("%d steered communicators", t.entries.size())
+              : t.error));
       for (const tuner::Steering& s : t.entries) {
         say(absl::StrFormat(
             "[sim]   comm %x: plan epoch %d, max_channels %d, %d ranks on %d "

@@ -217,9 +217,9 @@ absl::Status ParseFault(const std::string& source, const YAML::Node& n,
 absl::Status ParseInto(const YAML::Node& root, const std::string& source,
                        Scenario* s) {
   Reader top(source, root);
-  RETURN_IF_ERROR(top.Check({"name", "description", "seed", "duration_s",
-                             "job_id", "cluster", "job", "faults",
-                             "planning"}));
+  RETURN_IF_ERROR(
+      top.Check({"name", "description", "seed", "duration_s", "job_id",
+                 "cluster", "job", "faults", "planning"}));
   if (const YAML::Node p = root["planning"]) {
     Reader r(source, p);
     RETURN_IF_ERROR(r.Check({"fabric"}));

@@ -18,8 +18,8 @@ std::string Health(v1::LinkHealth h) {
 }
 
 void PrintLinks(const google::protobuf::RepeatedPtrField<v1::LinkStatus>& ls) {
-  Table t({"LINK", "KIND", "HEALTH", "GBPS", "NOMINAL", "FLOWS", "UTIL",
-           "JOBS", "WHY"});
+  Table t({"LINK", "KIND", "HEALTH", "GBPS", "NOMINAL", "FLOWS", "UTIL", "JOBS",
+           "WHY"});
   for (const v1::LinkStatus& l : ls) {
     t.AddRow({l.name(), l.kind(), Health(l.health()),
               absl::StrFormat("%.0f", l.gbps()),

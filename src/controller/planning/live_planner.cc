@@ -24,9 +24,7 @@ std::string NicName(const plan::Fabric& fabric, int gpu) {
   return absl::StrCat(fabric.hosts()[n.host].name, "/nic", n.local);
 }
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 absl::StatusOr<std::unique_ptr<LivePlanner>> LivePlanner::Create(
     Options options) {
@@ -212,12 +210,11 @@ void LivePlanner::ObserveFault(const v1::Fault& f) {
              f.fault_id()};
   }
   links_dirty_ = true;
-  Logger("planner")->info("fault {} names {} links{}: {} marked suspect",
-                          f.fault_id(), links.size(),
-                          links.empty() ? "" : " (first " +
-                                                   base_.LinkName(links[0]) +
-                                                   ")",
-                          f.job_id());
+  Logger("planner")->info(
+      "fault {} names {} links{}: {} marked suspect", f.fault_id(),
+      links.size(),
+      links.empty() ? "" : " (first " + base_.LinkName(links[0]) + ")",
+      f.job_id());
 }
 
 absl::StatusOr<std::vector<v1::LinkStatus>> LivePlanner::SetLinkHealth(
@@ -237,9 +234,9 @@ absl::StatusOr<std::vector<v1::LinkStatus>> LivePlanner::SetLinkHealth(
     return absl::InvalidArgumentError(absl::StrCat(
         "capacity_share: ", r.capacity_share(), " is outside (0, 1)"));
   }
-  const std::string reason = absl::StrCat(
-      r.who().empty() ? "operator" : r.who(), r.reason().empty() ? "" : ": ",
-      r.reason());
+  const std::string reason =
+      absl::StrCat(r.who().empty() ? "operator" : r.who(),
+                   r.reason().empty() ? "" : ": ", r.reason());
   std::vector<v1::LinkStatus> out;
   MutexLock lock(&mu_);
   for (int l : *links) {
@@ -296,8 +293,8 @@ v1::LinkStatus LivePlanner::LinkStatusOf(int l) const {
   return s;
 }
 
-absl::StatusOr<v1::FlowPlan> LivePlanner::GetFlowPlan(
-    const std::string& job_id, bool summary_only) {
+absl::StatusOr<v1::FlowPlan> LivePlanner::GetFlowPlan(const std::string& job_id,
+                                                      bool summary_only) {
   if (job_id.empty()) return absl::InvalidArgumentError("job_id: empty");
   MutexLock lock(&mu_);
   auto it = plans_.find(job_id);
@@ -381,8 +378,8 @@ v1::ListLinksResponse LivePlanner::ListLinks(const v1::ListLinksRequest& r) {
   }
   for (size_t l = 0; l < n; ++l) {
     const bool marked = marks_.count(static_cast<int>(l)) != 0;
-    const bool slow = gbps_[l] < base_.link(l).nominal_gbps *
-                                     options_.planner.degraded_below;
+    const bool slow =
+        gbps_[l] < base_.link(l).nominal_gbps * options_.planner.degraded_below;
     if (flows[l] == 0 && !marked && !slow && !r.all()) continue;
     if (base_.link(l).kind == plan::LinkKind::kNvLink && flows[l] == 0 &&
         !r.all()) {

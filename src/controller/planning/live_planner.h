@@ -101,7 +101,8 @@ class LivePlanner {
             const v1::PathDirective& d);
   void Acked(const std::string& host, uint64_t command_id);
 
-  // --- queries ----------------------------------------------------------------
+  // --- queries
+  // ----------------------------------------------------------------
   // InvalidArgument for an empty job id; NotFound naming why (no connections
   // learned, members not placed on the fabric).
   absl::StatusOr<v1::FlowPlan> GetFlowPlan(const std::string& job_id,
@@ -135,9 +136,9 @@ class LivePlanner {
   struct JobInput {
     std::map<ConnKey, ConnState> conns;
     absl::Time changed;
-    bool dirty = false;  // connections not in the published plan
+    bool dirty = false;    // connections not in the published plan
     uint64_t version = 0;  // counts new connections
-    uint64_t epoch = 0;  // last epoch made (or stored)
+    uint64_t epoch = 0;    // last epoch made (or stored)
   };
   struct Mark {
     double share = 1;
@@ -163,8 +164,7 @@ class LivePlanner {
   // Fabric GPU of a member; -1 when its host or device is not on the fabric.
   int GpuOf(const Member& m) const;
   int HostIndex(const std::string& host) const;
-  void ObserveSummary(const std::string& host,
-                      const v1::CollectiveSummary& s)
+  void ObserveSummary(const std::string& host, const v1::CollectiveSummary& s)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Links named by a COMM_SLOW fault's first suspect (empty: none).
   std::vector<int> LinksOfFault(const v1::Fault& f)
@@ -174,13 +174,12 @@ class LivePlanner {
   // Run()'s parts (live_planner_run.cc).
   void ApplyCapacities(const Snapshot& snap, std::vector<int>* changed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
-  std::shared_ptr<JobPlan> PlanJob(const std::string& job,
-                                   const Snapshot& snap,
+  std::shared_ptr<JobPlan> PlanJob(const std::string& job, const Snapshot& snap,
                                    const std::vector<int>& changed,
                                    bool flows_changed, uint64_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
-  std::vector<Directive> DirectivesOf(const std::string& job,
-                                      const JobPlan& p, const Snapshot& snap)
+  std::vector<Directive> DirectivesOf(const std::string& job, const JobPlan& p,
+                                      const Snapshot& snap)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
 
   const Options options_;
@@ -188,7 +187,7 @@ class LivePlanner {
   const plan::Fabric base_;
   std::map<std::string, int> host_index_;  // fabric host by name
 
-  Mutex run_mu_;  // serialises Run()
+  Mutex run_mu_;                                // serialises Run()
   plan::Fabric work_ ABSL_GUARDED_BY(run_mu_);  // effective capacities
   std::set<int> marked_applied_ ABSL_GUARDED_BY(run_mu_);
 

@@ -70,8 +70,8 @@ LivePlanner::RunResult LivePlanner::Run() {
         continue;
       }
     }
-    Logger("planner")->info("job {}: plan epoch {} ({}; {:.1f} ms)", job,
-                            epoch, p->info.reason(), p->info.plan_ms());
+    Logger("planner")->info("job {}: plan epoch {} ({}; {:.1f} ms)", job, epoch,
+                            p->info.reason(), p->info.plan_ms());
     made[job] = p;
     result.planned[job] = epoch;
     for (Directive& d : DirectivesOf(job, *p, snap)) {
@@ -195,8 +195,8 @@ std::shared_ptr<LivePlanner::JobPlan> LivePlanner::PlanJob(
     for (size_t i = 0; i < p->flows.size(); ++i) {
       const plan::PlannedPath& a = p->plan.paths[i];
       const plan::PlannedPath& b = prev->plan.paths[i];
-      p->moved[i] = a.links != b.links || a.src_gpu != b.src_gpu ||
-                    a.split != b.split;
+      p->moved[i] =
+          a.links != b.links || a.src_gpu != b.src_gpu || a.split != b.split;
     }
     std::string what;
     int shown = 0;
@@ -271,7 +271,8 @@ std::vector<LivePlanner::Directive> LivePlanner::DirectivesOf(
     if (m == cs.members.end() || !f.network) continue;
     Steer& s = by_host[m->second.host][k.comm];
     const plan::PlannedPath& path = p.plan.paths[f.id];
-    s.nics.insert(base_.node(path.src_gpu >= 0 ? path.src_gpu : f.src_gpu).local);
+    s.nics.insert(
+        base_.node(path.src_gpu >= 0 ? path.src_gpu : f.src_gpu).local);
     plan::ForEachPart(path, 0, [&](const std::vector<int>& links, double) {
       for (int l : links) {
         const plan::FabricLink& fl = work_.link(l);

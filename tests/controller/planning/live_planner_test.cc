@@ -158,8 +158,7 @@ TEST_F(LivePlannerTest, PlansOnceConnectionsSettleAndSavesTheEpoch) {
     EXPECT_FALSE(d.directive.comms(0).degraded());
     EXPECT_EQ(d.directive.comms(0).n_ranks(), kRanks);
     // Each host's last rank (GPU 3) sends the ring out on both channels.
-    EXPECT_THAT(d.directive.comms(0).nic_indices(),
-                ::testing::ElementsAre(3));
+    EXPECT_THAT(d.directive.comms(0).nic_indices(), ::testing::ElementsAre(3));
   }
   // Nothing changed: no new epoch.
   EXPECT_TRUE(p->Run().planned.empty());
@@ -204,7 +203,8 @@ TEST_F(LivePlannerTest, OperatorMarkReplansOnlyTheCrossingFlows) {
   ASSERT_EQ(r.planned.at("job1"), 2u);
   const v1::FlowPlan after = *p->GetFlowPlan("job1", false);
   EXPECT_EQ(after.epoch(), 2u);
-  EXPECT_EQ(after.crossing_flows(), static_cast<uint32_t>(Crossing(before, link)));
+  EXPECT_EQ(after.crossing_flows(),
+            static_cast<uint32_t>(Crossing(before, link)));
   EXPECT_EQ(after.moved_flows(), after.crossing_flows());
   EXPECT_EQ(Crossing(after, link), 0);
   EXPECT_THAT(after.reason(), HasSubstr(link));
@@ -212,8 +212,8 @@ TEST_F(LivePlannerTest, OperatorMarkReplansOnlyTheCrossingFlows) {
   // Only the crossing flows moved; the others kept their paths.
   int moved = 0;
   for (int i = 0; i < after.planned_flows_size(); ++i) {
-    const bool same = after.planned_flows(i).path() ==
-                      before.planned_flows(i).path();
+    const bool same =
+        after.planned_flows(i).path() == before.planned_flows(i).path();
     EXPECT_EQ(after.planned_flows(i).moved(), !same) << i;
     moved += !same;
   }
@@ -344,8 +344,9 @@ TEST_F(LivePlannerTest, AcksAreCountedPerHost) {
 
 TEST_F(LivePlannerTest, HostsOffTheFabricAreNotPlanned) {
   LivePlanner::Options o;
-  o.fabric = "gen:leafspine,gpus=8,gpus_per_host=4,hosts_per_tor=1,"
-             "tor_uplinks=2";  // host0, host1 only
+  o.fabric =
+      "gen:leafspine,gpus=8,gpus_per_host=4,hosts_per_tor=1,"
+      "tor_uplinks=2";  // host0, host1 only
   o.clock = &clock_;
   auto p = LivePlanner::Create(o);
   ASSERT_TRUE(p.ok());
