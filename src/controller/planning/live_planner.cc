@@ -163,17 +163,29 @@ std::vector<int> LivePlanner::LinksOfFault(const v1::Fault& f) {
   }
   if (s.level() != v1::SUSPECT_LEVEL_LINK || cit == comms_.end()) return links;
   // The connection's planned paths: their switch-to-switch links (or, on
-  // a path that never leaves a ToR, its NIC links), both directions.
+  // a path that never leaves a ToR, its NIC links), both directions. Its
+  // channels take different paths; the verdict names the connection, so
+  // the channels measured slowest (within 20% of the slowest) say which.
   auto pit = plans_.find(cit->second.job);
   if (pit == plans_.end()) return links;
   const JobPlan& p = *pit->second;
-  std::vector<int> nic_links;
+  const JobInput& in = jobs_[cit->second.job];
+  std::vector<std::pair<const plan::Flow*, double>> slow;
+  double min_bps = 0;
   for (const plan::Flow& fl : p.flows) {
     const ConnKey& k = p.conns[fl.conn];
     const bool pair = (k.src == s.comm_rank() && k.dst == s.peer_comm_rank()) ||
                       (k.dst == s.comm_rank() && k.src == s.peer_comm_rank());
     if (k.comm != f.comm_hash() || !pair || !fl.network) continue;
-    for (int l : p.plan.paths[fl.id].links) {
+    auto c = in.conns.find(k);
+    const double bps = c == in.conns.end() ? 0 : c->second.throughput_bps;
+    if (bps > 0 && (min_bps == 0 || bps < min_bps)) min_bps = bps;
+    slow.emplace_back(&fl, bps);
+  }
+  std::vector<int> nic_links;
+  for (const auto& [fl, bps] : slow) {
+    if (bps > 0 && bps > 1.2 * min_bps) continue;
+    for (int l : p.plan.paths[fl->id].links) {
       std::vector<int>* to =
           base_.link(l).kind == plan::LinkKind::kFabric ? &links : &nic_links;
       to->push_back(l & ~1);

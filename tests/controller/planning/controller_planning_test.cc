@@ -175,7 +175,9 @@ TEST_F(ControllerPlanningTest, EpochsReachTheAgentsAndTheirAcksAreRecorded) {
     EXPECT_EQ(Paths(0).back().epoch(), 2u);
   } else {
     // Every flow was on spine1 already: nothing crossed, no new epoch.
-    for (const v1::PlannedFlow& f : core_->GetFlowPlan(req)->planned_flows()) {
+    absl::StatusOr<v1::FlowPlan> now = core_->GetFlowPlan(req);
+    ASSERT_TRUE(now.ok());
+    for (const v1::PlannedFlow& f : now->planned_flows()) {
       for (const std::string& l : f.path()) {
         EXPECT_EQ(l.find("spine0"), std::string::npos) << l;
       }
