@@ -28,6 +28,29 @@ void PlanWatcher::Poll(double at_s,
           : ""));
 }
 
+void PlanWatcher::Mark(double at_s, const std::string& link, double share,
+                       const std::function<void(const std::string&)>& say) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::SetLinkHealthRequest req;
+  req.set_link(link);
+  req.set_degraded(true);
+  req.set_capacity_share(share);
+  req.set_who("pitstop sim");
+  req.set_reason("scenario planning.marks");
+  v1::SetLinkHealthResponse resp;
+  const grpc::Status st = stub_->SetLinkHealth(&ctx, req, &resp);
+  if (!st.ok()) {
+    say(absl::StrFormat("[sim %6.1fs] marking %s degraded failed: %s", at_s,
+                        link, st.error_message()));
+    return;
+  }
+  say(absl::StrFormat(
+      "[sim %6.1fs] operator marks %s degraded (%d links at %.0f%%); %d jobs "
+      "re-planned",
+      at_s, link, resp.links_size(), share * 100, resp.replanned_size()));
+}
+
 TunerTableView ReadTunerTable(const std::string& host,
                               const std::string& path) {
   TunerTableView v;

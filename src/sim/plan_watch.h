@@ -40,6 +40,10 @@ class PlanWatcher {
   // Asks for the plan; a new epoch is recorded and told to `say`.
   void Poll(double at_s, const std::function<void(const std::string&)>& say);
   const std::vector<PlanEpoch>& epochs() const { return epochs_; }
+  // Marks `link` degraded at `share` (SetLinkHealth, as an operator);
+  // tells `say` which jobs were re-planned.
+  void Mark(double at_s, const std::string& link, double share,
+            const std::function<void(const std::string&)>& say);
   // The newest plan seen (hosts' acked epochs included).
   const v1::FlowPlan& last() const { return last_; }
 

@@ -239,6 +239,7 @@ absl::StatusOr<std::unique_ptr<RunResult>> RunScenario(
   int64_t next_progress = start_ns;
   PlanWatcher plans(stub.get(), resolved.job_id);
   int64_t next_plan_poll = start_ns;
+  size_t next_mark = 0;
   while (true) {
     int alive = 0;
     for (auto& p : ranks) alive += p->Running();
@@ -252,6 +253,12 @@ absl::StatusOr<std::unique_ptr<RunResult>> RunScenario(
                           world, JoinedCollectives(stub.get())));
       next_progress =
           now + static_cast<int64_t>(options.progress_period_s * 1e9);
+    }
+    while (next_mark < resolved.link_marks.size() &&
+           now >= start_ns + static_cast<int64_t>(
+                                 resolved.link_marks[next_mark].at_s * 1e9)) {
+      const Scenario::LinkMark& m = resolved.link_marks[next_mark++];
+      plans.Mark((now - start_ns) / 1e9, m.link, m.share, say);
     }
     if (!resolved.fabric.empty() && now >= next_plan_poll) {
       plans.Poll((now - start_ns) / 1e9, say);

@@ -222,8 +222,26 @@ absl::Status ParseInto(const YAML::Node& root, const std::string& source,
                  "cluster", "job", "faults", "planning"}));
   if (const YAML::Node p = root["planning"]) {
     Reader r(source, p);
-    RETURN_IF_ERROR(r.Check({"fabric"}));
+    RETURN_IF_ERROR(r.Check({"fabric", "marks"}));
     RETURN_IF_ERROR(r.Get("fabric", &s->fabric));
+    if (const YAML::Node m = p["marks"]) {
+      if (!m.IsSequence()) {
+        return Bad(source, m, "planning.marks", "expected a list");
+      }
+      for (const YAML::Node& item : m) {
+        Reader mr(source, item);
+        RETURN_IF_ERROR(mr.Check({"at_s", "link", "share"}));
+        Scenario::LinkMark mark;
+        RETURN_IF_ERROR(mr.Get("at_s", &mark.at_s));
+        RETURN_IF_ERROR(mr.Get("link", &mark.link));
+        RETURN_IF_ERROR(mr.Get("share", &mark.share));
+        if (mark.link.empty() || !(mark.share > 0 && mark.share < 1)) {
+          return Bad(source, item, "planning.marks",
+                     "needs a link and a share in (0, 1)");
+        }
+        s->link_marks.push_back(mark);
+      }
+    }
   }
   RETURN_IF_ERROR(top.Get("name", &s->name));
   RETURN_IF_ERROR(top.Get("description", &s->description));
@@ -364,6 +382,9 @@ absl::Status ValidateScenario(const Scenario& s) {
   auto bad = [](auto... parts) {
     return absl::InvalidArgumentError(absl::StrCat(parts...));
   };
+  if (!s.link_marks.empty() && s.fabric.empty()) {
+    return bad("planning.marks: needs planning.fabric (planning is off)");
+  }
   if (s.nodes < 1 || s.gpus_per_node < 1 || s.nics_per_node < 1) {
     return bad("cluster: nodes, gpus_per_node, nics_per_node must be >= 1");
   }
@@ -468,6 +489,15 @@ std::string ScenarioToYaml(const Scenario& s) {
   if (!s.fabric.empty()) {
     out << YAML::Key << "planning" << YAML::Value << YAML::BeginMap;
     out << YAML::Key << "fabric" << YAML::Value << s.fabric;
+    if (!s.link_marks.empty()) {
+      out << YAML::Key << "marks" << YAML::Value << YAML::BeginSeq;
+      for (const Scenario::LinkMark& m : s.link_marks) {
+        out << YAML::BeginMap << YAML::Key << "at_s" << YAML::Value << m.at_s
+            << YAML::Key << "link" << YAML::Value << m.link << YAML::Key
+            << "share" << YAML::Value << m.share << YAML::EndMap;
+      }
+      out << YAML::EndSeq;
+    }
     out << YAML::EndMap;
   }
   out << YAML::Key << "faults" << YAML::Value << YAML::BeginSeq;

@@ -4,7 +4,8 @@
 // once the connections are learned, re-plan when the COMM_SLOW verdict
 // names the slow connection (an epoch whose crossing flows moved), and
 // every agent must ack the newest epoch it was sent (it acks after writing
-// its tuner table, which the test reads back).
+// its tuner table, which the test reads back); after the operator marks
+// both spines degraded, each table caps the job's communicator.
 #include "gtest/gtest.h"
 #include "src/sim/runner.h"
 #include "src/sim/scenario.h"
@@ -51,9 +52,17 @@ TEST(SimReplan, LinkDegradesAndTheControllerReplansLive) {
     EXPECT_GT(h.epoch_sent(), 0u) << h.host();
     EXPECT_EQ(h.epoch_acked(), h.epoch_sent()) << h.host();
   }
+  // After the operator marked both spines, every inter-node path is
+  // degraded: each agent's table caps the job's communicator.
+  bool marked_epoch = false;
+  for (const PlanEpoch& e : run.plan_epochs) {
+    marked_epoch |= e.at_s >= s->link_marks[0].at_s && e.crossing_flows > 0;
+  }
+  EXPECT_TRUE(marked_epoch) << "no re-plan after the operator's marks";
   ASSERT_EQ(run.tuner_tables.size(), static_cast<size_t>(s->nodes));
   for (const TunerTableView& t : run.tuner_tables) {
     EXPECT_EQ(t.error, "") << t.host;
+    EXPECT_FALSE(t.entries.empty()) << t.host;
     for (const tuner::Steering& e : t.entries) {
       EXPECT_LE(e.plan_epoch, run.final_plan.epoch()) << t.host;
       EXPECT_GT(e.max_channels, 0) << t.host;

@@ -41,19 +41,25 @@ LivePlanner::RunResult LivePlanner::Run() {
     snap.links = links_dirty_ || options_.measure_nics;
     links_dirty_ = false;
     if (snap.settled.empty() && !snap.links) return result;
-    snap.comms = comms_;
-    snap.plans = plans_;
-    snap.cora = cora_;
+    if (options_.measure_nics) snap.cora = cora_;
     snap.marks = marks_;
   }
   std::vector<int> changed;
   if (snap.links) ApplyCapacities(snap, &changed);
+  if (snap.settled.empty() && changed.empty()) return result;
+  {
+    // Only now the larger copies: most cycles change nothing.
+    MutexLock lock(&mu_);
+    snap.comms = comms_;
+    snap.plans = plans_;
+  }
   std::set<std::string> jobs;
   for (const auto& [job, in] : snap.settled) jobs.insert(job);
   if (!changed.empty()) {
     for (const auto& [job, p] : snap.plans) jobs.insert(job);
   }
   std::map<std::string, std::shared_ptr<JobPlan>> made;
+  std::vector<std::string> stale;  // the store holds a newer epoch
   for (const std::string& job : jobs) {
     const bool full = snap.settled.count(job) != 0;
     const uint64_t epoch = snap.epochs[job] + 1;
@@ -67,6 +73,7 @@ LivePlanner::RunResult LivePlanner::Run() {
         // is refused here by the store's fencing).
         Logger("planner")->error("job {}: plan epoch {} not saved: {}", job,
                                  epoch, s.ToString());
+        if (absl::IsFailedPrecondition(s)) stale.push_back(job);
         continue;
       }
     }
@@ -78,7 +85,23 @@ LivePlanner::RunResult LivePlanner::Run() {
       result.directives.push_back(std::move(d));
     }
   }
+  // Another controller saved a newer epoch (the store refused ours):
+  // continue above it with a full plan.
+  std::vector<StoredPlan> stored;
+  if (!stale.empty()) {
+    absl::StatusOr<std::vector<StoredPlan>> s = options_.store->Plans();
+    if (s.ok()) stored = std::move(*s);
+  }
   MutexLock lock(&mu_);
+  for (const StoredPlan& s : stored) {
+    if (std::find(stale.begin(), stale.end(), s.job_id) == stale.end()) {
+      continue;
+    }
+    JobInput& in = jobs_[s.job_id];
+    in.epoch = std::max(in.epoch, s.epoch);
+    in.dirty = true;
+    ++in.version;
+  }
   for (size_t l = 0; l < gbps_.size(); ++l) gbps_[l] = work_.link(l).gbps;
   for (auto& [job, p] : made) {
     JobInput& in = jobs_[job];
@@ -101,24 +124,30 @@ LivePlanner::RunResult LivePlanner::Run() {
 
 void LivePlanner::ApplyCapacities(const Snapshot& snap,
                                   std::vector<int>* changed) {
-  plan::Fabric next = base_;
-  if (options_.measure_nics) snap.cora.ApplyTo(&next, 0);
+  // The capacities wanted now, computed in work_ itself (no copy of the
+  // fabric: its routing tables are large), then compared with before.
+  const size_t n = work_.links().size();
+  std::vector<double> before(n);
+  for (size_t l = 0; l < n; ++l) before[l] = work_.link(l).gbps;
+  work_.ResetCapacities();
+  if (options_.measure_nics) snap.cora.ApplyTo(&work_, 0);
   for (const auto& [l, m] : snap.marks) {
-    next.SetCapacity(
-        l, std::min(next.link(l).gbps, m.share * next.link(l).nominal_gbps));
+    work_.SetCapacity(
+        l, std::min(work_.link(l).gbps, m.share * work_.link(l).nominal_gbps));
   }
   // Marks (and their removal) apply exactly; Cora's drift only beyond 5%
   // of nominal, so a NIC's estimate moving a little re-plans nothing.
   const double min_change = 0.05;
-  for (size_t l = 0; l < next.links().size(); ++l) {
+  for (size_t l = 0; l < n; ++l) {
     const int id = static_cast<int>(l);
-    const double want = next.link(l).gbps;
-    const double cur = work_.link(l).gbps;
+    const double want = work_.link(l).gbps;
     const bool exact = snap.marks.count(id) || marked_applied_.count(id);
-    if (exact ? want != cur
-              : std::abs(want - cur) > min_change * next.link(l).nominal_gbps) {
-      work_.SetCapacity(l, want);
+    if (exact ? want != before[l]
+              : std::abs(want - before[l]) >
+                    min_change * work_.link(l).nominal_gbps) {
       changed->push_back(id);
+    } else {
+      work_.SetCapacity(l, before[l]);
     }
   }
   marked_applied_.clear();

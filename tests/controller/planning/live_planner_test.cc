@@ -179,6 +179,26 @@ TEST_F(LivePlannerTest, EpochsContinueAboveTheStoredPlan) {
   EXPECT_EQ(p->GetFlowPlan("job1", true)->epoch(), 8u);
 }
 
+TEST_F(LivePlannerTest, ANewerEpochInTheStoreIsNotUndone) {
+  auto p = Planned();
+  ASSERT_NE(p, nullptr);
+  // Another controller (it led meanwhile) saved epoch 50.
+  ASSERT_TRUE(store_->SavePlan(StoredPlan{"job1", 50, "{}"}).ok());
+  v1::SetLinkHealthRequest mark;
+  mark.set_link("spine0");
+  mark.set_degraded(true);
+  ASSERT_TRUE(p->SetLinkHealth(mark).ok());
+  // Epoch 2 is refused by the store: neither served nor sent.
+  LivePlanner::RunResult r = p->Run();
+  EXPECT_TRUE(r.planned.empty());
+  EXPECT_TRUE(r.directives.empty());
+  EXPECT_EQ(p->GetFlowPlan("job1", true)->epoch(), 1u);
+  // The next pass plans in full above the stored epoch.
+  r = p->Run();
+  ASSERT_EQ(r.planned.at("job1"), 51u);
+  EXPECT_EQ(store_->Plans()->at(0).epoch, 51u);
+}
+
 TEST_F(LivePlannerTest, OperatorMarkReplansOnlyTheCrossingFlows) {
   auto p = Planned();
   ASSERT_NE(p, nullptr);
