@@ -175,7 +175,9 @@ absl::StatusOr<std::unique_ptr<RunResult>> RunScenario(
   copts.agent_batch_ms = options.agent_batch_ms;
   copts.controller_config = options.controller_config;
   if (!resolved.fabric.empty()) {
-    copts.controller_extra_args = {"--fabric", resolved.fabric};
+    copts.controller_extra_args = {"--fabric", resolved.fabric,
+                                   "--planning-measure-nics",
+                                   resolved.measure_nics ? "true" : "false"};
   }
   say(absl::StrCat("[sim] scenario ", resolved.name, ": ",
                    resolved.description));

@@ -222,8 +222,9 @@ absl::Status ParseInto(const YAML::Node& root, const std::string& source,
                  "cluster", "job", "faults", "planning"}));
   if (const YAML::Node p = root["planning"]) {
     Reader r(source, p);
-    RETURN_IF_ERROR(r.Check({"fabric", "marks"}));
+    RETURN_IF_ERROR(r.Check({"fabric", "marks", "measure_nics"}));
     RETURN_IF_ERROR(r.Get("fabric", &s->fabric));
+    RETURN_IF_ERROR(r.Get("measure_nics", &s->measure_nics));
     if (const YAML::Node m = p["marks"]) {
       if (!m.IsSequence()) {
         return Bad(source, m, "planning.marks", "expected a list");
@@ -489,6 +490,7 @@ std::string ScenarioToYaml(const Scenario& s) {
   if (!s.fabric.empty()) {
     out << YAML::Key << "planning" << YAML::Value << YAML::BeginMap;
     out << YAML::Key << "fabric" << YAML::Value << s.fabric;
+    out << YAML::Key << "measure_nics" << YAML::Value << s.measure_nics;
     if (!s.link_marks.empty()) {
       out << YAML::Key << "marks" << YAML::Value << YAML::BeginSeq;
       for (const Scenario::LinkMark& m : s.link_marks) {

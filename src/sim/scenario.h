@@ -107,6 +107,10 @@ struct Scenario {
     double share = 0.25;
   };
   std::vector<LinkMark> link_marks;
+  // `planning: {measure_nics: false}`: the controller's Cora NIC estimates
+  // off (--planning-measure-nics false), so only verdicts and marks
+  // re-plan.
+  bool measure_nics = true;
 
   int world_size() const { return nodes * gpus_per_node; }
 };
