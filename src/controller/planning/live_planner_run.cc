@@ -292,10 +292,16 @@ std::vector<LivePlanner::Directive> LivePlanner::DirectivesOf(
     bool any = false;
   };
   std::map<std::string, std::map<uint64_t, Steer>> by_host;
+  std::set<uint64_t> comms;
+  for (const ConnKey& k : p.conns) comms.insert(k.comm);
+  for (uint64_t comm : comms) {  // every member's host hears of its comm
+    for (const auto& [rank, m] : snap.comms.at(comm).members) {
+      by_host[m.host][comm].any = true;
+    }
+  }
   for (const plan::Flow& f : p.flows) {
     const ConnKey& k = p.conns[f.conn];
     const CommState& cs = snap.comms.at(k.comm);
-    for (const auto& [rank, m] : cs.members) by_host[m.host][k.comm].any = true;
     auto m = cs.members.find(k.src);
     if (m == cs.members.end() || !f.network) continue;
     Steer& s = by_host[m->second.host][k.comm];
