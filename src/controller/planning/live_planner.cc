@@ -292,6 +292,12 @@ v1::LinkStatus LivePlanner::LinkStatusOf(int l) const {
   s.set_nominal_gbps(fl.nominal_gbps);
   s.set_gbps(gbps_[l]);
   auto it = marks_.find(l);
+  // A mark applies at the next planning pass; report what it will be.
+  if (it != marks_.end()) {
+    s.set_gbps(std::min(gbps_[l], it->second.share * fl.nominal_gbps));
+  } else if (fl.kind != plan::LinkKind::kNic) {
+    s.set_gbps(fl.nominal_gbps);  // only marks lower switch links
+  }
   if (it != marks_.end()) {
     s.set_health(it->second.health);
     s.set_reason(it->second.reason);
