@@ -92,6 +92,8 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     if (!plane.ok()) return plane.status();
     a->migration_ = std::move(*plane);
     up.migration = a->migration_.get();
+    a->paths_ = std::make_unique<PathSteering>(options.tuner_table);
+    up.paths = a->paths_.get();
     v1::NodeRegistration& reg = up.registration;
     reg.set_host(a->host_);
     reg.set_agent_id(absl::StrCat(a->host_, "-", getpid(), "-",

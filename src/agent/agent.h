@@ -57,6 +57,7 @@ class Agent {
   std::unique_ptr<ShmIngestServer> shm_ingest_;
   // Before upstream_, which hands it directives.
   std::unique_ptr<MigrationPlane> migration_;
+  std::unique_ptr<PathSteering> paths_;
   std::unique_ptr<UpstreamClient> upstream_;
   Mutex tick_mu_;
   CondVar tick_cv_;

@@ -78,6 +78,11 @@ void RegisterAgentOptions(ConfigSchema* s, AgentOptions* o) {
          "How this agent takes part in migrations: none (refuse them) or "
          "emulated (answer for the ranks without moving anything; tests and "
          "benchmarks only)");
+  s->Add("tuner.table", &o->tuner_table,
+         "Shared-memory table libnccl-tuner-pitstop.so reads: the agent "
+         "writes the controller's flow-plan steering there (created at the "
+         "first plan; empty: $PITSTOP_TUNER_TABLE, else "
+         "/dev/shm/pitstop-tuner-table)");
   s->Add("log.level", &o->log_level,
          "trace, debug, info, warn, error, critical, off");
   s->Add("log.file", &o->log_file, "Log file; empty = stderr");

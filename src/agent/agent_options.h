@@ -65,6 +65,10 @@ struct AgentOptions {
   // migration.data_plane: none (default) or emulated (tests and benchmarks:
   // the agent answers migration directives for its ranks itself).
   std::string migration_data_plane = "none";
+  // tuner.table (--tuner-table): the per-node tuner table the agent writes
+  // from the controller's flow plans (docs/planning.md); "" =
+  // $PITSTOP_TUNER_TABLE, else /dev/shm/pitstop-tuner-table.
+  std::string tuner_table;
   // log.level / log.file.
   std::string log_level = "info";
   std::string log_file;

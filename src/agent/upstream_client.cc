@@ -248,6 +248,23 @@ absl::Duration UpstreamClient::RunStream(const std::string& address) {
             options_.migration->OnDirective(cmd.migration());
           continue;
         }
+        if (cmd.has_path()) {
+          // Written to the tuner table outside mu_; acked once applied, so
+          // the controller's plan shows which epoch each host runs.
+          absl::Status s = options_.paths
+                               ? options_.paths->OnDirective(cmd.path())
+                               : absl::UnimplementedError("no tuner table");
+          if (!s.ok()) {
+            Logger("agent")->warn(
+                "flow plan of job {} epoch {} not applied: {}",
+                cmd.path().job_id(), cmd.path().epoch(), s.ToString());
+            continue;
+          }
+          MutexLock lock(&mu_);
+          acks_.push_back(cmd.command_id());
+          cv_.SignalAll();
+          continue;
+        }
         MutexLock lock(&mu_);
         if (cmd.has_set_activation_mask()) {
           core_->ApplyActivation(cmd.command_id(), cmd.set_activation_mask());

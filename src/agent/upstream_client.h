@@ -30,6 +30,7 @@
 #include "pitstop/v1/agent.pb.h"
 #include "src/agent/agent_core.h"
 #include "src/agent/migration_plane.h"
+#include "src/agent/path_steering.h"
 #include "src/agent/trainer_hub.h"
 
 namespace pitstop::agent {
@@ -51,6 +52,8 @@ struct UpstreamOptions {
   // Migration directives go here (optional, not owned); its answers go up
   // through Ack().
   MigrationPlane* migration = nullptr;
+  // Flow-plan directives go here (optional, not owned); acked once applied.
+  PathSteering* paths = nullptr;
 };
 
 // OK for "" (no upstream), host:port (port 1..65535), unix:PATH or a

@@ -34,6 +34,7 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::Create(
   }
   std::unique_ptr<ControllerCore> core(new ControllerCore(
       std::move(options), std::move(*store), std::move(*engine)));
+  if (absl::Status s = core->StartPlanning(); !s.ok()) return s;
   if (core->options_.leadership == nullptr) {
     MutexLock lock(&core->mu_);
     if (absl::Status s = core->LoadMigrations(); !s.ok()) return s;
@@ -91,6 +92,7 @@ void ControllerCore::Loop() {
       if (stopping_) return;
     }
     RunCycle();
+    RunPlanning();  // off the lock: it plans on its own snapshot
   }
 }
 
@@ -313,6 +315,10 @@ absl::Status ControllerCore::ApplyBatch(uint64_t session,
          i);
   }
   if (options_.metrics) options_.metrics->AddSummaries(batch.summaries_size());
+  if (planner_) {
+    planner_->ObserveBatch(host, batch);
+    for (uint64_t id : batch.acked_command_ids()) planner_->Acked(host, id);
+  }
   if (absl::Status s = MigrationInput(host, batch); !s.ok() && first.ok()) {
     first = s;
   }
@@ -443,6 +449,7 @@ void ControllerCore::RunCycleLocked() {
       engine_->ForgetFault(f.fault_id());
       continue;
     }
+
     if (is_new) {
       Logger("controller")
           ->warn("fault {} opened: {}", f.fault_id(), f.summary());
@@ -477,6 +484,8 @@ void ControllerCore::SendProfiling(const ProfilingRequest& r) {
 
 void ControllerCore::Notify(v1::WatchFaultsResponse::Change change,
                             const v1::Fault& f) {
+  // Every fault change passes here (cycles and operators' resolves).
+  if (planner_) planner_->ObserveFault(f);
   v1::WatchFaultsResponse resp;
   resp.set_change(change);
   *resp.mutable_fault() = f;

@@ -28,6 +28,7 @@
 #include "src/controller/ingest_inbox.h"
 #include "src/controller/lora/lora_policy.h"
 #include "src/controller/migrate/migration_manager.h"
+#include "src/controller/planning/live_planner.h"
 #include "src/controller/record_loss.h"
 #include "src/controller/store/fault_store.h"
 #include "src/controller/sync/sync_policy.h"
@@ -91,6 +92,9 @@ class ControllerCore {
     int64_t max_tracked_processes = 1 << 20;
     // Standby migration (docs/migration.md); its clock is `clock`.
     MigrationManager::Options migrate;
+    // C4P flow planning (docs/planning.md): planning.fabric empty = off.
+    // Its clock and store are the core's.
+    LivePlanner::Options planning;
   };
 
   // What the core refused or dropped from agent input (also exported as
@@ -207,6 +211,20 @@ class ControllerCore {
   uint64_t SubscribeMigrations(const std::string& job_id, bool include_existing,
                                MigrationWatchFn fn);
   void UnsubscribeMigrations(uint64_t id);
+
+  // --- Flow path planning (controller_planning.cc, docs/planning.md) -------
+  // FailedPrecondition when planning is off (no fabric); else as
+  // LivePlanner's.
+  absl::StatusOr<v1::FlowPlan> GetFlowPlan(const v1::GetFlowPlanRequest& r);
+  absl::StatusOr<v1::ListLinksResponse> ListLinks(
+      const v1::ListLinksRequest& r);
+  // Marks the links, re-plans the jobs crossing them at once (off the
+  // core's lock) and sends the new plans to their agents.
+  absl::StatusOr<v1::SetLinkHealthResponse> SetLinkHealth(
+      const v1::SetLinkHealthRequest& r);
+  // One planning pass now (the loop runs one after every cycle): plans
+  // what changed, then sends the directives. Returns job -> new epoch.
+  std::map<std::string, uint64_t> RunPlanning();
 
   // --- WatchFaults --------------------------------------------------------
   using WatchFn = std::function<void(const v1::WatchFaultsResponse&)>;
@@ -352,6 +370,9 @@ class ControllerCore {
    private:
     ControllerCore* const core_;
   };
+  // Creates planner_ when options_.planning names a fabric (logs that
+  // planning is off otherwise).
+  absl::Status StartPlanning();
   // (Re)creates the migration manager from the store (Create, BecomeLeader).
   absl::Status LoadMigrations() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Resolves a MigrateNode request against the nodes, the engine's
@@ -374,6 +395,8 @@ class ControllerCore {
 
   const Options options_;
   const std::unique_ptr<FaultStore> store_;
+  // Null when planning is off; set in Create, thread-safe itself.
+  std::unique_ptr<LivePlanner> planner_;
   const uint64_t start_unix_ns_;
 
   IngestInbox inbox_;

@@ -57,6 +57,9 @@ absl::Status ControllerOptions::Validate() const {
   if (listen.empty()) return KeyError("listen", "must be host:port");
   if (absl::Status s = ValidateTrust(); !s.ok()) return s;
   if (cycle_ms == 0) return KeyError("detection.cycle_ms", "must be > 0");
+  if (!(planning_suspect_share > 0 && planning_suspect_share < 1)) {
+    return KeyError("planning.suspect_share", "must be in (0, 1)");
+  }
   if (mode != "observe" && mode != "act") {
     return KeyError("detection.mode",
                     absl::StrCat("expected observe or act, got '", mode, "'"));
@@ -225,6 +228,18 @@ void RegisterControllerOptions(ConfigSchema* s, ControllerOptions* o) {
          "switch point = highest sequence number reported with READY + this");
   s->Add("migrate.resume", &o->migrate_resume,
          "after a restart, resume unfinished migrations (false: abort them)");
+  s->Add("fabric", &o->fabric,
+         "flow path planning (docs/planning.md): the fabric the jobs run on, "
+         "as `pitstop plan --topology`: gen:leafspine,... / gen:3tier,..., a "
+         "SimAI topology file or a host CSV (ip,DSW,PSW,ASW). Hosts match "
+         "the fabric's by name, else by trailing number (node7 = host7). "
+         "Empty: planning off");
+  s->Add("planning.suspect_share", &o->planning_suspect_share,
+         "capacity share the planner assumes for links a COMM_SLOW verdict "
+         "names (re-plans move flows off them)");
+  s->Add("planning.measure_nics", &o->planning_measure_nics,
+         "estimate NIC capacities from proxy-op throughput (Cora) and "
+         "re-plan when one moves by more than 5% of nominal");
   s->Add("sync.policy", &o->sync_policy,
          "default local-SGD switch policy: off, advise (record and publish "
          "what it would do) or auto (send directives to the trainers)");

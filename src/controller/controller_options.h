@@ -62,6 +62,11 @@ struct ControllerOptions {
   uint32_t migrate_switch_timeout_s = 60;
   uint32_t migrate_switch_margin = 4;
   bool migrate_resume = true;
+  // C4P flow planning (docs/planning.md): the fabric ("gen:...", a SimAI
+  // file or a host CSV, as `pitstop plan --topology`); empty = off.
+  std::string fabric;
+  double planning_suspect_share = 0.25;
+  bool planning_measure_nics = true;
 
   // The default SyncSettings; InvalidArgument naming the key.
   absl::StatusOr<v1::SyncSettings> DefaultSyncSettings() const;

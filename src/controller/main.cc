@@ -131,6 +131,9 @@ int main(int argc, char** argv) {
       absl::Seconds(std::max<uint32_t>(options.migrate_switch_timeout_s, 1));
   core_options.migrate.switch_margin = options.migrate_switch_margin;
   core_options.migrate.resume = options.migrate_resume;
+  core_options.planning.fabric = options.fabric;
+  core_options.planning.suspect_share = options.planning_suspect_share;
+  core_options.planning.measure_nics = options.planning_measure_nics;
   core_options.metrics = metrics.get();
   // Several controllers on etcd (docs/ha.md): the store is etcd's and the
   // core leads only while elected.

@@ -214,6 +214,10 @@ std::string LocalCluster::agent_log(int i) const {
   return absl::StrCat(work_dir_, "/agent-", agents_[i].host, ".log");
 }
 
+std::string LocalCluster::tuner_table(int i) const {
+  return absl::StrCat(work_dir_, "/tuner-", agents_[i].host);
+}
+
 absl::Status LocalCluster::StartController(int port) {
   const std::string port_file = work_dir_ + "/controller.port";
   unlink(port_file.c_str());
@@ -258,7 +262,9 @@ absl::Status LocalCluster::StartAgent(int i) {
                "--metrics-address",
                "",
                "--log-level",
-               options_.log_level};
+               options_.log_level,
+               "--tuner-table",
+               tuner_table(i)};
   for (const auto& arg : options_.agent_extra_args) opts.argv.push_back(arg);
   opts.log_path = agent_log(i);
   ASSIGN_OR_RETURN(a.process, Subprocess::Start(opts));

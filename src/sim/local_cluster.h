@@ -93,6 +93,9 @@ class LocalCluster {
   std::string database_path() const { return work_dir_ + "/controller.db"; }
   std::string controller_log() const { return work_dir_ + "/controller.log"; }
   std::string agent_log(int i) const;
+  // The tuner table node i's agent writes flow plans to (--tuner-table;
+  // created at its first plan).
+  std::string tuner_table(int i) const;
 
   bool ControllerRunning();
   bool AgentRunning(int i);

@@ -174,6 +174,11 @@ absl::StatusOr<std::unique_ptr<RunResult>> RunScenario(
   copts.log_level = options.daemon_log_level;
   copts.agent_batch_ms = options.agent_batch_ms;
   copts.controller_config = options.controller_config;
+  if (!resolved.fabric.empty()) {
+    copts.controller_extra_args = {"--fabric", resolved.fabric,
+                                   "--planning-measure-nics",
+                                   resolved.measure_nics ? "true" : "false"};
+  }
   say(absl::StrCat("[sim] scenario ", resolved.name, ": ",
                    resolved.description));
   say(absl::StrCat("[sim] starting pitstop-controller and ", resolved.nodes,
@@ -234,6 +239,9 @@ absl::StatusOr<std::unique_ptr<RunResult>> RunScenario(
     end_plan = std::max(end_plan, rp.finish_ns);
   const int64_t hard_deadline = start_ns + end_plan + 20'000'000'000;
   int64_t next_progress = start_ns;
+  PlanWatcher plans(stub.get(), resolved.job_id);
+  int64_t next_plan_poll = start_ns;
+  size_t next_mark = 0;
   while (true) {
     int alive = 0;
     for (auto& p : ranks) alive += p->Running();
@@ -247,6 +255,16 @@ absl::StatusOr<std::unique_ptr<RunResult>> RunScenario(
                           world, JoinedCollectives(stub.get())));
       next_progress =
           now + static_cast<int64_t>(options.progress_period_s * 1e9);
+    }
+    while (next_mark < resolved.link_marks.size() &&
+           now >= start_ns + static_cast<int64_t>(
+                                 resolved.link_marks[next_mark].at_s * 1e9)) {
+      const Scenario::LinkMark& m = resolved.link_marks[next_mark++];
+      plans.Mark((now - start_ns) / 1e9, m.link, m.share, say);
+    }
+    if (!resolved.fabric.empty() && now >= next_plan_poll) {
+      plans.Poll((now - start_ns) / 1e9, say);
+      next_plan_poll = now + 500'000'000;
     }
     if (alive == 0 || now > hard_deadline) break;
     usleep(100000);
@@ -273,6 +291,31 @@ absl::StatusOr<std::unique_ptr<RunResult>> RunScenario(
   ASSIGN_OR_RETURN(std::vector<v1::Fault> listed, ListAllFaults(stub.get()));
   result->faults = watcher.Merge(listed, MonotonicNowNs() - start_ns);
   result->score = ScoreRun(result->plan, result->faults);
+  if (!resolved.fabric.empty()) {
+    plans.Poll((MonotonicNowNs() - start_ns) / 1e9, say);
+    result->plan_epochs = plans.epochs();
+    result->final_plan = plans.last();
+    for (int i = 0; i < cluster->nodes(); ++i) {
+      TunerTableView t =
+          ReadTunerTable(cluster->host(i), cluster->tuner_table(i));
+      say(absl::StrFormat(
+          "[sim] tuner table of %s: %s", t.host,
+          t.error.empty()
+              ? absl::StrFormat("%d steered communicators", t.entries.size())
+              : t.error));
+      for (const tuner::Steering& s : t.entries) {
+        say(absl::StrFormat(
+            "[sim]   comm %x: plan epoch %d, max_channels %d, %d ranks on %d "
+            "nodes",
+            s.comm_id, s.plan_epoch, s.max_channels, s.n_ranks, s.n_nodes));
+      }
+      result->tuner_tables.push_back(std::move(t));
+    }
+    for (const v1::FlowPlanHost& h : result->final_plan.hosts()) {
+      say(absl::StrFormat("[sim] %s acked flow plan epoch %d (sent %d)",
+                          h.host(), h.epoch_acked(), h.epoch_sent()));
+    }
+  }
   result->wall_s = (MonotonicNowNs() - wall_start) / 1e9;
   if (options.after_run) options.after_run(*result);
   if (options.keep_running) {

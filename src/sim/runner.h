@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "src/sim/model.h"
+#include "src/sim/plan_watch.h"
 #include "src/sim/score.h"
 
 namespace pitstop::sim {
@@ -58,6 +59,11 @@ struct RunResult {
   std::string work_dir;
   int ranks_crashed = 0;                 // rank processes that died (planned)
   std::vector<std::string> rank_errors;  // unexpected rank exits
+  // Scenarios with `planning:` (docs/planning.md): the live plan's epochs
+  // as the controller made them, its newest state and each agent's table.
+  std::vector<PlanEpoch> plan_epochs;
+  v1::FlowPlan final_plan;
+  std::vector<TunerTableView> tuner_tables;
   double wall_s = 0;
 };
 

@@ -217,8 +217,33 @@ absl::Status ParseFault(const std::string& source, const YAML::Node& n,
 absl::Status ParseInto(const YAML::Node& root, const std::string& source,
                        Scenario* s) {
   Reader top(source, root);
-  RETURN_IF_ERROR(top.Check({"name", "description", "seed", "duration_s",
-                             "job_id", "cluster", "job", "faults"}));
+  RETURN_IF_ERROR(
+      top.Check({"name", "description", "seed", "duration_s", "job_id",
+                 "cluster", "job", "faults", "planning"}));
+  if (const YAML::Node p = root["planning"]) {
+    Reader r(source, p);
+    RETURN_IF_ERROR(r.Check({"fabric", "marks", "measure_nics"}));
+    RETURN_IF_ERROR(r.Get("fabric", &s->fabric));
+    RETURN_IF_ERROR(r.Get("measure_nics", &s->measure_nics));
+    if (const YAML::Node m = p["marks"]) {
+      if (!m.IsSequence()) {
+        return Bad(source, m, "planning.marks", "expected a list");
+      }
+      for (const YAML::Node& item : m) {
+        Reader mr(source, item);
+        RETURN_IF_ERROR(mr.Check({"at_s", "link", "share"}));
+        Scenario::LinkMark mark;
+        RETURN_IF_ERROR(mr.Get("at_s", &mark.at_s));
+        RETURN_IF_ERROR(mr.Get("link", &mark.link));
+        RETURN_IF_ERROR(mr.Get("share", &mark.share));
+        if (mark.link.empty() || !(mark.share > 0 && mark.share < 1)) {
+          return Bad(source, item, "planning.marks",
+                     "needs a link and a share in (0, 1)");
+        }
+        s->link_marks.push_back(mark);
+      }
+    }
+  }
   RETURN_IF_ERROR(top.Get("name", &s->name));
   RETURN_IF_ERROR(top.Get("description", &s->description));
   RETURN_IF_ERROR(top.Get("seed", &s->seed));
@@ -358,6 +383,9 @@ absl::Status ValidateScenario(const Scenario& s) {
   auto bad = [](auto... parts) {
     return absl::InvalidArgumentError(absl::StrCat(parts...));
   };
+  if (!s.link_marks.empty() && s.fabric.empty()) {
+    return bad("planning.marks: needs planning.fabric (planning is off)");
+  }
   if (s.nodes < 1 || s.gpus_per_node < 1 || s.nics_per_node < 1) {
     return bad("cluster: nodes, gpus_per_node, nics_per_node must be >= 1");
   }
@@ -459,6 +487,21 @@ std::string ScenarioToYaml(const Scenario& s) {
   phases("step", s.step);
   phases("eval_step", s.eval_step);
   out << YAML::EndMap;
+  if (!s.fabric.empty()) {
+    out << YAML::Key << "planning" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "fabric" << YAML::Value << s.fabric;
+    out << YAML::Key << "measure_nics" << YAML::Value << s.measure_nics;
+    if (!s.link_marks.empty()) {
+      out << YAML::Key << "marks" << YAML::Value << YAML::BeginSeq;
+      for (const Scenario::LinkMark& m : s.link_marks) {
+        out << YAML::BeginMap << YAML::Key << "at_s" << YAML::Value << m.at_s
+            << YAML::Key << "link" << YAML::Value << m.link << YAML::Key
+            << "share" << YAML::Value << m.share << YAML::EndMap;
+      }
+      out << YAML::EndSeq;
+    }
+    out << YAML::EndMap;
+  }
   out << YAML::Key << "faults" << YAML::Value << YAML::BeginSeq;
   for (const FaultSpec& f : s.faults) {
     out << YAML::BeginMap;

@@ -94,6 +94,24 @@ struct Scenario {
 
   std::vector<FaultSpec> faults;
 
+  // `planning: {fabric: SPEC}`: the controller plans the job's flows live
+  // on this fabric (its --fabric; docs/planning.md) and the run reports the
+  // plan's epochs and the agents' tuner tables. Empty: planning off.
+  std::string fabric;
+  // `planning: {marks: [{at_s: 12, link: spine0, share: 0.25}]}`: an
+  // operator marks a fabric link degraded at at_s (SetLinkHealth), as
+  // `pitstopctl links --degrade` would.
+  struct LinkMark {
+    double at_s = 0;
+    std::string link;
+    double share = 0.25;
+  };
+  std::vector<LinkMark> link_marks;
+  // `planning: {measure_nics: false}`: the controller's Cora NIC estimates
+  // off (--planning-measure-nics false), so only verdicts and marks
+  // re-plan.
+  bool measure_nics = true;
+
   int world_size() const { return nodes * gpus_per_node; }
 };
 

@@ -150,7 +150,22 @@ TEST(ScenarioTest, BuiltinsParseAndRoundTrip) {
     EXPECT_EQ(again->faults.size(), s->faults.size());
     EXPECT_EQ(again->step.size(), s->step.size());
     EXPECT_EQ(again->world_size(), s->world_size());
+    EXPECT_EQ(again->fabric, s->fabric);
+    EXPECT_EQ(again->link_marks.size(), s->link_marks.size());
+    EXPECT_EQ(again->measure_nics, s->measure_nics);
   }
+  // ci-replan carries a live flow plan with operator marks.
+  auto r = BuiltinScenario("ci-replan");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->fabric.empty());
+  ASSERT_EQ(r->link_marks.size(), 2u);
+  EXPECT_EQ(r->link_marks[0].link, "spine0");
+  EXPECT_FALSE(r->measure_nics);
+  // Marks without a fabric are refused.
+  auto bad = ParseScenario(
+      "name: x\nplanning:\n  marks: [{at_s: 1, link: spine0}]\n", "p.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("planning.fabric"), std::string::npos);
 }
 
 TEST(ScenarioTest, ErrorsNameFileLineAndKey) {

@@ -209,6 +209,7 @@ void AddCommands(CLI::App* app, GlobalOptions* g, int* exit_code) {
   AddSyncCommands(app, g, exit_code);
   AddLoraCommands(app, g, exit_code);
   AddMigrateCommands(app, g, exit_code);
+  AddPlanCommands(app, g, exit_code);
 }
 
 int ExitCodeFor(const grpc::Status& s) {

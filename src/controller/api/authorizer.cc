@@ -75,6 +75,9 @@ const std::map<std::string, Role>& MethodRoles() {
       {"/pitstop.v1.Controller/ListMigrations", Role::kViewer},
       {"/pitstop.v1.Controller/WatchMigrations", Role::kViewer},
       {"/pitstop.v1.Controller/ListStandby", Role::kViewer},
+      {"/pitstop.v1.Controller/GetFlowPlan", Role::kViewer},
+      {"/pitstop.v1.Controller/ListLinks", Role::kViewer},
+      {"/pitstop.v1.Controller/SetLinkHealth", Role::kOperator},
       // Agents only, for the host their certificate names.
       {"/pitstop.v1.AgentLink/Connect", Role::kAgent},
   };

@@ -101,6 +101,16 @@ class ControllerService final : public v1::Controller::CallbackService {
   grpc::ServerUnaryReactor* ListStandby(grpc::CallbackServerContext* ctx,
                                         const v1::ListStandbyRequest* req,
                                         v1::ListStandbyResponse* resp) override;
+  // Flow path planning (planning_service.cc).
+  grpc::ServerUnaryReactor* GetFlowPlan(grpc::CallbackServerContext* ctx,
+                                        const v1::GetFlowPlanRequest* req,
+                                        v1::GetFlowPlanResponse* resp) override;
+  grpc::ServerUnaryReactor* ListLinks(grpc::CallbackServerContext* ctx,
+                                      const v1::ListLinksRequest* req,
+                                      v1::ListLinksResponse* resp) override;
+  grpc::ServerUnaryReactor* SetLinkHealth(
+      grpc::CallbackServerContext* ctx, const v1::SetLinkHealthRequest* req,
+      v1::SetLinkHealthResponse* resp) override;
 
  private:
   absl::Status Authorize(grpc::CallbackServerContext* ctx,

@@ -1,0 +1,219 @@
+// The controller's live C4P flow plan per job (docs/planning.md, "Live
+// planner"): learns each job's flows from the connections the agents join
+// (proxy ops' peer and channel), estimates every NIC's capacity from the
+// proxy ops' throughput (Cora, plan/nic_capacity.h), plans the flows on the
+// fabric given by --fabric, and re-plans incrementally (Planner::Replan:
+// only the flows crossing a changed link move) when a COMM_SLOW verdict
+// names a NIC or a connection, when an operator marks a link, or when a
+// NIC's measured capacity moves. Every plan has an epoch per job and is
+// saved through FaultStore::SavePlan (durable; fenced by the leader's lease
+// on etcd) before it is served or sent to the agents.
+//
+// Inputs (ObserveBatch, ObserveFault) only copy what they need under this
+// class's own short lock; Run() plans: it takes a snapshot under the lock,
+// computes without it, and publishes under it again. The controller calls
+// the inputs with its own lock held and Run() without it.
+//
+// Thread-safe: any method from any thread; Run() calls are serialised.
+#ifndef PITSTOP_SRC_CONTROLLER_PLANNING_LIVE_PLANNER_H_
+#define PITSTOP_SRC_CONTROLLER_PLANNING_LIVE_PLANNER_H_
+
+#include <compare>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "pitstop/clock.h"
+#include "pitstop/sync.h"
+#include "pitstop/v1/agent.pb.h"
+#include "pitstop/v1/controller.pb.h"
+#include "src/controller/plan/fabric.h"
+#include "src/controller/plan/fabric_io.h"
+#include "src/controller/plan/nic_capacity.h"
+#include "src/controller/plan/planner.h"
+#include "src/controller/store/fault_store.h"
+
+namespace pitstop::controller {
+
+// "host3/nic2": the fabric's name of a GPU's NIC.
+std::string NicName(const plan::Fabric& fabric, int gpu);
+
+class LivePlanner {
+ public:
+  struct Options {
+    // "gen:..." spec, a SimAI file or a host CSV (as `pitstop plan
+    // --topology`); required.
+    std::string fabric;
+    plan::ClosCsvOptions csv;
+    Clock* clock = Clock::Real();
+    FaultStore* store = nullptr;  // not owned; null: plans are not saved
+    // Capacity share assumed for links a COMM_SLOW verdict names.
+    double suspect_share = 0.25;
+    // Capacity share of a link an operator marks without saying.
+    double degraded_share = 0.25;
+    // A new connection re-plans the job once no new one came for this long
+    // (connections are learned collective by collective at start-up).
+    absl::Duration settle = absl::Seconds(2);
+    // Cora: use measured NIC capacities.
+    bool measure_nics = true;
+    plan::NicCapacityModel::Options cora;
+    plan::PlannerOptions planner;
+  };
+
+  // InvalidArgument / NotFound from the fabric reader (naming file and
+  // line); the epochs of plans in the store are continued.
+  static absl::StatusOr<std::unique_ptr<LivePlanner>> Create(Options options);
+
+  // --- inputs (cheap; any thread) ------------------------------------------
+  // Members (host, device) of communicators and the send side of every
+  // summary's connections: flows, their bytes and throughput, and NIC
+  // samples for Cora.
+  void ObserveBatch(const std::string& host, const v1::ConnectRequest& batch);
+  // A COMM_SLOW fault naming a NIC or a connection marks the links it names
+  // SUSPECT (its NIC's links; the fabric links of the connection's planned
+  // paths); resolving it clears them. Other faults are ignored.
+  void ObserveFault(const v1::Fault& fault);
+  // Operator: InvalidArgument naming the spec when no link matches or the
+  // share is outside (0, 1). Returns the links changed; Run() re-plans.
+  absl::StatusOr<std::vector<v1::LinkStatus>> SetLinkHealth(
+      const v1::SetLinkHealthRequest& request);
+
+  // --- planning -------------------------------------------------------------
+  struct Directive {
+    std::string host;
+    v1::PathDirective directive;
+  };
+  struct RunResult {
+    std::map<std::string, uint64_t> planned;  // job -> new epoch
+    std::vector<Directive> directives;        // to send to agents
+  };
+  // Plans every job whose flows or links changed. Never holds the lock
+  // while computing.
+  RunResult Run();
+  // The controller sent `d` to `host`'s agent as `command_id` / the agent
+  // acked it.
+  void Sent(const std::string& host, uint64_t command_id,
+            const v1::PathDirective& d);
+  void Acked(const std::string& host, uint64_t command_id);
+
+  // --- queries
+  // ----------------------------------------------------------------
+  // InvalidArgument for an empty job id; NotFound naming why (no connections
+  // learned, members not placed on the fabric).
+  absl::StatusOr<v1::FlowPlan> GetFlowPlan(const std::string& job_id,
+                                           bool summary_only);
+  v1::ListLinksResponse ListLinks(const v1::ListLinksRequest& request);
+  const std::string& fabric_description() const;
+
+ private:
+  struct Member {
+    std::string host;
+    int device = -1;
+  };
+  struct CommState {
+    std::string job;
+    std::map<int, Member> members;  // by comm rank
+    uint32_t channels = 0;          // most seen in one collective
+    int n_ranks = 0;
+    int n_nodes = 0;
+  };
+  struct ConnKey {
+    uint64_t comm = 0;
+    int src = 0;  // comm ranks
+    int dst = 0;
+    int channel = 0;
+    auto operator<=>(const ConnKey&) const = default;
+  };
+  struct ConnState {
+    double bytes = 0;
+    double throughput_bps = 0;
+  };
+  struct JobInput {
+    std::map<ConnKey, ConnState> conns;
+    absl::Time changed;
+    bool dirty = false;    // connections not in the published plan
+    uint64_t version = 0;  // counts new connections
+    uint64_t epoch = 0;    // last epoch made (or stored)
+  };
+  struct Mark {
+    double share = 1;
+    v1::LinkHealth health = v1::LINK_HEALTH_HEALTHY;
+    std::string reason;
+    std::string fault_id;  // SUSPECT marks: the fault
+  };
+  // One published plan: the flows it routes and where they came from.
+  struct JobPlan {
+    std::vector<ConnKey> conns;  // Flow::conn indexes this
+    std::vector<plan::Flow> flows;
+    plan::FlowPlan plan;
+    std::vector<char> moved;  // by flow
+    v1::FlowPlan info;        // without planned_flows and hosts
+  };
+  struct Delivery {
+    uint64_t sent = 0;
+    uint64_t acked = 0;
+  };
+  struct Snapshot;
+
+  LivePlanner(Options options, plan::Fabric fabric);
+  // Fabric GPU of a member; -1 when its host or device is not on the fabric.
+  int GpuOf(const Member& m) const;
+  int HostIndex(const std::string& host) const;
+  void ObserveSummary(const std::string& host, const v1::CollectiveSummary& s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Links named by a COMM_SLOW fault's first suspect (empty: none).
+  std::vector<int> LinksOfFault(const v1::Fault& f)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::LinkStatus LinkStatusOf(int link) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Run()'s parts (live_planner_run.cc).
+  void ApplyCapacities(const Snapshot& snap, std::vector<int>* changed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  std::shared_ptr<JobPlan> PlanJob(const std::string& job, const Snapshot& snap,
+                                   const std::vector<int>& changed,
+                                   bool flows_changed, uint64_t epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  std::vector<Directive> DirectivesOf(const std::string& job, const JobPlan& p,
+                                      const Snapshot& snap)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+
+  const Options options_;
+  // Topology and nominal capacities; never changes (name lookups).
+  const plan::Fabric base_;
+  std::map<std::string, int> host_index_;  // fabric host by name
+
+  Mutex run_mu_;                                // serialises Run()
+  plan::Fabric work_ ABSL_GUARDED_BY(run_mu_);  // effective capacities
+  std::set<int> marked_applied_ ABSL_GUARDED_BY(run_mu_);
+
+  mutable Mutex mu_;
+  std::map<uint64_t, CommState> comms_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, JobInput> jobs_ ABSL_GUARDED_BY(mu_);
+  plan::NicCapacityModel cora_ ABSL_GUARDED_BY(mu_);
+  std::map<int, Mark> marks_ ABSL_GUARDED_BY(mu_);  // by link id
+  bool links_dirty_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, std::shared_ptr<const JobPlan>> plans_
+      ABSL_GUARDED_BY(mu_);
+  // Effective capacities the published plans were made with.
+  std::vector<double> gbps_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::map<std::string, Delivery>> delivery_
+      ABSL_GUARDED_BY(mu_);  // job -> host
+  struct SentCommand {
+    std::string job;
+    uint64_t epoch = 0;
+  };
+  std::map<std::pair<std::string, uint64_t>, SentCommand> unacked_
+      ABSL_GUARDED_BY(mu_);
+  std::set<std::string> unplaced_logged_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> faults_marked_ ABSL_GUARDED_BY(mu_);
+  size_t connections_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace pitstop::controller
+
+#endif  // PITSTOP_SRC_CONTROLLER_PLANNING_LIVE_PLANNER_H_

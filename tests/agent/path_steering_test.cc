@@ -1,0 +1,96 @@
+// The agent's side of a flow plan: PathDirectives become tuner-table
+// entries (degraded communicators only), newest epoch per job, written to
+// a table the tuner's reader sees.
+#include "src/agent/path_steering.h"
+
+#include <unistd.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "pitstop/tuner_table.h"
+
+namespace pitstop::agent {
+namespace {
+
+v1::PathDirective Directive(const std::string& job, uint64_t epoch,
+                            bool degraded) {
+  v1::PathDirective d;
+  d.set_job_id(job);
+  d.set_epoch(epoch);
+  v1::CommSteering* a = d.add_comms();
+  a->set_comm_hash(0x11);
+  a->set_n_ranks(16);
+  a->set_n_nodes(4);
+  a->set_degraded(degraded);
+  a->set_max_channels(degraded ? 2 : 0);
+  a->set_algorithm(degraded ? v1::ALGORITHM_RING : v1::ALGORITHM_UNSPECIFIED);
+  v1::CommSteering* b = d.add_comms();  // healthy: never in the table
+  b->set_comm_hash(0x22);
+  b->set_n_ranks(4);
+  b->set_n_nodes(1);
+  return d;
+}
+
+TEST(SteeringOfTest, DegradedCommunicatorsOnlyWithShapeAndMasks) {
+  std::map<std::string, v1::PathDirective> ds;
+  ds["j1"] = Directive("j1", 3, true);
+  std::vector<tuner::Steering> e = SteeringOf(ds);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].comm_id, 0x11u);
+  EXPECT_EQ(e[0].plan_epoch, 3u);
+  EXPECT_EQ(e[0].max_channels, 2);
+  EXPECT_EQ(e[0].algo_mask, 1u << tuner::kAlgoRing);
+  EXPECT_EQ(e[0].n_ranks, 16u);
+  EXPECT_TRUE(e[0].flags & tuner::kFlagShapeUnique);
+  // A second job with a communicator of the same shape: not unique.
+  v1::PathDirective other = Directive("j2", 1, false);
+  other.mutable_comms(0)->set_comm_hash(0x33);
+  ds["j2"] = other;
+  e = SteeringOf(ds);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_FALSE(e[0].flags & tuner::kFlagShapeUnique);
+}
+
+TEST(PathSteeringTest, WritesTheTableNewestEpochFirst) {
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/tuner-", getpid());
+  unlink(path.c_str());
+  PathSteering s(path);
+  EXPECT_EQ(s.table_path(), path);
+  ASSERT_TRUE(s.OnDirective(Directive("j1", 2, true)).ok());
+  EXPECT_EQ(s.epoch("j1"), 2u);
+  std::string error;
+  auto reader = tuner::TunerTableReader::Open(path, &error);
+  ASSERT_NE(reader, nullptr) << error;
+  tuner::Steering got;
+  ASSERT_EQ(reader->Lookup(0x11, &got),
+            tuner::TunerTableReader::Result::kFound);
+  EXPECT_EQ(got.plan_epoch, 2u);
+  EXPECT_EQ(reader->Lookup(0x22, &got),
+            tuner::TunerTableReader::Result::kAbsent);
+  // An older or repeated epoch changes nothing (a resend after a
+  // reconnect); a newer healthy one empties the table.
+  const uint64_t gen = reader->generation();
+  ASSERT_TRUE(s.OnDirective(Directive("j1", 1, false)).ok());
+  ASSERT_TRUE(s.OnDirective(Directive("j1", 2, false)).ok());
+  EXPECT_EQ(reader->generation(), gen);
+  EXPECT_EQ(s.epoch("j1"), 2u);
+  ASSERT_TRUE(s.OnDirective(Directive("j1", 3, false)).ok());
+  EXPECT_EQ(reader->Lookup(0x11, &got),
+            tuner::TunerTableReader::Result::kAbsent);
+  EXPECT_EQ(s.epoch("j1"), 3u);
+  unlink(path.c_str());
+}
+
+TEST(PathSteeringTest, UnwritablePathIsAnError) {
+  PathSteering s("/proc/no-such-dir/table");
+  absl::Status st = s.OnDirective(Directive("j1", 1, true));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(st.message().find("/proc/no-such-dir/table"), std::string::npos);
+  EXPECT_EQ(s.epoch("j1"), 0u);
+}
+
+}  // namespace
+}  // namespace pitstop::agent
