@@ -559,6 +559,8 @@ void RankJoiner::SnapshotProgress(std::vector<v1::RankProgress>* out) const {
       rp.set_last_started_seq(started);
       if (oldest != nullptr) {
         rp.set_oldest_incomplete_seq(oldest->record.seq_number());
+        rp.set_oldest_incomplete_count(oldest->record.count());
+        rp.set_oldest_incomplete_datatype(oldest->record.datatype());
         rp.set_oldest_incomplete_age_ns(
             now > oldest->created_ns ? now - oldest->created_ns : 0);
         const v1::CollectiveSummary partial = BuildSummary(s, *oldest);

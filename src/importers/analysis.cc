@@ -100,6 +100,7 @@ int ClassWeight(v1::FaultClass c) {
     case v1::FAULT_CLASS_PROCESS_DIED:
       return 5;
     case v1::FAULT_CLASS_NON_COMM_HANG:
+    case v1::FAULT_CLASS_MISMATCH:
       return 4;
     case v1::FAULT_CLASS_COMM_HANG:
       return 3;
@@ -215,7 +216,8 @@ Verdict VerdictFromFaults(const std::vector<v1::Fault>& faults,
     for (const v1::Suspect& s : f.victims()) victims.insert(RankOf(s));
     if (f.suspects_size() > 0 &&
         (f.fault_class() == v1::FAULT_CLASS_NON_COMM_HANG ||
-         f.fault_class() == v1::FAULT_CLASS_COMM_HANG || LeftNoData(f))) {
+         f.fault_class() == v1::FAULT_CLASS_COMM_HANG ||
+         f.fault_class() == v1::FAULT_CLASS_MISMATCH || LeftNoData(f))) {
       v.hung_collectives.push_back(absl::StrCat(CollFuncName(f.func()), " seq ",
                                                 f.seq_number(), " in ",
                                                 f.comm_name()));

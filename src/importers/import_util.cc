@@ -231,6 +231,8 @@ const char* FaultClassLabel(v1::FaultClass c) {
       return "non-comm-slow";
     case v1::FAULT_CLASS_PROCESS_DIED:
       return "process-died";
+    case v1::FAULT_CLASS_MISMATCH:
+      return "mismatch";
     default:
       return "none";
   }

@@ -67,6 +67,7 @@ FaultSpec Draw(FaultKind kind, const Scenario& s, std::mt19937_64* rng) {
       break;
     case FaultKind::kNonCommHang:
     case FaultKind::kCrash:
+    case FaultKind::kMismatch:
       f.rank = pick(s.world_size());
       break;
     default:

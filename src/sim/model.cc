@@ -241,7 +241,23 @@ void Builder::RunCollective(int ci, const PhaseSpec& p, int step, int phase,
       }
     }
   }
-  const bool hung = !all_arrive || hang_src >= 0;
+  // An application desync: one member issues this collective with half the
+  // elements of the others'. Everyone enters it and nobody completes.
+  int odd_member = -1;
+  for (size_t fi = 0; fi < s_.faults.size() && all_arrive; ++fi) {
+    const FaultSpec& f = s_.faults[fi];
+    if (consumed_[fi] || f.kind != FaultKind::kMismatch || t0 < Sec(f.at_s)) {
+      continue;
+    }
+    for (int i = 0; i < n && odd_member < 0; ++i) {
+      if (c.members[i] == f.rank) odd_member = i;
+    }
+    if (odd_member >= 0) {
+      consumed_[fi] = true;
+      Truth(fi).onset_ns = t0;
+    }
+  }
+  const bool hung = !all_arrive || hang_src >= 0 || odd_member >= 0;
   const double per_conn_bytes =
       TrafficFactor(p.func, n) * p.bytes / s_.channels;
   const double lat_ns =
@@ -265,7 +281,7 @@ void Builder::RunCollective(int ci, const PhaseSpec& p, int step, int phase,
     op.comm_rank = i;
     op.func = p.func;
     op.seq = seq;
-    op.bytes = p.bytes;
+    op.bytes = i == odd_member ? p.bytes / 2 : p.bytes;
     op.step = step;
     op.phase = phase;
     op.eval = eval;
@@ -285,10 +301,12 @@ void Builder::RunCollective(int ci, const PhaseSpec& p, int step, int phase,
         cp.bytes = static_cast<uint64_t>(per_conn_bytes);
         cp.n_steps = s_.steps_per_proxy_op;
         cp.post_ns = op.enqueue_ns + 2'000;
-        const bool stalls = !all_arrive || sender == hang_src;
-        cp.progress_ns = all_arrive ? t0 : kNever;
+        const bool stalls =
+            !all_arrive || sender == hang_src || odd_member >= 0;
+        cp.progress_ns = all_arrive && odd_member < 0 ? t0 : kNever;
         cp.stop_ns = stalls ? kNever : t0 + xfer[sender];
-        cp.steps_before_stall = all_arrive ? cp.n_steps / 2 : 0;
+        cp.steps_before_stall =
+            all_arrive && odd_member < 0 ? cp.n_steps / 2 : 0;
         op.conns.push_back(cp);
       }
     }
@@ -327,6 +345,10 @@ void Builder::MakeTruths() {
         break;
       case FaultKind::kCrash:
         t.expected_class = "PROCESS_DIED";
+        break;
+      case FaultKind::kMismatch:
+        t.expected_class = "MISMATCH";
+        t.happened = false;  // set when the rank issues it
         break;
       default:
         break;
@@ -410,7 +432,8 @@ Plan Builder::Build() {
   }
   for (size_t fi = 0; fi < s_.faults.size(); ++fi) {
     const FaultKind k = s_.faults[fi].kind;
-    if (k == FaultKind::kNonCommHang || k == FaultKind::kCommHang) {
+    if (k == FaultKind::kNonCommHang || k == FaultKind::kCommHang ||
+        k == FaultKind::kMismatch) {
       Truth(fi).happened = consumed_[fi];
     }
     if (k == FaultKind::kCrash) {

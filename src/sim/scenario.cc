@@ -27,6 +27,7 @@ constexpr KindName kKinds[] = {
     {FaultKind::kNonCommHang, "non_comm_hang"},
     {FaultKind::kCommHang, "comm_hang"},
     {FaultKind::kCrash, "crash"},
+    {FaultKind::kMismatch, "mismatch"},
     {FaultKind::kCheckpointPause, "checkpoint_pause"},
     {FaultKind::kEvalPhase, "eval_phase"},
     {FaultKind::kDataLoaderJitter, "data_loader_jitter"},
@@ -407,9 +408,9 @@ absl::Status ValidateScenario(const Scenario& s) {
     const FaultSpec& f = s.faults[i];
     const std::string where =
         absl::StrCat("faults[", i, "] (", FaultKindName(f.kind), "): ");
-    const bool rank_fault = f.kind == FaultKind::kSlowGpu ||
-                            f.kind == FaultKind::kNonCommHang ||
-                            f.kind == FaultKind::kCrash;
+    const bool rank_fault =
+        f.kind == FaultKind::kSlowGpu || f.kind == FaultKind::kNonCommHang ||
+        f.kind == FaultKind::kCrash || f.kind == FaultKind::kMismatch;
     const bool nic_fault =
         f.kind == FaultKind::kSlowNic || f.kind == FaultKind::kFlappingNic;
     const bool pair_fault =

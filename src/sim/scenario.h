@@ -27,6 +27,7 @@ enum class FaultKind {
   kNonCommHang,  // a rank stops before its next collective
   kCommHang,     // a connection between two nodes stops progressing
   kCrash,        // a rank's process dies without finalize
+  kMismatch,     // a rank issues its next collective with another size
   // Deceptive normals: must not raise a fault.
   kCheckpointPause,   // every rank pauses pause_s at a step boundary
   kEvalPhase,         // different collectives for duration_s

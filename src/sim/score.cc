@@ -30,6 +30,7 @@ bool SuspectMatches(const v1::Suspect& s, const FaultTruth& t) {
     case FaultKind::kSlowGpu:
     case FaultKind::kNonCommHang:
     case FaultKind::kCrash:
+    case FaultKind::kMismatch:
       return s.global_rank() == t.rank ||
              (s.global_rank() < 0 && s.host() == t.host &&
               s.gpu_index() == t.gpu);

@@ -245,7 +245,9 @@ TEST_F(RankJoinerTest, ProgressReportsOldestIncompleteOp) {
   AddCommInit(&req, 1, 2);
   AddOp(&req, 1, 10);
   AddCompletion(&req, 1, 5000, 0);
-  AddOp(&req, 2, 11);
+  v1::OpRecord* op11 = AddOp(&req, 2, 11);
+  op11->set_count(262144);
+  op11->set_datatype(v1::DATA_TYPE_FLOAT32);
   auto* p = req.add_proxy_ops();  // op 11 started, in flight
   p->set_op_id(2);
   p->set_peer(0);
@@ -264,6 +266,9 @@ TEST_F(RankJoinerTest, ProgressReportsOldestIncompleteOp) {
   EXPECT_EQ(rp.last_completed_seq(), 10u);
   EXPECT_EQ(rp.oldest_incomplete_seq(), 11u);
   EXPECT_EQ(rp.oldest_incomplete_age_ns(), 2'000'000'000u);
+  // What the op is, so the controller can tell a collective mismatch.
+  EXPECT_EQ(rp.oldest_incomplete_count(), 262144u);
+  EXPECT_EQ(rp.oldest_incomplete_datatype(), v1::DATA_TYPE_FLOAT32);
   ASSERT_EQ(rp.in_flight_size(), 1);
   EXPECT_EQ(rp.in_flight(0).bytes(), 4096u);
 }

@@ -575,5 +575,75 @@ TEST(CliTest, AnalyzeExitCodesAndJson) {
             2);
 }
 
+// Flight Recorder dumps of an application desync (pytorch-lightning#19106's
+// shape): at collective 8 of one group, rank `odd` issued `odd_name` with
+// `odd_elems` elements where the others issued an all_reduce of 1024.
+void WriteDesyncDumps(TempDir& dir, int odd, const std::string& odd_name,
+                      int64_t odd_elems) {
+  for (int r = 0; r < 4; ++r) {
+    json entries = json::array();
+    for (int seq = 6; seq <= 8; ++seq) {
+      const bool differs = r == odd && seq == 8;
+      entries.push_back(
+          {{"record_id", seq},
+           {"pg_id", 0},
+           {"process_group", {"0", "default_pg"}},
+           {"collective_seq_id", seq},
+           {"p2p_seq_id", 0},
+           {"profiling_name", differs ? odd_name : "nccl:all_reduce"},
+           {"input_sizes", {{differs ? odd_elems : 1024}}},
+           {"input_dtypes", {"Float"}},
+           {"state", seq <= 7 ? "completed" : "scheduled"},
+           {"time_created_ns", 1000 * seq},
+           {"is_p2p", false}});
+    }
+    json doc = {{"version", "2.9"},
+                {"pg_config",
+                 {{"0",
+                   {{"name", "0"},
+                    {"desc", "default_pg"},
+                    {"ranks", "[0, 1, 2, 3]"}}}}},
+                {"pg_status",
+                 {{"0",
+                   {{"last_enqueued_collective", 8},
+                    {"last_started_collective", -1},
+                    {"last_completed_collective", 7}}}}},
+                {"entries", entries}};
+    dir.Write(absl::StrCat("_dump_", r, ".json"), doc.dump());
+  }
+}
+
+// Post-mortem and live agree: the engine behind `pitstop analyze` is the
+// controller's, fed from the dumps.
+TEST(ImporterTest, DesyncInFlightRecorderDumpsIsAMismatchNamingTheOddRank) {
+  TempDir dir;
+  WriteDesyncDumps(dir, 2, "nccl:all_gather", 1024);
+  auto job = ImportPaths({dir.path()}, ImportOptions());
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto result = AnalyzeJob(*job, AnalysisOptions());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->verdict.fault_class, v1::FAULT_CLASS_MISMATCH);
+  EXPECT_EQ(result->verdict.suspects, std::vector<int32_t>{2});
+  EXPECT_EQ(result->verdict.victims, (std::vector<int32_t>{0, 1, 3}));
+  ASSERT_FALSE(result->verdict.hung_collectives.empty());
+  bool named = false;
+  for (const v1::Fault& f : result->faults) {
+    named |= f.fault_class() == v1::FAULT_CLASS_MISMATCH &&
+             absl::StrContains(f.summary(), "all_gather seq 8");
+  }
+  EXPECT_TRUE(named) << "the fault says what the odd rank issued";
+}
+
+TEST(ImporterTest, AnotherSizeInFlightRecorderDumpsIsAMismatch) {
+  TempDir dir;
+  WriteDesyncDumps(dir, 1, "nccl:all_reduce", 512);
+  auto job = ImportPaths({dir.path()}, ImportOptions());
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto result = AnalyzeJob(*job, AnalysisOptions());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->verdict.fault_class, v1::FAULT_CLASS_MISMATCH);
+  EXPECT_EQ(result->verdict.suspects, std::vector<int32_t>{1});
+}
+
 }  // namespace
 }  // namespace pitstop::importers

@@ -109,6 +109,27 @@ TEST(ModelTest, NonCommHangBlocksPeersInsideTheNextCollective) {
   EXPECT_GE(plan->truths[0].onset_ns, 1'000'000'000);
 }
 
+TEST(ModelTest, MismatchGivesOneRankASmallerCollectiveThatNobodyCompletes) {
+  Scenario s = Base();
+  FaultSpec f;
+  f.kind = FaultKind::kMismatch;
+  f.at_s = 1;
+  f.rank = 2;
+  s.faults = {f};
+  auto plan = BuildPlan(s);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const OpPlan& odd = plan->ranks[2].ops.back();
+  const OpPlan& other = plan->ranks[0].ops.back();
+  EXPECT_EQ(odd.seq, other.seq);
+  EXPECT_EQ(odd.bytes * 2, other.bytes);
+  EXPECT_EQ(odd.end_ns(), kNever);
+  EXPECT_EQ(other.end_ns(), kNever);
+  EXPECT_EQ(plan->ranks[2].ops.size(), plan->ranks[0].ops.size());
+  EXPECT_TRUE(plan->truths[0].happened);
+  EXPECT_EQ(plan->truths[0].expected_class, "MISMATCH");
+  EXPECT_EQ(plan->truths[0].rank, 2);
+}
+
 TEST(ModelTest, CommHangStallsOneConnectionOnly) {
   Scenario s = Base();
   FaultSpec f;

@@ -65,6 +65,24 @@ TEST(SimEndToEnd, CrashedRankIsTheDeadProcess) {
   EXPECT_TRUE(r->score.false_faults.empty()) << Describe(*r);
 }
 
+// The desync, end to end: the plugin records each rank's count, the
+// agent reports the open op's size, the controller sees two sizes.
+TEST(SimEndToEnd, DesyncIsAMismatchNamingTheOddRank) {
+  auto r = RunBuiltin("ci-mismatch");
+  ASSERT_NE(r, nullptr);
+  ASSERT_EQ(r->score.truths.size(), 1u);
+  EXPECT_TRUE(r->score.truths[0].detected) << Describe(*r);
+  EXPECT_TRUE(r->score.truths[0].localised) << Describe(*r);
+  EXPECT_TRUE(r->score.false_faults.empty()) << Describe(*r);
+  bool named = false;
+  for (const ObservedFault& f : r->faults) {
+    named |= f.fault.fault_class() == v1::FAULT_CLASS_MISMATCH &&
+             f.fault.suspects_size() == 1 &&
+             f.fault.suspects(0).global_rank() == 6;
+  }
+  EXPECT_TRUE(named) << Describe(*r);
+}
+
 TEST(SimEndToEnd, CheckpointPauseRaisesNothing) {
   auto r = RunBuiltin("ci-clean");
   ASSERT_NE(r, nullptr);

@@ -75,6 +75,10 @@ struct RankProgressState {
   int64_t completed = -1;
   uint64_t oldest_incomplete_age_ns = 0;
   int64_t oldest_incomplete_seq = -1;
+  // What that op is, as the rank issued it (0 = unknown): ranks that issued
+  // different collectives at one point are a mismatch (mismatch.h).
+  uint64_t oldest_incomplete_count = 0;
+  int32_t oldest_incomplete_datatype = 0;
   // In-flight proxy bytes per (peer, channel, is_send), now and before.
   std::map<std::tuple<int32_t, uint32_t, bool>, std::pair<uint64_t, uint64_t>>
       in_flight;

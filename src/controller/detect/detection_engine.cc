@@ -358,6 +358,11 @@ absl::Status EngineImpl::AddProgress(absl::string_view host,
   }
   rs.oldest_incomplete_seq = oldest;
   rs.oldest_incomplete_age_ns = p.oldest_incomplete_age_ns();
+  rs.oldest_incomplete_count = oldest >= 0 ? p.oldest_incomplete_count() : 0;
+  rs.oldest_incomplete_datatype =
+      oldest >= 0 && v1::DataType_IsValid(p.oldest_incomplete_datatype())
+          ? p.oldest_incomplete_datatype()
+          : 0;
   for (int i = 0; i < p.in_flight_size() && i < kMaxConnectionsPerRecord; ++i) {
     const v1::ConnectionSummary& cs = p.in_flight(i);
     auto [it, fresh] = rs.in_flight.try_emplace(

@@ -1,6 +1,7 @@
 #include "src/controller/detect/hang_detector.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "src/controller/detect/mismatch.h"
 #include "src/controller/detect/open_proxy_ops.h"
 #include "src/controller/detect/robust_stats.h"
 #include "src/controller/detect/suspects.h"
@@ -77,14 +79,53 @@ std::string HangKey(const CommState& comm, int32_t func, v1::FaultClass cls) {
 // At most this many members without any data can be blamed for a hang.
 constexpr int64_t kMaxSilentMembers = 64;
 
-constexpr v1::FaultClass kHangClasses[] = {v1::FAULT_CLASS_NON_COMM_HANG,
-                                           v1::FAULT_CLASS_COMM_HANG,
-                                           v1::FAULT_CLASS_PROCESS_DIED};
+constexpr v1::FaultClass kHangClasses[] = {
+    v1::FAULT_CLASS_NON_COMM_HANG, v1::FAULT_CLASS_COMM_HANG,
+    v1::FAULT_CLASS_PROCESS_DIED, v1::FAULT_CLASS_MISMATCH};
 
 void Resolve(CommState* comm, int32_t func, FaultTracker* tracker) {
   for (v1::FaultClass cls : kHangClasses) {
     tracker->Clear(HangKey(*comm, func, cls), "collectives complete again");
   }
+}
+
+// Clears the hang faults of (comm, func) of every class but `keep`.
+void ClearOtherClasses(const CommState& comm, int32_t func, v1::FaultClass keep,
+                       FaultTracker* tracker) {
+  for (v1::FaultClass cls : kHangClasses) {
+    if (cls != keep) {
+      tracker->Clear(HangKey(comm, func, cls),
+                     absl::StrCat("the hang is now classified ",
+                                  v1::FaultClass_Name(keep)));
+    }
+  }
+}
+
+// A mismatch is raised once, under the majority's function; the hangs of
+// the other functions involved are the same fault and are cleared.
+void RaiseMismatch(CommState* comm, int32_t func, const Mismatch& m,
+                   const std::set<int32_t>& judged, int64_t stuck,
+                   int64_t timeout, FaultTracker* tracker,
+                   std::vector<HangVerdict>* out) {
+  if (m.groups[0].op.func != func) {
+    for (v1::FaultClass cls : kHangClasses) {
+      tracker->Clear(HangKey(*comm, func, cls),
+                     "part of a collective mismatch raised under the "
+                     "majority's function");
+    }
+    return;
+  }
+  ClearOtherClasses(*comm, func, v1::FAULT_CLASS_MISMATCH, tracker);
+  HangVerdict& v = out->emplace_back();
+  v.key = HangKey(*comm, func, v1::FAULT_CLASS_MISMATCH);
+  v.state = stuck >= 2 * timeout ? v1::FAULT_STATE_CONFIRMED
+                                 : v1::FAULT_STATE_SUSPECTED;
+  BuildMismatchFault(*comm, m, stuck, &v.fault);
+  (*v.fault.mutable_evidence(0)->mutable_values())["timeout_ns"] =
+      static_cast<double>(timeout);
+  // Every member is blocked here: hangs of other communicators that wait
+  // for them fold into this one.
+  for (int32_t r : judged) v.waiting.insert(RankIdentity(*comm, r));
 }
 
 // Suspect + evidence for a link src -> dst of `comm`.
@@ -250,6 +291,8 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
     }
   }
   if (any_dead) out->push_back(DeadCommVerdict(*comm));
+  // Looked for once per comm, when a hang reaches its timeout.
+  std::optional<std::optional<Mismatch>> mismatch;
   for (auto& [func, fp] : comm->progress) {
     if (IsP2p(func)) continue;
     int64_t min_completed = INT64_MAX;
@@ -303,6 +346,12 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
           }
         }
       }
+      continue;
+    }
+    if (!mismatch) mismatch = FindMismatch(*comm, judged);
+    if (*mismatch) {
+      RaiseMismatch(comm, func, **mismatch, judged, stuck, timeout, tracker,
+                    out);
       continue;
     }
     std::set<int32_t> behind;

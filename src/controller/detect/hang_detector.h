@@ -40,6 +40,11 @@ int64_t HangTimeoutNs(const CommState& comm, const v1::JobPolicy& policy);
 //     sent any data (its telemetry never started; offline: no dump), those
 //     are the suspects (PROCESS_DIED, PROCESS level, detector "hang",
 //     evidence value "members_without_data"): NVIDIA/nccl#795's shape;
+//   - first of all, if every judged member is blocked but in different
+//     collectives (another function, or the same one with another element
+//     count or datatype): MISMATCH, an application desync (mismatch.h);
+//     suspects are the members outside the majority (RANK level), raised
+//     once under the majority's function;
 //   - else, if all enqueued N: COMM_HANG; suspects are the in-flight
 //     connections with the least proxy progress when they stand out, else
 //     none. Deep profiling is not asked for: NCCL samples the activation
