@@ -35,6 +35,13 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::Create(
   std::unique_ptr<ControllerCore> core(new ControllerCore(
       std::move(options), std::move(*store), std::move(*engine)));
   if (absl::Status s = core->StartPlanning(); !s.ok()) return s;
+  // The trainer policies' settings set before the restart.
+  absl::StatusOr<TrainerSettings> trainer = core->ReadTrainerSettings();
+  if (!trainer.ok()) return trainer.status();
+  {
+    MutexLock lock(&core->mu_);
+    ApplyTrainerSettings(*trainer, core->sync_.get(), core->lora_.get());
+  }
   if (core->options_.leadership == nullptr) {
     MutexLock lock(&core->mu_);
     if (absl::Status s = core->LoadMigrations(); !s.ok()) return s;
@@ -397,13 +404,50 @@ void ControllerCore::RunCycle() {
     EndFormerWatches(/*now=*/false);
     return;
   }
+  MutexLock cycle(&cycle_mu_);
+  if (!options_.join_off_lock) {  // the old way: everything under the lock
+    MutexLock writes(&write_mu_);
+    mu_.Lock();
+    DrainInbox();
+    const CycleResult r = RunEngineLocked(/*yield=*/false);
+    StoreFaults(r.faults);
+    if (!sync_->empty() || !lora_->empty()) {
+      RunTrainerPolicies(store_->List("", false, 0));
+    }
+    RunMigrations();
+    UnlockIngest();
+    return;
+  }
   mu_.Lock();
   DrainInbox();  // every batch that arrived before the cycle counts
-  RunCycleLocked();
+  const CycleResult r = RunEngineLocked(/*yield=*/true);
+  const bool trainers = !sync_->empty() || !lora_->empty();
   UnlockIngest();
+  // Durable writes and reads without the lock: batches keep being joined.
+  {
+    MutexLock writes(&write_mu_);
+    StoreFaults(r.faults);
+  }
+  absl::StatusOr<std::vector<v1::Fault>> open = std::vector<v1::Fault>();
+  if (trainers) open = store_->List("", false, 0);
+  CoreLock lock(this);
+  RunTrainerPolicies(open);
+  RunMigrations();
 }
 
-void ControllerCore::RunCycleLocked() {
+void ControllerCore::YieldToIngest() {
+  // Only when a batch waits: the cycle then joins it here and lets the lock
+  // go while its completion (the stream's next read) runs.
+  if (inbox_.empty() && finished_.empty()) return;
+  DrainInbox();
+  std::vector<std::pair<BatchDone, absl::Status>> finished;
+  finished.swap(finished_);
+  mu_.Unlock();
+  for (auto& [done, status] : finished) done(std::move(status));
+  mu_.Lock();
+}
+
+CycleResult ControllerCore::RunEngineLocked(bool yield) {
   ShedAndExpire();
   if (options_.agent_silence > absl::ZeroDuration()) {
     const uint64_t now = NowUnixNs();
@@ -420,7 +464,13 @@ void ControllerCore::RunCycleLocked() {
       }
     }
   }
-  CycleResult r = engine_->RunCycle();
+  // With `yield`, batches queued during the cycle are joined between
+  // communicators (the lock is let go there): a batch waits for one
+  // communicator's step, not for the whole cycle. cycle_mu_ keeps engine_.
+  CycleResult r = engine_->RunCycle(
+      yield ? std::function<void()>(
+                  [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { YieldToIngest(); })
+            : std::function<void()>());
   last_cycle_ms_ = absl::ToDoubleMilliseconds(r.cycle_time);
   const EngineStats stats = engine_->stats();
   const uint64_t joined = stats.collectives_joined;
@@ -435,35 +485,59 @@ void ControllerCore::RunCycleLocked() {
   input_.members_refused = stats.members_refused;
   input_.comms_refused = stats.comms_refused;
   last_joined_ = joined;
-  for (const v1::Fault& f : r.faults) {
+  for (const ProfilingRequest& p : r.profiling) SendProfiling(p);
+  return r;
+}
+
+void ControllerCore::StoreFaults(const std::vector<v1::Fault>& faults) {
+  if (faults.empty()) return;
+  struct Stored {
+    v1::Fault fault;
+    bool is_new = false;
+    bool ignored = false;
+  };
+  std::vector<Stored> stored;
+  for (const v1::Fault& f : faults) {
     const bool is_new = absl::IsNotFound(store_->Get(f.fault_id()).status());
     bool ignored = false;
-    absl::StatusOr<v1::Fault> stored = store_->Upsert(f, &ignored);
-    if (!stored.ok()) {
+    absl::StatusOr<v1::Fault> s = store_->Upsert(f, &ignored);
+    if (!s.ok()) {
       Logger("controller")
-          ->error("storing fault {}: {}", f.fault_id(),
-                  stored.status().ToString());
+          ->error("storing fault {}: {}", f.fault_id(), s.status().ToString());
       continue;
     }
-    if (ignored) {
-      engine_->ForgetFault(f.fault_id());
-      continue;
-    }
-
-    if (is_new) {
-      Logger("controller")
-          ->warn("fault {} opened: {}", f.fault_id(), f.summary());
-      if (options_.metrics) options_.metrics->FaultOpened(f.fault_class());
-    }
-    Notify(is_new ? v1::WatchFaultsResponse::CHANGE_OPENED
-           : stored->state() == v1::FAULT_STATE_RESOLVED
-               ? v1::WatchFaultsResponse::CHANGE_RESOLVED
-               : v1::WatchFaultsResponse::CHANGE_UPDATED,
-           *stored);
+    stored.push_back(Stored{std::move(*s), is_new, ignored});
   }
-  for (const ProfilingRequest& p : r.profiling) SendProfiling(p);
-  RunTrainerPolicies();
-  RunMigrations();
+  // The lock for the engine and the watchers only (already held in the
+  // old way, join_off_lock false); write_mu_ keeps these notifications in
+  // the order of the writes.
+  auto notify = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    for (const Stored& s : stored) {
+      if (s.ignored) {
+        engine_->ForgetFault(s.fault.fault_id());
+        continue;
+      }
+      if (s.is_new) {
+        Logger("controller")
+            ->warn("fault {} opened: {}", s.fault.fault_id(),
+                   s.fault.summary());
+        if (options_.metrics) {
+          options_.metrics->FaultOpened(s.fault.fault_class());
+        }
+      }
+      Notify(s.is_new ? v1::WatchFaultsResponse::CHANGE_OPENED
+             : s.fault.state() == v1::FAULT_STATE_RESOLVED
+                 ? v1::WatchFaultsResponse::CHANGE_RESOLVED
+                 : v1::WatchFaultsResponse::CHANGE_UPDATED,
+             s.fault);
+    }
+  };
+  if (!options_.join_off_lock) {
+    notify();
+    return;
+  }
+  CoreLock lock(this);
+  notify();
 }
 
 void ControllerCore::SendProfiling(const ProfilingRequest& r) {

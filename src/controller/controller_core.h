@@ -84,6 +84,13 @@ class ControllerCore {
     // waiting; their stream learns each batch's status from a completion
     // (SubmitAgentBatch). False: batches wait for the lock.
     bool ingest_off_lock = true;
+    // Nothing slow under the lock either (docs/reliability.md, "Ingest off
+    // the lock"): a detection cycle lets the lock go between communicators
+    // to join queued batches, and durable writes (the cycle's faults,
+    // acknowledgements, drains, policies) go to the store without it, in
+    // order. False: the cycle and the writes hold the lock throughout (the
+    // benchmark's baseline).
+    bool join_off_lock = true;
     // Serialized bytes queued at most; beyond, batches wait for the lock.
     size_t ingest_inbox_bytes = 256 << 20;
     // Training processes whose records are accounted (records lost in
@@ -299,7 +306,16 @@ class ControllerCore {
   // meanwhile when the lock is free, so a batch queued while the lock was
   // held does not wait for the next holder.
   void UnlockIngest() ABSL_UNLOCK_FUNCTION(mu_);
-  void RunCycleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The engine's part of a cycle (shedding silent agents, the detectors,
+  // profiling requests); with `yield` it joins queued batches between
+  // communicators, letting the lock go meanwhile (YieldToIngest).
+  CycleResult RunEngineLocked(bool yield) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void YieldToIngest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stores a cycle's faults, then (under mu_) tells the engine about the
+  // ones the store ignored and notifies watchers. Called holding write_mu_;
+  // with join_off_lock also holding mu_ (the old way), else without it.
+  void StoreFaults(const std::vector<v1::Fault>& faults)
+      ABSL_NO_THREAD_SAFETY_ANALYSIS;
   void Loop();
   // OK without Leadership or while leading; Unavailable naming the leader.
   absl::Status CheckLeader() const;
@@ -317,6 +333,13 @@ class ControllerCore {
   // Ends ending_watches_ once the leader is known (or `now`, or past
   // ending_deadline_) with Unavailable naming it.
   void EndFormerWatches(bool now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drain (`reason` set) or Uncordon `host`.
+  absl::StatusOr<v1::Node> ChangeDrain(const std::string& host,
+                                       const std::string* reason);
+  // Runs a store write without mu_ (join_off_lock), or holding it (the old
+  // way). Callers hold write_mu_, so writes and their effects keep one
+  // order.
+  absl::Status Durable(const std::function<absl::Status()>& write);
   // Acknowledge (resolve = false) or Resolve, then notify watchers.
   absl::StatusOr<v1::Fault> MoveFault(const std::string& fault_id,
                                       const std::string& who,
@@ -338,8 +361,9 @@ class ControllerCore {
                       const v1::ConnectRequest& batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The trainer policies' cycle (sync, then multi-LoRA) on one read of the
-  // open faults.
-  void RunTrainerPolicies() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // open faults (read by the caller, without the lock).
+  void RunTrainerPolicies(const absl::StatusOr<std::vector<v1::Fault>>& open)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends a trainer directive to each of `hosts`' agents; logs the ones not
   // connected (`what` names the directive in the log).
   void SendTrainerDirective(const std::string& job_id,
@@ -353,6 +377,17 @@ class ControllerCore {
   // Fills Job.sync and adds jobs known only from trainer reports.
   void AddSyncJobs(std::vector<v1::Job>* jobs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The trainer policies' settings as stored (SetSyncPolicy /
+  // SetLoraPolicy), read at start and when this controller becomes leader.
+  struct TrainerSettings {
+    std::map<std::string, v1::SyncSettings> sync;
+    std::map<std::string, v1::LoraSettings> lora;
+  };
+  absl::StatusOr<TrainerSettings> ReadTrainerSettings() const;
+  // Sets them on the engines; one the engine refuses is logged and skipped.
+  static void ApplyTrainerSettings(const TrainerSettings& t,
+                                   SyncPolicyEngine* sync,
+                                   LoraPolicyEngine* lora);
   // Multi-LoRA policy cycle and Job.lora (controller_lora.cc).
   void RunLoraPolicy(const std::vector<v1::Fault>& open)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -398,6 +433,16 @@ class ControllerCore {
   // Null when planning is off; set in Create, thread-safe itself.
   std::unique_ptr<LivePlanner> planner_;
   const uint64_t start_unix_ns_;
+
+  // Durable writes (faults of a cycle, acknowledgements, drains, policies,
+  // trainer settings) go to the store without mu_, so agent batches are not
+  // joined behind a disk sync or an etcd round trip; write_mu_ keeps them
+  // and their effect on the state in one order. A detection cycle holds
+  // cycle_mu_ throughout (it lets mu_ go between communicators and while
+  // storing its faults); BecomeLeader takes it before replacing the engine.
+  // Lock order: cycle_mu_, write_mu_, mu_.
+  Mutex cycle_mu_ ABSL_ACQUIRED_BEFORE(write_mu_);
+  Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
 
   IngestInbox inbox_;
   // The hand-off between a batch queued without the lock and a holder that

@@ -30,6 +30,19 @@ absl::Status ControllerCore::BecomeLeader() {
   }
   (*engine)->AdoptOpenFaults(*open);
   std::map<std::string, std::string> drains = store_->Drains();
+  absl::StatusOr<TrainerSettings> trainer = ReadTrainerSettings();
+  if (!trainer.ok()) return trainer.status();
+  // Fresh trainer policies (their state is soft: the trainers report
+  // again) with the settings operators gave any earlier leader.
+  SyncPolicyEngine::Options sync_options = options_.sync;
+  sync_options.directive_ids = &directive_ids_;
+  auto sync = std::make_unique<SyncPolicyEngine>(options_.clock, sync_options);
+  LoraPolicyEngine::Options lora_options = options_.lora;
+  lora_options.directive_ids = &directive_ids_;
+  auto lora = std::make_unique<LoraPolicyEngine>(options_.clock, lora_options);
+  ApplyTrainerSettings(*trainer, sync.get(), lora.get());
+  // A cycle of the previous term may still run on the old engine.
+  MutexLock cycle(&cycle_mu_);
   CoreLock lock(this);
   for (auto& [host, e] : nodes_) {
     if (e.sink != nullptr) {
@@ -40,7 +53,8 @@ absl::Status ControllerCore::BecomeLeader() {
   nodes_.clear();
   sessions_.clear();
   engine_ = std::move(*engine);
-  sync_ = std::make_unique<SyncPolicyEngine>(options_.clock, options_.sync);
+  sync_ = std::move(sync);
+  lora_ = std::move(lora);
   drains_ = std::move(drains);
   last_joined_ = 0;
   input_.members_refused = 0;
@@ -61,9 +75,10 @@ absl::Status ControllerCore::BecomeLeader() {
   EndFormerWatches(/*now=*/true);
   Logger("controller")
       ->info(
-          "leading: {} open faults, {} drains loaded from {}; next fault "
-          "number {}",
-          open->size(), drains_.size(), store_->path(),
+          "leading: {} open faults, {} drains, {} sync and {} lora "
+          "policies loaded from {}; next fault number {}",
+          open->size(), drains_.size(), trainer->sync.size(),
+          trainer->lora.size(), store_->path(),
           engine_options.first_fault_number);
   return absl::OkStatus();
 }

@@ -50,6 +50,15 @@ absl::StatusOr<v1::JobLora> ControllerCore::JobLora(const std::string& job_id) {
 absl::StatusOr<v1::LoraSettings> ControllerCore::SetLoraPolicy(
     const std::string& job_id, const v1::LoraSettings& settings) {
   if (absl::Status s = CheckLeader(); !s.ok()) return s;
+  if (absl::Status s = LoraPolicyEngine::CheckSettings(job_id, settings);
+      !s.ok()) {
+    return s;
+  }
+  // Durable first, off the core's lock (SetSyncPolicy says why).
+  MutexLock writes(&write_mu_);
+  if (absl::Status s = store_->SaveLoraPolicy(job_id, settings); !s.ok()) {
+    return s;
+  }
   CoreLock lock(this);
   absl::StatusOr<v1::LoraSettings> r = lora_->SetSettings(job_id, settings);
   if (r.ok()) {

@@ -9,9 +9,9 @@
 
 namespace pitstop::controller {
 
-void ControllerCore::RunTrainerPolicies() {
+void ControllerCore::RunTrainerPolicies(
+    const absl::StatusOr<std::vector<v1::Fault>>& open) {
   if (sync_->empty() && lora_->empty()) return;
-  absl::StatusOr<std::vector<v1::Fault>> open = store_->List("", false, 0);
   if (!open.ok()) {
     Logger("controller.sync")
         ->error("trainer policies: reading open faults: {}",
@@ -90,6 +90,17 @@ absl::StatusOr<v1::JobSync> ControllerCore::JobSync(const std::string& job_id) {
 absl::StatusOr<v1::SyncSettings> ControllerCore::SetSyncPolicy(
     const std::string& job_id, const v1::SyncSettings& settings) {
   if (absl::Status s = CheckLeader(); !s.ok()) return s;
+  if (absl::Status s = SyncPolicyEngine::CheckSettings(job_id, settings);
+      !s.ok()) {
+    return s;
+  }
+  // Durable first (a deposed leader's write is refused by etcd and changes
+  // nothing), without the core's lock: agent batches are not held by the
+  // disk sync or the etcd round trip. write_mu_ keeps the order of writes.
+  MutexLock writes(&write_mu_);
+  if (absl::Status s = store_->SaveSyncPolicy(job_id, settings); !s.ok()) {
+    return s;
+  }
   CoreLock lock(this);
   absl::StatusOr<v1::SyncSettings> r = sync_->SetSettings(job_id, settings);
   if (r.ok()) {
@@ -99,6 +110,43 @@ absl::StatusOr<v1::SyncSettings> ControllerCore::SetSyncPolicy(
                r->healthy_s());
   }
   return r;
+}
+
+absl::StatusOr<ControllerCore::TrainerSettings>
+ControllerCore::ReadTrainerSettings() const {
+  TrainerSettings out;
+  absl::StatusOr<std::map<std::string, v1::SyncSettings>> sync =
+      store_->SyncPolicies();
+  if (!sync.ok()) return sync.status();
+  absl::StatusOr<std::map<std::string, v1::LoraSettings>> lora =
+      store_->LoraPolicies();
+  if (!lora.ok()) return lora.status();
+  out.sync = std::move(*sync);
+  out.lora = std::move(*lora);
+  return out;
+}
+
+void ControllerCore::ApplyTrainerSettings(const TrainerSettings& t,
+                                          SyncPolicyEngine* sync,
+                                          LoraPolicyEngine* lora) {
+  // A stored setting the engine refuses (validated again: an older
+  // controller's limits, a full job table) is logged and left out.
+  for (const auto& [job, s] : t.sync) {
+    if (absl::StatusOr<v1::SyncSettings> r = sync->SetSettings(job, s);
+        !r.ok()) {
+      Logger("controller.sync")
+          ->error("job {}: stored sync policy not loaded: {}", job,
+                  r.status().ToString());
+    }
+  }
+  for (const auto& [job, s] : t.lora) {
+    if (absl::StatusOr<v1::LoraSettings> r = lora->SetSettings(job, s);
+        !r.ok()) {
+      Logger("controller.lora")
+          ->error("job {}: stored lora policy not loaded: {}", job,
+                  r.status().ToString());
+    }
+  }
 }
 
 }  // namespace pitstop::controller

@@ -1,16 +1,19 @@
 // Benchmark driver (not a test) of issue #15's "ingest off the lock": how
-// long ControllerCore::SubmitAgentBatch() holds its caller while detection
-// cycles run and SQLite syncs (synchronous=FULL, a real file) happen, once with
-// batches waiting for the controller's lock (the old behaviour,
-// ingest_off_lock=false) and once with the ingest inbox, side by side in one
-// run. N ranks, 8 per host, in the engine benchmark's layout (a
-// tensor-parallel communicator per host, a data-parallel one per GPU index);
-// every host sends one batch per iteration with its ranks' summaries (rank 3
-// slow); a writer thread drains and uncordons a node every 20 ms (each an
-// fsync under the lock). Real clock: windows close every second and the
-// detection cycle runs every 100 ms.
+// long ControllerCore::SubmitAgentBatch() holds its caller ("accept") and how
+// long until the batch is joined into detection state ("joined") while
+// detection cycles run and SQLite syncs (synchronous=FULL, a real file)
+// happen, side by side in one run in three modes: batches waiting for the
+// controller's lock (ingest_off_lock=false); the ingest inbox with cycles
+// and syncs still holding the lock (join_off_lock=false, round 5); the inbox
+// with cycles that let the lock go between communicators and syncs without
+// the lock (both true, the default). N ranks, 8 per host, in the engine
+// benchmark's layout (a tensor-parallel communicator per host, a data-parallel
+// one per GPU index); every host sends one batch per iteration with its ranks'
+// summaries (rank 3 slow); a writer thread drains and uncordons a node every 20
+// ms (each an fsync; under the lock unless join_off_lock). Real clock: windows
+// close every second and the detection cycle runs every 100 ms.
 //
-//   controller_ingest_bench --ranks 2048 --seconds 5
+//   controller_ingest_bench --ranks 2048 --seconds 5 [--cycles 0] [--writer 0]
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,14 +57,24 @@ double Pct(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
 }
 
-Result Run(bool off_lock, int32_t ranks, int seconds, const std::string& db) {
+// What runs beside the streams (--cycles 0 / --writer 0 leave one out, to
+// tell their costs apart).
+bool g_cycles = true;
+bool g_writer = true;
+
+Result Run(bool off_lock, bool join_off_lock, bool quiet, int32_t ranks,
+           int seconds, const std::string& db) {
   std::filesystem::remove(db);
   std::filesystem::remove(db + "-wal");
   std::filesystem::remove(db + "-shm");
   ControllerCore::Options o;
   o.db_path = db;
-  o.cycle_period = absl::Milliseconds(100);
+  // `quiet`: no cycle and no writer, only the streams themselves (the
+  // machine's floor: what scheduling alone costs a queued batch).
+  o.cycle_period =
+      quiet || !g_cycles ? absl::Hours(1) : absl::Milliseconds(100);
   o.ingest_off_lock = off_lock;
+  o.join_off_lock = join_off_lock;
   auto core_or = ControllerCore::Create(o);
   if (!core_or.ok()) {
     std::fprintf(stderr, "%s\n", core_or.status().ToString().c_str());
@@ -104,7 +117,7 @@ Result Run(bool off_lock, int32_t ranks, int seconds, const std::string& db) {
   std::atomic<uint64_t> syncs{0};
   std::thread writer([&] {
     const std::string host = host_of(0);
-    while (!stop.load()) {
+    while (!quiet && g_writer && !stop.load()) {
       (void)core->Drain(host, "bench");
       (void)core->Uncordon(host);
       syncs += 2;
@@ -217,9 +230,13 @@ int Main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--ranks")) ranks = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--seconds")) seconds = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--cycles")) g_cycles = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--writer")) g_writer = std::atoi(argv[i + 1]);
   }
   if (ranks < 16 || ranks % 8 != 0 || seconds < 1) {
-    std::fprintf(stderr, "usage: %s --ranks N (multiple of 8) --seconds S\n",
+    std::fprintf(stderr,
+                 "usage: %s --ranks N (multiple of 8) --seconds S "
+                 "[--cycles 0|1] [--writer 0|1]\n",
                  argv[0]);
     return 2;
   }
@@ -236,19 +253,32 @@ int Main(int argc, char** argv) {
       "| joined max ms | queued | syncs | open faults | collectives joined | "
       "errors | last cycle ms |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-  double p99[2] = {0, 0};
-  for (int i = 0; i < 2; ++i) {
-    const bool off = i == 1;
-    Result r = Run(off, ranks, seconds, db);
+  struct Mode {
+    const char* name;
+    bool ingest_off_lock;
+    bool join_off_lock;
+    bool quiet;
+  };
+  const Mode modes[] = {
+      {"waits for the lock", false, false, false},
+      {"inbox; cycle and syncs hold the lock", true, false, false},
+      {"inbox; joined off the lock", true, true, false},
+      {"floor: no cycle, no writer", true, true, true},
+  };
+  double p99[4] = {0, 0, 0, 0};
+  double joined_p99[4] = {0, 0, 0, 0};
+  for (int i = 0; i < 4; ++i) {
+    const Mode& m = modes[i];
+    Result r =
+        Run(m.ingest_off_lock, m.join_off_lock, m.quiet, ranks, seconds, db);
     p99[i] = Pct(r.latency_ms, 0.99);
+    joined_p99[i] = Pct(r.joined_ms, 0.99);
     std::printf(
         "| %s | %zu | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %llu | %llu | "
         "%llu | %llu | %llu | %.1f |\n",
-        off ? "inbox (ingest_off_lock)" : "waits for the lock",
-        r.latency_ms.size(), Pct(r.latency_ms, 0.5), p99[i],
-        Pct(r.latency_ms, 0.999), Pct(r.latency_ms, 1.0),
-        Pct(r.joined_ms, 0.99), Pct(r.joined_ms, 1.0),
-        static_cast<unsigned long long>(r.queued),
+        m.name, r.latency_ms.size(), Pct(r.latency_ms, 0.5), p99[i],
+        Pct(r.latency_ms, 0.999), Pct(r.latency_ms, 1.0), joined_p99[i],
+        Pct(r.joined_ms, 1.0), static_cast<unsigned long long>(r.queued),
         static_cast<unsigned long long>(r.syncs),
         static_cast<unsigned long long>(r.faults),
         static_cast<unsigned long long>(r.joined),
@@ -258,8 +288,12 @@ int Main(int argc, char** argv) {
                   static_cast<unsigned long long>(r.stream_waits));
     }
   }
-  std::printf("p99 ratio (waiting / inbox): %.1fx\n",
-              p99[1] > 0 ? p99[0] / p99[1] : 0.0);
+  std::printf("accept p99 ratio (waiting / joined off the lock): %.1fx\n",
+              p99[2] > 0 ? p99[0] / p99[2] : 0.0);
+  std::printf(
+      "joined p99 ratio (cycle and syncs hold the lock / joined off the "
+      "lock): %.1fx\n",
+      joined_p99[2] > 0 ? joined_p99[1] / joined_p99[2] : 0.0);
   std::filesystem::remove(db);
   std::filesystem::remove(db + "-wal");
   std::filesystem::remove(db + "-shm");

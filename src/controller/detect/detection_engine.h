@@ -44,6 +44,7 @@
 #define PITSTOP_CONTROLLER_DETECT_DETECTION_ENGINE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -217,7 +218,16 @@ class DetectionEngine {
   // Closes the windows whose time has come, runs every detector and returns
   // what changed. Call every 500 ms or so (any period works; windows are
   // measured on the clock).
-  virtual CycleResult RunCycle() = 0;
+  CycleResult RunCycle() { return RunCycle(nullptr); }
+  // The same, calling `between_comms` (when set) before each communicator's
+  // step. The controller lets its lock go there, so agent batches are
+  // joined while a long cycle runs instead of after it: the callback may
+  // feed inputs (Add*, NodeLost/Back, SetJobPolicy, ForgetFault) but must
+  // not destroy the engine or run another cycle. Each communicator's step
+  // then reads the clock afresh; an input that arrives meanwhile counts in
+  // this cycle for the communicators not yet stepped, in the next for the
+  // others, as if it had come just before or just after the cycle.
+  virtual CycleResult RunCycle(const std::function<void()>& between_comms) = 0;
   // Tells the engine an operator resolved `fault_id`: it stops updating it
   // and opens a new fault if the condition is still seen.
   virtual void ForgetFault(absl::string_view fault_id) = 0;

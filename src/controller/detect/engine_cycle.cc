@@ -13,13 +13,20 @@
 
 namespace pitstop::controller {
 
-CycleResult EngineImpl::RunCycle() {
+CycleResult EngineImpl::RunCycle(const std::function<void()>& between_comms) {
   const absl::Time started = absl::Now();
   CycleResult result;
-  const int64_t now = clock_->MonotonicNanos();
+  int64_t now = clock_->MonotonicNanos();
   std::vector<HangVerdict> hangs;
   ExpireComms(now);
-  for (auto& [hash, c] : comms_) {
+  // Only ExpireComms erases from comms_ (above); inputs fed by
+  // between_comms may insert, which keeps the std::map's iterators valid.
+  for (auto it = comms_.begin(); it != comms_.end(); ++it) {
+    if (between_comms) {
+      between_comms();
+      now = clock_->MonotonicNanos();
+    }
+    CommState& c = it->second;
     EvictJoins(&c, now);
     const v1::JobPolicy policy = GetJobPolicy(c.job_id);
     if (c.window_start_ns == 0) c.window_start_ns = now;

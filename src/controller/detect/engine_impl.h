@@ -31,7 +31,8 @@ class EngineImpl final : public DetectionEngine {
   absl::StatusOr<v1::JobPolicy> SetJobPolicy(
       absl::string_view job_id, const v1::JobPolicy& policy) override;
   v1::JobPolicy GetJobPolicy(absl::string_view job_id) const override;
-  CycleResult RunCycle() override;
+  using DetectionEngine::RunCycle;
+  CycleResult RunCycle(const std::function<void()>& between_comms) override;
   void ForgetFault(absl::string_view fault_id) override;
   void AdoptOpenFaults(const std::vector<v1::Fault>& faults) override;
   void NodeLost(absl::string_view host) override;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -37,6 +39,63 @@ EtcdKv FromProto(const mvccpb::KeyValue& kv) {
                 kv.lease()};
 }
 
+// The PEM file `path` of option `key`: InvalidArgument naming both when it
+// cannot be read or holds no PEM block.
+absl::StatusOr<std::string> ReadPem(absl::string_view key,
+                                    const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in.is_open()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ": cannot read ", path));
+  }
+  std::stringstream buf;
+  buf << in.rdbuf();
+  std::string pem = buf.str();
+  if (pem.find("-----BEGIN ") == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ": ", path, " is not PEM"));
+  }
+  return pem;
+}
+
+// Plaintext without a CA; TLS (with the client certificate when given).
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(
+    const EtcdClient::Options& o, const std::string& first_endpoint,
+    grpc::ChannelArguments* args) {
+  if (o.ca.empty()) {
+    if (!o.cert.empty() || !o.key.empty()) {
+      return absl::InvalidArgumentError(
+          "ha.etcd_cert / ha.etcd_key: need ha.etcd_ca (TLS to etcd)");
+    }
+    return grpc::InsecureChannelCredentials();
+  }
+  if (o.cert.empty() != o.key.empty()) {
+    return absl::InvalidArgumentError(
+        "ha.etcd_cert and ha.etcd_key: give both or neither");
+  }
+  grpc::SslCredentialsOptions ssl;
+  absl::StatusOr<std::string> ca = ReadPem("ha.etcd_ca (--ha-etcd-ca)", o.ca);
+  if (!ca.ok()) return ca.status();
+  ssl.pem_root_certs = std::move(*ca);
+  if (!o.cert.empty()) {
+    absl::StatusOr<std::string> cert =
+        ReadPem("ha.etcd_cert (--ha-etcd-cert)", o.cert);
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key =
+        ReadPem("ha.etcd_key (--ha-etcd-key)", o.key);
+    if (!key.ok()) return key.status();
+    ssl.pem_cert_chain = std::move(*cert);
+    ssl.pem_private_key = std::move(*key);
+  }
+  // Several members form an "ipv4:a,b" target whose authority is not a
+  // name etcd's certificate carries: check it against the first member's
+  // host (or server_name).
+  std::string name = o.server_name;
+  if (name.empty()) name = first_endpoint.substr(0, first_endpoint.rfind(':'));
+  args->SetSslTargetNameOverride(name);
+  return grpc::SslCredentials(ssl);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(
@@ -66,8 +125,10 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(
   // Keepalive ping every 2 s, dead after 1 s without an answer (ms).
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 1000);
-  auto channel = grpc::CreateCustomChannel(
-      target, grpc::InsecureChannelCredentials(), args);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
+      Credentials(options, eps[0], &args);
+  if (!creds.ok()) return creds.status();
+  auto channel = grpc::CreateCustomChannel(target, *creds, args);
   return std::unique_ptr<EtcdClient>(
       new EtcdClient(std::move(options), std::move(channel)));
 }

@@ -34,10 +34,23 @@ class EtcdClient {
     std::string endpoints;
     // Deadline of one call: short, so a dead member costs little time.
     absl::Duration timeout = absl::Seconds(1);
+    // TLS to etcd (PEM files): with `ca` set the channel uses TLS and
+    // verifies etcd's certificate against it; `cert` and `key` (both or
+    // neither) are this client's certificate for etcd's
+    // --client-cert-auth. Empty: plaintext (etcd on loopback or a trusted
+    // network). Read once, at Create. (Initialised so that {endpoints,
+    // timeout} stays warning-free.)
+    std::string ca = {};
+    std::string cert = {};
+    std::string key = {};
+    // The name etcd's certificate is checked against; empty = the host of
+    // the (first) endpoint.
+    std::string server_name = {};
   };
 
-  // InvalidArgument naming `endpoints` when it is empty or malformed. Does
-  // not connect (the first call does).
+  // InvalidArgument naming `endpoints` when it is empty or malformed, or
+  // naming the TLS file that cannot be read / is not PEM (or a `cert`
+  // without `key`). Does not connect (the first call does).
   static absl::StatusOr<std::unique_ptr<EtcdClient>> Create(Options options);
 
   // nullopt when the key does not exist.

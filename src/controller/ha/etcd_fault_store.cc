@@ -282,6 +282,54 @@ std::map<std::string, v1::JobPolicy> EtcdFaultStore::Policies() const {
   return out;
 }
 
+absl::Status EtcdFaultStore::PutJobRecord(absl::string_view dir,
+                                          absl::string_view job_id,
+                                          std::string value) {
+  if (job_id.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": empty job id"));
+  }
+  MutexLock lock(&mu_);
+  return FencedTxn(nullptr, 0,
+                   {PutOp(absl::StrCat(prefix_, dir, job_id), value)})
+      .status();
+}
+
+absl::StatusOr<std::map<std::string, std::string>> EtcdFaultStore::JobRecords(
+    absl::string_view dir) const {
+  const std::string p = absl::StrCat(prefix_, dir);
+  absl::StatusOr<std::vector<EtcdKv>> kvs = etcd_->List(p);
+  if (!kvs.ok()) return kvs.status();
+  std::map<std::string, std::string> out;
+  for (const EtcdKv& kv : *kvs) out[kv.key.substr(p.size())] = kv.value;
+  return out;
+}
+
+absl::Status EtcdFaultStore::SaveSyncPolicy(absl::string_view job_id,
+                                            const v1::SyncSettings& s) {
+  return PutJobRecord("sync_policies/", job_id, s.SerializeAsString());
+}
+
+absl::Status EtcdFaultStore::SaveLoraPolicy(absl::string_view job_id,
+                                            const v1::LoraSettings& s) {
+  return PutJobRecord("lora_policies/", job_id, s.SerializeAsString());
+}
+
+absl::StatusOr<std::map<std::string, v1::SyncSettings>>
+EtcdFaultStore::SyncPolicies() const {
+  absl::StatusOr<std::map<std::string, std::string>> rows =
+      JobRecords("sync_policies/");
+  if (!rows.ok()) return rows.status();
+  return DecodeJobRecords<v1::SyncSettings>(path_, "sync policy", *rows);
+}
+
+absl::StatusOr<std::map<std::string, v1::LoraSettings>>
+EtcdFaultStore::LoraPolicies() const {
+  absl::StatusOr<std::map<std::string, std::string>> rows =
+      JobRecords("lora_policies/");
+  if (!rows.ok()) return rows.status();
+  return DecodeJobRecords<v1::LoraSettings>(path_, "lora policy", *rows);
+}
+
 absl::Status EtcdFaultStore::SaveMigration(const v1::Migration& m) {
   if (m.migration_id().empty()) {
     return absl::InvalidArgumentError("migration.migration_id: empty");

@@ -1,10 +1,10 @@
 // FaultStore on etcd, for several controllers (docs/ha.md). Keys under a
 // prefix (default "/pitstop/"): faults/ID, drains/HOST, policies/JOB,
-// migrations/ID, each value a serialized record, and plans/JOB ("EPOCH\n"
-// then the plan's encoding). Every write is one etcd
-// transaction that compares the leader key's lease and create revision with
-// this controller's fence, so a deposed leader cannot write: etcd refuses, the
-// refusal is counted (fenced_writes_refused) and the write fails with
+// sync_policies/JOB, lora_policies/JOB, migrations/ID, each value a serialized
+// record, and plans/JOB ("EPOCH\n" then the plan's encoding). Every write is
+// one etcd transaction that compares the leader key's lease and create revision
+// with this controller's fence, so a deposed leader cannot write: etcd refuses,
+// the refusal is counted (fenced_writes_refused) and the write fails with
 // Unavailable. Read-modify-writes also compare the record's mod revision
 // and retry on a concurrent change.
 #ifndef PITSTOP_CONTROLLER_HA_ETCD_FAULT_STORE_H_
@@ -75,6 +75,14 @@ class EtcdFaultStore final : public FaultStore {
   absl::Status SavePolicy(absl::string_view job_id,
                           const v1::JobPolicy& p) override;
   std::map<std::string, v1::JobPolicy> Policies() const override;
+  absl::Status SaveSyncPolicy(absl::string_view job_id,
+                              const v1::SyncSettings& s) override;
+  absl::StatusOr<std::map<std::string, v1::SyncSettings>> SyncPolicies()
+      const override;
+  absl::Status SaveLoraPolicy(absl::string_view job_id,
+                              const v1::LoraSettings& s) override;
+  absl::StatusOr<std::map<std::string, v1::LoraSettings>> LoraPolicies()
+      const override;
   absl::Status SaveMigration(const v1::Migration& m) override;
   absl::StatusOr<std::vector<v1::Migration>> Migrations() const override;
   absl::Status SavePlan(const StoredPlan& plan) override;
@@ -105,6 +113,12 @@ class EtcdFaultStore final : public FaultStore {
   absl::StatusOr<v1::Fault> Modify(absl::string_view fault_id,
                                    const Change& change);
   std::string FaultKey(absl::string_view id) const;
+  // `dir`/JOB records (sync_policies/, lora_policies/): a fenced put, and
+  // every job's value.
+  absl::Status PutJobRecord(absl::string_view dir, absl::string_view job_id,
+                            std::string value);
+  absl::StatusOr<std::map<std::string, std::string>> JobRecords(
+      absl::string_view dir) const;
 
   EtcdClient* const etcd_;
   WriteFence* const fence_;

@@ -39,6 +39,18 @@ void RegisterHaOptions(ConfigSchema* s, HaOptions* o) {
   s->Add("ha.advertise", &o->advertise,
          "host:port agents and pitstopctl reach this controller at; "
          "followers send it to clients as the leader; empty = listen");
+  s->Add("ha.etcd_ca", &o->etcd_ca,
+         "TLS to etcd: CA certificate (PEM) etcd's certificate is checked "
+         "against; empty = plaintext (etcd on loopback or a trusted "
+         "network)");
+  s->Add("ha.etcd_cert", &o->etcd_cert,
+         "TLS to etcd: this controller's client certificate (PEM), for "
+         "etcd's --client-cert-auth; with ha.etcd_key");
+  s->Add("ha.etcd_key", &o->etcd_key,
+         "TLS to etcd: the client certificate's private key (PEM)");
+  s->Add("ha.etcd_server_name", &o->etcd_server_name,
+         "TLS to etcd: the name etcd's certificate must carry; empty = the "
+         "host of the first endpoint");
   s->Add("ha.lease_ttl_s", &o->lease_ttl_s,
          "leader lease TTL (s): a dead leader is replaced after about this "
          "long (etcd raises it to its minimum, 2 s with default timings)");
@@ -49,6 +61,10 @@ absl::StatusOr<std::unique_ptr<HaController>> HaController::Create(
   if (absl::Status s = options.Validate(listen); !s.ok()) return s;
   EtcdClient::Options eo;
   eo.endpoints = options.etcd_endpoints;
+  eo.ca = options.etcd_ca;
+  eo.cert = options.etcd_cert;
+  eo.key = options.etcd_key;
+  eo.server_name = options.etcd_server_name;
   absl::StatusOr<std::unique_ptr<EtcdClient>> etcd = EtcdClient::Create(eo);
   if (!etcd.ok()) return etcd.status();
   // Fail at start, not at the first write, when etcd is unreachable.

@@ -33,6 +33,11 @@ struct HaOptions {
   // name it); empty = the listen address.
   std::string advertise;
   uint32_t lease_ttl_s = 2;
+  // TLS to etcd (EtcdClient::Options): CA, client certificate and key.
+  std::string etcd_ca;
+  std::string etcd_cert;
+  std::string etcd_key;
+  std::string etcd_server_name;
   bool enabled() const { return !etcd_endpoints.empty(); }
   // InvalidArgument naming the key.
   absl::Status Validate(const std::string& listen) const;

@@ -488,12 +488,17 @@ void LoraPolicyEngine::EvaluateJob(const std::string& id, Job& job,
   Record(job, std::move(d));
 }
 
-absl::StatusOr<v1::LoraSettings> LoraPolicyEngine::SetSettings(
-    const std::string& job_id, const v1::LoraSettings& s) {
+absl::Status LoraPolicyEngine::CheckSettings(const std::string& job_id,
+                                             const v1::LoraSettings& s) {
   if (job_id.empty() || job_id.size() > kMaxJobIdBytes) {
     return absl::InvalidArgumentError("job_id: required, at most 256 bytes");
   }
-  if (absl::Status st = ValidateLoraSettings(s); !st.ok()) return st;
+  return ValidateLoraSettings(s);
+}
+
+absl::StatusOr<v1::LoraSettings> LoraPolicyEngine::SetSettings(
+    const std::string& job_id, const v1::LoraSettings& s) {
+  if (absl::Status st = CheckSettings(job_id, s); !st.ok()) return st;
   absl::StatusOr<Job*> job = FindOrAddJob(job_id, "job_id");
   if (!job.ok()) return job.status();
   (*job)->has_settings = true;

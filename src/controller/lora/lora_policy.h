@@ -85,6 +85,10 @@ class LoraPolicyEngine {
                          const v1::ReportStepsRequest& report);
   std::vector<Outgoing> Evaluate(const std::vector<v1::Fault>& open_faults);
 
+  // What SetSettings checks before it changes anything: the job id and
+  // ValidateLoraSettings (InvalidArgument naming the field).
+  static absl::Status CheckSettings(const std::string& job_id,
+                                    const v1::LoraSettings& s);
   absl::StatusOr<v1::LoraSettings> SetSettings(const std::string& job_id,
                                                const v1::LoraSettings& s);
   v1::LoraSettings Settings(const std::string& job_id) const;

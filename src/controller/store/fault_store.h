@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "pitstop/v1/controller.pb.h"
 
@@ -76,6 +77,22 @@ class FaultStore {
                                   const v1::JobPolicy& p) = 0;
   virtual std::map<std::string, v1::JobPolicy> Policies() const = 0;
 
+  // The trainer policies' per-job settings as an operator set them (zero
+  // fields = the controller's default), so a restart or a failover keeps
+  // them: the local-SGD switch (SetSyncPolicy, src/controller/sync/) and
+  // multi-LoRA rescheduling (SetLoraPolicy, src/controller/lora/). Save*
+  // replaces the job's; InvalidArgument for an empty job id. The readers
+  // return every job's, by job id (an error, unlike Policies(), so a new
+  // leader does not start from defaults because etcd did not answer).
+  virtual absl::Status SaveSyncPolicy(absl::string_view job_id,
+                                      const v1::SyncSettings& s) = 0;
+  virtual absl::StatusOr<std::map<std::string, v1::SyncSettings>> SyncPolicies()
+      const = 0;
+  virtual absl::Status SaveLoraPolicy(absl::string_view job_id,
+                                      const v1::LoraSettings& s) = 0;
+  virtual absl::StatusOr<std::map<std::string, v1::LoraSettings>> LoraPolicies()
+      const = 0;
+
   // Migration records (src/controller/migrate/), keyed by migration_id:
   // SaveMigration inserts or replaces one; Migrations returns all, oldest
   // (lowest number) first.
@@ -101,6 +118,22 @@ int64_t FaultNumberOf(absl::string_view fault_id);
 // id; FailedPrecondition when `stored_epoch` (of a stored plan) is newer.
 absl::Status CheckPlanWrite(const StoredPlan& plan, bool has_stored,
                             uint64_t stored_epoch);
+
+// Parses each job's serialized record (the sync / LoRA settings);
+// DataLoss naming `path`, `what` and the job for one that does not parse.
+template <typename Record>
+absl::StatusOr<std::map<std::string, Record>> DecodeJobRecords(
+    absl::string_view path, absl::string_view what,
+    const std::map<std::string, std::string>& rows) {
+  std::map<std::string, Record> out;
+  for (const auto& [job, data] : rows) {
+    if (!out[job].ParseFromString(data)) {
+      return absl::DataLossError(absl::StrCat(path, ": ", what, " of job ", job,
+                                              ": undecodable record"));
+    }
+  }
+  return out;
+}
 
 // The state transitions both stores apply (pure functions over records, so
 // SQLite and etcd behave the same). MergeUpsert returns the record to store

@@ -31,6 +31,10 @@ CREATE TABLE IF NOT EXISTS migrations (
   migration_id TEXT PRIMARY KEY,
   number INTEGER NOT NULL,
   data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS sync_policies (
+  job_id TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS lora_policies (
+  job_id TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS plans (
   job_id TEXT PRIMARY KEY,
   epoch INTEGER NOT NULL,
@@ -268,6 +272,60 @@ std::map<std::string, v1::JobPolicy> SqliteFaultStore::Policies() const {
   SqliteStmt q(db_, "SELECT job_id, data FROM policies");
   while (q.Step() == SQLITE_ROW) out[q.Text(0)].ParseFromString(q.Blob(1));
   return out;
+}
+
+absl::Status SqliteFaultStore::PutJobRow(const char* table,
+                                         absl::string_view job_id,
+                                         const std::string& data) {
+  if (job_id.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(table, ": empty job id"));
+  }
+  MutexLock lock(&mu_);
+  SqliteStmt q(db_, absl::StrCat("INSERT OR REPLACE INTO ", table,
+                                 "(job_id, data) VALUES (?1, ?2)")
+                        .c_str());
+  q.Bind(1, job_id);
+  q.BindBlob(2, data);
+  return q.Run();
+}
+
+absl::StatusOr<std::map<std::string, std::string>> SqliteFaultStore::JobRows(
+    const char* table) const {
+  MutexLock lock(&mu_);
+  SqliteStmt q(db_, absl::StrCat("SELECT job_id, data FROM ", table).c_str());
+  std::map<std::string, std::string> out;
+  for (int rc = q.Step();; rc = q.Step()) {
+    if (rc == SQLITE_DONE) break;
+    if (rc != SQLITE_ROW) return q.Error(rc);
+    out[q.Text(0)] = q.Blob(1);
+  }
+  return out;
+}
+
+absl::Status SqliteFaultStore::SaveSyncPolicy(absl::string_view job_id,
+                                              const v1::SyncSettings& s) {
+  return PutJobRow("sync_policies", job_id, s.SerializeAsString());
+}
+
+absl::Status SqliteFaultStore::SaveLoraPolicy(absl::string_view job_id,
+                                              const v1::LoraSettings& s) {
+  return PutJobRow("lora_policies", job_id, s.SerializeAsString());
+}
+
+absl::StatusOr<std::map<std::string, v1::SyncSettings>>
+SqliteFaultStore::SyncPolicies() const {
+  absl::StatusOr<std::map<std::string, std::string>> rows =
+      JobRows("sync_policies");
+  if (!rows.ok()) return rows.status();
+  return DecodeJobRecords<v1::SyncSettings>(path_, "sync policy", *rows);
+}
+
+absl::StatusOr<std::map<std::string, v1::LoraSettings>>
+SqliteFaultStore::LoraPolicies() const {
+  absl::StatusOr<std::map<std::string, std::string>> rows =
+      JobRows("lora_policies");
+  if (!rows.ok()) return rows.status();
+  return DecodeJobRecords<v1::LoraSettings>(path_, "lora policy", *rows);
 }
 
 absl::Status SqliteFaultStore::SaveMigration(const v1::Migration& m) {

@@ -68,6 +68,14 @@ class SqliteFaultStore final : public FaultStore {
   absl::Status SavePolicy(absl::string_view job_id,
                           const v1::JobPolicy& p) override;
   std::map<std::string, v1::JobPolicy> Policies() const override;
+  absl::Status SaveSyncPolicy(absl::string_view job_id,
+                              const v1::SyncSettings& s) override;
+  absl::StatusOr<std::map<std::string, v1::SyncSettings>> SyncPolicies()
+      const override;
+  absl::Status SaveLoraPolicy(absl::string_view job_id,
+                              const v1::LoraSettings& s) override;
+  absl::StatusOr<std::map<std::string, v1::LoraSettings>> LoraPolicies()
+      const override;
   absl::Status SaveMigration(const v1::Migration& m) override;
   absl::StatusOr<std::vector<v1::Migration>> Migrations() const override;
   absl::Status SavePlan(const StoredPlan& plan) override;
@@ -81,6 +89,11 @@ class SqliteFaultStore final : public FaultStore {
   absl::StatusOr<v1::Fault> GetLocked(absl::string_view id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status PutLocked(const v1::Fault& f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One row of a (job_id, data) table: the sync / LoRA settings.
+  absl::Status PutJobRow(const char* table, absl::string_view job_id,
+                         const std::string& data);
+  absl::StatusOr<std::map<std::string, std::string>> JobRows(
+      const char* table) const;
 
   mutable Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);

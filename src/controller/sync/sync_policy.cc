@@ -393,13 +393,18 @@ void SyncPolicyEngine::Decide(const std::string& id, Job& job, int64_t now,
   Record(job, std::move(d));
 }
 
-absl::StatusOr<v1::SyncSettings> SyncPolicyEngine::SetSettings(
-    const std::string& job_id, const v1::SyncSettings& s) {
+absl::Status SyncPolicyEngine::CheckSettings(const std::string& job_id,
+                                             const v1::SyncSettings& s) {
   if (job_id.empty()) return absl::InvalidArgumentError("job_id: required");
   if (job_id.size() > kMaxJobIdBytes) {
     return absl::InvalidArgumentError("job_id: at most 256 bytes");
   }
-  if (absl::Status st = ValidateSyncSettings(s); !st.ok()) return st;
+  return ValidateSyncSettings(s);
+}
+
+absl::StatusOr<v1::SyncSettings> SyncPolicyEngine::SetSettings(
+    const std::string& job_id, const v1::SyncSettings& s) {
+  if (absl::Status st = CheckSettings(job_id, s); !st.ok()) return st;
   absl::StatusOr<Job*> found =
       FindOrAddJob(jobs_, job_id, options_.max_jobs, options_.job_idle_expiry,
                    clock_->MonotonicNanos(), "job_id");

@@ -81,6 +81,10 @@ class SyncPolicyEngine {
   // One policy cycle; `open_faults` are the controller's open faults.
   std::vector<Outgoing> Evaluate(const std::vector<v1::Fault>& open_faults);
 
+  // What SetSettings checks before it changes anything: the job id and
+  // ValidateSyncSettings (InvalidArgument naming the field).
+  static absl::Status CheckSettings(const std::string& job_id,
+                                    const v1::SyncSettings& s);
   // Settings (zero fields = default); the result is resolved.
   absl::StatusOr<v1::SyncSettings> SetSettings(const std::string& job_id,
                                                const v1::SyncSettings& s);

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -62,7 +63,8 @@ EtcdProcess::~EtcdProcess() {
   }
 }
 
-bool EtcdProcess::Start(const std::string& binary, std::string* error) {
+bool EtcdProcess::Start(const std::string& binary, std::string* error,
+                        const EtcdTls* tls) {
   char tmpl[] = "/tmp/pitstop-etcd-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) {
     *error = "mkdtemp failed";
@@ -72,19 +74,44 @@ bool EtcdProcess::Start(const std::string& binary, std::string* error) {
   const int client = FreePort();
   const int peer = FreePort();
   endpoint_ = absl::StrCat("127.0.0.1:", client);
-  const std::string curl = absl::StrCat("http://", endpoint_);
+  const std::string curl =
+      absl::StrCat(tls != nullptr ? "https://" : "http://", endpoint_);
   const std::string purl = absl::StrCat("http://127.0.0.1:", peer);
   const std::string log = dir_ + "/etcd.log";
-  pid_ = Spawn({binary, "--name", "t", "--data-dir", dir_ + "/data",
-                "--listen-client-urls", curl, "--advertise-client-urls", curl,
-                "--listen-peer-urls", purl, "--initial-advertise-peer-urls",
-                purl, "--initial-cluster", absl::StrCat("t=", purl)},
-               log);
+  std::vector<std::string> argv = {binary,
+                                   "--name",
+                                   "t",
+                                   "--data-dir",
+                                   dir_ + "/data",
+                                   "--listen-client-urls",
+                                   curl,
+                                   "--advertise-client-urls",
+                                   curl,
+                                   "--listen-peer-urls",
+                                   purl,
+                                   "--initial-advertise-peer-urls",
+                                   purl,
+                                   "--initial-cluster",
+                                   absl::StrCat("t=", purl)};
+  ha::EtcdClient::Options probe{.endpoints = endpoint_,
+                                .timeout = absl::Seconds(1)};
+  if (tls != nullptr) {
+    for (const std::string& a :
+         {std::string("--cert-file"), tls->cert, std::string("--key-file"),
+          tls->key, std::string("--trusted-ca-file"), tls->ca,
+          std::string("--client-cert-auth")}) {
+      argv.push_back(a);
+    }
+    probe.ca = tls->ca;
+    probe.cert = tls->client_cert;
+    probe.key = tls->client_key;
+  }
+  pid_ = Spawn(argv, log);
   if (pid_ < 0) {
     *error = absl::StrCat("cannot start ", binary);
     return false;
   }
-  auto client_or = ha::EtcdClient::Create({endpoint_, absl::Seconds(1)});
+  auto client_or = ha::EtcdClient::Create(probe);
   if (!client_or.ok()) {
     *error = std::string(client_or.status().message());
     return false;

@@ -111,7 +111,8 @@ TEST(HaOptionsTest, RefusesAnAddressFollowersCannotHandOut) {
   o.lease_ttl_s = 0;
   EXPECT_TRUE(absl::IsInvalidArgument(o.Validate("0.0.0.0:7070")));
   EXPECT_TRUE(absl::IsInvalidArgument(
-      EtcdClient::Create({"127.0.0.1:1,etcd-b:2379", absl::Seconds(1)})
+      EtcdClient::Create(
+          {.endpoints = "127.0.0.1:1,etcd-b:2379", .timeout = absl::Seconds(1)})
           .status()));
 }
 
@@ -144,7 +145,8 @@ class HaTest : public ::testing::Test {
   }
   const std::string& endpoint() const { return etcd_->endpoint(); }
   std::unique_ptr<EtcdClient> Client() {
-    auto c = EtcdClient::Create({endpoint(), absl::Seconds(2)});
+    auto c = EtcdClient::Create(
+        {.endpoints = endpoint(), .timeout = absl::Seconds(2)});
     EXPECT_TRUE(c.ok()) << c.status();
     return std::move(*c);
   }
@@ -317,6 +319,90 @@ TEST_F(HaTest, CoresFollowTheLeaderAndTakeOverDurableState) {
   EXPECT_EQ(got->window_ms(), 2500u);
   EXPECT_EQ(core_a->Status().role(), v1::CONTROLLER_ROLE_FOLLOWER);
   EXPECT_TRUE(absl::IsUnavailable(core_a->SetPolicy("job1", p).status()));
+  (*ha_b)->Stop();
+}
+
+// The trainer policies' settings (SetSyncPolicy, SetLoraPolicy) are
+// durable writes like the fault policies: a new leader has them, and a
+// deposed leader that has not noticed cannot write them (etcd refuses,
+// nothing changes, not even in its own memory).
+TEST_F(HaTest, TrainerPoliciesLiveInEtcdAndADeposedLeaderCannotWriteThem) {
+  auto client_a = Client();
+  auto a = Election(client_a.get(), "a:1");
+  a->Start();
+  ASSERT_TRUE(WaitFor([&] { return a->IsLeader(); }));
+  const EtcdFence a_fence = a->Fence();
+  // Core A writes through A's fence as it was: once A is deposed, it is a
+  // leader that still believes it leads.
+  StaleFence stale(a_fence);
+  ControllerCore::Options oa;
+  oa.open_store = [&]() -> absl::StatusOr<std::unique_ptr<FaultStore>> {
+    return std::make_unique<EtcdFaultStore>(client_a.get(), &stale, prefix_);
+  };
+  auto core_a = ControllerCore::Create(oa);
+  ASSERT_TRUE(core_a.ok()) << core_a.status();
+  v1::SyncSettings sync;
+  sync.set_policy(v1::SYNC_POLICY_AUTO);
+  sync.set_slow_persist_s(7);
+  v1::LoraSettings lora;
+  lora.set_policy(v1::LORA_POLICY_AUTO);
+  lora.set_min_gain(3);
+  ASSERT_TRUE((*core_a)->SetSyncPolicy("tjob", sync).ok());
+  ASSERT_TRUE((*core_a)->SetLoraPolicy("tjob", lora).ok());
+
+  // A pauses past its lease; B is elected and takes over from etcd.
+  a->Stop(/*resign=*/false);
+  ASSERT_TRUE(client_a->Revoke(a_fence.lease).ok());  // = expiry, sooner
+  HaOptions ho;
+  ho.etcd_endpoints = endpoint();
+  ho.etcd_prefix = prefix_;
+  auto ha_b = HaController::Create(ho, "127.0.0.1:7002");
+  ASSERT_TRUE(ha_b.ok()) << ha_b.status();
+  ControllerCore::Options ob;
+  HaController* hb = ha_b->get();
+  ob.open_store = [hb] { return hb->OpenStore(); };
+  ob.leadership = hb;
+  auto core_b = ControllerCore::Create(ob);
+  ASSERT_TRUE(core_b.ok()) << core_b.status();
+  (*ha_b)->Start(core_b->get());
+  ASSERT_TRUE(WaitFor([&] {
+    return (*core_b)->Status().role() == v1::CONTROLLER_ROLE_LEADER;
+  }));
+  auto got = (*core_b)->JobSync("tjob");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->settings().policy(), v1::SYNC_POLICY_AUTO);
+  EXPECT_EQ(got->settings().slow_persist_s(), 7u);
+  auto stored = (*hb->OpenStore())->LoraPolicies();
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->count("tjob"), 1u);
+  EXPECT_EQ(stored->at("tjob").min_gain(), 3);
+
+  // The deposed A switches the job off: etcd refuses, naming B.
+  v1::SyncSettings off;
+  off.set_policy(v1::SYNC_POLICY_OFF);
+  absl::Status s = (*core_a)->SetSyncPolicy("tjob", off).status();
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_EQ(LeaderFromMessage(s.message()), "127.0.0.1:7002");
+  v1::LoraSettings lora_off;
+  lora_off.set_policy(v1::LORA_POLICY_OFF);
+  s = (*core_a)->SetLoraPolicy("tjob", lora_off).status();
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_EQ(stale.refused_, 2);
+  // Nothing changed: not in etcd, not in A's memory.
+  auto a_view = (*core_a)->JobSync("tjob");
+  ASSERT_TRUE(a_view.ok()) << a_view.status();
+  EXPECT_EQ(a_view->settings().policy(), v1::SYNC_POLICY_AUTO);
+  auto sync_stored = (*hb->OpenStore())->SyncPolicies();
+  ASSERT_TRUE(sync_stored.ok()) << sync_stored.status();
+  EXPECT_EQ(sync_stored->at("tjob").policy(), v1::SYNC_POLICY_AUTO);
+  stored = (*hb->OpenStore())->LoraPolicies();
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->at("tjob").policy(), v1::LORA_POLICY_AUTO);
+  // The leader changes them normally.
+  ASSERT_TRUE((*core_b)->SetSyncPolicy("tjob", off).ok());
+  got = (*core_b)->JobSync("tjob");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->settings().policy(), v1::SYNC_POLICY_OFF);
   (*ha_b)->Stop();
 }
 
