@@ -152,6 +152,40 @@ TEST_F(MismatchTest, SameFunctionAtAnotherSequenceIsNotAMismatch) {
   EXPECT_EQ(SuspectGlobals(Latest()[0]), std::set<int32_t>{3});
 }
 
+// Shaped like a real dump (gpu_error_1st): a stalled member blocked in an
+// older op of the function while the others went on to a later one of
+// another size. One function at two points is a stall, not a desync.
+TEST_F(MismatchTest, LaterOpOfAnotherSizeBehindAStalledMemberIsNotAMismatch) {
+  SimJob job(0xD8, 4, 4);
+  job.Register(engine_.get());
+  for (int32_t r = 0; r < 4; ++r) {
+    Report(job, r, v1::COLL_FUNC_ALL_GATHER, r == 0 ? 13 : 20, r == 0 ? 12 : 19,
+           r == 0 ? 4096 : 1024, v1::DATA_TYPE_BFLOAT16);
+  }
+  Cycle(absl::Seconds(6));
+  ASSERT_EQ(Latest().size(), 1u);
+  EXPECT_NE(Latest()[0].fault_class(), v1::FAULT_CLASS_MISMATCH);
+  EXPECT_EQ(SuspectGlobals(Latest()[0]), std::set<int32_t>{0});
+}
+
+// A member stalled in an all-reduce the others already completed, while
+// they wait in the next all-gather: they are past its collective, so they
+// are waiting for it, not desynchronised from it.
+TEST_F(MismatchTest, PeersPastTheStalledMembersCollectiveAreNotAMismatch) {
+  SimJob job(0xD9, 4, 4);
+  job.Register(engine_.get());
+  for (int32_t r = 0; r < 4; ++r) {
+    Report(job, r, v1::COLL_FUNC_ALL_REDUCE, 5, r == 2 ? 4 : 5, 4096,
+           v1::DATA_TYPE_FLOAT32);
+    Report(job, r, v1::COLL_FUNC_ALL_GATHER, r == 2 ? 2 : 3, 2, 1024,
+           v1::DATA_TYPE_FLOAT32);
+  }
+  Cycle(absl::Seconds(6));
+  for (const v1::Fault& f : Latest()) {
+    EXPECT_NE(f.fault_class(), v1::FAULT_CLASS_MISMATCH) << f.summary();
+  }
+}
+
 // Two members, two collectives: no majority. One side is named, with less
 // confidence, and the summary says so.
 TEST_F(MismatchTest, TwoRanksWithoutMajorityNameOneSideWithLessConfidence) {

@@ -79,6 +79,20 @@ std::string Describe(const IssuedOp& op) {
 
 }  // namespace
 
+// Whether every member of `waiter` never enqueued what `x` is blocked in:
+// `waiter` cannot be on its way to it, so the two sides wait for each other.
+bool NeverIssued(const CommState& comm, const Mismatch::Group& x,
+                 const Mismatch::Group& waiter) {
+  auto fp = comm.progress.find(x.op.func);
+  for (int32_t r : waiter.ranks) {
+    if (fp != comm.progress.end() &&
+        fp->second.RankAt(r).enqueued >= x.op.seq) {
+      return false;
+    }
+  }
+  return true;
+}
+
 std::optional<Mismatch> FindMismatch(const CommState& comm,
                                      const std::set<int32_t>& judged) {
   if (judged.size() < 2) return std::nullopt;
@@ -86,6 +100,11 @@ std::optional<Mismatch> FindMismatch(const CommState& comm,
   for (int32_t r : judged) {
     std::optional<IssuedOp> op = BlockedOp(comm, r);
     if (!op) return std::nullopt;  // a member not blocked: not a desync
+    for (const Mismatch::Group& g : m.groups) {
+      // One function at two points: a member stalled behind the others
+      // (the hang detector's case), whatever the sizes say.
+      if (g.op.func == op->func && g.op.seq != op->seq) return std::nullopt;
+    }
     auto g = std::find_if(
         m.groups.begin(), m.groups.end(),
         [&](const Mismatch::Group& x) { return SameCollective(x.op, *op); });
@@ -93,13 +112,23 @@ std::optional<Mismatch> FindMismatch(const CommState& comm,
       m.groups.push_back({*op, {r}});
       continue;
     }
-    if (g->op.seq != op->seq) return std::nullopt;  // stalled, not desync
     // Fill in what this member knows and the group did not.
     if (g->op.count == 0) g->op.count = op->count;
     if (g->op.datatype == 0) g->op.datatype = op->datatype;
     g->ranks.insert(r);
   }
   if (m.groups.size() < 2) return std::nullopt;
+  // Members blocked in different functions are a desync only when each
+  // side never issued what the other waits in; a member that already went
+  // past the other's collective (completed it) is waiting for a stalled
+  // peer, not desynchronised from it.
+  for (const Mismatch::Group& x : m.groups) {
+    for (const Mismatch::Group& y : m.groups) {
+      if (x.op.func != y.op.func && !NeverIssued(comm, x, y)) {
+        return std::nullopt;
+      }
+    }
+  }
   // Majority first; among equals, the group holding the lowest rank.
   std::stable_sort(m.groups.begin(), m.groups.end(),
                    [](const Mismatch::Group& a, const Mismatch::Group& b) {
