@@ -230,8 +230,13 @@ TEST_F(E2eTest, AgentRestartUnderLoadLosesOnlyWhatThePluginDropped) {
   for (int r = 0; r < kRanks; ++r) {
     ranks.push_back(StartRank(r, kRanks, kColls, kRate, "finalize"));
   }
-  ASSERT_TRUE(receiver_.WaitUntil(
-      [](const Reqs& r) { return CountSummaries(r) >= 100; }));
+  // Both ranks stream to the first agent before it stops (under load a
+  // rank can start after the other's first 100 collectives; it would then
+  // open one stream, not two).
+  ASSERT_TRUE(receiver_.WaitUntil([](const Reqs& r) {
+    return CountSummaries(r) >= 100 &&
+           CountLifecycle(r, v1::RankLifecycle::KIND_STREAM_OPENED) >= kRanks;
+  }));
   agent_->Signal(SIGTERM);
   ASSERT_EQ(agent_->Wait(), 0);
   ASSERT_GT(StartAgent(), 0);
