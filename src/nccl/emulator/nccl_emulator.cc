@@ -22,6 +22,7 @@
 #include "plugin/abi/profiler_v4.h"
 #include "plugin/abi/profiler_v5.h"
 #include "plugin/abi/profiler_v6.h"
+#include "src/nccl/emulator/emulator_loader.h"
 
 namespace pitstop::emu {
 namespace {
@@ -222,13 +223,10 @@ void FillV5Plus(const Ev& e, D* d) {
 // Stands in for ncclDebugLog: prints what the plugin logs.
 void EmulatedNcclLog(abi::NcclLogLevel level, unsigned long /*flags*/,
                      const char* /*file*/, int /*line*/, const char* fmt, ...) {
-  char buf[1024];
   va_list ap;
   va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  PrintNcclLogLine(level, fmt, ap);
   va_end(ap);
-  std::fprintf(stderr, "[emulated NCCL %s] %s\n",
-               level == abi::kNcclLogWarn ? "WARN" : "INFO", buf);
 }
 
 }  // namespace
@@ -417,18 +415,8 @@ struct Op::State {
 std::string BuiltPluginPath() { return PITSTOP_PLUGIN_PATH; }
 
 namespace {
-// dlopen by name, as NCCL does. Sanitizer runtimes intercept dlopen, which
-// hides this executable's RUNPATH from the loader; so a bare name is also
-// tried in the directory of the plugin built with this tree.
 void* OpenByName(const std::string& name, std::string* err) {
-  void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (h != nullptr) return h;
-  *err = dlerror();
-  if (name.find('/') != std::string::npos) return nullptr;
-  const std::string built = BuiltPluginPath();
-  const std::string in_build_dir = built.substr(0, built.rfind('/') + 1) + name;
-  h = dlopen(in_build_dir.c_str(), RTLD_NOW | RTLD_LOCAL);
-  return h;
+  return DlopenByName(name, BuiltPluginPath(), err);
 }
 }  // namespace
 

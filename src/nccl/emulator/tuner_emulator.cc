@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "plugin/abi/profiler_common.h"
+#include "src/nccl/emulator/emulator_loader.h"
 #include "tuner/abi/tuner_abi.h"
 
 namespace pitstop::emu {
@@ -26,27 +27,16 @@ std::vector<std::string>& LogLines() {
 
 void EmulatedNcclLog(abi::NcclLogLevel level, unsigned long /*flags*/,
                      const char* /*file*/, int /*line*/, const char* fmt, ...) {
-  char buf[1024];
   va_list ap;
   va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  std::string line = PrintNcclLogLine(level, fmt, ap);
   va_end(ap);
-  std::fprintf(stderr, "[emulated NCCL %s] %s\n",
-               level == abi::kNcclLogWarn ? "WARN" : "INFO", buf);
   std::lock_guard<std::mutex> lock(LogMu());
-  LogLines().push_back(buf);
+  LogLines().push_back(std::move(line));
 }
 
-// As the profiler emulator: sanitizer runtimes hide this executable's
-// RUNPATH from dlopen, so a bare name is also tried beside the built tuner.
 void* OpenByName(const std::string& name, std::string* err) {
-  void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (h != nullptr) return h;
-  *err = dlerror();
-  if (name.find('/') != std::string::npos) return nullptr;
-  const std::string built = BuiltTunerPath();
-  return dlopen((built.substr(0, built.rfind('/') + 1) + name).c_str(),
-                RTLD_NOW | RTLD_LOCAL);
+  return DlopenByName(name, BuiltTunerPath(), err);
 }
 
 }  // namespace
