@@ -6,6 +6,7 @@
 #define PITSTOP_CONTROLLER_DETECT_CYCLE_WORK_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <vector>
 
@@ -49,7 +50,9 @@ class EngineCycleWork final : public CycleWork {
 
   absl::Time started;
   std::function<void()> hook;  // Options::detect_hook
-  std::vector<CommWork> comms;
+  // A deque: growing it never copies the copies (CommWork's move is not
+  // noexcept, so a vector would copy every CommState when it grows).
+  std::deque<CommWork> comms;
   bool detected = false;
 };
 
