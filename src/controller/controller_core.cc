@@ -447,7 +447,7 @@ void ControllerCore::YieldToIngest() {
   mu_.Lock();
 }
 
-CycleResult ControllerCore::RunEngineLocked(bool yield) {
+void ControllerCore::PrepareCycle() {
   ShedAndExpire();
   if (options_.agent_silence > absl::ZeroDuration()) {
     const uint64_t now = NowUnixNs();
@@ -464,13 +464,37 @@ CycleResult ControllerCore::RunEngineLocked(bool yield) {
       }
     }
   }
+}
+
+CycleResult ControllerCore::RunEngineLocked(bool yield) {
+  PrepareCycle();
   // With `yield`, batches queued during the cycle are joined between
   // communicators (the lock is let go there): a batch waits for one
-  // communicator's step, not for the whole cycle. cycle_mu_ keeps engine_.
-  CycleResult r = engine_->RunCycle(
+  // communicator's copy or publication, not for the whole cycle. cycle_mu_
+  // keeps engine_.
+  const std::function<void()> between =
       yield ? std::function<void()>(
                   [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { YieldToIngest(); })
-            : std::function<void()>());
+            : std::function<void()>();
+  CycleResult r;
+  if (yield && options_.detect_off_lock) {
+    std::unique_ptr<CycleWork> work = engine_->BeginCycle(between);
+    // The detectors on the engine's copy, without the lock: batches are
+    // joined (by their senders) meanwhile. A batch queued before the lock
+    // was let go is joined by UnlockIngest.
+    UnlockIngest();
+    work->Detect();
+    mu_.Lock();
+    DrainInbox();
+    r = engine_->FinishCycle(std::move(work), between);
+  } else {
+    r = engine_->RunCycle(between);
+  }
+  AfterCycle(r);
+  return r;
+}
+
+void ControllerCore::AfterCycle(const CycleResult& r) {
   last_cycle_ms_ = absl::ToDoubleMilliseconds(r.cycle_time);
   const EngineStats stats = engine_->stats();
   const uint64_t joined = stats.collectives_joined;
@@ -486,7 +510,6 @@ CycleResult ControllerCore::RunEngineLocked(bool yield) {
   input_.comms_refused = stats.comms_refused;
   last_joined_ = joined;
   for (const ProfilingRequest& p : r.profiling) SendProfiling(p);
-  return r;
 }
 
 void ControllerCore::StoreFaults(const std::vector<v1::Fault>& faults) {

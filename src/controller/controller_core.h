@@ -91,6 +91,12 @@ class ControllerCore {
     // order. False: the cycle and the writes hold the lock throughout (the
     // benchmark's baseline).
     bool join_off_lock = true;
+    // With join_off_lock: the detectors of a cycle run on a copy of what
+    // they read, without the lock (DetectionEngine::BeginCycle), so a batch
+    // never waits for a detector; the lock is held to copy and to publish
+    // the verdicts, letting go between communicators. False: the detectors
+    // run under the lock (round 6, the benchmark's baseline).
+    bool detect_off_lock = true;
     // Serialized bytes queued at most; beyond, batches wait for the lock.
     size_t ingest_inbox_bytes = 256 << 20;
     // Training processes whose records are accounted (records lost in
@@ -308,8 +314,13 @@ class ControllerCore {
   void UnlockIngest() ABSL_UNLOCK_FUNCTION(mu_);
   // The engine's part of a cycle (shedding silent agents, the detectors,
   // profiling requests); with `yield` it joins queued batches between
-  // communicators, letting the lock go meanwhile (YieldToIngest).
+  // communicators, letting the lock go meanwhile (YieldToIngest), and with
+  // detect_off_lock also while the detectors run (on the engine's copy).
   CycleResult RunEngineLocked(bool yield) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Shedding silent agents and silence marks before a cycle.
+  void PrepareCycle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Metrics, counters and profiling requests of a finished cycle.
+  void AfterCycle(const CycleResult& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void YieldToIngest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stores a cycle's faults, then (under mu_) tells the engine about the
   // ones the store ignored and notifies watchers. Called holding write_mu_;

@@ -6,16 +6,22 @@
 // batches arrive), so each collective's join stays open until the last node.
 // Prints summaries and collectives joined per second (feeding, single thread),
 // the detection cycle time (windows closing, every detector running) and the
-// RSS.
+// RSS; and, in thread CPU time, how much of a cycle the controller spends
+// under its lock with the cycle in one step (round 6, odd iterations) and
+// in three steps (detectors on a copy off the lock, even iterations), with
+// the longest stretch between two yields.
 //
 //   controller_engine_bench --ranks 100000 --iterations 20
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,6 +45,24 @@ struct Comm {
 };
 
 std::string Host(int32_t global) { return absl::StrCat("node", global / 8); }
+
+double ThreadCpuS() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// The longest CPU stretch between two marks: how long the controller holds
+// its lock without letting it go (it does so between communicators).
+struct Stretch {
+  double last = ThreadCpuS();
+  double longest = 0;
+  void Mark() {
+    const double now = ThreadCpuS();
+    longest = std::max(longest, now - last);
+    last = now;
+  }
+};
 
 int Main(int argc, char** argv) {
   int32_t ranks = 1000;
@@ -114,6 +138,10 @@ int Main(int argc, char** argv) {
   uint64_t summaries = 0;
   double feed_s = 0, cycle_s = 0, cycle_max_s = 0;
   uint64_t seq[2] = {0, 0};
+  // CPU time of the cycles: one step (all of it under the controller's
+  // lock) and three steps (copy + publish under it, detectors without).
+  double one_locked_s = 0, one_stretch_s = 0;
+  double split_locked_s = 0, split_detect_s = 0, split_stretch_s = 0;
   for (int it = 0; it < iterations; ++it) {
     const auto t0 = std::chrono::steady_clock::now();
     // Node by node, as agents' batches arrive: every collective stays open
@@ -164,7 +192,34 @@ int Main(int argc, char** argv) {
     seq[0] += 2;
     const auto t1 = std::chrono::steady_clock::now();
     clock.Advance(absl::Milliseconds(1000));  // every window closes
-    CycleResult r = engine->RunCycle();
+    // Odd iterations: the cycle in one step (round 6: the controller held
+    // its lock throughout, letting it go between communicators); even: in
+    // three steps (the detectors on a copy, off the lock). Thread CPU time,
+    // so a loaded machine does not change it.
+    const bool split = it % 2 == 0;
+    Stretch stretch;
+    CycleResult r;
+    if (split) {
+      const double b0 = ThreadCpuS();
+      std::unique_ptr<CycleWork> work =
+          engine->BeginCycle([&stretch] { stretch.Mark(); });
+      stretch.Mark();
+      const double b1 = ThreadCpuS();
+      work->Detect();
+      const double d1 = ThreadCpuS();
+      stretch.last = d1;
+      r = engine->FinishCycle(std::move(work), [&stretch] { stretch.Mark(); });
+      stretch.Mark();
+      split_locked_s += (b1 - b0) + (ThreadCpuS() - d1);
+      split_detect_s += d1 - b1;
+      split_stretch_s = std::max(split_stretch_s, stretch.longest);
+    } else {
+      const double c0 = ThreadCpuS();
+      r = engine->RunCycle([&stretch] { stretch.Mark(); });
+      stretch.Mark();
+      one_locked_s += ThreadCpuS() - c0;
+      one_stretch_s = std::max(one_stretch_s, stretch.longest);
+    }
     const double c = absl::ToDoubleSeconds(r.cycle_time);
     feed_s += std::chrono::duration<double>(t1 - t0).count();
     cycle_s += c;
@@ -185,6 +240,16 @@ int Main(int argc, char** argv) {
       cycle_max_s * 1e3, RssMiB(), RssMiB() - rss0,
       static_cast<unsigned long>(max_pending),
       static_cast<unsigned long>(st.incomplete_dropped));
+  const int one = iterations / 2;
+  const int three = iterations - one;
+  std::printf(
+      "cycle CPU under the controller's lock: one step (detectors under it) "
+      "%.2f ms per cycle, longest stretch without a yield %.2f ms | three "
+      "steps (detectors on a copy) %.2f ms per cycle, longest stretch %.2f "
+      "ms, detectors off the lock %.2f ms\n",
+      one ? one_locked_s / one * 1e3 : 0.0, one_stretch_s * 1e3,
+      split_locked_s / three * 1e3, split_stretch_s * 1e3,
+      split_detect_s / three * 1e3);
   return 0;
 }
 

@@ -144,6 +144,11 @@ struct CommState {
   // clock); 0 when that window did not hit.
   double comm_slow_extra_ns = 0;
   int64_t comm_slow_at_ns = 0;
+  // Bumped whenever a member is added or changes (host, pid, global rank,
+  // device, dead, exited, unreachable) or n_ranks does: a cycle that judged
+  // a copy of this comm (DetectionEngine::BeginCycle) sees whether its
+  // verdicts are stale.
+  uint64_t generation = 0;
 
   // The member `rank`, created if absent.
   Member& MemberAt(int32_t rank);

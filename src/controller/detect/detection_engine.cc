@@ -144,10 +144,17 @@ absl::Status EngineImpl::NoteMember(CommState* c, int32_t rank,
   Member& m = c->MemberAt(rank);
   const bool changed = !m.known || (!host.empty() && m.host != host) ||
                        (cuda_device >= 0 && m.cuda_device != cuda_device);
+  const std::string& now_on = host.empty() ? m.host : std::string(host);
+  const bool unreachable = !now_on.empty() && lost_hosts_.count(now_on) > 0;
+  if (changed || unreachable != m.unreachable ||
+      (global_rank >= 0 && m.global_rank != global_rank) ||
+      (pid != 0 && m.pid != pid)) {
+    ++c->generation;  // a cycle's copy of this comm is stale
+  }
   m.known = true;
   if (global_rank >= 0) m.global_rank = global_rank;
   if (!host.empty()) m.host = std::string(host);
-  m.unreachable = !m.host.empty() && lost_hosts_.count(m.host) > 0;
+  m.unreachable = unreachable;
   if (pid != 0) m.pid = pid;
   if (cuda_device >= 0) m.cuda_device = cuda_device;
   if (changed) AssignNic(&m);
@@ -181,6 +188,7 @@ absl::Status EngineImpl::AddCommunicator(absl::string_view host,
   if (info.parent_comm_hash() != 0)
     c.parent_comm_hash = info.parent_comm_hash();
   if (info.n_ranks() > 0) {
+    if (!c.n_ranks_known || c.n_ranks != info.n_ranks()) ++c.generation;
     c.n_ranks = info.n_ranks();
     c.n_ranks_known = true;
   }
@@ -201,6 +209,7 @@ absl::Status EngineImpl::AddCommunicator(absl::string_view host,
       if (!ChargeMember()) break;
       it = c.members.try_emplace(r).first;
     }
+    if (it->second.global_rank != info.global_ranks(r)) ++c.generation;
     it->second.global_rank = info.global_ranks(r);
   }
   return absl::OkStatus();
@@ -396,8 +405,10 @@ absl::Status EngineImpl::AddLifecycle(absl::string_view host,
   const bool died = l.kind() == v1::RankLifecycle::KIND_DIED;
   for (auto& [hash, c] : comms_) {
     for (auto& [rank, m] : c.members) {
-      if (m.host == host && m.pid == l.pid() && l.pid() != 0) {
+      if (m.host == host && m.pid == l.pid() && l.pid() != 0 &&
+          !(died ? m.dead : m.exited)) {
         (died ? m.dead : m.exited) = true;
+        ++c.generation;
       }
     }
   }
@@ -441,7 +452,10 @@ void EngineImpl::SetNodeLost(absl::string_view host, bool lost) {
   }
   for (auto& [hash, c] : comms_) {
     for (auto& [rank, m] : c.members) {
-      if (m.host == host) m.unreachable = lost;
+      if (m.host == host && m.unreachable != lost) {
+        m.unreachable = lost;
+        ++c.generation;
+      }
     }
   }
 }

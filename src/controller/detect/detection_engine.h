@@ -125,6 +125,22 @@ struct EngineStats {
   uint64_t comms_expired = 0;      // forgotten after comm_expiry without input
   uint64_t summaries_refused = 0;  // beyond max_join_entries
   uint64_t join_entries = 0;       // summaries held in open joins now
+  // Hang verdicts of a cycle dropped because the communicator's members
+  // changed between BeginCycle and FinishCycle; judged again on the live
+  // state (FinishCycle).
+  uint64_t hang_verdicts_rejudged = 0;
+};
+
+// One detection cycle's work between DetectionEngine::BeginCycle and
+// FinishCycle: copies of what the detectors read, and their verdicts.
+class CycleWork {
+ public:
+  virtual ~CycleWork() = default;
+  // Runs the detectors on the copies BeginCycle took. Touches nothing of
+  // the engine, so it may run while another thread feeds the engine
+  // inputs (the controller runs it without its lock); once per work,
+  // between BeginCycle and FinishCycle.
+  virtual void Detect() = 0;
 };
 
 // Connections of one summary (or in-flight entries of one progress report)
@@ -132,7 +148,9 @@ struct EngineStats {
 inline constexpr int kMaxConnectionsPerRecord = 256;
 
 // Not thread-safe: one caller at a time (pitstop-controller serialises calls
-// with a mutex; the offline analyzer calls it from one thread).
+// with a mutex; the offline analyzer calls it from one thread). The one
+// exception is CycleWork::Detect(), which may run beside any call but
+// BeginCycle/FinishCycle.
 class DetectionEngine {
  public:
   struct Options {
@@ -161,6 +179,9 @@ class DetectionEngine {
     // A communicator no input named for this long is forgotten (ended jobs
     // must not hold budget forever). Zero keeps them.
     absl::Duration comm_expiry = absl::Hours(1);
+    // Called by CycleWork::Detect() before the detectors run (tests hold a
+    // cycle there to show what may happen meanwhile). Empty: nothing.
+    std::function<void()> detect_hook;
   };
 
   // InvalidArgument if `clock` is null or the default policy is invalid.
@@ -228,6 +249,28 @@ class DetectionEngine {
   // this cycle for the communicators not yet stepped, in the next for the
   // others, as if it had come just before or just after the cycle.
   virtual CycleResult RunCycle(const std::function<void()>& between_comms) = 0;
+  // The same cycle in three steps, so a caller that serialises the engine
+  // with a lock can run the detectors without it (pitstop-controller: agent
+  // batches are then joined while the detectors run):
+  //   BeginCycle (serialised) expires communicators and incomplete joins,
+  //     closes the windows whose time has come and copies what the
+  //     detectors read of the communicators to judge (members, progress,
+  //     the closed window, baselines; not the open joins);
+  //   CycleWork::Detect() (not serialised) runs the detectors on the copies;
+  //   FinishCycle (serialised) publishes their verdicts: faults, baselines,
+  //     cascades, profiling requests. A communicator whose members changed
+  //     meanwhile (a member added or moved, dead, exited, its node lost or
+  //     back) has its hangs judged again on the live state, so no verdict
+  //     blames a rank on what was stale (stats().hang_verdicts_rejudged).
+  // Inputs between the steps count for the next window (the closed one was
+  // taken) and the next cycle's hang check, as if they came just after the
+  // cycle. `between_comms` as above, in BeginCycle and FinishCycle. One
+  // cycle at a time; RunCycle(f) is exactly the three steps in a row.
+  virtual std::unique_ptr<CycleWork> BeginCycle(
+      const std::function<void()>& between_comms) = 0;
+  virtual CycleResult FinishCycle(
+      std::unique_ptr<CycleWork> work,
+      const std::function<void()>& between_comms) = 0;
   // Tells the engine an operator resolved `fault_id`: it stops updating it
   // and opens a new fault if the condition is still seen.
   virtual void ForgetFault(absl::string_view fault_id) = 0;

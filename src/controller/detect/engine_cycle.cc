@@ -13,73 +13,195 @@
 
 namespace pitstop::controller {
 
+namespace {
+
+// A copy of `c` for the detectors: everything but the open joins (the
+// input side, the bulk of a comm's memory) and, unless `take_window`, the
+// window (which then stays in `c`). With `take_window` the window moves to
+// the copy and `c` starts a fresh one.
+CommState CopyForDetection(CommState* c, bool take_window) {
+  auto pending = std::move(c->pending);
+  auto order = std::move(c->pending_order);
+  auto watermark = std::move(c->folded_watermark);
+  WindowAccum window = std::move(c->window);
+  c->pending.clear();
+  c->pending_order.clear();
+  c->folded_watermark.clear();
+  c->window = WindowAccum{};
+  CommState copy = *c;
+  c->pending = std::move(pending);
+  c->pending_order = std::move(order);
+  c->folded_watermark = std::move(watermark);
+  if (take_window) {
+    copy.window = std::move(window);
+  } else {
+    c->window = std::move(window);
+  }
+  return copy;
+}
+
+bool AnyDead(const CommState& c) {
+  for (const auto& [r, m] : c.members) {
+    if (m.dead) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void JudgeHangs(CommState* c, const v1::JobPolicy& policy, int64_t now_ns,
+                double now_unix, std::vector<HangClear>* clears,
+                std::vector<HangVerdict>* out) {
+  const size_t first_new = out->size();
+  DetectHangs(c, policy, now_ns, clears, out);
+  // Persist when each hang started (the age survives a restart).
+  for (size_t i = first_new; i < out->size(); ++i) {
+    v1::Fault& f = (*out)[i].fault;
+    if ((*out)[i].pending || (*out)[i].dead_comm || f.evidence_size() == 0) {
+      continue;
+    }
+    auto& values = *f.mutable_evidence(0)->mutable_values();
+    auto stuck = values.find("stuck_ns");
+    if (stuck != values.end()) {
+      values[std::string(kHangStartedKey)] = now_unix - stuck->second;
+    }
+  }
+}
+
+void EngineCycleWork::Detect() {
+  if (detected) return;
+  detected = true;
+  if (hook) hook();
+  for (CommWork& w : comms) {
+    if (w.window) {
+      w.straggler = DetectStraggler(w.copy, w.policy);
+      w.slow = DetectCommSlow(&w.copy, w.policy, w.straggler.hit);
+    }
+    if (w.hangs) {
+      JudgeHangs(&w.copy, w.policy, w.now_ns, w.now_unix, &w.clears,
+                 &w.hang_verdicts);
+    }
+  }
+}
+
 CycleResult EngineImpl::RunCycle(const std::function<void()>& between_comms) {
-  const absl::Time started = absl::Now();
-  CycleResult result;
+  std::unique_ptr<CycleWork> work = BeginCycle(between_comms);
+  work->Detect();
+  return FinishCycle(std::move(work), between_comms);
+}
+
+std::unique_ptr<CycleWork> EngineImpl::BeginCycle(
+    const std::function<void()>& between_comms) {
+  auto work = std::make_unique<EngineCycleWork>();
+  work->started = absl::Now();
+  work->hook = options_.detect_hook;
   int64_t now = clock_->MonotonicNanos();
-  std::vector<HangVerdict> hangs;
   ExpireComms(now);
-  // Only ExpireComms erases from comms_ (above); inputs fed by
-  // between_comms may insert, which keeps the std::map's iterators valid.
+  // Only ExpireComms erases from comms_ (above, and in no other step of a
+  // cycle); inputs fed by between_comms may insert, which keeps the
+  // std::map's iterators valid.
   for (auto it = comms_.begin(); it != comms_.end(); ++it) {
     if (between_comms) {
       between_comms();
       now = clock_->MonotonicNanos();
     }
-    CommState& c = it->second;
-    EvictJoins(&c, now);
-    const v1::JobPolicy policy = GetJobPolicy(c.job_id);
-    if (c.window_start_ns == 0) c.window_start_ns = now;
-    if (now - c.window_start_ns >=
-        static_cast<int64_t>(policy.window_ms()) * 1'000'000) {
-      CloseWindow(&c, policy, now, &result);
-    }
-    const size_t first_new = hangs.size();
-    DetectHangs(&c, policy, now, &tracker_, &hangs);
-    // Persist when each hang started (the age survives a restart).
-    const double now_unix =
-        static_cast<double>(absl::ToUnixNanos(clock_->Now()));
-    for (size_t i = first_new; i < hangs.size(); ++i) {
-      v1::Fault& f = hangs[i].fault;
-      if (hangs[i].pending || hangs[i].dead_comm || f.evidence_size() == 0) {
-        continue;
-      }
-      auto& values = *f.mutable_evidence(0)->mutable_values();
-      auto stuck = values.find("stuck_ns");
-      if (stuck != values.end()) {
-        values[std::string(kHangStartedKey)] = now_unix - stuck->second;
-      }
-    }
+    CaptureComm(&it->second, now, work.get());
+  }
+  return work;
+}
+
+void EngineImpl::CaptureComm(CommState* c, int64_t now_ns,
+                             EngineCycleWork* work) {
+  EvictJoins(c, now_ns);
+  v1::JobPolicy policy = GetJobPolicy(c->job_id);
+  if (c->window_start_ns == 0) c->window_start_ns = now_ns;
+  bool window = false;
+  if (now_ns - c->window_start_ns >=
+      static_cast<int64_t>(policy.window_ms()) * 1'000'000) {
+    c->window_start_ns = now_ns;
+    // A window without at least two timed collectives says nothing either
+    // way (idle, or a pause): it neither hits nor counts as a miss.
+    window = c->window.collectives >= 2;
+    if (!window) c->ResetWindow();
+  }
+  // Without progress or a dead member the hang detector finds nothing.
+  const bool hangs = !c->progress.empty() || AnyDead(*c);
+  if (!window && !hangs) return;
+  CommWork& w = work->comms.emplace_back();
+  w.comm_hash = c->comm_hash;
+  w.generation = c->generation;
+  w.policy = std::move(policy);
+  w.now_ns = now_ns;
+  w.now_unix = static_cast<double>(absl::ToUnixNanos(clock_->Now()));
+  w.window = window;
+  w.hangs = hangs;
+  w.copy = CopyForDetection(c, window);
+}
+
+CycleResult EngineImpl::FinishCycle(
+    std::unique_ptr<CycleWork> base,
+    const std::function<void()>& between_comms) {
+  auto* work = static_cast<EngineCycleWork*>(base.get());
+  work->Detect();  // a caller that did not run it
+  CycleResult result;
+  std::vector<HangVerdict> hangs;
+  for (CommWork& w : work->comms) {
+    if (between_comms) between_comms();
+    auto it = comms_.find(w.comm_hash);
+    if (it == comms_.end()) continue;  // only a cycle expires comms
+    PublishComm(&it->second, &w, &result, &hangs);
   }
   RaiseHangs(hangs, &tracker_);
   result.faults = tracker_.TakeChanged();
   ++stats_.cycles;
-  result.cycle_time = absl::Now() - started;
+  result.cycle_time = absl::Now() - work->started;
   return result;
 }
 
-void EngineImpl::CloseWindow(CommState* c, const v1::JobPolicy& policy,
-                             int64_t now_ns, CycleResult* result) {
-  c->window_start_ns = now_ns;
-  // A window without at least two timed collectives says nothing either way
-  // (idle, or a pause): it neither hits nor counts as a miss.
-  if (c->window.collectives < 2) {
-    c->ResetWindow();
-    return;
+void EngineImpl::PublishComm(CommState* c, CommWork* w, CycleResult* result,
+                             std::vector<HangVerdict>* hangs) {
+  if (w->window) {
+    std::map<std::string, v1::Fault> hits;
+    const StragglerVerdict& straggler = w->straggler;
+    if (straggler.hit &&
+        !FoldStraggler(w->copy, straggler, w->policy, w->now_ns)) {
+      hits[straggler.key] = straggler.fault;
+    }
+    const CommSlowVerdict& slow = w->slow;
+    if (slow.hit) hits[slow.key] = slow.fault;
+    // Only the comm-slow detector changes baselines.
+    c->baselines = std::move(w->copy.baselines);
+    c->comm_slow_extra_ns = slow.hit ? slow.extra_ns : 0;
+    c->comm_slow_at_ns = w->now_ns;
+    if (slow.want_profiling) RequestProfiling(c, w->now_ns, result);
+    tracker_.EndWindow(c->comm_hash, hits, w->policy.persistence_n(),
+                       w->policy.persistence_m());
   }
-  std::map<std::string, v1::Fault> hits;
-  const StragglerVerdict straggler = DetectStraggler(*c, policy);
-  if (straggler.hit && !FoldStraggler(*c, straggler, policy, now_ns)) {
-    hits[straggler.key] = straggler.fault;
+  if (!w->hangs) return;
+  if (c->generation != w->generation) {
+    // A member was added, moved, died, exited or its node was lost or came
+    // back since the copy: the verdicts may blame a rank on stale facts.
+    // Judged again here, on the live state (rare: membership changes).
+    w->clears.clear();
+    w->hang_verdicts.clear();
+    ++stats_.hang_verdicts_rejudged;
+    JudgeHangs(c, w->policy, clock_->MonotonicNanos(),
+               static_cast<double>(absl::ToUnixNanos(clock_->Now())),
+               &w->clears, &w->hang_verdicts);
+  } else {
+    // The detector's bookkeeping of the copy; progress that arrived since
+    // is compared with it in the next cycle (as if it came after this one).
+    for (const auto& [func, fp] : w->copy.progress) {
+      auto live = c->progress.find(func);
+      if (live == c->progress.end()) continue;
+      live->second.min_completed = fp.min_completed;
+      live->second.last_advance_ns = fp.last_advance_ns;
+    }
+    c->adopted_hang_start = std::move(w->copy.adopted_hang_start);
   }
-  const CommSlowVerdict slow = DetectCommSlow(c, policy, straggler.hit);
-  if (slow.hit) hits[slow.key] = slow.fault;
-  c->comm_slow_extra_ns = slow.hit ? slow.extra_ns : 0;
-  c->comm_slow_at_ns = now_ns;
-  if (slow.want_profiling) RequestProfiling(c, now_ns, result);
-  tracker_.EndWindow(c->comm_hash, hits, policy.persistence_n(),
-                     policy.persistence_m());
-  c->ResetWindow();
+  for (const HangClear& clear : w->clears)
+    tracker_.Clear(clear.key, clear.note);
+  for (HangVerdict& v : w->hang_verdicts) hangs->push_back(std::move(v));
 }
 
 void EngineImpl::RequestProfiling(CommState* c, int64_t now_ns,

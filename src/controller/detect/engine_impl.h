@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "src/controller/detect/comm_state.h"
+#include "src/controller/detect/cycle_work.h"
 #include "src/controller/detect/detection_engine.h"
 #include "src/controller/detect/fault_tracker.h"
 #include "src/controller/detect/straggler_detector.h"
@@ -33,6 +34,10 @@ class EngineImpl final : public DetectionEngine {
   v1::JobPolicy GetJobPolicy(absl::string_view job_id) const override;
   using DetectionEngine::RunCycle;
   CycleResult RunCycle(const std::function<void()>& between_comms) override;
+  std::unique_ptr<CycleWork> BeginCycle(
+      const std::function<void()>& between_comms) override;
+  CycleResult FinishCycle(std::unique_ptr<CycleWork> work,
+                          const std::function<void()>& between_comms) override;
   void ForgetFault(absl::string_view fault_id) override;
   void AdoptOpenFaults(const std::vector<v1::Fault>& faults) override;
   void NodeLost(absl::string_view host) override;
@@ -64,8 +69,15 @@ class EngineImpl final : public DetectionEngine {
   void AssignNic(Member* m) const;
   void Fold(CommState* c, std::pair<int32_t, uint64_t> key);
   void EvictJoins(CommState* c, int64_t now_ns);
-  void CloseWindow(CommState* c, const v1::JobPolicy& policy, int64_t now_ns,
-                   CycleResult* result);
+  // BeginCycle's step of one communicator: evicts old joins, closes its
+  // window when due and, when there is something to judge, appends a copy
+  // to `work`.
+  void CaptureComm(CommState* c, int64_t now_ns, EngineCycleWork* work);
+  // FinishCycle's step of one communicator: the closed window's verdicts
+  // (cascade, persistence, baselines, profiling) and its hang clears and
+  // verdicts (judged again on `c` when its members changed).
+  void PublishComm(CommState* c, CommWork* w, CycleResult* result,
+                   std::vector<HangVerdict>* hangs);
   // Whether `v` (a straggler of `c`) is a victim of a comm-slow condition
   // of another comm it belongs to (engine_cascade.cc); if so, adds it to
   // that comm's open COMM_SLOW fault, if any.

@@ -83,20 +83,25 @@ constexpr v1::FaultClass kHangClasses[] = {
     v1::FAULT_CLASS_NON_COMM_HANG, v1::FAULT_CLASS_COMM_HANG,
     v1::FAULT_CLASS_PROCESS_DIED, v1::FAULT_CLASS_MISMATCH};
 
-void Resolve(CommState* comm, int32_t func, FaultTracker* tracker) {
+void AddClear(std::vector<HangClear>* clears, std::string key,
+              absl::string_view note) {
+  clears->push_back(HangClear{std::move(key), std::string(note)});
+}
+
+void Resolve(CommState* comm, int32_t func, std::vector<HangClear>* clears) {
   for (v1::FaultClass cls : kHangClasses) {
-    tracker->Clear(HangKey(*comm, func, cls), "collectives complete again");
+    AddClear(clears, HangKey(*comm, func, cls), "collectives complete again");
   }
 }
 
 // Clears the hang faults of (comm, func) of every class but `keep`.
 void ClearOtherClasses(const CommState& comm, int32_t func, v1::FaultClass keep,
-                       FaultTracker* tracker) {
+                       std::vector<HangClear>* clears) {
   for (v1::FaultClass cls : kHangClasses) {
     if (cls != keep) {
-      tracker->Clear(HangKey(comm, func, cls),
-                     absl::StrCat("the hang is now classified ",
-                                  v1::FaultClass_Name(keep)));
+      AddClear(clears, HangKey(comm, func, cls),
+               absl::StrCat("the hang is now classified ",
+                            v1::FaultClass_Name(keep)));
     }
   }
 }
@@ -105,17 +110,17 @@ void ClearOtherClasses(const CommState& comm, int32_t func, v1::FaultClass keep,
 // the other functions involved are the same fault and are cleared.
 void RaiseMismatch(CommState* comm, int32_t func, const Mismatch& m,
                    const std::set<int32_t>& judged, int64_t stuck,
-                   int64_t timeout, FaultTracker* tracker,
+                   int64_t timeout, std::vector<HangClear>* clears,
                    std::vector<HangVerdict>* out) {
   if (m.groups[0].op.func != func) {
     for (v1::FaultClass cls : kHangClasses) {
-      tracker->Clear(HangKey(*comm, func, cls),
-                     "part of a collective mismatch raised under the "
-                     "majority's function");
+      AddClear(clears, HangKey(*comm, func, cls),
+               "part of a collective mismatch raised under the "
+               "majority's function");
     }
     return;
   }
-  ClearOtherClasses(*comm, func, v1::FAULT_CLASS_MISMATCH, tracker);
+  ClearOtherClasses(*comm, func, v1::FAULT_CLASS_MISMATCH, clears);
   HangVerdict& v = out->emplace_back();
   v.key = HangKey(*comm, func, v1::FAULT_CLASS_MISMATCH);
   v.state = stuck >= 2 * timeout ? v1::FAULT_STATE_CONFIRMED
@@ -244,7 +249,8 @@ int64_t HangTimeoutNs(const CommState& comm, const v1::JobPolicy& policy) {
 }
 
 void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
-                 FaultTracker* tracker, std::vector<HangVerdict>* out) {
+                 std::vector<HangClear>* clears,
+                 std::vector<HangVerdict>* out) {
   const int32_t n = comm->ExpectedRanks();
   bool any_dead = false;
   for (const auto& [r, m] : comm->members) any_dead |= m.dead;
@@ -319,7 +325,7 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
       fp.min_completed = min_completed;
     }
     if (any_dead || max_enqueued <= min_completed) {
-      Resolve(comm, func, tracker);
+      Resolve(comm, func, clears);
       continue;
     }
     const int64_t seq = min_completed + 1;
@@ -331,7 +337,7 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
       }
     }
     if (stuck < timeout) {
-      Resolve(comm, func, tracker);
+      Resolve(comm, func, clears);
       // Stuck for a quarter of the timeout: not raised yet, but new hangs
       // elsewhere that wait for its members are held back meanwhile.
       if (stuck * 4 >= timeout) {
@@ -350,7 +356,7 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
     }
     if (!mismatch) mismatch = FindMismatch(*comm, judged);
     if (*mismatch) {
-      RaiseMismatch(comm, func, **mismatch, judged, stuck, timeout, tracker,
+      RaiseMismatch(comm, func, **mismatch, judged, stuck, timeout, clears,
                     out);
       continue;
     }
@@ -444,9 +450,9 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
     }
     for (v1::FaultClass cls : kHangClasses) {
       if (cls != f.fault_class()) {
-        tracker->Clear(HangKey(*comm, func, cls),
-                       absl::StrCat("the hang is now classified ",
-                                    v1::FaultClass_Name(f.fault_class())));
+        AddClear(clears, HangKey(*comm, func, cls),
+                 absl::StrCat("the hang is now classified ",
+                              v1::FaultClass_Name(f.fault_class())));
       }
     }
     HangVerdict& v = out->emplace_back();

@@ -24,6 +24,15 @@ inline constexpr absl::string_view kHangStartedKey = "hang_started_unix_ns";
 // recent collective durations); the floor alone without durations.
 int64_t HangTimeoutNs(const CommState& comm, const v1::JobPolicy& policy);
 
+// A hang fault key whose condition no longer holds (or is now classified
+// otherwise): FaultTracker::Clear(key, note), applied by the engine when it
+// publishes the cycle (the detector itself may run on a snapshot, without
+// the engine's caller's lock, and never touches the tracker).
+struct HangClear {
+  std::string key;
+  std::string note;
+};
+
 // For each collective function of `comm`: N = 1 + the highest sequence
 // number every live member completed. When some member enqueued N and the
 // members' completions have not advanced for longer than the timeout (engine
@@ -57,7 +66,9 @@ int64_t HangTimeoutNs(const CommState& comm, const v1::JobPolicy& policy);
 // as above, when every other member waits; so are members on a node whose agent
 // is gone (NodeLost), and the fault names that node. Key: "hang/<comm
 // hex>/<func>/<class>" (a new class is a new fault). Verdicts are appended to
-// `out`; RaiseHangs() raises them.
+// `out` (RaiseHangs() raises them), keys to resolve to `clears`; `comm` is
+// only written in its progress bookkeeping (FuncProgress::min_completed,
+// last_advance_ns, adopted_hang_start), so it may be a snapshot.
 struct HangVerdict {
   std::string key;
   v1::Fault fault;
@@ -77,7 +88,7 @@ struct HangVerdict {
   std::set<std::string> waiting;
 };
 void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
-                 FaultTracker* tracker, std::vector<HangVerdict>* out);
+                 std::vector<HangClear>* clears, std::vector<HangVerdict>* out);
 
 // Raises the verdicts of one cycle (all comms), folding cascades across
 // communicators: a NON_COMM_HANG whose missing ranks are all blocked in a
