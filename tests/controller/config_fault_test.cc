@@ -82,7 +82,23 @@ TEST_F(ConfigFaultTest, DeathAfterAFailedCreationIsNoProcessFault) {
   const std::vector<v1::Fault> latest = Latest();
   ASSERT_EQ(latest.size(), 1u) << latest[0].DebugString();
   EXPECT_EQ(latest[0].fault_class(), v1::FAULT_CLASS_CONFIG);
-  EXPECT_EQ(latest[0].evidence(0).values().at("ranks_then_died"), 1);
+  // Reported together (one agent batch), the death is in the evidence.
+  InitFailed("node1", 200, 1, "Bootstrap : no socket interface found", 2,
+             "job2");
+  v1::RankLifecycle l;
+  l.set_kind(v1::RankLifecycle::KIND_DIED);
+  l.set_job_id("job2");
+  l.set_pid(200);
+  l.set_global_rank(1);
+  ASSERT_TRUE(engine_->AddLifecycle("node1", l).ok());
+  Cycle(absl::Milliseconds(500));
+  ASSERT_EQ(Latest().size(), 2u);
+  for (const v1::Fault& f : Latest()) {
+    EXPECT_EQ(f.fault_class(), v1::FAULT_CLASS_CONFIG);
+    if (f.job_id() == "job2") {
+      EXPECT_EQ(f.evidence(0).values().at("ranks_then_died"), 1);
+    }
+  }
 }
 
 // The operator fixed the setting and the job retried in the same process:
