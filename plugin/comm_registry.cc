@@ -85,6 +85,20 @@ int CommRegistry::live() const {
   return n;
 }
 
+void CommRegistry::AddInitFailure(InitFailure f) {
+  MutexLock lock(&mu_);
+  if (init_failures_.size() < kMaxInitFailures) {
+    init_failures_.push_back(std::move(f));
+  }
+}
+
+std::vector<InitFailure> CommRegistry::TakeInitFailures() {
+  MutexLock lock(&mu_);
+  std::vector<InitFailure> out;
+  out.swap(init_failures_);
+  return out;
+}
+
 std::vector<CommEvent> CommRegistry::TakeEvents() {
   MutexLock lock(&mu_);
   return std::exchange(pending_, {});

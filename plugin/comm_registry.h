@@ -54,6 +54,11 @@ class CommRegistry {
 
   // Exporter thread: queued events since the last call.
   std::vector<CommEvent> TakeEvents();
+  // Interposer: a communicator creation call failed (kept until the
+  // exporter takes it; at most kMaxInitFailures, later ones dropped).
+  void AddInitFailure(InitFailure f);
+  std::vector<InitFailure> TakeInitFailures();
+  static constexpr size_t kMaxInitFailures = 16;
   // kCommInit for every live communicator (sent first on a new stream).
   std::vector<CommEvent> Snapshot() const;
   // Applies an agent command: comm_hash 0 = all; event_mask 0 = back to the
@@ -94,6 +99,7 @@ class CommRegistry {
   mutable Mutex mu_;
   std::vector<Entry> entries_ PLUGIN_GUARDED_BY(mu_);
   std::vector<CommEvent> pending_ PLUGIN_GUARDED_BY(mu_);
+  std::vector<InitFailure> init_failures_ PLUGIN_GUARDED_BY(mu_);
   uint32_t extra_mask_ PLUGIN_GUARDED_BY(mu_) = 0;
 };
 

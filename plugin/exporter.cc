@@ -180,6 +180,10 @@ bool Exporter::Drain() {
     ProtoWriter(&pending_).Message(kReqCommunicators, EncodeCommEvent(ev));
     pending_comms_ = true;
   }
+  for (const InitFailure& f : registry_->TakeInitFailures()) {
+    ProtoWriter(&pending_).Message(kReqInitFailures, EncodeInitFailure(f));
+    pending_comms_ = true;
+  }
   if (pending_records_ >= options_.max_batch_records) return true;
   const size_t room = options_.max_batch_records - pending_records_;
   const size_t n = rings_->DrainAll(

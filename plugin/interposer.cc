@@ -65,10 +65,41 @@ void Forget(NcclComm comm) {
   if (g_comms != nullptr) g_comms->erase(comm);
 }
 
+// What the interposer tells the agent about a failed creation call.
+struct CallSite {
+  const char* name;  // the NCCL API, e.g. "ncclCommInitRank"
+  int n_ranks;       // -1 when the call does not say
+  int rank;
+};
+
+// A creation call returned an error: a configuration fault of the job
+// (NVIDIA/nccl#426), reported with NCCL's last error text.
+void ReportFailure(const CallSite& site, NcclResult r, uint64_t parent_hash) {
+  using LastErrorFn = const char* (*)(NcclComm);
+  static std::atomic<void*> cache{};
+  auto last_error = Real<LastErrorFn>("pncclGetLastError", &cache);
+  try {
+    InitFailure f;
+    f.call = site.name;
+    f.result = static_cast<int32_t>(r);
+    if (last_error != nullptr) {
+      if (const char* text = last_error(nullptr); text != nullptr) {
+        f.error.assign(text, strnlen(text, 1024));
+      }
+    }
+    f.n_ranks = site.n_ranks;
+    f.rank = site.rank;
+    f.parent_comm_hash = parent_hash;
+    if (Runtime* rt = Runtime::GetOrCreate()) rt->ReportInitFailure(f);
+  } catch (...) {
+  }
+}
+
 // Runs `create` with the thread's InterposerCall set, then records which
-// communicators it made and their CUDA devices.
+// communicators it made and their CUDA devices, or reports its failure.
 template <typename F>
-NcclResult Create(uint64_t parent_hash, NcclComm* comms, int n, F&& create) {
+NcclResult Create(const CallSite& site, uint64_t parent_hash, NcclComm* comms,
+                  int n, F&& create) {
   InterposerCall call;
   call.parent_comm_hash = parent_hash;
   InterposerCall*& slot = Runtime::ThreadInterposerCall();
@@ -76,10 +107,11 @@ NcclResult Create(uint64_t parent_hash, NcclComm* comms, int n, F&& create) {
   slot = &call;
   const NcclResult r = create();
   slot = prev;
-  if ((r != abi::kNcclSuccess && r != abi::kNcclInProgress) ||
-      comms == nullptr) {
+  if (r != abi::kNcclSuccess && r != abi::kNcclInProgress) {
+    ReportFailure(site, r, parent_hash);
     return r;
   }
+  if (comms == nullptr) return r;
   using CuDeviceFn = NcclResult (*)(NcclComm, int*);
   static std::atomic<void*> cache{};
   auto cu_device = Real<CuDeviceFn>("pncclCommCuDevice", &cache);
@@ -147,7 +179,8 @@ PITSTOP_EXPORT NcclResult ncclCommInitRank(NcclComm* comm, int nranks,
                                            NcclUniqueId id, int rank) noexcept {
   using Fn = NcclResult (*)(NcclComm*, int, NcclUniqueId, int);
   PITSTOP_REAL(Fn, pncclCommInitRank);
-  return pp::Create(0, comm, 1, [&] { return real(comm, nranks, id, rank); });
+  return pp::Create({"ncclCommInitRank", nranks, rank}, 0, comm, 1,
+                    [&] { return real(comm, nranks, id, rank); });
 }
 
 PITSTOP_EXPORT NcclResult ncclCommInitRankConfig(NcclComm* comm, int nranks,
@@ -155,7 +188,7 @@ PITSTOP_EXPORT NcclResult ncclCommInitRankConfig(NcclComm* comm, int nranks,
                                                  NcclConfig* config) noexcept {
   using Fn = NcclResult (*)(NcclComm*, int, NcclUniqueId, int, NcclConfig*);
   PITSTOP_REAL(Fn, pncclCommInitRankConfig);
-  return pp::Create(0, comm, 1,
+  return pp::Create({"ncclCommInitRankConfig", nranks, rank}, 0, comm, 1,
                     [&] { return real(comm, nranks, id, rank, config); });
 }
 
@@ -163,7 +196,8 @@ PITSTOP_EXPORT NcclResult ncclCommInitAll(NcclComm* comms, int ndev,
                                           const int* devlist) noexcept {
   using Fn = NcclResult (*)(NcclComm*, int, const int*);
   PITSTOP_REAL(Fn, pncclCommInitAll);
-  return pp::Create(0, comms, ndev, [&] { return real(comms, ndev, devlist); });
+  return pp::Create({"ncclCommInitAll", ndev, -1}, 0, comms, ndev,
+                    [&] { return real(comms, ndev, devlist); });
 }
 
 PITSTOP_EXPORT NcclResult
@@ -172,9 +206,9 @@ ncclCommInitRankScalable(NcclComm* comm, int nranks, int myrank, int n_id,
   using Fn =
       NcclResult (*)(NcclComm*, int, int, int, NcclUniqueId*, NcclConfig*);
   PITSTOP_REAL(Fn, pncclCommInitRankScalable);
-  return pp::Create(0, comm, 1, [&] {
-    return real(comm, nranks, myrank, n_id, ids, config);
-  });
+  return pp::Create(
+      {"ncclCommInitRankScalable", nranks, myrank}, 0, comm, 1,
+      [&] { return real(comm, nranks, myrank, n_id, ids, config); });
 }
 
 PITSTOP_EXPORT NcclResult ncclCommSplit(NcclComm comm, int color, int key,
@@ -182,7 +216,7 @@ PITSTOP_EXPORT NcclResult ncclCommSplit(NcclComm comm, int color, int key,
                                         NcclConfig* config) noexcept {
   using Fn = NcclResult (*)(NcclComm, int, int, NcclComm*, NcclConfig*);
   PITSTOP_REAL(Fn, pncclCommSplit);
-  return pp::Create(pp::HashOf(comm), newcomm, 1,
+  return pp::Create({"ncclCommSplit", -1, -1}, pp::HashOf(comm), newcomm, 1,
                     [&] { return real(comm, color, key, newcomm, config); });
 }
 
@@ -192,10 +226,11 @@ PITSTOP_EXPORT NcclResult ncclCommShrink(NcclComm comm, int* exclude_ranks,
                                          int shrink_flags) noexcept {
   using Fn = NcclResult (*)(NcclComm, int*, int, NcclComm*, NcclConfig*, int);
   PITSTOP_REAL(Fn, pncclCommShrink);
-  return pp::Create(pp::HashOf(comm), newcomm, 1, [&] {
-    return real(comm, exclude_ranks, exclude_count, newcomm, config,
-                shrink_flags);
-  });
+  return pp::Create({"ncclCommShrink", -1, -1}, pp::HashOf(comm), newcomm, 1,
+                    [&] {
+                      return real(comm, exclude_ranks, exclude_count, newcomm,
+                                  config, shrink_flags);
+                    });
 }
 
 PITSTOP_EXPORT NcclResult ncclCommFinalize(NcclComm comm) noexcept {

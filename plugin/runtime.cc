@@ -296,6 +296,18 @@ void Runtime::AbortComm(uint64_t comm_hash) noexcept {
   }
 }
 
+void Runtime::ReportInitFailure(const InitFailure& failure) noexcept {
+  try {
+    InitFailure f = failure;
+    f.time_cpu_ns = NowCpuNs();
+    registry_.AddInitFailure(std::move(f));
+    MutexLock lifecycle(&lifecycle_mu_);
+    MutexLock lock(&mu_);
+    StartExporterLocked();
+  } catch (...) {
+  }
+}
+
 void Runtime::ShutdownAtExit() noexcept {
   MutexLock lifecycle(&lifecycle_mu_);
   std::unique_ptr<Exporter> exporter;

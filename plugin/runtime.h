@@ -54,6 +54,10 @@ class Runtime {
   // NCCL created the communicator; mark an abort/revoke.
   void UpdateComm(uint64_t comm_hash, const CommInfo& extra) noexcept;
   void AbortComm(uint64_t comm_hash) noexcept;
+  // Interposer: a communicator creation call returned an error. Queued for
+  // the agent (the exporter starts if no communicator started it: a
+  // process whose first creation fails has none).
+  void ReportInitFailure(const InitFailure& failure) noexcept;
   // Interposer: the library was LD_PRELOADed (reported as load_mode).
   static void MarkPreloaded() noexcept;
   static InterposerCall*& ThreadInterposerCall() noexcept;

@@ -79,6 +79,19 @@ std::string EncodeGoodbye(GoodbyeReason reason, uint64_t time_cpu_ns) {
   return s;
 }
 
+std::string EncodeInitFailure(const InitFailure& f) {
+  std::string s;
+  ProtoWriter w(&s);
+  w.Bytes(1, f.call);
+  w.Int32(2, f.result);
+  w.Bytes(3, f.error);
+  w.Int32(4, f.n_ranks);
+  w.Int32(5, f.rank);
+  w.Varint(6, f.parent_comm_hash);
+  w.Varint(7, f.time_cpu_ns);
+  return s;
+}
+
 namespace {
 
 class Reader {

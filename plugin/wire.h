@@ -114,6 +114,18 @@ struct Drops {
   uint64_t events_recorded = 0;
 };
 
+// CommInitFailure (common.proto): a communicator creation call that
+// returned an error (interposer).
+struct InitFailure {
+  std::string call;
+  int32_t result = 0;
+  std::string error;
+  int32_t n_ranks = -1;
+  int32_t rank = -1;
+  uint64_t parent_comm_hash = 0;
+  uint64_t time_cpu_ns = 0;
+};
+
 // ProcessGoodbye.Reason values.
 enum GoodbyeReason { kGoodbyeFinalize = 1, kGoodbyeExit = 2 };
 
@@ -139,6 +151,7 @@ enum RequestField {
   kReqDrops = 10,
   kReqSentCpuNs = 11,
   kReqGoodbye = 12,
+  kReqInitFailures = 13,
 };
 
 std::string EncodeCommInfo(const CommInfo& info);
@@ -146,6 +159,7 @@ std::string EncodeCommEvent(const CommEvent& ev);
 std::string EncodeHello(const Hello& hello);
 std::string EncodeDrops(const Drops& drops);
 std::string EncodeGoodbye(GoodbyeReason reason, uint64_t time_cpu_ns);
+std::string EncodeInitFailure(const InitFailure& f);
 
 // Parses a StreamTelemetryResponse. False on malformed input (what was
 // parsed before the error is kept).

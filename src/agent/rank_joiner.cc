@@ -142,6 +142,19 @@ absl::Status RankJoiner::Add(uint64_t stream,
     s->hello.DiscardUnknownFields();
     EmitLifecycle(s, v1::RankLifecycle::KIND_STREAM_OPENED);
   }
+  // Failed communicator creations (a configuration error of the job):
+  // each becomes a lifecycle event for the controller. Bounded per message;
+  // long texts are cut, not refused (the error text is the evidence).
+  for (int i = 0; i < req.init_failures_size() && i < kMaxInitFailures; ++i) {
+    v1::CommInitFailure f = req.init_failures(i);
+    f.DiscardUnknownFields();
+    if (f.call().size() > 64) f.mutable_call()->resize(64);
+    if (f.error().size() > kMaxInitErrorText) {
+      f.mutable_error()->resize(kMaxInitErrorText);
+    }
+    EmitLifecycle(s, v1::RankLifecycle::KIND_COMM_INIT_FAILED);
+    *lifecycle_.back().mutable_init_failure() = std::move(f);
+  }
   if (req.batch_seq() != 0) {
     if (s->last_batch_seq != 0 && req.batch_seq() > s->last_batch_seq + 1) {
       stats_.batches_lost += req.batch_seq() - s->last_batch_seq - 1;

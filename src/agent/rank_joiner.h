@@ -73,6 +73,10 @@ inline constexpr size_t kMaxConnsPerStream = 1 << 20;  // over open ops
 // at most 4096 ops per batch. Beyond it the message's records are dropped
 // and counted in records_over_cap (the stream stays open).
 inline constexpr size_t kMaxRecordsPerMessage = 65536;
+// Failed communicator creations taken from one message (more are ignored)
+// and the longest error text kept of each (cut beyond).
+inline constexpr int kMaxInitFailures = 16;
+inline constexpr size_t kMaxInitErrorText = 1024;
 // Strings kept per stream or communicator (hello host/job_id/versions,
 // comm_name, host, job_id): longer ones are refused (a hello: the stream
 // ends with InvalidArgument; a communicator record: dropped, counted).

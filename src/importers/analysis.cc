@@ -31,7 +31,7 @@ absl::Status Feed(const ImportedJob& job, agent::RankJoiner* joiner,
     // A rank without a file left no data: like a rank whose telemetry never
     // started, it is known only from its peers' member lists. Only a hang
     // that waits for it makes it a suspect.
-    if (rank.absent) continue;
+    if (rank.absent && rank.init_failures.empty()) continue;
     if (registered.insert(rank.host).second) {
       v1::NodeRegistration reg;
       reg.set_host(rank.host);
@@ -55,7 +55,13 @@ absl::Status Feed(const ImportedJob& job, agent::RankJoiner* joiner,
   joiner->TakeLifecycle(&lifecycle);
   for (const v1::RankLifecycle& l : lifecycle) {
     std::string host = "imported";
-    if (!l.communicators().empty()) host = l.communicators(0).host();
+    if (!l.communicators().empty()) {
+      host = l.communicators(0).host();
+    } else {
+      for (const ImportedRank& r : job.ranks) {
+        if (r.pid == l.pid() && !r.host.empty()) host = r.host;
+      }
+    }
     RETURN_IF_ERROR(engine->AddLifecycle(host, l));
   }
   std::vector<v1::CollectiveSummary> summaries;
@@ -97,6 +103,8 @@ const char* ClassName(v1::FaultClass c) { return FaultClassLabel(c); }
 // Higher = more likely the cause: hangs and deaths over slowness.
 int ClassWeight(v1::FaultClass c) {
   switch (c) {
+    case v1::FAULT_CLASS_CONFIG:
+      return 6;  // the job never started as configured: explains the rest
     case v1::FAULT_CLASS_PROCESS_DIED:
       return 5;
     case v1::FAULT_CLASS_NON_COMM_HANG:

@@ -233,6 +233,8 @@ const char* FaultClassLabel(v1::FaultClass c) {
       return "process-died";
     case v1::FAULT_CLASS_MISMATCH:
       return "mismatch";
+    case v1::FAULT_CLASS_CONFIG:
+      return "config";
     default:
       return "none";
   }

@@ -24,6 +24,9 @@ std::vector<v1::StreamTelemetryRequest> ToTelemetry(const ImportedJob& job,
     ev->set_kind(v1::CommunicatorEvent::KIND_INIT);
     *ev->mutable_info() = info;
   }
+  for (const v1::CommInitFailure& f : rank.init_failures) {
+    *first.add_init_failures() = f;
+  }
   out.push_back(std::move(first));
   size_t in_batch = 0;
   for (const ImportedOp& op : rank.ops) {

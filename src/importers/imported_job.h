@@ -60,6 +60,9 @@ struct ImportedRank {
   // its memberships, and its telemetry stream ends with a goodbye so that
   // detection treats it as absent (exited) instead of "never enqueued".
   bool absent = false;
+  // Communicator creations that failed in this process (from NCCL's log):
+  // sent as the library would (StreamTelemetryRequest.init_failures).
+  std::vector<v1::CommInitFailure> init_failures;
 };
 
 // A collective matched across ranks by an importer (Kineto: end times).

@@ -14,6 +14,7 @@
 #include "src/importers/input_file.h"
 #include "src/importers/inspector_reader.h"
 #include "src/importers/kineto_reader.h"
+#include "src/importers/nccl_log_reader.h"
 #include "src/importers/pickle_decoder.h"
 
 namespace pitstop::importers {
@@ -101,6 +102,9 @@ absl::StatusOr<ImportedJob> ImportPaths(const std::vector<std::string>& paths,
   FileFormat format = FileFormat::kUnknown;
   std::vector<std::string> files;
   std::vector<std::string> skipped;
+  // NCCL logs beside the other files (or alone): read for failed
+  // communicator creation (nccl_log_reader.h).
+  std::vector<std::string> logs;
   for (const Input& in : inputs) {
     auto head = Head(in.path);
     if (!head.ok()) {
@@ -118,6 +122,10 @@ absl::StatusOr<ImportedJob> ImportPaths(const std::vector<std::string>& paths,
       continue;
     }
     FileFormat f = DetectFormat(*head);
+    if (f == FileFormat::kUnknown && LooksLikeNcclLog(*head)) {
+      logs.push_back(in.path);
+      continue;
+    }
     if (f == FileFormat::kUnknown) {
       if (in.explicit_file) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -135,6 +143,23 @@ absl::StatusOr<ImportedJob> ImportPaths(const std::vector<std::string>& paths,
     }
     format = f;
     files.push_back(in.path);
+  }
+  std::vector<NcclLog> nccl_logs;
+  for (const std::string& f : logs) {
+    ASSIGN_OR_RETURN(auto in, InputStream::Open(f));
+    ASSIGN_OR_RETURN(NcclLog l, ParseNcclLog(&in->stream(), f));
+    nccl_logs.push_back(std::move(l));
+  }
+  if (files.empty() && !nccl_logs.empty()) {
+    ImportedJob job;
+    job.format = "nccl-log";
+    job.job_id = options.job_id.empty() ? "imported" : options.job_id;
+    if (AddNcclLogFailures(nccl_logs, &job) == 0) {
+      job.notes.push_back(absl::StrCat(
+          "read ", nccl_logs.size(),
+          " NCCL log(s): no failed communicator creation in them"));
+    }
+    return job;
   }
   if (files.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -206,6 +231,7 @@ absl::StatusOr<ImportedJob> ImportPaths(const std::vector<std::string>& paths,
     AddAbsentRanks(
         &*job, [&](int32_t g) { return SyntheticHost(prefix, g, per_node); });
   }
+  if (job.ok() && !nccl_logs.empty()) AddNcclLogFailures(nccl_logs, &*job);
   if (job.ok() && !skipped.empty()) {
     job->notes.push_back(absl::StrCat("skipped ", skipped.size(),
                                       " file(s) of no known format (e.g. ",

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -83,9 +84,18 @@ int pncclGetVersion(int* v) {
   *v = 22809;
   return 0;
 }
+// A unique id "fail:TEXT" makes creation fail as a misconfigured job's
+// does (NVIDIA/nccl#426): ncclSystemError, TEXT as NCCL's last error.
+thread_local char t_last_error[256] = "";
 int pncclCommInitRank(FakeComm** comm, int nranks, UniqueId id, int rank) {
+  if (std::strncmp(id.internal, "fail:", 5) == 0) {
+    std::snprintf(t_last_error, sizeof(t_last_error), "%s", id.internal + 5);
+    *comm = nullptr;
+    return 2;  // ncclSystemError
+  }
   return MakeComm(comm, HashId(id), nranks, rank);
 }
+const char* pncclGetLastError(FakeComm*) { return t_last_error; }
 int pncclCommInitRankConfig(FakeComm** comm, int nranks, UniqueId id, int rank,
                             void*) {
   return MakeComm(comm, HashId(id), nranks, rank);
@@ -135,5 +145,6 @@ PITSTOP_WEAK_ALIAS(ncclCommDestroy)
 PITSTOP_WEAK_ALIAS(ncclCommAbort)
 PITSTOP_WEAK_ALIAS(ncclCommRevoke)
 PITSTOP_WEAK_ALIAS(ncclCommCuDevice)
+PITSTOP_WEAK_ALIAS(ncclGetLastError)
 
 }  // extern "C"

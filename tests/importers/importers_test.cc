@@ -645,5 +645,169 @@ TEST(ImporterTest, AnotherSizeInFlightRecorderDumpsIsAMismatch) {
   EXPECT_EQ(result->verdict.suspects, std::vector<int32_t>{1});
 }
 
+// NVIDIA/nccl#426, post-mortem: the job's NCCL log (NCCL_DEBUG=INFO, with
+// torchrun's rank prefixes) shows ncclCommInitRank failing on two ranks
+// with a transport error; a third rank's creation completed. No dump was
+// written (no collective ever ran), so the log is all there is.
+constexpr char kInitFailureLog[] =
+    "[rank0]:node0:4001:4001 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
+    "[rank0]:node0:4001:4001 [0] NCCL INFO ncclCommInitRank comm 0x55a1 rank 0 "
+    "nranks 4 cudaDev 0 nvmlDev 0 busId 1000 commId 0x9d2f - Init START\n"
+    "[rank1]:node0:4002:4002 [1] NCCL INFO ncclCommInitRank comm 0x55b2 rank 1 "
+    "nranks 4 cudaDev 1 nvmlDev 1 busId 2000 commId 0x9d2f - Init START\n"
+    "[rank2]:node1:5001:5001 [0] NCCL INFO ncclCommInitRank comm 0x66c3 rank 2 "
+    "nranks 4 cudaDev 0 nvmlDev 0 busId 1000 commId 0x9d2f - Init START\n"
+    "[rank0]:node0:4001:4010 [0] transport/net_ib.cc:621 NCCL WARN NET/IB : "
+    "No device found.\n"
+    "[rank0]:node0:4001:4010 [0] NCCL INFO transport/net.cc:112 -> 2\n"
+    "[rank0]:node0:4001:4001 [0] NCCL INFO init.cc:1266 -> 2\n"
+    "[rank1]:node0:4002:4012 [1] misc/socket.cc:484 NCCL WARN "
+    "socketStartConnect: "
+    "Connect to 10.0.0.9<43211> failed : Connection refused\n"
+    "[rank1]:node0:4002:4002 [1] NCCL INFO bootstrap.cc:77 -> 2\n"
+    "[rank2]:node1:5001:5001 [0] NCCL INFO ncclCommInitRank comm 0x66c3 rank 2 "
+    "nranks 4 cudaDev 0 nvmlDev 0 busId 1000 commId 0x9d2f - Init COMPLETE\n"
+    "[rank0]: torch.distributed.DistBackendError: NCCL error in: "
+    "ProcessGroupNCCL.cpp:1970, unhandled system error (run with "
+    "NCCL_DEBUG=INFO for details), NCCL version 2.21.5\n"
+    "[rank0]: ncclSystemError: System call (e.g. socket, malloc) or external "
+    "library call failed or device error.\n";
+
+TEST(ImporterTest, NcclLogWithFailedCommCreationIsAConfigFault) {
+  TempDir dir;
+  dir.Write("train-job.log", kInitFailureLog);
+  dir.Write("README", "notes");
+  auto job = ImportPaths({dir.path()}, ImportOptions());
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->format, "nccl-log");
+  auto result = AnalyzeJob(*job, AnalysisOptions());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->verdict.fault_class, v1::FAULT_CLASS_CONFIG);
+  EXPECT_EQ(result->verdict.suspects, (std::vector<int32_t>{0, 1}));
+  ASSERT_EQ(result->faults.size(), 1u);
+  const v1::Fault& f = result->faults[0];
+  EXPECT_THAT(f.summary(), HasSubstr("NET/IB : No device found."));
+  EXPECT_THAT(f.summary(), HasSubstr("Connection refused"));
+  EXPECT_THAT(f.summary(), HasSubstr("ncclSystemError"));
+  EXPECT_THAT(f.summary(), HasSubstr("not a hardware fault"));
+  for (const v1::Suspect& s : f.suspects()) {
+    EXPECT_EQ(s.level(), v1::SUSPECT_LEVEL_RANK);
+    EXPECT_EQ(s.host(), "node0");
+  }
+  const std::string table = FormatVerdictTable(
+      *job, result->faults, result->verdict, "analyze", false);
+  EXPECT_THAT(table, HasSubstr("VERDICT: config"));
+}
+
+// A log of a job whose creation completed and which failed later (a
+// runtime network error) is no configuration fault.
+TEST(ImporterTest, NcclLogOfALaterFailureIsNoConfigFault) {
+  TempDir dir;
+  dir.Write("rank-3.log",
+            "node3:7001:7001 [3] NCCL INFO ncclCommInitRank comm 0x1 rank 3 "
+            "nranks 4 cudaDev 3 - Init START\n"
+            "node3:7001:7001 [3] NCCL INFO ncclCommInitRank comm 0x1 rank 3 "
+            "nranks 4 cudaDev 3 - Init COMPLETE\n"
+            "node3:7001:7050 [3] transport/net_ib.cc:1295 NCCL WARN NET/IB : "
+            "Got completion from peer with error 12\n"
+            "node3:7001:7050 [3] NCCL INFO transport/net.cc:1031 -> 6\n");
+  auto job = ImportPaths({dir.path()}, ImportOptions());
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto result = AnalyzeJob(*job, AnalysisOptions());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->faults.empty());
+}
+
+// NVIDIA/nccl#1730, post-mortem: Flight Recorder dumps of a broadcast
+// group in which rank 2's completions stopped at 10 while it kept
+// enqueuing (to 30) and the others completed up to 40.
+TEST(ImporterTest, SilentDivergenceInFlightRecorderDumpsNamesTheStalledRank) {
+  TempDir dir;
+  for (int r = 0; r < 4; ++r) {
+    const bool stalled = r == 2;
+    const int completed = stalled ? 10 : 40;
+    const int enqueued = stalled ? 30 : 42;
+    json entries = json::array();
+    for (int seq = completed - 1; seq <= enqueued; ++seq) {
+      entries.push_back(
+          {{"record_id", seq},
+           {"pg_id", 0},
+           {"process_group", {"0", "default_pg"}},
+           {"collective_seq_id", seq},
+           {"p2p_seq_id", 0},
+           {"profiling_name", "nccl:broadcast"},
+           {"input_sizes", {{4096}}},
+           {"input_dtypes", {"Float"}},
+           {"state", seq <= completed ? "completed" : "scheduled"},
+           {"time_created_ns", 1000 * seq},
+           {"is_p2p", false}});
+    }
+    json doc = {{"version", "2.9"},
+                {"pg_config",
+                 {{"0",
+                   {{"name", "0"},
+                    {"desc", "default_pg"},
+                    {"ranks", "[0, 1, 2, 3]"}}}}},
+                {"pg_status",
+                 {{"0",
+                   {{"last_enqueued_collective", enqueued},
+                    {"last_started_collective", -1},
+                    {"last_completed_collective", completed}}}}},
+                {"entries", entries}};
+    dir.Write(absl::StrCat("_dump_", r, ".json"), doc.dump());
+  }
+  auto job = ImportPaths({dir.path()}, ImportOptions());
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto result = AnalyzeJob(*job, AnalysisOptions());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->verdict.fault_class, v1::FAULT_CLASS_NON_COMM_HANG);
+  EXPECT_EQ(result->verdict.suspects, std::vector<int32_t>{2});
+  bool divergence = false;
+  for (const v1::Fault& f : result->faults) {
+    divergence |= absl::StrContains(f.summary(), "silent divergence");
+  }
+  EXPECT_TRUE(divergence);
+}
+
+// dlrover#1749, post-mortem: dumps taken while every rank paused (a
+// checkpoint) with nothing pending say nothing is wrong.
+TEST(ImporterTest, DumpsOfAnIdleJobAreNoHang) {
+  TempDir dir;
+  for (int r = 0; r < 4; ++r) {
+    json entries = json::array();
+    for (int seq = 18; seq <= 20; ++seq) {
+      entries.push_back({{"record_id", seq},
+                         {"pg_id", 0},
+                         {"process_group", {"0", "default_pg"}},
+                         {"collective_seq_id", seq},
+                         {"p2p_seq_id", 0},
+                         {"profiling_name", "nccl:all_reduce"},
+                         {"input_sizes", {{4096}}},
+                         {"input_dtypes", {"Float"}},
+                         {"state", "completed"},
+                         {"time_created_ns", 1000 * seq},
+                         {"is_p2p", false}});
+    }
+    json doc = {{"version", "2.9"},
+                {"pg_config",
+                 {{"0",
+                   {{"name", "0"},
+                    {"desc", "default_pg"},
+                    {"ranks", "[0, 1, 2, 3]"}}}}},
+                {"pg_status",
+                 {{"0",
+                   {{"last_enqueued_collective", 20},
+                    {"last_started_collective", 20},
+                    {"last_completed_collective", 20}}}}},
+                {"entries", entries}};
+    dir.Write(absl::StrCat("_dump_", r, ".json"), doc.dump());
+  }
+  auto job = ImportPaths({dir.path()}, ImportOptions());
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto result = AnalyzeJob(*job, AnalysisOptions());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->faults.empty()) << result->faults[0].summary();
+}
+
 }  // namespace
 }  // namespace pitstop::importers

@@ -17,9 +17,17 @@ int ncclCommFinalize(FakeComm* comm);
 int ncclCommDestroy(FakeComm* comm);
 }
 
-int main() {
+int main(int argc, char** argv) {
   UniqueId id;
   std::memset(&id, 0, sizeof(id));
+  if (argc > 1 && std::strcmp(argv[1], "fail") == 0) {
+    // A misconfigured job: creation fails, the program reports and exits.
+    std::strcpy(id.internal, "fail:NET/IB : No device found.");
+    FakeComm* comm = nullptr;
+    const int r = ncclCommInitRank(&comm, 8, id, 3);
+    std::printf("init %d\n", r);
+    return r == 2 ? 3 : 1;
+  }
   std::strcpy(id.internal, "pitstop-interposer-test");
   FakeComm* world = nullptr;
   FakeComm* half = nullptr;

@@ -177,6 +177,46 @@ TEST(InterposerTest, PreloadedIntoUnchangedProgram) {
   EXPECT_TRUE(world_finalized);
 }
 
+// NVIDIA/nccl#426's shape: ncclCommInitRank fails (a transport error at
+// creation). The process has no communicator, yet the agent hears the
+// call, its result and NCCL's last error, then an orderly exit.
+TEST(InterposerTest, FailedCommCreationIsReportedWithNcclsError) {
+  const std::string sock = TempSocketPath("fail");
+  auto receiver = TelemetryReceiver::Start(sock);
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  const int status = RunChild({PITSTOP_INTERPOSER_DRIVER, "fail"},
+                              {{"LD_PRELOAD", BuiltPluginPath()},
+                               {"ASAN_OPTIONS", AsanOptionsForPreload()},
+                               {"-NCCL_PROFILER_PLUGIN", ""},
+                               {"PITSTOP_AGENT_SOCKET", sock},
+                               {"PITSTOP_FINALIZE_TIMEOUT_MS", kFlushBoundMs},
+                               {"RANK", "3"}});
+  ASSERT_TRUE(ExitedWith(status, 3)) << status;
+  ASSERT_TRUE((*receiver)->WaitFor(
+      [](const auto& s) {
+        return HasGoodbye(s, v1::ProcessGoodbye::REASON_EXIT);
+      },
+      absl::Seconds(30)));
+  std::vector<v1::CommInitFailure> failures;
+  int32_t hello_rank = -2;
+  for (const ReceivedStream& st : (*receiver)->Streams()) {
+    for (const v1::StreamTelemetryRequest& b : st.batches) {
+      if (b.has_hello()) hello_rank = b.hello().global_rank();
+      for (const v1::CommInitFailure& f : b.init_failures()) {
+        failures.push_back(f);
+      }
+    }
+  }
+  EXPECT_EQ(hello_rank, 3);
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_EQ(failures[0].call(), "ncclCommInitRank");
+  EXPECT_EQ(failures[0].result(), 2);
+  EXPECT_EQ(failures[0].error(), "NET/IB : No device found.");
+  EXPECT_EQ(failures[0].n_ranks(), 8);
+  EXPECT_EQ(failures[0].rank(), 3);
+  EXPECT_GT(failures[0].time_cpu_ns(), 0u);
+}
+
 TEST(InterposerTest, UserChoiceOfProfilerIsKept) {
   const std::string sock = TempSocketPath("own");
   auto receiver = TelemetryReceiver::Start(sock);

@@ -90,5 +90,14 @@ TEST(SimEndToEnd, CheckpointPauseRaisesNothing) {
   EXPECT_TRUE(r->score.ok());
 }
 
+// dlrover#1749: a checkpoint that pauses every rank for 8 s, longer than
+// the hang timeout (5 s floor): all idle with nothing enqueued, no hang.
+TEST(SimEndToEnd, CheckpointLongerThanTheHangTimeoutRaisesNothing) {
+  auto r = RunBuiltin("ci-checkpoint");
+  ASSERT_NE(r, nullptr);
+  EXPECT_TRUE(r->faults.empty()) << Describe(*r);
+  EXPECT_TRUE(r->score.ok());
+}
+
 }  // namespace
 }  // namespace pitstop::sim

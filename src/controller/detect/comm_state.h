@@ -33,6 +33,10 @@ struct Member {
   bool dead = false;         // RankLifecycle DIED
   bool exited = false;       // RankLifecycle CLEAN_EXIT
   bool unreachable = false;  // its node's agent is gone (NodeLost)
+  int64_t died_ns = 0;       // engine clock of the DIED report; 0 = alive
+  // Key of the PROCESS_DIED fault its death belongs to (deaths of one job
+  // close together share one fault); empty: "died/<host>/<pid>".
+  std::string death_key;
 };
 
 // One connection sample of a joined collective (directed src -> dst).
@@ -94,6 +98,14 @@ struct FuncProgress {
   const RankProgressState& RankAt(int32_t rank) const;
   int64_t min_completed = -2;   // -2 = not computed yet
   int64_t last_advance_ns = 0;  // engine clock
+  // Engine clock of the latest progress report of this (comm, func).
+  int64_t last_input_ns = 0;
+  // Since when some member has an op the others have not completed:
+  // 0 = seen idle (nothing outstanding) at the last cycle, -1 = never
+  // judged yet. A hang is timed from the later of this and the last
+  // advance, so a pause with nothing enqueued (a checkpoint longer than
+  // the hang timeout) does not count as time stuck once work resumes.
+  int64_t waiting_since_ns = -1;
 };
 
 // Baseline of the min duration per (func, size) for the comm-slow detector.
@@ -116,6 +128,9 @@ struct CommState {
   std::string owner_host;
   // Engine clock of the last input naming this communicator (expiry).
   int64_t last_input_ns = 0;
+  // Engine clock when this state was created (generations: a comm created
+  // after a death is a newer one).
+  int64_t created_ns = 0;
   // Hangs open when the controller restarted, per func: (stuck seq, when
   // the hang started on the engine clock). The hang detector uses it once,
   // so a hang adopted after a restart keeps its age.

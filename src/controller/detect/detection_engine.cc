@@ -1,6 +1,7 @@
 // Inputs and the detection cycle of the engine. Snapshots are in
 // engine_snapshots.cc.
 #include <algorithm>
+#include <iterator>
 #include <set>
 #include <utility>
 
@@ -98,6 +99,7 @@ CommState* EngineImpl::GetOrCreateComm(uint64_t hash, absl::string_view host,
     it = comms_.try_emplace(hash).first;
     it->second.comm_hash = hash;
     it->second.owner_host = std::string(host);
+    it->second.created_ns = now;
     if (auto a = adopted_hangs_.find(hash); a != adopted_hangs_.end()) {
       const int64_t now_unix = absl::ToUnixNanos(clock_->Now());
       for (const auto& [func, start] : a->second) {
@@ -119,18 +121,24 @@ void EngineImpl::ExpireComms(int64_t now_ns) {
       ++it;
       continue;
     }
-    stats_.ranks -= std::min<uint32_t>(stats_.ranks, it->second.members.size());
-    for (const auto& [key, join] : it->second.pending) {
-      stats_.join_entries -=
-          std::min<uint64_t>(stats_.join_entries, join.duration_ns.size());
-    }
-    auto owner = comms_per_host_.find(it->second.owner_host);
-    if (owner != comms_per_host_.end() && --owner->second == 0) {
-      comms_per_host_.erase(owner);
-    }
     ++stats_.comms_expired;
-    it = comms_.erase(it);
+    auto next = std::next(it);
+    EraseComm(it);
+    it = next;
   }
+}
+
+void EngineImpl::EraseComm(std::map<uint64_t, CommState>::iterator it) {
+  stats_.ranks -= std::min<uint32_t>(stats_.ranks, it->second.members.size());
+  for (const auto& [key, join] : it->second.pending) {
+    stats_.join_entries -=
+        std::min<uint64_t>(stats_.join_entries, join.duration_ns.size());
+  }
+  auto owner = comms_per_host_.find(it->second.owner_host);
+  if (owner != comms_per_host_.end() && --owner->second == 0) {
+    comms_per_host_.erase(owner);
+  }
+  comms_.erase(it);
 }
 
 absl::Status EngineImpl::NoteMember(CommState* c, int32_t rank,
@@ -201,6 +209,7 @@ absl::Status EngineImpl::AddCommunicator(absl::string_view host,
       !s.ok()) {
     return s;
   }
+  if (info.pid() != 0) config_.Created(reporter, info.pid());
   // Every entry names a member (memory follows the entries received).
   for (int r = 0; r < info.global_ranks_size() && r < c.ExpectedRanks(); ++r) {
     if (info.global_ranks(r) < 0) continue;
@@ -350,6 +359,7 @@ absl::Status EngineImpl::AddProgress(absl::string_view host,
   }
   FuncProgress& fp = c.progress[p.func()];
   if (fp.last_advance_ns == 0) fp.last_advance_ns = clock_->MonotonicNanos();
+  fp.last_input_ns = clock_->MonotonicNanos();
   RankProgressState& rs = fp.ranks[p.rank()];
   rs.reported = true;
   rs.enqueued = SeqOrNone(p.last_enqueued_seq(), p.last_enqueue_cpu_ns());
@@ -398,17 +408,23 @@ absl::Status EngineImpl::AddLifecycle(absl::string_view host,
           absl::StrCat("lifecycle.communicators: ", s.message()));
     }
   }
+  if (l.kind() == v1::RankLifecycle::KIND_COMM_INIT_FAILED) {
+    config_.Add(host, l);
+    return absl::OkStatus();
+  }
   if (l.kind() != v1::RankLifecycle::KIND_DIED &&
       l.kind() != v1::RankLifecycle::KIND_CLEAN_EXIT) {
     return absl::OkStatus();
   }
   const bool died = l.kind() == v1::RankLifecycle::KIND_DIED;
+  const int64_t now = clock_->MonotonicNanos();
   for (auto& [hash, c] : comms_) {
     for (auto& [rank, m] : c.members) {
       if (m.host == host && m.pid == l.pid() && l.pid() != 0 &&
           !(died ? m.dead : m.exited)) {
         (died ? m.dead : m.exited) = true;
         ++c.generation;
+        if (died && m.died_ns == 0) m.died_ns = now;
       }
     }
   }

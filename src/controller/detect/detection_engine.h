@@ -120,9 +120,11 @@ struct EngineStats {
   uint32_t communicators = 0;
   uint32_t ranks = 0;  // distinct (comm, rank) members known
   uint64_t cycles = 0;
-  uint64_t members_refused = 0;    // records refused by max_members
-  uint64_t comms_refused = 0;      // records refused by max_comms_per_host
-  uint64_t comms_expired = 0;      // forgotten after comm_expiry without input
+  uint64_t members_refused = 0;  // records refused by max_members
+  uint64_t comms_refused = 0;    // records refused by max_comms_per_host
+  uint64_t comms_expired = 0;    // forgotten after comm_expiry without input
+  // Forgotten as an earlier generation of a job (generations.cc).
+  uint64_t comms_retired = 0;
   uint64_t summaries_refused = 0;  // beyond max_join_entries
   uint64_t join_entries = 0;       // summaries held in open joins now
   // Hang verdicts of a cycle dropped because the communicator's members

@@ -97,9 +97,11 @@ std::unique_ptr<CycleWork> EngineImpl::BeginCycle(
   work->hook = options_.detect_hook;
   int64_t now = clock_->MonotonicNanos();
   ExpireComms(now);
-  // Only ExpireComms erases from comms_ (above, and in no other step of a
-  // cycle); inputs fed by between_comms may insert, which keeps the
-  // std::map's iterators valid.
+  RetireOldGenerations();
+  config_.Raise(&tracker_);
+  // Only ExpireComms and RetireOldGenerations erase from comms_ (above);
+  // inputs fed by between_comms may insert, which keeps the std::map's
+  // iterators valid.
   for (auto it = comms_.begin(); it != comms_.end(); ++it) {
     if (between_comms) {
       between_comms();
@@ -196,6 +198,7 @@ void EngineImpl::PublishComm(CommState* c, CommWork* w, CycleResult* result,
       if (live == c->progress.end()) continue;
       live->second.min_completed = fp.min_completed;
       live->second.last_advance_ns = fp.last_advance_ns;
+      live->second.waiting_since_ns = fp.waiting_since_ns;
     }
     c->adopted_hang_start = std::move(w->copy.adopted_hang_start);
   }
@@ -225,6 +228,28 @@ void EngineImpl::RequestProfiling(CommState* c, int64_t now_ns,
 
 void EngineImpl::RaiseProcessDied(absl::string_view host,
                                   const v1::RankLifecycle& l) {
+  const int64_t now = clock_->MonotonicNanos();
+  std::string key = absl::StrCat("died/", host, "/", l.pid());
+  auto set_key = [&](const std::string& k) {
+    for (auto& [hash, c] : comms_) {
+      for (auto& [r, m] : c.members) {
+        if (m.dead && m.host == host && m.pid == l.pid()) m.death_key = k;
+      }
+    }
+  };
+  // A process that could not create its communicator and then ended is
+  // part of the job's configuration fault, not a process fault.
+  if (config_.Failed(host, l.pid())) {
+    config_.NoteDeath(host, l.pid());
+    set_key(absl::StrCat("config/", l.job_id()));
+    return;
+  }
+  if (FoldDeath(host, l, now)) return;
+  set_key(key);
+  DeathEpisode& episode = job_deaths_[l.job_id()];
+  episode.key = key;
+  episode.first_ns = now;
+  episode.deaths = 1;
   v1::Fault f;
   f.set_fault_class(v1::FAULT_CLASS_PROCESS_DIED);
   f.set_detector("lifecycle");
@@ -285,8 +310,7 @@ void EngineImpl::RaiseProcessDied(absl::string_view host,
       "process died: pid %u on %s (global rank %d) ended without finalize; "
       "%d peer rank(s) will block on it",
       l.pid(), host, s->global_rank(), victims_total));
-  tracker_.Raise(absl::StrCat("died/", host, "/", l.pid()), f,
-                 v1::FAULT_STATE_CONFIRMED);
+  tracker_.Raise(key, f, v1::FAULT_STATE_CONFIRMED);
 }
 
 }  // namespace pitstop::controller

@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "src/controller/detect/comm_state.h"
+#include "src/controller/detect/config_fault.h"
 #include "src/controller/detect/cycle_work.h"
 #include "src/controller/detect/detection_engine.h"
 #include "src/controller/detect/fault_tracker.h"
@@ -86,6 +87,18 @@ class EngineImpl final : public DetectionEngine {
   void RequestProfiling(CommState* c, int64_t now_ns, CycleResult* result);
   void RaiseProcessDied(absl::string_view host,
                         const v1::RankLifecycle& lifecycle);
+  // generations.cc: a death of a job whose PROCESS_DIED fault (first death
+  // within kDeathFoldWindow) is open joins it as a later suspect instead of
+  // a fault of its own. Returns false when no such fault is open.
+  bool FoldDeath(absl::string_view host, const v1::RankLifecycle& lifecycle,
+                 int64_t now_ns);
+  // generations.cc: forgets communicators of an earlier generation: every
+  // member dead or exited and one dead (the job was restarted or killed),
+  // or a dead member while every live member is in a communicator of the
+  // job created after that death that has no dead member (the survivors
+  // re-formed without it, torchft-style). Their dead stop holding anyone.
+  void RetireOldGenerations();
+  void EraseComm(std::map<uint64_t, CommState>::iterator it);
   void SetNodeLost(absl::string_view host, bool lost);
 
   Clock* const clock_;
@@ -102,6 +115,15 @@ class EngineImpl final : public DetectionEngine {
       adopted_hangs_;
   FaultTracker tracker_;
   EngineStats stats_;
+  ConfigFaults config_;
+  // Per job: the PROCESS_DIED fault of its latest death episode and when
+  // (engine clock) its first death was reported.
+  struct DeathEpisode {
+    std::string key;
+    int64_t first_ns = 0;
+    int deaths = 0;
+  };
+  std::map<std::string, DeathEpisode> job_deaths_;
 };
 
 }  // namespace pitstop::controller

@@ -225,7 +225,11 @@ HangVerdict DeadCommVerdict(const CommState& comm) {
   v.fault.set_job_id(comm.job_id);
   for (const auto& [rank, m] : comm.members) {
     if (m.dead) {
-      if (v.key.empty()) v.key = absl::StrCat("died/", m.host, "/", m.pid);
+      if (v.key.empty()) {
+        v.key = !m.death_key.empty()
+                    ? m.death_key
+                    : absl::StrCat("died/", m.host, "/", m.pid);
+      }
       v.waiting.insert(RankIdentity(comm, rank));
       continue;
     }
@@ -324,12 +328,25 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
       }
       fp.min_completed = min_completed;
     }
-    if (any_dead || max_enqueued <= min_completed) {
+    if (any_dead) {
       Resolve(comm, func, clears);
       continue;
     }
+    if (max_enqueued <= min_completed) {
+      fp.waiting_since_ns = 0;  // idle: all done, nothing outstanding
+      Resolve(comm, func, clears);
+      continue;
+    }
+    if (fp.waiting_since_ns == 0) {
+      // Work resumed after an idle spell (dlrover#1749: a checkpoint
+      // longer than the timeout): the wait starts with the report that
+      // showed it, not at the last completion before the pause.
+      fp.waiting_since_ns = std::max(fp.last_input_ns, fp.last_advance_ns);
+    } else if (fp.waiting_since_ns < 0) {
+      fp.waiting_since_ns = fp.last_advance_ns;
+    }
     const int64_t seq = min_completed + 1;
-    int64_t stuck = now_ns - fp.last_advance_ns;
+    int64_t stuck = now_ns - std::max(fp.last_advance_ns, fp.waiting_since_ns);
     for (const auto& [r, rp] : fp.ranks) {
       if (rp.oldest_incomplete_seq == seq) {
         stuck =
@@ -370,17 +387,29 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
     // collective that needs every member, did take part in those
     // collectives but no longer reports them: its GPU or process stopped
     // (e.g. a GPU error freezes the watchdog's view).
-    std::set<int32_t> stalled;
+    //
+    // Silent divergence (NVIDIA/nccl#1730): one rank's watchdog fires while
+    // every other signal looks healthy. Its completions stopped while the
+    // others' went on, and it kept enqueuing (enqueued - completed grows).
+    // In a collective with a root (broadcast, reduce) one member can
+    // complete without another, so there it takes a strict majority of
+    // the judged members that completed past it.
     int64_t max_completed = -1;
-    if (NeedsEveryMember(func)) {
-      for (int32_t r : judged) {
-        max_completed = std::max(max_completed, fp.RankAt(r).completed);
-      }
-      for (int32_t r : judged) {
-        if (max_completed >= seq && fp.RankAt(r).completed < max_completed &&
-            !behind.count(r)) {
-          stalled.insert(r);
-        }
+    int moved_on = 0;
+    for (int32_t r : judged) {
+      max_completed = std::max(max_completed, fp.RankAt(r).completed);
+      if (fp.RankAt(r).completed >= seq) ++moved_on;
+    }
+    const bool every = NeedsEveryMember(func);
+    const bool majority_moved_on =
+        2 * moved_on > static_cast<int>(judged.size());
+    std::set<int32_t> stalled;
+    for (int32_t r : judged) {
+      if (behind.count(r)) continue;
+      const int64_t c = fp.RankAt(r).completed;
+      if (every ? max_completed >= seq && c < max_completed
+                : majority_moved_on && c < seq) {
+        stalled.insert(r);
       }
     }
     v1::Fault f;
@@ -401,19 +430,35 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
         *f.add_suspects() = MemberSuspect(*comm, r, v1::SUSPECT_LEVEL_GPU, 0.8);
         values[absl::StrCat("last_completed_seq/rank", r)] =
             static_cast<double>(fp.RankAt(r).completed);
+        values[absl::StrCat("outstanding/rank", r)] =
+            static_cast<double>(fp.RankAt(r).enqueued - fp.RankAt(r).completed);
         if (f.suspects_size() <= 8) {
           absl::StrAppend(&who, who.empty() ? "" : ", ",
                           DescribeRank(*comm, r));
         }
       }
       values["max_completed_seq"] = static_cast<double>(max_completed);
+      values["members_completed_past"] = moved_on;
+      int64_t outstanding_others = 0;
+      int64_t outstanding_stalled = 0;
+      for (int32_t r : judged) {
+        const int64_t o = fp.RankAt(r).enqueued - fp.RankAt(r).completed;
+        int64_t& max =
+            stalled.count(r) ? outstanding_stalled : outstanding_others;
+        max = std::max(max, o);
+      }
+      values["max_outstanding_others"] =
+          static_cast<double>(outstanding_others);
       AddVictims(*comm, stalled, &f);
       f.set_summary(absl::StrFormat(
           "non-comm-hang: %zu of %d ranks of %s never completed seq %d, "
-          "which the others completed (up to seq %d) and which needed them: "
-          "their GPU or process stalled %.1f s ago: %s",
-          stalled.size(), n, comm->comm_name, seq, max_completed, stuck / 1e9,
-          who));
+          "which %d other member(s) completed (up to seq %d)%s: their GPU or "
+          "process stalled %.1f s ago with up to %d op(s) enqueued and not "
+          "completed, the others at most %d (silent divergence: only the "
+          "stalled rank's own watchdog sees it): %s",
+          stalled.size(), n, comm->comm_name, seq, moved_on, max_completed,
+          NeedsEveryMember(func) ? " and which needed them" : "", stuck / 1e9,
+          outstanding_stalled, outstanding_others, who));
       e->set_text(f.summary());
     } else if (!behind.empty()) {
       FillFaultHeader(*comm, v1::FAULT_CLASS_NON_COMM_HANG, "hang", &f);

@@ -44,7 +44,10 @@ struct HangClear {
 //     completed, in a collective that needs every member (all-reduce,
 //     all-gather, reduce-scatter, all-to-all, barrier), took part but
 //     stopped reporting: their GPU or process stalled (NON_COMM_HANG, GPU
-//     level; Flight Recorder dumps after a GPU error look like this);
+//     level; Flight Recorder dumps after a GPU error look like this); in a
+//     collective with a root (broadcast, reduce) when a strict majority of
+//     the judged members completed past them (silent divergence,
+//     NVIDIA/nccl#1730; evidence "outstanding/rankR" = enqueued - completed);
 //   - if every reporting member enqueued N but some reachable member never
 //     sent any data (its telemetry never started; offline: no dump), those
 //     are the suspects (PROCESS_DIED, PROCESS level, detector "hang",

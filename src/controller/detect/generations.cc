@@ -1,0 +1,131 @@
+// Restarts, checkpoints and deaths of a job's processes
+// (intelligent-machine-learning/dlrover#1749, meta-pytorch/torchft#63):
+// deaths of one job close together are one fault, and communicators of an
+// earlier generation stop holding anyone once the job moved on.
+#include <algorithm>
+#include <iterator>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "src/controller/detect/engine_impl.h"
+
+namespace pitstop::controller {
+namespace {
+
+// Deaths of one job within this long of its first death share its fault:
+// a launcher (torchrun, dlrover) tears the other workers down within
+// seconds of one failing, and a restart kills them all at once.
+constexpr int64_t kDeathFoldWindowNs = 30'000'000'000;
+// Later deaths listed as suspects of the episode's fault; more are counted.
+constexpr int kMaxFoldedSuspects = 16;
+
+}  // namespace
+
+bool EngineImpl::FoldDeath(absl::string_view host, const v1::RankLifecycle& l,
+                           int64_t now_ns) {
+  if (l.job_id().empty()) return false;
+  auto it = job_deaths_.find(l.job_id());
+  if (it == job_deaths_.end()) return false;
+  DeathEpisode& episode = it->second;
+  if (now_ns - episode.first_ns > kDeathFoldWindowNs) return false;
+  const v1::Fault* open = tracker_.Find(episode.key);
+  if (open == nullptr) return false;
+  v1::Fault f = *open;
+  ++episode.deaths;
+  for (auto& [hash, c] : comms_) {
+    for (auto& [r, m] : c.members) {
+      if (m.dead && m.host == host && m.pid == l.pid()) {
+        m.death_key = episode.key;
+      }
+    }
+  }
+  if (f.suspects_size() < kMaxFoldedSuspects) {
+    v1::Suspect* s = f.add_suspects();
+    s->set_level(v1::SUSPECT_LEVEL_PROCESS);
+    s->set_host(std::string(host));
+    s->set_pid(l.pid());
+    s->set_global_rank(l.global_rank());
+    s->set_comm_rank(-1);
+    s->set_gpu_index(-1);
+    s->set_peer_global_rank(-1);
+    s->set_peer_comm_rank(-1);
+    // Likelier torn down after the first than failed on its own.
+    s->set_confidence(0.3);
+    // A suspect is never also a victim.
+    auto* victims = f.mutable_victims();
+    for (int i = victims->size() - 1; i >= 0; --i) {
+      const v1::Suspect& v = victims->Get(i);
+      if ((l.global_rank() >= 0 && v.global_rank() == l.global_rank()) ||
+          (v.host() == host && v.pid() == l.pid() && l.pid() != 0)) {
+        victims->DeleteSubrange(i, 1);
+      }
+    }
+  }
+  if (f.evidence_size() > 0) {
+    auto& values = *f.mutable_evidence(0)->mutable_values();
+    values["deaths_in_job"] = episode.deaths;
+    values["deaths_window_s"] = (now_ns - episode.first_ns) / 1e9;
+  }
+  std::string summary = f.summary();
+  const size_t cut = summary.find("; then ");
+  if (cut != std::string::npos) summary.resize(cut);
+  f.set_summary(absl::StrFormat(
+      "%s; then %d more process(es) of job %s ended within %.1f s (the "
+      "launcher tearing the job down or restarting it: one fault, the first "
+      "death is the likely cause)",
+      summary, episode.deaths - 1, l.job_id(),
+      (now_ns - episode.first_ns) / 1e9));
+  tracker_.Raise(episode.key, f, v1::FAULT_STATE_CONFIRMED);
+  return true;
+}
+
+void EngineImpl::RetireOldGenerations() {
+  // (host, pid) -> engine clock of the oldest creation among the comms it
+  // belongs to that have no dead member, per job.
+  std::map<std::pair<std::string, uint32_t>, int64_t> newest_live_comm;
+  for (const auto& [hash, c] : comms_) {
+    bool any_dead = false;
+    for (const auto& [r, m] : c.members) any_dead |= m.dead;
+    if (any_dead) continue;
+    for (const auto& [r, m] : c.members) {
+      if (m.pid == 0) continue;
+      int64_t& t = newest_live_comm[{m.host, m.pid}];
+      t = std::max(t, c.created_ns);
+    }
+  }
+  for (auto it = comms_.begin(); it != comms_.end();) {
+    const CommState& c = it->second;
+    int64_t first_death = 0;
+    bool all_gone = true;
+    bool live_moved_on = true;
+    for (const auto& [r, m] : c.members) {
+      if (m.dead && (first_death == 0 || m.died_ns < first_death)) {
+        first_death = m.died_ns;
+      }
+      all_gone &= m.dead || m.exited;
+    }
+    if (first_death == 0) {
+      ++it;
+      continue;
+    }
+    for (const auto& [r, m] : c.members) {
+      if (m.dead || m.exited) continue;
+      auto moved = newest_live_comm.find({m.host, m.pid});
+      live_moved_on &= m.pid != 0 && moved != newest_live_comm.end() &&
+                       moved->second > first_death;
+    }
+    if (!all_gone && !live_moved_on) {
+      ++it;
+      continue;
+    }
+    ++stats_.comms_retired;
+    auto next = std::next(it);
+    EraseComm(it);
+    it = next;
+  }
+}
+
+}  // namespace pitstop::controller
