@@ -69,8 +69,19 @@ void EngineImpl::CloseWindow(CommState* c, const v1::JobPolicy& policy,
   }
   std::map<std::string, v1::Fault> hits;
   const StragglerVerdict straggler = DetectStraggler(*c, policy);
+  std::string root_key;
+  c->straggler_identity.clear();
   if (straggler.hit && !FoldStraggler(*c, straggler, policy, now_ns)) {
-    hits[straggler.key] = straggler.fault;
+    // A victim of another comm's straggler is remembered under that
+    // straggler's key, so ranks that wait for it here fold there too.
+    if (!FoldStragglerVictim(*c, straggler, policy, now_ns, &root_key)) {
+      hits[straggler.key] = straggler.fault;
+      root_key = straggler.key;
+    }
+    c->straggler_identity = RankIdentity(*c, straggler.rank);
+    c->straggler_key = root_key;
+    c->straggler_lateness_ns = straggler.others_wait_ns;
+    c->straggler_at_ns = now_ns;
   }
   const CommSlowVerdict slow = DetectCommSlow(c, policy, straggler.hit);
   if (slow.hit) hits[slow.key] = slow.fault;
