@@ -177,6 +177,15 @@ void UpstreamClient::Run() {
   }
 }
 
+void UpstreamClient::MarkApplied(uint64_t id) {
+  if (id == 0 || !applied_.insert(id).second) return;
+  applied_order_.push_back(id);
+  while (applied_order_.size() > kAppliedIds) {
+    applied_.erase(applied_order_.front());
+    applied_order_.pop_front();
+  }
+}
+
 absl::Duration UpstreamClient::RunStream(const std::string& address) {
   auto log = Logger("agent.upstream");
   last_error_.clear();
@@ -242,6 +251,17 @@ absl::Duration UpstreamClient::RunStream(const std::string& address) {
     v1::ConnectResponse resp;
     while (stream->Read(&resp)) {
       for (const v1::AgentCommand& cmd : resp.commands()) {
+        if (cmd.has_path() || cmd.has_set_activation_mask()) {
+          // Acked by id: one the controller sent again (it had no ack when
+          // this stream opened) is acked again and not applied twice.
+          MutexLock lock(&mu_);
+          if (Applied(cmd.command_id())) {
+            duplicates_.fetch_add(1);
+            acks_.push_back(cmd.command_id());
+            cv_.SignalAll();
+            continue;
+          }
+        }
         if (cmd.has_migration()) {
           // Its answers come back through Ack(), which takes mu_.
           if (options_.migration)
@@ -261,6 +281,7 @@ absl::Duration UpstreamClient::RunStream(const std::string& address) {
             continue;
           }
           MutexLock lock(&mu_);
+          MarkApplied(cmd.command_id());
           acks_.push_back(cmd.command_id());
           cv_.SignalAll();
           continue;
@@ -268,6 +289,7 @@ absl::Duration UpstreamClient::RunStream(const std::string& address) {
         MutexLock lock(&mu_);
         if (cmd.has_set_activation_mask()) {
           core_->ApplyActivation(cmd.command_id(), cmd.set_activation_mask());
+          MarkApplied(cmd.command_id());
           acks_.push_back(cmd.command_id());
         } else if (cmd.ping()) {
           pong_ = cmd.command_id();

@@ -17,7 +17,9 @@
 #define PITSTOP_AGENT_UPSTREAM_CLIENT_H_
 
 #include <atomic>
+#include <deque>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -77,8 +79,19 @@ class UpstreamClient {
   // thread; does not block.
   void Ack(const v1::MigrationAck& ack);
   uint64_t connects() const { return connects_.load(); }
+  // Commands received again after they were applied (the controller
+  // re-sends what it has no ack for to a reconnected stream): acked again,
+  // not applied again.
+  uint64_t duplicate_commands() const { return duplicates_.load(); }
 
  private:
+  // Remembers the ids of applied commands (the newest kAppliedIds), so a
+  // re-sent one is acked without being applied twice.
+  static constexpr size_t kAppliedIds = 4096;
+  bool Applied(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return applied_.count(id) > 0;
+  }
+  void MarkApplied(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run();
   // One connection; returns when it breaks or Stop() was called, with how
   // long it was connected (0 = never connected).
@@ -95,6 +108,7 @@ class UpstreamClient {
   std::thread thread_;
   std::atomic<bool> connected_{false};
   std::atomic<uint64_t> connects_{0};
+  std::atomic<uint64_t> duplicates_{0};
   std::string last_error_;  // how the last stream ended (Run's thread only)
   Mutex mu_;
   CondVar cv_;
@@ -102,6 +116,8 @@ class UpstreamClient {
   std::vector<uint64_t> acks_ ABSL_GUARDED_BY(mu_);
   uint64_t pong_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<v1::MigrationAck> migration_acks_ ABSL_GUARDED_BY(mu_);
+  std::set<uint64_t> applied_ ABSL_GUARDED_BY(mu_);
+  std::deque<uint64_t> applied_order_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pitstop::agent

@@ -56,8 +56,10 @@ ControllerCore::ControllerCore(Options options,
       store_(std::move(store)),
       start_unix_ns_(absl::ToUnixNanos(options_.clock->Now())),
       inbox_(options_.ingest_inbox_bytes),
-      engine_(std::move(engine)) {
+      engine_(std::move(engine)),
+      commands_(options_.clock) {
   MutexLock lock(&mu_);
+  next_command_id_ = std::max<uint64_t>(1, start_unix_ns_ / 1000);
   drains_ = store_->Drains();
   process_budget_ = options_.max_tracked_processes;
   SyncPolicyEngine::Options sync = options_.sync;
@@ -185,6 +187,7 @@ absl::StatusOr<uint64_t> ControllerCore::AgentConnected(
       ->info("agent {} connected (agent_id {}, {} GPUs{})", reg.host(),
              reg.agent_id(), reg.gpus_size(), reg.standby() ? ", standby" : "");
   if (migrations_) migrations_->OnHostUp(reg.host());
+  ResendUnacked(reg.host(), sink);
   return session;
 }
 
@@ -326,6 +329,10 @@ absl::Status ControllerCore::ApplyBatch(uint64_t session,
     planner_->ObserveBatch(host, batch);
     for (uint64_t id : batch.acked_command_ids()) planner_->Acked(host, id);
   }
+  if (batch.acked_command_ids_size() > 0) {
+    for (uint64_t id : batch.acked_command_ids()) commands_.Acked(host, id);
+    PublishCommandCounts();
+  }
   if (absl::Status s = MigrationInput(host, batch); !s.ok() && first.ok()) {
     first = s;
   }
@@ -386,6 +393,7 @@ void ControllerCore::ShedAndExpire() {
         silent > static_cast<uint64_t>(expiry) && !drains_.count(it->first)) {
       engine_->ForgetNode(it->first);
       e.records.Release(&process_budget_);
+      commands_.Forget(it->first);
       ++input_.nodes_expired;
       Logger("controller")
           ->info("node {} forgotten: no agent for {} s", it->first,
@@ -564,19 +572,53 @@ void ControllerCore::StoreFaults(const std::vector<v1::Fault>& faults) {
 }
 
 void ControllerCore::SendProfiling(const ProfilingRequest& r) {
-  auto it = nodes_.find(r.host);
-  if (it == nodes_.end() || it->second.sink == nullptr) return;
-  v1::ConnectResponse resp;
-  v1::AgentCommand* cmd = resp.add_commands();
-  cmd->set_command_id(next_command_id_++);
-  v1::SetActivationMask* m = cmd->mutable_set_activation_mask();
+  v1::AgentCommand cmd;
+  cmd.set_command_id(next_command_id_++);
+  v1::SetActivationMask* m = cmd.mutable_set_activation_mask();
   m->set_comm_hash(r.comm_hash);
   m->set_rank(r.rank);
   m->set_event_mask(r.event_mask);
   m->set_duration_ms(r.duration_ms);
-  it->second.sink->Send(resp);
+  if (SendToAgent(r.host, cmd)) {
+    Logger("controller")
+        ->info("deep profiling asked of {} for comm {:x}", r.host, r.comm_hash);
+  }
+}
+
+bool ControllerCore::SendToAgent(const std::string& host,
+                                 const v1::AgentCommand& cmd) {
+  auto it = nodes_.find(host);
+  if (it == nodes_.end()) return false;
+  const bool connected = it->second.sink != nullptr;
+  if (connected) {
+    v1::ConnectResponse resp;
+    *resp.add_commands() = cmd;
+    it->second.sink->Send(resp);
+  }
+  if (CommandLedger::Tracked(cmd)) {
+    commands_.Sent(host, cmd, connected);
+    PublishCommandCounts();
+  }
+  return connected;
+}
+
+void ControllerCore::ResendUnacked(const std::string& host, CommandSink* sink) {
+  std::vector<v1::AgentCommand> again = commands_.ForReconnect(host);
+  PublishCommandCounts();
+  if (again.empty() || sink == nullptr) return;
+  v1::ConnectResponse resp;
+  for (v1::AgentCommand& c : again) *resp.add_commands() = std::move(c);
+  sink->Send(resp);
   Logger("controller")
-      ->info("deep profiling asked of {} for comm {:x}", r.host, r.comm_hash);
+      ->info("agent {}: {} unacked command(s) sent again on its new stream",
+             host, resp.commands_size());
+}
+
+void ControllerCore::PublishCommandCounts() {
+  if (options_.metrics == nullptr) return;
+  const CommandLedger::Counts t = commands_.Total();
+  options_.metrics->SetAgentCommands(t.sent, t.acked, t.resent, t.dropped,
+                                     t.pending);
 }
 
 void ControllerCore::Notify(v1::WatchFaultsResponse::Change change,

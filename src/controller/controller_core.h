@@ -22,6 +22,7 @@
 #include "pitstop/sync.h"
 #include "pitstop/v1/agent.pb.h"
 #include "pitstop/v1/controller.pb.h"
+#include "src/controller/commands/command_ledger.h"
 #include "src/controller/controller_metrics.h"
 #include "src/controller/detect/detection_engine.h"
 #include "src/controller/ha/leadership.h"
@@ -361,6 +362,16 @@ class ControllerCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendProfiling(const ProfilingRequest& r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes `cmd` (its command_id set) to `host`'s agent stream and, for a
+  // command the agent acks, keeps it until the ack (commands_): it is
+  // written again when the agent reconnects, and waits for a known host's
+  // agent that is not connected now. False when it was not written now.
+  bool SendToAgent(const std::string& host, const v1::AgentCommand& cmd)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new stream of `host`: the commands its agent has not acked.
+  void ResendUnacked(const std::string& host, CommandSink* sink)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishCommandCounts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t NowUnixNs() const;
   // Closes agent streams silent for longer than node_grace and forgets
   // nodes gone for longer than node_expiry.
@@ -476,7 +487,11 @@ class ControllerCore {
   std::map<std::string, std::string> drains_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, Watcher> watchers_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Starts at the controller's start time in microseconds, so a restarted
+  // controller never reuses an id an agent has applied (agents apply an id
+  // once).
   uint64_t next_command_id_ ABSL_GUARDED_BY(mu_) = 1;
+  CommandLedger commands_ ABSL_GUARDED_BY(mu_);
   double last_cycle_ms_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_joined_ ABSL_GUARDED_BY(mu_) = 0;
   InputStats input_ ABSL_GUARDED_BY(mu_);

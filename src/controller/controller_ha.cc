@@ -92,6 +92,7 @@ void ControllerCore::StepDown(const std::string& why) {
           absl::StrCat("controller stepped down (", why, "); reconnect")));
       ++closed;
     }
+    commands_.Forget(host);  // the next leader sends its own
   }
   nodes_.clear();
   sessions_.clear();

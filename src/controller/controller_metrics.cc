@@ -36,6 +36,19 @@ ControllerMetrics::ControllerMetrics()
                  .Help("Agent streams currently connected")
                  .Register(*registry_)
                  .Add({});
+  commands_ = &prometheus::BuildCounter()
+                   .Name("pitstop_controller_agent_commands_total")
+                   .Help(
+                       "Commands agents ack by command_id (deep profiling, "
+                       "flow plans), by state: sent, acked, resent (to a "
+                       "reconnected agent), dropped (expired, superseded, "
+                       "over the budget)")
+                   .Register(*registry_);
+  commands_unacked_ = &prometheus::BuildGauge()
+                           .Name("pitstop_controller_agent_commands_unacked")
+                           .Help("Commands sent to agents and not acked yet")
+                           .Register(*registry_)
+                           .Add({});
   refused_ = &prometheus::BuildCounter()
                   .Name("pitstop_controller_refused_total")
                   .Help(
@@ -109,6 +122,18 @@ void ControllerMetrics::SetAuthRefused(uint64_t total) {
 }
 void ControllerMetrics::SetFencedWritesRefused(uint64_t total) {
   Advance(fenced_refused_, &fenced_refused_last_, total);
+}
+void ControllerMetrics::SetAgentCommands(uint64_t sent, uint64_t acked,
+                                         uint64_t resent, uint64_t dropped,
+                                         uint64_t unacked) {
+  static constexpr const char* kStates[] = {"sent", "acked", "resent",
+                                            "dropped"};
+  const uint64_t totals[] = {sent, acked, resent, dropped};
+  for (int i = 0; i < 4; ++i) {
+    Advance(&commands_->Add({{"state", kStates[i]}}), &commands_last_[i],
+            totals[i]);
+  }
+  commands_unacked_->Set(static_cast<double>(unacked));
 }
 void ControllerMetrics::LostInAgent(const std::string& host, double n) {
   lost_in_agent_->Add({{"host", host}}).Increment(n);

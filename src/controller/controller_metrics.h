@@ -42,6 +42,11 @@ class ControllerMetrics {
   // difference.
   void SetAuthRefused(uint64_t total);
   void SetFencedWritesRefused(uint64_t total);
+  // Commands agents ack by command_id (docs/controller.md, "Commands that
+  // land"), cumulative: sent, acked, re-sent to a reconnected agent,
+  // dropped (expired, superseded, over the budget); and unacked now.
+  void SetAgentCommands(uint64_t sent, uint64_t acked, uint64_t resent,
+                        uint64_t dropped, uint64_t unacked);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -57,6 +62,10 @@ class ControllerMetrics {
   prometheus::Counter* fenced_refused_;
   std::atomic<uint64_t> auth_refused_last_{0};
   std::atomic<uint64_t> fenced_refused_last_{0};
+  prometheus::Family<prometheus::Counter>* commands_;
+  prometheus::Gauge* commands_unacked_;
+  // sent, acked, resent, dropped as last published.
+  std::atomic<uint64_t> commands_last_[4] = {};
 };
 
 }  // namespace pitstop::controller

@@ -43,20 +43,20 @@ std::map<std::string, uint64_t> ControllerCore::RunPlanning() {
   if (r.directives.empty()) return r.planned;
   CoreLock lock(this);
   for (const LivePlanner::Directive& d : r.directives) {
-    auto it = nodes_.find(d.host);
-    if (it == nodes_.end() || it->second.sink == nullptr) {
-      Logger("planner")->warn(
-          "job {}: plan epoch {} not sent to {}: its agent is not connected",
-          d.directive.job_id(), d.directive.epoch(), d.host);
-      continue;
-    }
-    v1::ConnectResponse resp;
-    v1::AgentCommand* cmd = resp.add_commands();
+    v1::AgentCommand cmd;
     const uint64_t id = next_command_id_++;
-    cmd->set_command_id(id);
-    *cmd->mutable_path() = d.directive;
-    it->second.sink->Send(resp);
-    planner_->Sent(d.host, id, d.directive);
+    cmd.set_command_id(id);
+    *cmd.mutable_path() = d.directive;
+    const bool written = SendToAgent(d.host, cmd);
+    const bool known = nodes_.count(d.host) > 0;
+    // A known host's directive waits in commands_ for its agent.
+    if (known) planner_->Sent(d.host, id, d.directive);
+    if (!written) {
+      Logger("planner")->warn(
+          "job {}: plan epoch {} not sent to {}: its agent is not connected{}",
+          d.directive.job_id(), d.directive.epoch(), d.host,
+          known ? " (sent when it reconnects)" : "");
+    }
   }
   return r.planned;
 }

@@ -36,6 +36,12 @@ v1::Node ControllerCore::ToNode(const std::string& host,
     n.set_records_received(r.received);
     n.set_records_lost_in_agent(r.lost_in_agent);
   }
+  const CommandLedger::Counts c = commands_.HostCounts(host);
+  n.set_commands_sent(c.sent);
+  n.set_commands_acked(c.acked);
+  n.set_commands_resent(c.resent);
+  n.set_commands_dropped(c.dropped);
+  n.set_commands_unacked(static_cast<uint32_t>(c.pending));
   if (d != drains_.end()) {
     n.set_state(v1::NODE_STATE_DRAINED);
     n.set_drain_reason(d->second);

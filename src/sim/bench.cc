@@ -111,6 +111,87 @@ struct Row {
   std::vector<std::string> notes;
 };
 
+// Concurrent and subtle faults, and normals that are hard to tell from
+// faults (issue #12), one seed per size:
+// - concurrent: a slow GPU on one node and a slow NIC on another at once;
+//   both must be found, and the slow GPU's node-mates (late to every DP
+//   all-reduce because they wait for it in their TP all-reduce) must not be
+//   reported as stragglers;
+// - slow_link /2: a node pair at half bandwidth (COMM_SLOW on the pair);
+// - noisy compute: compute jitter 8% (4x the default) on a healthy job, and
+//   a slow GPU under it;
+// - checkpoint 12 s: every rank pauses at a step boundary for longer than
+//   the hang timeout (max(5 s, 10 x p99)): not a hang;
+// - pipeline layout: tp x pp x dp = 2 x 2 x 2 on 4 nodes x 2 GPUs with a
+//   slow GPU and an embedding-gradient all-reduce over each PP group. The
+//   simulator models no point-to-point traffic, so the stages exchange no
+//   activations: this checks the detectors on the layout's communicators,
+//   not on PP send/recv.
+std::vector<BenchCase> HardCases(int nodes, int gpus, const std::string& size) {
+  std::vector<BenchCase> out;
+  auto add = [&](std::string row, std::string what, Scenario s) {
+    s.name = absl::StrCat(row, "-", size);
+    for (char& ch : s.name) {
+      if (ch == ' ' || ch == '/') ch = '_';
+    }
+    s.source = "bench";
+    out.push_back({absl::StrCat(row, " ", size, " (", what, ")"), size,
+                   std::move(s), row});
+  };
+  {
+    Scenario s = Shape(nodes, gpus, 501);
+    std::mt19937_64 rng(501 + nodes * 10 + gpus);
+    FaultSpec gpu = Draw(FaultKind::kSlowGpu, s, &rng);
+    FaultSpec nic = Draw(FaultKind::kSlowNic, s, &rng);
+    const int gpu_node = gpu.rank / s.gpus_per_node;
+    if (nic.node == gpu_node) nic.node = (gpu_node + 1) % s.nodes;
+    s.faults = {gpu, nic};
+    add("concurrent", absl::StrCat(Target(gpu), " slow + ", Target(nic), " /4"),
+        s);
+  }
+  {
+    Scenario s = Shape(nodes, gpus, 502);
+    std::mt19937_64 rng(502 + nodes * 10 + gpus);
+    FaultSpec f = Draw(FaultKind::kSlowLink, s, &rng);
+    f.factor = 2;
+    s.faults = {f};
+    add("slow_link /2", Target(f), s);
+  }
+  {
+    Scenario s = Shape(nodes, gpus, 503);
+    s.compute_jitter = 0.08;
+    add("noisy compute", "clean, compute jitter 8%", s);
+  }
+  {
+    Scenario s = Shape(nodes, gpus, 504);
+    s.compute_jitter = 0.08;
+    std::mt19937_64 rng(504 + nodes * 10 + gpus);
+    s.faults = {Draw(FaultKind::kSlowGpu, s, &rng)};
+    add("slow_gpu, noisy compute", Target(s.faults[0]), s);
+  }
+  {
+    Scenario s = Shape(nodes, gpus, 505);
+    s.faults = {FaultSpec{
+        .kind = FaultKind::kCheckpointPause, .at_s = 4, .pause_s = 12}};
+    add("checkpoint 12 s", "all ranks, longer than the hang timeout", s);
+  }
+  if (gpus == 2 && nodes == 4) {
+    Scenario s = Shape(nodes, gpus, 506);
+    s.tp = 2;
+    s.pp = 2;
+    s.dp = 2;
+    // The first and last stage all-reduce their tied embedding gradients
+    // (Megatron's embedding group), the only PP-group collective.
+    s.step.insert(s.step.begin() + 4,
+                  PhaseSpec{false, 0, Group::kPp, "AllReduce", 4 << 20});
+    std::mt19937_64 rng(506);
+    s.faults = {Draw(FaultKind::kSlowGpu, s, &rng)};
+    add("pipeline layout", absl::StrCat("tp2 pp2 dp2, ", Target(s.faults[0])),
+        s);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<BenchCase> BenchCases(bool quick) {
@@ -138,18 +219,21 @@ std::vector<BenchCase> BenchCases(bool quick) {
         s.source = "bench";
         cases.push_back({absl::StrCat(FaultKindName(k), " ", size, " seed ",
                                       seed, " (", Target(s.faults[0]), ")"),
-                         size, s});
+                         size, s, ""});
       }
     }
     Scenario clean = Shape(nodes, gpus, 77);
     clean.name = absl::StrCat("clean-", size);
     clean.source = "bench";
-    cases.push_back({absl::StrCat("clean ", size), size, clean});
+    cases.push_back({absl::StrCat("clean ", size), size, clean, ""});
     Scenario dec = Shape(nodes, gpus, 78);
     dec.name = absl::StrCat("deceptive-", size);
     dec.source = "bench";
     dec.faults = Deceptive();
-    cases.push_back({absl::StrCat("deceptive normals ", size), size, dec});
+    cases.push_back({absl::StrCat("deceptive normals ", size), size, dec, ""});
+    for (BenchCase& c : HardCases(nodes, gpus, size)) {
+      cases.push_back(std::move(c));
+    }
   }
   if (!quick) {
     Scenario large = Shape(8, 8, 99);
@@ -165,7 +249,7 @@ std::vector<BenchCase> BenchCases(bool quick) {
     large.source = "bench";
     cases.push_back({absl::StrCat("slow_nic 8x8 seed 1 (64 ranks, ",
                                   Target(large.faults[0]), ")"),
-                     "8x8", large});
+                     "8x8", large, ""});
   }
   return cases;
 }
@@ -198,7 +282,8 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
       continue;
     }
     const RunResult& r = **result;
-    const std::string kind = c.scenario.faults.empty() ? "clean"
+    const std::string kind = !c.row.empty()              ? c.row
+                             : c.scenario.faults.empty() ? "clean"
                              : c.label.rfind("deceptive", 0) == 0
                                  ? "deceptive normals"
                                  : FaultKindName(c.scenario.faults[0].kind);

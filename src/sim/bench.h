@@ -26,6 +26,9 @@ struct BenchCase {
   std::string label;  // "slow_nic 4x4 seed 2"
   std::string size;   // "4x4"
   Scenario scenario;
+  // The table's row ("concurrent", "slow_link /2"); empty: the first
+  // fault's kind, "clean" or "deceptive normals".
+  std::string row;
 };
 
 // The benchmark's scenarios, generated from seeds (targets drawn per seed).

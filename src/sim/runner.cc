@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <map>
@@ -161,8 +162,15 @@ absl::StatusOr<std::unique_ptr<RunResult>> RunScenario(
   ASSIGN_OR_RETURN(Scenario resolved,
                    ParseScenario(ScenarioToYaml(scenario), scenario.source));
   auto result = std::make_unique<RunResult>();
+  const int64_t plan_started = MonotonicNowNs();
   ASSIGN_OR_RETURN(result->plan, BuildPlan(resolved));
   const Plan& plan = result->plan;
+  // Every rank process builds the same plan before it replays its part: a
+  // long run's plan (an hour: ~20 s of CPU each) must be ready before the
+  // start, or the ranks replay the first minutes late and compressed.
+  const int64_t plan_ns = MonotonicNowNs() - plan_started;
+  const int64_t cores =
+      std::max<int64_t>(1, std::thread::hardware_concurrency());
 
   LocalClusterOptions copts;
   copts.nodes = resolved.nodes;
@@ -203,8 +211,9 @@ absl::StatusOr<std::unique_ptr<RunResult>> RunScenario(
   auto stub = v1::Controller::NewStub(channel);
   const int world = resolved.world_size();
   // Time for every rank process to load the plugin and connect first.
-  const int64_t start_ns =
-      MonotonicNowNs() + 1'500'000'000 + int64_t{60'000'000} * world;
+  const int64_t start_ns = MonotonicNowNs() + 1'500'000'000 +
+                           int64_t{60'000'000} * world +
+                           2 * plan_ns * ((world + cores - 1) / cores);
   FaultWatcher watcher(channel, start_ns);
   say(absl::StrCat("[sim] starting ", world, " emulated ranks (",
                    resolved.nodes, " nodes x ", resolved.gpus_per_node,

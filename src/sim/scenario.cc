@@ -1,5 +1,6 @@
 #include "src/sim/scenario.h"
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -312,6 +313,28 @@ bool IsDeceptiveNormal(FaultKind kind) {
   return kind == FaultKind::kCheckpointPause || kind == FaultKind::kEvalPhase ||
          kind == FaultKind::kDataLoaderJitter ||
          kind == FaultKind::kSlowCollective;
+}
+
+int ExtendScenario(Scenario* s, double duration_s) {
+  const double period = s->duration_s;
+  s->duration_s = duration_s;
+  const bool all_normal =
+      std::all_of(s->faults.begin(), s->faults.end(),
+                  [](const FaultSpec& f) { return IsDeceptiveNormal(f.kind); });
+  if (!all_normal || s->faults.empty() || period <= 0 || duration_s <= period) {
+    return 1;
+  }
+  const std::vector<FaultSpec> once = s->faults;
+  int copies = 1;
+  for (double offset = period; offset < duration_s; offset += period) {
+    ++copies;
+    for (FaultSpec f : once) {
+      f.at_s += offset;
+      if (f.at_s >= duration_s) continue;
+      s->faults.push_back(f);
+    }
+  }
+  return copies;
 }
 
 const char* GroupName(Group g) {

@@ -132,6 +132,13 @@ std::string BuiltinScenarioText(const std::string& name);
 // Checks the layout and faults (indices in range, factors > 1, ...).
 absl::Status ValidateScenario(const Scenario& s);
 
+// Runs `s` for `duration_s` (> 0) instead of its own duration. A scenario
+// whose faults are all deceptive normals (the soak) repeats its schedule
+// every original duration_s, so a one-hour soak sees the ten-minute one's
+// checkpoints, evaluations and jitter six times; any other scenario keeps
+// its faults as they are. Returns how many copies of the schedule it holds.
+int ExtendScenario(Scenario* s, double duration_s);
+
 // Writes `s` back as YAML (what rank processes read).
 std::string ScenarioToYaml(const Scenario& s);
 

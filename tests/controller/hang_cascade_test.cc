@@ -114,5 +114,29 @@ TEST_F(HangCascadeTest, MissingRankNotBlockedElsewhereIsStillBlamed) {
   EXPECT_EQ(SuspectGlobals(open[0]), (std::set<int32_t>{4, 5, 6, 7}));
 }
 
+// A rank that stopped before its next collective (global 5) leaves its
+// TP-mate (global 4) waiting in their TP all-reduce T; global 4 is then
+// missing from W. W's hang is a consequence of T's, which names global 5:
+// one fault, not a second one blaming the waiting node-mate.
+TEST_F(HangCascadeTest, WaitBehindANonCommHangElsewhereIsFolded) {
+  Setup(5);
+  SimJob tp(0xC0, 2, 2, "job1", 4);  // globals 4, 5 (node2)
+  tp.Register(engine_.get());
+  WorldWaitsForDp();     // W: 0..3 entered seq 5, global 4 not
+  Report(tp, 0, 10, 9);  // global 4 entered seq 10 of T
+  Report(tp, 1, 9, 9);   // global 5 never did
+  Cycle(absl::Seconds(6));
+  const std::vector<v1::Fault> open = OpenFaults();
+  ASSERT_EQ(open.size(), 1u)
+      << open[0].summary() << " / " << open.back().summary();
+  EXPECT_EQ(open[0].fault_class(), v1::FAULT_CLASS_NON_COMM_HANG);
+  EXPECT_EQ(open[0].comm_hash(), 0xC0u);
+  EXPECT_EQ(SuspectGlobals(open[0]), std::set<int32_t>{5});
+  EXPECT_TRUE(HasConsequence(open[0], 0xE0)) << open[0].DebugString();
+  for (const v1::Fault& f : faults_) {
+    EXPECT_NE(f.comm_hash(), 0xE0u) << "world-comm fault: " << f.summary();
+  }
+}
+
 }  // namespace
 }  // namespace pitstop::controller::testing

@@ -1,6 +1,8 @@
 // A rank late to one communicator because another communicator it is in
 // got slow (cascade without a global synchronisation) is a victim of the
-// comm-slow fault, not a straggler.
+// comm-slow fault, not a straggler; and a rank late to one communicator
+// because it waited in another for that one's straggler (a slow GPU's
+// node-mate in its DP all-reduce) is a victim of the straggler.
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/controller/engine_test_base.h"
@@ -78,6 +80,124 @@ TEST_F(StragglerCascadeTest, LatenessFarBeyondTheSlowdownIsAStraggler) {
   const std::vector<v1::Fault> s = OfClass(v1::FAULT_CLASS_NON_COMM_SLOW);
   ASSERT_EQ(s.size(), 1u);
   EXPECT_EQ(SuspectGlobals(s[0]), std::set<int32_t>{3});
+}
+
+// A slow GPU (global 3) makes its node-mate (global 2) wait in their TP
+// all-reduce T, so global 2 arrives late to its DP all-reduce D by the same
+// time: one straggler fault (global 3) with global 2 as its victim, not a
+// second straggler.
+class NodeMateTest : public EngineTest {
+ protected:
+  // D: globals 0, 1 (node0) and 2 (node1); T: globals 2, 3 (node1).
+  NodeMateTest() : dp_(0xD2, 3, 2, "job1", 0), tp_(0xC2, 2, 2, "job1", 2) {}
+  void SetUp() override {
+    EngineTest::SetUp();
+    dp_.Register(engine_.get());
+    tp_.Register(engine_.get());
+    for (int w = 0; w < 4; ++w) Window(0, 0);
+  }
+  // One window of 10 steps: T, then D. Global 3 is `late_ns` late to T;
+  // global 2 is `mate_late_ns` late to D.
+  void Window(uint64_t late_ns, uint64_t mate_late_ns) {
+    for (int i = 0; i < 10; ++i, ++seq_) {
+      const std::vector<uint64_t> t = JitteredDurations(2, kBase, seq_);
+      for (int32_t r = 0; r < 2; ++r) {
+        const uint64_t dur = r == 1 ? t[r] : t[r] + late_ns;
+        ASSERT_TRUE(
+            engine_->AddSummary(tp_.HostOf(r), tp_.Summary(r, seq_, dur)).ok());
+      }
+      const std::vector<uint64_t> d = JitteredDurations(3, kBase, seq_);
+      for (int32_t r = 0; r < 3; ++r) {
+        const uint64_t dur = r == 2 ? d[r] : d[r] + mate_late_ns;
+        ASSERT_TRUE(
+            engine_->AddSummary(dp_.HostOf(r), dp_.Summary(r, seq_, dur)).ok());
+      }
+    }
+    Cycle(absl::Seconds(1));
+  }
+  std::vector<v1::Fault> Stragglers() const {
+    std::vector<v1::Fault> out;
+    for (const v1::Fault& f : Latest()) {
+      if (f.fault_class() == v1::FAULT_CLASS_NON_COMM_SLOW) out.push_back(f);
+    }
+    return out;
+  }
+  SimJob dp_, tp_;
+};
+
+TEST_F(NodeMateTest, ANodeMateWaitingForTheStragglerIsItsVictim) {
+  for (int w = 0; w < 6; ++w) Window(kBase / 2, kBase / 2);
+  const std::vector<v1::Fault> s = Stragglers();
+  ASSERT_EQ(s.size(), 1u) << s[0].summary() << " / " << s.back().summary();
+  EXPECT_EQ(SuspectGlobals(s[0]), std::set<int32_t>{3});
+  bool victim = false;
+  for (const v1::Evidence& e : s[0].evidence()) {
+    if (e.comm_hash() == 0xD2 && e.values().count("straggler_lateness_ns")) {
+      victim = true;
+      EXPECT_THAT(e.text(), ::testing::HasSubstr("a victim"));
+    }
+  }
+  EXPECT_TRUE(victim) << s[0].DebugString();
+}
+
+TEST_F(NodeMateTest, LatenessFarBeyondTheWaitIsAStragglerOfItsOwn) {
+  // Global 2 is 4 ms late to D while it waits 0.5 ms in T: slow itself.
+  for (int w = 0; w < 6; ++w) Window(kBase / 2, 4 * kBase);
+  std::set<int32_t> suspects;
+  for (const v1::Fault& f : Stragglers()) {
+    for (int32_t g : SuspectGlobals(f)) suspects.insert(g);
+  }
+  EXPECT_EQ(suspects, (std::set<int32_t>{2, 3}));
+}
+
+// Second order (a pipeline layout): global 5 is slow in T {4, 5}; global 4
+// waits there and is late in D {2, 3, 4}; global 2 waits in D and is late
+// in P {1, 2}. Both are victims of global 5's fault.
+class VictimChainTest : public EngineTest {
+ protected:
+  VictimChainTest()
+      : t_(0xC3, 2, 2, "job1", 4),
+        d_(0xD3, 3, 2, "job1", 2),
+        p_(0xB3, 2, 2, "job1", 1) {}
+  void SetUp() override {
+    EngineTest::SetUp();
+    for (SimJob* j : {&t_, &d_, &p_}) j->Register(engine_.get());
+    for (int w = 0; w < 4; ++w) Window(0);
+  }
+  // In each comm one member arrives `late_ns` late: T's global 5, D's
+  // global 4, P's global 2 (the others' durations are longer by that).
+  void Window(uint64_t late_ns) {
+    for (int i = 0; i < 10; ++i, ++seq_) {
+      Feed(t_, 2, 1, late_ns);
+      Feed(d_, 3, 2, late_ns);
+      Feed(p_, 2, 1, late_ns);
+    }
+    Cycle(absl::Seconds(1));
+  }
+  void Feed(const SimJob& j, int32_t n, int32_t late_rank, uint64_t late_ns) {
+    const std::vector<uint64_t> d = JitteredDurations(n, kBase, seq_);
+    for (int32_t r = 0; r < n; ++r) {
+      const uint64_t dur = r == late_rank ? d[r] : d[r] + late_ns;
+      ASSERT_TRUE(
+          engine_->AddSummary(j.HostOf(r), j.Summary(r, seq_, dur)).ok());
+    }
+  }
+  SimJob t_, d_, p_;
+};
+
+TEST_F(VictimChainTest, AVictimsVictimFoldsIntoTheSameRoot) {
+  for (int w = 0; w < 6; ++w) Window(kBase / 2);
+  std::vector<v1::Fault> s;
+  for (const v1::Fault& f : Latest()) {
+    if (f.fault_class() == v1::FAULT_CLASS_NON_COMM_SLOW) s.push_back(f);
+  }
+  ASSERT_EQ(s.size(), 1u) << s[0].summary() << " / " << s.back().summary();
+  EXPECT_EQ(SuspectGlobals(s[0]), std::set<int32_t>{5});
+  std::set<uint64_t> folded;
+  for (const v1::Evidence& e : s[0].evidence()) {
+    if (e.values().count("straggler_lateness_ns")) folded.insert(e.comm_hash());
+  }
+  EXPECT_EQ(folded, (std::set<uint64_t>{0xD3, 0xB3}));
 }
 
 }  // namespace

@@ -1,8 +1,11 @@
 #include "src/sim/model.h"
 
 #include <algorithm>
+#include <map>
+#include <string>
 
 #include "gtest/gtest.h"
+#include "src/sim/bench.h"
 #include "src/sim/scenario.h"
 
 namespace pitstop::sim {
@@ -187,6 +190,70 @@ TEST(ScenarioTest, BuiltinsParseAndRoundTrip) {
       "name: x\nplanning:\n  marks: [{at_s: 1, link: spine0}]\n", "p.yaml");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("planning.fabric"), std::string::npos);
+}
+
+TEST(ScenarioTest, ALongerSoakRepeatsItsDeceptiveNormals) {
+  auto soak = BuiltinScenario("soak");
+  ASSERT_TRUE(soak.ok()) << soak.status();
+  const size_t once = soak->faults.size();
+  const double period = soak->duration_s;
+  ASSERT_GT(once, 0u);
+  EXPECT_EQ(ExtendScenario(&*soak, 6 * period), 6);
+  EXPECT_EQ(soak->duration_s, 6 * period);
+  ASSERT_EQ(soak->faults.size(), 6 * once);
+  // The last copy is the first shifted by five periods, all inside the run.
+  for (size_t i = 0; i < once; ++i) {
+    EXPECT_EQ(soak->faults[5 * once + i].kind, soak->faults[i].kind);
+    EXPECT_DOUBLE_EQ(soak->faults[5 * once + i].at_s,
+                     soak->faults[i].at_s + 5 * period);
+  }
+  for (const FaultSpec& f : soak->faults) EXPECT_LT(f.at_s, 6 * period);
+  EXPECT_TRUE(ValidateScenario(*soak).ok());
+  // A scenario with a real fault keeps it once.
+  auto straggler = BuiltinScenario("straggler");
+  ASSERT_TRUE(straggler.ok()) << straggler.status();
+  const size_t faults = straggler->faults.size();
+  EXPECT_EQ(ExtendScenario(&*straggler, 10 * straggler->duration_s), 1);
+  EXPECT_EQ(straggler->faults.size(), faults);
+}
+
+// The benchmark's concurrent and subtle cases (issue #12) are there and
+// valid: two faults on two nodes at once, a half-bandwidth node pair, noisy
+// compute, a checkpoint longer than the hang timeout, a pipeline layout.
+TEST(BenchTest, CasesAreValidAndIncludeConcurrentAndSubtleFaults) {
+  for (bool quick : {true, false}) {
+    std::map<std::string, int> rows;
+    for (const BenchCase& c : BenchCases(quick)) {
+      EXPECT_TRUE(ValidateScenario(c.scenario).ok())
+          << c.label << ": " << ValidateScenario(c.scenario);
+      if (c.row.empty()) continue;
+      ++rows[c.row];
+      if (c.row == "concurrent") {
+        ASSERT_EQ(c.scenario.faults.size(), 2u) << c.label;
+        const FaultSpec& gpu = c.scenario.faults[0];
+        const FaultSpec& nic = c.scenario.faults[1];
+        EXPECT_EQ(gpu.kind, FaultKind::kSlowGpu);
+        EXPECT_EQ(nic.kind, FaultKind::kSlowNic);
+        EXPECT_NE(gpu.rank / c.scenario.gpus_per_node, nic.node) << c.label;
+      } else if (c.row == "slow_link /2") {
+        ASSERT_EQ(c.scenario.faults.size(), 1u);
+        EXPECT_EQ(c.scenario.faults[0].factor, 2);
+      } else if (c.row == "checkpoint 12 s") {
+        ASSERT_EQ(c.scenario.faults.size(), 1u);
+        EXPECT_EQ(c.scenario.faults[0].kind, FaultKind::kCheckpointPause);
+        EXPECT_GT(c.scenario.faults[0].pause_s, 5);  // the hang floor
+      } else if (c.row == "pipeline layout") {
+        EXPECT_EQ(c.scenario.pp, 2);
+      }
+    }
+    const int sizes = quick ? 1 : 2;
+    EXPECT_EQ(rows["concurrent"], sizes);
+    EXPECT_EQ(rows["slow_link /2"], sizes);
+    EXPECT_EQ(rows["noisy compute"], sizes);
+    EXPECT_EQ(rows["slow_gpu, noisy compute"], sizes);
+    EXPECT_EQ(rows["checkpoint 12 s"], sizes);
+    EXPECT_EQ(rows["pipeline layout"], 1);
+  }
 }
 
 TEST(ScenarioTest, ErrorsNameFileLineAndKey) {

@@ -58,7 +58,16 @@ absl::StatusOr<sim::Scenario> ResolveScenario(const SimArgs& a) {
           : sim::BuiltinScenario(a.scenario);
   if (!s.ok()) return s;
   if (a.seed >= 0) s->seed = static_cast<uint64_t>(a.seed);
-  if (a.duration_s > 0) s->duration_s = a.duration_s;
+  if (a.duration_s > 0) {
+    const double was = s->duration_s;
+    const int copies = sim::ExtendScenario(&*s, a.duration_s);
+    if (copies > 1 && !a.quiet) {
+      std::cout << "[sim] " << s->name << ": " << a.duration_s
+                << " s instead of " << was << " s; its schedule of deceptive "
+                << "normals repeats every " << was << " s (" << copies
+                << " times)" << std::endl;
+    }
+  }
   return s;
 }
 
@@ -164,8 +173,11 @@ void AddSimCommand(CLI::App* app, int* exit_code) {
   cmd->add_flag("--print", a.print,
                 "print the scenario's YAML (resolved) and exit");
   cmd->add_option("--seed", a.seed, "override the scenario's random seed");
-  cmd->add_option("--duration-s", a.duration_s,
-                  "override the scenario's run length (s)");
+  cmd->add_option(
+      "--duration-s", a.duration_s,
+      "override the scenario's run length (s); a scenario of deceptive "
+      "normals only (soak) repeats its schedule to fill it: "
+      "--scenario soak --duration-s 3600 is the one-hour soak");
   cmd->add_option("--timeline", a.timeline,
                   "Perfetto/Chrome trace JSON to write; empty = none")
       ->capture_default_str();

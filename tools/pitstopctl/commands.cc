@@ -56,6 +56,10 @@ void PrintNodeDetail(const v1::Node& n) {
   t.AddRow(
       {"summaries undelivered (agent stopped)", absl::StrCat(n.undelivered())});
   t.AddRow({"records dropped in ranks", absl::StrCat(n.plugin_dropped())});
+  t.AddRow({"commands sent / acked / re-sent / dropped / unacked",
+            absl::StrCat(n.commands_sent(), " / ", n.commands_acked(), " / ",
+                         n.commands_resent(), " / ", n.commands_dropped(),
+                         " / ", n.commands_unacked())});
   t.AddRow({"drain reason", n.drain_reason().empty() ? "-" : n.drain_reason()});
   t.Print(std::cout);
 }

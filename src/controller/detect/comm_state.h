@@ -164,6 +164,14 @@ struct CommState {
   // a copy of this comm (DetectionEngine::BeginCycle) sees whether its
   // verdicts are stale.
   uint64_t generation = 0;
+  // The straggler this communicator's last window named (RankIdentity),
+  // its fault key and how long the others waited for it (ns per collective,
+  // StragglerVerdict::others_wait_ns), and when (engine clock); empty when
+  // that window named none.
+  std::string straggler_identity;
+  std::string straggler_key;
+  double straggler_lateness_ns = 0;
+  int64_t straggler_at_ns = 0;
 
   // The member `rank`, created if absent.
   Member& MemberAt(int32_t rank);

@@ -1,6 +1,8 @@
 // Stragglers that are victims of a slow communicator (cascade without a
 // global synchronisation): a rank of comm C arrives late because it spends
-// longer in comm D, whose links are slow.
+// longer in comm D, whose links are slow; and stragglers that are victims
+// of another comm's straggler: a rank of C arrives late because it waited
+// in D for D's straggler (a slow GPU's node-mates in the DP all-reduces).
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -70,6 +72,67 @@ bool EngineImpl::FoldStraggler(const CommState& c, const StragglerVerdict& v,
           expected / 1e3));
       tracker_.Raise(key, f, f.state());
     }
+    return true;
+  }
+  return false;
+}
+
+bool EngineImpl::FoldStragglerVictim(const CommState& c,
+                                     const StragglerVerdict& v,
+                                     const v1::JobPolicy& policy,
+                                     int64_t now_ns, std::string* root_key) {
+  const std::string who = RankIdentity(c, v.rank);
+  const int64_t fresh_ns =
+      2 * static_cast<int64_t>(policy.window_ms()) * 1'000'000;
+  for (const auto& [hash, d] : comms_) {
+    if (hash == c.comm_hash || d.job_id != c.job_id ||
+        d.straggler_identity.empty() || d.straggler_identity == who ||
+        now_ns - d.straggler_at_ns > fresh_ns || d.straggler_lateness_ns <= 0) {
+      continue;
+    }
+    bool member = false;
+    for (auto it = d.members.begin(); it != d.members.end() && !member; ++it) {
+      member = RankIdentity(d, it->first) == who;
+    }
+    if (!member) continue;
+    // It waited in D for D's straggler about as long as it is late here.
+    const double ratio = v.others_wait_ns / d.straggler_lateness_ns;
+    if (ratio < 1 / kBand || ratio > kBand) continue;
+    const v1::Fault* open = tracker_.Find(d.straggler_key);
+    if (open != nullptr) {
+      bool have = false;
+      for (const v1::Evidence& e : open->evidence()) {
+        have |= e.comm_hash() == c.comm_hash &&
+                e.values().count("straggler_lateness_ns");
+      }
+      if (!have) {
+        v1::Fault f = *open;
+        const v1::Suspect victim =
+            MemberSuspect(c, v.rank, v1::SUSPECT_LEVEL_RANK, 0);
+        bool listed = false;
+        for (const v1::Suspect& x : f.victims()) {
+          listed |= x.global_rank() == victim.global_rank() &&
+                    x.host() == victim.host();
+        }
+        if (!listed && f.victims_size() < kMaxVictims) {
+          *f.add_victims() = victim;
+        }
+        v1::Evidence* e = f.add_evidence();
+        e->set_comm_hash(c.comm_hash);
+        (*e->mutable_values())[std::string(kConsequenceMark)] = 1;
+        (*e->mutable_values())["straggler_lateness_ns"] = v.others_wait_ns;
+        (*e->mutable_values())["expected_lateness_ns"] =
+            d.straggler_lateness_ns;
+        e->set_text(absl::StrFormat(
+            "consequence: %s arrives late in %s by %.0f us per collective, "
+            "about the time it waits in %s for the straggler (%.0f us): a "
+            "victim, not a straggler",
+            DescribeRank(c, v.rank), c.comm_name, v.others_wait_ns / 1e3,
+            d.comm_name, d.straggler_lateness_ns / 1e3));
+        tracker_.Raise(d.straggler_key, f, f.state());
+      }
+    }
+    *root_key = d.straggler_key;
     return true;
   }
   return false;

@@ -165,9 +165,21 @@ void EngineImpl::PublishComm(CommState* c, CommWork* w, CycleResult* result,
   if (w->window) {
     std::map<std::string, v1::Fault> hits;
     const StragglerVerdict& straggler = w->straggler;
+    std::string root_key;
+    c->straggler_identity.clear();
     if (straggler.hit &&
         !FoldStraggler(w->copy, straggler, w->policy, w->now_ns)) {
-      hits[straggler.key] = straggler.fault;
+      // A victim of another comm's straggler is remembered under that
+      // straggler's key, so ranks that wait for it here fold there too.
+      if (!FoldStragglerVictim(*c, straggler, w->policy, w->now_ns,
+                               &root_key)) {
+        hits[straggler.key] = straggler.fault;
+        root_key = straggler.key;
+      }
+      c->straggler_identity = RankIdentity(*c, straggler.rank);
+      c->straggler_key = root_key;
+      c->straggler_lateness_ns = straggler.others_wait_ns;
+      c->straggler_at_ns = w->now_ns;
     }
     const CommSlowVerdict& slow = w->slow;
     if (slow.hit) hits[slow.key] = slow.fault;

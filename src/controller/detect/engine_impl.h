@@ -84,6 +84,16 @@ class EngineImpl final : public DetectionEngine {
   // that comm's open COMM_SLOW fault, if any.
   bool FoldStraggler(const CommState& c, const StragglerVerdict& v,
                      const v1::JobPolicy& policy, int64_t now_ns);
+  // Whether `v` (a straggler of `c`) is a victim of a straggler of another
+  // comm it belongs to: it arrives late in `c` because it waited, in that
+  // comm, for the rank that comm names (a slow GPU's node-mates are late to
+  // every DP all-reduce because they wait for it in their TP all-reduce).
+  // If so, adds it to that straggler's open fault as a victim and sets
+  // `root_key` to that fault's key (chains: a victim's own victims fold
+  // into the same root).
+  bool FoldStragglerVictim(const CommState& c, const StragglerVerdict& v,
+                           const v1::JobPolicy& policy, int64_t now_ns,
+                           std::string* root_key);
   void RequestProfiling(CommState* c, int64_t now_ns, CycleResult* result);
   void RaiseProcessDied(absl::string_view host,
                         const v1::RankLifecycle& lifecycle);

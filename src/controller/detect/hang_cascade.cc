@@ -62,6 +62,27 @@ void RaiseHangs(const std::vector<HangVerdict>& v, FaultTracker* tracker) {
       root[i] = static_cast<int>(i);
     }
   }
+  // A candidate with a missing rank that waits in no other hang of its job
+  // is a root too: nothing else explains it (the rank that stopped is
+  // missing there), so the hangs behind it can fold into it (a TP-mate
+  // waiting for it in their TP all-reduce is missing from the DP one).
+  for (size_t i = 0; i < n; ++i) {
+    if (root[i] >= 0) continue;
+    bool all_wait = true;
+    for (const std::string& id : v[i].missing) {
+      bool waits = false;
+      for (size_t j = 0; j < n && !waits; ++j) {
+        waits = j != i && v[j].fault.comm_hash() != v[i].fault.comm_hash() &&
+                v[j].fault.job_id() == v[i].fault.job_id() &&
+                v[j].waiting.count(id);
+      }
+      if (!waits) {
+        all_wait = false;
+        break;
+      }
+    }
+    if (!all_wait) root[i] = static_cast<int>(i);
+  }
   // Fold candidates whose missing ranks are all blocked in hangs that lead
   // to a root, until nothing changes (chains fold transitively).
   for (bool changed = true; changed;) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -50,6 +51,11 @@ StragglerVerdict DetectStraggler(const CommState& comm,
   v.hit = true;
   v.rank = static_cast<int32_t>(cand);
   v.lateness_ns = gap;
+  std::vector<double> others;
+  for (size_t r = 0; r < n; ++r) {
+    if (r != cand) others.push_back(mean_wait[r]);
+  }
+  v.others_wait_ns = Median(std::move(others)) - mean_wait[cand];
   v.key =
       absl::StrCat("straggler/", comm.job_id, "/", RankIdentity(comm, v.rank));
   v1::Fault& f = v.fault;

@@ -17,6 +17,10 @@ struct StragglerVerdict {
   std::string key;         // fault key ("straggler/<job>/<rank identity>")
   v1::Fault fault;         // suspect (GPU level), victims, evidence
   double lateness_ns = 0;  // the others' median wait minus the suspect's
+  // The median wait of the other ranks (without the suspect) minus the
+  // suspect's: the time it keeps them waiting, also in a comm of two ranks
+  // (where the median of all waits is half of it).
+  double others_wait_ns = 0;
 };
 
 // A window hits when one rank's mean wait is robustly below the others'
