@@ -16,7 +16,9 @@
 #include <cstring>
 #include <map>
 
+#include "pitstop/nic_plan.h"
 #include "plugin/abi/profiler_common.h"
+#include "plugin/nic_steering.h"
 #include "plugin/plugin_sync.h"
 #include "plugin/runtime.h"
 
@@ -65,10 +67,9 @@ void Forget(NcclComm comm) {
   if (g_comms != nullptr) g_comms->erase(comm);
 }
 
-// Runs `create` with the thread's InterposerCall set, then records which
-// communicators it made and their CUDA devices.
 template <typename F>
-NcclResult Create(uint64_t parent_hash, NcclComm* comms, int n, F&& create) {
+NcclResult CreateRecorded(uint64_t parent_hash, NcclComm* comms, int n,
+                          F&& create) {
   InterposerCall call;
   call.parent_comm_hash = parent_hash;
   InterposerCall*& slot = Runtime::ThreadInterposerCall();
@@ -106,6 +107,23 @@ NcclResult Create(uint64_t parent_hash, NcclComm* comms, int n, F&& create) {
   } catch (...) {
   }
   return r;
+}
+
+// Runs `create` with the thread's InterposerCall set (and the node's NIC
+// plan applied to it, nic_steering.h: `comm_hash` / `n_ranks` as known
+// before the call, 0 = unknown), then records which communicators it made
+// and their CUDA devices.
+template <typename F>
+NcclResult Create(uint64_t parent_hash, NcclComm* comms, int n,
+                  uint64_t comm_hash, int n_ranks, F&& create) {
+  NicSteering nics = NicSteering::Begin(comm_hash, n_ranks);
+  const NcclResult r = CreateRecorded(parent_hash, comms, n, create);
+  nics.End(r == abi::kNcclInProgress);
+  return r;
+}
+
+uint64_t HashOfId(const NcclUniqueId& id) {
+  return nicplan::CommHashOfUniqueId(id.internal, sizeof(id.internal));
 }
 
 void MarkAbort(NcclComm comm) {
@@ -147,7 +165,8 @@ PITSTOP_EXPORT NcclResult ncclCommInitRank(NcclComm* comm, int nranks,
                                            NcclUniqueId id, int rank) noexcept {
   using Fn = NcclResult (*)(NcclComm*, int, NcclUniqueId, int);
   PITSTOP_REAL(Fn, pncclCommInitRank);
-  return pp::Create(0, comm, 1, [&] { return real(comm, nranks, id, rank); });
+  return pp::Create(0, comm, 1, pp::HashOfId(id), nranks,
+                    [&] { return real(comm, nranks, id, rank); });
 }
 
 PITSTOP_EXPORT NcclResult ncclCommInitRankConfig(NcclComm* comm, int nranks,
@@ -155,7 +174,7 @@ PITSTOP_EXPORT NcclResult ncclCommInitRankConfig(NcclComm* comm, int nranks,
                                                  NcclConfig* config) noexcept {
   using Fn = NcclResult (*)(NcclComm*, int, NcclUniqueId, int, NcclConfig*);
   PITSTOP_REAL(Fn, pncclCommInitRankConfig);
-  return pp::Create(0, comm, 1,
+  return pp::Create(0, comm, 1, pp::HashOfId(id), nranks,
                     [&] { return real(comm, nranks, id, rank, config); });
 }
 
@@ -163,7 +182,8 @@ PITSTOP_EXPORT NcclResult ncclCommInitAll(NcclComm* comms, int ndev,
                                           const int* devlist) noexcept {
   using Fn = NcclResult (*)(NcclComm*, int, const int*);
   PITSTOP_REAL(Fn, pncclCommInitAll);
-  return pp::Create(0, comms, ndev, [&] { return real(comms, ndev, devlist); });
+  return pp::Create(0, comms, ndev, 0, ndev,
+                    [&] { return real(comms, ndev, devlist); });
 }
 
 PITSTOP_EXPORT NcclResult
@@ -172,7 +192,8 @@ ncclCommInitRankScalable(NcclComm* comm, int nranks, int myrank, int n_id,
   using Fn =
       NcclResult (*)(NcclComm*, int, int, int, NcclUniqueId*, NcclConfig*);
   PITSTOP_REAL(Fn, pncclCommInitRankScalable);
-  return pp::Create(0, comm, 1, [&] {
+  const uint64_t hash = n_id > 0 && ids != nullptr ? pp::HashOfId(ids[0]) : 0;
+  return pp::Create(0, comm, 1, hash, nranks, [&] {
     return real(comm, nranks, myrank, n_id, ids, config);
   });
 }
@@ -182,7 +203,7 @@ PITSTOP_EXPORT NcclResult ncclCommSplit(NcclComm comm, int color, int key,
                                         NcclConfig* config) noexcept {
   using Fn = NcclResult (*)(NcclComm, int, int, NcclComm*, NcclConfig*);
   PITSTOP_REAL(Fn, pncclCommSplit);
-  return pp::Create(pp::HashOf(comm), newcomm, 1,
+  return pp::Create(pp::HashOf(comm), newcomm, 1, 0, 0,
                     [&] { return real(comm, color, key, newcomm, config); });
 }
 
@@ -192,7 +213,7 @@ PITSTOP_EXPORT NcclResult ncclCommShrink(NcclComm comm, int* exclude_ranks,
                                          int shrink_flags) noexcept {
   using Fn = NcclResult (*)(NcclComm, int*, int, NcclComm*, NcclConfig*, int);
   PITSTOP_REAL(Fn, pncclCommShrink);
-  return pp::Create(pp::HashOf(comm), newcomm, 1, [&] {
+  return pp::Create(pp::HashOf(comm), newcomm, 1, 0, 0, [&] {
     return real(comm, exclude_ranks, exclude_count, newcomm, config,
                 shrink_flags);
   });
