@@ -16,7 +16,9 @@
 #include <cstring>
 #include <map>
 
+#include "pitstop/nic_plan.h"
 #include "plugin/abi/profiler_common.h"
+#include "plugin/nic_steering.h"
 #include "plugin/plugin_sync.h"
 #include "plugin/runtime.h"
 
@@ -98,8 +100,8 @@ void ReportFailure(const CallSite& site, NcclResult r, uint64_t parent_hash) {
 // Runs `create` with the thread's InterposerCall set, then records which
 // communicators it made and their CUDA devices, or reports its failure.
 template <typename F>
-NcclResult Create(const CallSite& site, uint64_t parent_hash, NcclComm* comms,
-                  int n, F&& create) {
+NcclResult CreateRecorded(const CallSite& site, uint64_t parent_hash,
+                          NcclComm* comms, int n, F&& create) {
   InterposerCall call;
   call.parent_comm_hash = parent_hash;
   InterposerCall*& slot = Runtime::ThreadInterposerCall();
@@ -138,6 +140,23 @@ NcclResult Create(const CallSite& site, uint64_t parent_hash, NcclComm* comms,
   } catch (...) {
   }
   return r;
+}
+
+// Runs `create` with the thread's InterposerCall set (and the node's NIC
+// plan applied to it, nic_steering.h: `comm_hash` / `n_ranks` as known
+// before the call, 0 = unknown), then records which communicators it made
+// and their CUDA devices, or reports its failure.
+template <typename F>
+NcclResult Create(const CallSite& site, uint64_t parent_hash, NcclComm* comms,
+                  int n, uint64_t comm_hash, int n_ranks, F&& create) {
+  NicSteering nics = NicSteering::Begin(comm_hash, n_ranks);
+  const NcclResult r = CreateRecorded(site, parent_hash, comms, n, create);
+  nics.End(r == abi::kNcclInProgress);
+  return r;
+}
+
+uint64_t HashOfId(const NcclUniqueId& id) {
+  return nicplan::CommHashOfUniqueId(id.internal, sizeof(id.internal));
 }
 
 void MarkAbort(NcclComm comm) {
@@ -180,6 +199,7 @@ PITSTOP_EXPORT NcclResult ncclCommInitRank(NcclComm* comm, int nranks,
   using Fn = NcclResult (*)(NcclComm*, int, NcclUniqueId, int);
   PITSTOP_REAL(Fn, pncclCommInitRank);
   return pp::Create({"ncclCommInitRank", nranks, rank}, 0, comm, 1,
+                    pp::HashOfId(id), nranks,
                     [&] { return real(comm, nranks, id, rank); });
 }
 
@@ -189,6 +209,7 @@ PITSTOP_EXPORT NcclResult ncclCommInitRankConfig(NcclComm* comm, int nranks,
   using Fn = NcclResult (*)(NcclComm*, int, NcclUniqueId, int, NcclConfig*);
   PITSTOP_REAL(Fn, pncclCommInitRankConfig);
   return pp::Create({"ncclCommInitRankConfig", nranks, rank}, 0, comm, 1,
+                    pp::HashOfId(id), nranks,
                     [&] { return real(comm, nranks, id, rank, config); });
 }
 
@@ -196,7 +217,7 @@ PITSTOP_EXPORT NcclResult ncclCommInitAll(NcclComm* comms, int ndev,
                                           const int* devlist) noexcept {
   using Fn = NcclResult (*)(NcclComm*, int, const int*);
   PITSTOP_REAL(Fn, pncclCommInitAll);
-  return pp::Create({"ncclCommInitAll", ndev, -1}, 0, comms, ndev,
+  return pp::Create({"ncclCommInitAll", ndev, -1}, 0, comms, ndev, 0, ndev,
                     [&] { return real(comms, ndev, devlist); });
 }
 
@@ -206,8 +227,9 @@ ncclCommInitRankScalable(NcclComm* comm, int nranks, int myrank, int n_id,
   using Fn =
       NcclResult (*)(NcclComm*, int, int, int, NcclUniqueId*, NcclConfig*);
   PITSTOP_REAL(Fn, pncclCommInitRankScalable);
+  const uint64_t hash = n_id > 0 && ids != nullptr ? pp::HashOfId(ids[0]) : 0;
   return pp::Create(
-      {"ncclCommInitRankScalable", nranks, myrank}, 0, comm, 1,
+      {"ncclCommInitRankScalable", nranks, myrank}, 0, comm, 1, hash, nranks,
       [&] { return real(comm, nranks, myrank, n_id, ids, config); });
 }
 
@@ -216,8 +238,8 @@ PITSTOP_EXPORT NcclResult ncclCommSplit(NcclComm comm, int color, int key,
                                         NcclConfig* config) noexcept {
   using Fn = NcclResult (*)(NcclComm, int, int, NcclComm*, NcclConfig*);
   PITSTOP_REAL(Fn, pncclCommSplit);
-  return pp::Create({"ncclCommSplit", -1, -1}, pp::HashOf(comm), newcomm, 1,
-                    [&] { return real(comm, color, key, newcomm, config); });
+  return pp::Create({"ncclCommSplit", -1, -1}, pp::HashOf(comm), newcomm, 1, 0,
+                    0, [&] { return real(comm, color, key, newcomm, config); });
 }
 
 PITSTOP_EXPORT NcclResult ncclCommShrink(NcclComm comm, int* exclude_ranks,
@@ -226,8 +248,8 @@ PITSTOP_EXPORT NcclResult ncclCommShrink(NcclComm comm, int* exclude_ranks,
                                          int shrink_flags) noexcept {
   using Fn = NcclResult (*)(NcclComm, int*, int, NcclComm*, NcclConfig*, int);
   PITSTOP_REAL(Fn, pncclCommShrink);
-  return pp::Create({"ncclCommShrink", -1, -1}, pp::HashOf(comm), newcomm, 1,
-                    [&] {
+  return pp::Create({"ncclCommShrink", -1, -1}, pp::HashOf(comm), newcomm, 1, 0,
+                    0, [&] {
                       return real(comm, exclude_ranks, exclude_count, newcomm,
                                   config, shrink_flags);
                     });

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds pitstop's Debian packages and the relocatable tarball of the
-# in-process library (docs/deploy.md):
+# in-process library and the NCCL tuner (docs/deploy.md):
 #   build/packages/pitstop-agent_<v>_amd64.deb, pitstop-controller_...,
 #   pitstopctl_..., libnccl-profiler-pitstop_..., python3-pitstop_... (when
 #   python/pitstop exists), and
@@ -22,7 +22,7 @@ if ((build)); then
   cmake --preset default ${PITSTOP_CMAKE_ARGS:-}
   cmake --build --preset default -j "${PITSTOP_JOBS:-$(nproc)}" \
     --target pitstop-agent pitstop-controller pitstopctl pitstop \
-    nccl-profiler-pitstop
+    nccl-profiler-pitstop nccl-tuner-pitstop
 fi
 
 echo "build-packages: Debian packages -> $out"
@@ -46,6 +46,9 @@ rm -rf "$stage"
 mkdir -p "$stage/lib"
 lib=build/plugin/libnccl-profiler-pitstop.so
 cp "$lib" "$stage/lib/"
+# The tuner (flow plan steering) links only libc and libstdc++: nothing to
+# bundle for it.
+cp build/tuner/libnccl-tuner-pitstop.so "$stage/lib/"
 # Not bundled: the C library and the C++ runtime the process already has.
 system='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libstdc\+\+\.so|libgcc_s\.so)'
 ldd "$lib" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' |
@@ -62,6 +65,10 @@ pitstop in-process library $version ($arch), relocatable.
 Unpack anywhere (e.g. in an init container onto a shared volume) and set
   NCCL_PROFILER_PLUGIN=<dir>/lib/libnccl-profiler-pitstop.so
   PITSTOP_AGENT_SOCKET=/run/pitstop/agent.sock   (the agent's socket, mounted)
+and, to let the node's flow plan steer NCCL (docs/planning.md),
+  NCCL_TUNER_PLUGIN=<dir>/lib/libnccl-tuner-pitstop.so
+  (with /dev/shm/pitstop-tuner-table of the host visible, or
+  PITSTOP_TUNER_TABLE naming the agent's table)
 Bundled: the library and the shared libraries it needs besides glibc and
 libstdc++ (needs glibc >= 2.36, libstdc++ of GCC >= 12). See docs/deploy.md.
 EOT

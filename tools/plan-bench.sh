@@ -6,9 +6,12 @@
 #
 #   tools/plan-bench.sh [build/tools/pitstop/pitstop] [--quick | --large | --replan]
 #
+# QPs per connection: `pitstop plan`'s default, --qps auto (1 unless the
+# re-plan recovers < 90% of the healthy bound and 2, 4 or 8 QPs lift it;
+# the last column says what was chosen: NCCL_IB_QPS_PER_CONNECTION).
 # --replan: only the rows where one degraded link sits in an exactly full
-# group of uplinks, each with one QP per connection and with eight
-# (NCCL_IB_QPS_PER_CONNECTION=8; every QP its own flow and path).
+# group of uplinks, each with one QP per connection (--qps 1) and with
+# --qps auto (every QP its own flow and path).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PITSTOP=${1:-build/tools/pitstop/pitstop}
@@ -42,11 +45,11 @@ if [[ "$QUICK" == "--replan" ]]; then
     "gen:3tier,gpus=1024,tors_per_pod=16|scattered|" \
     "gen:leafspine,gpus=8192|scattered|"; do
     extra=${c##*|}
-    cases+=("$c" "$c${extra:+ }--qps 8")
+    cases+=("$c${extra:+ }--qps 1" "$c${extra:+ }--qps auto")
   done
 fi
-echo "| fabric | placement | ECMP p50 | ECMP p99 | planned | bound | planned/bound | ECMP p99/planned | ECMP p50/planned | plan ms (CPU) | degraded: moved/flows | re-plan ms (CPU) | recovery | ECMP p50 degraded |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| fabric | placement | ECMP p50 | ECMP p99 | planned | bound | planned/bound | ECMP p99/planned | ECMP p50/planned | plan ms (CPU) | degraded: moved/flows | re-plan ms (CPU) | recovery | ECMP p50 degraded | QPs |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for c in "${cases[@]}"; do
   IFS='|' read -r topo place extra <<<"$c"
   # shellcheck disable=SC2086
@@ -73,6 +76,8 @@ if "replan" in d:
             "%.2f ms" % (1e3 * d["ecmp"]["completion_s_p50"])]
 else:
     row += ["no switch link carries traffic", "-", "-", "-"]
+q = d.get("qps", {})
+row.append("%d%s" % (q.get("per_connection", 1), " (auto)" if q.get("auto") else ""))
 print("| " + " | ".join(row) + " |")
 PY
 done

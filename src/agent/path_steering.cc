@@ -1,5 +1,6 @@
 #include "src/agent/path_steering.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -61,8 +62,37 @@ std::vector<tuner::Steering> SteeringOf(
   return out;
 }
 
+std::vector<nicplan::NicPlanEntry> NicPlanOf(
+    const std::map<std::string, v1::PathDirective>& directives) {
+  std::map<std::pair<int, int>, int> shapes;
+  for (const auto& [job, d] : directives) {
+    for (const v1::CommSteering& c : d.comms()) {
+      ++shapes[{c.n_ranks(), c.n_nodes()}];
+    }
+  }
+  std::vector<nicplan::NicPlanEntry> out;
+  for (const auto& [job, d] : directives) {
+    for (const v1::CommSteering& c : d.comms()) {
+      if (c.nic_indices().empty()) continue;
+      nicplan::NicPlanEntry e;
+      e.comm_id = c.comm_hash();
+      e.job = job;
+      e.epoch = d.epoch();
+      e.n_ranks = c.n_ranks();
+      e.n_nodes = c.n_nodes();
+      e.unique_shape = shapes[{c.n_ranks(), c.n_nodes()}] == 1;
+      e.nics.assign(c.nic_indices().begin(), c.nic_indices().end());
+      std::sort(e.nics.begin(), e.nics.end());
+      e.nics.erase(std::unique(e.nics.begin(), e.nics.end()), e.nics.end());
+      out.push_back(std::move(e));
+    }
+  }
+  return out;
+}
+
 PathSteering::PathSteering(std::string table_path)
-    : table_path_(tuner::ResolveTablePath(table_path)) {}
+    : table_path_(tuner::ResolveTablePath(table_path)),
+      nic_plan_path_(nicplan::ResolveNicPlanPath("", table_path_)) {}
 
 std::string PathSteering::table_path() const { return table_path_; }
 
@@ -93,6 +123,10 @@ absl::Status PathSteering::OnDirective(const v1::PathDirective& d) {
   if (!writer_->Replace(entries, &error)) {
     return absl::InternalError(
         absl::StrCat("tuner table ", table_path_, ": ", error));
+  }
+  const std::vector<nicplan::NicPlanEntry> nics = NicPlanOf(next);
+  if (!nicplan::WriteNicPlan(nic_plan_path_, nics, &error)) {
+    return absl::InternalError(absl::StrCat("NIC plan: ", error));
   }
   directives_ = std::move(next);
   Logger("agent")->info(

@@ -2,7 +2,10 @@
 // NCCL"): keeps the newest PathDirective per job and writes the node's
 // tuner table (include/pitstop/tuner_table.h), one entry per communicator
 // whose planned path is degraded, which libnccl-tuner-pitstop.so reads in
-// every training process of the node.
+// every training process of the node, and the node's NIC plan
+// (include/pitstop/nic_plan.h, `<table>.nics`): per communicator the NICs
+// its planned flows leave through, which the interposer applies when a
+// communicator is next created.
 //
 // The table file is created at the first directive (a node that never gets
 // a plan creates none). Thread-safe: OnDirective from the upstream reader
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "pitstop/nic_plan.h"
 #include "pitstop/sync.h"
 #include "pitstop/tuner_table.h"
 #include "pitstop/v1/agent.pb.h"
@@ -26,6 +30,11 @@ namespace pitstop::agent {
 // communicators only; kFlagShapeUnique when no other communicator of the
 // directives has the same (n_ranks, n_nodes).
 std::vector<tuner::Steering> SteeringOf(
+    const std::map<std::string, v1::PathDirective>& directives);
+
+// The NIC plan lines of `directives`: every communicator with planned
+// NICs, degraded or not; unique_shape as in SteeringOf.
+std::vector<nicplan::NicPlanEntry> NicPlanOf(
     const std::map<std::string, v1::PathDirective>& directives);
 
 class PathSteering {
@@ -41,9 +50,11 @@ class PathSteering {
   // Newest applied epoch of `job` (0: none).
   uint64_t epoch(const std::string& job) const;
   std::string table_path() const;
+  std::string nic_plan_path() const { return nic_plan_path_; }
 
  private:
   const std::string table_path_;
+  const std::string nic_plan_path_;
   mutable Mutex mu_;
   std::map<std::string, v1::PathDirective> directives_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<tuner::TunerTableWriter> writer_ ABSL_GUARDED_BY(mu_);

@@ -65,6 +65,11 @@ absl::StatusOr<v1::FlowPlan> ControllerCore::GetFlowPlan(
     const v1::GetFlowPlanRequest& r) {
   if (r.job_id().empty()) return absl::InvalidArgumentError("job_id: empty");
   if (!planner_) return PlanningOff();
+  // A follower has no live plan (it joins no agent); like other reads it
+  // answers from the durable store, where the leader saved the plan.
+  if (!CheckLeader().ok()) {
+    return planner_->StoredFlowPlan(r.job_id(), r.summary_only());
+  }
   return planner_->GetFlowPlan(r.job_id(), r.summary_only());
 }
 

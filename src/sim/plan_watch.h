@@ -24,6 +24,9 @@ struct PlanEpoch {
   uint32_t network_flows = 0;
   uint32_t crossing_flows = 0;
   uint32_t moved_flows = 0;
+  // Moved flows whose new path crosses none of the plan's degraded links.
+  uint32_t moved_off_degraded = 0;
+  std::vector<std::string> degraded_links;
 };
 
 struct TunerTableView {

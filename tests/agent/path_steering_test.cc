@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "pitstop/nic_plan.h"
 #include "pitstop/tuner_table.h"
 
 namespace pitstop::agent {
@@ -82,6 +83,45 @@ TEST(PathSteeringTest, WritesTheTableNewestEpochFirst) {
             tuner::TunerTableReader::Result::kAbsent);
   EXPECT_EQ(s.epoch("j1"), 3u);
   unlink(path.c_str());
+}
+
+// Every communicator with planned NICs goes into the NIC plan beside the
+// table (healthy ones too: the NIC set applies at the next creation
+// whatever the path's health), newest epoch per job, read back as the
+// interposer reads it.
+TEST(PathSteeringTest, WritesTheNicPlanBesideTheTable) {
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/tuner-nics-", getpid());
+  unlink(path.c_str());
+  PathSteering s(path);
+  EXPECT_EQ(s.nic_plan_path(), path + ".nics");
+  v1::PathDirective d = Directive("j1", 4, false);
+  d.mutable_comms(0)->add_nic_indices(3);
+  d.mutable_comms(0)->add_nic_indices(1);
+  d.mutable_comms(0)->add_nic_indices(3);
+  ASSERT_TRUE(s.OnDirective(d).ok());
+  std::vector<nicplan::NicPlanEntry> got;
+  std::string error;
+  ASSERT_TRUE(nicplan::ReadNicPlan(path + ".nics", &got, &error)) << error;
+  ASSERT_EQ(got.size(), 1u);  // 0x22 has no planned NICs
+  EXPECT_EQ(got[0].comm_id, 0x11u);
+  EXPECT_EQ(got[0].job, "j1");
+  EXPECT_EQ(got[0].epoch, 4u);
+  EXPECT_EQ(got[0].n_ranks, 16);
+  EXPECT_TRUE(got[0].unique_shape);
+  EXPECT_EQ(got[0].nics, (std::vector<int>{1, 3}));
+  EXPECT_EQ(nicplan::MatchNicPlan(got, "j1", 0, 16), &got[0]);
+  // A newer epoch moves the communicator to NIC 0.
+  d.set_epoch(5);
+  d.mutable_comms(0)->clear_nic_indices();
+  d.mutable_comms(0)->add_nic_indices(0);
+  ASSERT_TRUE(s.OnDirective(d).ok());
+  ASSERT_TRUE(nicplan::ReadNicPlan(path + ".nics", &got, &error)) << error;
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].epoch, 5u);
+  EXPECT_EQ(got[0].nics, (std::vector<int>{0}));
+  unlink(path.c_str());
+  unlink((path + ".nics").c_str());
 }
 
 TEST(PathSteeringTest, UnwritablePathIsAnError) {

@@ -115,6 +115,13 @@ def check_tarball(out):
         # The symbols NCCL looks up are exported.
         syms = run(["nm", "-D", "--defined-only", lib]).stdout
         assert "ncclProfiler_v5" in syms, syms[:400]
+        # The tuner beside it (flow plan steering), loadable as unpacked.
+        tuner = os.path.join(tmp, top, "lib", "libnccl-tuner-pitstop.so")
+        assert os.path.exists(tuner), f"tarball: no tuner in {sorted(bundled)}"
+        ldd = run(["ldd", tuner], env=env).stdout
+        assert " not found" not in ldd, f"tarball: tuner\n{ldd}"
+        syms = run(["nm", "-D", "--defined-only", tuner]).stdout
+        assert "ncclTunerPlugin_v6" in syms, syms[:400]
         print(f"{tars[0]}: {len(bundled)} libraries, all dependencies resolve "
               f"inside it", flush=True)
     finally:

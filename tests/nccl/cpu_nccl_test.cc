@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "pitstop/nic_plan.h"
 #include "src/nccl/cpu/nccl_functions.h"
 #include "src/nccl/emulator/nccl_emulator.h"
 #include "tests/harness/telemetry_receiver.h"
@@ -49,6 +50,12 @@ class CpuNcclTest : public ::testing::Test {
                               int deadline_s = kDeadlineS) {
     ncclUniqueId id;
     EXPECT_EQ(ncclGetUniqueId(&id), ncclSuccess) << ncclGetLastError(nullptr);
+    return RunWithId(id, scenario, n, std::move(env), deadline_s);
+  }
+  std::vector<RankResult> RunWithId(const ncclUniqueId& id,
+                                    const std::string& scenario, int n,
+                                    std::map<std::string, std::string> env,
+                                    int deadline_s = kDeadlineS) {
     const std::string hex = UniqueIdHex(&id, sizeof(id));
     std::vector<std::vector<std::string>> argv;
     for (int r = 0; r < n; ++r) {
@@ -245,6 +252,135 @@ TEST_F(CpuNcclTest, PreloadedInterposerSeesEveryCommunicatorAndTheVersion) {
   EXPECT_EQ(children.size(), 3u);
   for (const auto& [child, parent] : parent_of) {
     EXPECT_EQ(parent, *worlds.begin()) << child;
+  }
+}
+
+// A node's topology as NCCL dumps it: four NICs (nic_plan_test has the
+// filter's details).
+constexpr char kNodeTopo[] = R"(<system version="1">
+  <cpu numaid="0" affinity="ff" arch="x86_64" vendor="GenuineIntel">
+    <pci busid="0000:0d:00.0" class="0x020700" link_speed="32.0 GT/s PCIe" link_width="16">
+      <nic>
+        <net name="mlx5_0" dev="0" speed="400000" port="1" gdr="1"/>
+        <net name="mlx5_1" dev="1" speed="400000" port="1" gdr="1"/>
+        <net name="mlx5_2" dev="2" speed="400000" port="1" gdr="1"/>
+        <net name="mlx5_3" dev="3" speed="400000" port="1" gdr="1"/>
+      </nic>
+    </pci>
+  </cpu>
+</system>
+)";
+
+// Each "NCCL_TOPO_FILE set by environment" line a rank's init logged, and
+// the nets line after it.
+std::vector<std::string> TopologyLines(const std::string& stderr_text) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while ((pos = stderr_text.find("topology nets", pos)) != std::string::npos) {
+    const size_t eol = stderr_text.find('\n', pos);
+    out.push_back(stderr_text.substr(pos, eol - pos));
+    pos = eol;
+  }
+  return out;
+}
+
+// The flow plan's NIC set reaches NCCL's init (docs/planning.md, "How a
+// plan reaches NCCL", 1): the interposer, preloaded over the backend,
+// finds the agent's NIC plan line for the communicator being created (by
+// the comm hash NCCL computes from the unique id, or by its rank count),
+// points NCCL_TOPO_FILE at the node's topology with the other NICs demoted
+// for that init only; the backend reads the variable as NCCL's
+// ncclTopoGetSystem does and logs the nets it saw. The split children (no
+// plan line) see no topology file: the variable was put back.
+TEST_F(CpuNcclTest, PlannedNicSetReachesTheCommunicatorInit) {
+  const std::string base = absl::StrCat(dir_, "/node-topo.xml");
+  {
+    FILE* f = std::fopen(base.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(kNodeTopo, f);
+    std::fclose(f);
+  }
+  const std::string plan = absl::StrCat(dir_, "/tuner-table.nics");
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  const std::map<std::string, std::string> env = {
+      {"LD_PRELOAD", emu::BuiltPluginPath()},
+      {"ASAN_OPTIONS",
+       std::string(asan != nullptr ? asan : "") + ":verify_asan_link_order=0"},
+      {"PITSTOP_AGENT_SOCKET", absl::StrCat(dir_, "/no-agent.sock")},
+      {"PITSTOP_NIC_PLAN", plan},
+      {"PITSTOP_NCCL_TOPO_BASE", base},
+      {"PITSTOP_JOB_ID", "job9"},
+      {"NCCL_DEBUG", "INFO"},
+      {"-NCCL_TOPO_FILE", ""},
+      {"TMPDIR", dir_}};
+  // 1. By rank count: the job's only 4-rank communicator uses NICs 1 and 3.
+  std::vector<nicplan::NicPlanEntry> lines(2);
+  lines[0] = {.comm_id = 0x1234,
+              .job = "job9",
+              .epoch = 2,
+              .n_ranks = 4,
+              .n_nodes = 2,
+              .unique_shape = true,
+              .nics = {1, 3}};
+  lines[1] = {.comm_id = 0x5678,
+              .job = "otherjob",
+              .epoch = 1,
+              .n_ranks = 4,
+              .n_nodes = 1,
+              .unique_shape = true,
+              .nics = {0}};
+  std::string error;
+  ASSERT_TRUE(nicplan::WriteNicPlan(plan, lines, &error)) << error;
+  auto results = Run("split", 4, env);
+  ASSERT_TRUE(AllExitedZero(results)) << Describe(results);
+  for (size_t r = 0; r < results.size(); ++r) {
+    const std::vector<std::string> seen = TopologyLines(results[r].stderr_text);
+    ASSERT_EQ(seen.size(), 1u) << "rank " << r << ":\n"
+                               << results[r].stderr_text;
+    EXPECT_NE(seen[0].find("mlx5_0:1 mlx5_1:400000 mlx5_2:1 mlx5_3:400000"),
+              std::string::npos)
+        << seen[0];
+    EXPECT_NE(results[r].stderr_text.find("PITSTOP/NicPlan: comm ranks 4: "
+                                          "plan epoch 2 of job job9: NICs "
+                                          "mlx5_1,mlx5_3"),
+              std::string::npos)
+        << results[r].stderr_text;
+  }
+  // 2. By comm hash (a communicator rebuilt from the same unique id): the
+  // line names the hash NCCL computes from the id, and wins over a shape
+  // line.
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  lines[0] = {
+      .comm_id = nicplan::CommHashOfUniqueId(id.internal, sizeof(id.internal)),
+      .job = "job9",
+      .epoch = 3,
+      .n_ranks = 4,
+      .nics = {2}};
+  lines[1] = {.comm_id = 0x1234,
+              .job = "job9",
+              .epoch = 3,
+              .n_ranks = 4,
+              .unique_shape = true,
+              .nics = {0}};
+  ASSERT_TRUE(nicplan::WriteNicPlan(plan, lines, &error)) << error;
+  results = RunWithId(id, "split", 4, env);
+  ASSERT_TRUE(AllExitedZero(results)) << Describe(results);
+  for (size_t r = 0; r < results.size(); ++r) {
+    const std::vector<std::string> seen = TopologyLines(results[r].stderr_text);
+    ASSERT_EQ(seen.size(), 1u) << results[r].stderr_text;
+    EXPECT_NE(seen[0].find("mlx5_0:1 mlx5_1:1 mlx5_2:400000 mlx5_3:1"),
+              std::string::npos)
+        << seen[0];
+  }
+  // 3. No line for the job: NCCL picks (no topology file at all).
+  lines.resize(1);
+  lines[0].job = "otherjob";
+  ASSERT_TRUE(nicplan::WriteNicPlan(plan, lines, &error)) << error;
+  results = Run("split", 4, env);
+  ASSERT_TRUE(AllExitedZero(results)) << Describe(results);
+  for (const RankResult& r : results) {
+    EXPECT_TRUE(TopologyLines(r.stderr_text).empty()) << r.stderr_text;
   }
 }
 

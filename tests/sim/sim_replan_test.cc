@@ -40,23 +40,26 @@ TEST(SimReplan, LinkDegradesAndTheControllerReplansLive) {
   ASSERT_FALSE(run.plan_epochs.empty()) << "the controller made no plan";
   EXPECT_GT(run.plan_epochs.front().network_flows, 0u);
   // After the onset, a re-plan triggered by the verdict: the marked path
-  // was crossed by the connection's flow. Whether it moves is the
-  // planner's call (Planner::Replan keeps a flow whose old path still
-  // meets the degraded fabric's bound); moved flows are printed, and
-  // asserted in live_planner_test, where the bound is known.
+  // was crossed by the connection's flow, and the flow moved off the
+  // suspect links (the other spine is healthy until the operator's marks).
   const double onset_s = s->faults[0].at_s;
   bool replanned_after_onset = false;
+  uint32_t moved_off = 0;
   for (const PlanEpoch& e : run.plan_epochs) {
     if (e.at_s >= onset_s && e.at_s < s->link_marks[0].at_s &&
         e.crossing_flows > 0) {
       replanned_after_onset = true;
+      moved_off += e.moved_off_degraded;
       std::cerr << "re-plan after the onset: epoch " << e.epoch << ", "
                 << e.crossing_flows << " crossing, " << e.moved_flows
-                << " moved\n";
+                << " moved, " << e.moved_off_degraded
+                << " off every degraded link\n";
     }
   }
   EXPECT_GE(run.final_plan.epoch(), 3u);
   EXPECT_TRUE(replanned_after_onset) << "no re-plan between onset and marks";
+  EXPECT_GE(moved_off, 1u)
+      << "the verdict's re-plan moved no flow off the suspect links";
 
   // Every host of the job got and acked the newest epoch sent to it; its
   // table exists (written before the ack) and names no other epoch.

@@ -17,6 +17,7 @@
 #include "nlohmann/json.hpp"
 #include "src/controller/plan/evaluate.h"
 #include "src/controller/plan/fabric_io.h"
+#include "src/controller/plan/qps_auto.h"
 #include "tools/pitstop/commands.h"
 
 namespace pitstop::tool {
@@ -31,7 +32,7 @@ struct PlanArgs {
   std::string placement = "packed";
   uint64_t placement_seed = 1;
   int channels = 0;
-  int qps = 1;
+  std::string qps = "auto";
   std::string bytes = "1G";
   int seeds = 100;
   std::string hash = "crc32";
@@ -73,6 +74,20 @@ nlohmann::json EvaluationJson(const plan::Evaluation& e) {
           {"bound", StrategyJson(e.bound, false)}};
 }
 
+nlohmann::json QpsJson(const plan::QpsChoice& c) {
+  nlohmann::json tried = nlohmann::json::array();
+  for (const auto& [q, rec] : c.tried) {
+    tried.push_back({{"qps", q}, {"recovery_of_healthy_bound", rec}});
+  }
+  nlohmann::json j = {{"per_connection", c.qps},
+                      {"auto", c.automatic},
+                      {"why", c.why},
+                      {"launch", c.launch},
+                      {"tried", tried}};
+  if (c.bound_recovery > 0) j["bound_recovery"] = c.bound_recovery;
+  return j;
+}
+
 nlohmann::json ReportJson(const plan::EvalReport& r) {
   nlohmann::json j = {{"fabric", r.fabric},
                       {"assumptions", r.assumptions},
@@ -106,7 +121,7 @@ nlohmann::json ReportJson(const plan::EvalReport& r) {
   return j;
 }
 
-void PrintTable(const plan::EvalReport& r) {
+void PrintTable(const plan::EvalReport& r, const plan::QpsChoice& qps) {
   std::cout << r.fabric << "\n";
   for (const std::string& a : r.assumptions) {
     std::cout << "  assumed: " << a << "\n";
@@ -155,6 +170,7 @@ void PrintTable(const plan::EvalReport& r) {
         r.moved_connections, r.network_connections, r.replan_ms,
         100 * r.recovery);
   }
+  std::cout << "\nQPs: " << qps.why << "\n";
 }
 
 absl::Status WritePlan(const plan::Fabric& fabric, const plan::EvalReport& r,
@@ -204,7 +220,16 @@ int RunPlan(const PlanArgs& a) {
   o.placement_seed = a.placement_seed;
   o.ring.channels = a.channels;
   o.tree = a.algo == "tree";
-  o.ring.qps_per_connection = a.qps;
+  bool qps_auto = a.qps == "auto";
+  if (!qps_auto) {
+    int q = 0;
+    if (!absl::SimpleAtoi(a.qps, &q) || q < 1 || q > 64) {
+      std::cerr << "pitstop plan: --qps '" << a.qps
+                << "' is not auto or a QP count 1..64\n";
+      return 2;
+    }
+    o.ring.qps_per_connection = q;
+  }
   if (!ParseBytes(a.bytes, &o.ring.bytes)) {
     std::cerr << "pitstop plan: --bytes '" << a.bytes
               << "' is not a size (e.g. 256M, 1G)\n";
@@ -231,7 +256,18 @@ int RunPlan(const PlanArgs& a) {
     std::cerr << "pitstop plan: " << fabric.status().message() << "\n";
     return 2;
   }
-  absl::StatusOr<plan::EvalReport> r = plan::Evaluate(&*fabric, o);
+  plan::QpsChoice qps;
+  absl::StatusOr<plan::EvalReport> r =
+      qps_auto ? plan::EvaluateAutoQps(&*fabric, o, &qps)
+               : plan::Evaluate(&*fabric, o);
+  if (!qps_auto) {
+    qps.qps = o.ring.qps_per_connection;
+    qps.why = absl::StrCat(qps.qps, " QP", qps.qps > 1 ? "s" : "",
+                           " per connection (--qps)");
+    if (qps.qps > 1) {
+      qps.launch = absl::StrCat("NCCL_IB_QPS_PER_CONNECTION=", qps.qps);
+    }
+  }
   if (!r.ok()) {
     std::cerr << "pitstop plan: " << r.status().message() << "\n";
     return 2;
@@ -244,9 +280,11 @@ int RunPlan(const PlanArgs& a) {
     }
   }
   if (a.output == "json") {
-    std::cout << ReportJson(*r).dump(2) << "\n";
+    nlohmann::json j = ReportJson(*r);
+    j["qps"] = QpsJson(qps);
+    std::cout << j.dump(2) << "\n";
   } else {
-    PrintTable(*r);
+    PrintTable(*r, qps);
   }
   return 0;
 }
@@ -289,7 +327,11 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
   cmd->add_option("--channels", args->channels,
                   "NCCL channels (default: two per NIC of a host)");
   cmd->add_option("--qps", args->qps,
-                  "QPs per connection (NCCL_IB_QPS_PER_CONNECTION)");
+                  "QPs per connection (NCCL_IB_QPS_PER_CONNECTION), or auto "
+                  "(default): 1, unless a re-plan around the degraded links "
+                  "recovers < 90% of the healthy bound and 2, 4 or 8 QPs "
+                  "lift it (the smallest that reaches 90%, else the best); "
+                  "the output names the launch setting");
   cmd->add_option("--bytes", args->bytes, "all-reduce size (e.g. 256M, 1G)");
   cmd->add_option("--seeds", args->seeds,
                   "ECMP hash seeds to draw (>= 100 "

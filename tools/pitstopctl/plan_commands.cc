@@ -52,6 +52,7 @@ void PrintPlan(const v1::FlowPlan& p, bool flows) {
     std::cout << "  degraded links: " << absl::StrJoin(p.degraded_links(), ", ")
               << "\n";
   }
+  if (!p.qps_advice().empty()) std::cout << "  QPs: " << p.qps_advice() << "\n";
   std::cout << "  fabric: " << p.fabric() << "\n";
   if (!p.hosts().empty()) {
     Table h({"HOST", "EPOCH_SENT", "EPOCH_ACKED"});

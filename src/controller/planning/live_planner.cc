@@ -124,6 +124,13 @@ void LivePlanner::ObserveSummary(const std::string& host,
       job.changed = now;
       ++job.version;
     }
+    if (!added && it->second.bytes <= 0 && c.bytes() > 0) {
+      // Sized only now (the first summaries of a job can carry no bytes):
+      // a plan made without its load is re-made in full once this settles.
+      job.dirty = true;
+      job.changed = now;
+      ++job.version;
+    }
     it->second.bytes = static_cast<double>(c.bytes());
     it->second.throughput_bps = c.throughput_bps();
     auto peer = cs.members.find(c.peer_rank());
@@ -365,6 +372,74 @@ absl::StatusOr<v1::FlowPlan> LivePlanner::GetFlowPlan(const std::string& job_id,
     pf->set_bytes(cit != in.conns.end() ? cit->second.bytes : f.bytes);
     pf->set_moved(p.moved[f.id] != 0);
   }
+  return out;
+}
+
+absl::StatusOr<v1::FlowPlan> LivePlanner::StoredFlowPlan(
+    const std::string& job_id, bool summary_only) const {
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id: empty");
+  if (options_.store == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("job ", job_id, ": no store to read a plan from"));
+  }
+  absl::StatusOr<std::vector<StoredPlan>> stored = options_.store->Plans();
+  if (!stored.ok()) return stored.status();
+  const StoredPlan* sp = nullptr;
+  for (const StoredPlan& x : *stored) {
+    if (x.job_id == job_id) sp = &x;
+  }
+  if (sp == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("job ", job_id, " has no flow plan in the store (plans/",
+                     job_id, "): the leader has not planned it"));
+  }
+  absl::StatusOr<plan::FlowPlan> p = plan::DecodePlan(sp->data);
+  if (!p.ok()) {
+    return absl::DataLossError(absl::StrCat("stored plan of job ", job_id, ": ",
+                                            p.status().message()));
+  }
+  const int n_links = static_cast<int>(base_.links().size());
+  auto bad_link = [&](int l) { return l < 0 || l >= n_links; };
+  v1::FlowPlan out;
+  out.set_job_id(job_id);
+  out.set_epoch(sp->epoch);
+  out.set_fabric(base_.description);
+  out.set_reason(absl::StrCat("stored plan (epoch ", sp->epoch,
+                              ") read by a follower; the leader has the "
+                              "live plan"));
+  uint32_t network = 0;
+  for (const plan::PlannedPath& path : p->paths) {
+    for (int l : path.links) {
+      if (bad_link(l)) {
+        return absl::DataLossError(absl::StrCat(
+            "stored plan of job ", job_id, ": link ", l,
+            " is not on this controller's fabric (", base_.description,
+            "); was it planned on another --fabric?"));
+      }
+    }
+    if (path.links.empty() ||
+        base_.link(path.links.front()).kind != plan::LinkKind::kNic) {
+      continue;  // NVLink flows: no network path to show
+    }
+    ++network;
+    if (summary_only) continue;
+    v1::PlannedFlow* pf = out.add_planned_flows();
+    const int src =
+        path.src_gpu >= 0 ? path.src_gpu : base_.link(path.links.front()).src;
+    const int dst =
+        path.dst_gpu >= 0 ? path.dst_gpu : base_.link(path.links.back()).dst;
+    pf->set_src_host(base_.hosts()[base_.node(src).host].name);
+    pf->set_dst_host(base_.hosts()[base_.node(dst).host].name);
+    pf->set_src_nic(NicName(base_, src));
+    pf->set_dst_nic(NicName(base_, dst));
+    for (int l : path.links) pf->add_path(base_.LinkName(l));
+    pf->set_udp_src_port(path.src_port);
+    pf->set_src_rank(-1);
+    pf->set_dst_rank(-1);
+    pf->set_channel(-1);
+  }
+  out.set_flows(static_cast<uint32_t>(p->paths.size()));
+  out.set_network_flows(network);
   return out;
 }
 

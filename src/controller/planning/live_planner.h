@@ -63,6 +63,10 @@ class LivePlanner {
     bool measure_nics = true;
     plan::NicCapacityModel::Options cora;
     plan::PlannerOptions planner;
+    // A re-plan whose busiest link needs more than the healthy bound over
+    // this share gets QP advice (FlowPlan.recommended_qps); 0: off.
+    double qps_target = 0.9;
+    int max_qps = 8;
   };
 
   // InvalidArgument / NotFound from the fabric reader (naming file and
@@ -110,6 +114,18 @@ class LivePlanner {
   v1::ListLinksResponse ListLinks(const v1::ListLinksRequest& request);
   const std::string& fabric_description() const;
 
+  // A follower's answer (docs/ha.md: reads answer from the durable store):
+  // the job's plan as the leader saved it (FaultStore::Plans, plans/JOB),
+  // read back against this controller's fabric: epoch and, per network
+  // flow, hosts, NICs and path by link name. What only the leader's soft
+  // state knows (communicator, ranks, bytes, reason, delivery to agents)
+  // is left out; `reason` says where the plan came from. NotFound when the
+  // store has no plan for the job; DataLoss naming the job when the stored
+  // plan does not decode or names links this fabric does not have (a
+  // controller started with another --fabric).
+  absl::StatusOr<v1::FlowPlan> StoredFlowPlan(const std::string& job_id,
+                                              bool summary_only) const;
+
  private:
   struct Member {
     std::string host;
@@ -153,6 +169,9 @@ class LivePlanner {
     plan::FlowPlan plan;
     std::vector<char> moved;  // by flow
     v1::FlowPlan info;        // without planned_flows and hosts
+    // The full plan's inputs (by Flow::conn): what QP advice re-plans.
+    std::vector<int> rank_gpu;
+    std::vector<plan::LiveConnection> live;
   };
   struct Delivery {
     uint64_t sent = 0;
@@ -178,6 +197,13 @@ class LivePlanner {
                                    const std::vector<int>& changed,
                                    bool flows_changed, uint64_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  // QP advice on a re-plan whose busiest link needs `replan_s` (FlowPlan
+  // recommended_qps / qps_advice); no lock held (work_ is the run's).
+  void AdviseQps(JobPlan* p, double replan_s, uint64_t epoch);
+  double BusiestSeconds(const std::vector<plan::Flow>& flows,
+                        const plan::FlowPlan& plan) const;
+  static void RefreshBytes(const Snapshot& snap, const std::string& job,
+                           JobPlan* p);
   std::vector<Directive> DirectivesOf(const std::string& job, const JobPlan& p,
                                       const Snapshot& snap)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);

@@ -6,7 +6,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "pitstop/logging.h"
+#include "src/controller/plan/bound.h"
 #include "src/controller/plan/plan_codec.h"
 #include "src/controller/planning/live_planner.h"
 
@@ -18,6 +20,9 @@ struct LivePlanner::Snapshot {
   std::map<std::string, JobInput> settled;
   std::map<std::string, uint64_t> epochs;  // every job's last epoch
   std::map<std::string, std::shared_ptr<const JobPlan>> plans;
+  // Re-plans: the bytes each planned connection carries now (the plan's
+  // flows keep what was measured when it was made, possibly nothing yet).
+  std::map<std::string, std::map<ConnKey, double>> bytes;
   plan::NicCapacityModel cora;
   std::map<int, Mark> marks;
   bool links = false;
@@ -52,6 +57,14 @@ LivePlanner::RunResult LivePlanner::Run() {
     MutexLock lock(&mu_);
     snap.comms = comms_;
     snap.plans = plans_;
+    if (!changed.empty()) {
+      for (const auto& [job, p] : plans_) {
+        auto jit = jobs_.find(job);
+        if (jit == jobs_.end()) continue;
+        std::map<ConnKey, double>& b = snap.bytes[job];
+        for (const auto& [k, c] : jit->second.conns) b[k] = c.bytes;
+      }
+    }
   }
   std::set<std::string> jobs;
   for (const auto& [job, in] : snap.settled) jobs.insert(job);
@@ -205,6 +218,8 @@ std::shared_ptr<LivePlanner::JobPlan> LivePlanner::PlanJob(
       return nullptr;
     }
     p->flows = std::move(*flows);
+    p->rank_gpu = rank_gpu;
+    p->live = live;
     plan::Planner planner(&work_, &p->flows, options_.planner);
     p->plan = planner.Plan(epoch);
     p->moved.assign(p->flows.size(), 0);
@@ -217,6 +232,9 @@ std::shared_ptr<LivePlanner::JobPlan> LivePlanner::PlanJob(
     if (prev == nullptr) return nullptr;
     p->conns = prev->conns;
     p->flows = prev->flows;
+    p->rank_gpu = prev->rank_gpu;
+    p->live = prev->live;
+    RefreshBytes(snap, job, p.get());
     plan::Planner planner(&work_, &p->flows, options_.planner);
     p->plan = planner.Replan(prev->plan, changed, epoch, &stats);
     if (stats.crossing == 0) return nullptr;  // the job does not cross them
@@ -279,7 +297,85 @@ std::shared_ptr<LivePlanner::JobPlan> LivePlanner::PlanJob(
     info.set_busiest_link(work_.LinkName(worst_link));
     info.set_busiest_link_s(worst);
   }
+  if (!full) AdviseQps(p.get(), worst, epoch);
   return p;
+}
+
+void LivePlanner::RefreshBytes(const Snapshot& snap, const std::string& job,
+                               JobPlan* p) {
+  // The flows of a plan keep the bytes measured when it was made; the first
+  // summaries of a job can carry none (proxy ops not yet sized), and a plan
+  // of zero-byte flows sees no load anywhere: a re-plan would keep every
+  // flow on a degraded link. Re-plans use what is measured now.
+  auto bit = snap.bytes.find(job);
+  if (bit == snap.bytes.end()) return;
+  for (plan::Flow& f : p->flows) {
+    auto c = bit->second.find(p->conns[f.conn]);
+    if (c == bit->second.end() || c->second <= 0) continue;
+    f.bytes = c->second;  // live flows: one QP per connection
+  }
+  for (size_t i = 0; i < p->live.size(); ++i) {
+    auto c = bit->second.find(p->conns[i]);
+    if (c != bit->second.end() && c->second > 0) p->live[i].bytes = c->second;
+  }
+}
+
+double LivePlanner::BusiestSeconds(const std::vector<plan::Flow>& flows,
+                                   const plan::FlowPlan& plan) const {
+  const std::vector<double> bytes =
+      plan::Planner::LinkBytes(work_, flows, plan);
+  double worst = 0;
+  for (size_t l = 0; l < bytes.size(); ++l) {
+    const plan::FabricLink& fl = work_.link(l);
+    if (fl.kind == plan::LinkKind::kNvLink || fl.gbps <= 0) continue;
+    worst = std::max(worst, bytes[l] * 8 / (fl.gbps * 1e9));
+  }
+  return worst;
+}
+
+void LivePlanner::AdviseQps(JobPlan* p, double replan_s, uint64_t epoch) {
+  if (options_.qps_target <= 0 || replan_s <= 0 || p->live.empty()) return;
+  // The healthy fabric's bound for these flows (bytes as measured now).
+  const double healthy =
+      plan::CutBound(base_, p->flows, options_.planner.degraded_below);
+  if (healthy <= 0) return;
+  const double rec = healthy / replan_s;
+  if (rec >= options_.qps_target) return;
+  // What a job launched with q QPs per connection would get: its QPs
+  // planned on the degraded fabric (a re-plan moves QPs, not connections).
+  int best_q = 1;
+  double best = rec;
+  std::string tried = absl::StrFormat("1 QP: %.0f%%", 100 * rec);
+  for (int q = 2; q <= options_.max_qps; q *= 2) {
+    absl::StatusOr<std::vector<plan::Flow>> flows =
+        plan::FlowsFromConnections(work_, p->rank_gpu, p->live, q);
+    if (!flows.ok()) return;
+    plan::Planner planner(&work_, &*flows, options_.planner);
+    const double s = BusiestSeconds(*flows, planner.Plan(epoch));
+    if (s <= 0) return;
+    const double r = healthy / s;
+    absl::StrAppend(&tried, absl::StrFormat(", %d QPs: %.0f%%", q, 100 * r));
+    if (r > best + 0.01) {
+      best = r;
+      best_q = q;
+    }
+    if (r >= options_.qps_target) break;
+  }
+  if (best_q == 1) {
+    p->info.set_qps_advice(absl::StrCat(
+        "the re-plan recovers ", absl::StrFormat("%.0f%%", 100 * rec),
+        " of the healthy bound; more QPs per connection do not "
+        "help (",
+        tried, ")"));
+    return;
+  }
+  p->info.set_recommended_qps(static_cast<uint32_t>(best_q));
+  p->info.set_qps_advice(absl::StrCat(
+      "launch with NCCL_IB_QPS_PER_CONNECTION=", best_q,
+      ": the re-plan recovers ", absl::StrFormat("%.0f%%", 100 * rec),
+      " of the healthy bound with whole connections, ",
+      absl::StrFormat("%.0f%%", 100 * best), " with ", best_q,
+      " QPs per connection (", tried, ")"));
 }
 
 std::vector<LivePlanner::Directive> LivePlanner::DirectivesOf(

@@ -1,7 +1,14 @@
 #include "src/nccl/cpu/comm_handles.h"
 
+#include <strings.h>
+
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
 #include <set>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 
@@ -101,11 +108,48 @@ ncclResult_t ParseConfig(const ncclConfig_t* config, ParsedConfig* out) {
 }
 
 uint64_t HashId(const ncclUniqueId& id) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a, like a commHash from the id
+  uint64_t h = 5381;  // NCCL's getHash: DJB2a over the 128 bytes
   for (char ch : id.internal) {
-    h = (h ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
+    h = ((h << 5) + h) ^ static_cast<uint64_t>(static_cast<int64_t>(ch));
   }
   return h;
+}
+
+ncclResult_t ReadTopologyFile(uint64_t comm_hash, int rank) {
+  const char* path = std::getenv("NCCL_TOPO_FILE");
+  if (path == nullptr) return ncclSuccess;
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) {
+    return Fail(ncclSystemError,
+                absl::StrCat("NCCL_TOPO_FILE ", path, ": cannot read"));
+  }
+  const char* debug = std::getenv("NCCL_DEBUG");
+  if (debug == nullptr ||
+      (strcasecmp(debug, "INFO") != 0 && strcasecmp(debug, "TRACE") != 0)) {
+    return ncclSuccess;
+  }
+  std::string nets;
+  const std::string xml = text.str();
+  const std::regex tag("<net\\s[^>]*>");
+  const std::regex name("\\sname=\"([^\"]*)\"");
+  const std::regex speed("\\sspeed=\"([^\"]*)\"");
+  for (auto it = std::sregex_iterator(xml.begin(), xml.end(), tag);
+       it != std::sregex_iterator(); ++it) {
+    const std::string t = it->str();
+    std::smatch m;
+    absl::StrAppend(&nets, nets.empty() ? "" : " ",
+                    std::regex_search(t, m, name) ? m[1].str() : "?", ":",
+                    std::regex_search(t, m, speed) ? m[1].str() : "-");
+  }
+  std::fprintf(stderr,
+               "cpu-nccl: NCCL INFO NCCL_TOPO_FILE set by environment to %s\n"
+               "cpu-nccl: NCCL INFO comm 0x%llx rank %d topology nets "
+               "(name:speed Mb/s) %s\n",
+               path, static_cast<unsigned long long>(comm_hash), rank,
+               nets.c_str());
+  return ncclSuccess;
 }
 
 // Starts (blocking or in the background) the init of a new communicator.

@@ -60,8 +60,18 @@ struct ParsedConfig {
 };
 ncclResult_t ParseConfig(const ncclConfig_t* config, ParsedConfig* out);
 
-// commHash of a communicator made from a unique id (FNV-1a of its bytes).
+// commHash of a communicator made from a unique id: NCCL's (getHash of its
+// bytes, DJB2a), so a hash computed before init matches.
 uint64_t HashId(const ncclUniqueId& id);
+
+// What NCCL's ncclTopoGetSystem does with NCCL_TOPO_FILE at every
+// communicator init and split: when set, the file must be readable (else
+// ncclSystemError, as NCCL fails the init); with NCCL_DEBUG=INFO it logs
+// "NCCL_TOPO_FILE set by environment to PATH" and, per <net> of the file,
+// its name and speed (the NICs the init would see), tagged with the comm
+// hash and rank. The backend has no NICs of its own: this is what lets a
+// test see the topology a creation was given.
+ncclResult_t ReadTopologyFile(uint64_t comm_hash, int rank);
 
 // Makes a handle and connects it (on a background thread when
 // !blocking: returns ncclInProgress).

@@ -89,6 +89,10 @@ pncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
   o.store_dir = decoded->store_dir;
   o.prefix = absl::StrCat("c", absl::Hex(decoded->nonce));
   o.comm_hash = pc::HashId(id);
+  if (ncclResult_t t = pc::ReadTopologyFile(o.comm_hash, rank);
+      t != ncclSuccess) {
+    return t;
+  }
   o.name = cfg.name;
   o.timeout = pc::DefaultTimeout();
   return pc::StartComm(comm, o, cfg.blocking);
@@ -136,6 +140,10 @@ PITSTOP_API ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key,
   ncclResult_t r;
   pc::CpuComm* c = pc::Ready(comm, &r);
   if (c == nullptr) return r;
+  if (ncclResult_t t = pc::ReadTopologyFile(c->comm_hash(), c->rank());
+      t != ncclSuccess) {
+    return t;
+  }
   auto child = c->Split(color, key, cfg.name);
   if (!child.ok()) return pc::FromStatus(child.status());
   if (*child == nullptr) return ncclSuccess;  // NCCL_SPLIT_NOCOLOR

@@ -8,6 +8,7 @@
 #include "src/controller/plan/fabric_io.h"
 #include "src/controller/plan/flow_sim.h"
 #include "src/controller/plan/planner.h"
+#include "src/controller/plan/qps_auto.h"
 
 namespace pitstop::plan {
 namespace {
@@ -67,6 +68,44 @@ TEST(ReplanTest, OneQpPerConnectionStopsAtTheWholeFlowLimit) {
   EXPECT_NEAR(r->recovery, 2.0 / 3.0, 0.01);
   EXPECT_EQ(r->moved_connections, r->moved);
   EXPECT_EQ(r->network_connections, r->network_flows);
+}
+
+// --qps auto (pitstop plan's default): on the fabric where one QP per
+// connection stops at 67%, it probes 2, 4, 8 and picks the smallest that
+// recovers 90%, naming the launch setting; on a healthy run it keeps 1.
+TEST(ReplanTest, AutoQpsPicksTheSmallestCountThatRecoversNinetyPercent) {
+  Fabric fab = Gen("gen:leafspine,gpus=256,rail=0,hosts_per_tor=4");
+  EvalOptions o;
+  o.placement = Placement::kScattered;
+  o.seeds = 2;
+  o.pin_ports = false;
+  o.degrade_busiest = 0.25;
+  QpsChoice c;
+  auto r = EvaluateAutoQps(&fab, o, &c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->degraded);
+  ASSERT_GE(c.tried.size(), 2u);
+  EXPECT_EQ(c.tried[0].first, 1);
+  EXPECT_NEAR(c.tried[0].second, 2.0 / 3.0, 0.01);
+  EXPECT_GT(c.qps, 1);
+  EXPECT_EQ(c.tried.back().first, c.qps);  // stopped at the first to reach
+  for (size_t i = 0; i + 1 < c.tried.size(); ++i) {
+    EXPECT_LT(c.tried[i].second, kQpsTargetRecovery) << c.tried[i].first;
+  }
+  EXPECT_EQ(c.launch, "NCCL_IB_QPS_PER_CONNECTION=" + std::to_string(c.qps));
+  // The full evaluation is with the chosen count, on the same link.
+  EXPECT_EQ(r->network_flows, r->network_connections * c.qps);
+  EXPECT_GE(r->recovery, kQpsTargetRecovery);
+  EXPECT_NE(c.why.find("NCCL_IB_QPS_PER_CONNECTION"), std::string::npos);
+  const int connections = r->network_connections;
+
+  fab.ResetCapacities();
+  o.degrade_busiest = 0;
+  r = EvaluateAutoQps(&fab, o, &c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(c.qps, 1);
+  EXPECT_TRUE(c.launch.empty());
+  EXPECT_EQ(r->network_flows, connections);  // one QP each
 }
 
 double Simulate(const Fabric& fab, const std::vector<Flow>& flows,

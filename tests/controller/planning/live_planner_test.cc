@@ -69,12 +69,12 @@ class LivePlannerTest : public ::testing::Test {
           cs->set_peer_rank((r + 1) % kRanks);
           cs->set_channel_id(ch);
           cs->set_is_send(true);
-          cs->set_bytes(64 << 20);
+          cs->set_bytes(feed_bytes_);
           const bool slow =
               r == slow_rank && (slow_channel < 0 || ch == slow_channel);
           const uint64_t d = slow ? slow_ns : ns;
           cs->set_duration_ns(d);
-          cs->set_throughput_bps((64 << 20) * 1e9 / d);
+          cs->set_throughput_bps(feed_bytes_ * 1e9 / d);
         }
       }
       p->ObserveBatch(absl::StrCat("node", h), batch);
@@ -114,6 +114,7 @@ class LivePlannerTest : public ::testing::Test {
 
   FakeClock clock_;
   std::unique_ptr<FaultStore> store_;
+  uint64_t feed_bytes_ = 64 << 20;  // per connection and collective
 };
 
 TEST_F(LivePlannerTest, BadFabricIsAnError) {
@@ -334,6 +335,144 @@ TEST_F(LivePlannerTest, CommSlowVerdictMarksTheConnectionsPathSuspect) {
   for (const v1::LinkStatus& l : Links(p.get(), {})) {
     EXPECT_NE(l.health(), v1::LINK_HEALTH_SUSPECT) << l.name();
   }
+}
+
+// QP advice: 8 one-GPU hosts on two ToRs of four uplinks each, the ring
+// alternating between the ToRs, so each ToR's uplinks carry exactly one
+// 200 Gbps connection each. With one uplink at a quarter, whole
+// connections recover at most half the healthy time (two share an
+// uplink); with 4 QPs per connection a plan spreads the QPs (80%). The
+// re-plan says which launch setting would get that.
+TEST_F(LivePlannerTest, ReplanBelowNinetyPercentRecommendsMoreQps) {
+  LivePlanner::Options o;
+  o.fabric =
+      "gen:leafspine,gpus=8,gpus_per_host=1,rail=0,hosts_per_tor=4,"
+      "tor_uplinks=4,nic_gbps=200";
+  o.clock = &clock_;
+  o.store = store_.get();
+  o.measure_nics = false;
+  auto made = LivePlanner::Create(o);
+  ASSERT_TRUE(made.ok()) << made.status();
+  LivePlanner* p = made->get();
+  const int order[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // rank -> host
+  for (int r = 0; r < 8; ++r) {
+    v1::ConnectRequest batch;
+    v1::CommunicatorInfo* c = batch.add_communicators();
+    c->set_comm_hash(kComm);
+    c->set_rank(r);
+    c->set_n_ranks(8);
+    c->set_n_nodes(8);
+    c->set_host(absl::StrCat("node", order[r]));
+    c->set_cuda_device(0);
+    c->set_job_id("job1");
+    v1::CollectiveSummary* s = batch.add_summaries();
+    s->set_comm_hash(kComm);
+    s->set_rank(r);
+    s->set_n_channels(1);
+    v1::ConnectionSummary* cs = s->add_connections();
+    cs->set_peer_rank((r + 1) % 8);
+    cs->set_is_send(true);
+    cs->set_bytes(64 << 20);
+    cs->set_duration_ns(4'000'000);
+    cs->set_throughput_bps((64 << 20) * 1e9 / 4'000'000);
+    p->ObserveBatch(absl::StrCat("node", order[r]), batch);
+  }
+  clock_.Advance(absl::Seconds(3));
+  ASSERT_EQ(p->Run().planned.count("job1"), 1u);
+  auto first = p->GetFlowPlan("job1", false);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->recommended_qps(), 0u);  // healthy: no advice
+  EXPECT_EQ(first->qps_advice(), "");
+  const std::string up = SpineLink(*first);
+  ASSERT_NE(up, "");
+  v1::SetLinkHealthRequest mark;
+  mark.set_link(up);
+  mark.set_degraded(true);
+  mark.set_capacity_share(0.25);
+  ASSERT_TRUE(p->SetLinkHealth(mark).ok());
+  ASSERT_EQ(p->Run().planned.at("job1"), 2u);
+  auto after = p->GetFlowPlan("job1", true);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_GT(after->crossing_flows(), 0u);
+  EXPECT_GT(after->recommended_qps(), 1u) << after->qps_advice();
+  EXPECT_THAT(after->qps_advice(),
+              HasSubstr(absl::StrCat("NCCL_IB_QPS_PER_CONNECTION=",
+                                     after->recommended_qps())));
+}
+
+// As in `pitstop sim ci-replan`: the first summaries of the job carry no
+// bytes (its proxy ops not sized yet). The plan made then sees no load; it
+// is re-made once the bytes are known, and the COMM_SLOW verdict's re-plan
+// moves the slow connection off the suspect links (before, every flow kept
+// its path: zero bytes fit any bound).
+TEST_F(LivePlannerTest,
+       ConnectionsSizedLateAreReplannedAndTheVerdictMovesThem) {
+  auto p = Make();
+  ASSERT_NE(p, nullptr);
+  feed_bytes_ = 0;
+  Feed(p.get());
+  clock_.Advance(absl::Seconds(3));
+  ASSERT_EQ(p->Run().planned.at("job1"), 1u);
+  EXPECT_EQ(p->GetFlowPlan("job1", true)->busiest_link_s(), 0);
+  feed_bytes_ = 64 << 20;
+  Feed(p.get());
+  clock_.Advance(absl::Seconds(3));
+  ASSERT_EQ(p->Run().planned.at("job1"), 2u);  // re-made with the bytes
+  const v1::FlowPlan before = *p->GetFlowPlan("job1", false);
+  EXPECT_GT(before.busiest_link_s(), 0);
+  Feed(p.get(), 2'000'000, 3, 8'000'000, 1);
+  std::string slow_path;
+  for (const v1::PlannedFlow& fl : before.planned_flows()) {
+    if (fl.src_rank() == 3 && fl.channel() == 1) slow_path = fl.path(1);
+  }
+  ASSERT_NE(slow_path, "");
+  v1::Fault f;
+  f.set_fault_id("F3");
+  f.set_fault_class(v1::FAULT_CLASS_COMM_SLOW);
+  f.set_state(v1::FAULT_STATE_CONFIRMED);
+  f.set_job_id("job1");
+  f.set_comm_hash(kComm);
+  v1::Suspect* s = f.add_suspects();
+  s->set_level(v1::SUSPECT_LEVEL_LINK);
+  s->set_comm_rank(3);
+  s->set_peer_comm_rank(4);
+  p->ObserveFault(f);
+  ASSERT_EQ(p->Run().planned.at("job1"), 3u);
+  const v1::FlowPlan after = *p->GetFlowPlan("job1", false);
+  EXPECT_GT(after.crossing_flows(), 0u);
+  EXPECT_GT(after.moved_flows(), 0u);
+  EXPECT_EQ(Crossing(after, slow_path), 0) << slow_path;
+}
+
+// A plan made before its connections were sized is re-planned with the
+// bytes measured since (Planner::Replan on zero-byte flows keeps them all).
+TEST_F(LivePlannerTest, ReplanUsesTheBytesMeasuredSinceThePlan) {
+  auto p = Make();
+  ASSERT_NE(p, nullptr);
+  feed_bytes_ = 0;
+  Feed(p.get());
+  clock_.Advance(absl::Seconds(3));
+  ASSERT_EQ(p->Run().planned.at("job1"), 1u);
+  // Bytes arrive, and before the job settles again an operator marks the
+  // busiest spine link of channel 1's rank 3 -> 4 connection.
+  const v1::FlowPlan before = *p->GetFlowPlan("job1", false);
+  std::string link;
+  for (const v1::PlannedFlow& fl : before.planned_flows()) {
+    if (fl.src_rank() == 3 && fl.channel() == 1) link = fl.path(1);
+  }
+  ASSERT_NE(link, "");
+  feed_bytes_ = 64 << 20;
+  Feed(p.get());
+  v1::SetLinkHealthRequest mark;
+  mark.set_link(link);
+  mark.set_degraded(true);
+  mark.set_capacity_share(0.25);
+  ASSERT_TRUE(p->SetLinkHealth(mark).ok());
+  ASSERT_EQ(p->Run().planned.at("job1"), 2u);
+  const v1::FlowPlan after = *p->GetFlowPlan("job1", false);
+  EXPECT_GT(after.crossing_flows(), 0u);
+  EXPECT_GT(after.moved_flows(), 0u);
+  EXPECT_GT(after.busiest_link_s(), 0);
 }
 
 TEST_F(LivePlannerTest, CoraMovesFlowsOffANicMeasuredSlow) {
