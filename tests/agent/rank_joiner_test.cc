@@ -318,6 +318,35 @@ TEST_F(RankJoinerTest, LifecycleOpenedDiedAndClean) {
   EXPECT_EQ(joiner_.open_streams(), 0u);
 }
 
+// A failed communicator creation (NVIDIA/nccl#426) the library reported
+// becomes a lifecycle event for the controller, with the process's
+// identity; long error texts are cut, extra failures in one message dropped.
+TEST_F(RankJoinerTest, InitFailuresBecomeLifecycleEvents) {
+  auto req = Hello(21, 3);
+  for (int i = 0; i < kMaxInitFailures + 4; ++i) {
+    v1::CommInitFailure* f = req.add_init_failures();
+    f->set_call("ncclCommInitRank");
+    f->set_result(2);
+    f->set_error(i == 0 ? "NET/IB : No device found."
+                        : std::string(kMaxInitErrorText + 100, 'x'));
+    f->set_n_ranks(8);
+    f->set_rank(3);
+  }
+  ASSERT_TRUE(joiner_.Add(1, req).ok());
+  std::vector<v1::RankLifecycle> events = Lifecycle();
+  ASSERT_EQ(events.size(), 1u + kMaxInitFailures);
+  EXPECT_EQ(events[0].kind(), v1::RankLifecycle::KIND_STREAM_OPENED);
+  const v1::RankLifecycle& e = events[1];
+  EXPECT_EQ(e.kind(), v1::RankLifecycle::KIND_COMM_INIT_FAILED);
+  EXPECT_EQ(e.pid(), 21u);
+  EXPECT_EQ(e.global_rank(), 3);
+  EXPECT_EQ(e.job_id(), "job1");
+  EXPECT_EQ(e.init_failure().call(), "ncclCommInitRank");
+  EXPECT_EQ(e.init_failure().result(), 2);
+  EXPECT_EQ(e.init_failure().error(), "NET/IB : No device found.");
+  EXPECT_EQ(events[2].init_failure().error().size(), kMaxInitErrorText);
+}
+
 TEST_F(RankJoinerTest, SecondHelloIsInvalid) {
   ASSERT_TRUE(joiner_.Add(1, Hello(11, 0)).ok());
   absl::Status st = joiner_.Add(1, Hello(11, 0));
