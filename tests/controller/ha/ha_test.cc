@@ -19,7 +19,10 @@
 #include "src/controller/ha/ha_controller.h"
 #include "src/controller/ha/leader_election.h"
 #include "src/controller/migrate/migration_manager.h"
+#include "src/controller/plan/fabric_io.h"
+#include "src/controller/plan/flows.h"
 #include "src/controller/plan/plan_codec.h"
+#include "src/controller/plan/planner.h"
 #include "tests/controller/ha/etcd_fixture.h"
 #include "tests/controller/test_agent.h"
 
@@ -546,6 +549,96 @@ TEST_F(HaTest, PlansLiveInEtcdAndADeposedLeaderCannotWriteThem) {
   ASSERT_TRUE(store_b.SavePlan({"job1", 5, plan::EncodePlan(p)}).ok());
   EXPECT_EQ(store_b.fenced_writes_refused(), 0u);
   b->Stop(/*resign=*/true);
+}
+
+// A follower serves a job's flow plan from etcd (plans/JOB), as it serves
+// faults: the plan the leader saved, read against the follower's own
+// --fabric (paths by link name). Before the fix it answered NotFound (a
+// follower's planner learns no connections).
+TEST_F(HaTest, FollowerServesTheFlowPlanTheLeaderSaved) {
+  const std::string spec = "gen:leafspine,gpus=32,gpus_per_host=8";
+  auto fabric = plan::LoadFabric(spec, {});
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  auto gpus = plan::PlaceJob(*fabric, 32, plan::Placement::kPacked, 1);
+  ASSERT_TRUE(gpus.ok()) << gpus.status();
+  int channels = 0;
+  const std::vector<plan::Flow> flows =
+      plan::BuildRingFlows(*fabric, *gpus, {}, &channels);
+  plan::Planner planner(&*fabric, &flows, {});
+  const plan::FlowPlan made = planner.Plan(7);
+  size_t network = 0;
+  std::string first_path;  // of the first network flow, by name
+  for (const plan::Flow& f : flows) {
+    if (!f.network) continue;
+    if (network++ == 0) {
+      for (int l : made.paths[f.id].links) {
+        absl::StrAppend(&first_path, first_path.empty() ? "" : " ",
+                        fabric->LinkName(l));
+      }
+    }
+  }
+  ASSERT_GT(network, 0u);
+
+  HaOptions ho;
+  ho.etcd_endpoints = endpoint();
+  ho.etcd_prefix = prefix_;
+  auto ha_a = HaController::Create(ho, "127.0.0.1:7001");
+  auto ha_b = HaController::Create(ho, "127.0.0.1:7002");
+  ASSERT_TRUE(ha_a.ok() && ha_b.ok());
+  auto make_core = [&](HaController* ha) {
+    ControllerCore::Options o;
+    o.open_store = [ha] { return ha->OpenStore(); };
+    o.leadership = ha;
+    o.planning.fabric = spec;
+    auto core = ControllerCore::Create(o);
+    EXPECT_TRUE(core.ok()) << core.status();
+    return std::move(*core);
+  };
+  auto core_a = make_core(ha_a->get());
+  auto core_b = make_core(ha_b->get());
+  (*ha_a)->Start(core_a.get());
+  ASSERT_TRUE(WaitFor(
+      [&] { return core_a->Status().role() == v1::CONTROLLER_ROLE_LEADER; }));
+  (*ha_b)->Start(core_b.get());
+  ASSERT_TRUE(
+      WaitFor([&] { return core_b->Status().leader() == "127.0.0.1:7001"; }));
+
+  v1::GetFlowPlanRequest req;
+  req.set_job_id("job7");
+  // Nothing saved yet: NotFound naming the store.
+  absl::Status s = core_b->GetFlowPlan(req).status();
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("plans/job7"));
+
+  // The leader saves the plan (as its live planner does, fenced).
+  {
+    auto store = (*ha_a)->OpenStore();
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->SavePlan({"job7", 7, plan::EncodePlan(made)}).ok());
+  }
+  auto got = core_b->GetFlowPlan(req);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->epoch(), 7u);
+  EXPECT_EQ(got->flows(), flows.size());
+  EXPECT_EQ(got->network_flows(), network);
+  ASSERT_EQ(static_cast<size_t>(got->planned_flows_size()), network);
+  const v1::PlannedFlow& pf = got->planned_flows(0);
+  std::string path;
+  for (const std::string& l : pf.path()) {
+    absl::StrAppend(&path, path.empty() ? "" : " ", l);
+  }
+  EXPECT_EQ(path, first_path);
+  EXPECT_THAT(pf.src_nic(), HasSubstr("/nic"));
+  EXPECT_NE(pf.src_host(), pf.dst_host());
+  EXPECT_THAT(got->reason(), HasSubstr("follower"));
+  req.set_summary_only(true);
+  got = core_b->GetFlowPlan(req);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->planned_flows_size(), 0);
+  EXPECT_EQ(got->network_flows(), network);
+
+  (*ha_b)->Stop();
+  (*ha_a)->Stop();
 }
 
 // A leader's client watch streams (WatchFaults, WatchMigrations) end with
