@@ -283,7 +283,6 @@ void Exporter::FinishStream(GoodbyeReason reason, uint64_t deadline_ns) {
 
 void Exporter::Run() {
   const uint64_t tick_ns = uint64_t{options_.flush_interval_ms} * 1000000;
-  const uint64_t heartbeat_ns = 1000000000ull;
   for (;;) {
     {
       MutexLock lock(&mu_);
@@ -298,28 +297,48 @@ void Exporter::Run() {
         return;
       }
     }
-    const uint64_t now = NowCpuNs();
-    PollLink(now);
-    registry_->ExpireActivations(now);
-    if (options_.on_tick) options_.on_tick();
-    if (link_ == nullptr && now >= next_connect_ns_) OpenStream(now);
-    if (link_ == nullptr) {
-      DropAll();  // no agent: drop and count rather than let the rings fill
-      continue;
-    }
-    if (now - last_heartbeat_ns_ >= heartbeat_ns) {
-      last_heartbeat_ns_ = now;
-      CpuClock::Anchor();  // keep the TSC line on CLOCK_MONOTONIC
-      link_->SendHeartbeat(CurrentCounters());
-    }
-    bool full = Drain();
-    bool sent = TrySend(now - last_send_ns_ >= heartbeat_ns, nullptr);
-    // A burst: keep writing full batches while the ring takes them.
-    while (sent && full) {
-      full = Drain();
-      sent = TrySend(false, nullptr);
-    }
+    in_tick_.store(true);
+    if (!fork_pause_.load()) Tick();
+    in_tick_.store(false);
   }
 }
+
+void Exporter::Tick() {
+  const uint64_t heartbeat_ns = 1000000000ull;
+  const uint64_t now = NowCpuNs();
+  PollLink(now);
+  registry_->ExpireActivations(now);
+  if (options_.on_tick) options_.on_tick();
+  if (link_ == nullptr && now >= next_connect_ns_) OpenStream(now);
+  if (link_ == nullptr) {
+    DropAll();  // no agent: drop and count rather than let the rings fill
+    return;
+  }
+  if (now - last_heartbeat_ns_ >= heartbeat_ns) {
+    last_heartbeat_ns_ = now;
+    CpuClock::Anchor();  // keep the TSC line on CLOCK_MONOTONIC
+    link_->SendHeartbeat(CurrentCounters());
+  }
+  bool full = Drain();
+  bool sent = TrySend(now - last_send_ns_ >= heartbeat_ns, nullptr);
+  // A burst: keep writing full batches while the ring takes them.
+  while (sent && full) {
+    full = Drain();
+    sent = TrySend(false, nullptr);
+  }
+}
+
+void Exporter::PauseForFork() {
+  fork_pause_.store(true);
+  // A tick is short (it never blocks); the bound only keeps a wedged
+  // thread from holding fork() up, which then proceeds as it used to.
+  const uint64_t give_up = NowCpuNs() + 500000000ull;
+  while (in_tick_.load() && NowCpuNs() < give_up) {
+    timespec ts{0, 20000};  // 20 us
+    nanosleep(&ts, nullptr);
+  }
+}
+
+void Exporter::ResumeAfterFork() { fork_pause_.store(false); }
 
 }  // namespace pitstop::plugin

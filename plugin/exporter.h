@@ -79,6 +79,14 @@ class Exporter {
   // must then be leaked, never destroyed.
   void AbandonAfterFork();
 
+  // fork() support (Runtime's pthread_atfork handlers, the forking thread).
+  // PauseForFork waits, up to 500 ms, until the thread is between ticks and
+  // keeps it there, so fork() never copies it mid-tick: allocators that do
+  // not lock themselves around fork (GCC 12's AddressSanitizer) would leave
+  // the child a lock the thread held. ResumeAfterFork lets it tick again.
+  void PauseForFork();
+  void ResumeAfterFork();
+
   // Statistics (any thread).
   uint64_t records_sent() const { return records_sent_.load(); }
   uint64_t batches_sent() const { return batches_sent_.load(); }
@@ -94,6 +102,7 @@ class Exporter {
  private:
   Exporter(ExporterOptions options, RingSet* rings, CommRegistry* registry);
   void Run();
+  void Tick();  // one flush interval's work
   void OpenStream(uint64_t now_ns);
   void CloseBrokenStream(uint64_t now_ns);
   // Moves ring records into pending_ up to max_batch_records; true if it
@@ -135,6 +144,11 @@ class Exporter {
   GoodbyeReason stop_reason_ PLUGIN_GUARDED_BY(mu_) = kGoodbyeExit;
   bool stopped_ = false;  // Stop() callers only (guarded by stop_mu_)
   Mutex stop_mu_;
+  // The fork handshake (PauseForFork): sequentially consistent, so either
+  // the thread sees fork_pause_ and skips its tick, or the forking thread
+  // sees in_tick_ and waits for it to clear.
+  std::atomic<bool> fork_pause_{false};
+  std::atomic<bool> in_tick_{false};
 
   std::atomic<uint64_t> records_sent_{0};
   std::atomic<uint64_t> batches_sent_{0};

@@ -320,12 +320,22 @@ void Runtime::ShutdownAtExit() noexcept {
 
 void Runtime::ForkPrepare() noexcept {
   lifecycle_mu_.Lock();
+  // The exporter is paused between ticks before mu_ is taken: a tick may
+  // log (mu_) or expire activations (the registry's lock). lifecycle_mu_
+  // keeps the exporter from being started or stopped meanwhile.
+  Exporter* exporter = nullptr;
+  {
+    MutexLock lock(&mu_);
+    exporter = exporter_.get();
+  }
+  if (exporter != nullptr) exporter->PauseForFork();
   mu_.Lock();
   registry_.ForkPrepare();
 }
 
 void Runtime::ForkParent() noexcept {
   registry_.ForkParent();
+  if (exporter_ != nullptr) exporter_->ResumeAfterFork();
   mu_.Unlock();
   lifecycle_mu_.Unlock();
 }

@@ -109,6 +109,11 @@ int Fork(bool own_comm) {
   if (!comm.ok()) return 3;
   RunOps(comm->get(), 10, 0);
   std::fflush(stdout);
+  // The library parks its exporter thread across fork() (GCC 12's ASan
+  // allocator is not locked around fork, so a thread inside malloc would
+  // leave the child a held lock). The emulator's worker threads are ours:
+  // give them time to go back to waiting after the last op's completion.
+  usleep(20000);
   const pid_t pid = fork();
   if (pid < 0) return 4;
   if (pid == 0) Child(comm->get(), own_comm);
