@@ -10,17 +10,10 @@
 #include "src/controller/plan/evaluate.h"
 #include "src/controller/plan/fabric_io.h"
 #include "src/controller/plan/flow_sim.h"
+#include "tests/controller/plan/generated_fabric.h"
 
 namespace pitstop::plan {
 namespace {
-
-Fabric Gen(const std::string& spec) {
-  auto o = ParseGeneratorSpec(spec);
-  EXPECT_TRUE(o.ok()) << o.status();
-  auto f = GenerateFabric(*o);
-  EXPECT_TRUE(f.ok()) << f.status();
-  return std::move(*f);
-}
 
 TEST(FlowsTest, RingFlowsFollowRailsAndCarryNcclBytes) {
   Fabric fab = Gen("gen:leafspine,gpus=32,hosts_per_tor=2");

@@ -9,17 +9,10 @@
 #include "src/controller/plan/flow_sim.h"
 #include "src/controller/plan/planner.h"
 #include "src/controller/plan/qps_auto.h"
+#include "tests/controller/plan/generated_fabric.h"
 
 namespace pitstop::plan {
 namespace {
-
-Fabric Gen(const std::string& spec) {
-  auto o = ParseGeneratorSpec(spec);
-  EXPECT_TRUE(o.ok()) << o.status();
-  auto f = GenerateFabric(*o);
-  EXPECT_TRUE(f.ok()) << f.status();
-  return std::move(*f);
-}
 
 // Every ToR and pod of this fabric is exactly full under a scattered ring:
 // each uplink carries two 200 Gbps connections. With one QP per connection
