@@ -96,10 +96,8 @@ class ControllerCore {
     // they read, without the lock (DetectionEngine::BeginCycle), so a batch
     // never waits for a detector; the lock is held to copy and to publish
     // the verdicts, letting go between communicators. False: the detectors
-    // run under the lock (round 6, the benchmark's baseline). Off by
-    // default until its ThreadSanitizer run (docs/reliability.md, round 7);
-    // the ingest benchmark and DetectOffLockTest turn it on.
-    bool detect_off_lock = false;
+    // run under the lock (round 6, the benchmark's baseline).
+    bool detect_off_lock = true;
     // Serialized bytes queued at most; beyond, batches wait for the lock.
     size_t ingest_inbox_bytes = 256 << 20;
     // Training processes whose records are accounted (records lost in
