@@ -417,7 +417,8 @@ void ControllerCore::RunCycle() {
     MutexLock writes(&write_mu_);
     mu_.Lock();
     DrainInbox();
-    const CycleResult r = RunEngineLocked(/*yield=*/false);
+    std::unique_ptr<CycleWork> spent;
+    const CycleResult r = RunEngineLocked(/*yield=*/false, &spent);
     StoreFaults(r.faults);
     if (!sync_->empty() || !lora_->empty()) {
       RunTrainerPolicies(store_->List("", false, 0));
@@ -428,9 +429,11 @@ void ControllerCore::RunCycle() {
   }
   mu_.Lock();
   DrainInbox();  // every batch that arrived before the cycle counts
-  const CycleResult r = RunEngineLocked(/*yield=*/true);
+  std::unique_ptr<CycleWork> spent;
+  const CycleResult r = RunEngineLocked(/*yield=*/true, &spent);
   const bool trainers = !sync_->empty() || !lora_->empty();
   UnlockIngest();
+  spent.reset();  // the cycle's copies, freed without the lock
   // Durable writes and reads without the lock: batches keep being joined.
   {
     MutexLock writes(&write_mu_);
@@ -474,7 +477,8 @@ void ControllerCore::PrepareCycle() {
   }
 }
 
-CycleResult ControllerCore::RunEngineLocked(bool yield) {
+CycleResult ControllerCore::RunEngineLocked(bool yield,
+                                            std::unique_ptr<CycleWork>* spent) {
   PrepareCycle();
   // With `yield`, batches queued during the cycle are joined between
   // communicators (the lock is let go there): a batch waits for one
@@ -494,7 +498,8 @@ CycleResult ControllerCore::RunEngineLocked(bool yield) {
     work->Detect();
     mu_.Lock();
     DrainInbox();
-    r = engine_->FinishCycle(std::move(work), between);
+    r = engine_->FinishCycle(work.get(), between);
+    *spent = std::move(work);
   } else {
     r = engine_->RunCycle(between);
   }

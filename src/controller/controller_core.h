@@ -316,8 +316,11 @@ class ControllerCore {
   // The engine's part of a cycle (shedding silent agents, the detectors,
   // profiling requests); with `yield` it joins queued batches between
   // communicators, letting the lock go meanwhile (YieldToIngest), and with
-  // detect_off_lock also while the detectors run (on the engine's copy).
-  CycleResult RunEngineLocked(bool yield) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // detect_off_lock also while the detectors run (on the engine's copy);
+  // then the spent copies are left in `*spent`, for the caller to free
+  // after letting the lock go.
+  CycleResult RunEngineLocked(bool yield, std::unique_ptr<CycleWork>* spent)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Shedding silent agents and silence marks before a cycle.
   void PrepareCycle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Metrics, counters and profiling requests of a finished cycle.

@@ -25,7 +25,7 @@ class CycleWorkTest : public EngineTest {
     if (between_before_detect) between();
     work->Detect();
     if (!between_before_detect) between();
-    CycleResult r = engine_->FinishCycle(std::move(work), nullptr);
+    CycleResult r = engine_->FinishCycle(work.get(), nullptr);
     for (const v1::Fault& f : r.faults) faults_.push_back(f);
     return r;
   }
@@ -157,7 +157,7 @@ TEST(CycleWorkHookTest, DetectRunsTheHookOnce) {
   EXPECT_EQ(calls, 0);
   work->Detect();
   EXPECT_EQ(calls, 1);
-  (void)(*engine)->FinishCycle(std::move(work), nullptr);
+  (void)(*engine)->FinishCycle(work.get(), nullptr);
   EXPECT_EQ(calls, 1);
   (void)(*engine)->RunCycle();
   EXPECT_EQ(calls, 2);

@@ -208,7 +208,7 @@ int Main(int argc, char** argv) {
       work->Detect();
       const double d1 = ThreadCpuS();
       stretch.last = d1;
-      r = engine->FinishCycle(std::move(work), [&stretch] { stretch.Mark(); });
+      r = engine->FinishCycle(work.get(), [&stretch] { stretch.Mark(); });
       stretch.Mark();
       split_locked_s += (b1 - b0) + (ThreadCpuS() - d1);
       split_detect_s += d1 - b1;

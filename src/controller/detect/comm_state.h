@@ -124,6 +124,9 @@ struct CommState {
   // Ranks some report named, by comm rank. Sparse on purpose: n_ranks comes
   // from the wire and must not size anything (docs/reliability.md).
   absl::btree_map<int32_t, Member> members;
+  // Members with `dead` set (AddLifecycle; a death is never undone), so a
+  // cycle need not walk every member of every comm to find none.
+  uint32_t dead_members = 0;
   // Host whose report created this state (its per-host budget is charged).
   std::string owner_host;
   // Engine clock of the last input naming this communicator (expiry).

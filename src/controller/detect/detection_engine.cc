@@ -55,7 +55,10 @@ absl::Status EngineImpl::AddNode(const v1::NodeRegistration& registration) {
   nodes_[registration.host()] = registration;
   for (auto& [hash, c] : comms_) {
     for (auto& [rank, m] : c.members) {
-      if (m.host == registration.host()) AssignNic(&m);
+      if (m.host != registration.host()) continue;
+      const std::string nic = m.nic;
+      AssignNic(&m);
+      if (m.nic != nic) ++c.generation;  // a cycle's copy of `c` is stale
     }
   }
   return absl::OkStatus();
@@ -423,6 +426,7 @@ absl::Status EngineImpl::AddLifecycle(absl::string_view host,
       if (m.host == host && m.pid == l.pid() && l.pid() != 0 &&
           !(died ? m.dead : m.exited)) {
         (died ? m.dead : m.exited) = true;
+        if (died) ++c.dead_members;
         ++c.generation;
         if (died && m.died_ns == 0) m.died_ns = now;
       }

@@ -131,6 +131,11 @@ struct EngineStats {
   // changed between BeginCycle and FinishCycle; judged again on the live
   // state (FinishCycle).
   uint64_t hang_verdicts_rejudged = 0;
+  // Communicators a cycle copied in pieces (Options::cycle_copy_chunk),
+  // and of those, copied again in one piece because their members changed
+  // between two pieces.
+  uint64_t copies_in_pieces = 0;
+  uint64_t copies_redone = 0;
 };
 
 // One detection cycle's work between DetectionEngine::BeginCycle and
@@ -184,6 +189,12 @@ class DetectionEngine {
     // Called by CycleWork::Detect() before the detectors run (tests hold a
     // cycle there to show what may happen meanwhile). Empty: nothing.
     std::function<void()> detect_hook;
+    // A cycle with `between_comms` (BeginCycle, RunCycle) copies at most
+    // this many members and progress reports of one communicator before it
+    // calls `between_comms` again, so a caller that lets its lock go there
+    // never holds it for a whole large communicator (docs/reliability.md,
+    // "Round 8"). 0: every communicator in one piece.
+    size_t cycle_copy_chunk = 256;
   };
 
   // InvalidArgument if `clock` is null or the default policy is invalid.
@@ -243,11 +254,12 @@ class DetectionEngine {
   // measured on the clock).
   CycleResult RunCycle() { return RunCycle(nullptr); }
   // The same, calling `between_comms` (when set) before each communicator's
-  // step. The controller lets its lock go there, so agent batches are
-  // joined while a long cycle runs instead of after it: the callback may
-  // feed inputs (Add*, NodeLost/Back, SetJobPolicy, ForgetFault) but must
-  // not destroy the engine or run another cycle. Each communicator's step
-  // then reads the clock afresh; an input that arrives meanwhile counts in
+  // step (and, for a large one, between pieces of its copy:
+  // Options::cycle_copy_chunk). The controller lets its lock go there, so agent
+  // batches are joined while a long cycle runs instead of after it: the
+  // callback may feed inputs (Add*, NodeLost/Back, SetJobPolicy, ForgetFault)
+  // but must not destroy the engine or run another cycle. Each communicator's
+  // step then reads the clock afresh; an input that arrives meanwhile counts in
   // this cycle for the communicators not yet stepped, in the next for the
   // others, as if it had come just before or just after the cycle.
   virtual CycleResult RunCycle(const std::function<void()>& between_comms) = 0;
@@ -268,11 +280,13 @@ class DetectionEngine {
   // taken) and the next cycle's hang check, as if they came just after the
   // cycle. `between_comms` as above, in BeginCycle and FinishCycle. One
   // cycle at a time; RunCycle(f) is exactly the three steps in a row.
+  // FinishCycle leaves `work` to its caller, spent: freeing the copies
+  // (milliseconds at 16,384 ranks) is then not part of the serialised
+  // step (the controller frees it after letting its lock go).
   virtual std::unique_ptr<CycleWork> BeginCycle(
       const std::function<void()>& between_comms) = 0;
   virtual CycleResult FinishCycle(
-      std::unique_ptr<CycleWork> work,
-      const std::function<void()>& between_comms) = 0;
+      CycleWork* work, const std::function<void()>& between_comms) = 0;
   // Tells the engine an operator resolved `fault_id`: it stops updating it
   // and opens a new fault if the condition is still seen.
   virtual void ForgetFault(absl::string_view fault_id) = 0;

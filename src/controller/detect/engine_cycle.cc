@@ -15,15 +15,22 @@ namespace pitstop::controller {
 
 namespace {
 
-// A copy of `c` for the detectors: everything but the open joins (the
-// input side, the bulk of a comm's memory) and, unless `take_window`, the
-// window (which then stays in `c`). With `take_window` the window moves to
-// the copy and `c` starts a fresh one.
-CommState CopyForDetection(CommState* c, bool take_window) {
+// A copy of `c` without the open joins (the input side, the bulk of a
+// comm's memory) and the window and, unless `bulk`, without the members
+// and the progress reports (for CopyForDetection to copy in pieces).
+CommState CopyWithout(CommState* c, bool bulk) {
   auto pending = std::move(c->pending);
   auto order = std::move(c->pending_order);
   auto watermark = std::move(c->folded_watermark);
   WindowAccum window = std::move(c->window);
+  absl::btree_map<int32_t, Member> members;
+  std::map<int32_t, FuncProgress> progress;
+  if (!bulk) {
+    members = std::move(c->members);
+    progress = std::move(c->progress);
+    c->members.clear();
+    c->progress.clear();
+  }
   c->pending.clear();
   c->pending_order.clear();
   c->folded_watermark.clear();
@@ -32,22 +39,85 @@ CommState CopyForDetection(CommState* c, bool take_window) {
   c->pending = std::move(pending);
   c->pending_order = std::move(order);
   c->folded_watermark = std::move(watermark);
-  if (take_window) {
-    copy.window = std::move(window);
-  } else {
-    c->window = std::move(window);
+  c->window = std::move(window);
+  if (!bulk) {
+    c->members = std::move(members);
+    c->progress = std::move(progress);
   }
   return copy;
 }
 
-bool AnyDead(const CommState& c) {
-  for (const auto& [r, m] : c.members) {
-    if (m.dead) return true;
+// Copies the entries of `from` into `to` (empty) in runs of at most
+// `*budget` entries, calling `between` whenever the budget is used up
+// (`from` may change there: the run goes on from the next key).
+template <typename Map>
+void CopyInPieces(const Map& from, Map* to, size_t chunk, size_t* budget,
+                  const std::function<void()>& between) {
+  auto it = from.begin();
+  while (it != from.end()) {
+    if (*budget == 0) {
+      const auto next = it->first;
+      between();
+      *budget = chunk;
+      it = from.lower_bound(next);
+      continue;
+    }
+    to->insert(to->end(), *it);
+    ++it;
+    --*budget;
   }
-  return false;
 }
 
 }  // namespace
+
+CommState EngineImpl::CopyForDetection(
+    CommState* c, bool take_window,
+    const std::function<void()>& between_comms) {
+  size_t entries = c->members.size();
+  for (const auto& [func, fp] : c->progress) entries += fp.ranks.size();
+  const size_t chunk = options_.cycle_copy_chunk;
+  const bool pieces = between_comms && chunk > 0 && entries > chunk;
+  // The closed window is taken first: what is joined while the pieces are
+  // copied belongs to the next one.
+  WindowAccum closed;
+  if (take_window) {
+    closed = std::move(c->window);
+    c->window = WindowAccum{};
+  }
+  CommState copy = CopyWithout(c, /*bulk=*/!pieces);
+  if (pieces) {
+    // A large communicator (a data-parallel one of thousands of ranks) is
+    // copied in pieces and the lock let go between them, so a batch never
+    // waits for the whole copy. Progress that arrives meanwhile lands in
+    // the copy or not, rank by rank, as if its report came just before or
+    // just after the cycle; a change of members (which the generation
+    // counts) has the members copied again in one piece.
+    const uint64_t generation = c->generation;
+    size_t budget = chunk;
+    CopyInPieces(c->members, &copy.members, chunk, &budget, between_comms);
+    // The progress of funcs known now; their reports in pieces.
+    std::vector<int32_t> funcs;
+    for (const auto& [func, fp] : c->progress) funcs.push_back(func);
+    for (int32_t func : funcs) {
+      auto live = c->progress.find(func);
+      if (live == c->progress.end()) continue;
+      FuncProgress& fp = copy.progress[func];
+      fp.min_completed = live->second.min_completed;
+      fp.last_advance_ns = live->second.last_advance_ns;
+      fp.last_input_ns = live->second.last_input_ns;
+      fp.waiting_since_ns = live->second.waiting_since_ns;
+      CopyInPieces(live->second.ranks, &fp.ranks, chunk, &budget,
+                   between_comms);
+    }
+    ++stats_.copies_in_pieces;
+    if (c->generation != generation) {
+      ++stats_.copies_redone;
+      copy = CopyWithout(c, /*bulk=*/true);
+    }
+  }
+  if (take_window) copy.window = std::move(closed);
+  return copy;
+}
 
 void JudgeHangs(CommState* c, const v1::JobPolicy& policy, int64_t now_ns,
                 double now_unix, std::vector<HangClear>* clears,
@@ -87,7 +157,7 @@ void EngineCycleWork::Detect() {
 CycleResult EngineImpl::RunCycle(const std::function<void()>& between_comms) {
   std::unique_ptr<CycleWork> work = BeginCycle(between_comms);
   work->Detect();
-  return FinishCycle(std::move(work), between_comms);
+  return FinishCycle(work.get(), between_comms);
 }
 
 std::unique_ptr<CycleWork> EngineImpl::BeginCycle(
@@ -107,13 +177,14 @@ std::unique_ptr<CycleWork> EngineImpl::BeginCycle(
       between_comms();
       now = clock_->MonotonicNanos();
     }
-    CaptureComm(&it->second, now, work.get());
+    CaptureComm(&it->second, now, work.get(), between_comms);
   }
   return work;
 }
 
 void EngineImpl::CaptureComm(CommState* c, int64_t now_ns,
-                             EngineCycleWork* work) {
+                             EngineCycleWork* work,
+                             const std::function<void()>& between_comms) {
   EvictJoins(c, now_ns);
   v1::JobPolicy policy = GetJobPolicy(c->job_id);
   if (c->window_start_ns == 0) c->window_start_ns = now_ns;
@@ -127,23 +198,22 @@ void EngineImpl::CaptureComm(CommState* c, int64_t now_ns,
     if (!window) c->ResetWindow();
   }
   // Without progress or a dead member the hang detector finds nothing.
-  const bool hangs = !c->progress.empty() || AnyDead(*c);
+  const bool hangs = !c->progress.empty() || c->dead_members > 0;
   if (!window && !hangs) return;
   CommWork& w = work->comms.emplace_back();
   w.comm_hash = c->comm_hash;
-  w.generation = c->generation;
   w.policy = std::move(policy);
   w.now_ns = now_ns;
   w.now_unix = static_cast<double>(absl::ToUnixNanos(clock_->Now()));
   w.window = window;
   w.hangs = hangs;
-  w.copy = CopyForDetection(c, window);
+  w.copy = CopyForDetection(c, window, between_comms);
+  w.generation = w.copy.generation;  // of the members copied
 }
 
 CycleResult EngineImpl::FinishCycle(
-    std::unique_ptr<CycleWork> base,
-    const std::function<void()>& between_comms) {
-  auto* work = static_cast<EngineCycleWork*>(base.get());
+    CycleWork* base, const std::function<void()>& between_comms) {
+  auto* work = static_cast<EngineCycleWork*>(base);
   work->Detect();  // a caller that did not run it
   CycleResult result;
   std::vector<HangVerdict> hangs;

@@ -37,7 +37,7 @@ class EngineImpl final : public DetectionEngine {
   CycleResult RunCycle(const std::function<void()>& between_comms) override;
   std::unique_ptr<CycleWork> BeginCycle(
       const std::function<void()>& between_comms) override;
-  CycleResult FinishCycle(std::unique_ptr<CycleWork> work,
+  CycleResult FinishCycle(CycleWork* work,
                           const std::function<void()>& between_comms) override;
   void ForgetFault(absl::string_view fault_id) override;
   void AdoptOpenFaults(const std::vector<v1::Fault>& faults) override;
@@ -73,7 +73,15 @@ class EngineImpl final : public DetectionEngine {
   // BeginCycle's step of one communicator: evicts old joins, closes its
   // window when due and, when there is something to judge, appends a copy
   // to `work`.
-  void CaptureComm(CommState* c, int64_t now_ns, EngineCycleWork* work);
+  void CaptureComm(CommState* c, int64_t now_ns, EngineCycleWork* work,
+                   const std::function<void()>& between_comms);
+  // The detectors' copy of `c`: everything but the open joins and, unless
+  // `take_window`, the window (which then stays in `c`; with it the window
+  // moves to the copy and `c` starts a fresh one). Members and progress
+  // reports beyond Options::cycle_copy_chunk are copied in pieces with
+  // `between_comms` called between them (engine_cycle.cc).
+  CommState CopyForDetection(CommState* c, bool take_window,
+                             const std::function<void()>& between_comms);
   // FinishCycle's step of one communicator: the closed window's verdicts
   // (cascade, persistence, baselines, profiling) and its hang clears and
   // verdicts (judged again on `c` when its members changed).

@@ -7,7 +7,9 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "src/controller/detect/engine_impl.h"
@@ -83,48 +85,72 @@ bool EngineImpl::FoldDeath(absl::string_view host, const v1::RankLifecycle& l,
 }
 
 void EngineImpl::RetireOldGenerations() {
-  // (host, pid) -> engine clock of the oldest creation among the comms it
-  // belongs to that have no dead member, per job.
-  std::map<std::pair<std::string, uint32_t>, int64_t> newest_live_comm;
-  for (const auto& [hash, c] : comms_) {
-    bool any_dead = false;
-    for (const auto& [r, m] : c.members) any_dead |= m.dead;
-    if (any_dead) continue;
-    for (const auto& [r, m] : c.members) {
-      if (m.pid == 0) continue;
-      int64_t& t = newest_live_comm[{m.host, m.pid}];
-      t = std::max(t, c.created_ns);
-    }
-  }
-  for (auto it = comms_.begin(); it != comms_.end();) {
-    const CommState& c = it->second;
+  // Runs every cycle under the controller's lock, before its first yield
+  // (docs/reliability.md, "Round 8"): only communicators with a dead member
+  // can retire, and only their live members' (host, pid) need looking up,
+  // so a cluster without deaths costs a look at each communicator's
+  // dead_members, and one with deaths a lookup table of those members only.
+  struct Dying {
+    std::map<uint64_t, CommState>::iterator it;
     int64_t first_death = 0;
-    bool all_gone = true;
-    bool live_moved_on = true;
-    for (const auto& [r, m] : c.members) {
+  };
+  std::vector<Dying> dying;
+  for (auto it = comms_.begin(); it != comms_.end(); ++it) {
+    if (it->second.dead_members == 0) continue;
+    int64_t first_death = 0;
+    for (const auto& [r, m] : it->second.members) {
       if (m.dead && (first_death == 0 || m.died_ns < first_death)) {
         first_death = m.died_ns;
       }
+    }
+    if (first_death != 0) dying.push_back({it, first_death});
+  }
+  if (dying.empty()) return;
+  // (host, pid) of the dying comms' live members -> engine clock of the
+  // newest creation among the comms it belongs to that have no dead member
+  // (kNotSeen: none). The keys view the members' own strings, which
+  // nothing changes until the erasures below.
+  constexpr int64_t kNotSeen = -1;
+  absl::flat_hash_map<std::pair<absl::string_view, uint32_t>, int64_t>
+      newest_live_comm;
+  for (const Dying& d : dying) {
+    for (const auto& [r, m] : d.it->second.members) {
+      if (m.dead || m.exited || m.pid == 0) continue;
+      newest_live_comm.try_emplace({m.host, m.pid}, kNotSeen);
+    }
+  }
+  if (!newest_live_comm.empty()) {
+    for (const auto& [hash, c] : comms_) {
+      if (c.dead_members > 0) continue;
+      for (const auto& [r, m] : c.members) {
+        if (m.pid == 0) continue;
+        auto t = newest_live_comm.find(
+            std::make_pair(absl::string_view(m.host), m.pid));
+        if (t == newest_live_comm.end()) continue;
+        t->second =
+            std::max<int64_t>(std::max<int64_t>(t->second, 0), c.created_ns);
+      }
+    }
+  }
+  std::vector<std::map<uint64_t, CommState>::iterator> retire;
+  for (const Dying& d : dying) {
+    bool all_gone = true;
+    bool live_moved_on = true;
+    for (const auto& [r, m] : d.it->second.members) {
       all_gone &= m.dead || m.exited;
-    }
-    if (first_death == 0) {
-      ++it;
-      continue;
-    }
-    for (const auto& [r, m] : c.members) {
       if (m.dead || m.exited) continue;
-      auto moved = newest_live_comm.find({m.host, m.pid});
+      auto moved = newest_live_comm.find(
+          std::make_pair(absl::string_view(m.host), m.pid));
       live_moved_on &= m.pid != 0 && moved != newest_live_comm.end() &&
-                       moved->second > first_death;
+                       moved->second != kNotSeen &&
+                       moved->second > d.first_death;
     }
-    if (!all_gone && !live_moved_on) {
-      ++it;
-      continue;
-    }
+    if (all_gone || live_moved_on) retire.push_back(d.it);
+  }
+  newest_live_comm.clear();  // its keys view members about to be erased
+  for (auto it : retire) {
     ++stats_.comms_retired;
-    auto next = std::next(it);
     EraseComm(it);
-    it = next;
   }
 }
 
