@@ -10,6 +10,13 @@ from test_e2e import ctl, daemons  # noqa: F401  (pytest fixture)
 from test_multi_lora import ADAPTERS, EVEN, WORLD, merged_losses, run
 
 
+def layouts(reason):
+    """(current, proposed) layer layouts of a decision's reason,
+    "...; r0:[0,2) ... -> r0:[0,3) ...: 52.9 -> 64.4 samples/s ..."."""
+    cur, new = reason.split("; ", 1)[1].split(" -> ")[:2]
+    return cur, new.split(": ")[0]
+
+
 def test_slow_stage_gets_fewer_layers(daemons, tmp_path):  # noqa: F811
     addr, sock, log = daemons
     ctl(addr, "lora-policy", "lora-e2e", "auto", "--slow-persist-s", "1",
@@ -39,10 +46,16 @@ def test_slow_stage_gets_fewer_layers(daemons, tmp_path):  # noqa: F811
     job = ctl(addr, "job", "lora-e2e")["job"]
     lora = job["lora"]
     sent = [d for d in lora["decisions"] if d.get("sent")]
-    assert len(sent) == 1, [(d.get("apply_at_step"), d.get("reason"))
-                            for d in lora["decisions"]]
+    assert sent, lora["decisions"]
     assert "rank 2 at 0." in sent[0]["evidence"]["text"], sent[0]
     assert int(sent[0]["apply_at_step"]) <= moved_at[0]
     assert lora["moves_applied"] == "1" or lora["moves_applied"] == 1
+    # On a loaded machine the 3 steps after the move take long enough for
+    # the policy to judge the new layout and send a further move; the run
+    # stops before it is applied (moves_applied is 1, and every rank saw the
+    # same single move above), and it is decided from the moved layout.
+    for before, d in zip(sent, sent[1:]):
+        assert int(d["apply_at_step"]) > int(before["apply_at_step"]), sent
+        assert layouts(d["reason"])[0] == layouts(before["reason"])[1], sent
     assert 2 in lora["slow_ranks"]
     assert len(res) == WORLD
