@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/controller/detect/robust_stats.h"
 #include "tests/controller/engine_test_base.h"
 
 namespace pitstop::controller::testing {
@@ -98,6 +99,58 @@ TEST_F(StragglerTest, StragglerInTwoOfFiveWindowsIsNotAFault) {
                [&](uint64_t seq) { return JitteredDurations(8, kBase, seq); });
   }
   EXPECT_TRUE(faults_.empty()) << faults_[0].DebugString();
+}
+
+// A 4-rank communicator with 5 collectives a window: one rank is last in
+// `late_in` of them, every window (lateness 80% of the collective).
+class LastByChanceTest : public EngineTest {
+ protected:
+  LastByChanceTest() : job_(0xA7, 4, 2) {}
+  void SetUp() override {
+    EngineTest::SetUp();
+    job_.Register(engine_.get());
+    RunWindows(job_, 5, 5,
+               [&](uint64_t seq) { return JitteredDurations(4, kBase, seq); });
+  }
+  void RunLateIn(int late_in) {
+    RunWindows(job_, 6, 5, [&](uint64_t seq) {
+      std::vector<uint64_t> d = JitteredDurations(4, kBase, seq);
+      if (static_cast<int>(seq % 5) < late_in) {
+        d = JitteredDurations(4, kBase + 800'000, seq);
+        d[2] = kBase;
+      }
+      return d;
+    });
+  }
+  SimJob job_;
+};
+
+TEST_F(LastByChanceTest, LastInThreeOfFiveOfFourRanksIsChance) {
+  // P(>= 3 of 5 | p = 1/4) = 10%: what a healthy job with loader jitter
+  // shows one window in ten (the soak's false fault, round 8).
+  RunLateIn(3);
+  EXPECT_TRUE(faults_.empty()) << faults_[0].DebugString();
+}
+
+TEST_F(LastByChanceTest, LastInFourOfFiveIsNamed) {
+  RunLateIn(4);  // P(>= 4 of 5 | p = 1/4) = 1.6%
+  ASSERT_FALSE(faults_.empty());
+  EXPECT_EQ(faults_[0].fault_class(), v1::FAULT_CLASS_NON_COMM_SLOW);
+  EXPECT_EQ(SuspectGlobals(faults_[0]), std::set<int32_t>{2});
+  EXPECT_NEAR(faults_[0].evidence(0).values().at("chance_of_last_count"),
+              0.0156, 0.001);
+}
+
+TEST(BinomialTailTest, MatchesHandComputedTails) {
+  EXPECT_NEAR(BinomialTailAtLeast(3, 5, 0.25), 0.103516, 1e-6);
+  EXPECT_NEAR(BinomialTailAtLeast(4, 5, 0.25), 0.015625, 1e-6);
+  EXPECT_NEAR(BinomialTailAtLeast(5, 5, 0.5), 0.03125, 1e-9);
+  EXPECT_DOUBLE_EQ(BinomialTailAtLeast(0, 5, 0.25), 1);
+  EXPECT_DOUBLE_EQ(BinomialTailAtLeast(6, 5, 0.25), 0);
+  // Large windows: 600 of 1,000 at p = 1/4 is beyond any chance, and the
+  // tail at the mean is about one half.
+  EXPECT_LT(BinomialTailAtLeast(600, 1000, 0.25), 1e-50);
+  EXPECT_NEAR(BinomialTailAtLeast(500, 1000, 0.5), 0.5126, 1e-3);
 }
 
 TEST(StragglerWarmupTest, NoVerdictDuringWarmup) {

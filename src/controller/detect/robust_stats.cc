@@ -32,4 +32,25 @@ double Quantile(std::vector<double> v, double q) {
   return v[k];
 }
 
+double BinomialTailAtLeast(int64_t k, int64_t n, double p) {
+  if (k <= 0) return 1;
+  if (k > n || p <= 0) return 0;
+  if (p >= 1) return 1;
+  // Terms from i = k up, each from the previous (pmf(i+1) = pmf(i) *
+  // (n-i)/(i+1) * p/(1-p)), the first in log space so large n does not
+  // overflow; stops once the terms no longer matter.
+  const double log_first = std::lgamma(n + 1.0) - std::lgamma(k + 1.0) -
+                           std::lgamma(n - k + 1.0) + k * std::log(p) +
+                           (n - k) * std::log1p(-p);
+  double term = std::exp(log_first);
+  double sum = 0;
+  const double odds = p / (1 - p);
+  for (int64_t i = k; i <= n; ++i) {
+    sum += term;
+    term *= static_cast<double>(n - i) / static_cast<double>(i + 1) * odds;
+    if (i >= n * p && term < sum * 1e-12) break;
+  }
+  return std::min(1.0, sum);
+}
+
 }  // namespace pitstop::controller
