@@ -1,0 +1,123 @@
+// Communicator virtualisation across real processes over the CPU NCCL
+// backend (ranks: virt_rank_main.cc): libnccl-profiler-pitstop.so
+// LD_PRELOADed with PITSTOP_VIRTUALIZE_COMMS=1 hands out handles that are
+// not NCCL's communicators and every call through them gives the known
+// answer; off (the default) the application gets the real communicator;
+// a swap to a fresh communicator between two all-reduces keeps the results
+// and bumps the epoch.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "src/nccl/cpu/nccl_functions.h"
+#include "tests/nccl/rank_group.h"
+
+namespace pitstop::testing {
+namespace {
+
+constexpr int kDeadlineS = 150;
+constexpr char kAnnounce[] =
+    "pitstop: communicator virtualisation on (NCCL 2.28.9: shrink yes, "
+    "revoke yes, grow no)";
+
+class VirtTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/pst-virt-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    setenv("PITSTOP_CPU_NCCL_STORE_DIR", dir_.c_str(), 1);
+  }
+  void TearDown() override {
+    if (!dir_.empty()) {
+      const std::string cmd = "rm -rf '" + dir_ + "'";
+      (void)std::system(cmd.c_str());
+    }
+  }
+
+  // Runs `n` ranks of `binary SCENARIO r n ID1 ID2` (two fresh ids).
+  std::vector<RankResult> Run(const char* binary, const std::string& scenario,
+                              int n, std::map<std::string, std::string> env) {
+    ncclUniqueId id1, id2;
+    EXPECT_EQ(ncclGetUniqueId(&id1), ncclSuccess);
+    EXPECT_EQ(ncclGetUniqueId(&id2), ncclSuccess);
+    const std::string hex1 = UniqueIdHex(&id1, sizeof(id1));
+    const std::string hex2 = UniqueIdHex(&id2, sizeof(id2));
+    std::vector<std::vector<std::string>> argv;
+    for (int r = 0; r < n; ++r) {
+      argv.push_back(
+          {binary, scenario, absl::StrCat(r), absl::StrCat(n), hex1, hex2});
+    }
+    env.emplace("PITSTOP_CPU_NCCL_TIMEOUT_MS", "60000");
+    env.emplace("NCCL_PROFILER_PLUGIN", "none");
+    return RunRanks(n, argv, env, dir_, kDeadlineS);
+  }
+
+  static std::map<std::string, std::string> Preload() {
+    const char* asan = std::getenv("ASAN_OPTIONS");
+    return {{"LD_PRELOAD", PITSTOP_PLUGIN_PATH},
+            {"ASAN_OPTIONS", std::string(asan != nullptr ? asan : "") +
+                                 ":verify_asan_link_order=0"}};
+  }
+
+  std::string dir_;
+};
+
+TEST_F(VirtTest, HandlesAreNotRealCommsAndEveryCallWorksOnThreeRanks) {
+  auto env = Preload();
+  env["PITSTOP_VIRTUALIZE_COMMS"] = "1";
+  const auto results = Run(PITSTOP_VIRT_RANK, "virtual", 3, env);
+  ASSERT_TRUE(AllExitedZero(results)) << Describe(results);
+  for (const auto& r : results) {
+    // The version probe, once per process, at the first communicator.
+    EXPECT_NE(r.stderr_text.find(kAnnounce), std::string::npos)
+        << r.stderr_text;
+  }
+}
+
+TEST_F(VirtTest, OffByDefaultTheApplicationGetsTheRealCommunicator) {
+  const auto results = Run(PITSTOP_VIRT_RANK, "plain", 2, Preload());
+  ASSERT_TRUE(AllExitedZero(results)) << Describe(results);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.stderr_text.find("virtualisation"), std::string::npos)
+        << r.stderr_text;
+  }
+}
+
+TEST_F(VirtTest, AValueOtherThanZeroOrOneIsOffAndWarned) {
+  auto env = Preload();
+  env["PITSTOP_VIRTUALIZE_COMMS"] = "yes";
+  const auto results = Run(PITSTOP_VIRT_RANK, "plain", 2, env);
+  ASSERT_TRUE(AllExitedZero(results)) << Describe(results);
+  for (const auto& r : results) {
+    EXPECT_NE(r.stderr_text.find("PITSTOP_VIRTUALIZE_COMMS='yes' is not 0 or "
+                                 "1; communicator virtualisation stays off"),
+              std::string::npos)
+        << r.stderr_text;
+  }
+}
+
+TEST_F(VirtTest, SwapToAFreshCommunicatorKeepsResultsAndBumpsTheEpoch) {
+  const auto results = Run(PITSTOP_VIRT_SWAP_RANK, "swap", 3,
+                           {{"PITSTOP_VIRTUALIZE_COMMS", "1"}});
+  ASSERT_TRUE(AllExitedZero(results)) << Describe(results);
+}
+
+// Without the variable the same swap program gets real communicators, so
+// its handle checks fail: the scenario really depends on virtualisation.
+TEST_F(VirtTest, SwapScenarioFailsWithVirtualisationOff) {
+  const auto results = Run(PITSTOP_VIRT_SWAP_RANK, "swap", 2, {});
+  EXPECT_FALSE(AllExitedZero(results)) << Describe(results);
+  for (const auto& r : results) {
+    EXPECT_FALSE(r.timed_out) << r.stderr_text;
+  }
+}
+
+}  // namespace
+}  // namespace pitstop::testing
