@@ -4,11 +4,14 @@
 // not NCCL's communicators and every call through them gives the known
 // answer; off (the default) the application gets the real communicator;
 // a swap to a fresh communicator between two all-reduces keeps the results
-// and bumps the epoch.
+// and bumps the epoch; the deterministic trainer ends with the same weights
+// either way.
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -116,6 +119,46 @@ TEST_F(VirtTest, SwapScenarioFailsWithVirtualisationOff) {
   EXPECT_FALSE(AllExitedZero(results)) << Describe(results);
   for (const auto& r : results) {
     EXPECT_FALSE(r.timed_out) << r.stderr_text;
+  }
+}
+
+// A real training program, unchanged: the deterministic data-parallel
+// trainer (one all-reduce of gradients per step) ends with byte-identical
+// weights whether its communicator is virtualised or not.
+TEST_F(VirtTest, TrainerWeightsAreIdenticalWithAndWithoutVirtualisation) {
+  constexpr int kRanks = 2;
+  auto train = [&](const std::string& tag, bool virtualise) {
+    ncclUniqueId id;
+    EXPECT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    const std::string hex = UniqueIdHex(&id, sizeof(id));
+    std::vector<std::vector<std::string>> argv;
+    for (int r = 0; r < kRanks; ++r) {
+      argv.push_back({PITSTOP_DP_TRAINER, "--rank", absl::StrCat(r), "--nranks",
+                      absl::StrCat(kRanks), "--unique-id", hex, "--steps", "30",
+                      "--log-every", "0", "--out",
+                      absl::StrCat(dir_, "/", tag, r, ".bin")});
+    }
+    auto env = Preload();
+    env["NCCL_PROFILER_PLUGIN"] = "none";
+    if (virtualise) env["PITSTOP_VIRTUALIZE_COMMS"] = "1";
+    const auto results = RunRanks(kRanks, argv, env, dir_, kDeadlineS);
+    EXPECT_TRUE(AllExitedZero(results)) << Describe(results);
+    if (virtualise) {
+      EXPECT_NE(results[0].stderr_text.find(kAnnounce), std::string::npos)
+          << results[0].stderr_text;
+    }
+  };
+  train("plain", false);
+  train("virt", true);
+  auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  for (int r = 0; r < kRanks; ++r) {
+    const std::string plain = read(absl::StrCat(dir_, "/plain", r, ".bin"));
+    const std::string virt = read(absl::StrCat(dir_, "/virt", r, ".bin"));
+    ASSERT_FALSE(plain.empty()) << "rank " << r << " wrote no weights";
+    EXPECT_TRUE(plain == virt) << "rank " << r << " weights differ";
   }
 }
 
