@@ -122,6 +122,51 @@ TEST_F(VirtTest, SwapScenarioFailsWithVirtualisationOff) {
   }
 }
 
+// The CPU backend's own scenario programs (tests/nccl/cpu_nccl_rank: every
+// collective and datatype against known answers, split with NOCOLOR and
+// shrink, non-blocking init, a dead peer with revoke / shrink / abort and a
+// second destroy refused, an error spreading), unchanged, with every
+// communicator virtualised.
+struct Scenario {
+  const char* name;
+  int n_ranks;
+};
+class VirtScenarioTest : public VirtTest,
+                         public ::testing::WithParamInterface<Scenario> {};
+
+TEST_P(VirtScenarioTest, BackendScenarioPassesThroughHandles) {
+  const Scenario& sc = GetParam();
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  const std::string hex = UniqueIdHex(&id, sizeof(id));
+  std::vector<std::vector<std::string>> argv;
+  for (int r = 0; r < sc.n_ranks; ++r) {
+    argv.push_back({PITSTOP_CPU_NCCL_RANK, sc.name, absl::StrCat(r),
+                    absl::StrCat(sc.n_ranks), hex});
+  }
+  auto env = Preload();
+  env["PITSTOP_VIRTUALIZE_COMMS"] = "1";
+  env["NCCL_PROFILER_PLUGIN"] = "none";
+  env["PITSTOP_CPU_NCCL_TIMEOUT_MS"] = "60000";
+  const auto results = RunRanks(sc.n_ranks, argv, env, dir_, kDeadlineS);
+  ASSERT_TRUE(AllExitedZero(results)) << Describe(results);
+  EXPECT_NE(results[0].stderr_text.find(kAnnounce), std::string::npos)
+      << results[0].stderr_text;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backend, VirtScenarioTest,
+                         ::testing::Values(Scenario{"collectives", 3},
+                                           Scenario{"split", 4},
+                                           Scenario{"nonblocking", 2},
+                                           Scenario{"peer-death", 3}),
+                         [](const auto& info) {
+                           std::string name = info.param.name;
+                           for (char& c : name) {
+                             if (c == '-') c = '_';
+                           }
+                           return name;
+                         });
+
 // A real training program, unchanged: the deterministic data-parallel
 // trainer (one all-reduce of gradients per step) ends with byte-identical
 // weights whether its communicator is virtualised or not.
