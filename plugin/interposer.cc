@@ -4,8 +4,10 @@
 // strong alias pncclX (found with dlsym; NCCL absent -> ncclSystemError, no
 // crash). Around the forwarded call it tells the profiler side (same thread,
 // NCCL runs profiler init inside comm creation) the parent communicator, and
-// afterwards reports the CUDA device and aborts. This layer is where
-// communicator virtualisation for migration will go: keep it thin.
+// afterwards reports the CUDA device and aborts. With
+// PITSTOP_VIRTUALIZE_COMMS=1 the application gets our handles instead of
+// the real communicators (virtual_comms.h); the entry points that only use
+// a communicator are in interposer_ops.cc. Keep this layer thin.
 //
 // When preloaded, a constructor points NCCL_PROFILER_PLUGIN at this very
 // file unless the user chose another profiler.
@@ -21,35 +23,10 @@
 #include "plugin/nic_steering.h"
 #include "plugin/plugin_sync.h"
 #include "plugin/runtime.h"
+#include "plugin/virtual_comms.h"
 
 namespace pitstop::plugin {
 namespace {
-
-using abi::NcclResult;
-
-struct NcclCommOpaque;
-using NcclComm = NcclCommOpaque*;
-struct NcclUniqueId {
-  char internal[128];
-};
-struct NcclConfig;  // ncclConfig_t: passed through untouched
-
-// Real entry points, looked up once.
-template <typename Fn>
-Fn Real(const char* name, std::atomic<void*>* cache) {
-  void* p = cache->load(std::memory_order_acquire);
-  if (p == nullptr) {
-    p = dlsym(RTLD_NEXT, name);
-    if (p == nullptr) p = dlsym(RTLD_DEFAULT, name);
-    if (p != nullptr) cache->store(p, std::memory_order_release);
-  }
-  return reinterpret_cast<Fn>(p);
-}
-
-#define PITSTOP_REAL(type, name)                    \
-  static std::atomic<void*> cache_##name{};         \
-  auto real = pp::Real<type>(#name, &cache_##name); \
-  if (real == nullptr) return pitstop::abi::kNcclSystemError
 
 // ncclComm_t -> commHash, learned from profiler init inside creation.
 Mutex g_mu;
@@ -192,15 +169,15 @@ using pp::NcclConfig;
 using pp::NcclResult;
 using pp::NcclUniqueId;
 
-#define PITSTOP_EXPORT extern "C" __attribute__((visibility("default")))
-
 PITSTOP_EXPORT NcclResult ncclCommInitRank(NcclComm* comm, int nranks,
                                            NcclUniqueId id, int rank) noexcept {
   using Fn = NcclResult (*)(NcclComm*, int, NcclUniqueId, int);
   PITSTOP_REAL(Fn, pncclCommInitRank);
-  return pp::Create({"ncclCommInitRank", nranks, rank}, 0, comm, 1,
-                    pp::HashOfId(id), nranks,
-                    [&] { return real(comm, nranks, id, rank); });
+  const NcclResult r = pp::Create({"ncclCommInitRank", nranks, rank}, 0, comm,
+                                  1, pp::HashOfId(id), nranks,
+                                  [&] { return real(comm, nranks, id, rank); });
+  pp::VirtualizeCreated(comm, 1, rank, nranks, r);
+  return r;
 }
 
 PITSTOP_EXPORT NcclResult ncclCommInitRankConfig(NcclComm* comm, int nranks,
@@ -208,17 +185,22 @@ PITSTOP_EXPORT NcclResult ncclCommInitRankConfig(NcclComm* comm, int nranks,
                                                  NcclConfig* config) noexcept {
   using Fn = NcclResult (*)(NcclComm*, int, NcclUniqueId, int, NcclConfig*);
   PITSTOP_REAL(Fn, pncclCommInitRankConfig);
-  return pp::Create({"ncclCommInitRankConfig", nranks, rank}, 0, comm, 1,
-                    pp::HashOfId(id), nranks,
-                    [&] { return real(comm, nranks, id, rank, config); });
+  const NcclResult r = pp::Create(
+      {"ncclCommInitRankConfig", nranks, rank}, 0, comm, 1, pp::HashOfId(id),
+      nranks, [&] { return real(comm, nranks, id, rank, config); });
+  pp::VirtualizeCreated(comm, 1, rank, nranks, r);
+  return r;
 }
 
 PITSTOP_EXPORT NcclResult ncclCommInitAll(NcclComm* comms, int ndev,
                                           const int* devlist) noexcept {
   using Fn = NcclResult (*)(NcclComm*, int, const int*);
   PITSTOP_REAL(Fn, pncclCommInitAll);
-  return pp::Create({"ncclCommInitAll", ndev, -1}, 0, comms, ndev, 0, ndev,
-                    [&] { return real(comms, ndev, devlist); });
+  const NcclResult r =
+      pp::Create({"ncclCommInitAll", ndev, -1}, 0, comms, ndev, 0, ndev,
+                 [&] { return real(comms, ndev, devlist); });
+  pp::VirtualizeCreated(comms, ndev, 0, ndev, r);
+  return r;
 }
 
 PITSTOP_EXPORT NcclResult
@@ -228,18 +210,27 @@ ncclCommInitRankScalable(NcclComm* comm, int nranks, int myrank, int n_id,
       NcclResult (*)(NcclComm*, int, int, int, NcclUniqueId*, NcclConfig*);
   PITSTOP_REAL(Fn, pncclCommInitRankScalable);
   const uint64_t hash = n_id > 0 && ids != nullptr ? pp::HashOfId(ids[0]) : 0;
-  return pp::Create(
+  const NcclResult r = pp::Create(
       {"ncclCommInitRankScalable", nranks, myrank}, 0, comm, 1, hash, nranks,
       [&] { return real(comm, nranks, myrank, n_id, ids, config); });
+  pp::VirtualizeCreated(comm, 1, myrank, nranks, r);
+  return r;
 }
 
+// Split and shrink run on the parent's real communicator; the child gets a
+// handle of its own (membership asked from NCCL).
 PITSTOP_EXPORT NcclResult ncclCommSplit(NcclComm comm, int color, int key,
                                         NcclComm* newcomm,
                                         NcclConfig* config) noexcept {
   using Fn = NcclResult (*)(NcclComm, int, int, NcclComm*, NcclConfig*);
   PITSTOP_REAL(Fn, pncclCommSplit);
-  return pp::Create({"ncclCommSplit", -1, -1}, pp::HashOf(comm), newcomm, 1, 0,
-                    0, [&] { return real(comm, color, key, newcomm, config); });
+  return pp::OnQuery(comm, [&](NcclComm parent) {
+    const NcclResult r = pp::Create(
+        {"ncclCommSplit", -1, -1}, pp::HashOf(parent), newcomm, 1, 0, 0,
+        [&] { return real(parent, color, key, newcomm, config); });
+    pp::VirtualizeCreated(newcomm, 1, -1, -1, r);
+    return r;
+  });
 }
 
 PITSTOP_EXPORT NcclResult ncclCommShrink(NcclComm comm, int* exclude_ranks,
@@ -248,22 +239,35 @@ PITSTOP_EXPORT NcclResult ncclCommShrink(NcclComm comm, int* exclude_ranks,
                                          int shrink_flags) noexcept {
   using Fn = NcclResult (*)(NcclComm, int*, int, NcclComm*, NcclConfig*, int);
   PITSTOP_REAL(Fn, pncclCommShrink);
-  return pp::Create({"ncclCommShrink", -1, -1}, pp::HashOf(comm), newcomm, 1, 0,
-                    0, [&] {
-                      return real(comm, exclude_ranks, exclude_count, newcomm,
-                                  config, shrink_flags);
-                    });
+  return pp::OnQuery(comm, [&](NcclComm parent) {
+    const NcclResult r = pp::Create(
+        {"ncclCommShrink", -1, -1}, pp::HashOf(parent), newcomm, 1, 0, 0, [&] {
+          return real(parent, exclude_ranks, exclude_count, newcomm, config,
+                      shrink_flags);
+        });
+    pp::VirtualizeCreated(newcomm, 1, -1, -1, r);
+    return r;
+  });
 }
 
 PITSTOP_EXPORT NcclResult ncclCommFinalize(NcclComm comm) noexcept {
   using Fn = NcclResult (*)(NcclComm);
   PITSTOP_REAL(Fn, pncclCommFinalize);
-  return real(comm);
+  return pp::OnQuery(comm, [&](NcclComm c) { return real(c); });
 }
 
+// Destroy and abort release the handle before the real call, so a
+// concurrent rebuild can no longer swap the communicator out and free it a
+// second time; a released handle is ncclInvalidArgument and never reaches
+// NCCL (an aborted communicator is gone: destroying it would be a
+// use-after-free).
 PITSTOP_EXPORT NcclResult ncclCommDestroy(NcclComm comm) noexcept {
   using Fn = NcclResult (*)(NcclComm);
   PITSTOP_REAL(Fn, pncclCommDestroy);
+  if (pp::g_comm_table.IsHandle(comm)) {
+    comm = static_cast<NcclComm>(pp::g_comm_table.Unbind(comm));
+    if (comm == nullptr) return pitstop::abi::kNcclInvalidArgument;
+  }
   const NcclResult r = real(comm);
   pp::Forget(comm);
   return r;
@@ -272,6 +276,10 @@ PITSTOP_EXPORT NcclResult ncclCommDestroy(NcclComm comm) noexcept {
 PITSTOP_EXPORT NcclResult ncclCommAbort(NcclComm comm) noexcept {
   using Fn = NcclResult (*)(NcclComm);
   PITSTOP_REAL(Fn, pncclCommAbort);
+  if (pp::g_comm_table.IsHandle(comm)) {
+    comm = static_cast<NcclComm>(pp::g_comm_table.Unbind(comm));
+    if (comm == nullptr) return pitstop::abi::kNcclInvalidArgument;
+  }
   pp::MarkAbort(comm);
   const NcclResult r = real(comm);
   pp::Forget(comm);
@@ -282,6 +290,10 @@ PITSTOP_EXPORT NcclResult ncclCommRevoke(NcclComm comm,
                                          int revoke_flags) noexcept {
   using Fn = NcclResult (*)(NcclComm, int);
   PITSTOP_REAL(Fn, pncclCommRevoke);
-  pp::MarkAbort(comm);
-  return real(comm, revoke_flags);
+  const NcclResult r = pp::OnQuery(comm, [&](NcclComm c) {
+    pp::MarkAbort(c);
+    return real(c, revoke_flags);
+  });
+  if (r == pitstop::abi::kNcclSuccess) pp::g_comm_table.MarkRevoked(comm);
+  return r;
 }

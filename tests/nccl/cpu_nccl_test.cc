@@ -68,6 +68,7 @@ class CpuNcclTest : public ::testing::Test {
     }
     return RunRanks(n, argv, env, dir_, deadline_s);
   }
+  void CheckPreloadedInterposer(bool virtualise);
 
   std::string dir_;
 };
@@ -200,20 +201,29 @@ std::string Goodbyes(const std::vector<emu::ReceivedStream>& streams) {
 // (split children and the shrunk one name their parent), NCCL loads it as
 // the profiler (the preload points NCCL_PROFILER_PLUGIN at itself), and the
 // hello carries the version the backend reports (the rebuild probe's input).
-TEST_F(CpuNcclTest, PreloadedInterposerSeesEveryCommunicatorAndTheVersion) {
+// With `virtualise` (PITSTOP_VIRTUALIZE_COMMS=1) the application holds
+// pitstop handles and all of that must still hold.
+void CpuNcclTest::CheckPreloadedInterposer(bool virtualise) {
   const std::string sock = absl::StrCat(dir_, "/agent.sock");
   auto receiver = emu::TelemetryReceiver::Start(sock);
   ASSERT_TRUE(receiver.ok()) << receiver.status();
   const char* asan = std::getenv("ASAN_OPTIONS");
-  const auto results =
-      Run("split", 4,
-          {{"LD_PRELOAD", emu::BuiltPluginPath()},
-           {"ASAN_OPTIONS", std::string(asan != nullptr ? asan : "") +
-                                ":verify_asan_link_order=0"},
-           {"-NCCL_PROFILER_PLUGIN", ""},
-           {"PITSTOP_AGENT_SOCKET", sock},
-           {"PITSTOP_FINALIZE_TIMEOUT_MS", "20000"}});
+  std::map<std::string, std::string> env = {
+      {"LD_PRELOAD", emu::BuiltPluginPath()},
+      {"ASAN_OPTIONS",
+       std::string(asan != nullptr ? asan : "") + ":verify_asan_link_order=0"},
+      {"-NCCL_PROFILER_PLUGIN", ""},
+      {"PITSTOP_AGENT_SOCKET", sock},
+      {"PITSTOP_FINALIZE_TIMEOUT_MS", "20000"}};
+  env["PITSTOP_VIRTUALIZE_COMMS"] = virtualise ? "1" : "0";
+  const auto results = Run("split", 4, env);
   ASSERT_TRUE(AllExitedZero(results)) << Describe(results);
+  for (const auto& res : results) {
+    EXPECT_EQ(res.stderr_text.find("communicator virtualisation on") !=
+                  std::string::npos,
+              virtualise)
+        << res.stderr_text;
+  }
   emu::TelemetryReceiver* r = receiver->get();
   ASSERT_TRUE(r->WaitFor(
       [](const std::vector<emu::ReceivedStream>& s) {
@@ -253,6 +263,14 @@ TEST_F(CpuNcclTest, PreloadedInterposerSeesEveryCommunicatorAndTheVersion) {
   for (const auto& [child, parent] : parent_of) {
     EXPECT_EQ(parent, *worlds.begin()) << child;
   }
+}
+
+TEST_F(CpuNcclTest, PreloadedInterposerSeesEveryCommunicatorAndTheVersion) {
+  CheckPreloadedInterposer(/*virtualise=*/false);
+}
+
+TEST_F(CpuNcclTest, PreloadedInterposerWithVirtualisedCommunicatorsToo) {
+  CheckPreloadedInterposer(/*virtualise=*/true);
 }
 
 // A node's topology as NCCL dumps it: four NICs (nic_plan_test has the

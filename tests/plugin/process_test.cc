@@ -249,12 +249,47 @@ TEST(InterposerTest, WithoutNcclReturnsAnErrorInsteadOfCrashing) {
   EXPECT_EQ(destroy(nullptr), 2);
 }
 
-const char* const kInterposed[] = {
-    "ncclCommInitRank", "ncclCommInitRankConfig",
-    "ncclCommInitAll",  "ncclCommInitRankScalable",
-    "ncclCommSplit",    "ncclCommShrink",
-    "ncclCommFinalize", "ncclCommDestroy",
-    "ncclCommAbort",    "ncclCommRevoke"};
+// Every interposed entry point and the NCCL release that has it (the
+// communicator-management functions, then those that take a communicator:
+// communicator virtualisation must see them all).
+struct Interposed {
+  const char* name;
+  int since;  // NCCL version code
+};
+const Interposed kInterposed[] = {{"ncclCommInitRank", 0},
+                                  {"ncclCommInitRankConfig", 0},
+                                  {"ncclCommInitAll", 0},
+                                  {"ncclCommInitRankScalable", 22300},
+                                  {"ncclCommSplit", 0},
+                                  {"ncclCommShrink", 22700},
+                                  {"ncclCommFinalize", 0},
+                                  {"ncclCommDestroy", 0},
+                                  {"ncclCommAbort", 0},
+                                  {"ncclCommRevoke", 22807},
+                                  {"ncclAllReduce", 0},
+                                  {"ncclAllGather", 0},
+                                  {"ncclReduceScatter", 0},
+                                  {"ncclBroadcast", 0},
+                                  {"ncclBcast", 0},
+                                  {"ncclReduce", 0},
+                                  {"ncclAlltoAll", 22800},
+                                  {"ncclGather", 22800},
+                                  {"ncclScatter", 22800},
+                                  {"ncclSend", 0},
+                                  {"ncclRecv", 0},
+                                  {"ncclGroupStart", 0},
+                                  {"ncclGroupEnd", 0},
+                                  {"ncclCommCount", 0},
+                                  {"ncclCommUserRank", 0},
+                                  {"ncclCommCuDevice", 0},
+                                  {"ncclCommGetAsyncError", 0},
+                                  {"ncclGetLastError", 0},
+                                  {"ncclRedOpCreatePreMulSum", 0},
+                                  {"ncclRedOpDestroy", 0},
+                                  {"ncclCommRegister", 0},
+                                  {"ncclCommDeregister", 0},
+                                  {"ncclCommWindowRegister", 22700},
+                                  {"ncclCommWindowDeregister", 22700}};
 
 TEST(InterposerTest, RealLibncclHasTheForwardedEntryPoints) {
   void* nccl = dlopen("libnccl.so.2", RTLD_LAZY | RTLD_LOCAL);
@@ -269,12 +304,11 @@ TEST(InterposerTest, RealLibncclHasTheForwardedEntryPoints) {
       reinterpret_cast<int (*)(int*)>(dlsym(nccl, "ncclGetVersion"));
   ASSERT_NE(get_version, nullptr);
   get_version(&version);
-  for (const char* name : kInterposed) {
-    const std::string n = name;
-    if (n == "ncclCommShrink" && version < 22700) continue;
-    if (n == "ncclCommRevoke" && version < 22807) continue;
+  for (const Interposed& e : kInterposed) {
+    if (version < e.since) continue;
+    const std::string n = e.name;
     EXPECT_NE(dlsym(nccl, ("p" + n).c_str()), nullptr) << "p" << n;
-    EXPECT_NE(dlsym(nccl, name), nullptr) << name;
+    EXPECT_NE(dlsym(nccl, e.name), nullptr) << e.name;
   }
 }
 
@@ -292,7 +326,7 @@ TEST(SymbolsTest, OnlyNcclSymbolsAreExported) {
   ASSERT_EQ(pclose(p), 0) << cmd;
   std::vector<std::string> want = {"ncclProfiler_v3", "ncclProfiler_v4",
                                    "ncclProfiler_v5", "ncclProfiler_v6"};
-  for (const char* n : kInterposed) want.push_back(n);
+  for (const Interposed& e : kInterposed) want.push_back(e.name);
   EXPECT_THAT(names, UnorderedElementsAreArray(want));
 }
 

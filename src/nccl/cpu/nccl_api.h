@@ -3,7 +3,11 @@
 // 2.28.9 nccl.h). Not NCCL's header: written from the documented layout and
 // pinned with static_asserts so a mismatch fails the build, not a run.
 //
-// C types only (the library's entry points are extern "C").
+// C types only (the library's entry points are extern "C"). The enums have
+// a fixed underlying int, as in NCCL's ABI: an out-of-range value from a
+// caller (a bad datatype, a user reduction op above ncclNumOps) is then a
+// valid value to check, not undefined behaviour (UBSan flagged the
+// backend's own bad-datatype test).
 #ifndef PITSTOP_SRC_NCCL_CPU_NCCL_API_H_
 #define PITSTOP_SRC_NCCL_CPU_NCCL_API_H_
 
@@ -13,7 +17,7 @@
 
 extern "C" {
 
-typedef enum {
+typedef enum : int {
   ncclSuccess = 0,
   ncclUnhandledCudaError = 1,
   ncclSystemError = 2,
@@ -25,7 +29,7 @@ typedef enum {
   ncclNumResults = 8
 } ncclResult_t;
 
-typedef enum {
+typedef enum : int {
   ncclInt8 = 0,
   ncclUint8 = 1,
   ncclInt32 = 2,
@@ -41,7 +45,7 @@ typedef enum {
   ncclNumTypes = 12
 } ncclDataType_t;
 
-typedef enum {
+typedef enum : int {
   ncclSum = 0,
   ncclProd = 1,
   ncclMax = 2,
