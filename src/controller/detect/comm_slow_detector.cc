@@ -138,12 +138,17 @@ CommSlowVerdict DetectCommSlow(CommState* comm, const v1::JobPolicy& policy,
                                bool straggler_hit) {
   CommSlowVerdict v;
   if (comm->collectives_joined < policy.warmup_collectives() ||
-      comm->window.collectives < 2 || straggler_hit) {
+      comm->window.collectives < 2) {
     return v;
   }
   const double growth = WindowGrowth(*comm);
   const bool slowed = growth >= 1.0 + policy.min_effect();
   const std::vector<SlowLink> slow = FindSlowLinks(*comm, policy.min_effect());
+  // In a straggler's window the collectives are slow because of the
+  // straggler: neither a baseline nor a reason to profile. Its links are
+  // still judged, on the time their data moved (net of each rank's wait,
+  // comm_state.cc), so a slow NIC in the same ring is not hidden by it.
+  if (straggler_hit && slow.empty()) return v;
   if (slow.empty()) {
     if (!slowed) {
       UpdateBaselines(comm);

@@ -31,7 +31,8 @@ struct CommSlowVerdict {
 // connection data requests deep profiling; growth with uniform connections
 // is treated as context (job-wide slowdown), not a fault. Baselines are
 // updated from quiet windows only. `straggler_hit`: a straggler explains
-// this window, so it is neither a hit nor a baseline sample.
+// the window's slowness, so it is neither a baseline sample nor a reason
+// to profile; only links slow net of the ranks' waits make it a hit.
 CommSlowVerdict DetectCommSlow(CommState* comm, const v1::JobPolicy& policy,
                                bool straggler_hit);
 
