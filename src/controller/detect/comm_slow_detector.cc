@@ -144,14 +144,14 @@ CommSlowVerdict DetectCommSlow(CommState* comm, const v1::JobPolicy& policy,
   const double growth = WindowGrowth(*comm);
   const bool slowed = growth >= 1.0 + policy.min_effect();
   const std::vector<SlowLink> slow = FindSlowLinks(*comm, policy.min_effect());
-  // In a straggler's window the collectives are slow because of the
-  // straggler: neither a baseline nor a reason to profile. Its links are
-  // still judged, on the time their data moved (net of each rank's wait,
-  // comm_state.cc), so a slow NIC in the same ring is not hidden by it.
-  if (straggler_hit && slow.empty()) return v;
+  // A straggler's window is judged too: growth compares the last
+  // arriver's duration (no wait in it) with the baseline, and links are
+  // judged on the time their data moved (net of each rank's wait,
+  // comm_state.cc), so a slow NIC in the straggler's ring is not hidden by
+  // it. Such a window is no baseline sample, though.
   if (slow.empty()) {
     if (!slowed) {
-      UpdateBaselines(comm);
+      if (!straggler_hit) UpdateBaselines(comm);
     } else if (comm->window.collectives_with_connections == 0) {
       v.want_profiling = true;
     }
