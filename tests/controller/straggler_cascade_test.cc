@@ -200,5 +200,71 @@ TEST_F(VictimChainTest, AVictimsVictimFoldsIntoTheSameRoot) {
   EXPECT_EQ(folded, (std::set<uint64_t>{0xD3, 0xB3}));
 }
 
+// A chain through a slow communicator (the simulator's concurrent case):
+// D (globals 0..3) is slow; global 3 is late in C (globals 2..5) by the
+// time D adds, a victim of D; global 5 waits in C for it and so is late
+// in E (globals 5..7) by as much. Global 5 is not in D: only the
+// remembered C straggler connects it, so it must fold under D's fault.
+class SlowCommChainTest : public EngineTest {
+ protected:
+  SlowCommChainTest()
+      : d_(0xD3, 4, 2, "job1", 0),
+        c_(0xC3, 4, 2, "job1", 2),
+        e_(0xE3, 3, 2, "job1", 5) {}
+  void SetUp() override {
+    EngineTest::SetUp();
+    d_.Register(engine_.get());
+    c_.Register(engine_.get());
+    e_.Register(engine_.get());
+    for (int w = 0; w < 4; ++w) Window(false);
+  }
+  // One window of 10 steps. `slow`: D's link 1 -> 2 (node0 -> node1) at a
+  // fifth of the speed and its collectives 1.5x; global 3 half a
+  // collective late in C; global 5 as late in E.
+  void Window(bool slow) {
+    const uint64_t late = slow ? kBase / 2 : 0;
+    for (int i = 0; i < 10; ++i, ++seq_) {
+      const std::vector<uint64_t> d =
+          JitteredDurations(4, slow ? kBase * 3 / 2 : kBase, seq_);
+      for (int32_t r = 0; r < 4; ++r) {
+        v1::CollectiveSummary s = d_.Summary(r, seq_, d[r]);
+        d_.AddRingConnections(&s, slow && r == 1 ? kFast / 5 : kFast,
+                              slow && r == 2 ? kFast / 5 : kFast);
+        ASSERT_TRUE(engine_->AddSummary(d_.HostOf(r), s).ok());
+      }
+      const std::vector<uint64_t> c = JitteredDurations(4, kBase, seq_);
+      for (int32_t r = 0; r < 4; ++r) {
+        const uint64_t dur = r == 1 ? c[r] : c[r] + late;  // global 3
+        ASSERT_TRUE(
+            engine_->AddSummary(c_.HostOf(r), c_.Summary(r, seq_, dur)).ok());
+      }
+      const std::vector<uint64_t> e = JitteredDurations(3, kBase, seq_);
+      for (int32_t r = 0; r < 3; ++r) {
+        const uint64_t dur = r == 0 ? e[r] : e[r] + late;  // global 5
+        ASSERT_TRUE(
+            engine_->AddSummary(e_.HostOf(r), e_.Summary(r, seq_, dur)).ok());
+      }
+    }
+    Cycle(absl::Seconds(1));
+  }
+  SimJob d_, c_, e_;
+};
+
+TEST_F(SlowCommChainTest, AWaitersLatenessFoldsThroughTheVictimStraggler) {
+  for (int w = 0; w < 6; ++w) Window(true);
+  std::vector<v1::Fault> slow;
+  for (const v1::Fault& f : Latest()) {
+    EXPECT_NE(f.fault_class(), v1::FAULT_CLASS_NON_COMM_SLOW) << f.summary();
+    if (f.fault_class() == v1::FAULT_CLASS_COMM_SLOW) slow.push_back(f);
+  }
+  ASSERT_EQ(slow.size(), 1u);
+  bool chain = false;
+  for (const v1::Evidence& ev : slow[0].evidence()) {
+    chain |= ev.comm_hash() == 0xE3 &&
+             ev.text().find("a victim") != std::string::npos;
+  }
+  EXPECT_TRUE(chain) << slow[0].DebugString();
+}
+
 }  // namespace
 }  // namespace pitstop::controller::testing

@@ -138,15 +138,20 @@ CommSlowVerdict DetectCommSlow(CommState* comm, const v1::JobPolicy& policy,
                                bool straggler_hit) {
   CommSlowVerdict v;
   if (comm->collectives_joined < policy.warmup_collectives() ||
-      comm->window.collectives < 2 || straggler_hit) {
+      comm->window.collectives < 2) {
     return v;
   }
   const double growth = WindowGrowth(*comm);
   const bool slowed = growth >= 1.0 + policy.min_effect();
   const std::vector<SlowLink> slow = FindSlowLinks(*comm, policy.min_effect());
+  // A straggler's window is judged too: growth compares the last
+  // arriver's duration (no wait in it) with the baseline, and links are
+  // judged on the time their data moved (net of each rank's wait,
+  // comm_state.cc), so a slow NIC in the straggler's ring is not hidden by
+  // it. Such a window is no baseline sample, though.
   if (slow.empty()) {
     if (!slowed) {
-      UpdateBaselines(comm);
+      if (!straggler_hit) UpdateBaselines(comm);
     } else if (comm->window.collectives_with_connections == 0) {
       v.want_profiling = true;
     }

@@ -30,8 +30,9 @@ struct CommSlowVerdict {
 // A window hits only when slow links localise it; growth without
 // connection data requests deep profiling; growth with uniform connections
 // is treated as context (job-wide slowdown), not a fault. Baselines are
-// updated from quiet windows only. `straggler_hit`: a straggler explains
-// this window, so it is neither a hit nor a baseline sample.
+// updated from quiet windows only. `straggler_hit`: a straggler makes the
+// others wait, so the window is no baseline sample; it is still judged
+// (growth of the last arriver's duration, links net of the ranks' waits).
 CommSlowVerdict DetectCommSlow(CommState* comm, const v1::JobPolicy& policy,
                                bool straggler_hit);
 

@@ -24,21 +24,44 @@ bool InterHost(const CommState& c, int32_t a, int32_t b) {
   return ha.empty() || hb.empty() || ha != hb;
 }
 
-void FoldConnections(CommState* c, const Join& join) {
-  std::vector<double> tputs;
-  for (const ConnSample& s : join.connections) {
-    if (s.throughput_bps > 0 && InterHost(*c, s.src, s.dst)) {
-      tputs.push_back(s.throughput_bps);
-    }
+// A connection's throughput over the time its data moved. A rank that
+// reaches the collective early starts its proxy ops early and they wait,
+// with it, for the last rank: with a straggler every link but the
+// straggler's looks slow by the straggler's lateness. Taking the reporting
+// rank's own wait (`waits`, by comm rank; empty when the join has no
+// timings) off the op's duration leaves the transfer, so a slow NIC in
+// the ring of a straggler still stands out (issue #12, concurrent faults).
+double NetThroughput(const ConnSample& s, const std::vector<double>& waits) {
+  const auto r = static_cast<size_t>(s.reporter);
+  if (s.duration_ns == 0 || s.bytes == 0 || r >= waits.size()) {
+    return s.throughput_bps;
   }
-  if (tputs.size() < 2) return;
-  const double median = Median(tputs);
+  const double net = static_cast<double>(s.duration_ns) - waits[r];
+  // An op that lasted no longer than its rank's wait moved its data in no
+  // measurable time: nothing to judge.
+  if (net <= 0) return 0;
+  return static_cast<double>(s.bytes) * 1e9 / net;
+}
+
+void FoldConnections(CommState* c, const Join& join,
+                     const std::vector<double>& waits = {}) {
+  std::vector<double> tputs;
+  tputs.reserve(join.connections.size());
+  for (const ConnSample& s : join.connections) {
+    tputs.push_back(InterHost(*c, s.src, s.dst) ? NetThroughput(s, waits) : 0);
+  }
+  std::vector<double> inter;
+  for (double t : tputs) {
+    if (t > 0) inter.push_back(t);
+  }
+  if (inter.size() < 2) return;
+  const double median = Median(std::move(inter));
   if (median <= 0) return;
   ++c->window.collectives_with_connections;
-  for (const ConnSample& s : join.connections) {
-    if (s.throughput_bps > 0 && InterHost(*c, s.src, s.dst)) {
-      c->window.link_ratio[{s.src, s.dst}].push_back(s.throughput_bps / median);
-    }
+  for (size_t i = 0; i < tputs.size(); ++i) {
+    if (tputs[i] <= 0) continue;
+    const ConnSample& s = join.connections[i];
+    c->window.link_ratio[{s.src, s.dst}].push_back(tputs[i] / median);
   }
 }
 
@@ -110,10 +133,10 @@ void FoldJoin(CommState* c, int32_t func, const Join& join) {
   if (ties == 0) ++w.last_count[argmin];
   ++w.collectives;
   w.min_duration_ns.push_back(static_cast<double>(min_d));
-  w.lateness_ns.push_back(Median(std::move(waits)));
+  w.lateness_ns.push_back(Median(waits));
   w.min_duration_by_key[SizeKey(func, join.bytes)].push_back(
       static_cast<double>(min_d));
-  FoldConnections(c, join);
+  FoldConnections(c, join, waits);
 }
 
 }  // namespace pitstop::controller

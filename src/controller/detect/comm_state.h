@@ -43,7 +43,13 @@ struct Member {
 struct ConnSample {
   int32_t src = 0;  // comm ranks
   int32_t dst = 0;
-  double throughput_bps = 0;
+  double throughput_bps = 0;  // as reported (bytes / proxy op duration)
+  // The rank whose proxy op this is, and the op's bytes and duration: with
+  // the rank's wait in the collective known, its link is judged on the
+  // time data moved (FoldConnections). 0 when not reported.
+  int32_t reporter = 0;
+  uint64_t bytes = 0;
+  uint64_t duration_ns = 0;
 };
 
 // The summaries of one (func, seq) collected so far: one entry per rank

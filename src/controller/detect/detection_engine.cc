@@ -291,9 +291,12 @@ absl::Status EngineImpl::AddSummary(absl::string_view host,
     if (tput <= 0 && cs.duration_ns() > 0) {
       tput = static_cast<double>(cs.bytes()) * 1e9 / cs.duration_ns();
     }
-    j.connections.push_back(cs.is_send()
-                                ? ConnSample{s.rank(), cs.peer_rank(), tput}
-                                : ConnSample{cs.peer_rank(), s.rank(), tput});
+    ConnSample sample{cs.is_send() ? s.rank() : cs.peer_rank(),
+                      cs.is_send() ? cs.peer_rank() : s.rank(), tput};
+    sample.reporter = s.rank();
+    sample.bytes = cs.bytes();
+    sample.duration_ns = cs.duration_ns();
+    j.connections.push_back(sample);
   }
   if (c.n_ranks_known && j.n_reported >= static_cast<uint32_t>(c.n_ranks)) {
     Fold(&c, key);

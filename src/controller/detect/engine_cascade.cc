@@ -58,7 +58,8 @@ std::optional<v1::Fault> WithConsequence(const v1::Fault& open,
 }  // namespace
 
 bool EngineImpl::FoldStraggler(const CommState& c, const StragglerVerdict& v,
-                               const v1::JobPolicy& policy, int64_t now_ns) {
+                               const v1::JobPolicy& policy, int64_t now_ns,
+                               std::string* folded_key) {
   const std::string who = RankIdentity(c, v.rank);
   const int64_t fresh_ns =
       2 * static_cast<int64_t>(policy.window_ms()) * 1'000'000;
@@ -77,6 +78,7 @@ bool EngineImpl::FoldStraggler(const CommState& c, const StragglerVerdict& v,
          tracker_.OpenKeys(absl::StrCat("commslow/", d.job_id, "/"))) {
       const v1::Fault* open = tracker_.Find(key);
       if (open == nullptr || open->comm_hash() != hash) continue;
+      *folded_key = key;
       std::optional<v1::Fault> f = WithConsequence(
           *open, c, v.rank, v.lateness_ns, expected,
           absl::StrFormat(

@@ -89,9 +89,11 @@ class EngineImpl final : public DetectionEngine {
                    std::vector<HangVerdict>* hangs);
   // Whether `v` (a straggler of `c`) is a victim of a comm-slow condition
   // of another comm it belongs to (engine_cascade.cc); if so, adds it to
-  // that comm's open COMM_SLOW fault, if any.
+  // that comm's open COMM_SLOW fault, if any, and names its key in
+  // `folded_key` (untouched when none is open).
   bool FoldStraggler(const CommState& c, const StragglerVerdict& v,
-                     const v1::JobPolicy& policy, int64_t now_ns);
+                     const v1::JobPolicy& policy, int64_t now_ns,
+                     std::string* folded_key);
   // Whether `v` (a straggler of `c`) is a victim of a straggler of another
   // comm it belongs to: it arrives late in `c` because it waited, in that
   // comm, for the rank that comm names (a slow GPU's node-mates are late to
