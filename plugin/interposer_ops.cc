@@ -156,6 +156,17 @@ PITSTOP_EXPORT NcclResult ncclGroupEnd() noexcept {
   return r;
 }
 
+// NCCL 2.22+: ends the group like ncclGroupEnd (it only simulates the
+// launch), so it leaves the thread's group level too; unseen, every later
+// operation would stay held and every swap be refused.
+PITSTOP_EXPORT NcclResult ncclGroupSimulateEnd(void* sim_info) noexcept {
+  using Fn = NcclResult (*)(void*);
+  PITSTOP_REAL(Fn, pncclGroupSimulateEnd);
+  const NcclResult r = real(sim_info);
+  pp::OnGroupEnd();
+  return r;
+}
+
 PITSTOP_EXPORT NcclResult ncclCommCount(NcclComm comm, int* count) noexcept {
   using Fn = NcclResult (*)(NcclComm, int*);
   PITSTOP_REAL(Fn, pncclCommCount);

@@ -141,6 +141,27 @@ TEST_F(LastByChanceTest, LastInFourOfFiveIsNamed) {
               0.0156, 0.001);
 }
 
+TEST_F(LastByChanceTest, AStarvedWindowNeitherConfirmsNorResolves) {
+  RunLateIn(5);  // a straggler, last in every collective
+  ASSERT_FALSE(faults_.empty());
+  ASSERT_EQ(Latest().size(), 1u);
+  ASSERT_NE(Latest()[0].state(), v1::FAULT_STATE_RESOLVED);
+  // The job is starved: two collectives a window, rank 2 last in both.
+  // 2 of 2 at p = 1/4 is 6%, no evidence; nor is it evidence that the
+  // straggler recovered, so the fault stays open.
+  RunWindows(job_, 8, 2, [&](uint64_t seq) {
+    std::vector<uint64_t> d = JitteredDurations(4, kBase + 800'000, seq);
+    d[2] = kBase;
+    return d;
+  });
+  ASSERT_EQ(Latest().size(), 1u);
+  EXPECT_NE(Latest()[0].state(), v1::FAULT_STATE_RESOLVED);
+  // When it really recovers, the fault resolves.
+  RunWindows(job_, 6, 5,
+             [&](uint64_t seq) { return JitteredDurations(4, kBase, seq); });
+  EXPECT_EQ(Latest()[0].state(), v1::FAULT_STATE_RESOLVED);
+}
+
 TEST(BinomialTailTest, MatchesHandComputedTails) {
   EXPECT_NEAR(BinomialTailAtLeast(3, 5, 0.25), 0.103516, 1e-6);
   EXPECT_NEAR(BinomialTailAtLeast(4, 5, 0.25), 0.015625, 1e-6);
@@ -151,6 +172,15 @@ TEST(BinomialTailTest, MatchesHandComputedTails) {
   // tail at the mean is about one half.
   EXPECT_LT(BinomialTailAtLeast(600, 1000, 0.25), 1e-50);
   EXPECT_NEAR(BinomialTailAtLeast(500, 1000, 0.5), 0.5126, 1e-3);
+  // Below or near the mean (exact values from fractions), and tails whose
+  // first term underflows: no walk through the bulk, no 0 for ~1.
+  EXPECT_NEAR(BinomialTailAtLeast(1, 10, 0.25), 0.943686, 1e-6);
+  EXPECT_NEAR(BinomialTailAtLeast(2, 10, 0.25), 0.755975, 1e-6);
+  EXPECT_NEAR(BinomialTailAtLeast(3, 12, 0.25), 0.609325, 1e-6);
+  EXPECT_NEAR(BinomialTailAtLeast(30, 100, 0.25), 0.149541, 1e-6);
+  EXPECT_DOUBLE_EQ(BinomialTailAtLeast(100, 100'000, 0.25), 1);
+  EXPECT_LT(BinomialTailAtLeast(500'000, 1'000'000, 0.25), 1e-300);
+  EXPECT_DOUBLE_EQ(BinomialTailAtLeast(1, 2'000'000'000, 0.25), 1);
 }
 
 TEST(StragglerWarmupTest, NoVerdictDuringWarmup) {

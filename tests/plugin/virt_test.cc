@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -131,6 +132,11 @@ struct Scenario {
   const char* name;
   int n_ranks;
 };
+// Printed in the test list (and so in ctest's names): the name, not the
+// struct's bytes, which change with every run under ASLR.
+void PrintTo(const Scenario& s, std::ostream* os) {
+  *os << s.name << " x" << s.n_ranks;
+}
 class VirtScenarioTest : public VirtTest,
                          public ::testing::WithParamInterface<Scenario> {};
 

@@ -266,8 +266,10 @@ void EngineImpl::PublishComm(CommState* c, CommWork* w, CycleResult* result,
     c->comm_slow_extra_ns = slow.hit ? slow.extra_ns : 0;
     c->comm_slow_at_ns = w->now_ns;
     if (slow.want_profiling) RequestProfiling(c, w->now_ns, result);
+    std::set<std::string> held;
+    if (straggler.inconclusive) held.insert(straggler.key);
     tracker_.EndWindow(c->comm_hash, hits, w->policy.persistence_n(),
-                       w->policy.persistence_m());
+                       w->policy.persistence_m(), held);
   }
   if (!w->hangs) return;
   if (c->generation != w->generation) {

@@ -94,7 +94,8 @@ FaultTracker::FaultTracker(Clock* clock, std::string id_prefix,
 
 void FaultTracker::EndWindow(uint64_t comm_hash,
                              const std::map<std::string, v1::Fault>& hits,
-                             uint32_t n, uint32_t m) {
+                             uint32_t n, uint32_t m,
+                             const std::set<std::string>& held) {
   for (const auto& [key, fault] : hits) {
     std::deque<bool>& d = history_[key][comm_hash];
     d.push_back(true);
@@ -105,7 +106,7 @@ void FaultTracker::EndWindow(uint64_t comm_hash,
     auto& per_comm = it->second;
     const auto hit = hits.find(key);
     auto c = per_comm.find(comm_hash);
-    if (hit == hits.end() && c != per_comm.end()) {
+    if (hit == hits.end() && c != per_comm.end() && !held.count(key)) {
       c->second.push_back(false);
       while (c->second.size() > m) c->second.pop_front();
     }

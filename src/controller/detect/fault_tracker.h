@@ -32,10 +32,11 @@ class FaultTracker {
   // keys seen in this window to the fault they would raise; every other key
   // with history on this comm counts a miss. A key opens (SUSPECTED) once it
   // hit in >= n of the last m windows of some comm, is CONFIRMED after m hits
-  // and auto-RESOLVED once no comm saw it in its last m windows.
+  // and auto-RESOLVED once no comm saw it in its last m windows. Keys in
+  // `held` count neither (the window could not tell, e.g. too short).
   void EndWindow(uint64_t comm_hash,
                  const std::map<std::string, v1::Fault>& hits, uint32_t n,
-                 uint32_t m);
+                 uint32_t m, const std::set<std::string>& held = {});
 
   // Level-triggered: the condition of `key` holds now with `state`
   // (SUSPECTED or CONFIRMED). Opens or updates the fault.

@@ -59,17 +59,22 @@ StragglerVerdict DetectStraggler(const CommState& comm,
   // larger ones, where one rank in n is last by chance.
   const double chance =
       BinomialTailAtLeast(w.last_count[cand], w.collectives, 1.0 / n);
-  if (!small && chance > kMaxChanceOfLastCount) return v;
-  v.hit = true;
   v.rank = static_cast<int32_t>(cand);
+  v.key =
+      absl::StrCat("straggler/", comm.job_id, "/", RankIdentity(comm, v.rank));
+  if (!small && chance > kMaxChanceOfLastCount) {
+    // Last in every collective, yet not unlikely: the window was too short
+    // to tell (a starved job); that is no evidence of recovery either.
+    v.inconclusive = w.last_count[cand] == w.collectives;
+    return v;
+  }
+  v.hit = true;
   v.lateness_ns = gap;
   std::vector<double> others;
   for (size_t r = 0; r < n; ++r) {
     if (r != cand) others.push_back(mean_wait[r]);
   }
   v.others_wait_ns = Median(std::move(others)) - mean_wait[cand];
-  v.key =
-      absl::StrCat("straggler/", comm.job_id, "/", RankIdentity(comm, v.rank));
   v1::Fault& f = v.fault;
   FillFaultHeader(comm, v1::FAULT_CLASS_NON_COMM_SLOW, "straggler", &f);
   *f.add_suspects() =

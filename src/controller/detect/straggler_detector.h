@@ -21,6 +21,11 @@ struct StragglerVerdict {
   // suspect's: the time it keeps them waiting, also in a comm of two ranks
   // (where the median of all waits is half of it).
   double others_wait_ns = 0;
+  // Not a hit only because the window held too few collectives for the
+  // count to be unlikely by chance (a slow window under load: 2 of 2 at
+  // p = 1/4 is 6%): `key` names the candidate, whose open fault this
+  // window neither confirms nor counts as a miss.
+  bool inconclusive = false;
 };
 
 // A window hits when one rank's mean wait is robustly below the others'
