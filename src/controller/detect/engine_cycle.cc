@@ -235,25 +235,25 @@ void EngineImpl::PublishComm(CommState* c, CommWork* w, CycleResult* result,
   if (w->window) {
     std::map<std::string, v1::Fault> hits;
     const StragglerVerdict& straggler = w->straggler;
-    std::string root_key;
     c->straggler_identity.clear();
-    std::string folded_key;
-    if (straggler.hit &&
-        FoldStraggler(w->copy, straggler, w->policy, w->now_ns, &folded_key)) {
-      // Late because a slow communicator it is in holds it up: ranks that
-      // wait for it here are victims of that fault too (a chain: a TP-mate
-      // of a rank in a slow DP ring is late in its own DP ring). Before
-      // that fault opens, they are remembered under the straggler's own
-      // key (the rank is usually named as a straggler elsewhere too).
-      root_key = folded_key.empty() ? straggler.key : folded_key;
-    } else if (straggler.hit && !FoldStragglerVictim(*c, straggler, w->policy,
-                                                     w->now_ns, &root_key)) {
-      hits[straggler.key] = straggler.fault;
-      root_key = straggler.key;
-    }
-    // A victim of another comm's straggler is remembered under that
-    // straggler's key, so ranks that wait for it here fold there too.
-    if (straggler.hit && !root_key.empty()) {
+    if (straggler.hit) {
+      std::string root_key;
+      std::string folded_key;
+      if (FoldStraggler(w->copy, straggler, w->policy, w->now_ns,
+                        &folded_key)) {
+        // Late because a slow communicator it is in holds it up: ranks
+        // that wait for it here are victims of that fault too (a chain: a
+        // TP-mate of a rank in a slow DP ring is late in its own DP ring).
+        // Before that fault opens, they are remembered under the
+        // straggler's own key (the rank is usually named elsewhere too).
+        root_key = folded_key.empty() ? straggler.key : folded_key;
+      } else if (!FoldStragglerVictim(*c, straggler, w->policy, w->now_ns,
+                                      &root_key)) {
+        hits[straggler.key] = straggler.fault;
+        root_key = straggler.key;
+      }
+      // Remembered under the root's key, so ranks that wait for it here
+      // fold there too.
       c->straggler_identity = RankIdentity(*c, straggler.rank);
       c->straggler_key = root_key;
       c->straggler_lateness_ns = straggler.others_wait_ns;
