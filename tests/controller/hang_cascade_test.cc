@@ -138,5 +138,29 @@ TEST_F(HangCascadeTest, WaitBehindANonCommHangElsewhereIsFolded) {
   }
 }
 
+// Global 5 stopped before D's next all-reduce: D misses only it (its
+// mates 4, 6, 7 wait there), and W misses 4..7: the three blocked in D and
+// the stopped one itself. W is D's hang seen from farther away: one fault
+// naming global 5, W folded into it (the full benchmark's
+// non_comm_hang 4x4 seed 1 raised W on its own, naming the DP ring).
+TEST_F(HangCascadeTest, StoppedRankMissingFromAWiderCommIsOneFault) {
+  Setup(8);
+  WorldWaitsForDp();  // W: 0..3 entered seq 5, 4..7 not
+  for (int32_t r = 0; r < 4; ++r) Report(*dp_, r, r == 1 ? 9 : 10, 9);
+  for (int i = 0; i < 3; ++i) Cycle(absl::Seconds(3));
+  const std::vector<v1::Fault> open = OpenFaults();
+  ASSERT_EQ(open.size(), 1u)
+      << open[0].summary() << " / " << open.back().summary();
+  EXPECT_EQ(open[0].fault_class(), v1::FAULT_CLASS_NON_COMM_HANG);
+  EXPECT_EQ(open[0].comm_hash(), 0xD0u);
+  EXPECT_EQ(SuspectGlobals(open[0]), std::set<int32_t>{5});
+  EXPECT_TRUE(HasConsequence(open[0], 0xE0)) << open[0].DebugString();
+  for (const v1::Fault& f : faults_) {
+    EXPECT_NE(f.comm_hash(), 0xE0u) << "world-comm fault: " << f.summary();
+  }
+  const std::set<int32_t> victims = VictimGlobals(open[0]);
+  for (int32_t g : {0, 1, 2, 3, 4, 6, 7}) EXPECT_TRUE(victims.count(g)) << g;
+}
+
 }  // namespace
 }  // namespace pitstop::controller::testing

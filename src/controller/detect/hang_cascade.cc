@@ -52,6 +52,79 @@ bool AddConsequence(const HangVerdict& c, v1::Fault* root) {
   return true;
 }
 
+// True when rank `id` waits in a hang of another comm of i's job.
+bool WaitsElsewhere(const std::vector<HangVerdict>& v, size_t i,
+                    const std::string& id) {
+  for (size_t j = 0; j < v.size(); ++j) {
+    if (j != i && v[j].fault.comm_hash() != v[i].fault.comm_hash() &&
+        v[j].fault.job_id() == v[i].fault.job_id() && v[j].waiting.count(id)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Marks as roots the unassigned candidates with a missing rank that waits
+// in no other hang: nothing else explains that rank (it stopped). With
+// `pure_only`, only those whose missing ranks all wait nowhere: the hang
+// that sees the stopped rank(s) and nothing else.
+void MarkStoppedRoots(const std::vector<HangVerdict>& v, bool pure_only,
+                      std::vector<int>* root) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if ((*root)[i] >= 0) continue;
+    int stopped = 0;
+    for (const std::string& id : v[i].missing) {
+      if (!WaitsElsewhere(v, i, id)) ++stopped;
+    }
+    const bool all = stopped == static_cast<int>(v[i].missing.size());
+    if (pure_only ? all : stopped > 0) (*root)[i] = static_cast<int>(i);
+  }
+}
+
+// Folds candidates whose missing ranks are all explained by hangs that lead
+// to a root, until nothing changes (chains fold transitively). A missing
+// rank is explained by root j when it waits in j's comm, or when j is a
+// candidate that names the same stopped rank: the world all-reduce that
+// misses the hung rank and its DP-ring mates (blocked in the DP all-reduce
+// that misses only the hung rank) is that DP hang seen from farther away.
+void FoldIntoRoots(const std::vector<HangVerdict>& v, FaultTracker* tracker,
+                   std::vector<int>* root) {
+  const size_t n = v.size();
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < n; ++i) {
+      if ((*root)[i] >= 0) continue;
+      int target = -1;
+      bool all = true;
+      for (const std::string& id : v[i].missing) {
+        int found = -1;
+        for (size_t j = 0; j < n && found < 0; ++j) {
+          const int r = (*root)[j];
+          // A pending hang holds back new faults, never clears open ones.
+          if (j == i || r < 0 || (v[r].pending && tracker->IsOpen(v[i].key)) ||
+              v[j].fault.comm_hash() == v[i].fault.comm_hash() ||
+              v[j].fault.job_id() != v[i].fault.job_id()) {
+            continue;
+          }
+          const bool stopped_there = r == static_cast<int>(j) &&
+                                     IsCandidate(v[j]) &&
+                                     v[j].missing.count(id) > 0;
+          if (v[j].waiting.count(id) || stopped_there) found = r;
+        }
+        if (found < 0) {
+          all = false;
+          break;
+        }
+        if (target < 0) target = found;
+      }
+      if (all && target >= 0) {
+        (*root)[i] = target;
+        changed = true;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void RaiseHangs(const std::vector<HangVerdict>& v, FaultTracker* tracker) {
@@ -62,59 +135,14 @@ void RaiseHangs(const std::vector<HangVerdict>& v, FaultTracker* tracker) {
       root[i] = static_cast<int>(i);
     }
   }
-  // A candidate with a missing rank that waits in no other hang of its job
-  // is a root too: nothing else explains it (the rank that stopped is
-  // missing there), so the hangs behind it can fold into it (a TP-mate
-  // waiting for it in their TP all-reduce is missing from the DP one).
-  for (size_t i = 0; i < n; ++i) {
-    if (root[i] >= 0) continue;
-    bool all_wait = true;
-    for (const std::string& id : v[i].missing) {
-      bool waits = false;
-      for (size_t j = 0; j < n && !waits; ++j) {
-        waits = j != i && v[j].fault.comm_hash() != v[i].fault.comm_hash() &&
-                v[j].fault.job_id() == v[i].fault.job_id() &&
-                v[j].waiting.count(id);
-      }
-      if (!waits) {
-        all_wait = false;
-        break;
-      }
-    }
-    if (!all_wait) root[i] = static_cast<int>(i);
-  }
-  // Fold candidates whose missing ranks are all blocked in hangs that lead
-  // to a root, until nothing changes (chains fold transitively).
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t i = 0; i < n; ++i) {
-      if (root[i] >= 0) continue;
-      int target = -1;
-      bool all = true;
-      for (const std::string& id : v[i].missing) {
-        int found = -1;
-        for (size_t j = 0; j < n && found < 0; ++j) {
-          // A pending hang holds back new faults, never clears open ones.
-          if (j != i && root[j] >= 0 &&
-              !(v[root[j]].pending && tracker->IsOpen(v[i].key)) &&
-              v[j].fault.comm_hash() != v[i].fault.comm_hash() &&
-              v[j].fault.job_id() == v[i].fault.job_id() &&
-              v[j].waiting.count(id)) {
-            found = root[j];
-          }
-        }
-        if (found < 0) {
-          all = false;
-          break;
-        }
-        if (target < 0) target = found;
-      }
-      if (all && target >= 0) {
-        root[i] = target;
-        changed = true;
-      }
-    }
-  }
+  // Roots first where only stopped ranks are missing, fold what they
+  // explain, then the mixed hangs with a stopped rank nothing explained (a
+  // TP-mate waiting for the stopped rank in their TP all-reduce is missing
+  // from the DP one, which folds into the TP hang), and fold again.
+  MarkStoppedRoots(v, /*pure_only=*/true, &root);
+  FoldIntoRoots(v, tracker, &root);
+  MarkStoppedRoots(v, /*pure_only=*/false, &root);
+  FoldIntoRoots(v, tracker, &root);
   // What folds nowhere stands on its own (incl. cross-comm deadlocks).
   std::vector<bool> folded(n, false);
   for (size_t i = 0; i < n; ++i) {
