@@ -301,6 +301,52 @@ TEST_F(HangTest, FaultOpenAtRestartIsUpdatedNotDuplicated) {
   EXPECT_TRUE(ids.count("F2")) << Latest().size();
 }
 
+// A rank that exited cleanly before a collective its peers wait in is the
+// rank they wait for: the hang stays a NON_COMM_HANG naming it, not a
+// COMM_HANG of the rest ("every member entered"). Once every member is
+// gone nobody waits, and no fault comes of their different last seqs.
+TEST_F(HangTest, RankThatExitedBeforeItsPeersCollectiveIsStillNamed) {
+  SimJob job(0xC9, 4, 2);
+  job.Register(engine_.get());
+  for (int32_t r = 0; r < 4; ++r) Report(job, r, r == 2 ? 9 : 10, 9);
+  Cycle(absl::Seconds(6));
+  ASSERT_EQ(Latest().size(), 1u);
+  EXPECT_EQ(Latest()[0].fault_class(), v1::FAULT_CLASS_NON_COMM_HANG);
+
+  auto exit = [&](int32_t r) {
+    v1::RankLifecycle gone;
+    gone.set_kind(v1::RankLifecycle::KIND_CLEAN_EXIT);
+    gone.set_job_id("job1");
+    gone.set_pid(job.PidOf(r));
+    gone.set_global_rank(r);
+    ASSERT_TRUE(engine_->AddLifecycle(job.HostOf(r), gone).ok());
+  };
+  exit(2);
+  for (int i = 0; i < 3; ++i) Cycle(absl::Seconds(3));
+  for (const v1::Fault& f : Latest()) {
+    EXPECT_EQ(f.fault_class(), v1::FAULT_CLASS_NON_COMM_HANG) << f.summary();
+  }
+  ASSERT_EQ(Latest().size(), 1u);
+  EXPECT_NE(Latest()[0].state(), v1::FAULT_STATE_RESOLVED);
+  EXPECT_EQ(SuspectGlobals(Latest()[0]), std::set<int32_t>{2});
+
+  SimJob other(0xCA, 4, 2, "job2");
+  other.Register(engine_.get());
+  for (int32_t r = 0; r < 4; ++r) Report(other, r, r == 1 ? 9 : 10, 9);
+  for (int32_t r = 0; r < 4; ++r) {
+    v1::RankLifecycle gone;
+    gone.set_kind(v1::RankLifecycle::KIND_CLEAN_EXIT);
+    gone.set_job_id("job2");
+    gone.set_pid(other.PidOf(r));
+    gone.set_global_rank(r);
+    ASSERT_TRUE(engine_->AddLifecycle(other.HostOf(r), gone).ok());
+  }
+  for (int i = 0; i < 3; ++i) Cycle(absl::Seconds(3));
+  for (const v1::Fault& f : Latest()) {
+    EXPECT_NE(f.comm_hash(), 0xCAu) << "all gone: " << f.summary();
+  }
+}
+
 TEST_F(HangTest, ProcessDiedBlamesTheDeadProcessNotItsPeers) {
   SimJob job(0xC8, 4, 2);
   job.Register(engine_.get());

@@ -291,9 +291,18 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
   // Members on a node whose agent is gone: their last report is stale.
   std::set<std::string> lost_hosts;
   int lost_members = 0;
+  // Members that exited cleanly stay judged while someone is still there
+  // to wait: one that left before a collective its peers wait in is the
+  // rank they wait for (a sim rank that hung and then exited read as "every
+  // member entered", a COMM_HANG). With every member gone nobody waits.
+  bool anyone_left = false;
+  for (int32_t r : judged) {
+    auto m = comm->members.find(r);
+    anyone_left |= m == comm->members.end() || !m->second.exited;
+  }
   for (const auto& [r, m] : comm->members) {
     if (r >= n) break;
-    if (m.exited) judged.erase(r);
+    if (m.exited && !anyone_left) judged.erase(r);
     if (m.unreachable && !m.exited && !m.dead) {
       judged.erase(r);
       lost_hosts.insert(m.host);

@@ -65,9 +65,12 @@ struct HangClear {
 // completions advance. Communicators with a dead member yield one
 // `dead_comm` verdict (keyed by the PROCESS_DIED fault) instead. Members
 // that never reported any progress for the comm (no agent, not connected
-// yet) and members that exited cleanly are not waited for, and blamed only
-// as above, when every other member waits; so are members on a node whose agent
-// is gone (NodeLost), and the fault names that node. Key: "hang/<comm
+// yet) are not waited for, and blamed only as above, when every other
+// member waits; so are members on a node whose agent is gone (NodeLost), and
+// the fault names that node. Members that exited cleanly are judged on
+// their last progress while a member that did not exit remains (one that
+// left before a collective its peers wait in is the rank they wait for);
+// with every member gone, nobody waits and nothing is judged. Key: "hang/<comm
 // hex>/<func>/<class>" (a new class is a new fault). Verdicts are appended to
 // `out` (RaiseHangs() raises them), keys to resolve to `clears`; `comm` is
 // only written in its progress bookkeeping (FuncProgress::min_completed,
