@@ -12,9 +12,10 @@
 //   SWITCH_AT  armed; at the first trainer poll where the switch
 //              communicator has seen switch_seq operations enqueued, a
 //              stayer swaps every listed handle to its new communicator,
-//              a leaver sends its state and leaves; SWITCHED. The joiner
-//              answers SWITCHED from its join, once the state arrived and
-//              its sandbox handles are bound.
+//              a leaver sends its state and leaves; SWITCHED. The joiner's
+//              join receives the state once its own SWITCH_AT came (a
+//              receive posted earlier could not be cancelled by ABORT) and
+//              answers SWITCHED when its sandbox handles are bound.
 //   COMMIT     stayer: the swapped-out communicators are finalized and
 //              destroyed (aborted when in error) on the worker thread.
 //   ABORT      the new communicators are aborted, the old ones kept; a
