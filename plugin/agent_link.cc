@@ -207,7 +207,7 @@ void AgentLink::SendGoodbye(uint32_t reason, const shm::Counters& counters) {
   Flush(&ignored);
 }
 
-bool AgentLink::Poll(std::vector<Activation>* out, std::string* error) {
+bool AgentLink::Poll(AgentMessages* out, std::string* error) {
   if (fd_ < 0) {
     *error = "not connected";
     return false;
@@ -232,7 +232,7 @@ bool AgentLink::Poll(std::vector<Activation>* out, std::string* error) {
   return true;
 }
 
-bool AgentLink::ParseFrames(std::vector<Activation>* out, std::string* error) {
+bool AgentLink::ParseFrames(AgentMessages* out, std::string* error) {
   size_t at = 0;
   auto fail = [&](const std::string& what) {
     *error = "malformed frame from the agent at offset " +

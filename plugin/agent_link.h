@@ -36,10 +36,11 @@ class AgentLink {
   bool Write(const std::string& payload, uint32_t records);
   // Whether a message of `payload` bytes can ever fit the ring.
   bool CanEverFit(size_t payload) const;
-  // Reads pending control frames (activations into *out) and flushes queued
+  // Reads pending control frames (activations and migration directives into
+  // *out) and flushes queued
   // frames. False when the connection is over: the agent closed it, an
   // error, or a malformed frame (*error says which, with the offset).
-  bool Poll(std::vector<Activation>* out, std::string* error);
+  bool Poll(AgentMessages* out, std::string* error);
   // Best effort, never blocks; a heartbeat is skipped while frames wait.
   void SendHeartbeat(const shm::Counters& counters);
   void SendGoodbye(uint32_t reason, const shm::Counters& counters);
@@ -58,7 +59,7 @@ class AgentLink {
   AgentLink() = default;
   void QueueFrame(uint16_t type, const void* payload, uint32_t size);
   bool Flush(std::string* error);
-  bool ParseFrames(std::vector<Activation>* out, std::string* error);
+  bool ParseFrames(AgentMessages* out, std::string* error);
 
   int fd_ = -1;
   std::string peer_;

@@ -4,27 +4,118 @@
 
 namespace pitstop::plugin {
 
+int CommTable::ClaimSlotLocked() {
+  if (next_unused_ < kCapacity) return next_unused_++;
+  // Reuse a released slot only once every slot was used once, so a stale
+  // handle of a destroyed communicator keeps failing for as long as
+  // possible instead of reaching someone else's new one.
+  for (int j = 0; j < kCapacity; ++j) {
+    if (cold_[j].state == State::kReleased) return j;
+  }
+  return -1;
+}
+
 void* CommTable::Bind(void* comm, int rank, int n_ranks) noexcept {
   MutexLock lock(&mu_);
-  int i = -1;
-  if (next_unused_ < kCapacity) {
-    i = next_unused_++;
-  } else {
-    // Reuse a released slot only once every slot was used once, so a stale
-    // handle of a destroyed communicator keeps failing for as long as
-    // possible instead of reaching someone else's new one.
-    for (int j = 0; j < kCapacity && i < 0; ++j) {
-      if (cold_[j].state == State::kReleased) i = j;
-    }
-    if (i < 0) return nullptr;
-  }
-  cold_[i] = Cold{State::kBound, false, 0};
+  const int i = ClaimSlotLocked();
+  if (i < 0) return nullptr;
+  cold_[i] = Cold{State::kBound, false, 0, 0};
   Slot& s = slots_[i];
+  s.enqueued.store(0, std::memory_order_relaxed);
   s.cells[1] = CommBinding{comm, 1, rank, n_ranks};
   // Publishes epoch 1; holders left by misuse of the slot's previous life
   // (a call racing its destroy) stay counted and drain on their own.
   s.word.fetch_add(uint64_t{1} << kEpochShift, std::memory_order_acq_rel);
   return &s;
+}
+
+void* CommTable::BindSandbox(int rank, int n_ranks,
+                             uint64_t comm_hash) noexcept {
+  MutexLock lock(&mu_);
+  const int i = ClaimSlotLocked();
+  if (i < 0) return nullptr;
+  cold_[i] = Cold{State::kSandbox, false, 0, comm_hash};
+  Slot& s = slots_[i];
+  s.enqueued.store(0, std::memory_order_relaxed);
+  // Epoch 0 (Acquire answers null) until BindSandboxed; the membership is
+  // kept in the cell epoch 1 will use.
+  s.cells[1] = CommBinding{nullptr, 0, rank, n_ranks};
+  return &s;
+}
+
+bool CommTable::IsSandbox(const void* handle) noexcept {
+  if (!IsHandle(handle)) return false;
+  MutexLock lock(&mu_);
+  return cold_[IndexOf(handle)].state == State::kSandbox;
+}
+
+bool CommTable::BindSandboxed(const void* handle, void* comm,
+                              uint64_t enqueued) noexcept {
+  if (!IsHandle(handle) || comm == nullptr || IsHandle(comm)) return false;
+  MutexLock lock(&mu_);
+  const int i = IndexOf(handle);
+  if (cold_[i].state != State::kSandbox) return false;
+  Slot& s = slots_[i];
+  s.cells[1].comm = comm;
+  s.cells[1].epoch = 1;
+  s.enqueued.store(enqueued, std::memory_order_relaxed);
+  cold_[i].state = State::kBound;
+  // Publishes epoch 1; refused calls never kept a hold, so holders are 0.
+  s.word.fetch_add(uint64_t{1} << kEpochShift, std::memory_order_acq_rel);
+  return true;
+}
+
+bool CommTable::ReleaseSandbox(const void* handle) noexcept {
+  if (!IsHandle(handle)) return false;
+  MutexLock lock(&mu_);
+  Cold& c = cold_[IndexOf(handle)];
+  if (c.state != State::kSandbox) return false;
+  c.state = State::kReleased;
+  return true;
+}
+
+bool CommTable::Membership(const void* handle, int* rank,
+                           int* n_ranks) noexcept {
+  if (!IsHandle(handle)) return false;
+  MutexLock lock(&mu_);
+  const int i = IndexOf(handle);
+  const CommBinding* b = nullptr;
+  if (cold_[i].state == State::kSandbox) {
+    b = &slots_[i].cells[1];
+  } else if (cold_[i].state == State::kBound) {
+    const uint64_t w = slots_[i].word.load(std::memory_order_acquire);
+    b = &slots_[i].cells[(w >> kEpochShift) & 1];
+  } else {
+    return false;
+  }
+  *rank = b->rank;
+  *n_ranks = b->n_ranks;
+  return b->n_ranks > 0 && b->rank >= 0 && b->rank < b->n_ranks;
+}
+
+void CommTable::SetCommHash(const void* handle, uint64_t comm_hash) noexcept {
+  if (!IsHandle(handle)) return;
+  MutexLock lock(&mu_);
+  Cold& c = cold_[IndexOf(handle)];
+  if (c.state == State::kBound || c.state == State::kSandbox) {
+    c.comm_hash = comm_hash;
+  }
+}
+
+void* CommTable::FindByCommHash(uint64_t comm_hash) noexcept {
+  if (comm_hash == 0) return nullptr;
+  MutexLock lock(&mu_);
+  void* found = nullptr;
+  for (int i = 0; i < next_unused_; ++i) {
+    const Cold& c = cold_[i];
+    if ((c.state != State::kBound && c.state != State::kSandbox) ||
+        c.comm_hash != comm_hash) {
+      continue;
+    }
+    if (found != nullptr) return nullptr;  // ambiguous
+    found = &slots_[i];
+  }
+  return found;
 }
 
 void* CommTable::Unbind(const void* handle) noexcept {

@@ -18,9 +18,15 @@
 // alternate by epoch parity: a successful swap proves nobody still reads
 // the cell it will overwrite two epochs later.
 //
-// Threads: Acquire/Release/IsHandle from any thread, lock-free, no
-// allocation. Bind/Unbind/Swap/MarkRevoked/AddUserObjects/Snapshot take the
-// table's mutex (communicator creation, destruction and rebuilds are cold).
+// Each slot also counts the operations the application enqueued through the
+// handle (CountEnqueued): the migration's switch point is a count on one
+// communicator (plugin/rebuild.h). A sandbox handle (a migration joiner's,
+// BindSandbox) has no communicator yet: Acquire answers null until
+// BindSandboxed gives it one.
+//
+// Threads: Acquire/Release/IsHandle/CountEnqueued from any thread,
+// lock-free, no allocation. The other methods take the table's mutex
+// (communicator creation, destruction and rebuilds are cold).
 #ifndef PITSTOP_PLUGIN_COMM_TABLE_H_
 #define PITSTOP_PLUGIN_COMM_TABLE_H_
 
@@ -98,6 +104,17 @@ class CommTable {
   void Release(const void* handle) noexcept {
     SlotOf(handle).word.fetch_sub(1, std::memory_order_release);
   }
+  // Hot path: one more operation enqueued through the handle. A plain load
+  // and store, no locked instruction: NCCL requires the operations of one
+  // communicator to be issued in one order, so concurrent enqueues on one
+  // handle are already a bug of the application.
+  void CountEnqueued(const void* handle) noexcept {
+    std::atomic<uint64_t>& n = SlotOf(handle).enqueued;
+    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+  uint64_t Enqueued(const void* handle) const noexcept {
+    return SlotOf(handle).enqueued.load(std::memory_order_relaxed);
+  }
 
   // The application destroyed or aborted the handle: later Acquire calls
   // get null. Returns the comm it was bound to (null if already released).
@@ -116,6 +133,31 @@ class CommTable {
 
   // The current binding (cold; false when released or not a handle).
   bool Snapshot(const void* handle, CommBinding* out) noexcept;
+
+  // The rank and size a bound or sandbox handle stands for; false for
+  // anything else or an unknown membership (-1).
+  bool Membership(const void* handle, int* rank, int* n_ranks) noexcept;
+
+  // NCCL's commHash of the handle's current communicator (0: unknown), so a
+  // migration directive naming it finds the handle.
+  void SetCommHash(const void* handle, uint64_t comm_hash) noexcept;
+  // The bound or sandbox handle whose communicator has `comm_hash`; null
+  // when none (or several: ambiguous).
+  void* FindByCommHash(uint64_t comm_hash) noexcept;
+
+  // A handle with no communicator yet (a migration joiner's): every call on
+  // it is refused (IsSandbox tells why) until BindSandboxed. Null when the
+  // table is full.
+  void* BindSandbox(int rank, int n_ranks, uint64_t comm_hash) noexcept;
+  bool IsSandbox(const void* handle) noexcept;
+  // Gives a sandbox handle its communicator at epoch 1 with `enqueued`
+  // operations counted (the switch point the state came from). False when
+  // `handle` is not a sandbox handle or `comm` is not a real one.
+  bool BindSandboxed(const void* handle, void* comm,
+                     uint64_t enqueued) noexcept;
+  // The application destroyed or aborted a sandbox handle: released, true.
+  // False (nothing done) for any other pointer.
+  bool ReleaseSandbox(const void* handle) noexcept;
   // Calls in flight on the handle right now (tests, diagnostics).
   uint64_t Holders(const void* handle) const noexcept {
     return SlotOf(handle).word.load(std::memory_order_acquire) & kHolderMask;
@@ -130,12 +172,15 @@ class CommTable {
   struct alignas(64) Slot {
     std::atomic<uint64_t> word{0};  // epoch << 40 | holders; epoch 0: unbound
     CommBinding cells[2];           // cells[epoch & 1] is current
+    std::atomic<uint64_t> enqueued{0};  // CountEnqueued
   };
-  enum class State : uint8_t { kFree, kBound, kReleased };
+  static_assert(sizeof(CommBinding) == 24, "a slot is one cache line");
+  enum class State : uint8_t { kFree, kBound, kReleased, kSandbox };
   struct Cold {
     State state = State::kFree;
     bool revoked = false;
     int user_objects = 0;
+    uint64_t comm_hash = 0;
   };
 
   Slot& SlotOf(const void* handle) const noexcept {
@@ -148,6 +193,7 @@ class CommTable {
     return static_cast<int>(&SlotOf(handle) - &slots_[0]);
   }
   int FindBoundLocked(const void* comm) const PLUGIN_REQUIRES(mu_);
+  int ClaimSlotLocked() PLUGIN_REQUIRES(mu_);
   bool CheckSwapLocked(const void* handle, void* new_comm, int new_rank,
                        int new_n_ranks, SwapOutcome* out) PLUGIN_REQUIRES(mu_);
 

@@ -144,12 +144,24 @@ void Exporter::CloseBrokenStream(uint64_t now_ns) {
 
 void Exporter::PollLink(uint64_t now_ns) {
   if (link_ == nullptr) return;
-  std::vector<Activation> cmds;
+  AgentMessages msgs;
   std::string error;
   const bool was_acked = link_->acked();
-  const bool ok = link_->Poll(&cmds, &error);
+  const bool ok = link_->Poll(&msgs, &error);
   if (!was_acked && link_->acked()) streams_acked_.fetch_add(1);
-  for (const auto& cmd : cmds) registry_->Apply(cmd, now_ns);
+  for (const auto& cmd : msgs.activations) registry_->Apply(cmd, now_ns);
+  if (msgs.malformed_directives > 0) {
+    // Counted, never fatal: a bad directive must not cost the telemetry.
+    if (malformed_directives_.fetch_add(msgs.malformed_directives) == 0) {
+      std::fprintf(stderr,
+                   "pitstop: agent %s sent a malformed migration directive; "
+                   "ignored\n",
+                   link_->peer().c_str());
+    }
+  }
+  if (!msgs.directives.empty() && options_.on_directives) {
+    options_.on_directives(&msgs.directives);
+  }
   if (ok) return;
   // One line per malformed frame, one for the first other error; a plain
   // close by a stopping agent is routine and not logged — unless it never
@@ -183,6 +195,14 @@ bool Exporter::Drain() {
   for (const InitFailure& f : registry_->TakeInitFailures()) {
     ProtoWriter(&pending_).Message(kReqInitFailures, EncodeInitFailure(f));
     pending_comms_ = true;
+  }
+  if (options_.take_acks) {
+    std::vector<MigrationAck> acks;
+    options_.take_acks(&acks);
+    for (const MigrationAck& a : acks) {
+      ProtoWriter(&pending_).Message(kReqMigrationAcks, EncodeMigrationAck(a));
+      pending_comms_ = true;
+    }
   }
   if (pending_records_ >= options_.max_batch_records) return true;
   const size_t room = options_.max_batch_records - pending_records_;

@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "pitstop/shm_transport.h"
 #include "plugin/comm_registry.h"
@@ -57,6 +58,13 @@ struct ExporterOptions {
   std::function<void(Drops*)> drop_source;
   // Called on the exporter thread every tick (may be empty).
   std::function<void()> on_tick;
+  // Migration directives the agent sent, handed over on the exporter thread
+  // as they arrive (may be empty: they are then dropped).
+  std::function<void(std::vector<MigrationDirective>*)> on_directives;
+  // Appends the migration acks to send in the next batch (exporter thread;
+  // may be empty). Acks of a batch lost with a broken connection are not
+  // re-sent: the agent repeats its directive, which is answered again.
+  std::function<void(std::vector<MigrationAck>*)> take_acks;
 };
 
 class Exporter {
@@ -98,6 +106,8 @@ class Exporter {
   // Records agents read over the connections that ended so far (sent in
   // the next hello; docs/reliability.md "Lost without a count").
   uint64_t records_delivered() const { return records_delivered_.load(); }
+  // Directives from the agent that could not be used (skipped).
+  uint64_t malformed_directives() const { return malformed_directives_.load(); }
 
  private:
   Exporter(ExporterOptions options, RingSet* rings, CommRegistry* registry);
@@ -157,6 +167,7 @@ class Exporter {
   std::atomic<uint64_t> streams_opened_{0};
   std::atomic<uint64_t> streams_acked_{0};
   std::atomic<uint64_t> records_delivered_{0};
+  std::atomic<uint64_t> malformed_directives_{0};
   // CLOCK_REALTIME at construction: names these counters in every hello.
   const uint64_t counters_start_unix_ns_;
   std::thread thread_;

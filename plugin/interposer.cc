@@ -132,6 +132,14 @@ NcclResult Create(const CallSite& site, uint64_t parent_hash, NcclComm* comms,
   return r;
 }
 
+// A split or shrink child's commHash, as its profiler init reported it (0
+// when none ran: no profiler, or NCCL_SPLIT_NOCOLOR).
+uint64_t ChildHash(const NcclComm* child, NcclResult r) {
+  if (child == nullptr || *child == nullptr) return 0;
+  if (r != abi::kNcclSuccess && r != abi::kNcclInProgress) return 0;
+  return HashOf(*child);
+}
+
 uint64_t HashOfId(const NcclUniqueId& id) {
   return nicplan::CommHashOfUniqueId(id.internal, sizeof(id.internal));
 }
@@ -172,11 +180,14 @@ using pp::NcclUniqueId;
 PITSTOP_EXPORT NcclResult ncclCommInitRank(NcclComm* comm, int nranks,
                                            NcclUniqueId id, int rank) noexcept {
   using Fn = NcclResult (*)(NcclComm*, int, NcclUniqueId, int);
+  if (pp::MigrationJoiner()) {
+    return pp::CreateSandbox(comm, rank, nranks, pp::HashOfId(id));
+  }
   PITSTOP_REAL(Fn, pncclCommInitRank);
   const NcclResult r = pp::Create({"ncclCommInitRank", nranks, rank}, 0, comm,
                                   1, pp::HashOfId(id), nranks,
                                   [&] { return real(comm, nranks, id, rank); });
-  pp::VirtualizeCreated(comm, 1, rank, nranks, r);
+  pp::VirtualizeCreated(comm, 1, rank, nranks, r, pp::HashOfId(id));
   return r;
 }
 
@@ -184,11 +195,14 @@ PITSTOP_EXPORT NcclResult ncclCommInitRankConfig(NcclComm* comm, int nranks,
                                                  NcclUniqueId id, int rank,
                                                  NcclConfig* config) noexcept {
   using Fn = NcclResult (*)(NcclComm*, int, NcclUniqueId, int, NcclConfig*);
+  if (pp::MigrationJoiner()) {
+    return pp::CreateSandbox(comm, rank, nranks, pp::HashOfId(id));
+  }
   PITSTOP_REAL(Fn, pncclCommInitRankConfig);
   const NcclResult r = pp::Create(
       {"ncclCommInitRankConfig", nranks, rank}, 0, comm, 1, pp::HashOfId(id),
       nranks, [&] { return real(comm, nranks, id, rank, config); });
-  pp::VirtualizeCreated(comm, 1, rank, nranks, r);
+  pp::VirtualizeCreated(comm, 1, rank, nranks, r, pp::HashOfId(id));
   return r;
 }
 
@@ -199,7 +213,7 @@ PITSTOP_EXPORT NcclResult ncclCommInitAll(NcclComm* comms, int ndev,
   const NcclResult r =
       pp::Create({"ncclCommInitAll", ndev, -1}, 0, comms, ndev, 0, ndev,
                  [&] { return real(comms, ndev, devlist); });
-  pp::VirtualizeCreated(comms, ndev, 0, ndev, r);
+  pp::VirtualizeCreated(comms, ndev, 0, ndev, r, 0);
   return r;
 }
 
@@ -210,10 +224,12 @@ ncclCommInitRankScalable(NcclComm* comm, int nranks, int myrank, int n_id,
       NcclResult (*)(NcclComm*, int, int, int, NcclUniqueId*, NcclConfig*);
   PITSTOP_REAL(Fn, pncclCommInitRankScalable);
   const uint64_t hash = n_id > 0 && ids != nullptr ? pp::HashOfId(ids[0]) : 0;
+  if (pp::MigrationJoiner())
+    return pp::CreateSandbox(comm, myrank, nranks, hash);
   const NcclResult r = pp::Create(
       {"ncclCommInitRankScalable", nranks, myrank}, 0, comm, 1, hash, nranks,
       [&] { return real(comm, nranks, myrank, n_id, ids, config); });
-  pp::VirtualizeCreated(comm, 1, myrank, nranks, r);
+  pp::VirtualizeCreated(comm, 1, myrank, nranks, r, hash);
   return r;
 }
 
@@ -228,7 +244,7 @@ PITSTOP_EXPORT NcclResult ncclCommSplit(NcclComm comm, int color, int key,
     const NcclResult r = pp::Create(
         {"ncclCommSplit", -1, -1}, pp::HashOf(parent), newcomm, 1, 0, 0,
         [&] { return real(parent, color, key, newcomm, config); });
-    pp::VirtualizeCreated(newcomm, 1, -1, -1, r);
+    pp::VirtualizeCreated(newcomm, 1, -1, -1, r, pp::ChildHash(newcomm, r));
     return r;
   });
 }
@@ -245,7 +261,7 @@ PITSTOP_EXPORT NcclResult ncclCommShrink(NcclComm comm, int* exclude_ranks,
           return real(parent, exclude_ranks, exclude_count, newcomm, config,
                       shrink_flags);
         });
-    pp::VirtualizeCreated(newcomm, 1, -1, -1, r);
+    pp::VirtualizeCreated(newcomm, 1, -1, -1, r, pp::ChildHash(newcomm, r));
     return r;
   });
 }
@@ -256,6 +272,8 @@ PITSTOP_EXPORT NcclResult ncclCommFinalize(NcclComm comm) noexcept {
   return pp::OnQuery(comm, [&](NcclComm c) { return real(c); });
 }
 
+// A sandbox handle (a migration joiner's, never joined) has no communicator:
+// destroying or aborting it only releases it.
 // Destroy and abort release the handle before the real call, so a
 // concurrent rebuild can no longer swap the communicator out and free it a
 // second time; a released handle is ncclInvalidArgument and never reaches
@@ -263,6 +281,7 @@ PITSTOP_EXPORT NcclResult ncclCommFinalize(NcclComm comm) noexcept {
 // use-after-free).
 PITSTOP_EXPORT NcclResult ncclCommDestroy(NcclComm comm) noexcept {
   using Fn = NcclResult (*)(NcclComm);
+  if (pp::g_comm_table.ReleaseSandbox(comm)) return pitstop::abi::kNcclSuccess;
   PITSTOP_REAL(Fn, pncclCommDestroy);
   if (pp::g_comm_table.IsHandle(comm)) {
     comm = static_cast<NcclComm>(pp::g_comm_table.Unbind(comm));
@@ -275,6 +294,7 @@ PITSTOP_EXPORT NcclResult ncclCommDestroy(NcclComm comm) noexcept {
 
 PITSTOP_EXPORT NcclResult ncclCommAbort(NcclComm comm) noexcept {
   using Fn = NcclResult (*)(NcclComm);
+  if (pp::g_comm_table.ReleaseSandbox(comm)) return pitstop::abi::kNcclSuccess;
   PITSTOP_REAL(Fn, pncclCommAbort);
   if (pp::g_comm_table.IsHandle(comm)) {
     comm = static_cast<NcclComm>(pp::g_comm_table.Unbind(comm));

@@ -11,6 +11,7 @@
 #include <new>
 
 #include "plugin/chain.h"
+#include "plugin/rebuild.h"
 
 namespace pitstop::plugin {
 namespace {
@@ -140,6 +141,13 @@ void Runtime::StartExporterLocked() {
       chain->RefreshMask();
       registry_.SetExtraMask(chain->mask());
     }
+    if (Rebuilder* r = rebuilder()) r->Tick();
+  };
+  o.on_directives = [this](std::vector<MigrationDirective>* d) {
+    if (Rebuilder* r = rebuilder()) r->OnDirectives(d);
+  };
+  o.take_acks = [this](std::vector<MigrationAck>* out) {
+    if (Rebuilder* r = rebuilder()) r->TakeAcks(out);
   };
   o.drop_source = [this](Drops* d) {
     d->ring_full = rings_.TotalFullDrops() + rings_.no_ring_drops();
@@ -306,6 +314,23 @@ void Runtime::ReportInitFailure(const InitFailure& failure) noexcept {
     StartExporterLocked();
   } catch (...) {
   }
+}
+
+Rebuilder* Runtime::EnableMigration(CommTable* table) noexcept {
+  try {
+    MutexLock lifecycle(&lifecycle_mu_);
+    if (rebuilder_.load() == nullptr) {
+      NcclOps ops;
+      std::string missing;
+      LoadRealNcclOps(&ops, &missing);
+      rebuilder_.store(
+          new Rebuilder(table, ops, missing, [] { return NowCpuNs(); }));
+    }
+    MutexLock lock(&mu_);
+    StartExporterLocked();
+  } catch (...) {
+  }
+  return rebuilder();
 }
 
 void Runtime::ShutdownAtExit() noexcept {

@@ -11,6 +11,7 @@
 #ifndef PITSTOP_PLUGIN_RUNTIME_H_
 #define PITSTOP_PLUGIN_RUNTIME_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -25,6 +26,9 @@
 #include "plugin/ring.h"
 
 namespace pitstop::plugin {
+
+class CommTable;
+class Rebuilder;
 
 // What the interposer knows about the communicator NCCL is creating on this
 // thread (set around the forwarded pncclCommInit*/Split/Shrink call; the
@@ -58,6 +62,15 @@ class Runtime {
   // the agent (the exporter starts if no communicator started it: a
   // process whose first creation fails has none).
   void ReportInitFailure(const InitFailure& failure) noexcept;
+  // Migration (plugin/rebuild.h): creates the rebuilder over the
+  // interposer's handle table at the first call and starts the exporter,
+  // whose connection brings the agent's directives (a migration joiner has
+  // no communicator that would start it). Null when it cannot be made.
+  Rebuilder* EnableMigration(CommTable* table) noexcept;
+  // The rebuilder once enabled, else null (any thread).
+  Rebuilder* rebuilder() noexcept {
+    return rebuilder_.load(std::memory_order_acquire);
+  }
   // Interposer: the library was LD_PRELOADed (reported as load_mode).
   static void MarkPreloaded() noexcept;
   static InterposerCall*& ThreadInterposerCall() noexcept;
@@ -107,6 +120,8 @@ class Runtime {
   // stale handles may have recorded since.
   bool forked_ PLUGIN_GUARDED_BY(mu_) = false;
   bool chain_loaded_ PLUGIN_GUARDED_BY(lifecycle_mu_) = false;
+  // Created once (under lifecycle_mu_), never destroyed, like the runtime.
+  std::atomic<Rebuilder*> rebuilder_{nullptr};
 };
 
 }  // namespace pitstop::plugin

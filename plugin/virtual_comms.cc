@@ -7,6 +7,7 @@
 #include <string>
 
 #include "plugin/nccl_caps.h"
+#include "plugin/runtime.h"
 
 namespace pitstop::plugin {
 
@@ -66,6 +67,21 @@ void LogOnce(std::atomic<bool>* done, const std::string& msg) {
   std::fprintf(stderr, "pitstop: %s\n", msg.c_str());
 }
 
+bool ReadJoiner() {
+  const char* v = std::getenv("PITSTOP_MIGRATION_ROLE");
+  if (v == nullptr || v[0] == '\0') return false;
+  if (std::strcmp(v, "joiner") == 0) return true;
+  std::fprintf(stderr,
+               "pitstop: PITSTOP_MIGRATION_ROLE='%s' is not 'joiner'; "
+               "ignored\n",
+               v);
+  return false;
+}
+
+void EnableMigration() {
+  if (Runtime* rt = Runtime::GetOrCreate()) rt->EnableMigration(&g_comm_table);
+}
+
 }  // namespace
 
 bool VirtualizationEnabled() noexcept {
@@ -73,8 +89,36 @@ bool VirtualizationEnabled() noexcept {
   return enabled;
 }
 
+bool MigrationJoiner() noexcept {
+  static const bool joiner = ReadJoiner();
+  return joiner;
+}
+
+NcclResult RefusedHandle(const void* handle) noexcept {
+  return g_comm_table.IsSandbox(handle) ? abi::kNcclInvalidUsage
+                                        : abi::kNcclInvalidArgument;
+}
+
+NcclResult CreateSandbox(NcclComm* comm, int rank, int n_ranks,
+                         uint64_t comm_hash) noexcept {
+  if (comm == nullptr || n_ranks < 1 || rank < 0 || rank >= n_ranks) {
+    return abi::kNcclInvalidArgument;
+  }
+  if (!VirtualizationEnabled()) {
+    std::fprintf(stderr,
+                 "pitstop: PITSTOP_MIGRATION_ROLE=joiner needs "
+                 "PITSTOP_VIRTUALIZE_COMMS=1\n");
+    return abi::kNcclInvalidUsage;
+  }
+  void* h = g_comm_table.BindSandbox(rank, n_ranks, comm_hash);
+  if (h == nullptr) return abi::kNcclInvalidUsage;
+  *comm = static_cast<NcclComm>(h);
+  EnableMigration();
+  return abi::kNcclSuccess;
+}
+
 void VirtualizeCreated(NcclComm* comms, int n, int rank, int n_ranks,
-                       NcclResult r) noexcept {
+                       NcclResult r, uint64_t comm_hash) noexcept {
   if (!VirtualizationEnabled() || comms == nullptr) return;
   if (r != abi::kNcclSuccess && r != abi::kNcclInProgress) return;
   static std::atomic<bool> announced{false}, full{false};
@@ -95,10 +139,12 @@ void VirtualizeCreated(NcclComm* comms, int n, int rank, int n_ranks,
                            "); later communicators are not virtualised");
         continue;
       }
+      if (i == 0) g_comm_table.SetCommHash(h, comm_hash);
       comms[i] = static_cast<NcclComm>(h);
     }
   } catch (...) {
   }
+  EnableMigration();
 }
 
 void EndUse(const void* handle, bool enqueued) noexcept {

@@ -55,10 +55,22 @@ bool VirtualizationEnabled() noexcept;
 // After a creating call that returned `r`: when virtualisation is on and r
 // is ncclSuccess or ncclInProgress, replaces each non-null comms[i] by a
 // new handle (membership: `rank`+i / `n_ranks`, or asked from the real
-// comm when -1). Logs the NCCL capabilities once. A full table leaves the
-// real comm in place.
+// comm when -1; `comm_hash`: NCCL's commHash of comms[0], 0 if unknown).
+// Logs the NCCL capabilities once and enables migration (plugin/
+// rebuild.h). A full table leaves the real comm in place.
 void VirtualizeCreated(NcclComm* comms, int n, int rank, int n_ranks,
-                       NcclResult r) noexcept;
+                       NcclResult r, uint64_t comm_hash) noexcept;
+
+// PITSTOP_MIGRATION_ROLE=joiner (read once; empty or unset: not a joiner;
+// anything else is warned about on stderr and ignored).
+bool MigrationJoiner() noexcept;
+// A joiner's creating call: hands out a sandbox handle (no NCCL call; its
+// comm hash is the one the job's communicator has, `comm_hash`) that the
+// migration binds to the rebuilt communicator at the join. ncclSuccess, or
+// ncclInvalidUsage when virtualisation is off (a joiner needs it) or the
+// table is full.
+NcclResult CreateSandbox(NcclComm* comm, int rank, int n_ranks,
+                         uint64_t comm_hash) noexcept;
 
 // Ends the use of an acquired handle: inside an open group an enqueued
 // operation's hold lasts until the outermost ncclGroupEnd (the operation
@@ -68,6 +80,10 @@ void EndUse(const void* handle, bool enqueued) noexcept;
 void OnGroupStart(NcclResult r) noexcept;
 void OnGroupEnd() noexcept;
 
+// A handle that has no communicator: a sandbox (a joiner's, not joined
+// yet: ncclInvalidUsage) or released (ncclInvalidArgument). Cold.
+NcclResult RefusedHandle(const void* handle) noexcept;
+
 // Runs `call` on the real communicator behind `comm`: a foreign pointer
 // (not ours) unchanged, a released handle is ncclInvalidArgument. `enqueued`:
 // the call queues an operation (collective, send/recv).
@@ -75,8 +91,11 @@ template <typename F>
 NcclResult OnCommImpl(NcclComm comm, bool enqueued, F&& call) noexcept {
   if (!g_comm_table.IsHandle(comm)) return call(comm);
   const CommBinding* b = g_comm_table.Acquire(comm);
-  if (b == nullptr) return abi::kNcclInvalidArgument;
+  if (b == nullptr) return RefusedHandle(comm);
   const NcclResult r = call(static_cast<NcclComm>(b->comm));
+  // Counted after the call: a rebuild's switch point is a count at a
+  // boundary, when nothing is in flight.
+  if (enqueued) g_comm_table.CountEnqueued(comm);
   EndUse(comm, enqueued);
   return r;
 }

@@ -1,5 +1,7 @@
 #include "plugin/wire.h"
 
+#include <utility>
+
 namespace pitstop::plugin {
 
 void ProtoWriter::PackedInt32(int field, const std::vector<int32_t>& v) {
@@ -144,9 +146,131 @@ class Reader {
   const char* end_;
 };
 
+// One ActivationCommand body. False when malformed.
+bool DecodeActivation(const char* data, size_t len, Activation* a) {
+  Reader m(data, len);
+  while (!m.done()) {
+    int f = 0, t = 0;
+    uint64_t v = 0;
+    const char* d = nullptr;
+    size_t l = 0;
+    if (!m.Field(&f, &t, &v, &d, &l)) return false;
+    if (t != 0) continue;
+    switch (f) {
+      case 1:
+        a->comm_hash = v;
+        break;
+      case 2:
+        a->event_mask = static_cast<uint32_t>(v);
+        break;
+      case 3:
+        a->duration_ms = static_cast<uint32_t>(v);
+        break;
+      case 4:
+        a->command_id = v;
+        break;
+      default:
+        break;
+    }
+  }
+  return true;
+}
+
+bool DecodeDirectiveComm(const char* data, size_t len,
+                         MigrationDirective::Comm* c) {
+  Reader m(data, len);
+  while (!m.done()) {
+    int f = 0, t = 0;
+    uint64_t v = 0;
+    const char* d = nullptr;
+    size_t l = 0;
+    if (!m.Field(&f, &t, &v, &d, &l)) return false;
+    if (f == kDirCommOldHash && t == 0) c->old_comm_hash = v;
+    if (f == kDirCommNewId && t == 2) c->new_comm_id.assign(d, l);
+  }
+  return c->new_comm_id.size() == kCommIdBytes;
+}
+
+// One field of a RankMigrationDirective. False when unusable.
+bool ApplyDirectiveField(int f, int t, uint64_t v, const char* d, size_t l,
+                         MigrationDirective* out) {
+  if (t == 2) {
+    switch (f) {
+      case kDirMigrationId:
+        out->migration_id.assign(d, l);
+        return true;
+      case kDirComms:
+        out->comms.emplace_back();
+        return DecodeDirectiveComm(d, l, &out->comms.back());
+      case kDirTransferCommId:
+        out->transfer_comm_id.assign(d, l);
+        return l == kCommIdBytes;
+      case kDirReason:
+        out->reason.assign(d, l);
+        return true;
+      default:
+        return true;  // unknown: skipped
+    }
+  }
+  if (t != 0) return true;
+  switch (f) {
+    case kDirPhase:
+      out->phase = static_cast<MigrationPhase>(v);
+      return v >= kPhasePrepare && v <= kPhaseAbort;
+    case kDirEpoch:
+      out->epoch = v;
+      return true;
+    case kDirRole:
+      out->role = static_cast<MigrationRole>(v);
+      return v >= kRoleStayer && v <= kRoleJoiner;
+    case kDirGlobalRank:
+      out->global_rank = static_cast<int32_t>(v);
+      return true;
+    case kDirSwitchCommHash:
+      out->switch_comm_hash = v;
+      return true;
+    case kDirSwitchSeq:
+      out->switch_seq = v;
+      return true;
+    default:
+      return true;
+  }
+}
+
+bool DecodeDirective(const char* data, size_t len, MigrationDirective* out) {
+  Reader m(data, len);
+  bool has_phase = false, has_role = false;
+  while (!m.done()) {
+    int f = 0, t = 0;
+    uint64_t v = 0;
+    const char* d = nullptr;
+    size_t l = 0;
+    if (!m.Field(&f, &t, &v, &d, &l)) return false;
+    if (!ApplyDirectiveField(f, t, v, d, l, out)) return false;
+    has_phase |= f == kDirPhase && t == 0;
+    has_role |= f == kDirRole && t == 0;
+  }
+  // Phase and role are never zero in a usable directive (proto3 omits
+  // zero values, so an absent one is UNSPECIFIED).
+  return has_phase && has_role && !out->migration_id.empty();
+}
+
 }  // namespace
 
-bool DecodeResponse(const std::string& bytes, std::vector<Activation>* out) {
+std::string EncodeMigrationAck(const MigrationAck& a) {
+  std::string s;
+  ProtoWriter w(&s);
+  w.Bytes(kAckMigrationId, a.migration_id);
+  w.Varint(kAckEpoch, a.epoch);
+  w.Varint(kAckPhase, static_cast<uint64_t>(a.phase));
+  w.Bool(kAckOk, a.ok);
+  w.Bytes(kAckError, a.error);
+  w.Int32(kAckGlobalRank, a.global_rank);
+  w.Varint(kAckProgressSeq, a.progress_seq);
+  return s;
+}
+
+bool DecodeResponse(const std::string& bytes, AgentMessages* out) {
   Reader r(bytes.data(), bytes.size());
   while (!r.done()) {
     int field = 0, type = 0;
@@ -154,34 +278,19 @@ bool DecodeResponse(const std::string& bytes, std::vector<Activation>* out) {
     const char* data = nullptr;
     size_t len = 0;
     if (!r.Field(&field, &type, &value, &data, &len)) return false;
-    if (field != 1 || type != 2) continue;  // unknown fields are skipped
-    Activation a;
-    Reader m(data, len);
-    while (!m.done()) {
-      int f = 0, t = 0;
-      uint64_t v = 0;
-      const char* d = nullptr;
-      size_t l = 0;
-      if (!m.Field(&f, &t, &v, &d, &l)) return false;
-      if (t != 0) continue;
-      switch (f) {
-        case 1:
-          a.comm_hash = v;
-          break;
-        case 2:
-          a.event_mask = static_cast<uint32_t>(v);
-          break;
-        case 3:
-          a.duration_ms = static_cast<uint32_t>(v);
-          break;
-        case 4:
-          a.command_id = v;
-          break;
-        default:
-          break;
+    if (type != 2) continue;  // unknown fields are skipped
+    if (field == kRespActivation) {
+      Activation a;
+      if (!DecodeActivation(data, len, &a)) return false;
+      out->activations.push_back(a);
+    } else if (field == kRespMigrationDirective) {
+      MigrationDirective d;
+      if (DecodeDirective(data, len, &d)) {
+        out->directives.push_back(std::move(d));
+      } else {
+        ++out->malformed_directives;
       }
     }
-    out->push_back(a);
   }
   return true;
 }

@@ -152,6 +152,98 @@ enum RequestField {
   kReqSentCpuNs = 11,
   kReqGoodbye = 12,
   kReqInitFailures = 13,
+  kReqMigrationAcks = 14,
+};
+
+// StreamTelemetryResponse field numbers.
+enum ResponseField {
+  kRespActivation = 1,
+  kRespMigrationDirective = 2,
+};
+
+// RankMigrationDirective field numbers, and its Comm's.
+enum DirectiveField {
+  kDirPhase = 1,
+  kDirMigrationId = 2,
+  kDirEpoch = 3,
+  kDirRole = 4,
+  kDirGlobalRank = 5,
+  kDirComms = 6,
+  kDirSwitchCommHash = 7,
+  kDirSwitchSeq = 8,
+  kDirTransferCommId = 9,
+  kDirReason = 10,
+};
+enum DirectiveCommField {
+  kDirCommOldHash = 1,
+  kDirCommNewId = 2,
+};
+
+// RankMigrationAck field numbers.
+enum AckField {
+  kAckMigrationId = 1,
+  kAckEpoch = 2,
+  kAckPhase = 3,
+  kAckOk = 4,
+  kAckError = 5,
+  kAckGlobalRank = 6,
+  kAckProgressSeq = 7,
+};
+
+// RankMigrationDirective.Phase / .Role values.
+enum MigrationPhase {
+  kPhaseUnspecified = 0,
+  kPhasePrepare = 1,
+  kPhaseSwitchAt = 2,
+  kPhaseCommit = 3,
+  kPhaseAbort = 4,
+};
+enum MigrationRole {
+  kRoleUnspecified = 0,
+  kRoleStayer = 1,
+  kRoleLeaver = 2,
+  kRoleJoiner = 3,
+};
+
+// Bytes of an ncclUniqueId: new_comm_id and transfer_comm_id must be this.
+inline constexpr size_t kCommIdBytes = 128;
+
+// RankMigrationDirective (agent -> library).
+struct MigrationDirective {
+  struct Comm {
+    uint64_t old_comm_hash = 0;
+    std::string new_comm_id;
+  };
+  MigrationPhase phase = kPhaseUnspecified;
+  std::string migration_id;
+  uint64_t epoch = 0;
+  MigrationRole role = kRoleUnspecified;
+  int32_t global_rank = -1;
+  std::vector<Comm> comms;
+  uint64_t switch_comm_hash = 0;
+  uint64_t switch_seq = 0;
+  std::string transfer_comm_id;
+  std::string reason;
+};
+
+// RankMigrationAck (library -> agent).
+struct MigrationAck {
+  std::string migration_id;
+  uint64_t epoch = 0;
+  MigrationPhase phase = kPhaseUnspecified;
+  bool ok = false;
+  std::string error;
+  int32_t global_rank = -1;
+  uint64_t progress_seq = 0;
+};
+
+// What one StreamTelemetryResponse carried.
+struct AgentMessages {
+  std::vector<Activation> activations;
+  std::vector<MigrationDirective> directives;
+  // Directives that could not be used (undecodable body, unknown phase or
+  // role, an id that is not kCommIdBytes long): skipped and counted.
+  uint64_t malformed_directives = 0;
 };
 
 std::string EncodeCommInfo(const CommInfo& info);
@@ -160,10 +252,12 @@ std::string EncodeHello(const Hello& hello);
 std::string EncodeDrops(const Drops& drops);
 std::string EncodeGoodbye(GoodbyeReason reason, uint64_t time_cpu_ns);
 std::string EncodeInitFailure(const InitFailure& f);
+std::string EncodeMigrationAck(const MigrationAck& ack);
 
-// Parses a StreamTelemetryResponse. False on malformed input (what was
-// parsed before the error is kept).
-bool DecodeResponse(const std::string& bytes, std::vector<Activation>* out);
+// Parses a StreamTelemetryResponse. False when its framing is malformed
+// (what was parsed before the error is kept); a directive whose own body is
+// unusable is skipped and counted in out->malformed_directives instead.
+bool DecodeResponse(const std::string& bytes, AgentMessages* out);
 
 }  // namespace pitstop::plugin
 

@@ -28,12 +28,18 @@
 
 namespace pitstop::agent {
 
-// Where activation commands for one rank stream go (the ingest reactor).
+// Where commands for one rank stream go (the ingest reactor): activation
+// commands and migration directives (StreamTelemetryResponse).
 class CommandSink {
  public:
   virtual ~CommandSink() = default;
   // Any thread; must not block or call back into AgentCore.
-  virtual void SendActivation(const v1::ActivationCommand& command) = 0;
+  virtual void SendResponse(const v1::StreamTelemetryResponse& response) = 0;
+  void SendActivation(const v1::ActivationCommand& command) {
+    v1::StreamTelemetryResponse r;
+    *r.add_activation() = command;
+    SendResponse(r);
+  }
 };
 
 struct AgentCoreOptions {

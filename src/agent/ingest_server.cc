@@ -80,12 +80,10 @@ class IngestReactor final : public grpc::ServerBidiReactor<Req, Resp>,
     StartRead(&req_);
   }
 
-  void SendActivation(const v1::ActivationCommand& cmd) override {
+  void SendResponse(const Resp& r) override {
     MutexLock lock(&mu_);
     if (finishing_) return;
-    Resp r;
-    *r.add_activation() = cmd;
-    out_.push_back(std::move(r));
+    out_.push_back(r);
     if (!writing_) {
       writing_ = true;
       StartWrite(&out_.front());

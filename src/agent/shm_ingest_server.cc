@@ -46,7 +46,7 @@ auto Log() { return Logger("agent.shm"); }
 
 }  // namespace
 
-// One process's connection. Owned by the server thread; SendActivation may
+// One process's connection. Owned by the server thread; SendResponse may
 // come from any thread (AgentCore's command routing).
 class ShmIngestServer::Conn final : public CommandSink {
  public:
@@ -57,9 +57,7 @@ class ShmIngestServer::Conn final : public CommandSink {
     if (map_ != nullptr) munmap(map_, map_bytes_);
   }
 
-  void SendActivation(const v1::ActivationCommand& cmd) override {
-    v1::StreamTelemetryResponse r;
-    *r.add_activation() = cmd;
+  void SendResponse(const v1::StreamTelemetryResponse& r) override {
     const std::string body = r.SerializeAsString();
     const shm::FrameHeader fh{static_cast<uint32_t>(body.size()),
                               shm::kFrameActivation, 0};

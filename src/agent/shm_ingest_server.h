@@ -17,7 +17,7 @@
 // crash still arrives.
 //
 // Thread-safe: Create/Stop from the owner thread; the handler is called on
-// the server's thread only; CommandSink::SendActivation from any thread.
+// the server's thread only; CommandSink::SendResponse from any thread.
 #ifndef PITSTOP_AGENT_SHM_INGEST_SERVER_H_
 #define PITSTOP_AGENT_SHM_INGEST_SERVER_H_
 

@@ -8,9 +8,12 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "pitstop/status_macros.h"
+#include "pitstop/trainer.h"
 #include "src/nccl/cpu/nccl_functions.h"
 
 namespace pitstop::trainer {
@@ -102,7 +105,7 @@ double AccumulateGradient(const ModelShape& shape, uint64_t seed,
   return loss;
 }
 
-absl::StatusOr<std::vector<float>> Train(
+absl::StatusOr<TrainResult> Train(
     ncclComm_t comm, const TrainOptions& options, const TrainState& start,
     const std::function<void(const StepReport&)>& on_step) {
   int rank = 0, n = 0;
@@ -122,8 +125,21 @@ absl::StatusOr<std::vector<float>> Train(
   std::vector<float> grad(params.size());
   const int b = options.batch_per_rank;
   const float scale = options.learning_rate / static_cast<float>(b * n);
+  // What a joiner needs to continue this rank: every replica holds the
+  // same, so the leaver's copy is the state.
+  uint64_t next_step = static_cast<uint64_t>(start.next_step);
+  pitstop_try_register_state("params", params.data(),
+                             params.size() * sizeof(float));
+  pitstop_try_register_state("next_step", &next_step, sizeof(next_step));
   for (int step = start.next_step; step < options.steps; ++step) {
     const int64_t t0 = NowNs();
+    next_step = static_cast<uint64_t>(step);
+    std::string migration_error;
+    const int polled = pitstop_try_poll(next_step);
+    if (polled == PITSTOP_TRAINER_LEAVE) {
+      return TrainResult{std::move(params), true, step};
+    }
+    if (polled < 0) migration_error = pitstop_try_last_error();
     std::fill(grad.begin(), grad.end(), 0.0f);
     const uint64_t first = (static_cast<uint64_t>(step) * n + rank) * b;
     double loss = AccumulateGradient(options.shape, options.seed, params, first,
@@ -145,10 +161,11 @@ absl::StatusOr<std::vector<float>> Train(
       on_step({.step = step,
                .loss = loss / (b * n),
                .step_ns = NowNs() - t0,
-               .params = &params});
+               .params = &params,
+               .migration_error = std::move(migration_error)});
     }
   }
-  return params;
+  return TrainResult{std::move(params), false, options.steps};
 }
 
 namespace {

@@ -76,15 +76,33 @@ double AccumulateGradient(const ModelShape& shape, uint64_t seed,
 struct StepReport {
   int step = 0;
   double loss = 0;  // mean over the global batch
+  // The step's time, including the migration poll at its start (a switch
+  // happens there).
   int64_t step_ns = 0;
   const std::vector<float>* params = nullptr;  // after this step's update
+  // Set when the migration poll before this step failed (training went on
+  // on the communicator it had).
+  std::string migration_error;
+};
+
+// How Train ended: at options.steps, or because a migration moved this rank
+// to a joiner before step `next_step` (pitstop_trainer_poll said LEAVE).
+struct TrainResult {
+  std::vector<float> params;
+  bool left = false;
+  int next_step = 0;
 };
 
 // Runs steps [start.next_step, options.steps) of data-parallel SGD on
 // `comm` (rank r of n takes samples [(step*n + r)*b, +b)). `on_step` sees
 // every step. Resuming from a checkpoint of step S gives exactly the
 // weights an uninterrupted run has after the same steps.
-absl::StatusOr<std::vector<float>> Train(
+//
+// Migration (include/pitstop/trainer.h; nothing happens without the pitstop
+// library): the parameters and the next step are registered as the state
+// ("params", "next_step") and the library is polled at every step
+// boundary, before the step.
+absl::StatusOr<TrainResult> Train(
     ncclComm_t comm, const TrainOptions& options, const TrainState& start,
     const std::function<void(const StepReport&)>& on_step);
 

@@ -12,14 +12,24 @@
 // "final steps=N fingerprint=HEX" (FNV-1a of the weights' bytes). --out
 // writes the final weights as raw little-endian float32. --save-at S --save F
 // checkpoints the state after step S-1; --resume F continues a new job from
-// it, ending bit-identical to an uninterrupted run. Exit status: 0 done,
-// 1 a collective, the communicator or a checkpoint write failed, 2 bad
-// usage or an unreadable checkpoint.
+// it, ending bit-identical to an uninterrupted run. --step-log F appends
+// "step S ms T" for every step this process ran.
+//
+// Migration (docs/migration.md, with the pitstop library preloaded and
+// PITSTOP_VIRTUALIZE_COMMS=1): the weights and the next step are the state
+// a joiner needs; a rank the migration moves away prints "left before step
+// S" and exits 0 without --out. --join (a process started with
+// PITSTOP_MIGRATION_ROLE=joiner and the job's original --unique-id and
+// --rank) waits for that state and trains from there.
+//
+// Exit status: 0 done (or left), 1 a collective, the communicator, a join
+// or a checkpoint write failed, 2 bad usage or an unreadable checkpoint.
 #include <cstdio>
 #include <fstream>
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "pitstop/trainer.h"
 #include "src/nccl/cpu/nccl_functions.h"
 #include "src/trainer/dp_trainer.h"
 
@@ -46,6 +56,27 @@ bool ParseHex(const std::string& hex, ncclUniqueId* id) {
   return true;
 }
 
+// Joiner: the state arrives into buffers shaped like the job's (the
+// leaver's); Train then continues from the step it says.
+bool JoinMigration(int rank, const pitstop::trainer::TrainOptions& o,
+                   int64_t timeout_ms, pitstop::trainer::TrainState* start) {
+  start->params = pitstop::trainer::InitialParameters(o.shape, o.seed);
+  uint64_t next_step = 0;
+  pitstop_try_register_state("params", start->params.data(),
+                             start->params.size() * sizeof(float));
+  pitstop_try_register_state("next_step", &next_step, sizeof(next_step));
+  uint64_t first = 0;
+  if (pitstop_try_join(&first, timeout_ms) != 0) {
+    std::fprintf(stderr, "pitstop-dp-trainer: rank %d: join failed: %s\n", rank,
+                 pitstop_try_last_error());
+    return false;
+  }
+  start->next_step = static_cast<int>(first);
+  std::fprintf(stderr, "pitstop-dp-trainer: rank %d joined before step %d\n",
+               rank, start->next_step);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,6 +89,9 @@ int main(int argc, char** argv) {
   int rank = -1, nranks = 0, log_every = 10;
   std::string id_hex, out, resume, save;
   int save_at = -1;
+  bool join = false;
+  int64_t join_timeout_ms = 120000;
+  std::string step_log;
   pitstop::trainer::TrainOptions o;
   app.add_flag("--make-unique-id", make_id,
                "print a new unique id (hex) for --unique-id and exit");
@@ -87,6 +121,14 @@ int main(int argc, char** argv) {
   app.add_option(
       "--resume", resume,
       "start from this checkpoint (its next step) instead of step 0");
+  app.add_option("--step-log", step_log,
+                 "append 'step S ms T' for every step run to this file");
+  app.add_flag("--join", join,
+               "migration joiner (PITSTOP_MIGRATION_ROLE=joiner): wait for "
+               "the leaver's state, then train from its step");
+  app.add_option("--join-timeout-ms", join_timeout_ms,
+                 "how long --join waits for the state")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   if (make_id) {
@@ -129,9 +171,31 @@ int main(int argc, char** argv) {
                  rank, ncclGetErrorString(r), ncclGetLastError(nullptr));
     return 1;
   }
+  if (join && !JoinMigration(rank, o, join_timeout_ms, &start)) {
+    ncclCommDestroy(comm);
+    return 1;
+  }
+  FILE* log = nullptr;
+  if (!step_log.empty() &&
+      (log = std::fopen(step_log.c_str(), "a")) == nullptr) {
+    std::fprintf(stderr, "pitstop-dp-trainer: cannot open %s\n",
+                 step_log.c_str());
+    return 2;
+  }
   bool save_failed = false;
-  auto params = pitstop::trainer::Train(
+  auto result = pitstop::trainer::Train(
       comm, o, start, [&](const pitstop::trainer::StepReport& s) {
+        if (!s.migration_error.empty()) {
+          std::fprintf(stderr,
+                       "pitstop-dp-trainer: rank %d: migration failed before "
+                       "step %d: %s\n",
+                       rank, s.step, s.migration_error.c_str());
+        }
+        if (log != nullptr) {
+          std::fprintf(log, "step %d ms %.3f\n", s.step,
+                       static_cast<double>(s.step_ns) / 1e6);
+          std::fflush(log);
+        }
         if (s.step + 1 == save_at && s.params != nullptr) {
           const absl::Status st =
               pitstop::trainer::SaveCheckpoint(save, o, {save_at, *s.params});
@@ -148,14 +212,21 @@ int main(int argc, char** argv) {
           std::fflush(stdout);
         }
       });
-  if (!params.ok()) {
+  if (log != nullptr) std::fclose(log);
+  if (!result.ok()) {
     std::fprintf(stderr, "pitstop-dp-trainer: rank %d: %s\n", rank,
-                 params.status().ToString().c_str());
+                 result.status().ToString().c_str());
     ncclCommAbort(comm);
     return 1;
   }
+  // Also after leaving: the old communicator's other members free it too.
   ncclCommFinalize(comm);
   ncclCommDestroy(comm);
+  if (result->left) {
+    std::printf("left before step %d\n", result->next_step);
+    return 0;
+  }
+  const std::vector<float>* params = &result->params;
   if (save_failed) return 1;
   std::printf(
       "final steps=%d fingerprint=%016llx\n", o.steps,

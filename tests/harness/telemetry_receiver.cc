@@ -124,6 +124,17 @@ int TelemetryReceiver::SendActivation(const v1::ActivationCommand& cmd) {
   return n;
 }
 
+bool TelemetryReceiver::SendDirective(size_t index,
+                                      const v1::RankMigrationDirective& d) {
+  MutexLock lock(&impl_->mu);
+  auto it = impl_->open.find(index + 1);
+  if (it == impl_->open.end()) return false;
+  v1::StreamTelemetryResponse r;
+  *r.add_migration_directive() = d;
+  it->second->SendResponse(r);
+  return true;
+}
+
 uint64_t TelemetryReceiver::records_received() const {
   return impl_->records.load();
 }
@@ -167,6 +178,13 @@ std::vector<v1::CommunicatorEvent> AllCommEvents(
     const std::vector<ReceivedStream>& s) {
   return Collect<v1::CommunicatorEvent>(
       s, [](const auto& b) { return b.communicators(); });
+}
+std::vector<v1::RankMigrationAck> AllMigrationAcks(const ReceivedStream& s) {
+  std::vector<v1::RankMigrationAck> out;
+  for (const auto& b : s.batches) {
+    for (const auto& a : b.migration_acks()) out.push_back(a);
+  }
+  return out;
 }
 v1::DropCounters LastDrops(const std::vector<ReceivedStream>& s) {
   v1::DropCounters last;

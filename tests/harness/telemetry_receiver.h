@@ -1,7 +1,8 @@
 // The agent's real shared-memory ingest server (src/agent/
 // shm_ingest_server.h) on a Unix socket, standing in for the node agent in
-// tests: records every batch of every stream, can send activation commands,
-// and can be shut down (killed) and started again on the same path.
+// tests: records every batch of every stream, can send activation commands
+// and migration directives, and can be shut down (killed) and started again
+// on the same path.
 //
 // Thread-safe; batches are appended from the server's thread.
 #ifndef PITSTOP_TESTS_HARNESS_TELEMETRY_RECEIVER_H_
@@ -47,6 +48,10 @@ class TelemetryReceiver {
       absl::Duration timeout) const;
   // Sends `cmd` on every open stream. Returns how many got it.
   int SendActivation(const v1::ActivationCommand& cmd);
+  // Sends a migration directive on stream `index` (of Streams()); false when
+  // that stream is not open. The agent's part in a migration, played by a
+  // test.
+  bool SendDirective(size_t index, const v1::RankMigrationDirective& d);
   // Records (ops, completions, kernel channels, proxy ops/steps, net
   // events) and serialized bytes received so far, over all streams.
   uint64_t records_received() const;
@@ -74,6 +79,7 @@ std::vector<v1::NetPluginRecord> AllNetEvents(
     const std::vector<ReceivedStream>& s);
 std::vector<v1::CommunicatorEvent> AllCommEvents(
     const std::vector<ReceivedStream>& s);
+std::vector<v1::RankMigrationAck> AllMigrationAcks(const ReceivedStream& s);
 // The last DropCounters seen (cumulative), and whether any goodbye arrived.
 v1::DropCounters LastDrops(const std::vector<ReceivedStream>& s);
 bool HasGoodbye(const std::vector<ReceivedStream>& s,

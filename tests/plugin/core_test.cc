@@ -245,16 +245,104 @@ TEST(WireTest, DecodesActivationCommands) {
   a->set_duration_ms(30000);
   a->set_command_id(42);
   resp.add_activation();  // all defaults
-  std::vector<Activation> out;
+  AgentMessages out;
   ASSERT_TRUE(DecodeResponse(resp.SerializeAsString(), &out));
-  ASSERT_EQ(out.size(), 2u);
-  EXPECT_EQ(out[0].comm_hash, 0xFFFFFFFFFFFFFFFFull);
-  EXPECT_EQ(out[0].event_mask, 0x5Eu);
-  EXPECT_EQ(out[0].duration_ms, 30000u);
-  EXPECT_EQ(out[0].command_id, 42u);
-  EXPECT_EQ(out[1].event_mask, 0u);
-  out.clear();
+  ASSERT_EQ(out.activations.size(), 2u);
+  EXPECT_EQ(out.activations[0].comm_hash, 0xFFFFFFFFFFFFFFFFull);
+  EXPECT_EQ(out.activations[0].event_mask, 0x5Eu);
+  EXPECT_EQ(out.activations[0].duration_ms, 30000u);
+  EXPECT_EQ(out.activations[0].command_id, 42u);
+  EXPECT_EQ(out.activations[1].event_mask, 0u);
+  out = AgentMessages();
   EXPECT_FALSE(DecodeResponse(std::string("\x0a\x05\x08", 3), &out));
+}
+
+v1::RankMigrationDirective FullDirective() {
+  v1::RankMigrationDirective d;
+  d.set_phase(v1::RankMigrationDirective::PHASE_SWITCH_AT);
+  d.set_migration_id("M7");
+  d.set_epoch(3);
+  d.set_role(v1::RankMigrationDirective::ROLE_LEAVER);
+  d.set_global_rank(-1);
+  for (int i = 0; i < 2; ++i) {
+    auto* c = d.add_comms();
+    c->set_old_comm_hash(0xFEDCBA9876543210ull + i);
+    c->set_new_comm_id(std::string(128, static_cast<char>('a' + i)));
+  }
+  d.set_switch_comm_hash(0xFEDCBA9876543210ull);
+  d.set_switch_seq(1234);
+  d.set_transfer_comm_id(std::string(128, '\x80'));
+  d.set_reason("why");
+  return d;
+}
+
+TEST(WireTest, DecodesMigrationDirectivesWithGeneratedBytes) {
+  v1::StreamTelemetryResponse resp;
+  *resp.add_migration_directive() = FullDirective();
+  resp.add_activation()->set_event_mask(2);
+  AgentMessages out;
+  ASSERT_TRUE(DecodeResponse(resp.SerializeAsString(), &out));
+  ASSERT_EQ(out.directives.size(), 1u);
+  EXPECT_EQ(out.activations.size(), 1u);
+  EXPECT_EQ(out.malformed_directives, 0u);
+  const MigrationDirective& d = out.directives[0];
+  EXPECT_EQ(d.phase, kPhaseSwitchAt);
+  EXPECT_EQ(d.migration_id, "M7");
+  EXPECT_EQ(d.epoch, 3u);
+  EXPECT_EQ(d.role, kRoleLeaver);
+  EXPECT_EQ(d.global_rank, -1);
+  ASSERT_EQ(d.comms.size(), 2u);
+  EXPECT_EQ(d.comms[1].old_comm_hash, 0xFEDCBA9876543211ull);
+  EXPECT_EQ(d.comms[1].new_comm_id, std::string(128, 'b'));
+  EXPECT_EQ(d.switch_comm_hash, 0xFEDCBA9876543210ull);
+  EXPECT_EQ(d.switch_seq, 1234u);
+  EXPECT_EQ(d.transfer_comm_id, std::string(128, '\x80'));
+  EXPECT_EQ(d.reason, "why");
+}
+
+// Unusable directives are skipped and counted; the frame (and the
+// activation next to them) still counts.
+TEST(WireTest, MalformedDirectivesAreCountedNotFatal) {
+  std::vector<v1::RankMigrationDirective> bad(5, FullDirective());
+  bad[0].set_phase(v1::RankMigrationDirective::PHASE_UNSPECIFIED);
+  bad[1].clear_role();
+  bad[2].mutable_comms(0)->set_new_comm_id("short");
+  bad[3].set_transfer_comm_id(std::string(127, 'x'));
+  bad[4].clear_migration_id();
+  v1::StreamTelemetryResponse resp;
+  for (const auto& d : bad) *resp.add_migration_directive() = d;
+  resp.add_activation()->set_event_mask(2);
+  std::string bytes = resp.SerializeAsString();
+  // A sixth directive whose body is not protobuf at all: a field tag of
+  // wire type 7.
+  bytes += std::string("\x12\x02\x0f\x01", 4);
+  AgentMessages out;
+  ASSERT_TRUE(DecodeResponse(bytes, &out));
+  EXPECT_TRUE(out.directives.empty());
+  EXPECT_EQ(out.malformed_directives, 6u);
+  EXPECT_EQ(out.activations.size(), 1u);
+}
+
+TEST(WireTest, MigrationAcksDecodeWithGeneratedClasses) {
+  MigrationAck a{"M7", 3, kPhasePrepare, true, "", 2, 500};
+  MigrationAck b{"M7", 3, kPhaseSwitchAt, false, "too late", -1, 0};
+  std::string bytes;
+  ProtoWriter w(&bytes);
+  w.Message(kReqMigrationAcks, EncodeMigrationAck(a));
+  w.Message(kReqMigrationAcks, EncodeMigrationAck(b));
+  v1::StreamTelemetryRequest req;
+  ASSERT_TRUE(req.ParseFromString(bytes));
+  ASSERT_EQ(req.migration_acks_size(), 2);
+  EXPECT_EQ(req.migration_acks(0).migration_id(), "M7");
+  EXPECT_EQ(req.migration_acks(0).epoch(), 3u);
+  EXPECT_EQ(req.migration_acks(0).phase(),
+            v1::RankMigrationDirective::PHASE_PREPARE);
+  EXPECT_TRUE(req.migration_acks(0).ok());
+  EXPECT_EQ(req.migration_acks(0).global_rank(), 2);
+  EXPECT_EQ(req.migration_acks(0).progress_seq(), 500u);
+  EXPECT_FALSE(req.migration_acks(1).ok());
+  EXPECT_EQ(req.migration_acks(1).error(), "too late");
+  EXPECT_EQ(req.migration_acks(1).global_rank(), -1);
 }
 
 TEST(ConfigTest, ParsesEventMasks) {

@@ -328,6 +328,12 @@ TEST(SymbolsTest, OnlyNcclSymbolsAreExported) {
   std::vector<std::string> want = {"ncclProfiler_v3", "ncclProfiler_v4",
                                    "ncclProfiler_v5", "ncclProfiler_v6"};
   for (const Interposed& e : kInterposed) want.push_back(e.name);
+  // The trainer C API (include/pitstop/trainer.h).
+  for (const char* name :
+       {"pitstop_trainer_register_state", "pitstop_trainer_poll",
+        "pitstop_trainer_join", "pitstop_trainer_last_error"}) {
+    want.push_back(name);
+  }
   EXPECT_THAT(names, UnorderedElementsAreArray(want));
 }
 

@@ -1,0 +1,464 @@
+// Two-phase rebuild and state transfer in the library (docs/migration.md
+// "Two-phase rebuild and state transfer (library)"), end to end over real
+// processes: three ranks of the deterministic trainer and one joiner over
+// the CPU NCCL backend, libnccl-profiler-pitstop.so LD_PRELOADed with
+// PITSTOP_VIRTUALIZE_COMMS=1. The test is the agent and the controller: its
+// telemetry receiver sends RankMigrationDirectives on each process's stream
+// and reads the acks; it makes the new communicators' ids itself with the
+// backend's ncclGetUniqueId.
+//
+// Nothing is timed: every wait is for an answer, and the ranks' deadline
+// (RunRanks) kills whatever is stuck. The switch point lies a margin of
+// steps past the progress the ranks reported; a rank that passed it anyway
+// refuses the switch (its ack says so) and the test fails with that text.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "pitstop/nic_plan.h"
+#include "src/nccl/cpu/nccl_functions.h"
+#include "tests/harness/telemetry_receiver.h"
+#include "tests/nccl/rank_group.h"
+
+namespace pitstop::testing {
+namespace {
+
+using Directive = v1::RankMigrationDirective;
+
+constexpr int kRanks = 3;
+constexpr int kLeaver = 2;
+constexpr int kSteps = 1500;
+// Steps between the ranks' reported progress and the switch point: the
+// directive's round trip (a few exporter ticks) must fit in it.
+constexpr uint64_t kSwitchMargin = 300;
+constexpr int kDeadlineS = 300;
+constexpr absl::Duration kWait = absl::Seconds(120);
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The "step S ms T" lines of a --step-log file.
+std::vector<std::pair<int, double>> StepLog(const std::string& path) {
+  std::vector<std::pair<int, double>> steps;
+  std::istringstream in(Read(path));
+  std::string word;
+  int step = 0;
+  double ms = 0;
+  while (in >> word >> step >> word >> ms) steps.emplace_back(step, ms);
+  return steps;
+}
+
+uint64_t HashOf(const ncclUniqueId& id) {
+  return nicplan::CommHashOfUniqueId(id.internal, sizeof(id.internal));
+}
+
+// The processes of one run: "r0", "r1", "r2" (the leaver) and "joiner".
+struct Proc {
+  std::string name;
+  Directive::Role role;
+  int rank;
+};
+const Proc kProcs[] = {{"r0", Directive::ROLE_STAYER, 0},
+                       {"r1", Directive::ROLE_STAYER, 1},
+                       {"r2", Directive::ROLE_LEAVER, kLeaver},
+                       {"joiner", Directive::ROLE_JOINER, kLeaver}};
+
+class MigrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/pst-mig-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    setenv("PITSTOP_CPU_NCCL_STORE_DIR", dir_.c_str(), 1);
+    auto r = emu::TelemetryReceiver::Start(dir_ + "/agent.sock");
+    ASSERT_TRUE(r.ok()) << r.status();
+    receiver_ = std::move(*r);
+    ASSERT_EQ(ncclGetUniqueId(&reference_world_), ncclSuccess);
+    ASSERT_EQ(ncclGetUniqueId(&world_), ncclSuccess);
+    ASSERT_EQ(ncclGetUniqueId(&new_world_), ncclSuccess);
+    ASSERT_EQ(ncclGetUniqueId(&transfer_), ncclSuccess);
+  }
+  void TearDown() override {
+    receiver_.reset();
+    const std::string cmd = "rm -rf '" + dir_ + "'";
+    (void)std::system(cmd.c_str());
+  }
+
+  std::map<std::string, std::string> Env() const {
+    const char* asan = std::getenv("ASAN_OPTIONS");
+    return {{"LD_PRELOAD", PITSTOP_PLUGIN_PATH},
+            {"ASAN_OPTIONS", std::string(asan != nullptr ? asan : "") +
+                                 ":verify_asan_link_order=0"},
+            {"PITSTOP_VIRTUALIZE_COMMS", "1"},
+            {"PITSTOP_AGENT_SOCKET", dir_ + "/agent.sock"},
+            {"PITSTOP_FLUSH_INTERVAL_MS", "2"},
+            {"PITSTOP_CPU_NCCL_TIMEOUT_MS", "60000"}};
+  }
+
+  // One process's command line (per-process variables through env(1)).
+  std::vector<std::string> Argv(const std::string& tag, const Proc& p,
+                                const std::string& hidden = "32") const {
+    std::vector<std::string> argv = {"/usr/bin/env",
+                                     absl::StrCat("RANK=", p.rank),
+                                     "PITSTOP_HOST=" + p.name};
+    if (p.role == Directive::ROLE_JOINER) {
+      argv.push_back("PITSTOP_MIGRATION_ROLE=joiner");
+    }
+    for (const char* a : {PITSTOP_DP_TRAINER, "--nranks", "3", "--batch", "8",
+                          "--log-every", "0", "--join-timeout-ms", "200000"}) {
+      argv.push_back(a);
+    }
+    const ncclUniqueId& id = tag == "ref" ? reference_world_ : world_;
+    argv.insert(argv.end(),
+                {"--rank", absl::StrCat(p.rank), "--unique-id",
+                 UniqueIdHex(&id, sizeof(id)), "--steps", absl::StrCat(kSteps),
+                 "--hidden", hidden, "--out", Path(tag, p.name, "bin"),
+                 "--step-log", Path(tag, p.name, "steps")});
+    if (p.role == Directive::ROLE_JOINER) argv.push_back("--join");
+    return argv;
+  }
+  std::string Path(const std::string& tag, const std::string& who,
+                   const char* ext) const {
+    return absl::StrCat(dir_, "/", tag, "-", who, ".", ext);
+  }
+
+  // The undisturbed 3-rank run the migrated one must match.
+  std::string ReferenceWeights() {
+    std::vector<std::vector<std::string>> argv;
+    for (int r = 0; r < kRanks; ++r) argv.push_back(Argv("ref", kProcs[r]));
+    const auto results = RunRanks(kRanks, argv, Env(), dir_, kDeadlineS);
+    EXPECT_TRUE(AllExitedZero(results)) << Describe(results);
+    return Read(Path("ref", "r0", "bin"));
+  }
+
+  // Starts the four processes on a thread (RunRanks waits for them).
+  void Start(const std::string& tag, const std::string& joiner_hidden) {
+    std::vector<std::vector<std::string>> argv;
+    for (const Proc& p : kProcs) {
+      argv.push_back(Argv(tag, p,
+                          p.role == Directive::ROLE_JOINER
+                              ? joiner_hidden
+                              : std::string("32")));
+    }
+    first_stream_ = receiver_->Streams().size();  // not the reference's
+    runner_ = std::thread([this, argv] {
+      results_ = RunRanks(4, argv, Env(), dir_, kDeadlineS);
+    });
+  }
+  void Finish() {
+    if (runner_.joinable()) runner_.join();
+  }
+
+  // Stream index of each process (by its hello's host), once all said hello.
+  bool FindStreams() {
+    return receiver_->WaitFor(
+        [&](const std::vector<emu::ReceivedStream>& streams) {
+          index_.clear();
+          for (size_t i = first_stream_; i < streams.size(); ++i) {
+            for (const auto& b : streams[i].batches) {
+              if (b.has_hello()) index_[b.hello().host()] = i;
+            }
+          }
+          return index_.size() == 4;
+        },
+        kWait);
+  }
+
+  Directive Make(Directive::Phase phase, const Proc& p) const {
+    Directive d;
+    d.set_phase(phase);
+    d.set_migration_id("M1");
+    d.set_epoch(1);
+    d.set_role(p.role);
+    d.set_global_rank(p.rank);
+    auto* c = d.add_comms();
+    c->set_old_comm_hash(HashOf(world_));
+    c->set_new_comm_id(std::string(new_world_.internal, 128));
+    d.set_switch_comm_hash(HashOf(world_));
+    if (p.role != Directive::ROLE_STAYER) {
+      d.set_transfer_comm_id(std::string(transfer_.internal, 128));
+    }
+    return d;
+  }
+  // Sends `phase` to the named processes; false if a stream is closed.
+  bool Send(Directive::Phase phase, const std::vector<std::string>& who,
+            uint64_t switch_seq = 0, const std::string& reason = "") {
+    bool all = true;
+    for (const Proc& p : kProcs) {
+      if (std::find(who.begin(), who.end(), p.name) == who.end()) continue;
+      Directive d = Make(phase, p);
+      d.set_switch_seq(switch_seq);
+      d.set_reason(reason);
+      all &= receiver_->SendDirective(index_[p.name], d);
+    }
+    return all;
+  }
+  // Waits until each named process answered `phase` `count` times; the
+  // answers (the last of each) into *acks.
+  bool WaitAcks(Directive::Phase phase, const std::vector<std::string>& who,
+                size_t count,
+                std::map<std::string, v1::RankMigrationAck>* acks) {
+    return receiver_->WaitFor(
+        [&](const std::vector<emu::ReceivedStream>& streams) {
+          for (const std::string& name : who) {
+            size_t n = 0;
+            for (const auto& a : emu::AllMigrationAcks(streams[index_[name]])) {
+              if (a.phase() != phase) continue;
+              ++n;
+              (*acks)[name] = a;
+            }
+            if (n < count) return false;
+          }
+          return true;
+        },
+        kWait);
+  }
+  // Every ack of every process, for failure messages.
+  std::string AllAcks() {
+    const auto streams = receiver_->Streams();
+    std::string out;
+    for (const auto& [who, i] : index_) {
+      absl::StrAppend(&out, who, " (stream ", i, ", ",
+                      streams[i].batches.size(), " batches):");
+      for (const auto& a : emu::AllMigrationAcks(streams[i])) {
+        absl::StrAppend(&out, " [phase ", a.phase(), " ok=", a.ok(), " '",
+                        a.error(), "']");
+      }
+      absl::StrAppend(&out, "\n");
+    }
+    return out;
+  }
+  // INIT events of communicator `hash` on a process's stream.
+  int Inits(const std::string& who, uint64_t hash) {
+    const auto streams = receiver_->Streams();
+    int n = 0;
+    for (const auto& e : emu::AllCommEvents({streams[index_[who]]})) {
+      n += e.kind() == v1::CommunicatorEvent::KIND_INIT &&
+           e.info().comm_hash() == hash;
+    }
+    return n;
+  }
+
+  std::string dir_;
+  std::unique_ptr<emu::TelemetryReceiver> receiver_;
+  // The undisturbed run's communicator and the migrated run's (a unique id
+  // names one communicator only).
+  ncclUniqueId reference_world_, world_, new_world_, transfer_;
+  std::map<std::string, size_t> index_;
+  size_t first_stream_ = 0;
+  std::thread runner_;
+  std::vector<RankResult> results_;
+};
+
+const std::vector<std::string> kAll = {"r0", "r1", "r2", "joiner"};
+const std::vector<std::string> kStayers = {"r0", "r1"};
+
+std::string AckText(const std::map<std::string, v1::RankMigrationAck>& acks) {
+  std::string s;
+  for (const auto& [who, a] : acks) {
+    absl::StrAppend(&s, who, ": ok=", a.ok(), " progress=", a.progress_seq(),
+                    " error='", a.error(), "'\n");
+  }
+  return s;
+}
+
+::testing::AssertionResult AllOk(
+    const std::map<std::string, v1::RankMigrationAck>& acks) {
+  for (const auto& [who, a] : acks) {
+    if (!a.ok()) return ::testing::AssertionFailure() << AckText(acks);
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST_F(MigrationTest,
+       JoinerTakesTheLeaversRankAndWeightsMatchAnUndisturbedRun) {
+  const std::string reference = ReferenceWeights();
+  ASSERT_EQ(reference.size(), 577 * sizeof(float));
+  Start("mig", "32");
+  std::map<std::string, v1::RankMigrationAck> ready, switched, again, committed;
+  uint64_t switch_seq = 0;
+  auto drive = [&]() -> ::testing::AssertionResult {
+    if (!FindStreams()) return ::testing::AssertionFailure() << "no hellos";
+    Send(Directive::PHASE_PREPARE, kAll);
+    if (!WaitAcks(Directive::PHASE_PREPARE, kAll, 1, &ready) || !AllOk(ready)) {
+      return ::testing::AssertionFailure() << "READY:\n" << AllAcks();
+    }
+    for (const auto& [who, a] : ready) {
+      switch_seq = std::max(switch_seq, a.progress_seq() + kSwitchMargin);
+    }
+    Send(Directive::PHASE_SWITCH_AT, kAll, switch_seq);
+    if (!WaitAcks(Directive::PHASE_SWITCH_AT, kAll, 1, &switched) ||
+        !AllOk(switched)) {
+      return ::testing::AssertionFailure() << "SWITCHED:\n" << AllAcks();
+    }
+    // Repeats are answered again, not redone (a second PREPARE would init
+    // the new communicator again and never connect; a second swap would
+    // be refused).
+    Send(Directive::PHASE_PREPARE, kStayers);
+    Send(Directive::PHASE_SWITCH_AT, kStayers, switch_seq);
+    if (!WaitAcks(Directive::PHASE_PREPARE, kStayers, 2, &again) ||
+        !WaitAcks(Directive::PHASE_SWITCH_AT, kStayers, 2, &again) ||
+        !AllOk(again)) {
+      return ::testing::AssertionFailure() << "repeats:\n" << AckText(again);
+    }
+    Send(Directive::PHASE_COMMIT, kAll);  // the leaver may be gone: fine
+    if (!WaitAcks(Directive::PHASE_COMMIT, kStayers, 1, &committed) ||
+        !AllOk(committed)) {
+      return ::testing::AssertionFailure() << "COMMIT:\n" << AckText(committed);
+    }
+    return ::testing::AssertionSuccess();
+  };
+  const auto driven = drive();
+  Finish();
+  ASSERT_TRUE(driven) << Describe(results_);
+  ASSERT_TRUE(AllExitedZero(results_)) << Describe(results_);
+
+  // Byte-identical weights on every final rank.
+  for (const char* who : {"r0", "r1", "joiner"}) {
+    EXPECT_TRUE(Read(Path("mig", who, "bin")) == reference)
+        << who << "'s weights differ from the undisturbed run";
+  }
+  EXPECT_TRUE(Read(Path("mig", "r2", "bin")).empty()) << "the leaver wrote";
+  // Every step exactly once per final rank: the leaver ran [0, switch),
+  // the joiner [switch, end).
+  const auto r0 = StepLog(Path("mig", "r0", "steps"));
+  const auto leaver = StepLog(Path("mig", "r2", "steps"));
+  const auto joiner = StepLog(Path("mig", "joiner", "steps"));
+  auto rank2 = leaver;
+  rank2.insert(rank2.end(), joiner.begin(), joiner.end());
+  const std::vector<std::pair<int, double>>* logs[] = {&r0, &rank2};
+  for (const auto* log : logs) {
+    ASSERT_EQ(log->size(), static_cast<size_t>(kSteps));
+    for (int s = 0; s < kSteps; ++s) EXPECT_EQ((*log)[s].first, s);
+  }
+  ASSERT_EQ(leaver.size(), switch_seq) << "the switch is not at its point";
+  EXPECT_EQ(StepLog(Path("mig", "r1", "steps")).size(),
+            static_cast<size_t>(kSteps));
+  // The new communicator was made once per member despite the repeat.
+  const uint64_t new_hash = HashOf(new_world_);
+  for (const char* who : {"r0", "r1", "joiner"}) {
+    EXPECT_EQ(Inits(who, new_hash), 1) << who;
+  }
+  // Measured, not asserted: the longest step around the switch (it waits
+  // for the state transfer and the joiner's first all-reduce) less the
+  // median step.
+  std::vector<double> ms;
+  for (const auto& [step, t] : r0) ms.push_back(t);
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  double longest = 0;
+  for (uint64_t s = switch_seq - 2; s <= switch_seq + 2 && s < ms.size(); ++s) {
+    longest = std::max(longest, ms[s]);
+  }
+  std::printf(
+      "migration downtime: %.3f ms (longest step around the switch at step "
+      "%llu: %.3f ms, median step %.3f ms)\n",
+      longest - median, static_cast<unsigned long long>(switch_seq), longest,
+      median);
+}
+
+TEST_F(MigrationTest, AbortAfterPrepareKeepsTrainingOnTheOldCommunicators) {
+  const std::string reference = ReferenceWeights();
+  ASSERT_FALSE(reference.empty());
+  Start("abort", "32");
+  std::map<std::string, v1::RankMigrationAck> ready, aborted;
+  auto drive = [&]() -> ::testing::AssertionResult {
+    if (!FindStreams()) return ::testing::AssertionFailure() << "no hellos";
+    Send(Directive::PHASE_PREPARE, kAll);
+    if (!WaitAcks(Directive::PHASE_PREPARE, kAll, 1, &ready) || !AllOk(ready)) {
+      return ::testing::AssertionFailure() << "READY:\n" << AllAcks();
+    }
+    Send(Directive::PHASE_ABORT, kAll, 0, "operator changed its mind");
+    if (!WaitAcks(Directive::PHASE_ABORT, kAll, 1, &aborted) ||
+        !AllOk(aborted)) {
+      return ::testing::AssertionFailure() << "ABORT:\n" << AckText(aborted);
+    }
+    return ::testing::AssertionSuccess();
+  };
+  const auto driven = drive();
+  Finish();
+  ASSERT_TRUE(driven) << Describe(results_);
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(results_[r].status, 0) << Describe(results_);
+    EXPECT_TRUE(Read(Path("abort", kProcs[r].name, "bin")) == reference)
+        << kProcs[r].name << "'s weights differ from the undisturbed run";
+    EXPECT_EQ(StepLog(Path("abort", kProcs[r].name, "steps")).size(),
+              static_cast<size_t>(kSteps));
+  }
+  EXPECT_NE(results_[3].status, 0);
+  EXPECT_NE(results_[3].stderr_text.find(
+                "join failed: migration aborted: operator changed its mind"),
+            std::string::npos)
+      << results_[3].stderr_text;
+}
+
+// A joiner whose state is shaped differently (another --hidden) refuses
+// the leaver's header before any buffer moves, with the sizes in its
+// error; the leaver stays (its SWITCH_AT is answered !ok) and, the stayers
+// never having switched, an ABORT lets the job end as if nothing happened.
+TEST_F(MigrationTest, JoinerWhoseStateDiffersGetsAClearError) {
+  const std::string reference = ReferenceWeights();
+  ASSERT_FALSE(reference.empty());
+  Start("differ", "16");
+  std::map<std::string, v1::RankMigrationAck> ready, switched, aborted;
+  const std::vector<std::string> pair = {"r2", "joiner"};
+  auto drive = [&]() -> ::testing::AssertionResult {
+    if (!FindStreams()) return ::testing::AssertionFailure() << "no hellos";
+    Send(Directive::PHASE_PREPARE, kAll);
+    if (!WaitAcks(Directive::PHASE_PREPARE, kAll, 1, &ready) || !AllOk(ready)) {
+      return ::testing::AssertionFailure() << "READY:\n" << AllAcks();
+    }
+    uint64_t switch_seq = 0;
+    for (const auto& [who, a] : ready) {
+      switch_seq = std::max(switch_seq, a.progress_seq() + kSwitchMargin);
+    }
+    Send(Directive::PHASE_SWITCH_AT, pair, switch_seq);
+    if (!WaitAcks(Directive::PHASE_SWITCH_AT, pair, 1, &switched)) {
+      return ::testing::AssertionFailure() << "SWITCHED:\n" << AllAcks();
+    }
+    Send(Directive::PHASE_ABORT, kAll, 0, "state differs");
+    if (!WaitAcks(Directive::PHASE_ABORT, kStayers, 1, &aborted) ||
+        !AllOk(aborted)) {
+      return ::testing::AssertionFailure() << "ABORT:\n" << AckText(aborted);
+    }
+    return ::testing::AssertionSuccess();
+  };
+  const auto driven = drive();
+  Finish();
+  ASSERT_TRUE(driven) << Describe(results_);
+  const std::string want =
+      "state does not match the leaver's: state buffer 'params' is 1156 "
+      "bytes here, 2308 bytes on the leaver";
+  EXPECT_FALSE(switched["joiner"].ok());
+  EXPECT_EQ(switched["joiner"].error(), want);
+  EXPECT_FALSE(switched["r2"].ok());
+  EXPECT_NE(switched["r2"].error().find("the joiner refused the state"),
+            std::string::npos)
+      << switched["r2"].error();
+  EXPECT_NE(results_[3].stderr_text.find("join failed: " + want),
+            std::string::npos)
+      << results_[3].stderr_text;
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(results_[r].status, 0) << Describe(results_);
+    EXPECT_TRUE(Read(Path("differ", kProcs[r].name, "bin")) == reference)
+        << kProcs[r].name << "'s weights differ from the undisturbed run";
+  }
+}
+
+}  // namespace
+}  // namespace pitstop::testing

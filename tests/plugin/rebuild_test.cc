@@ -1,0 +1,311 @@
+// The rebuilder (plugin/rebuild.h) against fake NCCL calls: NCCL's rules as
+// code (never destroy an aborted communicator, drain ncclInProgress before
+// a management call, no switch while a call is in flight), directives'
+// idempotency and the stayer's PREPARE -> SWITCH_AT -> COMMIT path. The
+// processes-and-NCCL version is plugin_migration_test.
+#include "plugin/rebuild.h"
+
+#include <time.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "plugin/comm_table.h"
+#include "plugin/rebuild_nccl.h"
+
+namespace pitstop::plugin {
+namespace {
+
+// What the fake NCCL saw and will answer. One test at a time.
+struct Fake {
+  std::vector<std::string> calls;  // "init", "async", "finalize", ...
+  NcclResult init_result = abi::kNcclInProgress;
+  NcclResult async = abi::kNcclInProgress;  // what an init reports
+  int blocking_seen = -1;
+  int rank_seen = -1, n_ranks_seen = -1;
+  std::string id_seen;
+  char comms[8] = {};  // fake communicators: &comms[i]
+  int next_comm = 1;
+};
+Fake* g_fake = nullptr;
+
+NcclResult FakeInit(NcclComm* comm, int n, NcclUniqueId id, int rank,
+                    void* config) {
+  g_fake->calls.push_back("init");
+  g_fake->blocking_seen = static_cast<NcclConfigV22800*>(config)->blocking;
+  g_fake->rank_seen = rank;
+  g_fake->n_ranks_seen = n;
+  g_fake->id_seen.assign(id.internal, sizeof(id.internal));
+  *comm = reinterpret_cast<NcclComm>(&g_fake->comms[g_fake->next_comm++]);
+  return g_fake->init_result;
+}
+NcclResult FakeAsync(NcclComm, NcclResult* r) {
+  g_fake->calls.push_back("async");
+  *r = g_fake->async;
+  return abi::kNcclSuccess;
+}
+NcclResult FakeFinalize(NcclComm) {
+  g_fake->calls.push_back("finalize");
+  return abi::kNcclSuccess;
+}
+NcclResult FakeDestroy(NcclComm) {
+  g_fake->calls.push_back("destroy");
+  return abi::kNcclSuccess;
+}
+NcclResult FakeAbort(NcclComm) {
+  g_fake->calls.push_back("abort");
+  return abi::kNcclSuccess;
+}
+const char* FakeErrorString(NcclResult) { return "remote process exited"; }
+const char* FakeLastError(NcclComm) { return "peer 2 closed"; }
+
+NcclOps FakeOps() {
+  NcclOps o;
+  o.init_rank_config = FakeInit;
+  o.get_async_error = FakeAsync;
+  o.finalize = FakeFinalize;
+  o.destroy = FakeDestroy;
+  o.abort = FakeAbort;
+  o.error_string = FakeErrorString;
+  o.last_error = FakeLastError;
+  return o;  // send/recv: no stayer needs them
+}
+
+int Count(const std::vector<std::string>& calls, const std::string& what) {
+  int n = 0;
+  for (const auto& c : calls) n += c == what;
+  return n;
+}
+
+constinit CommTable g_table;  // 4096 slots: static, not on the stack
+constexpr uint64_t kWorldHash = 0x1234;
+
+class RebuildTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    g_fake = &fake_;
+    handle_ = g_table.Bind(&old_comm_, 1, 3);
+    ASSERT_NE(handle_, nullptr);
+    g_table.SetCommHash(handle_, kWorldHash);
+    rebuilder_ = std::make_unique<Rebuilder>(&g_table, FakeOps(), "",
+                                             [] { return uint64_t{0}; });
+  }
+  void TearDown() override {
+    rebuilder_.reset();
+    g_table.Unbind(handle_);
+    g_fake = nullptr;
+  }
+
+  MigrationDirective Directive(MigrationPhase phase) {
+    MigrationDirective d;
+    d.phase = phase;
+    d.migration_id = "M1";
+    d.epoch = 1;
+    d.role = kRoleStayer;
+    d.global_rank = 1;
+    d.comms.push_back({kWorldHash, std::string(kCommIdBytes, 'n')});
+    d.switch_comm_hash = kWorldHash;
+    d.switch_seq = 5;
+    return d;
+  }
+  void Send(MigrationPhase phase) {
+    std::vector<MigrationDirective> v = {Directive(phase)};
+    rebuilder_->OnDirectives(&v);
+  }
+  std::vector<MigrationAck> Acks() {
+    std::vector<MigrationAck> out;
+    rebuilder_->TakeAcks(&out);
+    return out;
+  }
+  // COMMIT and ABORT run their NCCL calls on the worker: waits for its
+  // answer (the test's own deadline ends a hang).
+  std::vector<MigrationAck> AcksEventually() {
+    for (;;) {
+      auto acks = Acks();
+      if (!acks.empty()) return acks;
+      timespec ts{0, 1000000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+  void Enqueue(int n) {
+    for (int i = 0; i < n; ++i) g_table.CountEnqueued(handle_);
+  }
+  void PrepareReady() {
+    Send(kPhasePrepare);
+    fake_.async = abi::kNcclSuccess;
+    rebuilder_->Tick();
+    ASSERT_EQ(Acks().size(), 1u);
+  }
+
+  Fake fake_;
+  char old_comm_ = 0;
+  void* handle_ = nullptr;
+  std::unique_ptr<Rebuilder> rebuilder_;
+};
+
+TEST_F(RebuildTest, PrepareStartsANonBlockingInitAndAnswersReadyWhenConnected) {
+  Enqueue(3);
+  Send(kPhasePrepare);
+  EXPECT_EQ(fake_.blocking_seen, 0);
+  EXPECT_EQ(fake_.rank_seen, 1);
+  EXPECT_EQ(fake_.n_ranks_seen, 3);
+  EXPECT_EQ(fake_.id_seen, std::string(kCommIdBytes, 'n'));
+  rebuilder_->Tick();
+  EXPECT_TRUE(Acks().empty()) << "READY while the init is in progress";
+  fake_.async = abi::kNcclSuccess;
+  rebuilder_->Tick();
+  const auto acks = Acks();
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].phase, kPhasePrepare);
+  EXPECT_TRUE(acks[0].ok) << acks[0].error;
+  EXPECT_EQ(acks[0].progress_seq, 3u);
+  EXPECT_EQ(acks[0].global_rank, 1);
+  EXPECT_EQ(acks[0].migration_id, "M1");
+}
+
+TEST_F(RebuildTest, ARepeatedDirectiveIsAnsweredAgainNotRedone) {
+  PrepareReady();
+  Send(kPhasePrepare);
+  const auto acks = Acks();
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_TRUE(acks[0].ok);
+  EXPECT_EQ(Count(fake_.calls, "init"), 1);
+}
+
+TEST_F(RebuildTest, AnInitErrorIsAnsweredWithNcclsTextAndAbortedNotDestroyed) {
+  Send(kPhasePrepare);
+  fake_.async = abi::kNcclRemoteError;
+  rebuilder_->Tick();
+  const auto acks = Acks();
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_FALSE(acks[0].ok);
+  EXPECT_THAT(acks[0].error,
+              ::testing::HasSubstr("remote process exited (6): peer 2 closed"));
+  rebuilder_.reset();  // joins the worker that aborts it
+  EXPECT_EQ(Count(fake_.calls, "abort"), 1);
+  EXPECT_EQ(Count(fake_.calls, "destroy"), 0);
+}
+
+TEST_F(RebuildTest, SwitchAtTheBoundaryThenCommitFreesTheOldCommunicator) {
+  PrepareReady();
+  Send(kPhaseSwitchAt);
+  std::string error;
+  Enqueue(4);
+  EXPECT_EQ(rebuilder_->Poll(4, &error), Rebuilder::kContinue);
+  CommBinding b;
+  ASSERT_TRUE(g_table.Snapshot(handle_, &b));
+  EXPECT_EQ(b.comm, &old_comm_) << "switched before its point";
+  Enqueue(1);
+  EXPECT_EQ(rebuilder_->Poll(5, &error), Rebuilder::kContinue) << error;
+  ASSERT_TRUE(g_table.Snapshot(handle_, &b));
+  EXPECT_EQ(b.comm, &fake_.comms[1]);
+  EXPECT_EQ(b.epoch, 2u);
+  auto acks = Acks();
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].phase, kPhaseSwitchAt);
+  EXPECT_TRUE(acks[0].ok) << acks[0].error;
+  EXPECT_EQ(acks[0].progress_seq, 5u);
+  Send(kPhaseCommit);
+  acks = AcksEventually();
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_TRUE(acks[0].ok) << acks[0].error;
+  EXPECT_EQ(Count(fake_.calls, "finalize"), 1);
+  EXPECT_EQ(Count(fake_.calls, "destroy"), 1);
+  EXPECT_EQ(Count(fake_.calls, "abort"), 0);
+}
+
+TEST_F(RebuildTest, NoSwitchWhileACallIsInFlight) {
+  PrepareReady();
+  Send(kPhaseSwitchAt);
+  Enqueue(5);
+  ASSERT_NE(g_table.Acquire(handle_), nullptr);  // another thread's call
+  std::string error;
+  EXPECT_EQ(rebuilder_->Poll(5, &error), Rebuilder::kError);
+  EXPECT_THAT(error, ::testing::HasSubstr("in flight"));
+  g_table.Release(handle_);
+  CommBinding b;
+  ASSERT_TRUE(g_table.Snapshot(handle_, &b));
+  EXPECT_EQ(b.comm, &old_comm_);
+  const auto acks = Acks();
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_FALSE(acks[0].ok);
+}
+
+TEST_F(RebuildTest, ARankPastTheSwitchPointRefusesIt) {
+  PrepareReady();
+  Enqueue(6);
+  std::string error;
+  EXPECT_EQ(rebuilder_->Poll(6, &error), Rebuilder::kContinue);
+  Send(kPhaseSwitchAt);  // at 5: this rank's boundary was at 6
+  const auto acks = Acks();
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_FALSE(acks[0].ok);
+  EXPECT_THAT(acks[0].error, ::testing::HasSubstr("past the switch point"));
+}
+
+TEST_F(RebuildTest, AbortAfterPrepareAbortsTheNewCommunicatorOnly) {
+  PrepareReady();
+  Send(kPhaseAbort);
+  auto acks = AcksEventually();
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_TRUE(acks[0].ok);
+  rebuilder_.reset();
+  EXPECT_EQ(Count(fake_.calls, "abort"), 1);
+  EXPECT_EQ(Count(fake_.calls, "destroy"), 0);
+  CommBinding b;
+  ASSERT_TRUE(g_table.Snapshot(handle_, &b));
+  EXPECT_EQ(b.comm, &old_comm_);
+}
+
+TEST(OwnedCommTest, AnAbortedCommunicatorIsNeverDestroyed) {
+  Fake fake;
+  g_fake = &fake;
+  OwnedComm c = OwnedComm::Adopt(reinterpret_cast<NcclComm>(&fake.comms[0]));
+  c.Abort(FakeOps());
+  EXPECT_EQ(c.FinalizeAndDestroy(FakeOps()), abi::kNcclInvalidUsage);
+  EXPECT_EQ(c.Abort(FakeOps()), abi::kNcclSuccess);  // and never twice
+  EXPECT_EQ(fake.calls, std::vector<std::string>{"abort"});
+  g_fake = nullptr;
+}
+
+TEST(OwnedCommTest, FreeingDrainsAnInitInProgressFirst) {
+  Fake fake;
+  g_fake = &fake;
+  OwnedComm c;
+  std::string error;
+  ASSERT_TRUE(
+      c.StartInit(FakeOps(), std::string(kCommIdBytes, 'x'), 0, 2, &error));
+  EXPECT_EQ(c.state(), OwnedComm::State::kInitializing);
+  // The init ends while the free waits: the fake answers in progress until
+  // it has been asked three times.
+  static int asked = 0;
+  asked = 0;
+  NcclOps ops = FakeOps();
+  ops.get_async_error = [](NcclComm, NcclResult* r) {
+    g_fake->calls.push_back("async");
+    *r = ++asked < 3 ? abi::kNcclInProgress : abi::kNcclSuccess;
+    return abi::kNcclSuccess;
+  };
+  EXPECT_EQ(c.FinalizeAndDestroy(ops), abi::kNcclSuccess);
+  EXPECT_EQ(fake.calls,
+            (std::vector<std::string>{"init", "async", "async", "async",
+                                      "async", "finalize", "destroy"}));
+  g_fake = nullptr;
+}
+
+TEST(OwnedCommTest, ACommunicatorInErrorIsAbortedNotFinalized) {
+  Fake fake;
+  g_fake = &fake;
+  fake.async = abi::kNcclRemoteError;
+  OwnedComm c = OwnedComm::Adopt(reinterpret_cast<NcclComm>(&fake.comms[0]));
+  c.FinalizeAndDestroy(FakeOps());
+  EXPECT_EQ(fake.calls, (std::vector<std::string>{"async", "abort"}));
+  EXPECT_EQ(c.state(), OwnedComm::State::kAborted);
+  g_fake = nullptr;
+}
+
+}  // namespace
+}  // namespace pitstop::plugin
