@@ -194,8 +194,13 @@ TEST(AgentRestartTest, KillAndRestartUnderLoadLosesNothingUncounted) {
   // No NCCL thread ever blocked inside the plugin (what wall-clock stalls
   // remain are preemption on a loaded machine, printed above). Under TSan
   // its own runtime takes internal locks on instrumented accesses, so the
-  // count is printed but says nothing about the library there.
-#if !defined(__SANITIZE_THREAD__)
+  // count is printed but says nothing about the library there. Under ASan
+  // the first touch of a shadow page is a page fault, which sleeps on the
+  // process's mmap lock while another thread maps or unmaps (the exporter,
+  // the agent link): one such switch in 1.2 M iterations failed a loaded
+  // `sanitize` run (round 10) and passed 3 of 3 alone. The default build,
+  // which runs this test too, keeps the check.
+#if !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
   EXPECT_EQ(blocked, 0u);
 #endif
   EXPECT_GT(with_connection, cycles / 2);  // kills hit live connections
