@@ -1,5 +1,6 @@
 #include "src/agent/agent_core.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace pitstop::agent {
@@ -84,7 +85,18 @@ absl::Status AgentCore::OnMessage(uint64_t stream,
                                    j->stats().records_over_cap - refused_before,
                                std::memory_order_relaxed);
     if (const v1::ProcessHello* h = j->hello(stream)) pid = h->pid();
+    if (req.has_hello()) {
+      slot->job_id = req.hello().job_id();
+      slot->global_rank = req.hello().global_rank();
+    }
     Collect(j);
+  }
+  if (RankMigrationListener* l = migration_listener_.load()) {
+    if (req.has_hello()) {
+      l->OnRankHello(stream, req.hello().job_id(), req.hello().global_rank());
+    }
+    if (req.migration_acks_size() > 0)
+      l->OnRankAcks(stream, req.migration_acks());
   }
   if (req.has_drops()) {
     const v1::DropCounters& d = req.drops();
@@ -128,6 +140,40 @@ void AgentCore::CloseStream(uint64_t stream) {
       dropped_by_pid_.erase(it);
     }
   }
+}
+
+void AgentCore::SetMigrationListener(RankMigrationListener* listener) {
+  migration_listener_.store(listener);
+}
+
+std::vector<AgentCore::LocalRank> AgentCore::RanksOfJob(
+    const std::string& job_id) {
+  std::vector<std::pair<uint64_t, std::shared_ptr<Slot>>> slots;
+  {
+    MutexLock lock(&mu_);
+    slots.assign(slots_.begin(), slots_.end());
+  }
+  std::vector<LocalRank> out;
+  for (const auto& [id, slot] : slots) {
+    MutexLock l(&slot->mu);
+    if (slot->got_first && slot->job_id == job_id) {
+      out.push_back({id, slot->global_rank});
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const LocalRank& a, const LocalRank& b) {
+    return a.stream < b.stream;
+  });
+  return out;
+}
+
+bool AgentCore::SendToStream(uint64_t stream,
+                             const v1::StreamTelemetryResponse& response) {
+  // Under the core's lock: the sink lives until CloseStream took the slot.
+  MutexLock lock(&mu_);
+  auto it = slots_.find(stream);
+  if (it == slots_.end() || it->second->sink == nullptr) return false;
+  it->second->sink->SendResponse(response);
+  return true;
 }
 
 void AgentCore::SetStopping() {

@@ -42,6 +42,21 @@ class CommandSink {
   }
 };
 
+// What the migration data plane (library_migration_plane.h) hears from
+// rank streams. Called from ingest threads without AgentCore's locks held;
+// may call AgentCore back.
+class RankMigrationListener {
+ public:
+  virtual ~RankMigrationListener() = default;
+  // A stream said hello (its process's job and RANK, -1 when unset).
+  virtual void OnRankHello(uint64_t stream, const std::string& job_id,
+                           int32_t global_rank) = 0;
+  // The library answered RankMigrationDirectives.
+  virtual void OnRankAcks(
+      uint64_t stream,
+      const google::protobuf::RepeatedPtrField<v1::RankMigrationAck>& acks) = 0;
+};
+
 struct AgentCoreOptions {
   std::string host;        // written into infos and summaries
   RankJoinerOptions join;  // .host is set from `host`
@@ -82,6 +97,19 @@ class AgentCore {
   // Sends the mask to the matching rank streams; returns how many.
   int ApplyActivation(uint64_t command_id, const v1::SetActivationMask& mask);
 
+  // Where rank hellos and migration acks go; set once, before streams
+  // carry migrations (null: nowhere).
+  void SetMigrationListener(RankMigrationListener* listener);
+  struct LocalRank {
+    uint64_t stream = 0;
+    int32_t global_rank = -1;
+  };
+  // The connected streams of `job_id` that said hello, by stream id.
+  std::vector<LocalRank> RanksOfJob(const std::string& job_id);
+  // Sends `response` on `stream`; false when the stream is gone.
+  bool SendToStream(uint64_t stream,
+                    const v1::StreamTelemetryResponse& response);
+
   UpstreamBuffer* buffer() { return &buffer_; }
   // Records per local process (shared-memory ingest), in every batch.
   ProcessLedger* process_ledger() { return &ledger_; }
@@ -106,6 +134,8 @@ class AgentCore {
     Mutex mu;
     std::unique_ptr<RankJoiner> joiner ABSL_GUARDED_BY(mu);
     bool got_first ABSL_GUARDED_BY(mu) = false;
+    std::string job_id ABSL_GUARDED_BY(mu);  // from the hello
+    int32_t global_rank ABSL_GUARDED_BY(mu) = -1;
     CommandSink* sink = nullptr;
   };
   std::shared_ptr<Slot> FindSlot(uint64_t stream);
@@ -117,6 +147,7 @@ class AgentCore {
   AgentMetrics* const metrics_;
   UpstreamBuffer buffer_;
   ProcessLedger ledger_;
+  std::atomic<RankMigrationListener*> migration_listener_{nullptr};
   Mutex mu_;
   uint64_t next_stream_ ABSL_GUARDED_BY(mu_) = 1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

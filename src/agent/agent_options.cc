@@ -75,9 +75,11 @@ void RegisterAgentOptions(ConfigSchema* s, AgentOptions* o) {
          "move ranks to (pitstopctl standby lists them)");
   s->Add("node.standby", &o->standby, "Same as standby (older key)");
   s->Add("migration.data_plane", &o->migration_data_plane,
-         "How this agent takes part in migrations: none (refuse them) or "
-         "emulated (answer for the ranks without moving anything; tests and "
-         "benchmarks only)");
+         "How this agent takes part in migrations: none (refuse them), "
+         "library (relay them to the ranks' pitstop library, which rebuilds "
+         "their communicators; the ranks need PITSTOP_VIRTUALIZE_COMMS=1 and "
+         "RANK) or emulated (answer for the ranks without moving anything; "
+         "tests and benchmarks only)");
   s->Add("tuner.table", &o->tuner_table,
          "Shared-memory table libnccl-tuner-pitstop.so reads: the agent "
          "writes the controller's flow-plan steering there (created at the "
@@ -120,11 +122,12 @@ absl::Status ValidateAgentOptions(const AgentOptions& o,
         absl::StrCat(where, "key 'controller' (--controller): ", st.message()));
   }
   if (!o.migration_data_plane.empty() && o.migration_data_plane != "none" &&
-      o.migration_data_plane != "emulated") {
+      o.migration_data_plane != "emulated" &&
+      o.migration_data_plane != "library") {
     return absl::InvalidArgumentError(absl::StrCat(
         where,
-        "key 'migration.data_plane' (--migration-data-plane): expected none "
-        "or emulated, got '",
+        "key 'migration.data_plane' (--migration-data-plane): expected none, "
+        "library or emulated, got '",
         o.migration_data_plane, "'"));
   }
   const TlsFiles tls{o.tls_ca, o.tls_cert, o.tls_key};

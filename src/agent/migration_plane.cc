@@ -1,7 +1,10 @@
 #include "src/agent/migration_plane.h"
 
+#include <random>
+
 #include "absl/strings/str_cat.h"
 #include "pitstop/logging.h"
+#include "src/agent/library_migration_plane.h"
 
 namespace pitstop::agent {
 namespace {
@@ -27,7 +30,8 @@ class NoMigrationPlane final : public MigrationPlane {
                           d.migration_id(), d.job_id(),
                           v1::MigrationDirective::Phase_Name(d.phase()), kWhy);
     if (d.phase() == v1::MigrationDirective::PHASE_PREPARE ||
-        d.phase() == v1::MigrationDirective::PHASE_SWITCH_AT) {
+        d.phase() == v1::MigrationDirective::PHASE_SWITCH_AT ||
+        d.phase() == v1::MigrationDirective::PHASE_MAKE_IDS) {
       ack_(AckFor(d, false, kWhy));
     }
   }
@@ -39,10 +43,38 @@ class NoMigrationPlane final : public MigrationPlane {
   AckFn ack_;
 };
 
+// Random ids stand in for what a library would make.
+std::string RandomId() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string id(128, '\0');
+  for (size_t i = 0; i < id.size(); i += 8) {
+    const uint64_t r = rng();
+    std::copy_n(reinterpret_cast<const char*>(&r), 8, id.begin() + i);
+  }
+  return id;
+}
+
+v1::MigrationAck EmulatedAck(const v1::MigrationDirective& d) {
+  v1::MigrationAck a = AckFor(d, true, "");
+  if (d.phase() != v1::MigrationDirective::PHASE_MAKE_IDS) return a;
+  for (const v1::CommRebuild& c : d.comms()) {
+    v1::CommRebuild* m = a.add_made_comms();
+    m->set_old_comm_hash(c.old_comm_hash());
+    m->set_comm_name(c.comm_name());
+    m->set_new_comm_id(RandomId());
+  }
+  for (int32_t rank : d.moved_global_ranks()) {
+    v1::TransferComm* t = a.add_made_transfers();
+    t->set_global_rank(rank);
+    t->set_comm_id(RandomId());
+  }
+  return a;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MigrationPlane>> MigrationPlane::Create(
-    const std::string& kind, AckFn ack) {
+    const std::string& kind, AckFn ack, AgentCore* core) {
   if (kind.empty() || kind == "none") {
     return std::unique_ptr<MigrationPlane>(
         new NoMigrationPlane(std::move(ack)));
@@ -51,24 +83,35 @@ absl::StatusOr<std::unique_ptr<MigrationPlane>> MigrationPlane::Create(
     return std::unique_ptr<MigrationPlane>(
         new EmulatedMigrationPlane(std::move(ack)));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "migration.data_plane: expected none or emulated, got '", kind, "'"));
+  if (kind == "library" && core != nullptr) {
+    return std::unique_ptr<MigrationPlane>(
+        new LibraryMigrationPlane(core, std::move(ack)));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("migration.data_plane: expected none, emulated or library, "
+                   "got '",
+                   kind, "'"));
 }
 
 void EmulatedMigrationPlane::OnDirective(const v1::MigrationDirective& d) {
+  const bool answered = d.phase() == v1::MigrationDirective::PHASE_PREPARE ||
+                        d.phase() == v1::MigrationDirective::PHASE_SWITCH_AT ||
+                        d.phase() == v1::MigrationDirective::PHASE_MAKE_IDS;
+  if (!answered) {
+    Logger("agent")->info("migration {} of job {}: {}{}", d.migration_id(),
+                          d.job_id(),
+                          v1::MigrationDirective::Phase_Name(d.phase()),
+                          d.reason().empty() ? "" : ": " + d.reason());
+  }
+  v1::MigrationAck a;
   {
     MutexLock lock(&mu_);
-    seen_[{d.migration_id(), d.epoch(), static_cast<int>(d.phase())}] = true;
+    auto [it, fresh] = seen_.try_emplace(
+        {d.migration_id(), d.epoch(), static_cast<int>(d.phase())});
+    if (fresh) it->second = EmulatedAck(d);
+    a = it->second;
   }
-  if (d.phase() == v1::MigrationDirective::PHASE_PREPARE ||
-      d.phase() == v1::MigrationDirective::PHASE_SWITCH_AT) {
-    ack_(AckFor(d, true, ""));
-    return;
-  }
-  Logger("agent")->info("migration {} of job {}: {}{}", d.migration_id(),
-                        d.job_id(),
-                        v1::MigrationDirective::Phase_Name(d.phase()),
-                        d.reason().empty() ? "" : ": " + d.reason());
+  if (answered) ack_(a);
 }
 
 size_t EmulatedMigrationPlane::applied() const {

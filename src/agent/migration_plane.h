@@ -2,9 +2,9 @@
 // from the controller go to a MigrationPlane, which answers READY /
 // SWITCHED for the node's ranks of the job.
 //
-// The per-rank data plane (communicator virtualisation in the interposer,
-// two-phase rebuild, state transfer) is not wired to the agent yet. What
-// exists:
+// The kinds:
+//  - library: the relay to the in-process library's rebuilder
+//    (library_migration_plane.h): the real data plane.
 //  - none (default): every PREPARE is answered with a failure naming the
 //    reason, so a migration of this node's job aborts cleanly instead of
 //    hanging until its timeout; the registration says
@@ -25,6 +25,10 @@
 #include "pitstop/v1/agent.pb.h"
 
 namespace pitstop::agent {
+class AgentCore;
+}  // namespace pitstop::agent
+
+namespace pitstop::agent {
 
 // Thread-safe. `ack` may be called from inside OnDirective or later, from
 // any thread; it must not block.
@@ -32,15 +36,17 @@ class MigrationPlane {
  public:
   using AckFn = std::function<void(const v1::MigrationAck&)>;
   virtual ~MigrationPlane() = default;
-  // "none" or "emulated"; InvalidArgument otherwise.
+  // "none", "emulated" or "library" (needs `core`, which must outlive
+  // the plane); InvalidArgument otherwise.
   static absl::StatusOr<std::unique_ptr<MigrationPlane>> Create(
-      const std::string& kind, AckFn ack);
+      const std::string& kind, AckFn ack, AgentCore* core = nullptr);
   virtual void OnDirective(const v1::MigrationDirective& d) = 0;
   // What the registration reports ("" for none).
   virtual std::string name() const = 0;
 };
 
-// Answers every directive at once (tests, benchmarks). A repeated
+// Answers every directive at once (tests, benchmarks); MAKE_IDS with
+// random ids. A repeated
 // directive (same migration, epoch and phase) gets the same answer again.
 class EmulatedMigrationPlane final : public MigrationPlane {
  public:
@@ -53,7 +59,7 @@ class EmulatedMigrationPlane final : public MigrationPlane {
  private:
   AckFn ack_;
   mutable Mutex mu_;
-  std::map<std::tuple<std::string, uint64_t, int>, bool> seen_
+  std::map<std::tuple<std::string, uint64_t, int>, v1::MigrationAck> seen_
       ABSL_GUARDED_BY(mu_);
 };
 

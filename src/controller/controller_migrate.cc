@@ -26,6 +26,10 @@ bool ControllerCore::MigrationLink::SendMigration(
 
 namespace {
 
+// The joiner's data plane that makes the new ids itself (PHASE_MAKE_IDS):
+// the library, whose ids are real NCCL ids.
+constexpr absl::string_view kLibraryPlane = "library";
+
 absl::string_view StandbyName(v1::StandbyState s) {
   switch (s) {
     case v1::STANDBY_STATE_FREE:
@@ -260,6 +264,7 @@ absl::StatusOr<MigrationPlan> ControllerCore::PlanMigration(
           absl::StrCat("standby ", r.to(), " has no migration data plane"));
     }
     plan.joiner_host = r.to();
+    plan.ids_from_joiner = it->migration_data_plane() == kLibraryPlane;
     return plan;
   }
   std::vector<std::string> seen;
@@ -267,6 +272,7 @@ absl::StatusOr<MigrationPlan> ControllerCore::PlanMigration(
     if (n.state() == v1::STANDBY_STATE_FREE &&
         !n.migration_data_plane().empty()) {
       plan.joiner_host = n.host();
+      plan.ids_from_joiner = n.migration_data_plane() == kLibraryPlane;
       return plan;
     }
     seen.push_back(absl::StrCat(n.host(), " ", StandbyName(n.state())));

@@ -13,8 +13,6 @@ namespace {
 using Change = v1::WatchMigrationsResponse;
 using Phase = v1::MigrationDirective;
 
-constexpr size_t kCommIdBytes = 128;  // sizeof(ncclUniqueId)
-
 std::string StateName(v1::MigrationState s) {
   std::string n = v1::MigrationState_Name(s);
   constexpr absl::string_view kPrefix = "MIGRATION_STATE_";
@@ -147,12 +145,6 @@ absl::StatusOr<v1::Migration> MigrationManager::Start(
     v1::CommRebuild* c = m.add_comms();
     c->set_old_comm_hash(hash);
     c->set_comm_name(name);
-    std::string id(kCommIdBytes, '\0');
-    for (size_t i = 0; i < kCommIdBytes; i += 8) {
-      const uint64_t r = rng_();
-      std::copy_n(reinterpret_cast<const char*>(&r), 8, id.begin() + i);
-    }
-    c->set_new_comm_id(std::move(id));
   }
   for (const auto& [host, ranks] : plan.ranks_by_host) {
     v1::MigrationMember* mem = m.add_members();
@@ -171,6 +163,8 @@ absl::StatusOr<v1::Migration> MigrationManager::Start(
   m.set_reason(plan.reason);
   m.set_fault_id(plan.fault_id);
   m.set_from_replica(plan.from_replica);
+  m.set_ids_from_joiner(plan.ids_from_joiner);
+  if (!plan.ids_from_joiner) MakeIds(&m);
   m.set_created_unix_ns(NowUnixNs());
   const bool queued = Busy(plan.job_id);
   m.set_state(v1::MIGRATION_STATE_QUEUED);
@@ -299,6 +293,15 @@ v1::MigrationDirective MigrationManager::Directive(
       }
     }
     *d.mutable_comms() = m.comms();
+    *d.mutable_transfers() = m.transfers();
+  }
+  if (phase == Phase::PHASE_MAKE_IDS) {
+    *d.mutable_moved_global_ranks() = member.global_ranks();
+    for (const v1::CommRebuild& c : m.comms()) {
+      v1::CommRebuild* out = d.add_comms();
+      out->set_old_comm_hash(c.old_comm_hash());
+      out->set_comm_name(c.comm_name());
+    }
   }
   if (phase == Phase::PHASE_SWITCH_AT) d.set_switch_seq(m.switch_seq());
   if (phase == Phase::PHASE_ABORT) d.set_reason(m.abort_reason());
@@ -307,6 +310,11 @@ v1::MigrationDirective MigrationManager::Directive(
 
 bool MigrationManager::SendCurrent(const v1::Migration& m,
                                    const v1::MigrationMember& member) {
+  if (AwaitingIds(m)) {
+    if (member.role() != v1::MIGRATION_ROLE_JOINER) return true;
+    return sender_->SendMigration(member.host(),
+                                  Directive(m, Phase::PHASE_MAKE_IDS, member));
+  }
   if (m.state() == v1::MIGRATION_STATE_PREPARING && !member.ready()) {
     return sender_->SendMigration(member.host(),
                                   Directive(m, Phase::PHASE_PREPARE, member));
@@ -333,6 +341,13 @@ absl::Status MigrationManager::OnAck(const std::string& host,
   if (mem == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "host ", host, " is not a member of migration ", m->migration_id()));
+  }
+  if (AwaitingIds(*m)) {
+    if (ack.phase() == Phase::PHASE_MAKE_IDS &&
+        mem->role() == v1::MIGRATION_ROLE_JOINER) {
+      OnIds(m, ack);
+    }
+    return absl::OkStatus();
   }
   const bool preparing = m->state() == v1::MIGRATION_STATE_PREPARING;
   if ((preparing && ack.phase() != Phase::PHASE_PREPARE) ||
@@ -429,6 +444,13 @@ void MigrationManager::Tick() {
     const bool preparing = m->state() == v1::MIGRATION_STATE_PREPARING;
     const absl::Duration t =
         preparing ? options_.prepare_timeout : options_.switch_timeout;
+    if (AwaitingIds(*m)) {
+      AbortLocked(
+          m, absl::StrCat("MAKE_IDS timed out after ", absl::FormatDuration(t),
+                          ": no ids from joiner ", m->joiner_host(),
+                          " (are its ranks started?)"));
+      continue;
+    }
     AbortLocked(m, absl::StrCat(preparing ? "PREPARE" : "SWITCH_AT",
                                 " timed out after ", absl::FormatDuration(t),
                                 ": no ", preparing ? "READY" : "SWITCHED",

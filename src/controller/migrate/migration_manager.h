@@ -6,7 +6,10 @@
 //
 // or ABORTED from any state (a phase timing out, a member reporting failure,
 // the joiner dying, the leaver dying during state transfer, a member host
-// dying), with the old communicators untouched. Every state change is written
+// dying), with the old communicators untouched. PREPARING starts with
+// MAKE_IDS to the joiner alone when the joiner's data plane makes the new
+// ids (plan.ids_from_joiner); PREPARE goes to every member once they came,
+// within the same phase timeout. Every state change is written
 // to the FaultStore before the directives of the new phase go out, so a
 // restarted controller resumes (or, with resume off, aborts) what it finds
 // there. A second migration of the same job waits QUEUED until the first one
@@ -64,6 +67,10 @@ struct MigrationPlan {
   std::string reason;
   std::string fault_id;
   bool from_replica = false;
+  // The joiner's data plane makes the new ids (PHASE_MAKE_IDS before
+  // PREPARE; real NCCL ids hold their maker's address). Otherwise the
+  // controller makes random ids (emulated data planes).
+  bool ids_from_joiner = false;
 };
 
 // Not thread-safe: the owner serialises every call (ControllerCore calls it
@@ -154,6 +161,14 @@ class MigrationManager {
                                    const v1::MigrationMember& member) const;
   // Sends the current phase's directive to `member`; false if not connected.
   bool SendCurrent(const v1::Migration& m, const v1::MigrationMember& member);
+  // PREPARING and the joiner's ids have not come yet (migration_ids.cc).
+  static bool AwaitingIds(const v1::Migration& m);
+  // Random ids for every communicator and moved rank (the controller makes
+  // them when the data plane does not).
+  void MakeIds(v1::Migration* m);
+  // The joiner's MAKE_IDS answer: checks and stores the ids, then sends
+  // PREPARE to every member (aborting when one is not connected).
+  void OnIds(v1::Migration* m, const v1::MigrationAck& ack);
   std::string Missing(const v1::Migration& m, bool switched) const;
   void Notify(v1::WatchMigrationsResponse::Change change,
               const v1::Migration& m);

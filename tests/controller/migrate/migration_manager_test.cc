@@ -384,5 +384,101 @@ TEST_F(MigrationManagerTest, BadPlansAreRefused) {
   EXPECT_TRUE(absl::IsInvalidArgument(mm_->Start(p).status()));
 }
 
+// The joiner's library makes the ids (real NCCL ids hold their maker's
+// address): MAKE_IDS goes to the joiner alone, PREPARE to every member
+// once the ids came, carrying them.
+v1::MigrationAck IdsAck(const v1::Migration& m, bool complete = true) {
+  v1::MigrationAck a;
+  a.set_migration_id(m.migration_id());
+  a.set_epoch(m.epoch());
+  a.set_phase(Phase::PHASE_MAKE_IDS);
+  a.set_ok(true);
+  for (uint64_t hash : {0xA1u, 0xB2u}) {
+    if (!complete && hash == 0xB2u) continue;
+    v1::CommRebuild* c = a.add_made_comms();
+    c->set_old_comm_hash(hash);
+    c->set_new_comm_id(std::string(128, static_cast<char>(hash & 0x7f)));
+  }
+  for (int32_t rank : {0, 1, 2, 3}) {
+    v1::TransferComm* t = a.add_made_transfers();
+    t->set_global_rank(rank);
+    t->set_comm_id(std::string(128, static_cast<char>('a' + rank)));
+  }
+  return a;
+}
+
+TEST_F(MigrationManagerTest, JoinerMakesTheIdsBeforeAnyonePrepares) {
+  MigrationPlan p = Plan();
+  p.ids_from_joiner = true;
+  auto m = mm_->Start(p);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->state(), v1::MIGRATION_STATE_PREPARING);
+  EXPECT_TRUE(m->comms(0).new_comm_id().empty());
+  EXPECT_EQ(sender_.Count(Phase::PHASE_MAKE_IDS, "spare0"), 1);
+  EXPECT_EQ(sender_.Count(Phase::PHASE_MAKE_IDS), 1);
+  EXPECT_EQ(sender_.Count(Phase::PHASE_PREPARE), 0);
+  // READY before the ids is an answer to nothing: ignored.
+  ASSERT_TRUE(mm_->OnAck("node1", Ack(*m, Phase::PHASE_PREPARE)).ok());
+  // Ids from a stayer are not taken.
+  ASSERT_TRUE(mm_->OnAck("node1", IdsAck(*m)).ok());
+  EXPECT_EQ(sender_.Count(Phase::PHASE_PREPARE), 0);
+  // A controller restart now re-asks the joiner.
+  sender_.sent.clear();
+  Open();
+  mm_->OnHostUp("spare0");
+  EXPECT_EQ(sender_.Count(Phase::PHASE_MAKE_IDS, "spare0"), 1);
+  ASSERT_TRUE(mm_->OnAck("spare0", IdsAck(*m)).ok());
+  v1::Migration r = Get(m->migration_id());
+  EXPECT_NE(r.ids_unix_ns(), 0u);
+  EXPECT_EQ(r.comms(0).new_comm_id(), std::string(128, 0x21));
+  EXPECT_EQ(r.comms(1).new_comm_id(), std::string(128, 0x32));
+  ASSERT_EQ(r.transfers_size(), 4);
+  EXPECT_EQ(sender_.Count(Phase::PHASE_PREPARE), 4);
+  for (const auto& [h, d] : sender_.sent) {
+    if (d.phase() != Phase::PHASE_PREPARE) continue;
+    EXPECT_EQ(d.comms(1).new_comm_id(), std::string(128, 0x32)) << h;
+    EXPECT_EQ(d.transfers_size(), 4) << h;
+  }
+  AllReady(r);
+  EXPECT_EQ(Get(m->migration_id()).state(), v1::MIGRATION_STATE_SWITCHING);
+}
+
+TEST_F(MigrationManagerTest, MissingOrFailedIdsAbortAndSayWhy) {
+  MigrationPlan p = Plan();
+  p.ids_from_joiner = true;
+  auto m = mm_->Start(p);
+  ASSERT_TRUE(m.ok());
+  ASSERT_TRUE(mm_->OnAck("spare0", IdsAck(*m, /*complete=*/false)).ok());
+  v1::Migration a = Get(m->migration_id());
+  EXPECT_EQ(a.state(), v1::MIGRATION_STATE_ABORTED);
+  EXPECT_NE(a.abort_reason().find("no id for communicator dp0"),
+            std::string::npos)
+      << a.abort_reason();
+  EXPECT_EQ(sender_.Count(Phase::PHASE_PREPARE), 0);
+
+  auto m2 = mm_->Start(p);
+  ASSERT_TRUE(m2.ok());
+  v1::MigrationAck failed = IdsAck(*m2);
+  failed.set_ok(false);
+  failed.set_error("rank 0: ncclGetUniqueId: unhandled system error");
+  ASSERT_TRUE(mm_->OnAck("spare0", failed).ok());
+  a = Get(m2->migration_id());
+  EXPECT_EQ(a.state(), v1::MIGRATION_STATE_ABORTED);
+  EXPECT_NE(a.abort_reason().find("failed MAKE_IDS: rank 0: ncclGetUniqueId"),
+            std::string::npos)
+      << a.abort_reason();
+
+  // No answer at all: the phase timeout names MAKE_IDS and the joiner.
+  auto m3 = mm_->Start(p);
+  ASSERT_TRUE(m3.ok());
+  clock_.Advance(absl::Seconds(31));
+  mm_->Tick();
+  a = Get(m3->migration_id());
+  EXPECT_EQ(a.state(), v1::MIGRATION_STATE_ABORTED);
+  EXPECT_NE(a.abort_reason().find("MAKE_IDS timed out"), std::string::npos)
+      << a.abort_reason();
+  EXPECT_NE(a.abort_reason().find("spare0"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace pitstop::controller
