@@ -27,7 +27,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kBuildSubdirs[] = {"src/agent",     "src/controller",
+constexpr const char* kBuildSubdirs[] = {"src/agent",     "src/controller", "src/trainer",
                                          "src/sim",       "tools/pitstopctl",
                                          "tools/pitstop", "plugin"};
 
@@ -266,6 +266,10 @@ absl::Status LocalCluster::StartAgent(int i) {
                "--tuner-table",
                tuner_table(i)};
   for (const auto& arg : options_.agent_extra_args) opts.argv.push_back(arg);
+  if (auto it = options_.agent_args_by_node.find(i);
+      it != options_.agent_args_by_node.end()) {
+    for (const auto& arg : it->second) opts.argv.push_back(arg);
+  }
   opts.log_path = agent_log(i);
   ASSIGN_OR_RETURN(a.process, Subprocess::Start(opts));
   return absl::OkStatus();

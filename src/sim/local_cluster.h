@@ -18,6 +18,7 @@
 #ifndef PITSTOP_SRC_SIM_LOCAL_CLUSTER_H_
 #define PITSTOP_SRC_SIM_LOCAL_CLUSTER_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +57,8 @@ struct LocalClusterOptions {
   // Extra flags appended to each daemon's command line.
   std::vector<std::string> controller_extra_args;
   std::vector<std::string> agent_extra_args;
+  // More flags for one node's agent (after agent_extra_args), by index.
+  std::map<int, std::vector<std::string>> agent_args_by_node;
   // How long to wait for readiness of each daemon.
   absl::Duration ready_timeout = absl::Seconds(30);
   // Overrides of the executables (default: FindPitstopBinary).

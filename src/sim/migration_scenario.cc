@@ -1,0 +1,486 @@
+#include "src/sim/migration_scenario.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "grpcpp/grpcpp.h"
+#include "pitstop/grpc_util.h"
+#include "pitstop/status_macros.h"
+#include "pitstop/v1/controller.grpc.pb.h"
+#include "src/sim/local_cluster.h"
+#include "src/sim/subprocess.h"
+
+namespace pitstop::sim {
+namespace {
+
+constexpr char kJob[] = "dp-migrate";
+constexpr char kStandby[] = "spare0";
+constexpr absl::Duration kRunDeadline = absl::Minutes(5);
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The "step S ms T" lines of a --step-log file.
+std::vector<std::pair<int, double>> StepLog(const std::string& path) {
+  std::vector<std::pair<int, double>> steps;
+  std::istringstream in(ReadFile(path));
+  std::string word;
+  int step = 0;
+  double ms = 0;
+  while (in >> word >> step >> word >> ms) steps.emplace_back(step, ms);
+  return steps;
+}
+
+double NowMs() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct Proc {
+  std::string name;  // "r5", "joiner5"
+  int rank = 0;
+  std::unique_ptr<Subprocess> process;
+};
+
+class ScenarioRun {
+ public:
+  ScenarioRun(const MigrationScenarioOptions& o, MigrationScenarioResult* r)
+      : o_(o), r_(r), world_(o.nodes * o.ranks_per_node) {}
+
+  absl::Status Start();
+  absl::Status Reference();
+  absl::Status Restart();
+  absl::Status Migrate();
+  void Judge();
+
+ private:
+  void Say(const std::string& line) {
+    if (o_.progress) o_.progress(line);
+  }
+  std::string Path(const std::string& tag, const std::string& who,
+                   const char* ext) const {
+    return absl::StrCat(dir_, "/", tag, "-", who, ".", ext);
+  }
+  absl::StatusOr<std::string> MakeId(const std::string& tag);
+  std::vector<std::string> Argv(const std::string& tag, const std::string& id,
+                                const std::string& who, int rank,
+                                int steps = -1) const;
+  absl::StatusOr<std::unique_ptr<Subprocess>> Launch(
+      std::vector<std::string> argv,
+      std::vector<std::pair<std::string, std::string>> env,
+      const std::string& log);
+  std::vector<std::pair<std::string, std::string>> PitstopEnv(
+      int node, int rank) const;
+  // Waits for every process; false (and a failure) past the deadline or
+  // for a non-zero exit.
+  bool WaitAll(std::vector<Proc>* procs, const std::string& what);
+  absl::StatusOr<v1::Migration> RequestMigration();
+  absl::StatusOr<v1::Migration> AwaitFinished(const std::string& id);
+  void Fail(const std::string& why) { r_->failures.push_back(why); }
+
+  const MigrationScenarioOptions o_;
+  MigrationScenarioResult* const r_;
+  const int world_;
+  std::string trainer_, plugin_, dir_;
+  std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<v1::Controller::Stub> stub_;
+  std::vector<Proc> procs_;  // the migrated run's, joiners appended
+};
+
+absl::Status ScenarioRun::Start() {
+  ASSIGN_OR_RETURN(trainer_, FindPitstopBinary("pitstop-dp-trainer"));
+  ASSIGN_OR_RETURN(plugin_, FindPitstopBinary("libnccl-profiler-pitstop.so"));
+  LocalClusterOptions co;
+  co.nodes = o_.nodes + 1;
+  for (int i = 0; i < o_.nodes; ++i) co.host_names.push_back(absl::StrCat("node", i));
+  co.host_names.push_back(kStandby);
+  co.work_dir = o_.work_dir;
+  co.keep_work_dir = o_.keep_work_dir;
+  co.log_level = o_.log_level;
+  co.agent_batch_ms = 50;
+  co.agent_extra_args = {"--migration-data-plane", "library"};
+  co.agent_args_by_node[o_.nodes] = {"--standby"};
+  co.controller_extra_args = {"--migrate-switch-margin",
+                              absl::StrCat(o_.switch_margin)};
+  ASSIGN_OR_RETURN(cluster_, LocalCluster::Start(co));
+  dir_ = cluster_->work_dir();
+  r_->work_dir = dir_;
+  stub_ = v1::Controller::NewStub(CreateChannel(cluster_->controller_address()));
+  Say(absl::StrCat("[sim] controller at ", cluster_->controller_address(), ", ",
+                   o_.nodes, " nodes + standby ", kStandby,
+                   " (agents with --migration-data-plane library); work dir ",
+                   dir_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Subprocess>> ScenarioRun::Launch(
+    std::vector<std::string> argv,
+    std::vector<std::pair<std::string, std::string>> env,
+    const std::string& log) {
+  SubprocessOptions so;
+  so.argv = std::move(argv);
+  so.env = std::move(env);
+  so.env.emplace_back("PITSTOP_CPU_NCCL_STORE_DIR", dir_ + "/nccl");
+  so.log_path = log;
+  return Subprocess::Start(so);
+}
+
+absl::StatusOr<std::string> ScenarioRun::MakeId(const std::string& tag) {
+  const std::string out = absl::StrCat(dir_, "/", tag, ".id");
+  ASSIGN_OR_RETURN(auto p, Launch({trainer_, "--make-unique-id"}, {}, out));
+  if (!p->Wait(absl::Seconds(30)) || p->wait_status() != 0) {
+    return absl::InternalError(absl::StrCat(
+        "pitstop-dp-trainer --make-unique-id failed: ", p->DescribeExit()));
+  }
+  std::string id = ReadFile(out);
+  return std::string(absl::StripAsciiWhitespace(id));
+}
+
+std::vector<std::string> ScenarioRun::Argv(const std::string& tag,
+                                           const std::string& id,
+                                           const std::string& who, int rank,
+                                           int steps) const {
+  return {trainer_,
+          "--rank",
+          absl::StrCat(rank),
+          "--nranks",
+          absl::StrCat(world_),
+          "--unique-id",
+          id,
+          "--steps",
+          absl::StrCat(steps >= 0 ? steps : o_.steps),
+          "--batch",
+          absl::StrCat(o_.batch),
+          "--hidden",
+          absl::StrCat(o_.hidden),
+          "--log-every",
+          "0",
+          "--out",
+          Path(tag, who, "bin"),
+          "--step-log",
+          Path(tag, who, "steps")};
+}
+
+std::vector<std::pair<std::string, std::string>> ScenarioRun::PitstopEnv(
+    int node, int rank) const {
+  return {{"LD_PRELOAD", plugin_},
+          {"PITSTOP_VIRTUALIZE_COMMS", "1"},
+          {"PITSTOP_AGENT_SOCKET", cluster_->shm_socket(node)},
+          {"PITSTOP_HOST", cluster_->host(node)},
+          {"PITSTOP_JOB_ID", kJob},
+          {"PITSTOP_FLUSH_INTERVAL_MS", "5"},
+          {"PITSTOP_CPU_NCCL_TIMEOUT_MS", "120000"},
+          {"RANK", absl::StrCat(rank)},
+          {"LOCAL_RANK", absl::StrCat(rank % o_.ranks_per_node)},
+          {"WORLD_SIZE", absl::StrCat(world_)}};
+}
+
+bool ScenarioRun::WaitAll(std::vector<Proc>* procs, const std::string& what) {
+  const absl::Time deadline = absl::Now() + kRunDeadline;
+  bool ok = true;
+  for (Proc& p : *procs) {
+    if (!p.process->Wait(std::max(deadline - absl::Now(), absl::Seconds(1)))) {
+      p.process->Stop(absl::Seconds(1));
+      Fail(absl::StrCat(what, ": ", p.name, " still running after ",
+                        absl::FormatDuration(kRunDeadline), "; killed"));
+      ok = false;
+    } else if (p.process->wait_status() != 0) {
+      Fail(absl::StrCat(what, ": ", p.name, " ended with ",
+                        p.process->DescribeExit(), " (log ", dir_, "/", what,
+                        "-", p.name, ".log)"));
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+absl::Status ScenarioRun::Reference() {
+  ASSIGN_OR_RETURN(const std::string id, MakeId("ref"));
+  Say(absl::StrCat("[sim] reference run: ", world_, " ranks x ", o_.steps,
+                   " steps without pitstop (checkpoint at step ",
+                   o_.migrate_after_step, ")"));
+  std::vector<Proc> procs;
+  for (int r = 0; r < world_; ++r) {
+    const std::string who = absl::StrCat("r", r);
+    std::vector<std::string> argv = Argv("ref", id, who, r);
+    argv.insert(argv.end(), {"--save-at", absl::StrCat(o_.migrate_after_step),
+                             "--save", Path("ckpt", who, "bin")});
+    ASSIGN_OR_RETURN(auto p, Launch(argv, {{"NCCL_PROFILER_PLUGIN", "none"}},
+                                    Path("ref", who, "log")));
+    procs.push_back({who, r, std::move(p)});
+  }
+  if (!WaitAll(&procs, "ref")) {
+    return absl::InternalError(absl::StrJoin(r_->failures, "; "));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ScenarioRun::Restart() {
+  ASSIGN_OR_RETURN(const std::string id, MakeId("restart"));
+  std::vector<Proc> procs;
+  const double t0 = NowMs();
+  for (int r = 0; r < world_; ++r) {
+    const std::string who = absl::StrCat("r", r);
+    // One step past the checkpoint: the first step of the restarted job.
+    std::vector<std::string> argv =
+        Argv("restart", id, who, r, o_.migrate_after_step + 1);
+    argv.insert(argv.end(), {"--resume", Path("ckpt", who, "bin")});
+    ASSIGN_OR_RETURN(auto p, Launch(argv, {{"NCCL_PROFILER_PLUGIN", "none"}},
+                                    Path("restart", who, "log")));
+    procs.push_back({who, r, std::move(p)});
+  }
+  // Polled: a measurement, not an assertion.
+  while (StepLog(Path("restart", "r0", "steps")).empty() &&
+         procs[0].process->Running()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  r_->restart_ms = NowMs() - t0;
+  if (!WaitAll(&procs, "restart")) {
+    return absl::InternalError(absl::StrJoin(r_->failures, "; "));
+  }
+  Say(absl::StrCat("[sim] full restart from the step-", o_.migrate_after_step,
+                   " checkpoint (new processes, new communicator, first step): ",
+                   static_cast<int>(r_->restart_ms), " ms"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Migration> ScenarioRun::RequestMigration() {
+  v1::MigrateNodeRequest req;
+  req.set_host(cluster_->host(o_.leaver_node));
+  req.set_to(kStandby);
+  req.set_job_id(kJob);
+  req.set_who("pitstop sim");
+  req.set_reason("standby-migration scenario");
+  // Until every agent reported the job's communicators the controller says
+  // "not migratable now" (FAILED_PRECONDITION): ask again.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (true) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::MigrateNodeResponse resp;
+    const grpc::Status st = stub_->MigrateNode(&ctx, req, &resp);
+    if (st.ok()) return resp.migration();
+    if (st.error_code() != grpc::StatusCode::FAILED_PRECONDITION ||
+        absl::Now() > deadline) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("MigrateNode ", req.host(), " -> ", kStandby, ": ",
+                       st.error_message()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+absl::StatusOr<v1::Migration> ScenarioRun::AwaitFinished(const std::string& id) {
+  const absl::Time deadline = absl::Now() + kRunDeadline;
+  std::string last_state;
+  while (absl::Now() < deadline) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::GetMigrationRequest req;
+    req.set_migration_id(id);
+    v1::GetMigrationResponse resp;
+    const grpc::Status st = stub_->GetMigration(&ctx, req, &resp);
+    if (!st.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("GetMigration ", id, ": ", st.error_message()));
+    }
+    const v1::Migration& m = resp.migration();
+    const std::string state = v1::MigrationState_Name(m.state());
+    if (state != last_state) {
+      Say(absl::StrCat("[sim] migration ", id, ": ", state));
+      last_state = state;
+    }
+    if (m.state() == v1::MIGRATION_STATE_COMMITTED ||
+        m.state() == v1::MIGRATION_STATE_ABORTED) {
+      return m;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("migration ", id, " not finished after ",
+                   absl::FormatDuration(kRunDeadline)));
+}
+
+absl::Status ScenarioRun::Migrate() {
+  ASSIGN_OR_RETURN(const std::string id, MakeId("mig"));
+  Say(absl::StrCat("[sim] training: ", world_, " ranks (", o_.nodes,
+                   " nodes x ", o_.ranks_per_node, ") x ", o_.steps,
+                   " steps, pitstop loaded, communicators virtualised"));
+  for (int r = 0; r < world_; ++r) {
+    const std::string who = absl::StrCat("r", r);
+    ASSIGN_OR_RETURN(auto p, Launch(Argv("mig", id, who, r),
+                                    PitstopEnv(r / o_.ranks_per_node, r),
+                                    Path("mig", who, "log")));
+    procs_.push_back({who, r, std::move(p)});
+  }
+  while (static_cast<int>(StepLog(Path("mig", "r0", "steps")).size()) <
+         o_.migrate_after_step) {
+    if (!procs_[0].process->Running()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  Say(absl::StrCat("[sim] step ", o_.migrate_after_step, ": pitstopctl migrate ",
+                   cluster_->host(o_.leaver_node), " --to ", kStandby));
+  absl::StatusOr<v1::Migration> m = RequestMigration();
+  if (!m.ok()) {
+    Fail(std::string(m.status().message()));
+    WaitAll(&procs_, "mig");
+    return absl::OkStatus();
+  }
+  // The standby's processes: the leaver's global ranks, in sandbox mode.
+  const int standby = o_.nodes;
+  std::vector<int> moved;
+  for (const v1::MigrationMember& mem : m->members()) {
+    if (mem.role() == v1::MIGRATION_ROLE_JOINER) {
+      moved.assign(mem.global_ranks().begin(), mem.global_ranks().end());
+    }
+  }
+  Say(absl::StrCat("[sim] migration ", m->migration_id(), ": starting ",
+                   moved.size(), " joiner processes on ", kStandby,
+                   " (ranks ", absl::StrJoin(moved, ","), ", sandbox mode)"));
+  for (int r : moved) {
+    const std::string who = absl::StrCat("joiner", r);
+    std::vector<std::string> argv = Argv("mig", id, who, r);
+    argv.insert(argv.end(), {"--join", "--join-timeout-ms", "240000"});
+    auto env = PitstopEnv(standby, r);
+    env.emplace_back("PITSTOP_MIGRATION_ROLE", "joiner");
+    ASSIGN_OR_RETURN(auto p, Launch(argv, env, Path("mig", who, "log")));
+    procs_.push_back({who, r, std::move(p)});
+  }
+  absl::StatusOr<v1::Migration> done = AwaitFinished(m->migration_id());
+  if (done.ok()) {
+    r_->migration = *done;
+    if (done->state() != v1::MIGRATION_STATE_COMMITTED) {
+      Fail(absl::StrCat("migration ", done->migration_id(), " aborted: ",
+                        done->abort_reason()));
+    }
+  } else {
+    Fail(std::string(done.status().message()));
+  }
+  if (!r_->failures.empty()) {
+    // The joiners wait for a state that will not come: end them.
+    for (Proc& p : procs_) {
+      if (p.name.rfind("joiner", 0) == 0) p.process->Stop(absl::Seconds(1));
+    }
+  }
+  WaitAll(&procs_, "mig");
+  return absl::OkStatus();
+}
+
+void ScenarioRun::Judge() {
+  r_->ranks = world_;
+  const std::string reference = ReadFile(Path("ref", "r0", "bin"));
+  if (reference.empty()) Fail("the reference run wrote no weights");
+  std::map<int, std::string> final_of;  // global rank -> final process
+  for (const Proc& p : procs_) final_of[p.rank] = p.name;
+  for (const auto& [rank, who] : final_of) {
+    if (ReadFile(Path("mig", who, "bin")) != reference) {
+      Fail(absl::StrCat(who, " (rank ", rank,
+                        "): final weights differ from the undisturbed run"));
+    }
+  }
+  // Every step exactly once per global rank, in order.
+  for (int rank = 0; rank < world_; ++rank) {
+    auto steps = StepLog(Path("mig", absl::StrCat("r", rank), "steps"));
+    const auto joined = StepLog(Path("mig", absl::StrCat("joiner", rank), "steps"));
+    if (!joined.empty() && r_->switch_step < 0) {
+      r_->switch_step = static_cast<int>(steps.size());
+    }
+    steps.insert(steps.end(), joined.begin(), joined.end());
+    bool in_order = static_cast<int>(steps.size()) == o_.steps;
+    for (size_t s = 0; in_order && s < steps.size(); ++s) {
+      in_order = steps[s].first == static_cast<int>(s);
+    }
+    if (!in_order) {
+      Fail(absl::StrCat("rank ", rank, " ran ", steps.size(), " steps, not ",
+                        o_.steps, " each exactly once in order"));
+    }
+  }
+  const auto r0 = StepLog(Path("mig", "r0", "steps"));
+  std::vector<double> ms;
+  for (const auto& [step, t] : r0) ms.push_back(t);
+  if (!ms.empty()) {
+    std::vector<double> sorted = ms;
+    std::sort(sorted.begin(), sorted.end());
+    r_->median_step_ms = sorted[sorted.size() / 2];
+  }
+  if (r_->switch_step >= 0) {
+    for (int s = std::max(0, r_->switch_step - 2);
+         s <= r_->switch_step + 2 && s < static_cast<int>(ms.size()); ++s) {
+      r_->longest_step_ms = std::max(r_->longest_step_ms, ms[s]);
+    }
+    r_->downtime_ms = r_->longest_step_ms - r_->median_step_ms;
+  } else {
+    Fail("no joiner ran a step: nothing moved");
+  }
+  r_->passed = r_->failures.empty();
+}
+
+}  // namespace
+
+absl::StatusOr<MigrationScenarioResult> RunMigrationScenario(
+    const MigrationScenarioOptions& options) {
+  if (options.nodes < 2 || options.ranks_per_node < 1 ||
+      options.leaver_node < 1 || options.leaver_node >= options.nodes ||
+      options.migrate_after_step < 1 ||
+      options.migrate_after_step + options.switch_margin + 10 >= options.steps) {
+    return absl::InvalidArgumentError(
+        "standby-migration needs >= 2 nodes, a leaver other than node 0, and "
+        "steps well past migrate_after_step + switch_margin");
+  }
+  MigrationScenarioResult result;
+  ScenarioRun run(options, &result);
+  RETURN_IF_ERROR(run.Start());
+  RETURN_IF_ERROR(run.Reference());
+  RETURN_IF_ERROR(run.Restart());
+  RETURN_IF_ERROR(run.Migrate());
+  run.Judge();
+  return result;
+}
+
+void PrintMigrationReport(const MigrationScenarioResult& r, std::ostream& out) {
+  const v1::Migration& m = r.migration;
+  auto ms = [](uint64_t a, uint64_t b) {
+    return a == 0 || b == 0 || b < a ? std::string("-")
+                                     : absl::StrCat((b - a) / 1000000, " ms");
+  };
+  out << "\n== standby-migration: " << (r.passed ? "PASS" : "FAIL") << "\n";
+  out << "  ranks                       " << r.ranks << "\n";
+  out << "  migration                   " << m.migration_id() << " "
+      << m.leaver_host() << " -> " << m.joiner_host() << " ("
+      << v1::MigrationState_Name(m.state()) << ")\n";
+  out << "  ids (joiner's library)      "
+      << ms(m.prepare_unix_ns(), m.ids_unix_ns()) << "\n";
+  out << "  prepare (ids to READY)      "
+      << ms(m.ids_unix_ns() ? m.ids_unix_ns() : m.prepare_unix_ns(),
+            m.ready_unix_ns())
+      << "\n";
+  out << "  switch (SWITCH_AT to SWITCHED) "
+      << ms(m.ready_unix_ns(), m.switched_unix_ns()) << "\n";
+  out << "  switch step                 " << r.switch_step << " (seq "
+      << m.switch_seq() << ")\n";
+  out << absl::StrFormat(
+      "  downtime                    %.1f ms (longest step around the switch "
+      "%.1f ms - median step %.1f ms)\n",
+      r.downtime_ms, r.longest_step_ms, r.median_step_ms);
+  out << absl::StrFormat(
+      "  full restart (same run)     %.1f ms (new processes + communicator + "
+      "checkpoint load + first step; no detection or scheduling)\n",
+      r.restart_ms);
+  for (const std::string& f : r.failures) out << "  FAILED: " << f << "\n";
+  out << "  work dir                    " << r.work_dir << "\n";
+}
+
+}  // namespace pitstop::sim
