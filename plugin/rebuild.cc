@@ -34,6 +34,24 @@ const char* RoleName(MigrationRole r) {
   }
 }
 
+// An answer to a directive of no current migration.
+MigrationAck AckFor(const MigrationDirective& d, bool ok,
+                    const std::string& error) {
+  MigrationAck a;
+  a.migration_id = d.migration_id;
+  a.epoch = d.epoch;
+  a.phase = d.phase;
+  a.ok = ok;
+  a.error = error;
+  a.global_rank = d.global_rank;
+  return a;
+}
+
+std::string MakeIdsRefusal(MigrationRole role) {
+  return std::string("PHASE_MAKE_IDS is for the joiner, this rank is a ") +
+         RoleName(role);
+}
+
 }  // namespace
 
 Rebuilder::Rebuilder(CommTable* table, const NcclOps& ops,
@@ -67,48 +85,16 @@ void Rebuilder::HandleLocked(const MigrationDirective& d) {
     RefuseLocked(d, "NCCL lacks " + ops_missing_ + "; cannot migrate");
     return;
   }
-  Migration* m = current_.get();
-  if (m == nullptr || m->id != d.migration_id || m->epoch != d.epoch) {
-    const bool busy = m != nullptr && m->stage != Stage::kCommitted &&
-                      m->stage != Stage::kAborted && m->stage != Stage::kFailed;
-    if (busy) {
-      RefuseLocked(d, "migration " + m->id + " epoch " +
-                          std::to_string(m->epoch) + " is in progress");
-      return;
-    }
-    if (d.phase != kPhasePrepare) {
-      // An ABORT of a migration this process never prepared has nothing to
-      // undo; anything else cannot be applied.
-      if (d.phase == kPhaseAbort) {
-        MigrationAck a{d.migration_id, d.epoch, d.phase, true, "",
-                       d.global_rank,  0};
-        outbox_.push_back(std::move(a));
-      } else {
-        RefuseLocked(d, "no PREPARE of this migration reached this rank");
-      }
-      return;
-    }
-    current_ = std::make_unique<Migration>();
-    m = current_.get();
-    m->id = d.migration_id;
-    m->epoch = d.epoch;
-    m->role = d.role;
-    m->global_rank = d.global_rank;
-  }
-  const int phase = d.phase;
-  if (m->seen.count(phase) != 0) {
-    // A repeat: answered again, never redone (pending: answered once done).
-    if (auto it = m->answers.find(phase); it != m->answers.end()) {
-      outbox_.push_back(it->second);
-    }
+  const Migration* m = current_.get();
+  if ((m == nullptr || m->id != d.migration_id || m->epoch != d.epoch) &&
+      !BeginLocked(d)) {
     return;
   }
-  m->seen.insert(phase);
-  if (auto it = m->answers.find(phase); it != m->answers.end()) {
-    outbox_.push_back(it->second);  // produced before the directive came
-    return;
-  }
+  if (AnsweredLocked(d.phase)) return;
   switch (d.phase) {
+    case kPhaseMakeIds:
+      MakeIdsLocked(d);
+      break;
     case kPhasePrepare:
       PrepareLocked(d);
       break;
@@ -126,21 +112,82 @@ void Rebuilder::HandleLocked(const MigrationDirective& d) {
   }
 }
 
+bool Rebuilder::BeginLocked(const MigrationDirective& d) {
+  const Migration* m = current_.get();
+  // A migration that only made ids holds nothing of NCCL's: one that
+  // follows it (its controller gave up on it) may replace it.
+  const bool busy = m != nullptr && m->stage != Stage::kIdsMade &&
+                    m->stage != Stage::kCommitted &&
+                    m->stage != Stage::kAborted && m->stage != Stage::kFailed;
+  if (busy) {
+    RefuseLocked(d, "migration " + m->id + " epoch " +
+                        std::to_string(m->epoch) + " is in progress");
+    return false;
+  }
+  if (d.phase == kPhaseAbort) {
+    // Never prepared here: nothing to undo.
+    outbox_.push_back(AckFor(d, true, ""));
+    return false;
+  }
+  if (d.phase == kPhaseMakeIds && d.role != kRoleJoiner) {
+    RefuseLocked(d, MakeIdsRefusal(d.role));  // and keeps no state for it
+    return false;
+  }
+  if (d.phase != kPhasePrepare && d.phase != kPhaseMakeIds) {
+    RefuseLocked(d, "no PREPARE of this migration reached this rank");
+    return false;
+  }
+  current_ = std::make_unique<Migration>();
+  current_->id = d.migration_id;
+  current_->epoch = d.epoch;
+  current_->role = d.role;
+  current_->global_rank = d.global_rank;
+  return true;
+}
+
+bool Rebuilder::AnsweredLocked(int phase) {
+  Migration* m = current_.get();
+  if (m->seen.count(phase) != 0) {
+    // A repeat: answered again, never redone (pending: answered once done).
+    if (auto it = m->answers.find(phase); it != m->answers.end()) {
+      outbox_.push_back(it->second);
+    }
+    return true;
+  }
+  m->seen.insert(phase);
+  if (auto it = m->answers.find(phase); it != m->answers.end()) {
+    outbox_.push_back(it->second);  // produced before the directive came
+    return true;
+  }
+  return false;
+}
+
 void Rebuilder::RefuseLocked(const MigrationDirective& d,
                              const std::string& error) {
-  outbox_.push_back(MigrationAck{d.migration_id, d.epoch, d.phase, false, error,
-                                 d.global_rank, 0});
+  outbox_.push_back(AckFor(d, false, error));
 }
 
 void Rebuilder::AnswerLocked(int phase, bool ok, const std::string& error) {
+  PostLocked(AckLocked(phase, ok, error));
+}
+
+MigrationAck Rebuilder::AckLocked(int phase, bool ok,
+                                  const std::string& error) const {
+  const Migration* m = current_.get();
+  MigrationAck a;
+  a.migration_id = m->id;
+  a.epoch = m->epoch;
+  a.phase = static_cast<MigrationPhase>(phase);
+  a.ok = ok;
+  a.error = error;
+  a.global_rank = m->global_rank;
+  a.progress_seq = ProgressLocked();
+  return a;
+}
+
+void Rebuilder::PostLocked(MigrationAck a) {
   Migration* m = current_.get();
-  MigrationAck a{m->id,
-                 m->epoch,
-                 static_cast<MigrationPhase>(phase),
-                 ok,
-                 error,
-                 m->global_rank,
-                 ProgressLocked()};
+  const int phase = a.phase;
   m->answers[phase] = a;
   if (m->seen.count(phase) != 0) outbox_.push_back(std::move(a));
 }
@@ -192,8 +239,16 @@ bool Rebuilder::PlanLocked(const MigrationDirective& d, std::string* error) {
 
 void Rebuilder::PrepareLocked(const MigrationDirective& d) {
   Migration* m = current_.get();
+  if (m->stage == Stage::kFailed || m->stage == Stage::kAborted) {
+    AnswerLocked(kPhasePrepare, false, m->failure);  // ended after MAKE_IDS
+    return;
+  }
   std::string error;
-  if (d.role == kRoleUnspecified || !PlanLocked(d, &error)) {
+  if (d.role != m->role) {
+    error = std::string("PREPARE says ") + RoleName(d.role) +
+            ", PHASE_MAKE_IDS said " + RoleName(m->role);
+  }
+  if (!error.empty() || d.role == kRoleUnspecified || !PlanLocked(d, &error)) {
     FailLocked(kPhasePrepare, error.empty() ? "no role" : error);
     return;
   }
@@ -214,6 +269,50 @@ void Rebuilder::PrepareLocked(const MigrationDirective& d) {
   m->stage = Stage::kPreparing;
   tracking_.store(m->switch_handle != nullptr);
   TickLocked();
+}
+
+// A real NCCL id holds the address of the process that made it, and that
+// process must live through the init: the joiner does, the controller is
+// not a member. The ids go out in the answer only; PREPARE brings them
+// back to every member like ids made anywhere else.
+void Rebuilder::MakeIdsLocked(const MigrationDirective& d) {
+  Migration* m = current_.get();
+  if (d.role != kRoleJoiner || m->role != kRoleJoiner) {
+    AnswerLocked(kPhaseMakeIds, false,
+                 MakeIdsRefusal(d.role != kRoleJoiner ? d.role : m->role));
+    return;
+  }
+  if (m->seen.count(kPhasePrepare) != 0) {
+    AnswerLocked(kPhaseMakeIds, false,
+                 "PHASE_MAKE_IDS after PREPARE: the ids are in use already");
+    return;
+  }
+  MigrationAck a = AckLocked(kPhaseMakeIds, true, "");
+  std::string error;
+  for (size_t i = 0; d.make_comm_ids && i < d.comms.size(); ++i) {
+    a.made_comms.push_back({d.comms[i].old_comm_hash, ""});
+    if (!MakeId(&a.made_comms.back().new_comm_id, &error)) break;
+  }
+  if (error.empty()) MakeId(&a.made_transfer_id, &error);
+  if (!error.empty()) {
+    FailLocked(kPhaseMakeIds, error);
+    return;
+  }
+  m->stage = Stage::kIdsMade;
+  PostLocked(std::move(a));
+}
+
+// ncclGetUniqueId waits on no peer (it opens this process's bootstrap
+// root), so the exporter thread may make it under the lock.
+bool Rebuilder::MakeId(std::string* id, std::string* error) const {
+  NcclUniqueId u;
+  const NcclResult r = ops_.get_unique_id(&u);
+  if (r != abi::kNcclSuccess) {
+    *error = "ncclGetUniqueId failed: " + DescribeNcclError(ops_, nullptr, r);
+    return false;
+  }
+  id->assign(u.internal, sizeof(u.internal));
+  return true;
 }
 
 void Rebuilder::Tick() noexcept {

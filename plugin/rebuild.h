@@ -4,6 +4,11 @@
 // (PITSTOP_VIRTUALIZE_COMMS=1, comm_table.h) and moves the trainer's state
 // from the leaver to the joiner.
 //
+//   MAKE_IDS   joiner only, before PREPARE: makes the new ids with
+//              ncclGetUniqueId (a real id holds its maker's address, and
+//              this process lives through the init): one per listed
+//              communicator when make_comm_ids, and the transfer
+//              communicator's; answers them. PREPARE brings them back.
 //   PREPARE    stayer: non-blocking init of each listed communicator's
 //              replacement (same rank and size, the directive's new id);
 //              leaver: the transfer communicator (rank 0 of 2); joiner:
@@ -22,19 +27,28 @@
 //              joiner waiting in its join gets the reason.
 //
 // Directives are idempotent on (migration_id, epoch, phase): a repeat is
-// answered again (the stored answer), never redone. One migration at a
-// time; a directive of another one while it runs is refused.
+// answered again (the stored answer), never redone; MAKE_IDS's ids are
+// made once. One migration at a time; a directive of another one while it
+// runs is refused, except after MAKE_IDS alone (nothing of NCCL's to undo:
+// the next migration replaces it).
 //
-//   Preparing ──all connected──► Ready ──SWITCH_AT──► Switching
-//       │                          │                     │ boundary
-//       ▼ init error               ▼ ABORT               ▼
-//    Failed                     Aborted               Switched ──COMMIT──►
-//                                                               Committed
+//   (MAKE_IDS) ──ids made──► IdsMade
+//       │ id error              │ PREPARE
+//       ▼                       ▼
+//     Failed ◄──init error── Preparing ◄── (PREPARE, no MAKE_IDS)
+//                               │ all connected
+//                               ▼
+//                             Ready ──ABORT──► Aborted  (ABORT: from any
+//                               │ SWITCH_AT              stage before
+//                               ▼                        Switched)
+//                           Switching ──boundary──► Switched ──COMMIT──►
+//                                                              Committed
 //
-// Threads: OnDirectives/Tick/TakeAcks on the exporter thread;
-// RegisterState/Poll/Join on the trainer's thread (the C API,
-// include/pitstop/trainer.h); COMMIT's and ABORT's NCCL calls on a worker
-// thread of its own (finalize is a barrier; the exporter must not wait).
+// Threads: OnDirectives/Tick/TakeAcks on the exporter thread (so is
+// MAKE_IDS's ncclGetUniqueId: it waits on no peer); RegisterState/Poll/Join
+// on the trainer's thread (the C API, include/pitstop/trainer.h); COMMIT's
+// and ABORT's NCCL calls on a worker thread of its own (finalize is a
+// barrier; the exporter must not wait).
 // Every method is thread-safe (one mutex; never held across a call that
 // may block on peers). Nothing here runs on the collective path: the
 // switch counter is the table's (CommTable::CountEnqueued).
@@ -105,6 +119,7 @@ class Rebuilder {
     OwnedComm old;    // stayer: swapped out, freed at COMMIT
   };
   enum class Stage {
+    kIdsMade,
     kPreparing,
     kReady,
     kSwitching,
@@ -133,6 +148,15 @@ class Rebuilder {
   };
 
   void HandleLocked(const MigrationDirective& d) PLUGIN_REQUIRES(mu_);
+  // A directive of a migration that is not the current one: makes it the
+  // current one (PREPARE, a joiner's MAKE_IDS) and returns true, or answers
+  // it here and returns false.
+  bool BeginLocked(const MigrationDirective& d) PLUGIN_REQUIRES(mu_);
+  // True when `phase` of the current migration was answered (again) here.
+  bool AnsweredLocked(int phase) PLUGIN_REQUIRES(mu_);
+  void MakeIdsLocked(const MigrationDirective& d) PLUGIN_REQUIRES(mu_);
+  // A new ncclUniqueId into *id (kCommIdBytes), or false with *error.
+  bool MakeId(std::string* id, std::string* error) const;
   void PrepareLocked(const MigrationDirective& d) PLUGIN_REQUIRES(mu_);
   bool PlanLocked(const MigrationDirective& d, std::string* error)
       PLUGIN_REQUIRES(mu_);
@@ -151,6 +175,10 @@ class Rebuilder {
   void FailLocked(int phase, const std::string& error) PLUGIN_REQUIRES(mu_);
   void AnswerLocked(int phase, bool ok, const std::string& error)
       PLUGIN_REQUIRES(mu_);
+  MigrationAck AckLocked(int phase, bool ok, const std::string& error) const
+      PLUGIN_REQUIRES(mu_);
+  // Stores `a` as its phase's answer; sends it once that phase came.
+  void PostLocked(MigrationAck a) PLUGIN_REQUIRES(mu_);
   void RefuseLocked(const MigrationDirective& d, const std::string& error)
       PLUGIN_REQUIRES(mu_);
   uint64_t ProgressLocked() const PLUGIN_REQUIRES(mu_);

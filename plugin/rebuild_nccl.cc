@@ -58,6 +58,7 @@ bool LoadRealNcclOps(NcclOps* out, std::string* missing) noexcept {
     ok &= Load("pncclRecv", &out->recv, missing);
     ok &= Load("pncclGetErrorString", &out->error_string, missing);
     ok &= Load("pncclGetLastError", &out->last_error, missing);
+    ok &= Load("pncclGetUniqueId", &out->get_unique_id, missing);
     return ok;
   } catch (...) {
     return false;

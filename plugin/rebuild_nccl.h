@@ -74,6 +74,8 @@ struct NcclOps {
                      NcclComm comm, void* stream) = nullptr;
   const char* (*error_string)(NcclResult r) = nullptr;
   const char* (*last_error)(NcclComm comm) = nullptr;
+  // PHASE_MAKE_IDS (a joiner): a real id holds this process's address.
+  NcclResult (*get_unique_id)(NcclUniqueId* id) = nullptr;
 };
 
 // The real pncclX entry points; false (and `*missing` names the first one

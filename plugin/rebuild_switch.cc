@@ -164,7 +164,8 @@ bool Rebuilder::WaitSwitchLocked(int64_t timeout_ms, std::string* error) {
         *error = m->failure;
         return false;
       }
-      if (m->stage != Stage::kPreparing && m->stage != Stage::kReady) {
+      if (m->stage != Stage::kIdsMade && m->stage != Stage::kPreparing &&
+          m->stage != Stage::kReady) {
         *error = "this joiner already joined";
         return false;
       }

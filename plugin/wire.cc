@@ -188,7 +188,7 @@ bool DecodeDirectiveComm(const char* data, size_t len,
     if (f == kDirCommOldHash && t == 0) c->old_comm_hash = v;
     if (f == kDirCommNewId && t == 2) c->new_comm_id.assign(d, l);
   }
-  return c->new_comm_id.size() == kCommIdBytes;
+  return true;  // the id's length depends on the phase: DecodeDirective
 }
 
 // One field of a RankMigrationDirective. False when unusable.
@@ -216,7 +216,7 @@ bool ApplyDirectiveField(int f, int t, uint64_t v, const char* d, size_t l,
   switch (f) {
     case kDirPhase:
       out->phase = static_cast<MigrationPhase>(v);
-      return v >= kPhasePrepare && v <= kPhaseAbort;
+      return v >= kPhasePrepare && v <= kPhaseMakeIds;
     case kDirEpoch:
       out->epoch = v;
       return true;
@@ -232,9 +232,22 @@ bool ApplyDirectiveField(int f, int t, uint64_t v, const char* d, size_t l,
     case kDirSwitchSeq:
       out->switch_seq = v;
       return true;
+    case kDirMakeCommIds:
+      out->make_comm_ids = v != 0;
+      return true;
     default:
       return true;
   }
+}
+
+// Every comm brings its new id, except to MAKE_IDS, which makes them (and
+// ignores what came: the phase may follow the comms on the wire).
+bool CommIdsFit(const MigrationDirective& d) {
+  if (d.phase == kPhaseMakeIds) return true;
+  for (const MigrationDirective::Comm& c : d.comms) {
+    if (c.new_comm_id.size() != kCommIdBytes) return false;
+  }
+  return true;
 }
 
 bool DecodeDirective(const char* data, size_t len, MigrationDirective* out) {
@@ -252,7 +265,8 @@ bool DecodeDirective(const char* data, size_t len, MigrationDirective* out) {
   }
   // Phase and role are never zero in a usable directive (proto3 omits
   // zero values, so an absent one is UNSPECIFIED).
-  return has_phase && has_role && !out->migration_id.empty();
+  return has_phase && has_role && !out->migration_id.empty() &&
+         CommIdsFit(*out);
 }
 
 }  // namespace
@@ -267,6 +281,14 @@ std::string EncodeMigrationAck(const MigrationAck& a) {
   w.Bytes(kAckError, a.error);
   w.Int32(kAckGlobalRank, a.global_rank);
   w.Varint(kAckProgressSeq, a.progress_seq);
+  for (const MigrationDirective::Comm& c : a.made_comms) {
+    std::string comm;
+    ProtoWriter cw(&comm);
+    cw.Varint(kDirCommOldHash, c.old_comm_hash);
+    cw.Bytes(kDirCommNewId, c.new_comm_id);
+    w.Message(kAckMadeComms, comm);
+  }
+  w.Bytes(kAckMadeTransferId, a.made_transfer_id);
   return s;
 }
 

@@ -173,6 +173,7 @@ enum DirectiveField {
   kDirSwitchSeq = 8,
   kDirTransferCommId = 9,
   kDirReason = 10,
+  kDirMakeCommIds = 11,
 };
 enum DirectiveCommField {
   kDirCommOldHash = 1,
@@ -188,6 +189,8 @@ enum AckField {
   kAckError = 5,
   kAckGlobalRank = 6,
   kAckProgressSeq = 7,
+  kAckMadeComms = 8,  // RankMigrationDirective.Comm, DirectiveCommField
+  kAckMadeTransferId = 9,
 };
 
 // RankMigrationDirective.Phase / .Role values.
@@ -197,6 +200,7 @@ enum MigrationPhase {
   kPhaseSwitchAt = 2,
   kPhaseCommit = 3,
   kPhaseAbort = 4,
+  kPhaseMakeIds = 5,
 };
 enum MigrationRole {
   kRoleUnspecified = 0,
@@ -208,7 +212,9 @@ enum MigrationRole {
 // Bytes of an ncclUniqueId: new_comm_id and transfer_comm_id must be this.
 inline constexpr size_t kCommIdBytes = 128;
 
-// RankMigrationDirective (agent -> library).
+// RankMigrationDirective (agent -> library). Each comm's new_comm_id has
+// kCommIdBytes, except in PHASE_MAKE_IDS, where the library makes the ids
+// and does not read it.
 struct MigrationDirective {
   struct Comm {
     uint64_t old_comm_hash = 0;
@@ -224,6 +230,7 @@ struct MigrationDirective {
   uint64_t switch_seq = 0;
   std::string transfer_comm_id;
   std::string reason;
+  bool make_comm_ids = false;  // PHASE_MAKE_IDS: make the comms' ids too
 };
 
 // RankMigrationAck (library -> agent).
@@ -235,6 +242,10 @@ struct MigrationAck {
   std::string error;
   int32_t global_rank = -1;
   uint64_t progress_seq = 0;
+  // PHASE_MAKE_IDS: each comm's old hash and its new id, and the transfer
+  // communicator's id (kCommIdBytes each).
+  std::vector<MigrationDirective::Comm> made_comms;
+  std::string made_transfer_id;
 };
 
 // What one StreamTelemetryResponse carried.

@@ -323,9 +323,73 @@ TEST(WireTest, MalformedDirectivesAreCountedNotFatal) {
   EXPECT_EQ(out.activations.size(), 1u);
 }
 
+// MAKE_IDS names the communicators by their old hash only: the library
+// makes their ids, so a comm without one is usable there and nowhere else.
+TEST(WireTest, DecodesMakeIdsDirectivesWhoseCommsHaveNoIds) {
+  v1::RankMigrationDirective d = FullDirective();
+  d.set_phase(v1::RankMigrationDirective::PHASE_MAKE_IDS);
+  d.set_role(v1::RankMigrationDirective::ROLE_JOINER);
+  d.set_make_comm_ids(true);
+  d.clear_transfer_comm_id();
+  for (auto& c : *d.mutable_comms()) c.clear_new_comm_id();
+  v1::RankMigrationDirective prepare = d;
+  prepare.set_phase(v1::RankMigrationDirective::PHASE_PREPARE);
+  v1::StreamTelemetryResponse resp;
+  *resp.add_migration_directive() = d;
+  *resp.add_migration_directive() = prepare;
+  AgentMessages out;
+  ASSERT_TRUE(DecodeResponse(resp.SerializeAsString(), &out));
+  EXPECT_EQ(out.malformed_directives, 1u) << "a PREPARE without new ids";
+  ASSERT_EQ(out.directives.size(), 1u);
+  const MigrationDirective& got = out.directives[0];
+  EXPECT_EQ(got.phase, kPhaseMakeIds);
+  EXPECT_EQ(got.role, kRoleJoiner);
+  EXPECT_TRUE(got.make_comm_ids);
+  ASSERT_EQ(got.comms.size(), 2u);
+  EXPECT_EQ(got.comms[1].old_comm_hash, 0xFEDCBA9876543211ull);
+  EXPECT_TRUE(got.transfer_comm_id.empty());
+  // make_comm_ids is false unless set.
+  d.set_make_comm_ids(false);
+  resp.Clear();
+  *resp.add_migration_directive() = d;
+  out = AgentMessages();
+  ASSERT_TRUE(DecodeResponse(resp.SerializeAsString(), &out));
+  ASSERT_EQ(out.directives.size(), 1u);
+  EXPECT_FALSE(out.directives[0].make_comm_ids);
+}
+
+TEST(WireTest, MadeIdsInAcksDecodeWithGeneratedClasses) {
+  MigrationAck a;
+  a.migration_id = "M7";
+  a.epoch = 3;
+  a.phase = kPhaseMakeIds;
+  a.ok = true;
+  a.global_rank = 2;
+  a.made_comms.push_back({0xFEDCBA9876543210ull, std::string(128, 'a')});
+  a.made_comms.push_back({7, std::string(128, '\0')});
+  a.made_transfer_id = std::string(128, '\x80');
+  std::string bytes;
+  ProtoWriter w(&bytes);
+  w.Message(kReqMigrationAcks, EncodeMigrationAck(a));
+  v1::StreamTelemetryRequest req;
+  ASSERT_TRUE(req.ParseFromString(bytes));
+  ASSERT_EQ(req.migration_acks_size(), 1);
+  const v1::RankMigrationAck& got = req.migration_acks(0);
+  EXPECT_EQ(got.phase(), v1::RankMigrationDirective::PHASE_MAKE_IDS);
+  EXPECT_TRUE(got.ok());
+  ASSERT_EQ(got.made_comms_size(), 2);
+  EXPECT_EQ(got.made_comms(0).old_comm_hash(), 0xFEDCBA9876543210ull);
+  EXPECT_EQ(got.made_comms(0).new_comm_id(), std::string(128, 'a'));
+  EXPECT_EQ(got.made_comms(1).old_comm_hash(), 7u);
+  EXPECT_EQ(got.made_comms(1).new_comm_id(), std::string(128, '\0'));
+  EXPECT_EQ(got.made_transfer_id(), std::string(128, '\x80'));
+  // And the other way: what the generated class writes, the writer wrote.
+  EXPECT_EQ(got.SerializeAsString(), EncodeMigrationAck(a));
+}
+
 TEST(WireTest, MigrationAcksDecodeWithGeneratedClasses) {
-  MigrationAck a{"M7", 3, kPhasePrepare, true, "", 2, 500};
-  MigrationAck b{"M7", 3, kPhaseSwitchAt, false, "too late", -1, 0};
+  MigrationAck a{"M7", 3, kPhasePrepare, true, "", 2, 500, {}, ""};
+  MigrationAck b{"M7", 3, kPhaseSwitchAt, false, "too late", -1, 0, {}, ""};
   std::string bytes;
   ProtoWriter w(&bytes);
   w.Message(kReqMigrationAcks, EncodeMigrationAck(a));

@@ -4,8 +4,10 @@
 // the CPU NCCL backend, libnccl-profiler-pitstop.so LD_PRELOADed with
 // PITSTOP_VIRTUALIZE_COMMS=1. The test is the agent and the controller: its
 // telemetry receiver sends RankMigrationDirectives on each process's stream
-// and reads the acks; it makes the new communicators' ids itself with the
-// backend's ncclGetUniqueId.
+// and reads the acks. In the main test the joiner's library makes the new
+// communicators' ids (PHASE_MAKE_IDS), as it must with real NCCL, whose ids
+// hold their maker's address; the others make them in the test with the
+// backend's ncclGetUniqueId, as a controller may for the CPU backend.
 //
 // Nothing is timed: every wait is for an answer, and the ranks' deadline
 // (RunRanks) kills whatever is stuck. The switch point lies a margin of
@@ -65,6 +67,12 @@ std::vector<std::pair<int, double>> StepLog(const std::string& path) {
 uint64_t HashOf(const ncclUniqueId& id) {
   return nicplan::CommHashOfUniqueId(id.internal, sizeof(id.internal));
 }
+uint64_t HashOf(const std::string& id) {
+  return nicplan::CommHashOfUniqueId(id.data(), static_cast<int>(id.size()));
+}
+std::string Bytes(const ncclUniqueId& id) {
+  return std::string(id.internal, sizeof(id.internal));
+}
 
 // The processes of one run: "r0", "r1", "r2" (the leaver) and "joiner".
 struct Proc {
@@ -89,8 +97,11 @@ class MigrationTest : public ::testing::Test {
     receiver_ = std::move(*r);
     ASSERT_EQ(ncclGetUniqueId(&reference_world_), ncclSuccess);
     ASSERT_EQ(ncclGetUniqueId(&world_), ncclSuccess);
-    ASSERT_EQ(ncclGetUniqueId(&new_world_), ncclSuccess);
-    ASSERT_EQ(ncclGetUniqueId(&transfer_), ncclSuccess);
+    ncclUniqueId id;
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    new_world_ = Bytes(id);
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    transfer_ = Bytes(id);
   }
   void TearDown() override {
     receiver_.reset();
@@ -187,11 +198,13 @@ class MigrationTest : public ::testing::Test {
     d.set_global_rank(p.rank);
     auto* c = d.add_comms();
     c->set_old_comm_hash(HashOf(world_));
-    c->set_new_comm_id(std::string(new_world_.internal, 128));
     d.set_switch_comm_hash(HashOf(world_));
-    if (p.role != Directive::ROLE_STAYER) {
-      d.set_transfer_comm_id(std::string(transfer_.internal, 128));
+    if (phase == Directive::PHASE_MAKE_IDS) {
+      d.set_make_comm_ids(true);  // the ids are what it answers
+      return d;
     }
+    c->set_new_comm_id(new_world_);
+    if (p.role != Directive::ROLE_STAYER) d.set_transfer_comm_id(transfer_);
     return d;
   }
   // Sends `phase` to the named processes; false if a stream is closed.
@@ -253,11 +266,48 @@ class MigrationTest : public ::testing::Test {
     return n;
   }
 
+  // PHASE_MAKE_IDS to the joiner (twice: the repeat must bring the same
+  // ids, made once); its ids replace the test's for PREPARE.
+  ::testing::AssertionResult MakeIdsAtJoiner() {
+    std::map<std::string, v1::RankMigrationAck> made, again;
+    Send(Directive::PHASE_MAKE_IDS, {"joiner"});
+    if (!WaitAcks(Directive::PHASE_MAKE_IDS, {"joiner"}, 1, &made)) {
+      return ::testing::AssertionFailure() << "MAKE_IDS:\n" << AllAcks();
+    }
+    Send(Directive::PHASE_MAKE_IDS, {"joiner"});
+    if (!WaitAcks(Directive::PHASE_MAKE_IDS, {"joiner"}, 2, &again)) {
+      return ::testing::AssertionFailure() << "MAKE_IDS again:\n" << AllAcks();
+    }
+    const v1::RankMigrationAck& a = made["joiner"];
+    if (!a.ok() || a.made_comms_size() != 1 ||
+        a.made_comms(0).old_comm_hash() != HashOf(world_) ||
+        a.made_comms(0).new_comm_id().size() != 128 ||
+        a.made_transfer_id().size() != 128 ||
+        a.made_comms(0).new_comm_id() == a.made_transfer_id()) {
+      return ::testing::AssertionFailure() << "MAKE_IDS: " << a.DebugString();
+    }
+    if (again["joiner"].SerializeAsString() != a.SerializeAsString()) {
+      return ::testing::AssertionFailure()
+             << "a repeated MAKE_IDS answered other ids:\n"
+             << a.DebugString() << "\n"
+             << again["joiner"].DebugString();
+    }
+    if (a.made_comms(0).new_comm_id() == new_world_ ||
+        a.made_transfer_id() == transfer_) {
+      return ::testing::AssertionFailure() << "the joiner's ids are the test's";
+    }
+    new_world_ = a.made_comms(0).new_comm_id();
+    transfer_ = a.made_transfer_id();
+    return ::testing::AssertionSuccess();
+  }
+
   std::string dir_;
   std::unique_ptr<emu::TelemetryReceiver> receiver_;
   // The undisturbed run's communicator and the migrated run's (a unique id
   // names one communicator only).
-  ncclUniqueId reference_world_, world_, new_world_, transfer_;
+  ncclUniqueId reference_world_, world_;
+  // The ids PREPARE carries: made here, or the joiner's (MakeIdsAtJoiner).
+  std::string new_world_, transfer_;
   std::map<std::string, size_t> index_;
   size_t first_stream_ = 0;
   std::thread runner_;
@@ -284,6 +334,8 @@ std::string AckText(const std::map<std::string, v1::RankMigrationAck>& acks) {
   return ::testing::AssertionSuccess();
 }
 
+// The joiner's library makes the new ids (PHASE_MAKE_IDS) and PREPARE
+// brings them to every member, as with real NCCL.
 TEST_F(MigrationTest,
        JoinerTakesTheLeaversRankAndWeightsMatchAnUndisturbedRun) {
   const std::string reference = ReferenceWeights();
@@ -293,6 +345,7 @@ TEST_F(MigrationTest,
   uint64_t switch_seq = 0;
   auto drive = [&]() -> ::testing::AssertionResult {
     if (!FindStreams()) return ::testing::AssertionFailure() << "no hellos";
+    if (auto made = MakeIdsAtJoiner(); !made) return made;
     Send(Directive::PHASE_PREPARE, kAll);
     if (!WaitAcks(Directive::PHASE_PREPARE, kAll, 1, &ready) || !AllOk(ready)) {
       return ::testing::AssertionFailure() << "READY:\n" << AllAcks();

@@ -29,6 +29,8 @@ struct Fake {
   std::string id_seen;
   char comms[8] = {};  // fake communicators: &comms[i]
   int next_comm = 1;
+  NcclResult unique_id_result = abi::kNcclSuccess;
+  int ids_made = 0;
 };
 Fake* g_fake = nullptr;
 
@@ -59,6 +61,15 @@ NcclResult FakeAbort(NcclComm) {
   g_fake->calls.push_back("abort");
   return abi::kNcclSuccess;
 }
+// Each id is 128 bytes of its serial number, so every id differs.
+NcclResult FakeGetUniqueId(NcclUniqueId* id) {
+  g_fake->calls.push_back("unique_id");
+  if (g_fake->unique_id_result != abi::kNcclSuccess) {
+    return g_fake->unique_id_result;
+  }
+  std::memset(id->internal, ++g_fake->ids_made, sizeof(id->internal));
+  return abi::kNcclSuccess;
+}
 const char* FakeErrorString(NcclResult) { return "remote process exited"; }
 const char* FakeLastError(NcclComm) { return "peer 2 closed"; }
 
@@ -71,6 +82,7 @@ NcclOps FakeOps() {
   o.abort = FakeAbort;
   o.error_string = FakeErrorString;
   o.last_error = FakeLastError;
+  o.get_unique_id = FakeGetUniqueId;
   return o;  // send/recv: no stayer needs them
 }
 
@@ -258,6 +270,144 @@ TEST_F(RebuildTest, AbortAfterPrepareAbortsTheNewCommunicatorOnly) {
   CommBinding b;
   ASSERT_TRUE(g_table.Snapshot(handle_, &b));
   EXPECT_EQ(b.comm, &old_comm_);
+}
+
+// A joiner makes the ids (a real one holds its maker's address) and
+// answers them; the stayers and the leaver never do.
+class MakeIdsTest : public RebuildTest {
+ protected:
+  static constexpr uint64_t kOtherHash = 0x5678;
+  MigrationDirective MakeIds(MigrationRole role) {
+    MigrationDirective d = Directive(kPhaseMakeIds);
+    d.role = role;
+    d.global_rank = 2;
+    d.make_comm_ids = true;
+    d.comms = {{kWorldHash, ""}, {kOtherHash, ""}};
+    return d;
+  }
+  std::vector<MigrationAck> Send(const MigrationDirective& d) {
+    std::vector<MigrationDirective> v = {d};
+    rebuilder_->OnDirectives(&v);
+    return Acks();
+  }
+};
+
+TEST_F(MakeIdsTest, AJoinerAnswersADistinctIdPerCommAndATransferId) {
+  const auto acks = Send(MakeIds(kRoleJoiner));
+  ASSERT_EQ(acks.size(), 1u);
+  const MigrationAck& a = acks[0];
+  EXPECT_EQ(a.phase, kPhaseMakeIds);
+  ASSERT_TRUE(a.ok) << a.error;
+  EXPECT_EQ(a.global_rank, 2);
+  ASSERT_EQ(a.made_comms.size(), 2u);
+  EXPECT_EQ(a.made_comms[0].old_comm_hash, kWorldHash);
+  EXPECT_EQ(a.made_comms[1].old_comm_hash, kOtherHash);
+  const std::string ids[] = {a.made_comms[0].new_comm_id,
+                             a.made_comms[1].new_comm_id, a.made_transfer_id};
+  for (const std::string& id : ids) EXPECT_EQ(id.size(), kCommIdBytes);
+  EXPECT_NE(ids[0], ids[1]);
+  EXPECT_NE(ids[0], ids[2]);
+  EXPECT_NE(ids[1], ids[2]);
+  EXPECT_EQ(Count(fake_.calls, "unique_id"), 3);
+  EXPECT_EQ(Count(fake_.calls, "init"), 0) << "MAKE_IDS inits nothing";
+}
+
+TEST_F(MakeIdsTest, WithoutMakeCommIdsOnlyTheTransferIdIsMade) {
+  MigrationDirective d = MakeIds(kRoleJoiner);
+  d.make_comm_ids = false;
+  const auto acks = Send(d);
+  ASSERT_EQ(acks.size(), 1u);
+  ASSERT_TRUE(acks[0].ok) << acks[0].error;
+  EXPECT_TRUE(acks[0].made_comms.empty());
+  EXPECT_EQ(acks[0].made_transfer_id.size(), kCommIdBytes);
+  EXPECT_EQ(Count(fake_.calls, "unique_id"), 1);
+}
+
+TEST_F(MakeIdsTest, ARepeatGetsTheSameIdsWithoutMakingThemAgain) {
+  const auto first = Send(MakeIds(kRoleJoiner));
+  const auto again = Send(MakeIds(kRoleJoiner));
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(again.size(), 1u);
+  ASSERT_TRUE(again[0].ok) << again[0].error;
+  ASSERT_EQ(again[0].made_comms.size(), 2u);
+  EXPECT_EQ(again[0].made_comms[0].new_comm_id,
+            first[0].made_comms[0].new_comm_id);
+  EXPECT_EQ(again[0].made_comms[1].new_comm_id,
+            first[0].made_comms[1].new_comm_id);
+  EXPECT_EQ(again[0].made_transfer_id, first[0].made_transfer_id);
+  EXPECT_EQ(Count(fake_.calls, "unique_id"), 3);
+}
+
+TEST_F(MakeIdsTest, AStayerRefusesItAndItsPrepareStillWorks) {
+  const auto acks = Send(MakeIds(kRoleStayer));
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].phase, kPhaseMakeIds);
+  EXPECT_FALSE(acks[0].ok);
+  EXPECT_EQ(acks[0].error,
+            "PHASE_MAKE_IDS is for the joiner, this rank is a stayer");
+  EXPECT_TRUE(acks[0].made_comms.empty());
+  EXPECT_TRUE(acks[0].made_transfer_id.empty());
+  EXPECT_EQ(Count(fake_.calls, "unique_id"), 0);
+  PrepareReady();  // the same migration: neither "in progress" nor a repeat
+}
+
+TEST_F(MakeIdsTest, ANcclErrorIsAnsweredWithItsText) {
+  fake_.unique_id_result = abi::kNcclSystemError;
+  const auto acks = Send(MakeIds(kRoleJoiner));
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_FALSE(acks[0].ok);
+  EXPECT_THAT(acks[0].error,
+              ::testing::HasSubstr("ncclGetUniqueId failed: remote process "
+                                   "exited (2): peer 2 closed"));
+  EXPECT_TRUE(acks[0].made_transfer_id.empty());
+  EXPECT_EQ(Count(fake_.calls, "unique_id"), 1) << "gave up at the first";
+}
+
+// PREPARE of the migration that made the ids is its next phase, not a
+// repeat and not another migration: it inits with the ids it brings.
+TEST_F(MakeIdsTest, ThePrepareThatFollowsInitsWithTheIdsItBrings) {
+  void* sandbox = g_table.BindSandbox(2, 3, kOtherHash);
+  ASSERT_NE(sandbox, nullptr);
+  MigrationDirective d = MakeIds(kRoleJoiner);
+  d.comms.resize(1);
+  d.comms[0].old_comm_hash = kOtherHash;
+  d.switch_comm_hash = kOtherHash;
+  const auto made = Send(d);
+  ASSERT_EQ(made.size(), 1u);
+  ASSERT_TRUE(made[0].ok) << made[0].error;
+  d.phase = kPhasePrepare;
+  d.comms = made[0].made_comms;
+  d.transfer_comm_id = made[0].made_transfer_id;
+  EXPECT_TRUE(Send(d).empty()) << "READY while the inits are in progress";
+  EXPECT_EQ(Count(fake_.calls, "init"), 2);  // the world and the transfer
+  EXPECT_EQ(fake_.id_seen, made[0].made_transfer_id);
+  EXPECT_EQ(fake_.rank_seen, 1);
+  fake_.async = abi::kNcclSuccess;
+  rebuilder_->Tick();
+  const auto ready = Acks();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].phase, kPhasePrepare);
+  EXPECT_TRUE(ready[0].ok) << ready[0].error;
+  EXPECT_EQ(Count(fake_.calls, "unique_id"), 2);
+  rebuilder_.reset();
+  EXPECT_TRUE(g_table.ReleaseSandbox(sandbox));
+}
+
+// An ABORT after MAKE_IDS ends the migration: its PREPARE is refused.
+TEST_F(MakeIdsTest, APrepareAfterAnAbortIsRefused) {
+  ASSERT_TRUE(Send(MakeIds(kRoleJoiner))[0].ok);
+  MigrationDirective d = MakeIds(kRoleJoiner);
+  d.phase = kPhaseAbort;
+  d.reason = "the controller gave up";
+  auto acks = Send(d);
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_TRUE(acks[0].ok);
+  d.phase = kPhasePrepare;
+  acks = Send(d);
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_FALSE(acks[0].ok);
+  EXPECT_EQ(acks[0].error, "migration aborted: the controller gave up");
+  EXPECT_EQ(Count(fake_.calls, "init"), 0);
 }
 
 TEST(OwnedCommTest, AnAbortedCommunicatorIsNeverDestroyed) {
