@@ -224,7 +224,9 @@ struct MigrationDirective {
   std::string migration_id;
   uint64_t epoch = 0;
   MigrationRole role = kRoleUnspecified;
-  int32_t global_rank = -1;
+  // proto3: an absent field is 0, and rank 0's directive omits it (a -1
+  // default here answered rank 0's directives as rank -1).
+  int32_t global_rank = 0;
   std::vector<Comm> comms;
   uint64_t switch_comm_hash = 0;
   uint64_t switch_seq = 0;

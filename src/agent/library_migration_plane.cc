@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "pitstop/logging.h"
 
 namespace pitstop::agent {
@@ -118,11 +119,20 @@ void LibraryMigrationPlane::Dispatch(Relay* r, int phase) {
     if (r->expected.count(lr.global_rank))
       stream_of[lr.global_rank] = lr.stream;
   }
+  std::vector<int32_t> sent_now;
   for (const auto& [rank, stream] : stream_of) {
     if (r->sent.count({phase, rank})) continue;
     v1::StreamTelemetryResponse resp;
     *resp.add_migration_directive() = ForRank(*r, d, rank);
-    if (core_->SendToStream(stream, resp)) r->sent[{phase, rank}] = stream;
+    if (core_->SendToStream(stream, resp)) {
+      r->sent[{phase, rank}] = stream;
+      sent_now.push_back(rank);
+    }
+  }
+  if (!sent_now.empty()) {
+    Logger("agent")->info("migration {} of job {}: {} sent to ranks {}",
+                          r->migration_id, r->job_id, PhaseName(phase),
+                          absl::StrJoin(sent_now, ","));
   }
 }
 
@@ -179,6 +189,9 @@ void LibraryMigrationPlane::OnRankAcks(
     const google::protobuf::RepeatedPtrField<v1::RankMigrationAck>& acks) {
   MutexLock lock(&mu_);
   for (const v1::RankMigrationAck& a : acks) {
+    Logger("agent")->debug("migration {} epoch {}: rank {} answered {} ok={}",
+                           a.migration_id(), a.epoch(), a.global_rank(),
+                           PhaseName(a.phase()), a.ok());
     for (auto& [job, r] : relays_) {
       if (r.migration_id != a.migration_id() || r.epoch != a.epoch()) continue;
       if (!a.ok()) {

@@ -27,9 +27,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kBuildSubdirs[] = {"src/agent",     "src/controller", "src/trainer",
-                                         "src/sim",       "tools/pitstopctl",
-                                         "tools/pitstop", "plugin"};
+constexpr const char* kBuildSubdirs[] = {
+    "src/agent",        "src/controller", "src/trainer", "src/sim",
+    "tools/pitstopctl", "tools/pitstop",  "plugin"};
 
 bool IsFile(const std::string& path) {
   struct stat st;

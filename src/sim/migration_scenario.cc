@@ -82,8 +82,8 @@ class ScenarioRun {
       std::vector<std::string> argv,
       std::vector<std::pair<std::string, std::string>> env,
       const std::string& log);
-  std::vector<std::pair<std::string, std::string>> PitstopEnv(
-      int node, int rank) const;
+  std::vector<std::pair<std::string, std::string>> PitstopEnv(int node,
+                                                              int rank) const;
   // Waits for every process; false (and a failure) past the deadline or
   // for a non-zero exit.
   bool WaitAll(std::vector<Proc>* procs, const std::string& what);
@@ -105,7 +105,8 @@ absl::Status ScenarioRun::Start() {
   ASSIGN_OR_RETURN(plugin_, FindPitstopBinary("libnccl-profiler-pitstop.so"));
   LocalClusterOptions co;
   co.nodes = o_.nodes + 1;
-  for (int i = 0; i < o_.nodes; ++i) co.host_names.push_back(absl::StrCat("node", i));
+  for (int i = 0; i < o_.nodes; ++i)
+    co.host_names.push_back(absl::StrCat("node", i));
   co.host_names.push_back(kStandby);
   co.work_dir = o_.work_dir;
   co.keep_work_dir = o_.keep_work_dir;
@@ -113,12 +114,17 @@ absl::Status ScenarioRun::Start() {
   co.agent_batch_ms = 50;
   co.agent_extra_args = {"--migration-data-plane", "library"};
   co.agent_args_by_node[o_.nodes] = {"--standby"};
-  co.controller_extra_args = {"--migrate-switch-margin",
-                              absl::StrCat(o_.switch_margin)};
+  // A phase that cannot finish fails the run in a minute, not the
+  // production default's two.
+  co.controller_extra_args = {
+      "--migrate-switch-margin",     absl::StrCat(o_.switch_margin),
+      "--migrate-prepare-timeout-s", "60",
+      "--migrate-switch-timeout-s",  "60"};
   ASSIGN_OR_RETURN(cluster_, LocalCluster::Start(co));
   dir_ = cluster_->work_dir();
   r_->work_dir = dir_;
-  stub_ = v1::Controller::NewStub(CreateChannel(cluster_->controller_address()));
+  stub_ =
+      v1::Controller::NewStub(CreateChannel(cluster_->controller_address()));
   Say(absl::StrCat("[sim] controller at ", cluster_->controller_address(), ", ",
                    o_.nodes, " nodes + standby ", kStandby,
                    " (agents with --migration-data-plane library); work dir ",
@@ -251,9 +257,10 @@ absl::Status ScenarioRun::Restart() {
   if (!WaitAll(&procs, "restart")) {
     return absl::InternalError(absl::StrJoin(r_->failures, "; "));
   }
-  Say(absl::StrCat("[sim] full restart from the step-", o_.migrate_after_step,
-                   " checkpoint (new processes, new communicator, first step): ",
-                   static_cast<int>(r_->restart_ms), " ms"));
+  Say(absl::StrCat(
+      "[sim] full restart from the step-", o_.migrate_after_step,
+      " checkpoint (new processes, new communicator, first step): ",
+      static_cast<int>(r_->restart_ms), " ms"));
   return absl::OkStatus();
 }
 
@@ -269,7 +276,8 @@ absl::StatusOr<v1::Migration> ScenarioRun::RequestMigration() {
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (true) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
     v1::MigrateNodeResponse resp;
     const grpc::Status st = stub_->MigrateNode(&ctx, req, &resp);
     if (st.ok()) return resp.migration();
@@ -283,12 +291,14 @@ absl::StatusOr<v1::Migration> ScenarioRun::RequestMigration() {
   }
 }
 
-absl::StatusOr<v1::Migration> ScenarioRun::AwaitFinished(const std::string& id) {
+absl::StatusOr<v1::Migration> ScenarioRun::AwaitFinished(
+    const std::string& id) {
   const absl::Time deadline = absl::Now() + kRunDeadline;
   std::string last_state;
   while (absl::Now() < deadline) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
     v1::GetMigrationRequest req;
     req.set_migration_id(id);
     v1::GetMigrationResponse resp;
@@ -331,8 +341,9 @@ absl::Status ScenarioRun::Migrate() {
     if (!procs_[0].process->Running()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  Say(absl::StrCat("[sim] step ", o_.migrate_after_step, ": pitstopctl migrate ",
-                   cluster_->host(o_.leaver_node), " --to ", kStandby));
+  Say(absl::StrCat("[sim] step ", o_.migrate_after_step,
+                   ": pitstopctl migrate ", cluster_->host(o_.leaver_node),
+                   " --to ", kStandby));
   absl::StatusOr<v1::Migration> m = RequestMigration();
   if (!m.ok()) {
     Fail(std::string(m.status().message()));
@@ -348,8 +359,8 @@ absl::Status ScenarioRun::Migrate() {
     }
   }
   Say(absl::StrCat("[sim] migration ", m->migration_id(), ": starting ",
-                   moved.size(), " joiner processes on ", kStandby,
-                   " (ranks ", absl::StrJoin(moved, ","), ", sandbox mode)"));
+                   moved.size(), " joiner processes on ", kStandby, " (ranks ",
+                   absl::StrJoin(moved, ","), ", sandbox mode)"));
   for (int r : moved) {
     const std::string who = absl::StrCat("joiner", r);
     std::vector<std::string> argv = Argv("mig", id, who, r);
@@ -363,8 +374,8 @@ absl::Status ScenarioRun::Migrate() {
   if (done.ok()) {
     r_->migration = *done;
     if (done->state() != v1::MIGRATION_STATE_COMMITTED) {
-      Fail(absl::StrCat("migration ", done->migration_id(), " aborted: ",
-                        done->abort_reason()));
+      Fail(absl::StrCat("migration ", done->migration_id(),
+                        " aborted: ", done->abort_reason()));
     }
   } else {
     Fail(std::string(done.status().message()));
@@ -394,7 +405,8 @@ void ScenarioRun::Judge() {
   // Every step exactly once per global rank, in order.
   for (int rank = 0; rank < world_; ++rank) {
     auto steps = StepLog(Path("mig", absl::StrCat("r", rank), "steps"));
-    const auto joined = StepLog(Path("mig", absl::StrCat("joiner", rank), "steps"));
+    const auto joined =
+        StepLog(Path("mig", absl::StrCat("joiner", rank), "steps"));
     if (!joined.empty() && r_->switch_step < 0) {
       r_->switch_step = static_cast<int>(steps.size());
     }
@@ -435,7 +447,8 @@ absl::StatusOr<MigrationScenarioResult> RunMigrationScenario(
   if (options.nodes < 2 || options.ranks_per_node < 1 ||
       options.leaver_node < 1 || options.leaver_node >= options.nodes ||
       options.migrate_after_step < 1 ||
-      options.migrate_after_step + options.switch_margin + 10 >= options.steps) {
+      options.migrate_after_step + options.switch_margin + 10 >=
+          options.steps) {
     return absl::InvalidArgumentError(
         "standby-migration needs >= 2 nodes, a leaver other than node 0, and "
         "steps well past migrate_after_step + switch_margin");

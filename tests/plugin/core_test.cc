@@ -276,6 +276,19 @@ v1::RankMigrationDirective FullDirective() {
   return d;
 }
 
+// proto3 leaves rank 0 off the wire; the decoder must read it as 0 (a -1
+// default made rank 0 answer as rank -1 and its agent wait forever).
+TEST(WireTest, DirectiveForRankZeroDecodesAsRankZero) {
+  v1::StreamTelemetryResponse resp;
+  v1::RankMigrationDirective d = FullDirective();
+  d.set_global_rank(0);
+  *resp.add_migration_directive() = d;
+  AgentMessages out;
+  ASSERT_TRUE(DecodeResponse(resp.SerializeAsString(), &out));
+  ASSERT_EQ(out.directives.size(), 1u);
+  EXPECT_EQ(out.directives[0].global_rank, 0);
+}
+
 TEST(WireTest, DecodesMigrationDirectivesWithGeneratedBytes) {
   v1::StreamTelemetryResponse resp;
   *resp.add_migration_directive() = FullDirective();

@@ -19,9 +19,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/sim/bench.h"
+#include "src/sim/migration_scenario.h"
 #include "src/sim/report.h"
 #include "src/sim/runner.h"
-#include "src/sim/migration_scenario.h"
 #include "src/sim/scenario.h"
 #include "src/sim/timeline.h"
 #include "tools/pitstop/commands.h"
