@@ -49,6 +49,7 @@ struct SimArgs {
   std::string log_level = "warn";
   std::string controller_config;
   bool quiet = false;
+  sim::MigrationScenarioOptions migration;  // standby-migration's knobs
 };
 
 absl::StatusOr<sim::Scenario> ResolveScenario(const SimArgs& a) {
@@ -89,7 +90,7 @@ bool IsMigrationScenario(const std::string& name) {
 }
 
 int RunMigration(const SimArgs& a) {
-  sim::MigrationScenarioOptions o;
+  sim::MigrationScenarioOptions o = a.migration;
   o.work_dir = a.work_dir;
   o.keep_work_dir = a.keep_work_dir;
   o.log_level = a.log_level;
@@ -233,6 +234,27 @@ void AddSimCommand(CLI::App* app, int* exit_code) {
   cmd->add_option("--controller-config", a.controller_config,
                   "YAML config for pitstop-controller (detection settings)");
   cmd->add_flag("-q,--quiet", a.quiet, "no progress lines");
+  // standby-migration only (the emulated scenarios have their YAML).
+  cmd->add_option("--nodes", a.migration.nodes,
+                  "standby-migration: training nodes (one standby is added)")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 64));
+  cmd->add_option("--ranks-per-node", a.migration.ranks_per_node,
+                  "standby-migration: trainer processes per node")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--steps", a.migration.steps,
+                  "standby-migration: SGD steps of the job")
+      ->capture_default_str();
+  cmd->add_option("--migrate-after-step", a.migration.migrate_after_step,
+                  "standby-migration: ask for the migration once rank 0 "
+                  "finished this many steps")
+      ->capture_default_str();
+  cmd->add_option("--switch-margin", a.migration.switch_margin,
+                  "standby-migration: collectives between the progress the "
+                  "ranks reported with READY and the switch point (room for "
+                  "SWITCH_AT to reach every rank)")
+      ->capture_default_str();
   cmd->add_flag("--bench", a.bench,
                 "run the detection-quality benchmark (every fault kind x "
                 "seeds x two cluster sizes, plus clean runs; ~15 min)");
