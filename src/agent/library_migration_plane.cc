@@ -153,8 +153,15 @@ v1::RankMigrationDirective LibraryMigrationPlane::ForRank(
   out.set_switch_comm_hash(d.switch_comm_hash());
   out.set_switch_seq(d.switch_seq());
   out.set_reason(d.reason());
+  out.set_from_replica(d.from_replica());
   for (const v1::TransferComm& t : d.transfers()) {
-    if (t.global_rank() == global_rank) out.set_transfer_comm_id(t.comm_id());
+    // The joiner and the leaver take the moved rank's transfer; with
+    // from_replica a stayer takes the one it is the source of.
+    const bool mine =
+        d.role() == v1::MIGRATION_ROLE_STAYER
+            ? d.from_replica() && t.source_global_rank() == global_rank
+            : t.global_rank() == global_rank;
+    if (mine) out.set_transfer_comm_id(t.comm_id());
   }
   // One joiner makes the communicators' ids; each makes its transfer id.
   out.set_make_comm_ids(d.phase() == Phase::PHASE_MAKE_IDS &&
@@ -235,8 +242,15 @@ void LibraryMigrationPlane::Answer(Relay* r, int phase, bool ok,
   a.set_error(error);
   for (int32_t rank : r->expected) a.add_global_ranks(rank);
   const v1::MigrationDirective& d = r->directives.at(phase);
+  bool first = true;
   for (const auto& [rank, ra] : r->acks[phase]) {
-    a.set_progress_seq(std::max(a.progress_seq(), ra.progress_seq()));
+    // From a replica READY carries the failed step: the lowest counts.
+    a.set_progress_seq(
+        d.from_replica()
+            ? (first ? ra.progress_seq()
+                     : std::min(a.progress_seq(), ra.progress_seq()))
+            : std::max(a.progress_seq(), ra.progress_seq()));
+    first = false;
     if (phase != Phase::PHASE_MAKE_IDS || !ok) continue;
     for (const RankDirective::Comm& c : ra.made_comms()) {
       v1::CommRebuild* out = a.add_made_comms();

@@ -223,5 +223,25 @@ TEST_F(LibraryMigrationPlaneTest, CommitAndAbortAreRelayedNotAnswered) {
   EXPECT_TRUE(Got(late).empty());
 }
 
+TEST_F(LibraryMigrationPlaneTest,
+       FromReplicaStayerSourcesGetTheTransferAndLowestStepCounts) {
+  const uint64_t a = Connect("j", 8), b = Connect("j", 9);
+  v1::MigrationDirective d =
+      Directive(Phase::PHASE_PREPARE, v1::MIGRATION_ROLE_STAYER);
+  d.set_from_replica(true);
+  d.mutable_transfers(0)->set_source_global_rank(9);   // moved rank 4
+  d.mutable_transfers(1)->set_source_global_rank(10);  // elsewhere
+  plane_.OnDirective(d);
+  ASSERT_EQ(Got(a).size(), 1u);
+  ASSERT_EQ(Got(b).size(), 1u);
+  EXPECT_TRUE(Got(a)[0].from_replica());
+  EXPECT_TRUE(Got(a)[0].transfer_comm_id().empty());
+  EXPECT_EQ(Got(b)[0].transfer_comm_id(), "T4");
+  Answer(a, Got(a)[0], true, 57);
+  Answer(b, Got(b)[0], true, 56);
+  ASSERT_EQ(acks_.size(), 1u);
+  EXPECT_EQ(acks_[0].progress_seq(), 56u) << "the lowest failed step";
+}
+
 }  // namespace
 }  // namespace pitstop::agent

@@ -61,6 +61,25 @@ bool MigrationManager::AwaitingIds(const v1::Migration& m) {
          m.ids_unix_ns() == 0;
 }
 
+void MigrationManager::AssignSources(v1::Migration* m) {
+  std::vector<int32_t> replicas;
+  for (const v1::MigrationMember& mem : m->members()) {
+    if (mem.role() == v1::MIGRATION_ROLE_STAYER) {
+      replicas.insert(replicas.end(), mem.global_ranks().begin(),
+                      mem.global_ranks().end());
+    }
+  }
+  std::sort(replicas.begin(), replicas.end());
+  // Start checked there are enough: each replica serves one moved rank
+  // (a rank's directive carries one transfer communicator).
+  size_t next = 0;
+  for (v1::TransferComm& t : *m->mutable_transfers()) {
+    t.set_source_global_rank(m->from_replica() && next < replicas.size()
+                                 ? replicas[next++]
+                                 : t.global_rank());
+  }
+}
+
 void MigrationManager::MakeIds(v1::Migration* m) {
   auto random_id = [this] {
     std::string id(kCommIdBytes, '\0');
@@ -80,6 +99,7 @@ void MigrationManager::MakeIds(v1::Migration* m) {
       t->set_comm_id(random_id());
     }
   }
+  AssignSources(m);
 }
 
 void MigrationManager::OnIds(v1::Migration* m, const v1::MigrationAck& ack) {
@@ -108,6 +128,7 @@ void MigrationManager::OnIds(v1::Migration* m, const v1::MigrationAck& ack) {
       if (t.global_rank() == rank) *m->add_transfers() = t;
     }
   }
+  AssignSources(m);
   m->set_ids_unix_ns(NowUnixNs());
   Persist(*m, v1::WatchMigrationsResponse::CHANGE_UPDATED);
   std::vector<std::string> unreachable;

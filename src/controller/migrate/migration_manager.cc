@@ -1,6 +1,7 @@
 #include "src/controller/migrate/migration_manager.h"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -125,6 +126,18 @@ absl::StatusOr<v1::Migration> MigrationManager::Start(
         absl::StrCat("joiner ", plan.joiner_host, " already runs ranks of job ",
                      plan.job_id));
   }
+  if (plan.from_replica) {
+    size_t stayer_ranks = 0;
+    for (const auto& [host, ranks] : plan.ranks_by_host) {
+      if (host != plan.leaver_host) stayer_ranks += ranks.size();
+    }
+    if (stayer_ranks < leaver->second.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("from_replica: ", leaver->second.size(), " ranks on ",
+                       plan.leaver_host, " need as many replicas, the job has ",
+                       stayer_ranks, " other ranks"));
+    }
+  }
   for (const auto& [id, m] : migrations_) {
     if (!Finished(m) && m.joiner_host() == plan.joiner_host) {
       return absl::FailedPreconditionError(
@@ -204,12 +217,8 @@ void MigrationManager::BeginPrepare(v1::Migration* m, bool abort_unreachable) {
 }
 
 void MigrationManager::BeginSwitch(v1::Migration* m) {
-  uint64_t progress = 0;
-  for (const v1::MigrationMember& mem : m->members()) {
-    progress = std::max(progress, mem.progress_seq());
-  }
   const uint64_t now = NowUnixNs();
-  m->set_switch_seq(progress + options_.switch_margin);
+  m->set_switch_seq(SwitchPoint(*m));
   m->set_state(v1::MIGRATION_STATE_SWITCHING);
   m->set_ready_unix_ns(now);
   m->set_phase_deadline_unix_ns(
@@ -308,8 +317,31 @@ v1::MigrationDirective MigrationManager::Directive(
   return d;
 }
 
+uint64_t MigrationManager::SwitchPoint(const v1::Migration& m) const {
+  if (m.from_replica()) {
+    // The stayers wait at the step whose collective failed; they all redo
+    // the lowest (a rank may have finished that step before the death).
+    uint64_t redo = std::numeric_limits<uint64_t>::max();
+    for (const v1::MigrationMember& mem : m.members()) {
+      if (mem.role() == v1::MIGRATION_ROLE_STAYER) {
+        redo = std::min(redo, mem.progress_seq());
+      }
+    }
+    return redo == std::numeric_limits<uint64_t>::max() ? 0 : redo;
+  }
+  uint64_t progress = 0;
+  for (const v1::MigrationMember& mem : m.members()) {
+    progress = std::max(progress, mem.progress_seq());
+  }
+  return progress + options_.switch_margin;
+}
+
 bool MigrationManager::SendCurrent(const v1::Migration& m,
                                    const v1::MigrationMember& member) {
+  // A node-failure migration leaves the dead leaver out of every phase.
+  if (m.from_replica() && member.role() == v1::MIGRATION_ROLE_LEAVER) {
+    return true;
+  }
   if (AwaitingIds(m)) {
     if (member.role() != v1::MIGRATION_ROLE_JOINER) return true;
     return sender_->SendMigration(member.host(),

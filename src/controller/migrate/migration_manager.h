@@ -161,6 +161,13 @@ class MigrationManager {
                                    const v1::MigrationMember& member) const;
   // Sends the current phase's directive to `member`; false if not connected.
   bool SendCurrent(const v1::Migration& m, const v1::MigrationMember& member);
+  // SWITCH_AT's point: past every member's progress by switch_margin, or
+  // with from_replica the lowest failed step of the stayers (the step they
+  // all redo).
+  uint64_t SwitchPoint(const v1::Migration& m) const;
+  // Who sends each moved rank's state: the leaver's rank, or with
+  // from_replica one stayer rank per moved rank (migration_ids.cc).
+  static void AssignSources(v1::Migration* m);
   // PREPARING and the joiner's ids have not come yet (migration_ids.cc).
   static bool AwaitingIds(const v1::Migration& m);
   // Random ids for every communicator and moved rank (the controller makes

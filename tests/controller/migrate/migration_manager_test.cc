@@ -257,6 +257,41 @@ TEST_F(MigrationManagerTest, FromReplicaStartsWithTheLeaverDead) {
   EXPECT_EQ(Get(m->migration_id()).state(), v1::MIGRATION_STATE_SWITCHING);
 }
 
+// Node failure: the stayers report the step whose collective failed; they
+// all redo the lowest (no margin: they wait in recover), and one stayer
+// rank per moved rank sends the state as a data-parallel replica.
+TEST_F(MigrationManagerTest, FromReplicaRedoesTheLowestFailedStepFromReplicas) {
+  MigrationPlan p = Plan();
+  p.from_replica = true;
+  auto m = mm_->Start(p);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(sender_.Count(Phase::PHASE_PREPARE, "node0"), 0)
+      << "the dead leaver is left out";
+  ASSERT_EQ(m->transfers_size(), 4);
+  std::set<int32_t> sources;
+  for (const v1::TransferComm& t : m->transfers()) {
+    EXPECT_GE(t.source_global_rank(), 4) << "a replica is a stayer rank";
+    sources.insert(t.source_global_rank());
+  }
+  EXPECT_EQ(sources, (std::set<int32_t>{4, 5, 6, 7}));
+  ASSERT_TRUE(mm_->OnAck("node1", Ack(*m, Phase::PHASE_PREPARE, 42)).ok());
+  ASSERT_TRUE(mm_->OnAck("node2", Ack(*m, Phase::PHASE_PREPARE, 41)).ok());
+  ASSERT_TRUE(mm_->OnAck("spare0", Ack(*m, Phase::PHASE_PREPARE, 0)).ok());
+  v1::Migration s = Get(m->migration_id());
+  EXPECT_EQ(s.state(), v1::MIGRATION_STATE_SWITCHING);
+  EXPECT_EQ(s.switch_seq(), 41u);
+  EXPECT_EQ(sender_.Count(Phase::PHASE_SWITCH_AT, "node0"), 0);
+  for (const char* h : {"node1", "node2", "spare0"}) {
+    ASSERT_TRUE(mm_->OnAck(h, Ack(s, Phase::PHASE_SWITCH_AT)).ok());
+  }
+  EXPECT_EQ(Get(m->migration_id()).state(), v1::MIGRATION_STATE_COMMITTED);
+
+  // Fewer other ranks than moved ones: no replica for each.
+  p.ranks_by_host = {{"node0", {0, 1, 2, 3}}, {"node1", {4, 5}}};
+  auto few = mm_->Start(p);
+  EXPECT_TRUE(absl::IsInvalidArgument(few.status())) << few.status();
+}
+
 TEST_F(MigrationManagerTest, SecondMigrationOfTheJobWaits) {
   auto first = mm_->Start(Plan());
   ASSERT_TRUE(first.ok());
