@@ -115,6 +115,12 @@ class CommTable {
   uint64_t Enqueued(const void* handle) const noexcept {
     return SlotOf(handle).enqueued.load(std::memory_order_relaxed);
   }
+  // Counts from zero again (a node-failure recovery: the ranks' counts
+  // diverged at the failure; from the redone step on they agree again).
+  // The handle's issuing thread only, at a step boundary.
+  void ResetEnqueued(const void* handle) noexcept {
+    SlotOf(handle).enqueued.store(0, std::memory_order_relaxed);
+  }
 
   // The application destroyed or aborted the handle: later Acquire calls
   // get null. Returns the comm it was bound to (null if already released).

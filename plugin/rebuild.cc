@@ -142,6 +142,7 @@ bool Rebuilder::BeginLocked(const MigrationDirective& d) {
   current_->epoch = d.epoch;
   current_->role = d.role;
   current_->global_rank = d.global_rank;
+  current_->serial = ++serial_;
   return true;
 }
 
@@ -194,6 +195,10 @@ void Rebuilder::PostLocked(MigrationAck a) {
 
 uint64_t Rebuilder::ProgressLocked() const {
   const Migration* m = current_.get();
+  // Node failure: what the controller needs is where each stayer failed.
+  if (m != nullptr && m->from_replica && m->role == kRoleStayer) {
+    return failed_step_;
+  }
   return m != nullptr && m->switch_handle != nullptr
              ? table_->Enqueued(m->switch_handle)
              : 0;
@@ -233,7 +238,14 @@ bool Rebuilder::PlanLocked(const MigrationDirective& d, std::string* error) {
              " needs the transfer communicator's id";
     return false;
   }
+  if (d.from_replica && d.role == kRoleLeaver) {
+    *error = "a node-failure migration (from_replica) has no live leaver";
+    return false;
+  }
   m->transfer_id = d.transfer_comm_id;
+  m->from_replica = d.from_replica;
+  m->replica = d.from_replica && d.role == kRoleStayer &&
+               d.transfer_comm_id.size() == kCommIdBytes;
   return true;
 }
 
@@ -260,14 +272,16 @@ void Rebuilder::PrepareLocked(const MigrationDirective& d) {
       }
     }
   }
-  if (d.role != kRoleStayer &&
+  // The sender (the leaver, or a replica) is transfer rank 0.
+  if ((d.role != kRoleStayer || m->replica) &&
       !m->transfer.StartInit(ops_, m->transfer_id,
-                             d.role == kRoleLeaver ? 0 : 1, 2, &error)) {
+                             d.role == kRoleJoiner ? 1 : 0, 2, &error)) {
     FailLocked(kPhasePrepare, "transfer communicator: " + error);
     return;
   }
   m->stage = Stage::kPreparing;
-  tracking_.store(m->switch_handle != nullptr);
+  // A recovering trainer is in Recover, not polling: Resume switches it.
+  tracking_.store(m->switch_handle != nullptr && !m->from_replica);
   TickLocked();
 }
 
@@ -345,6 +359,9 @@ void Rebuilder::TickLocked() {
     return;
   }
   if (!all_ready) return;
+  // Node failure: READY carries the step that failed here, so it waits
+  // for the trainer to say which (Recover).
+  if (m->from_replica && m->role == kRoleStayer && !recovering_) return;
   m->stage = Stage::kReady;
   AnswerLocked(kPhasePrepare, true, "");
   cv_.SignalAll();
@@ -360,6 +377,10 @@ void Rebuilder::ArmLocked(const MigrationDirective& d) {
   if (m->role == kRoleJoiner) {
     m->stage = Stage::kSwitching;  // SWITCHED comes from the join
     cv_.SignalAll();
+    return;
+  }
+  if (m->from_replica) {
+    ArmRedoLocked();
     return;
   }
   if (d.switch_comm_hash != 0) {
@@ -386,6 +407,21 @@ void Rebuilder::ArmLocked(const MigrationDirective& d) {
   tracking_.store(true);
 }
 
+// Node failure: switch_seq is the step every rank redoes, the lowest that
+// failed anywhere, so never past this rank's own (its trainer keeps the
+// state of the steps up to the one that failed).
+void Rebuilder::ArmRedoLocked() {
+  Migration* m = current_.get();
+  if (m->switch_seq > failed_step_) {
+    FailLocked(kPhaseSwitchAt, "redo step " + std::to_string(m->switch_seq) +
+                                   " is past the step that failed here (" +
+                                   std::to_string(failed_step_) + ")");
+    return;
+  }
+  m->stage = Stage::kSwitching;
+  cv_.SignalAll();
+}
+
 void Rebuilder::CommitLocked() {
   Migration* m = current_.get();
   if (m->stage != Stage::kSwitched) {
@@ -399,13 +435,15 @@ void Rebuilder::CommitLocked() {
   }
   // The old communicators: no handle reaches them since the swap, so no
   // operation is outstanding; their finalize is a barrier with the other
-  // old members, hence the worker.
+  // old members, hence the worker. After a node failure they are broken
+  // (a member is dead): aborted, never finalized.
   auto olds = std::make_shared<std::vector<OwnedComm>>();
   for (Plan& p : m->plans) olds->push_back(std::move(p.old));
-  RunLater([this, olds, id = m->id, epoch = m->epoch] {
+  RunLater([this, olds, id = m->id, epoch = m->epoch,
+            broken = m->from_replica] {
     std::string error;
     for (OwnedComm& c : *olds) {
-      const NcclResult r = c.FinalizeAndDestroy(ops_);
+      const NcclResult r = broken ? c.Abort(ops_) : c.FinalizeAndDestroy(ops_);
       if (r != abi::kNcclSuccess && error.empty()) {
         error = "freeing an old communicator: " +
                 DescribeNcclError(ops_, nullptr, r);

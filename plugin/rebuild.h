@@ -26,6 +26,19 @@
 //   ABORT      the new communicators are aborted, the old ones kept; a
 //              joiner waiting in its join gets the reason.
 //
+// Node failure (from_replica): the leaver died, so the old communicators
+// are broken and the stayers' trainers wait in Recover (their collective
+// failed). PREPARE as above, but a stayer given a transfer id is the
+// replica (transfer rank 0, the joiner 1); a stayer's READY waits for both
+// the inits and its trainer's Recover, and carries the failed step as
+// progress_seq. SWITCH_AT's switch_seq is the step every rank redoes (the
+// lowest failed one): it wakes Recover, the trainer restores its state as
+// of that step and calls Resume, which sends the state (the replica),
+// swaps every listed handle, restarts its operation count at zero (the
+// ranks' counts diverged at the failure) and answers SWITCHED. COMMIT
+// aborts the old communicators (in error: never finalized); ABORT wakes
+// Recover with the reason.
+//
 // Directives are idempotent on (migration_id, epoch, phase): a repeat is
 // answered again (the stored answer), never redone; MAKE_IDS's ids are
 // made once. One migration at a time; a directive of another one while it
@@ -42,16 +55,17 @@
 //                               │ SWITCH_AT              stage before
 //                               ▼                        Switched)
 //                           Switching ──boundary──► Switched ──COMMIT──►
-//                                                              Committed
+//                                        (from_replica:          Committed
+//                                         Resume)
 //
 // Threads: OnDirectives/Tick/TakeAcks on the exporter thread (so is
-// MAKE_IDS's ncclGetUniqueId: it waits on no peer); RegisterState/Poll/Join
-// on the trainer's thread (the C API, include/pitstop/trainer.h); COMMIT's
-// and ABORT's NCCL calls on a worker thread of its own (finalize is a
-// barrier; the exporter must not wait).
-// Every method is thread-safe (one mutex; never held across a call that
-// may block on peers). Nothing here runs on the collective path: the
-// switch counter is the table's (CommTable::CountEnqueued).
+// MAKE_IDS's ncclGetUniqueId: it waits on no peer); RegisterState/Poll/Join/
+// Recover/Resume on the trainer's thread (the C API,
+// include/pitstop/trainer.h); COMMIT's and ABORT's NCCL calls on a worker
+// thread of its own (finalize is a barrier; the exporter must not wait). Every
+// method is thread-safe (one mutex; never held across a call that may block on
+// peers). Nothing here runs on the collective path: the switch counter is the
+// table's (CommTable::CountEnqueued).
 #ifndef PITSTOP_PLUGIN_REBUILD_H_
 #define PITSTOP_PLUGIN_REBUILD_H_
 
@@ -106,6 +120,16 @@ class Rebuilder {
   // kError.
   int Join(uint64_t* next_step, int64_t timeout_ms,
            std::string* error) noexcept;
+  // Node failure, stayer: the trainer's collective of step `failed_step`
+  // failed. Waits up to `timeout_ms` for the recovery migration's
+  // SWITCH_AT; 0 with *redo_step (its switch_seq), or kError (aborted,
+  // failed or timed out: training cannot go on).
+  int Recover(uint64_t failed_step, uint64_t* redo_step, int64_t timeout_ms,
+              std::string* error) noexcept;
+  // The trainer's registered state is as of the start of `redo_step`: the
+  // replica sends it to the joiner, every listed handle is swapped,
+  // SWITCHED. 0 or kError.
+  int Resume(uint64_t redo_step, std::string* error) noexcept;
 
  private:
   struct Plan {
@@ -145,6 +169,9 @@ class Rebuilder {
     std::map<int, MigrationAck> answers;  // phase -> its answer
     uint64_t last_poll_enqueued = 0;
     bool polled = false;
+    bool from_replica = false;  // node failure: the leaver is dead
+    bool replica = false;       // a from_replica stayer that sends the state
+    uint64_t serial = 0;        // tells migrations apart (Recover)
   };
 
   void HandleLocked(const MigrationDirective& d) PLUGIN_REQUIRES(mu_);
@@ -162,10 +189,27 @@ class Rebuilder {
       PLUGIN_REQUIRES(mu_);
   void TickLocked() PLUGIN_REQUIRES(mu_);
   void ArmLocked(const MigrationDirective& d) PLUGIN_REQUIRES(mu_);
+  // Node failure: SWITCH_AT names the step to redo; wakes Recover.
+  void ArmRedoLocked() PLUGIN_REQUIRES(mu_);
   void CommitLocked() PLUGIN_REQUIRES(mu_);
   void AbortLocked(const std::string& reason) PLUGIN_REQUIRES(mu_);
   int SwitchLocked(std::string* error) PLUGIN_REQUIRES(mu_);
+  // Swaps every listed handle to its new communicator (false: the
+  // migration failed); `restart_counts`: from zero (node failure).
+  bool SwapAllLocked(bool restart_counts, std::string* error)
+      PLUGIN_REQUIRES(mu_);
   int LeaveLocked(uint64_t next_step, std::string* error) PLUGIN_REQUIRES(mu_);
+  // Sends the registered state over the transfer communicator, the lock
+  // released meanwhile (it waits on the joiner). True with the transfer
+  // communicator in *done (to finalize); false: aborted, migration failed.
+  bool SendStateLocked(uint64_t next_step,
+                       const std::vector<uint64_t>& enqueued, OwnedComm* done,
+                       std::string* error) PLUGIN_REQUIRES(mu_);
+  // Recover's wait for a from_replica migration other than `stale_serial`
+  // to reach SWITCH_AT.
+  bool WaitRedoLocked(uint64_t stale_serial, int64_t timeout_ms,
+                      std::string* error) PLUGIN_REQUIRES(mu_);
+  int ResumeLocked(uint64_t redo_step, std::string* error) PLUGIN_REQUIRES(mu_);
   int BindJoinerLocked(const TransferHeader& h, std::string* error)
       PLUGIN_REQUIRES(mu_);
   bool WaitSwitchLocked(int64_t timeout_ms, std::string* error)
@@ -199,6 +243,11 @@ class Rebuilder {
   std::unique_ptr<Migration> current_ PLUGIN_GUARDED_BY(mu_);
   std::vector<MigrationAck> outbox_ PLUGIN_GUARDED_BY(mu_);
   std::vector<StateBuffer> state_ PLUGIN_GUARDED_BY(mu_);
+  // The trainer waits in Recover (from its call until Resume) since its
+  // collective of step failed_step_ failed.
+  bool recovering_ PLUGIN_GUARDED_BY(mu_) = false;
+  uint64_t failed_step_ PLUGIN_GUARDED_BY(mu_) = 0;
+  uint64_t serial_ PLUGIN_GUARDED_BY(mu_) = 0;
   std::deque<std::function<void()>> tasks_ PLUGIN_GUARDED_BY(mu_);
   bool stopping_ PLUGIN_GUARDED_BY(mu_) = false;
   CondVar task_cv_;

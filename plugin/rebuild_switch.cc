@@ -58,6 +58,13 @@ int Rebuilder::Poll(uint64_t next_step, std::string* error) noexcept {
 // collective, so every swap finds its handle idle (a refusal means another
 // thread is using it: the migration fails rather than wait).
 int Rebuilder::SwitchLocked(std::string* error) {
+  if (!SwapAllLocked(false, error)) return kError;
+  current_->stage = Stage::kSwitched;
+  AnswerLocked(kPhaseSwitchAt, true, "");
+  return kContinue;
+}
+
+bool Rebuilder::SwapAllLocked(bool restart_counts, std::string* error) {
   Migration* m = current_.get();
   for (Plan& p : m->plans) {
     const SwapOutcome o =
@@ -65,17 +72,16 @@ int Rebuilder::SwitchLocked(std::string* error) {
     if (o.code != SwapCode::kOk) {
       *error = "switch refused: " + o.error;
       FailLocked(kPhaseSwitchAt, *error);
-      return kError;
+      return false;
     }
     // The handle owns the new communicator now (the application frees it);
     // the old one is ours until COMMIT.
     p.fresh = OwnedComm();
     p.old = OwnedComm::Adopt(static_cast<NcclComm>(o.old_comm));
     table_->SetCommHash(p.handle, p.new_hash);
+    if (restart_counts) table_->ResetEnqueued(p.handle);
   }
-  m->stage = Stage::kSwitched;
-  AnswerLocked(kPhaseSwitchAt, true, "");
-  return kContinue;
+  return true;
 }
 
 // Leaver at the boundary: sends the registered state to the joiner (the
@@ -84,6 +90,22 @@ int Rebuilder::LeaveLocked(uint64_t next_step, std::string* error) {
   Migration* m = current_.get();
   std::vector<uint64_t> enqueued;
   for (const Plan& p : m->plans) enqueued.push_back(table_->Enqueued(p.handle));
+  OwnedComm done;
+  if (!SendStateLocked(next_step, enqueued, &done, error)) return kError;
+  current_->stage = Stage::kSwitched;
+  AnswerLocked(kPhaseSwitchAt, true, "");
+  // Both ends finalize the transfer communicator right after the exchange
+  // (a barrier between the two of them).
+  mu_.Unlock();
+  done.FinalizeAndDestroy(ops_);
+  mu_.Lock();
+  return kLeave;
+}
+
+bool Rebuilder::SendStateLocked(uint64_t next_step,
+                                const std::vector<uint64_t>& enqueued,
+                                OwnedComm* done, std::string* error) {
+  Migration* m = current_.get();
   const std::vector<StateBuffer> state = state_;
   const NcclComm transfer = m->transfer.comm();
   m->transfer_busy = true;
@@ -93,22 +115,108 @@ int Rebuilder::LeaveLocked(uint64_t next_step, std::string* error) {
   mu_.Lock();
   m = current_.get();
   m->transfer_busy = false;
-  OwnedComm done = std::move(m->transfer);
+  *done = std::move(m->transfer);
   m->transfer = OwnedComm();
-  if (sent && m->stage == Stage::kSwitching) {
-    m->stage = Stage::kSwitched;
-    AnswerLocked(kPhaseSwitchAt, true, "");
-    // Both ends finalize the transfer communicator right after the
-    // exchange (a barrier between the two of them).
+  if (sent && m->stage == Stage::kSwitching) return true;
+  done->Abort(ops_);
+  if (sent) *error = "migration aborted during the state transfer";
+  if (m->stage == Stage::kSwitching) FailLocked(kPhaseSwitchAt, *error);
+  return false;
+}
+
+int Rebuilder::Recover(uint64_t failed_step, uint64_t* redo_step,
+                       int64_t timeout_ms, std::string* error) noexcept {
+  try {
+    MutexLock lock(&mu_);
+    // A migration that ended (or switched) before this failure is not the
+    // one that recovers from it.
+    const Migration* m = current_.get();
+    const bool live = m != nullptr && (m->stage == Stage::kPreparing ||
+                                       m->stage == Stage::kReady ||
+                                       m->stage == Stage::kSwitching);
+    const uint64_t stale = m != nullptr && !live ? m->serial : 0;
+    recovering_ = true;
+    failed_step_ = failed_step;
+    TickLocked();  // READY now if PREPARE's inits are done already
+    if (!WaitRedoLocked(stale, timeout_ms, error)) {
+      recovering_ = false;
+      return kError;
+    }
+    *redo_step = current_->switch_seq;
+    return 0;
+  } catch (...) {
+    *error = "out of memory recovering";
+    return kError;
+  }
+}
+
+bool Rebuilder::WaitRedoLocked(uint64_t stale_serial, int64_t timeout_ms,
+                               std::string* error) {
+  const uint64_t deadline =
+      now_ns_() +
+      static_cast<uint64_t>(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
+  for (;;) {
+    const Migration* m = current_.get();
+    if (m != nullptr && m->serial != stale_serial && m->from_replica &&
+        m->role == kRoleStayer) {
+      if (m->stage == Stage::kSwitching) return true;
+      if (m->stage == Stage::kFailed || m->stage == Stage::kAborted) {
+        *error = m->failure;
+        return false;
+      }
+    }
+    const uint64_t now = now_ns_();
+    if (now >= deadline) {
+      *error = "no recovery migration reached this rank within " +
+               std::to_string(timeout_ms) + " ms";
+      return false;
+    }
+    cv_.WaitForNs(&mu_, std::min<uint64_t>(deadline - now, 100000000ull));
+  }
+}
+
+int Rebuilder::Resume(uint64_t redo_step, std::string* error) noexcept {
+  try {
+    MutexLock lock(&mu_);
+    return ResumeLocked(redo_step, error);
+  } catch (...) {
+    *error = "out of memory resuming";
+    return kError;
+  }
+}
+
+int Rebuilder::ResumeLocked(uint64_t redo_step, std::string* error) {
+  Migration* m = current_.get();
+  if (m == nullptr || !m->from_replica || m->role != kRoleStayer ||
+      m->stage != Stage::kSwitching || !recovering_) {
+    *error = "pitstop_trainer_resume: no recovery is waiting here";
+    return kError;
+  }
+  if (redo_step != m->switch_seq) {
+    *error = "pitstop_trainer_resume at step " + std::to_string(redo_step) +
+             ", the migration redoes step " + std::to_string(m->switch_seq);
+    FailLocked(kPhaseSwitchAt, *error);
+    return kError;
+  }
+  if (m->replica) {
+    // The counts restart at zero on every member (SwapAllLocked): the
+    // joiner's too.
+    const std::vector<uint64_t> zeros(m->plans.size(), 0);
+    OwnedComm done;
+    if (!SendStateLocked(redo_step, zeros, &done, error)) return kError;
     mu_.Unlock();
     done.FinalizeAndDestroy(ops_);
     mu_.Lock();
-    return kLeave;
+    if (current_->stage != Stage::kSwitching) {  // aborted meanwhile
+      *error = current_->failure;
+      return kError;
+    }
   }
-  done.Abort(ops_);
-  if (sent) *error = "migration aborted during the state transfer";
-  if (m->stage == Stage::kSwitching) FailLocked(kPhaseSwitchAt, *error);
-  return kError;
+  if (!SwapAllLocked(true, error)) return kError;
+  recovering_ = false;
+  current_->stage = Stage::kSwitched;
+  AnswerLocked(kPhaseSwitchAt, true, "");
+  return 0;
 }
 
 int Rebuilder::Join(uint64_t* next_step, int64_t timeout_ms,

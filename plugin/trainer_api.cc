@@ -81,6 +81,39 @@ PITSTOP_EXPORT int pitstop_trainer_join(uint64_t* next_step,
   }
 }
 
+PITSTOP_EXPORT int pitstop_trainer_recover(uint64_t failed_step,
+                                           uint64_t* redo_step,
+                                           int64_t timeout_ms) noexcept {
+  try {
+    std::string error;
+    if (redo_step == nullptr) {
+      error = "pitstop_trainer_recover: redo_step is NULL";
+      return pp::Result(PITSTOP_TRAINER_ERROR, &error);
+    }
+    pp::Rebuilder* r = pp::Migration();
+    if (r == nullptr) {
+      error = "pitstop_trainer_recover needs PITSTOP_VIRTUALIZE_COMMS=1";
+      return pp::Result(PITSTOP_TRAINER_UNAVAILABLE, &error);
+    }
+    return pp::Result(r->Recover(failed_step, redo_step, timeout_ms, &error),
+                      &error);
+  } catch (...) {
+    return PITSTOP_TRAINER_ERROR;
+  }
+}
+
+PITSTOP_EXPORT int pitstop_trainer_resume(uint64_t redo_step) noexcept {
+  try {
+    pp::Runtime* rt = pp::Runtime::Get();
+    pp::Rebuilder* r = rt != nullptr ? rt->rebuilder() : nullptr;
+    std::string error = "pitstop_trainer_resume: no recovery in this process";
+    if (r == nullptr) return pp::Result(PITSTOP_TRAINER_UNAVAILABLE, &error);
+    return pp::Result(r->Resume(redo_step, &error), &error);
+  } catch (...) {
+    return PITSTOP_TRAINER_ERROR;
+  }
+}
+
 PITSTOP_EXPORT const char* pitstop_trainer_last_error() noexcept {
   return pp::ThreadError().c_str();
 }

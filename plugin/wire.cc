@@ -235,6 +235,9 @@ bool ApplyDirectiveField(int f, int t, uint64_t v, const char* d, size_t l,
     case kDirMakeCommIds:
       out->make_comm_ids = v != 0;
       return true;
+    case kDirFromReplica:
+      out->from_replica = v != 0;
+      return true;
     default:
       return true;
   }

@@ -174,6 +174,7 @@ enum DirectiveField {
   kDirTransferCommId = 9,
   kDirReason = 10,
   kDirMakeCommIds = 11,
+  kDirFromReplica = 12,
 };
 enum DirectiveCommField {
   kDirCommOldHash = 1,
@@ -233,6 +234,9 @@ struct MigrationDirective {
   std::string transfer_comm_id;
   std::string reason;
   bool make_comm_ids = false;  // PHASE_MAKE_IDS: make the comms' ids too
+  // Node failure: the leaver is dead; READY carries the failed step,
+  // switch_seq is the step to redo, a stayer with a transfer id sends.
+  bool from_replica = false;
 };
 
 // RankMigrationAck (library -> agent).

@@ -22,6 +22,16 @@
    the leaver's state is in the buffers and the handles are bound, with the
    first step to run.
 
+   Node failure (a peer died): a collective of step S fails. Instead of
+   exiting, the trainer calls pitstop_try_recover(S, &redo, timeout_ms),
+   which returns once the recovery migration says which step every rank
+   redoes (S or S-1: a peer may have finished S); the trainer puts its
+   registered state back as of the start of step `redo` (keep the last two
+   steps' starting state), calls pitstop_try_resume(redo) (a replica sends
+   that state to the joiner; every communicator is switched to its
+   replacement) and runs step `redo` again. An error from either: training
+   cannot go on.
+
    Threads: call from the training loop's thread. The buffers are host
    memory and must stay valid while registered. All entry points are
    noexcept. */
@@ -59,6 +69,14 @@ int pitstop_trainer_poll(uint64_t next_step) PITSTOP_TRAINER_NOEXCEPT;
    (the first step to run), or an error. */
 int pitstop_trainer_join(uint64_t* next_step,
                          int64_t timeout_ms) PITSTOP_TRAINER_NOEXCEPT;
+/* Node failure: the collective of step `failed_step` failed. Waits up to
+   `timeout_ms` for the recovery migration; 0 with *redo_step (the step to
+   run again), or an error (aborted, timed out, not loaded: exit). */
+int pitstop_trainer_recover(uint64_t failed_step, uint64_t* redo_step,
+                            int64_t timeout_ms) PITSTOP_TRAINER_NOEXCEPT;
+/* After recover: the registered state is back as of the start of
+   `redo_step`; switches the communicators. 0 or an error. */
+int pitstop_trainer_resume(uint64_t redo_step) PITSTOP_TRAINER_NOEXCEPT;
 /* Why the last call on this thread failed ("" if none). */
 const char* pitstop_trainer_last_error(void) PITSTOP_TRAINER_NOEXCEPT;
 
@@ -92,6 +110,20 @@ static inline int pitstop_try_join(uint64_t* next_step, int64_t timeout_ms) {
   typedef int (*Fn)(uint64_t*, int64_t);
   PITSTOP_TRAINER_RESOLVE(Fn, pitstop_trainer_join)
   return fn_ != 0 ? fn_(next_step, timeout_ms) : PITSTOP_TRAINER_UNAVAILABLE;
+}
+
+static inline int pitstop_try_recover(uint64_t failed_step, uint64_t* redo_step,
+                                      int64_t timeout_ms) {
+  typedef int (*Fn)(uint64_t, uint64_t*, int64_t);
+  PITSTOP_TRAINER_RESOLVE(Fn, pitstop_trainer_recover)
+  return fn_ != 0 ? fn_(failed_step, redo_step, timeout_ms)
+                  : PITSTOP_TRAINER_UNAVAILABLE;
+}
+
+static inline int pitstop_try_resume(uint64_t redo_step) {
+  typedef int (*Fn)(uint64_t);
+  PITSTOP_TRAINER_RESOLVE(Fn, pitstop_trainer_resume)
+  return fn_ != 0 ? fn_(redo_step) : PITSTOP_TRAINER_UNAVAILABLE;
 }
 
 static inline const char* pitstop_try_last_error(void) {

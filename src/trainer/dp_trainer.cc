@@ -38,6 +38,14 @@ int64_t NowNs() {
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
+// The parameters at the start of a step. Train keeps the last two: a step
+// that failed on this rank may have completed on a peer, and every rank
+// redoes the lowest failed step (include/pitstop/trainer.h).
+struct Snapshot {
+  int step = -1;
+  std::vector<float> params;
+};
+
 struct View {  // the parameter blocks of a flat vector
   const ModelShape& s;
   size_t W1() const { return 0; }
@@ -105,6 +113,52 @@ double AccumulateGradient(const ModelShape& shape, uint64_t seed,
   return loss;
 }
 
+namespace {
+
+// A peer died in step `step` (its all-reduce failed with `failure`): the
+// pitstop library's recovery migration names the step to redo; the
+// parameters go back to its start and the communicator is switched.
+// Returns the step to redo, or the error that ends training (the failure
+// itself when pitstop is not loaded).
+absl::StatusOr<int> Recover(int rank, int step, const std::string& failure,
+                            int64_t timeout_ms, const Snapshot (&snaps)[2],
+                            std::vector<float>* params, uint64_t* next_step) {
+  uint64_t redo = 0;
+  const int r =
+      pitstop_try_recover(static_cast<uint64_t>(step), &redo, timeout_ms);
+  if (r == PITSTOP_TRAINER_UNAVAILABLE) {
+    return absl::UnavailableError(failure);
+  }
+  if (r != 0) {
+    return absl::UnavailableError(
+        absl::StrCat(failure, "; recovery failed: ", pitstop_try_last_error()));
+  }
+  const Snapshot* snap = nullptr;
+  for (const Snapshot& s : snaps) {
+    if (s.step >= 0 && static_cast<uint64_t>(s.step) == redo) snap = &s;
+  }
+  if (snap == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        failure, "; the recovery redoes step ", redo,
+        " but this rank kept the state of steps ", snaps[(step + 1) & 1].step,
+        " and ", snaps[step & 1].step, " only"));
+  }
+  *params = snap->params;  // same size: the registered buffer stays put
+  *next_step = redo;
+  if (pitstop_try_resume(redo) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat(failure, "; resuming at step ", redo,
+                     " failed: ", pitstop_try_last_error()));
+  }
+  std::fprintf(stderr,
+               "pitstop-dp-trainer: rank %d: recovered: step %d failed, "
+               "redoing step %llu\n",
+               rank, step, static_cast<unsigned long long>(redo));
+  return static_cast<int>(redo);
+}
+
+}  // namespace
+
 absl::StatusOr<TrainResult> Train(
     ncclComm_t comm, const TrainOptions& options, const TrainState& start,
     const std::function<void(const StepReport&)>& on_step) {
@@ -131,8 +185,11 @@ absl::StatusOr<TrainResult> Train(
   pitstop_try_register_state("params", params.data(),
                              params.size() * sizeof(float));
   pitstop_try_register_state("next_step", &next_step, sizeof(next_step));
+  Snapshot snaps[2];
+  int64_t failed_t0 = -1;  // a redone step's time includes the recovery
   for (int step = start.next_step; step < options.steps; ++step) {
-    const int64_t t0 = NowNs();
+    const int64_t t0 = failed_t0 >= 0 ? failed_t0 : NowNs();
+    failed_t0 = -1;
     next_step = static_cast<uint64_t>(step);
     std::string migration_error;
     const int polled = pitstop_try_poll(next_step);
@@ -140,6 +197,8 @@ absl::StatusOr<TrainResult> Train(
       return TrainResult{std::move(params), true, step};
     }
     if (polled < 0) migration_error = pitstop_try_last_error();
+    snaps[step & 1].step = step;
+    snaps[step & 1].params = params;  // no allocation after the first two
     std::fill(grad.begin(), grad.end(), 0.0f);
     const uint64_t first = (static_cast<uint64_t>(step) * n + rank) * b;
     double loss = AccumulateGradient(options.shape, options.seed, params, first,
@@ -150,9 +209,16 @@ absl::StatusOr<TrainResult> Train(
     const ncclResult_t r = ncclAllReduce(grad.data(), grad.data(), grad.size(),
                                          ncclFloat32, ncclSum, comm, nullptr);
     if (r != ncclSuccess) {
-      return absl::UnavailableError(absl::StrCat(
+      grad.pop_back();  // the loss slot; the rest is garbage
+      const std::string failure = absl::StrCat(
           "step ", step, ": ncclAllReduce: ", ncclGetErrorString(r), ": ",
-          ncclGetLastError(comm)));
+          ncclGetLastError(comm));
+      ASSIGN_OR_RETURN(const int redo,
+                       Recover(rank, step, failure, options.recover_timeout_ms,
+                               snaps, &params, &next_step));
+      step = redo - 1;  // the loop's increment makes it `redo`
+      failed_t0 = t0;
+      continue;
     }
     loss = grad.back();
     grad.pop_back();

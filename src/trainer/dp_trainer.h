@@ -40,6 +40,8 @@ struct TrainOptions {
   int steps = 100;  // total: the run ends after step steps-1
   int batch_per_rank = 32;
   float learning_rate = 0.2f;
+  // A failed all-reduce waits this long for pitstop's recovery migration.
+  int64_t recover_timeout_ms = 120000;
 };
 
 // The whole training state at a step boundary: every data-parallel replica
@@ -77,7 +79,8 @@ struct StepReport {
   int step = 0;
   double loss = 0;  // mean over the global batch
   // The step's time, including the migration poll at its start (a switch
-  // happens there).
+  // happens there). A redone step's time starts where the step that failed
+  // started: it includes the failure's detection and the recovery.
   int64_t step_ns = 0;
   const std::vector<float>* params = nullptr;  // after this step's update
   // Set when the migration poll before this step failed (training went on
@@ -101,7 +104,14 @@ struct TrainResult {
 // Migration (include/pitstop/trainer.h; nothing happens without the pitstop
 // library): the parameters and the next step are registered as the state
 // ("params", "next_step") and the library is polled at every step
-// boundary, before the step.
+// boundary, before the step. When an all-reduce fails (a peer died) and
+// the library is loaded, the library's recovery names the step to redo
+// (this one or the one before: the parameters at the start of the last
+// two steps are kept), the parameters go back there, the communicator is
+// switched and training goes on from that step; it prints "recovered:
+// step S failed, redoing step R" to stderr. A redone step is reported
+// again; a failed one was never reported. Without the library a failed
+// all-reduce ends Train with the error, as before.
 absl::StatusOr<TrainResult> Train(
     ncclComm_t comm, const TrainOptions& options, const TrainState& start,
     const std::function<void(const StepReport&)>& on_step);

@@ -20,7 +20,12 @@
 // a joiner needs; a rank the migration moves away prints "left before step
 // S" and exits 0 without --out. --join (a process started with
 // PITSTOP_MIGRATION_ROLE=joiner and the job's original --unique-id and
-// --rank) waits for that state and trains from there.
+// --rank) waits for that state and trains from there. When an all-reduce
+// fails (a peer died), the rank waits up to --recover-timeout-ms for the
+// library's recovery, redoes the step it names on the new communicator and
+// prints "recovered: step S failed, redoing step R"; --step-log then lists
+// the completed steps in the order run (a step this rank completed before
+// the failure and redid appears twice, the failed one once, when redone).
 //
 // Exit status: 0 done (or left), 1 a collective, the communicator, a join
 // or a checkpoint write failed, 2 bad usage or an unreadable checkpoint.
@@ -128,6 +133,10 @@ int main(int argc, char** argv) {
                "the leaver's state, then train from its step");
   app.add_option("--join-timeout-ms", join_timeout_ms,
                  "how long --join waits for the state")
+      ->capture_default_str();
+  app.add_option("--recover-timeout-ms", o.recover_timeout_ms,
+                 "after a failed all-reduce, how long to wait for pitstop's "
+                 "recovery migration")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 

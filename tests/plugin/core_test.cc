@@ -311,6 +311,21 @@ TEST(WireTest, DecodesMigrationDirectivesWithGeneratedBytes) {
   EXPECT_EQ(d.switch_seq, 1234u);
   EXPECT_EQ(d.transfer_comm_id, std::string(128, '\x80'));
   EXPECT_EQ(d.reason, "why");
+  EXPECT_FALSE(d.from_replica);
+}
+
+// A node-failure migration's flag (field 12) reaches the rebuilder.
+TEST(WireTest, DecodesFromReplica) {
+  v1::RankMigrationDirective d = FullDirective();
+  d.set_role(v1::RankMigrationDirective::ROLE_STAYER);
+  d.set_from_replica(true);
+  v1::StreamTelemetryResponse resp;
+  *resp.add_migration_directive() = d;
+  AgentMessages out;
+  ASSERT_TRUE(DecodeResponse(resp.SerializeAsString(), &out));
+  ASSERT_EQ(out.directives.size(), 1u);
+  EXPECT_TRUE(out.directives[0].from_replica);
+  EXPECT_EQ(out.directives[0].transfer_comm_id, std::string(128, '\x80'));
 }
 
 // Unusable directives are skipped and counted; the frame (and the

@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -31,6 +32,7 @@ struct Fake {
   int next_comm = 1;
   NcclResult unique_id_result = abi::kNcclSuccess;
   int ids_made = 0;
+  std::vector<std::string> sent;  // each send's bytes; every recv gets zeros
 };
 Fake* g_fake = nullptr;
 
@@ -70,6 +72,17 @@ NcclResult FakeGetUniqueId(NcclUniqueId* id) {
   std::memset(id->internal, ++g_fake->ids_made, sizeof(id->internal));
   return abi::kNcclSuccess;
 }
+NcclResult FakeSend(const void* buf, size_t count, int, int, NcclComm, void*) {
+  g_fake->calls.push_back("send");
+  g_fake->sent.emplace_back(static_cast<const char*>(buf), count);
+  return abi::kNcclSuccess;
+}
+// Zeros: the joiner's verdicts "accepted".
+NcclResult FakeRecv(void* buf, size_t count, int, int, NcclComm, void*) {
+  g_fake->calls.push_back("recv");
+  std::memset(buf, 0, count);
+  return abi::kNcclSuccess;
+}
 const char* FakeErrorString(NcclResult) { return "remote process exited"; }
 const char* FakeLastError(NcclComm) { return "peer 2 closed"; }
 
@@ -83,7 +96,9 @@ NcclOps FakeOps() {
   o.error_string = FakeErrorString;
   o.last_error = FakeLastError;
   o.get_unique_id = FakeGetUniqueId;
-  return o;  // send/recv: no stayer needs them
+  o.send = FakeSend;  // a recovering replica's state transfer
+  o.recv = FakeRecv;
+  return o;
 }
 
 int Count(const std::vector<std::string>& calls, const std::string& what) {
@@ -408,6 +423,179 @@ TEST_F(MakeIdsTest, APrepareAfterAnAbortIsRefused) {
   EXPECT_FALSE(acks[0].ok);
   EXPECT_EQ(acks[0].error, "migration aborted: the controller gave up");
   EXPECT_EQ(Count(fake_.calls, "init"), 0);
+}
+
+// Node failure (from_replica): the trainer's collective failed; it waits in
+// Recover, READY carries its failed step, SWITCH_AT names the step to redo
+// and Resume switches (the replica sends its state first).
+class RecoverTest : public RebuildTest {
+ protected:
+  MigrationDirective Recovery(MigrationPhase phase, bool replica) {
+    MigrationDirective d = Directive(phase);
+    d.from_replica = true;
+    if (replica) d.transfer_comm_id = std::string(kCommIdBytes, 't');
+    return d;
+  }
+  void Send(const MigrationDirective& d) {
+    std::vector<MigrationDirective> v = {d};
+    rebuilder_->OnDirectives(&v);
+  }
+  // Recover on the "trainer's" thread; Join() it for the result.
+  void StartRecover(uint64_t failed_step) {
+    trainer_ = std::thread([this, failed_step] {
+      result_ = rebuilder_->Recover(failed_step, &redo_, 600000, &error_);
+    });
+  }
+  void JoinRecover() { trainer_.join(); }
+
+  std::thread trainer_;
+  int result_ = 1;
+  uint64_t redo_ = 0;
+  std::string error_;
+};
+
+TEST_F(RecoverTest, ReadyWaitsForRecoverAndCarriesTheFailedStep) {
+  Enqueue(9);
+  Send(Recovery(kPhasePrepare, false));
+  fake_.async = abi::kNcclSuccess;
+  rebuilder_->Tick();
+  rebuilder_->Tick();
+  EXPECT_TRUE(Acks().empty()) << "READY before the trainer noticed";
+  StartRecover(7);
+  const auto ready = AcksEventually();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].phase, kPhasePrepare);
+  EXPECT_TRUE(ready[0].ok) << ready[0].error;
+  EXPECT_EQ(ready[0].progress_seq, 7u) << "the failed step, not the count";
+  MigrationDirective arm = Recovery(kPhaseSwitchAt, false);
+  arm.switch_seq = 6;  // a peer failed in step 6
+  Send(arm);
+  JoinRecover();
+  ASSERT_EQ(result_, 0) << error_;
+  EXPECT_EQ(redo_, 6u);
+  CommBinding b;
+  ASSERT_TRUE(g_table.Snapshot(handle_, &b));
+  EXPECT_EQ(b.comm, &old_comm_) << "switched before Resume";
+  std::string error;
+  ASSERT_EQ(rebuilder_->Resume(6, &error), 0) << error;
+  ASSERT_TRUE(g_table.Snapshot(handle_, &b));
+  EXPECT_EQ(b.comm, &fake_.comms[1]);
+  EXPECT_EQ(g_table.Enqueued(handle_), 0u) << "counts restart at the redo";
+  auto acks = Acks();
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].phase, kPhaseSwitchAt);
+  EXPECT_TRUE(acks[0].ok) << acks[0].error;
+  EXPECT_EQ(Count(fake_.calls, "send"), 0) << "not the replica";
+  Send(Recovery(kPhaseCommit, false));
+  acks = AcksEventually();
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_TRUE(acks[0].ok) << acks[0].error;
+  // The old communicator lost a member: aborted, never finalized.
+  EXPECT_EQ(Count(fake_.calls, "abort"), 1);
+  EXPECT_EQ(Count(fake_.calls, "finalize"), 0);
+  EXPECT_EQ(Count(fake_.calls, "destroy"), 0);
+}
+
+TEST_F(RecoverTest, AbortWakesRecoverWithTheReason) {
+  Send(Recovery(kPhasePrepare, false));
+  fake_.async = abi::kNcclSuccess;
+  StartRecover(7);
+  ASSERT_EQ(AcksEventually().size(), 1u);  // READY
+  MigrationDirective abort = Recovery(kPhaseAbort, false);
+  abort.reason = "no spare node";
+  Send(abort);
+  JoinRecover();
+  EXPECT_EQ(result_, Rebuilder::kError);
+  EXPECT_EQ(error_, "migration aborted: no spare node");
+  rebuilder_.reset();  // joins the worker that aborts the new communicator
+  EXPECT_EQ(Count(fake_.calls, "abort"), 1);
+  CommBinding b;
+  ASSERT_TRUE(g_table.Snapshot(handle_, &b));
+  EXPECT_EQ(b.comm, &old_comm_);
+}
+
+TEST_F(RecoverTest, RecoverTimesOutWithoutAMigration) {
+  std::string error;
+  uint64_t redo = 0;
+  EXPECT_EQ(rebuilder_->Recover(3, &redo, 0, &error), Rebuilder::kError);
+  EXPECT_EQ(error, "no recovery migration reached this rank within 0 ms");
+}
+
+TEST_F(RecoverTest, ARedoPastTheFailedStepIsRefused) {
+  Send(Recovery(kPhasePrepare, false));
+  fake_.async = abi::kNcclSuccess;
+  StartRecover(7);
+  ASSERT_EQ(AcksEventually().size(), 1u);
+  MigrationDirective arm = Recovery(kPhaseSwitchAt, false);
+  arm.switch_seq = 8;
+  Send(arm);
+  JoinRecover();
+  EXPECT_EQ(result_, Rebuilder::kError);
+  EXPECT_EQ(error_, "redo step 8 is past the step that failed here (7)");
+}
+
+TEST_F(RecoverTest, ResumeOnTheReplicaSendsTheStateAsOfTheRedoStep) {
+  float params[4] = {1.5f, -2.0f, 3.25f, 0.0f};
+  uint64_t next_step = 0;
+  std::string error;
+  ASSERT_EQ(rebuilder_->RegisterState("params", params, sizeof(params), &error),
+            0);
+  ASSERT_EQ(rebuilder_->RegisterState("next_step", &next_step, 8, &error), 0);
+  Enqueue(12);
+  Send(Recovery(kPhasePrepare, true));
+  EXPECT_EQ(Count(fake_.calls, "init"), 2);  // the world and the transfer
+  EXPECT_EQ(fake_.id_seen, std::string(kCommIdBytes, 't'));
+  EXPECT_EQ(fake_.rank_seen, 0) << "the replica is transfer rank 0";
+  fake_.async = abi::kNcclSuccess;
+  StartRecover(7);
+  ASSERT_EQ(AcksEventually().size(), 1u);
+  MigrationDirective arm = Recovery(kPhaseSwitchAt, true);
+  arm.switch_seq = 7;
+  Send(arm);
+  JoinRecover();
+  ASSERT_EQ(result_, 0) << error_;
+  next_step = 7;  // the trainer restored its state as of step 7
+  ASSERT_EQ(rebuilder_->Resume(7, &error), 0) << error;
+  // Header size, header, then the buffers in registration order.
+  ASSERT_EQ(fake_.sent.size(), 4u);
+  TransferHeader h;
+  ASSERT_TRUE(DecodeTransferHeader(fake_.sent[1], &h, &error)) << error;
+  EXPECT_EQ(h.next_step, 7u);
+  EXPECT_EQ(h.enqueued, std::vector<uint64_t>{0}) << "counts restart at zero";
+  ASSERT_EQ(h.buffers.size(), 2u);
+  EXPECT_EQ(h.buffers[0].first, "params");
+  EXPECT_EQ(fake_.sent[2],
+            std::string(reinterpret_cast<char*>(params), sizeof(params)));
+  EXPECT_EQ(fake_.sent[3], std::string(reinterpret_cast<char*>(&next_step), 8));
+  // The transfer communicator is freed right after; the world swapped.
+  EXPECT_EQ(Count(fake_.calls, "finalize"), 1);
+  EXPECT_EQ(Count(fake_.calls, "destroy"), 1);
+  CommBinding b;
+  ASSERT_TRUE(g_table.Snapshot(handle_, &b));
+  EXPECT_EQ(b.comm, &fake_.comms[1]);
+  const auto acks = Acks();
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].phase, kPhaseSwitchAt);
+  EXPECT_TRUE(acks[0].ok) << acks[0].error;
+}
+
+TEST_F(RecoverTest, ResumeAtAnotherStepFailsTheMigration) {
+  Send(Recovery(kPhasePrepare, false));
+  fake_.async = abi::kNcclSuccess;
+  StartRecover(7);
+  ASSERT_EQ(AcksEventually().size(), 1u);
+  MigrationDirective arm = Recovery(kPhaseSwitchAt, false);
+  arm.switch_seq = 7;
+  Send(arm);
+  JoinRecover();
+  ASSERT_EQ(result_, 0) << error_;
+  std::string error;
+  EXPECT_EQ(rebuilder_->Resume(6, &error), Rebuilder::kError);
+  EXPECT_EQ(error,
+            "pitstop_trainer_resume at step 6, the migration redoes step 7");
+  const auto acks = Acks();
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_FALSE(acks[0].ok);
 }
 
 TEST(OwnedCommTest, AnAbortedCommunicatorIsNeverDestroyed) {
