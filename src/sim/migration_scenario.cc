@@ -1,5 +1,7 @@
 #include "src/sim/migration_scenario.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -18,6 +20,7 @@
 #include "pitstop/status_macros.h"
 #include "pitstop/v1/controller.grpc.pb.h"
 #include "src/sim/local_cluster.h"
+#include "src/sim/migration_judge.h"
 #include "src/sim/subprocess.h"
 
 namespace pitstop::sim {
@@ -32,15 +35,8 @@ std::string ReadFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// The "step S ms T" lines of a --step-log file.
-std::vector<std::pair<int, double>> StepLog(const std::string& path) {
-  std::vector<std::pair<int, double>> steps;
-  std::istringstream in(ReadFile(path));
-  std::string word;
-  int step = 0;
-  double ms = 0;
-  while (in >> word >> step >> word >> ms) steps.emplace_back(step, ms);
-  return steps;
+StepLogLines StepLog(const std::string& path) {
+  return ParseStepLog(ReadFile(path));
 }
 
 double NowMs() {
@@ -53,6 +49,7 @@ struct Proc {
   std::string name;  // "r5", "joiner5"
   int rank = 0;
   std::unique_ptr<Subprocess> process;
+  bool killed = false;  // by the scenario (node failure)
 };
 
 class ScenarioRun {
@@ -67,6 +64,8 @@ class ScenarioRun {
   void Judge();
 
  private:
+  // Every global rank's steps by the scenario's rule (migration_judge.h).
+  void JudgeSteps();
   void Say(const std::string& line) {
     if (o_.progress) o_.progress(line);
   }
@@ -88,6 +87,8 @@ class ScenarioRun {
   // for a non-zero exit.
   bool WaitAll(std::vector<Proc>* procs, const std::string& what);
   absl::StatusOr<v1::Migration> RequestMigration();
+  // Node failure: SIGKILLs every trainer process of the leaver node.
+  void KillLeaver();
   absl::StatusOr<v1::Migration> AwaitFinished(const std::string& id);
   void Fail(const std::string& why) { r_->failures.push_back(why); }
 
@@ -177,7 +178,9 @@ std::vector<std::string> ScenarioRun::Argv(const std::string& tag,
           "--out",
           Path(tag, who, "bin"),
           "--step-log",
-          Path(tag, who, "steps")};
+          Path(tag, who, "steps"),
+          "--recover-timeout-ms",
+          "240000"};
 }
 
 std::vector<std::pair<std::string, std::string>> ScenarioRun::PitstopEnv(
@@ -198,6 +201,7 @@ bool ScenarioRun::WaitAll(std::vector<Proc>* procs, const std::string& what) {
   const absl::Time deadline = absl::Now() + kRunDeadline;
   bool ok = true;
   for (Proc& p : *procs) {
+    if (p.killed) continue;
     if (!p.process->Wait(std::max(deadline - absl::Now(), absl::Seconds(1)))) {
       p.process->Stop(absl::Seconds(1));
       Fail(absl::StrCat(what, ": ", p.name, " still running after ",
@@ -264,13 +268,31 @@ absl::Status ScenarioRun::Restart() {
   return absl::OkStatus();
 }
 
+void ScenarioRun::KillLeaver() {
+  std::vector<std::string> names;
+  for (Proc& p : procs_) {
+    if (p.rank / o_.ranks_per_node != o_.leaver_node) continue;
+    p.process->Signal(SIGKILL);
+    p.process->Wait(absl::Seconds(10));
+    p.killed = true;
+    names.push_back(p.name);
+  }
+  Say(absl::StrCat("[sim] node ", cluster_->host(o_.leaver_node),
+                   " fails: its trainer processes (", absl::StrJoin(names, ","),
+                   ") are killed; the others' next all-reduce fails and they "
+                   "wait in pitstop_trainer_recover"));
+}
+
 absl::StatusOr<v1::Migration> ScenarioRun::RequestMigration() {
   v1::MigrateNodeRequest req;
   req.set_host(cluster_->host(o_.leaver_node));
   req.set_to(kStandby);
   req.set_job_id(kJob);
   req.set_who("pitstop sim");
-  req.set_reason("standby-migration scenario");
+  req.set_reason(o_.node_failure ? "node-failure-migration scenario"
+                                 : "standby-migration scenario");
+  // The leaver's processes are dead: the state comes from a replica.
+  req.set_from_replica(o_.node_failure);
   // Until every agent reported the job's communicators the controller says
   // "not migratable now" (FAILED_PRECONDITION): ask again.
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
@@ -341,9 +363,11 @@ absl::Status ScenarioRun::Migrate() {
     if (!procs_[0].process->Running()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  if (o_.node_failure) KillLeaver();
   Say(absl::StrCat("[sim] step ", o_.migrate_after_step,
                    ": pitstopctl migrate ", cluster_->host(o_.leaver_node),
-                   " --to ", kStandby));
+                   " --to ", kStandby,
+                   o_.node_failure ? " --from-replica" : ""));
   absl::StatusOr<v1::Migration> m = RequestMigration();
   if (!m.ok()) {
     Fail(std::string(m.status().message()));
@@ -390,6 +414,29 @@ absl::Status ScenarioRun::Migrate() {
   return absl::OkStatus();
 }
 
+void ScenarioRun::JudgeSteps() {
+  const int redo = static_cast<int>(r_->migration.switch_seq());
+  for (int rank = 0; rank < world_; ++rank) {
+    const StepLogLines own =
+        StepLog(Path("mig", absl::StrCat("r", rank), "steps"));
+    const StepLogLines joined =
+        StepLog(Path("mig", absl::StrCat("joiner", rank), "steps"));
+    if (!joined.empty() && r_->switch_step < 0) {
+      r_->switch_step = joined.front().first;
+    }
+    const bool moved = rank / o_.ranks_per_node == o_.leaver_node;
+    std::string why;
+    if (!o_.node_failure) {
+      why = CheckMovedOnce(own, joined, o_.steps);
+    } else if (moved) {
+      why = CheckRecoveredMoved(own, joined, redo, o_.steps);
+    } else {
+      why = CheckRecoveredStayer(own, redo, o_.steps);
+    }
+    if (!why.empty()) Fail(absl::StrCat("rank ", rank, "'s steps: ", why));
+  }
+}
+
 void ScenarioRun::Judge() {
   r_->ranks = world_;
   const std::string reference = ReadFile(Path("ref", "r0", "bin"));
@@ -402,38 +449,13 @@ void ScenarioRun::Judge() {
                         "): final weights differ from the undisturbed run"));
     }
   }
-  // Every step exactly once per global rank, in order.
-  for (int rank = 0; rank < world_; ++rank) {
-    auto steps = StepLog(Path("mig", absl::StrCat("r", rank), "steps"));
-    const auto joined =
-        StepLog(Path("mig", absl::StrCat("joiner", rank), "steps"));
-    if (!joined.empty() && r_->switch_step < 0) {
-      r_->switch_step = static_cast<int>(steps.size());
-    }
-    steps.insert(steps.end(), joined.begin(), joined.end());
-    bool in_order = static_cast<int>(steps.size()) == o_.steps;
-    for (size_t s = 0; in_order && s < steps.size(); ++s) {
-      in_order = steps[s].first == static_cast<int>(s);
-    }
-    if (!in_order) {
-      Fail(absl::StrCat("rank ", rank, " ran ", steps.size(), " steps, not ",
-                        o_.steps, " each exactly once in order"));
-    }
-  }
-  const auto r0 = StepLog(Path("mig", "r0", "steps"));
-  std::vector<double> ms;
-  for (const auto& [step, t] : r0) ms.push_back(t);
-  if (!ms.empty()) {
-    std::vector<double> sorted = ms;
-    std::sort(sorted.begin(), sorted.end());
-    r_->median_step_ms = sorted[sorted.size() / 2];
-  }
+  JudgeSteps();
+  const StepLogLines r0 = StepLog(Path("mig", "r0", "steps"));
   if (r_->switch_step >= 0) {
-    for (int s = std::max(0, r_->switch_step - 2);
-         s <= r_->switch_step + 2 && s < static_cast<int>(ms.size()); ++s) {
-      r_->longest_step_ms = std::max(r_->longest_step_ms, ms[s]);
-    }
-    r_->downtime_ms = r_->longest_step_ms - r_->median_step_ms;
+    const auto [longest, median] = LongestAroundAndMedian(r0, r_->switch_step);
+    r_->longest_step_ms = longest;
+    r_->median_step_ms = median;
+    r_->downtime_ms = longest - median;
   } else {
     Fail("no joiner ran a step: nothing moved");
   }
@@ -454,6 +476,8 @@ absl::StatusOr<MigrationScenarioResult> RunMigrationScenario(
         "steps well past migrate_after_step + switch_margin");
   }
   MigrationScenarioResult result;
+  result.scenario =
+      options.node_failure ? "node-failure-migration" : "standby-migration";
   ScenarioRun run(options, &result);
   RETURN_IF_ERROR(run.Start());
   RETURN_IF_ERROR(run.Reference());
@@ -469,7 +493,7 @@ void PrintMigrationReport(const MigrationScenarioResult& r, std::ostream& out) {
     return a == 0 || b == 0 || b < a ? std::string("-")
                                      : absl::StrCat((b - a) / 1000000, " ms");
   };
-  out << "\n== standby-migration: " << (r.passed ? "PASS" : "FAIL") << "\n";
+  out << "\n== " << r.scenario << ": " << (r.passed ? "PASS" : "FAIL") << "\n";
   out << "  ranks                       " << r.ranks << "\n";
   out << "  migration                   " << m.migration_id() << " "
       << m.leaver_host() << " -> " << m.joiner_host() << " ("

@@ -12,7 +12,8 @@
 // It passes only if the migration COMMITTED, every process exited 0, the
 // final weights of every final rank are byte-identical to an undisturbed
 // run of the same job, and every global rank ran every step exactly once
-// (the leaver's steps, then the joiner's). It measures the downtime
+// (the leaver's steps, then the joiner's; with node_failure the step that
+// failed is redone: migration_judge.h). It measures the downtime
 // (longest step around the switch less the median step) and, in the same
 // run, a full restart from a checkpoint.
 //
@@ -42,6 +43,12 @@ struct MigrationScenarioOptions {
   // Collectives between the progress READY reported and the switch point:
   // room for SWITCH_AT's round trip (controller -> agent -> library).
   int switch_margin = 100;
+  // node-failure-migration: the leaver node's processes are killed at
+  // migrate_after_step instead; the stayers' collectives fail, they wait in
+  // pitstop_trainer_recover, the migration (from_replica) brings joiners in
+  // with the state of data-parallel replicas, and every rank redoes the
+  // step that failed.
+  bool node_failure = false;
   std::string work_dir;  // empty: a fresh directory under /tmp
   bool keep_work_dir = false;
   std::string log_level = "info";
@@ -49,6 +56,7 @@ struct MigrationScenarioOptions {
 };
 
 struct MigrationScenarioResult {
+  std::string scenario;  // standby-migration | node-failure-migration
   bool passed = false;
   std::vector<std::string> failures;  // why not, one line each
   v1::Migration migration;

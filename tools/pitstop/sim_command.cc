@@ -80,7 +80,12 @@ constexpr const char* kMigrationScenarios[][2] = {
      "16 ranks of the deterministic trainer on 4 nodes + 1 standby; node1's "
      "ranks move to the standby mid-run (TrainMover); passes when the final "
      "weights are bit-identical to an undisturbed run and every step ran "
-     "once; prints the downtime and a full restart's cost"}};
+     "once; prints the downtime and a full restart's cost"},
+    {"node-failure-migration",
+     "the same job; node1's trainer processes are killed mid-run: the "
+     "others' all-reduce fails, pitstop moves the dead ranks to the standby "
+     "with the state of data-parallel replicas and every rank redoes the "
+     "failed step; passes when the weights are bit-identical"}};
 
 bool IsMigrationScenario(const std::string& name) {
   for (const auto& s : kMigrationScenarios) {
@@ -91,6 +96,7 @@ bool IsMigrationScenario(const std::string& name) {
 
 int RunMigration(const SimArgs& a) {
   sim::MigrationScenarioOptions o = a.migration;
+  o.node_failure = a.scenario == "node-failure-migration";
   o.work_dir = a.work_dir;
   o.keep_work_dir = a.keep_work_dir;
   o.log_level = a.log_level;

@@ -1,0 +1,66 @@
+// The step-log rules migrated runs are judged by: each can fail.
+#include "src/sim/migration_judge.h"
+
+#include <gtest/gtest.h>
+
+namespace pitstop::sim {
+namespace {
+
+StepLogLines Steps(int from, int to) {
+  StepLogLines out;
+  for (int s = from; s < to; ++s) out.emplace_back(s, 1.0);
+  return out;
+}
+StepLogLines Cat(StepLogLines a, const StepLogLines& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(MigrationJudge, ParsesStepLogs) {
+  const StepLogLines l = ParseStepLog("step 0 ms 2.5\nstep 1 ms 3\n");
+  ASSERT_EQ(l.size(), 2u);
+  EXPECT_EQ(l[1].first, 1);
+  EXPECT_DOUBLE_EQ(l[0].second, 2.5);
+}
+
+TEST(MigrationJudge, StandbyEveryStepOnce) {
+  EXPECT_EQ(CheckMovedOnce(Steps(0, 40), Steps(40, 100), 100), "");
+  EXPECT_EQ(CheckMovedOnce(Steps(0, 100), {}, 100), "");
+  EXPECT_NE(CheckMovedOnce(Steps(0, 41), Steps(40, 100), 100), "");  // twice
+  EXPECT_NE(CheckMovedOnce(Steps(0, 40), Steps(41, 100), 100), "");  // gap
+  EXPECT_NE(CheckMovedOnce(Steps(0, 40), Steps(40, 99), 100), "");   // short
+}
+
+TEST(MigrationJudge, RecoveredStayerRedoesTheAgreedStep) {
+  EXPECT_EQ(CheckRecoveredStayer(Cat(Steps(0, 50), Steps(50, 100)), 50, 100),
+            "");
+  // Finished step 50 before the peer died in it: 50 is redone and logged
+  // twice.
+  EXPECT_EQ(CheckRecoveredStayer(Cat(Steps(0, 51), Steps(50, 100)), 50, 100),
+            "");
+  EXPECT_NE(CheckRecoveredStayer(Cat(Steps(0, 52), Steps(50, 100)), 50, 100),
+            "");  // two steps ahead: cannot be
+  EXPECT_NE(CheckRecoveredStayer(Cat(Steps(0, 50), Steps(51, 100)), 50, 100),
+            "");  // skipped the redo
+  EXPECT_NE(CheckRecoveredStayer(Cat(Steps(0, 50), Steps(50, 99)), 50, 100),
+            "");
+}
+
+TEST(MigrationJudge, RecoveredMovedRankJoinerStartsAtTheRedo) {
+  EXPECT_EQ(CheckRecoveredMoved(Steps(0, 50), Steps(50, 100), 50, 100), "");
+  EXPECT_EQ(CheckRecoveredMoved(Steps(0, 51), Steps(50, 100), 50, 100), "");
+  EXPECT_NE(CheckRecoveredMoved(Steps(0, 49), Steps(50, 100), 50, 100), "");
+  EXPECT_NE(CheckRecoveredMoved(Steps(0, 50), Steps(51, 100), 50, 100), "");
+}
+
+TEST(MigrationJudge, DowntimeIsTheLongestStepAroundTheSwitch) {
+  StepLogLines l = Steps(0, 100);
+  l[51].second = 40;
+  l[90].second = 99;  // far from the switch: not counted
+  const auto [longest, median] = LongestAroundAndMedian(l, 50);
+  EXPECT_DOUBLE_EQ(longest, 40);
+  EXPECT_DOUBLE_EQ(median, 1);
+}
+
+}  // namespace
+}  // namespace pitstop::sim
