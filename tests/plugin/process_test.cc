@@ -331,7 +331,8 @@ TEST(SymbolsTest, OnlyNcclSymbolsAreExported) {
   // The trainer C API (include/pitstop/trainer.h).
   for (const char* name :
        {"pitstop_trainer_register_state", "pitstop_trainer_poll",
-        "pitstop_trainer_join", "pitstop_trainer_last_error"}) {
+        "pitstop_trainer_join", "pitstop_trainer_recover",
+        "pitstop_trainer_resume", "pitstop_trainer_last_error"}) {
     want.push_back(name);
   }
   EXPECT_THAT(names, UnorderedElementsAreArray(want));
