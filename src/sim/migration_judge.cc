@@ -71,7 +71,10 @@ std::string CheckRecoveredMoved(const StepLogLines& dead,
   if (std::string e = Consecutive(dead, 0, dead.size(), 0); !e.empty()) {
     return "the dead process: " + e;
   }
-  if (static_cast<int>(dead.size()) < redo) {
+  // A step is logged after its collective: a process killed in between
+  // contributed to step redo-1 (every stayer finished it) without logging
+  // it. Anything shorter means a step nobody ran.
+  if (static_cast<int>(dead.size()) < redo - 1) {
     return absl::StrCat("the dead process ran ", dead.size(),
                         " steps, but the joiner started at ", redo,
                         ": steps in between never ran");

@@ -28,8 +28,9 @@ std::string CheckMovedOnce(const StepLogLines& before,
 // it; that result was rolled back). "" or why not.
 std::string CheckRecoveredStayer(const StepLogLines& log, int redo, int steps);
 
-// Node failure, a moved rank: the dead process ran [0, D) with D >= redo,
-// its joiner exactly [redo, steps). "" or why not.
+// Node failure, a moved rank: the dead process logged [0, D) with
+// D >= redo - 1 (killed after a step's collective, before its log line),
+// its joiner ran exactly [redo, steps). "" or why not.
 std::string CheckRecoveredMoved(const StepLogLines& dead,
                                 const StepLogLines& joined, int redo,
                                 int steps);
