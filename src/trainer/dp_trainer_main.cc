@@ -115,10 +115,14 @@ void RunShadowSteps(ncclComm_t comm, int rank, pitstop::trainer::TrainOptions o,
                  rank, ms, result.status().ToString().c_str());
     return;
   }
+  // The fingerprint lets a test check the sandbox computed what the job
+  // did in those steps (every replica holds the same weights).
   std::fprintf(stderr,
                "pitstop-dp-trainer: rank %d: shadow: %d steps in the sandbox "
-               "(%.3f ms)\n",
-               rank, steps, ms);
+               "(%.3f ms), fingerprint=%016llx\n",
+               rank, steps, ms,
+               static_cast<unsigned long long>(
+                   pitstop::trainer::Fingerprint(result->params)));
 }
 
 }  // namespace
