@@ -4,12 +4,17 @@
 // from them (PITSTOP_SHADOW_DIR=DIR). Everything here is off the hot path:
 // a normal rank reaches it only while recording, a joiner only on sandbox
 // handles.
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <string>
+#include <thread>
 
+#include "plugin/plugin_sync.h"
 #include "plugin/shadow_record.h"
 #include "plugin/virtual_comms.h"
 
@@ -71,6 +76,91 @@ const std::string& AnswerDir() {
   return dir;
 }
 
+void LogWriteError(const std::string& error) {
+  static std::atomic<bool> logged{false};
+  if (!logged.exchange(true)) {
+    std::fprintf(stderr, "pitstop: shadow: cannot record: %s\n", error.c_str());
+  }
+}
+
+// Writes records on its own thread, so the recording rank's collective only
+// pays for a copy of its output: the file's syscalls (about 0.1 ms each)
+// happen beside the training loop. Leaked on purpose: static destructors
+// must not pull the queue from under the thread at exit; an atexit handler
+// drains it first (bounded). A forked child has no writer thread: it
+// writes in the call instead.
+class Writer {
+ public:
+  void Push(const ShadowKey& key, const void* data, uint64_t bytes) {
+    if (getpid() != pid_) {
+      std::string error;
+      if (!WriteShadowRecord(dir_, key, data, bytes, &error)) {
+        LogWriteError(error);
+      }
+      return;
+    }
+    MutexLock lock(&mu_);
+    queue_.push_back({key, std::string(static_cast<const char*>(data), bytes)});
+    cv_.SignalAll();
+  }
+  // At exit: waits (at most `timeout_ms`) until every queued record is on
+  // disk.
+  void Drain(int timeout_ms) {
+    MutexLock lock(&mu_);
+    for (int waited = 0; (!queue_.empty() || busy_) && waited < timeout_ms;
+         waited += 10) {
+      cv_.WaitForNs(&mu_, 10'000'000);
+    }
+  }
+  static Writer* Start(const std::string& dir) {
+    auto* w = new Writer(dir);
+    std::thread([w] { w->Run(); }).detach();
+    return w;
+  }
+
+ private:
+  struct Pending {
+    ShadowKey key;
+    std::string bytes;
+  };
+  explicit Writer(std::string dir) : dir_(std::move(dir)), pid_(getpid()) {}
+  void Run() {
+    MutexLock lock(&mu_);
+    for (;;) {
+      while (queue_.empty()) cv_.WaitForNs(&mu_, 1'000'000'000);
+      Pending p = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      mu_.Unlock();
+      std::string error;
+      if (!WriteShadowRecord(dir_, p.key, p.bytes.data(), p.bytes.size(),
+                             &error)) {
+        LogWriteError(error);
+      }
+      mu_.Lock();
+      busy_ = false;
+      cv_.SignalAll();
+    }
+  }
+
+  const std::string dir_;
+  const pid_t pid_;
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<Pending> queue_ PLUGIN_GUARDED_BY(mu_);
+  bool busy_ PLUGIN_GUARDED_BY(mu_) = false;
+};
+
+// Started once, on first use (thread-safe static initialisation).
+Writer* TheWriter() {
+  static Writer* const w = [] {
+    Writer* started = Writer::Start(Recording().dir);
+    std::atexit([] { TheWriter()->Drain(2000); });
+    return started;
+  }();
+  return w;
+}
+
 bool ShadowMode(const void* handle) {
   return !AnswerDir().empty() && g_comm_table.IsSandbox(handle);
 }
@@ -86,9 +176,10 @@ void LogMiss(const std::string& why) {
 
 void EnableShadowRecording() noexcept {
   try {
-    if (!Recording().dir.empty() && Recording().collectives > 0) {
-      g_shadow_recording.store(true, std::memory_order_relaxed);
-    }
+    const RecordConfig& config = Recording();
+    if (config.dir.empty() || config.collectives == 0) return;
+    TheWriter();
+    g_shadow_recording.store(true, std::memory_order_release);
   } catch (...) {
   }
 }
@@ -108,14 +199,7 @@ void ShadowRecord(const void* handle, const ShadowCall& call,
     }
     key.comm_hash = hash;
     key.seq = seq;
-    std::string error;
-    if (!WriteShadowRecord(config.dir, key, call.recv, bytes, &error)) {
-      static std::atomic<bool> logged{false};
-      if (!logged.exchange(true)) {
-        std::fprintf(stderr, "pitstop: shadow: cannot record: %s\n",
-                     error.c_str());
-      }
-    }
+    TheWriter()->Push(key, call.recv, bytes);
   } catch (...) {
   }
 }
