@@ -102,6 +102,14 @@ void CommTable::SetCommHash(const void* handle, uint64_t comm_hash) noexcept {
   }
 }
 
+uint64_t CommTable::CommHash(const void* handle) noexcept {
+  if (!IsHandle(handle)) return 0;
+  MutexLock lock(&mu_);
+  const Cold& c = cold_[IndexOf(handle)];
+  if (c.state != State::kBound && c.state != State::kSandbox) return 0;
+  return c.comm_hash;
+}
+
 void* CommTable::FindByCommHash(uint64_t comm_hash) noexcept {
   if (comm_hash == 0) return nullptr;
   MutexLock lock(&mu_);

@@ -147,6 +147,9 @@ class CommTable {
   // NCCL's commHash of the handle's current communicator (0: unknown), so a
   // migration directive naming it finds the handle.
   void SetCommHash(const void* handle, uint64_t comm_hash) noexcept;
+  // The hash SetCommHash (or BindSandbox) gave a bound or sandbox handle;
+  // 0 for anything else. Cold (the mutex).
+  uint64_t CommHash(const void* handle) noexcept;
   // The bound or sandbox handle whose communicator has `comm_hash`; null
   // when none (or several: ambiguous).
   void* FindByCommHash(uint64_t comm_hash) noexcept;

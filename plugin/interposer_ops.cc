@@ -21,15 +21,31 @@ using pp::NcclResult;
 
 using Stream = void*;  // cudaStream_t, opaque here
 
+namespace {
+
+// What a collective's output is, for shadow iterations (built only on the
+// shadow paths: OnCollective calls it lazily).
+pp::ShadowCall Shadow(pp::ShadowFunc func, int dtype, int op, int root,
+                      size_t count, void* recv) {
+  return pp::ShadowCall{func, dtype, op, root, count, recv};
+}
+
+}  // namespace
+
 PITSTOP_EXPORT NcclResult ncclAllReduce(const void* send, void* recv,
                                         size_t count, int dtype, int op,
                                         NcclComm comm, Stream stream) noexcept {
   using Fn =
       NcclResult (*)(const void*, void*, size_t, int, int, NcclComm, Stream);
   PITSTOP_REAL(Fn, pncclAllReduce);
-  return pp::OnComm(comm, [&](NcclComm c) {
-    return real(send, recv, count, dtype, op, c, stream);
-  });
+  return pp::OnCollective(
+      comm,
+      [&] {
+        return Shadow(pp::ShadowFunc::kAllReduce, dtype, op, -1, count, recv);
+      },
+      [&](NcclComm c) {
+        return real(send, recv, count, dtype, op, c, stream);
+      });
 }
 
 PITSTOP_EXPORT NcclResult ncclAllGather(const void* send, void* recv,
@@ -37,9 +53,15 @@ PITSTOP_EXPORT NcclResult ncclAllGather(const void* send, void* recv,
                                         NcclComm comm, Stream stream) noexcept {
   using Fn = NcclResult (*)(const void*, void*, size_t, int, NcclComm, Stream);
   PITSTOP_REAL(Fn, pncclAllGather);
-  return pp::OnComm(comm, [&](NcclComm c) {
-    return real(send, recv, send_count, dtype, c, stream);
-  });
+  return pp::OnCollective(
+      comm,
+      [&] {
+        return Shadow(pp::ShadowFunc::kAllGather, dtype, -1, -1, send_count,
+                      recv);
+      },
+      [&](NcclComm c) {
+        return real(send, recv, send_count, dtype, c, stream);
+      });
 }
 
 PITSTOP_EXPORT NcclResult ncclReduceScatter(const void* send, void* recv,
@@ -49,9 +71,15 @@ PITSTOP_EXPORT NcclResult ncclReduceScatter(const void* send, void* recv,
   using Fn =
       NcclResult (*)(const void*, void*, size_t, int, int, NcclComm, Stream);
   PITSTOP_REAL(Fn, pncclReduceScatter);
-  return pp::OnComm(comm, [&](NcclComm c) {
-    return real(send, recv, recv_count, dtype, op, c, stream);
-  });
+  return pp::OnCollective(
+      comm,
+      [&] {
+        return Shadow(pp::ShadowFunc::kReduceScatter, dtype, op, -1, recv_count,
+                      recv);
+      },
+      [&](NcclComm c) {
+        return real(send, recv, recv_count, dtype, op, c, stream);
+      });
 }
 
 PITSTOP_EXPORT NcclResult ncclBroadcast(const void* send, void* recv,
@@ -60,9 +88,14 @@ PITSTOP_EXPORT NcclResult ncclBroadcast(const void* send, void* recv,
   using Fn =
       NcclResult (*)(const void*, void*, size_t, int, int, NcclComm, Stream);
   PITSTOP_REAL(Fn, pncclBroadcast);
-  return pp::OnComm(comm, [&](NcclComm c) {
-    return real(send, recv, count, dtype, root, c, stream);
-  });
+  return pp::OnCollective(
+      comm,
+      [&] {
+        return Shadow(pp::ShadowFunc::kBroadcast, dtype, -1, root, count, recv);
+      },
+      [&](NcclComm c) {
+        return real(send, recv, count, dtype, root, c, stream);
+      });
 }
 
 PITSTOP_EXPORT NcclResult ncclBcast(void* buff, size_t count, int dtype,
@@ -70,9 +103,12 @@ PITSTOP_EXPORT NcclResult ncclBcast(void* buff, size_t count, int dtype,
                                     Stream stream) noexcept {
   using Fn = NcclResult (*)(void*, size_t, int, int, NcclComm, Stream);
   PITSTOP_REAL(Fn, pncclBcast);
-  return pp::OnComm(comm, [&](NcclComm c) {
-    return real(buff, count, dtype, root, c, stream);
-  });
+  return pp::OnCollective(
+      comm,
+      [&] {
+        return Shadow(pp::ShadowFunc::kBroadcast, dtype, -1, root, count, buff);
+      },
+      [&](NcclComm c) { return real(buff, count, dtype, root, c, stream); });
 }
 
 PITSTOP_EXPORT NcclResult ncclReduce(const void* send, void* recv, size_t count,
@@ -81,9 +117,14 @@ PITSTOP_EXPORT NcclResult ncclReduce(const void* send, void* recv, size_t count,
   using Fn = NcclResult (*)(const void*, void*, size_t, int, int, int, NcclComm,
                             Stream);
   PITSTOP_REAL(Fn, pncclReduce);
-  return pp::OnComm(comm, [&](NcclComm c) {
-    return real(send, recv, count, dtype, op, root, c, stream);
-  });
+  return pp::OnCollective(
+      comm,
+      [&] {
+        return Shadow(pp::ShadowFunc::kReduce, dtype, op, root, count, recv);
+      },
+      [&](NcclComm c) {
+        return real(send, recv, count, dtype, op, root, c, stream);
+      });
 }
 
 // AlltoAll, Gather and Scatter: NCCL 2.28.
@@ -92,9 +133,12 @@ PITSTOP_EXPORT NcclResult ncclAlltoAll(const void* send, void* recv,
                                        Stream stream) noexcept {
   using Fn = NcclResult (*)(const void*, void*, size_t, int, NcclComm, Stream);
   PITSTOP_REAL(Fn, pncclAlltoAll);
-  return pp::OnComm(comm, [&](NcclComm c) {
-    return real(send, recv, count, dtype, c, stream);
-  });
+  return pp::OnCollective(
+      comm,
+      [&] {
+        return Shadow(pp::ShadowFunc::kAlltoAll, dtype, -1, -1, count, recv);
+      },
+      [&](NcclComm c) { return real(send, recv, count, dtype, c, stream); });
 }
 
 PITSTOP_EXPORT NcclResult ncclGather(const void* send, void* recv, size_t count,
@@ -103,9 +147,14 @@ PITSTOP_EXPORT NcclResult ncclGather(const void* send, void* recv, size_t count,
   using Fn =
       NcclResult (*)(const void*, void*, size_t, int, int, NcclComm, Stream);
   PITSTOP_REAL(Fn, pncclGather);
-  return pp::OnComm(comm, [&](NcclComm c) {
-    return real(send, recv, count, dtype, root, c, stream);
-  });
+  return pp::OnCollective(
+      comm,
+      [&] {
+        return Shadow(pp::ShadowFunc::kGather, dtype, -1, root, count, recv);
+      },
+      [&](NcclComm c) {
+        return real(send, recv, count, dtype, root, c, stream);
+      });
 }
 
 PITSTOP_EXPORT NcclResult ncclScatter(const void* send, void* recv,
@@ -114,9 +163,14 @@ PITSTOP_EXPORT NcclResult ncclScatter(const void* send, void* recv,
   using Fn =
       NcclResult (*)(const void*, void*, size_t, int, int, NcclComm, Stream);
   PITSTOP_REAL(Fn, pncclScatter);
-  return pp::OnComm(comm, [&](NcclComm c) {
-    return real(send, recv, count, dtype, root, c, stream);
-  });
+  return pp::OnCollective(
+      comm,
+      [&] {
+        return Shadow(pp::ShadowFunc::kScatter, dtype, -1, root, count, recv);
+      },
+      [&](NcclComm c) {
+        return real(send, recv, count, dtype, root, c, stream);
+      });
 }
 
 PITSTOP_EXPORT NcclResult ncclSend(const void* buf, size_t count, int dtype,
@@ -170,13 +224,21 @@ PITSTOP_EXPORT NcclResult ncclGroupSimulateEnd(void* sim_info) noexcept {
 PITSTOP_EXPORT NcclResult ncclCommCount(NcclComm comm, int* count) noexcept {
   using Fn = NcclResult (*)(NcclComm, int*);
   PITSTOP_REAL(Fn, pncclCommCount);
-  return pp::OnQuery(comm, [&](NcclComm c) { return real(c, count); });
+  const NcclResult r =
+      pp::OnQuery(comm, [&](NcclComm c) { return real(c, count); });
+  return r == pitstop::abi::kNcclInvalidUsage
+             ? pp::ShadowQuery(comm, count, nullptr, r)
+             : r;
 }
 
 PITSTOP_EXPORT NcclResult ncclCommUserRank(NcclComm comm, int* rank) noexcept {
   using Fn = NcclResult (*)(NcclComm, int*);
   PITSTOP_REAL(Fn, pncclCommUserRank);
-  return pp::OnQuery(comm, [&](NcclComm c) { return real(c, rank); });
+  const NcclResult r =
+      pp::OnQuery(comm, [&](NcclComm c) { return real(c, rank); });
+  return r == pitstop::abi::kNcclInvalidUsage
+             ? pp::ShadowQuery(comm, nullptr, rank, r)
+             : r;
 }
 
 PITSTOP_EXPORT NcclResult ncclCommCuDevice(NcclComm comm,

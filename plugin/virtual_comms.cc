@@ -84,6 +84,8 @@ void EnableMigration() {
 
 }  // namespace
 
+bool InGroup() noexcept { return ThreadGroup().depth > 0; }
+
 bool VirtualizationEnabled() noexcept {
   static const bool enabled = ReadEnabled();
   return enabled;
@@ -123,6 +125,7 @@ void VirtualizeCreated(NcclComm* comms, int n, int rank, int n_ranks,
   if (r != abi::kNcclSuccess && r != abi::kNcclInProgress) return;
   static std::atomic<bool> announced{false}, full{false};
   try {
+    EnableShadowRecording();
     LogOnce(&announced, "communicator virtualisation on (" +
                             DescribeCapabilities(ProbeNcclCapabilities()) +
                             ")");

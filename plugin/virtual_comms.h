@@ -18,6 +18,7 @@
 
 #include "plugin/abi/profiler_common.h"
 #include "plugin/comm_table.h"
+#include "plugin/shadow_record.h"
 
 namespace pitstop::plugin {
 
@@ -99,6 +100,47 @@ NcclResult OnCommImpl(NcclComm comm, bool enqueued, F&& call) noexcept {
   EndUse(comm, enqueued);
   return r;
 }
+// Shadow iterations (docs/migration.md "Shadow iterations"). True once a
+// virtualised communicator was made with PITSTOP_SHADOW_RECORD set: only
+// then do collectives leave the hot path to record their outputs.
+extern std::atomic<bool> g_shadow_recording;
+// Reads PITSTOP_SHADOW_RECORD / PITSTOP_SHADOW_COLLECTIVES (once) and sets
+// g_shadow_recording when a directory is given. Cold (creating calls).
+void EnableShadowRecording() noexcept;
+// Cold: after `call` (a collective) returned ncclSuccess on the handle's
+// communicator `b`, before it is counted: writes its output when it is one
+// of the handle's first PITSTOP_SHADOW_COLLECTIVES.
+void ShadowRecord(const void* handle, const ShadowCall& call,
+                  const CommBinding& b) noexcept;
+// Cold: a collective on a handle without a communicator. A sandbox handle
+// with PITSTOP_SHADOW_DIR set answers it from the record (ncclSuccess) or
+// refuses it (ncclInvalidUsage, counted); anything else: RefusedHandle.
+NcclResult ShadowAnswer(const void* handle, const ShadowCall& call) noexcept;
+// Cold: ncclCommCount / ncclCommUserRank on a sandbox handle in shadow mode
+// answer its membership (the trainer asks before its steps); otherwise `r`.
+NcclResult ShadowQuery(const void* handle, int* count, int* rank,
+                       NcclResult r) noexcept;
+// Shadow answers refused so far (no record, wrong size, bad checksum).
+uint64_t ShadowMisses() noexcept;
+// True inside ncclGroupStart/End on this thread.
+bool InGroup() noexcept;
+
+// A collective: OnComm, plus the shadow paths. `describe` builds the
+// ShadowCall and runs only on them, so the hot path adds one relaxed load.
+template <typename D, typename F>
+NcclResult OnCollective(NcclComm comm, D&& describe, F&& call) noexcept {
+  if (!g_comm_table.IsHandle(comm)) return call(comm);
+  const CommBinding* b = g_comm_table.Acquire(comm);
+  if (b == nullptr) return ShadowAnswer(comm, describe());
+  const NcclResult r = call(static_cast<NcclComm>(b->comm));
+  if (g_shadow_recording.load(std::memory_order_relaxed)) [[unlikely]] {
+    if (r == abi::kNcclSuccess) ShadowRecord(comm, describe(), *b);
+  }
+  g_comm_table.CountEnqueued(comm);
+  EndUse(comm, true);
+  return r;
+}
+
 template <typename F>
 NcclResult OnComm(NcclComm comm, F&& call) noexcept {
   return OnCommImpl(comm, true, call);

@@ -182,9 +182,11 @@ absl::StatusOr<TrainResult> Train(
   // What a joiner needs to continue this rank: every replica holds the
   // same, so the leaver's copy is the state.
   uint64_t next_step = static_cast<uint64_t>(start.next_step);
-  pitstop_try_register_state("params", params.data(),
-                             params.size() * sizeof(float));
-  pitstop_try_register_state("next_step", &next_step, sizeof(next_step));
+  if (!options.sandbox) {
+    pitstop_try_register_state("params", params.data(),
+                               params.size() * sizeof(float));
+    pitstop_try_register_state("next_step", &next_step, sizeof(next_step));
+  }
   Snapshot snaps[2];
   int64_t failed_t0 = -1;  // a redone step's time includes the recovery
   for (int step = start.next_step; step < options.steps; ++step) {
@@ -192,7 +194,8 @@ absl::StatusOr<TrainResult> Train(
     failed_t0 = -1;
     next_step = static_cast<uint64_t>(step);
     std::string migration_error;
-    const int polled = pitstop_try_poll(next_step);
+    const int polled = options.sandbox ? PITSTOP_TRAINER_CONTINUE
+                                       : pitstop_try_poll(next_step);
     if (polled == PITSTOP_TRAINER_LEAVE) {
       return TrainResult{std::move(params), true, step};
     }
@@ -213,6 +216,7 @@ absl::StatusOr<TrainResult> Train(
       const std::string failure = absl::StrCat(
           "step ", step, ": ncclAllReduce: ", ncclGetErrorString(r), ": ",
           ncclGetLastError(comm));
+      if (options.sandbox) return absl::UnavailableError(failure);
       ASSIGN_OR_RETURN(const int redo,
                        Recover(rank, step, failure, options.recover_timeout_ms,
                                snaps, &params, &next_step));

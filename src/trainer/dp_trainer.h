@@ -42,6 +42,10 @@ struct TrainOptions {
   float learning_rate = 0.2f;
   // A failed all-reduce waits this long for pitstop's recovery migration.
   int64_t recover_timeout_ms = 120000;
+  // Shadow iterations (a joiner's warm-up on a sandbox communicator whose
+  // all-reduces pitstop answers from recorded outputs): registers no state,
+  // never polls or recovers; a failed all-reduce ends the run.
+  bool sandbox = false;
 };
 
 // The whole training state at a step boundary: every data-parallel replica

@@ -27,8 +27,13 @@
 // the completed steps in the order run (a step this rank completed before
 // the failure and redid appears twice, the failed one once, when redone).
 //
+// --shadow-steps N (with --join, PITSTOP_SHADOW_DIR naming a stayer's
+// PITSTOP_SHADOW_RECORD directory) first runs N steps in the sandbox and
+// prints "shadow: N steps in the sandbox (T ms)", or why it skipped them.
+//
 // Exit status: 0 done (or left), 1 a collective, the communicator, a join
 // or a checkpoint write failed, 2 bad usage or an unreadable checkpoint.
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -82,6 +87,44 @@ bool JoinMigration(int rank, const pitstop::trainer::TrainOptions& o,
   return true;
 }
 
+// --shadow-steps: the joiner warms up (allocations, caches) on its sandbox
+// communicator, whose all-reduces pitstop answers from a stayer's recorded
+// outputs (PITSTOP_SHADOW_DIR), then throws that state away: the join
+// brings the leaver's. A warm-up that cannot run is skipped with a message,
+// never fatal: the migration does not need it.
+void RunShadowSteps(ncclComm_t comm, int rank, pitstop::trainer::TrainOptions o,
+                    int steps) {
+  if (dlsym(RTLD_DEFAULT, "pitstop_trainer_join") == nullptr) {
+    std::fprintf(stderr,
+                 "pitstop-dp-trainer: rank %d: shadow: skipped: the pitstop "
+                 "library is not loaded\n",
+                 rank);
+    return;
+  }
+  o.steps = steps;
+  o.sandbox = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto result = pitstop::trainer::Train(comm, o, {}, nullptr);
+  const double ms = std::chrono::duration<double, std::milli>(
+                        std::chrono::steady_clock::now() - t0)
+                        .count();
+  if (!result.ok()) {
+    std::fprintf(stderr,
+                 "pitstop-dp-trainer: rank %d: shadow: skipped after %.3f ms "
+                 "(joining without warm-up): %s\n",
+                 rank, ms, result.status().ToString().c_str());
+    return;
+  }
+  // The fingerprint lets a test check the sandbox computed what the job
+  // did in those steps (every replica holds the same weights).
+  std::fprintf(stderr,
+               "pitstop-dp-trainer: rank %d: shadow: %d steps in the sandbox "
+               "(%.3f ms), fingerprint=%016llx\n",
+               rank, steps, ms,
+               static_cast<unsigned long long>(
+                   pitstop::trainer::Fingerprint(result->params)));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -96,6 +139,7 @@ int main(int argc, char** argv) {
   int save_at = -1;
   bool join = false;
   int64_t join_timeout_ms = 120000;
+  int shadow_steps = 0;
   std::string step_log;
   pitstop::trainer::TrainOptions o;
   app.add_flag("--make-unique-id", make_id,
@@ -131,6 +175,11 @@ int main(int argc, char** argv) {
   app.add_flag("--join", join,
                "migration joiner (PITSTOP_MIGRATION_ROLE=joiner): wait for "
                "the leaver's state, then train from its step");
+  app.add_option("--shadow-steps", shadow_steps,
+                 "with --join: first run N steps in the sandbox, answered "
+                 "from recorded collectives (PITSTOP_SHADOW_DIR), and discard "
+                 "them")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--join-timeout-ms", join_timeout_ms,
                  "how long --join waits for the state")
       ->capture_default_str();
@@ -157,6 +206,10 @@ int main(int argc, char** argv) {
                  "--unique-id (256 hex digits from --make-unique-id)\n");
     return 2;
   }
+  if (shadow_steps > 0 && !join) {
+    std::fprintf(stderr, "pitstop-dp-trainer: --shadow-steps needs --join\n");
+    return 2;
+  }
   if ((save_at >= 0) != !save.empty()) {
     std::fprintf(stderr,
                  "pitstop-dp-trainer: --save and --save-at go together\n");
@@ -180,6 +233,7 @@ int main(int argc, char** argv) {
                  rank, ncclGetErrorString(r), ncclGetLastError(nullptr));
     return 1;
   }
+  if (shadow_steps > 0) RunShadowSteps(comm, rank, o, shadow_steps);
   if (join && !JoinMigration(rank, o, join_timeout_ms, &start)) {
     ncclCommDestroy(comm);
     return 1;
