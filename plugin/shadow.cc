@@ -4,9 +4,11 @@
 // from them (PITSTOP_SHADOW_DIR=DIR). Everything here is off the hot path:
 // a normal rank reaches it only while recording, a joiner only on sandbox
 // handles.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -56,6 +58,12 @@ const RecordConfig& Recording() {
     if (dir != nullptr) c.dir = dir;
     c.collectives = ReadCollectives();
     if (!c.dir.empty()) {
+      // Made here (once, at the first collective) so a launcher need not:
+      // a missing directory would fail every record write.
+      if (mkdir(c.dir.c_str(), 0755) != 0 && errno != EEXIST) {
+        std::fprintf(stderr, "pitstop: shadow: cannot create %s: %s\n",
+                     c.dir.c_str(), std::strerror(errno));
+      }
       std::fprintf(stderr,
                    "pitstop: shadow: recording the first %llu collectives of "
                    "each communicator to %s\n",

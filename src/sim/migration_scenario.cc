@@ -29,6 +29,9 @@ namespace {
 constexpr char kJob[] = "dp-migrate";
 constexpr char kStandby[] = "spare0";
 constexpr absl::Duration kRunDeadline = absl::Minutes(5);
+// Joiners warm up on this many recorded steps (PITSTOP_SHADOW_COLLECTIVES
+// defaults to 16 recorded collectives; one all-reduce per step).
+constexpr int kShadowSteps = 8;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -66,6 +69,8 @@ class ScenarioRun {
  private:
   // Every global rank's steps by the scenario's rule (migration_judge.h).
   void JudgeSteps();
+  // Every joiner ran its shadow iterations on rank 0's records.
+  void JudgeShadow();
   void Say(const std::string& line) {
     if (o_.progress) o_.progress(line);
   }
@@ -353,9 +358,12 @@ absl::Status ScenarioRun::Migrate() {
                    " steps, pitstop loaded, communicators virtualised"));
   for (int r = 0; r < world_; ++r) {
     const std::string who = absl::StrCat("r", r);
-    ASSIGN_OR_RETURN(auto p, Launch(Argv("mig", id, who, r),
-                                    PitstopEnv(r / o_.ranks_per_node, r),
-                                    Path("mig", who, "log")));
+    auto env = PitstopEnv(r / o_.ranks_per_node, r);
+    // Rank 0 records the first collectives' outputs for the joiners'
+    // shadow iterations (its first kShadowSteps all-reduces suffice).
+    if (r == 0) env.emplace_back("PITSTOP_SHADOW_RECORD", dir_ + "/shadow");
+    ASSIGN_OR_RETURN(
+        auto p, Launch(Argv("mig", id, who, r), env, Path("mig", who, "log")));
     procs_.push_back({who, r, std::move(p)});
   }
   while (static_cast<int>(StepLog(Path("mig", "r0", "steps")).size()) <
@@ -388,9 +396,13 @@ absl::Status ScenarioRun::Migrate() {
   for (int r : moved) {
     const std::string who = absl::StrCat("joiner", r);
     std::vector<std::string> argv = Argv("mig", id, who, r);
-    argv.insert(argv.end(), {"--join", "--join-timeout-ms", "240000"});
+    // Shadow iterations: warm up on rank 0's recorded all-reduce outputs
+    // in the sandbox before joining.
+    argv.insert(argv.end(), {"--join", "--join-timeout-ms", "240000",
+                             "--shadow-steps", absl::StrCat(kShadowSteps)});
     auto env = PitstopEnv(standby, r);
     env.emplace_back("PITSTOP_MIGRATION_ROLE", "joiner");
+    env.emplace_back("PITSTOP_SHADOW_DIR", dir_ + "/shadow");
     ASSIGN_OR_RETURN(auto p, Launch(argv, env, Path("mig", who, "log")));
     procs_.push_back({who, r, std::move(p)});
   }
@@ -437,6 +449,21 @@ void ScenarioRun::JudgeSteps() {
   }
 }
 
+void ScenarioRun::JudgeShadow() {
+  const std::string want =
+      absl::StrCat("shadow: ", kShadowSteps, " steps in the sandbox");
+  for (const Proc& p : procs_) {
+    if (p.name.rfind("joiner", 0) != 0) continue;
+    const std::string log = ReadFile(Path("mig", p.name, "log"));
+    if (log.find(want) == std::string::npos) {
+      Fail(absl::StrCat(p.name, " did not warm up on the records (no '", want,
+                        "' in ", Path("mig", p.name, "log"), ")"));
+    } else {
+      ++r_->shadow_joiners;
+    }
+  }
+}
+
 void ScenarioRun::Judge() {
   r_->ranks = world_;
   const std::string reference = ReadFile(Path("ref", "r0", "bin"));
@@ -450,6 +477,7 @@ void ScenarioRun::Judge() {
     }
   }
   JudgeSteps();
+  JudgeShadow();
   const StepLogLines r0 = StepLog(Path("mig", "r0", "steps"));
   if (r_->switch_step >= 0) {
     const auto [longest, median] = LongestAroundAndMedian(r0, r_->switch_step);
@@ -512,6 +540,9 @@ void PrintMigrationReport(const MigrationScenarioResult& r, std::ostream& out) {
       "  downtime                    %.1f ms (longest step around the switch "
       "%.1f ms - median step %.1f ms)\n",
       r.downtime_ms, r.longest_step_ms, r.median_step_ms);
+  out << "  shadow iterations           " << r.shadow_joiners
+      << " joiners warmed up on " << kShadowSteps
+      << " recorded steps before joining\n";
   out << absl::StrFormat(
       "  full restart (same run)     %.1f ms (new processes + communicator + "
       "checkpoint load + first step; no detection or scheduling)\n",

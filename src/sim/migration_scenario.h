@@ -66,6 +66,7 @@ struct MigrationScenarioResult {
   double longest_step_ms = 0;  // rank 0, steps switch-2 .. switch+2
   double downtime_ms = 0;      // longest - median
   double restart_ms = 0;       // full restart to its first step, same run
+  int shadow_joiners = 0;      // joiners that ran their shadow iterations
   std::string work_dir;
 };
 
