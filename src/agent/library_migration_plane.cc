@@ -170,9 +170,9 @@ v1::RankMigrationDirective LibraryMigrationPlane::ForRank(
   return out;
 }
 
-void LibraryMigrationPlane::OnRankHello(uint64_t stream,
+void LibraryMigrationPlane::OnRankHello(uint64_t /*stream*/,
                                         const std::string& job_id,
-                                        int32_t global_rank) {
+                                        int32_t /*global_rank*/) {
   MutexLock lock(&mu_);
   auto it = relays_.find(job_id);
   if (it == relays_.end()) return;
@@ -187,8 +187,6 @@ void LibraryMigrationPlane::OnRankHello(uint64_t stream,
       Dispatch(r, phase);
     }
   }
-  (void)stream;
-  (void)global_rank;
 }
 
 void LibraryMigrationPlane::OnRankAcks(

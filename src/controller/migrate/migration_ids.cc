@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "pitstop/logging.h"
 #include "src/controller/migrate/migration_manager.h"
 
@@ -131,17 +130,7 @@ void MigrationManager::OnIds(v1::Migration* m, const v1::MigrationAck& ack) {
   AssignSources(m);
   m->set_ids_unix_ns(NowUnixNs());
   Persist(*m, v1::WatchMigrationsResponse::CHANGE_UPDATED);
-  std::vector<std::string> unreachable;
-  for (const v1::MigrationMember& mem : m->members()) {
-    if (!SendCurrent(*m, mem) &&
-        !(m->from_replica() && mem.role() == v1::MIGRATION_ROLE_LEAVER)) {
-      unreachable.push_back(mem.host());
-    }
-  }
-  if (!unreachable.empty()) {
-    AbortLocked(m, absl::StrCat("agents not connected: ",
-                                absl::StrJoin(unreachable, ",")));
-  }
+  SendToAll(m, /*abort_unreachable=*/true);
 }
 
 }  // namespace pitstop::controller

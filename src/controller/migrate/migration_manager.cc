@@ -202,13 +202,14 @@ void MigrationManager::BeginPrepare(v1::Migration* m, bool abort_unreachable) {
   m->set_phase_deadline_unix_ns(
       now + absl::ToInt64Nanoseconds(options_.prepare_timeout));
   Persist(*m, Change::CHANGE_UPDATED);
+  SendToAll(m, abort_unreachable);
+}
+
+void MigrationManager::SendToAll(v1::Migration* m, bool abort_unreachable) {
   std::vector<std::string> unreachable;
   for (const v1::MigrationMember& mem : m->members()) {
-    // With the state from a replica the leaver may well be dead.
-    if (!SendCurrent(*m, mem) &&
-        !(m->from_replica() && mem.role() == v1::MIGRATION_ROLE_LEAVER)) {
-      unreachable.push_back(mem.host());
-    }
+    // SendCurrent skips a from_replica leaver: it may well be dead.
+    if (!SendCurrent(*m, mem)) unreachable.push_back(mem.host());
   }
   if (abort_unreachable && !unreachable.empty()) {
     AbortLocked(m, absl::StrCat("agents not connected: ",

@@ -161,6 +161,9 @@ class MigrationManager {
                                    const v1::MigrationMember& member) const;
   // Sends the current phase's directive to `member`; false if not connected.
   bool SendCurrent(const v1::Migration& m, const v1::MigrationMember& member);
+  // SendCurrent to every member; with abort_unreachable, a member whose
+  // agent is not connected aborts the migration.
+  void SendToAll(v1::Migration* m, bool abort_unreachable);
   // SWITCH_AT's point: past every member's progress by switch_margin, or
   // with from_replica the lowest failed step of the stayers (the step they
   // all redo).
