@@ -38,6 +38,19 @@ int64_t NowNs() {
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
+// Sleeps the step's emulated accelerator time (TrainOptions::compute_ms);
+// an interrupted sleep goes on with what remains.
+void EmulateCompute(const TrainOptions& o, int step) {
+  double ms = o.compute_ms;
+  if (o.slow_from_step >= 0 && step >= o.slow_from_step) ms *= o.slow_factor;
+  if (ms <= 0) return;
+  const int64_t ns = static_cast<int64_t>(ms * 1e6);
+  timespec left{static_cast<time_t>(ns / 1'000'000'000),
+                static_cast<long>(ns % 1'000'000'000)};
+  while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+  }
+}
+
 // The parameters at the start of a step. Train keeps the last two: a step
 // that failed on this rank may have completed on a peer, and every rank
 // redoes the lowest failed step (include/pitstop/trainer.h).
@@ -206,6 +219,7 @@ absl::StatusOr<TrainResult> Train(
     const uint64_t first = (static_cast<uint64_t>(step) * n + rank) * b;
     double loss = AccumulateGradient(options.shape, options.seed, params, first,
                                      b, &grad);
+    EmulateCompute(options, step);
     // Gradients and the loss travel in one all-reduce (loss as the last
     // element, so the report needs no second collective).
     grad.push_back(static_cast<float>(loss));

@@ -46,6 +46,16 @@ struct TrainOptions {
   // all-reduces pitstop answers from recorded outputs): registers no state,
   // never polls or recovers; a failed all-reduce ends the run.
   bool sandbox = false;
+  // Emulated accelerator time per step (ms), slept between the local
+  // gradient and the all-reduce. The model itself computes in
+  // microseconds, where a GPU's forward and backward take milliseconds;
+  // detection judges ranks by when they reach the collective, so this is
+  // what a slow GPU stretches. Never changes the numerics.
+  double compute_ms = 0;
+  // A degraded GPU (thermal throttling, a bad HBM stack): from this step
+  // on the emulated compute takes compute_ms x slow_factor. -1: never.
+  int slow_from_step = -1;
+  double slow_factor = 1;
 };
 
 // The whole training state at a step boundary: every data-parallel replica

@@ -187,6 +187,19 @@ int main(int argc, char** argv) {
                  "after a failed all-reduce, how long to wait for pitstop's "
                  "recovery migration")
       ->capture_default_str();
+  app.add_option("--compute-ms", o.compute_ms,
+                 "emulated accelerator time per step (ms), slept before the "
+                 "all-reduce; never changes the weights")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--slow-from-step", o.slow_from_step,
+                 "a degraded GPU: from this step on, --compute-ms x "
+                 "--slow-factor (-1: never)")
+      ->capture_default_str();
+  app.add_option("--slow-factor", o.slow_factor,
+                 "how much slower the degraded GPU computes")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1000.0));
   CLI11_PARSE(app, argc, argv);
 
   if (make_id) {

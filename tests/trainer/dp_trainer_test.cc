@@ -157,6 +157,38 @@ TEST_F(DpTrainerRunTest, RestartFromCheckpointIsBitIdentical) {
       0, std::memcmp(half[0].data(), straight[0].data(), half[0].size() * 4));
 }
 
+// A degraded GPU (--slow-from-step) stretches that rank's steps, and so
+// every rank's (they wait for it at the all-reduce), without changing the
+// weights. Sleeps are lower bounds: a slowed step takes at least
+// compute_ms x slow_factor.
+TEST_F(DpTrainerRunTest, DegradedGpuSlowsStepsNotResults) {
+  const auto plain = Train(2, "p", "20");
+  const auto slowed =
+      Train(2, "d", "20",
+            {"--compute-ms", "2", "--slow-from-step", "12", "--slow-factor",
+             "6", "--step-log", dir_ + "/d{r}.steps"});
+  ASSERT_EQ(plain.size(), 2u);
+  ASSERT_EQ(slowed.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(plain[r].size(), slowed[r].size());
+    EXPECT_EQ(
+        0, std::memcmp(plain[r].data(), slowed[r].data(), plain[r].size() * 4))
+        << "rank " << r;
+  }
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream f(absl::StrCat(dir_, "/d", r, ".steps"));
+    int step = 0, lines = 0;
+    double ms = 0;
+    std::string w1, w2;
+    while (f >> w1 >> step >> w2 >> ms) {
+      ++lines;
+      EXPECT_GE(ms, step >= 12 ? 12.0 : 2.0)
+          << "rank " << r << " step " << step;
+    }
+    EXPECT_EQ(lines, 20) << "rank " << r;
+  }
+}
+
 TEST(CheckpointTest, RoundTripsAndRejectsDamageWithFileAndOffset) {
   char tmpl[] = "/tmp/pst-ckpt-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
