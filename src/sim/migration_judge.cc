@@ -104,4 +104,14 @@ std::pair<double, double> LongestAroundAndMedian(const StepLogLines& log,
   return {longest, ms[ms.size() / 2]};
 }
 
+double MedianStepMs(const StepLogLines& log, int first, int last) {
+  std::vector<double> ms;
+  for (const auto& [step, t] : log) {
+    if (step >= first && step < last) ms.push_back(t);
+  }
+  if (ms.empty()) return 0;
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
 }  // namespace pitstop::sim

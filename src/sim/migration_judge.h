@@ -40,6 +40,10 @@ std::string CheckRecoveredMoved(const StepLogLines& dead,
 std::pair<double, double> LongestAroundAndMedian(const StepLogLines& log,
                                                  int switch_step);
 
+// The median time of the lines of steps [first, last), in ms; 0 when
+// there is none.
+double MedianStepMs(const StepLogLines& log, int first, int last);
+
 }  // namespace pitstop::sim
 
 #endif  // PITSTOP_SRC_SIM_MIGRATION_JUDGE_H_

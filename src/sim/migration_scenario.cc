@@ -12,26 +12,16 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "grpcpp/grpcpp.h"
 #include "pitstop/grpc_util.h"
 #include "pitstop/status_macros.h"
 #include "pitstop/v1/controller.grpc.pb.h"
-#include "src/sim/local_cluster.h"
-#include "src/sim/migration_judge.h"
-#include "src/sim/subprocess.h"
+#include "src/sim/migration_run.h"
 
 namespace pitstop::sim {
-namespace {
-
-constexpr char kJob[] = "dp-migrate";
-constexpr char kStandby[] = "spare0";
-constexpr absl::Duration kRunDeadline = absl::Minutes(5);
-// Joiners warm up on this many recorded steps (PITSTOP_SHADOW_COLLECTIVES
-// defaults to 16 recorded collectives; one all-reduce per step).
-constexpr int kShadowSteps = 8;
+namespace migration_internal {
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -48,63 +38,10 @@ double NowMs() {
       .count();
 }
 
-struct Proc {
-  std::string name;  // "r5", "joiner5"
-  int rank = 0;
-  std::unique_ptr<Subprocess> process;
-  bool killed = false;  // by the scenario (node failure)
-};
-
-class ScenarioRun {
- public:
-  ScenarioRun(const MigrationScenarioOptions& o, MigrationScenarioResult* r)
-      : o_(o), r_(r), world_(o.nodes * o.ranks_per_node) {}
-
-  absl::Status Start();
-  absl::Status Reference();
-  absl::Status Restart();
-  absl::Status Migrate();
-  void Judge();
-
- private:
-  // Every global rank's steps by the scenario's rule (migration_judge.h).
-  void JudgeSteps();
-  // Every joiner ran its shadow iterations on rank 0's records.
-  void JudgeShadow();
-  void Say(const std::string& line) {
-    if (o_.progress) o_.progress(line);
-  }
-  std::string Path(const std::string& tag, const std::string& who,
-                   const char* ext) const {
-    return absl::StrCat(dir_, "/", tag, "-", who, ".", ext);
-  }
-  absl::StatusOr<std::string> MakeId(const std::string& tag);
-  std::vector<std::string> Argv(const std::string& tag, const std::string& id,
-                                const std::string& who, int rank,
-                                int steps = -1) const;
-  absl::StatusOr<std::unique_ptr<Subprocess>> Launch(
-      std::vector<std::string> argv,
-      std::vector<std::pair<std::string, std::string>> env,
-      const std::string& log);
-  std::vector<std::pair<std::string, std::string>> PitstopEnv(int node,
-                                                              int rank) const;
-  // Waits for every process; false (and a failure) past the deadline or
-  // for a non-zero exit.
-  bool WaitAll(std::vector<Proc>* procs, const std::string& what);
-  absl::StatusOr<v1::Migration> RequestMigration();
-  // Node failure: SIGKILLs every trainer process of the leaver node.
-  void KillLeaver();
-  absl::StatusOr<v1::Migration> AwaitFinished(const std::string& id);
-  void Fail(const std::string& why) { r_->failures.push_back(why); }
-
-  const MigrationScenarioOptions o_;
-  MigrationScenarioResult* const r_;
-  const int world_;
-  std::string trainer_, plugin_, dir_;
-  std::unique_ptr<LocalCluster> cluster_;
-  std::unique_ptr<v1::Controller::Stub> stub_;
-  std::vector<Proc> procs_;  // the migrated run's, joiners appended
-};
+std::string ScenarioRun::Path(const std::string& tag, const std::string& who,
+                              const char* ext) const {
+  return absl::StrCat(dir_, "/", tag, "-", who, ".", ext);
+}
 
 absl::Status ScenarioRun::Start() {
   ASSIGN_OR_RETURN(trainer_, FindPitstopBinary("pitstop-dp-trainer"));
@@ -126,6 +63,12 @@ absl::Status ScenarioRun::Start() {
       "--migrate-switch-margin",     absl::StrCat(o_.switch_margin),
       "--migrate-prepare-timeout-s", "60",
       "--migrate-switch-timeout-s",  "60"};
+  // degraded-node: the default policy mode is ACT, so a CONFIRMED hardware
+  // fault moves its node to the standby with nobody asking.
+  if (o_.degrade) {
+    co.controller_extra_args.insert(co.controller_extra_args.end(),
+                                    {"--detection-mode", "act"});
+  }
   ASSIGN_OR_RETURN(cluster_, LocalCluster::Start(co));
   dir_ = cluster_->work_dir();
   r_->work_dir = dir_;
@@ -165,27 +108,15 @@ std::vector<std::string> ScenarioRun::Argv(const std::string& tag,
                                            const std::string& id,
                                            const std::string& who, int rank,
                                            int steps) const {
-  return {trainer_,
-          "--rank",
-          absl::StrCat(rank),
-          "--nranks",
-          absl::StrCat(world_),
-          "--unique-id",
-          id,
-          "--steps",
-          absl::StrCat(steps >= 0 ? steps : o_.steps),
-          "--batch",
-          absl::StrCat(o_.batch),
-          "--hidden",
-          absl::StrCat(o_.hidden),
-          "--log-every",
-          "0",
-          "--out",
-          Path(tag, who, "bin"),
-          "--step-log",
-          Path(tag, who, "steps"),
-          "--recover-timeout-ms",
-          "240000"};
+  return {trainer_, "--rank", absl::StrCat(rank), "--nranks",
+          absl::StrCat(world_), "--unique-id", id, "--steps",
+          absl::StrCat(steps >= 0 ? steps : o_.steps), "--batch",
+          absl::StrCat(o_.batch), "--hidden", absl::StrCat(o_.hidden),
+          "--log-every", "0", "--out", Path(tag, who, "bin"), "--step-log",
+          Path(tag, who, "steps"), "--recover-timeout-ms", "240000",
+          // The reference only fixes the weights: it runs without the
+          // emulated GPU time, which never changes them.
+          "--compute-ms", tag == "ref" ? "0" : absl::StrCat(o_.compute_ms)};
 }
 
 std::vector<std::pair<std::string, std::string>> ScenarioRun::PitstopEnv(
@@ -351,21 +282,26 @@ absl::StatusOr<v1::Migration> ScenarioRun::AwaitFinished(
                    absl::FormatDuration(kRunDeadline)));
 }
 
-absl::Status ScenarioRun::Migrate() {
-  ASSIGN_OR_RETURN(const std::string id, MakeId("mig"));
-  Say(absl::StrCat("[sim] training: ", world_, " ranks (", o_.nodes,
-                   " nodes x ", o_.ranks_per_node, ") x ", o_.steps,
-                   " steps, pitstop loaded, communicators virtualised"));
+absl::Status ScenarioRun::LaunchJob(const std::string& id) {
   for (int r = 0; r < world_; ++r) {
     const std::string who = absl::StrCat("r", r);
     auto env = PitstopEnv(r / o_.ranks_per_node, r);
     // Rank 0 records the first collectives' outputs for the joiners'
     // shadow iterations (its first kShadowSteps all-reduces suffice).
     if (r == 0) env.emplace_back("PITSTOP_SHADOW_RECORD", dir_ + "/shadow");
-    ASSIGN_OR_RETURN(
-        auto p, Launch(Argv("mig", id, who, r), env, Path("mig", who, "log")));
+    std::vector<std::string> argv = Argv("mig", id, who, r);
+    if (o_.degrade && r == SlowRank()) {
+      argv.insert(argv.end(),
+                  {"--slow-from-step", absl::StrCat(o_.migrate_after_step),
+                   "--slow-factor", absl::StrCat(o_.slow_factor)});
+    }
+    ASSIGN_OR_RETURN(auto p, Launch(argv, env, Path("mig", who, "log")));
     procs_.push_back({who, r, std::move(p)});
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Migration> ScenarioRun::RequestAfterStep() {
   while (static_cast<int>(StepLog(Path("mig", "r0", "steps")).size()) <
          o_.migrate_after_step) {
     if (!procs_[0].process->Running()) break;
@@ -376,21 +312,19 @@ absl::Status ScenarioRun::Migrate() {
                    ": pitstopctl migrate ", cluster_->host(o_.leaver_node),
                    " --to ", kStandby,
                    o_.node_failure ? " --from-replica" : ""));
-  absl::StatusOr<v1::Migration> m = RequestMigration();
-  if (!m.ok()) {
-    Fail(std::string(m.status().message()));
-    WaitAll(&procs_, "mig");
-    return absl::OkStatus();
-  }
-  // The standby's processes: the leaver's global ranks, in sandbox mode.
+  return RequestMigration();
+}
+
+absl::Status ScenarioRun::StartJoiners(const v1::Migration& m,
+                                       const std::string& id) {
   const int standby = o_.nodes;
   std::vector<int> moved;
-  for (const v1::MigrationMember& mem : m->members()) {
+  for (const v1::MigrationMember& mem : m.members()) {
     if (mem.role() == v1::MIGRATION_ROLE_JOINER) {
       moved.assign(mem.global_ranks().begin(), mem.global_ranks().end());
     }
   }
-  Say(absl::StrCat("[sim] migration ", m->migration_id(), ": starting ",
+  Say(absl::StrCat("[sim] migration ", m.migration_id(), ": starting ",
                    moved.size(), " joiner processes on ", kStandby, " (ranks ",
                    absl::StrJoin(moved, ","), ", sandbox mode)"));
   for (int r : moved) {
@@ -406,6 +340,27 @@ absl::Status ScenarioRun::Migrate() {
     ASSIGN_OR_RETURN(auto p, Launch(argv, env, Path("mig", who, "log")));
     procs_.push_back({who, r, std::move(p)});
   }
+  return absl::OkStatus();
+}
+
+absl::Status ScenarioRun::Migrate() {
+  ASSIGN_OR_RETURN(const std::string id, MakeId("mig"));
+  Say(absl::StrCat("[sim] training: ", world_, " ranks (", o_.nodes,
+                   " nodes x ", o_.ranks_per_node, ") x ", o_.steps,
+                   " steps, pitstop loaded, communicators virtualised",
+                   o_.compute_ms > 0
+                       ? absl::StrCat(", ", o_.compute_ms,
+                                      " ms of emulated GPU time per step")
+                       : ""));
+  RETURN_IF_ERROR(LaunchJob(id));
+  absl::StatusOr<v1::Migration> m =
+      o_.degrade ? AwaitPolicyMigration() : RequestAfterStep();
+  if (!m.ok()) {
+    Fail(std::string(m.status().message()));
+    WaitAll(&procs_, "mig");
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(StartJoiners(*m, id));
   absl::StatusOr<v1::Migration> done = AwaitFinished(m->migration_id());
   if (done.ok()) {
     r_->migration = *done;
@@ -484,71 +439,63 @@ void ScenarioRun::Judge() {
     r_->longest_step_ms = longest;
     r_->median_step_ms = median;
     r_->downtime_ms = longest - median;
+    if (o_.degrade) JudgePolicy(r0);
   } else {
     Fail("no joiner ran a step: nothing moved");
   }
   r_->passed = r_->failures.empty();
 }
 
-}  // namespace
+}  // namespace migration_internal
+
+absl::Status ValidateMigrationOptions(const MigrationScenarioOptions& o) {
+  if (o.nodes < 2 || o.ranks_per_node < 1 || o.leaver_node < 1 ||
+      o.leaver_node >= o.nodes || o.migrate_after_step < 1 ||
+      o.migrate_after_step + o.switch_margin + 10 >= o.steps) {
+    return absl::InvalidArgumentError(
+        "the migration scenarios need >= 2 nodes, a leaver other than node "
+        "0, and steps well past migrate_after_step + switch_margin");
+  }
+  if (o.degrade &&
+      (o.node_failure || o.compute_ms <= 0 || o.slow_factor <= 1 ||
+       o.slow_local_rank < 0 || o.slow_local_rank >= o.ranks_per_node)) {
+    return absl::InvalidArgumentError(
+        "degraded-node-migration needs emulated GPU time (compute_ms > 0), "
+        "slow_factor > 1 and the degraded GPU's local rank below "
+        "ranks_per_node");
+  }
+  return absl::OkStatus();
+}
+
+MigrationScenarioOptions DegradedNodeDefaults() {
+  MigrationScenarioOptions o;
+  o.degrade = true;
+  o.compute_ms = 10;
+  // At 16 ranks on 2 cores a step is ~50 ms: 150 healthy steps, then
+  // detection (~6 s) and the migration (~2 s) take ~150 degraded ones.
+  o.steps = 700;
+  o.migrate_after_step = 150;
+  o.switch_margin = 20;
+  return o;
+}
 
 absl::StatusOr<MigrationScenarioResult> RunMigrationScenario(
     const MigrationScenarioOptions& options) {
-  if (options.nodes < 2 || options.ranks_per_node < 1 ||
-      options.leaver_node < 1 || options.leaver_node >= options.nodes ||
-      options.migrate_after_step < 1 ||
-      options.migrate_after_step + options.switch_margin + 10 >=
-          options.steps) {
-    return absl::InvalidArgumentError(
-        "standby-migration needs >= 2 nodes, a leaver other than node 0, and "
-        "steps well past migrate_after_step + switch_margin");
-  }
+  RETURN_IF_ERROR(ValidateMigrationOptions(options));
   MigrationScenarioResult result;
-  result.scenario =
-      options.node_failure ? "node-failure-migration" : "standby-migration";
-  ScenarioRun run(options, &result);
+  result.scenario = options.degrade        ? "degraded-node-migration"
+                    : options.node_failure ? "node-failure-migration"
+                                           : "standby-migration";
+  migration_internal::ScenarioRun run(options, &result);
   RETURN_IF_ERROR(run.Start());
   RETURN_IF_ERROR(run.Reference());
   RETURN_IF_ERROR(run.Restart());
   RETURN_IF_ERROR(run.Migrate());
   run.Judge();
+  result.controller_address = run.controller_address();
+  if (options.before_stop)
+    options.before_stop(result, run.controller_address());
   return result;
-}
-
-void PrintMigrationReport(const MigrationScenarioResult& r, std::ostream& out) {
-  const v1::Migration& m = r.migration;
-  auto ms = [](uint64_t a, uint64_t b) {
-    return a == 0 || b == 0 || b < a ? std::string("-")
-                                     : absl::StrCat((b - a) / 1000000, " ms");
-  };
-  out << "\n== " << r.scenario << ": " << (r.passed ? "PASS" : "FAIL") << "\n";
-  out << "  ranks                       " << r.ranks << "\n";
-  out << "  migration                   " << m.migration_id() << " "
-      << m.leaver_host() << " -> " << m.joiner_host() << " ("
-      << v1::MigrationState_Name(m.state()) << ")\n";
-  out << "  ids (joiner's library)      "
-      << ms(m.prepare_unix_ns(), m.ids_unix_ns()) << "\n";
-  out << "  prepare (ids to READY)      "
-      << ms(m.ids_unix_ns() ? m.ids_unix_ns() : m.prepare_unix_ns(),
-            m.ready_unix_ns())
-      << "\n";
-  out << "  switch (SWITCH_AT to SWITCHED) "
-      << ms(m.ready_unix_ns(), m.switched_unix_ns()) << "\n";
-  out << "  switch step                 " << r.switch_step << " (seq "
-      << m.switch_seq() << ")\n";
-  out << absl::StrFormat(
-      "  downtime                    %.1f ms (longest step around the switch "
-      "%.1f ms - median step %.1f ms)\n",
-      r.downtime_ms, r.longest_step_ms, r.median_step_ms);
-  out << "  shadow iterations           " << r.shadow_joiners
-      << " joiners warmed up on " << kShadowSteps
-      << " recorded steps before joining\n";
-  out << absl::StrFormat(
-      "  full restart (same run)     %.1f ms (new processes + communicator + "
-      "checkpoint load + first step; no detection or scheduling)\n",
-      r.restart_ms);
-  for (const std::string& f : r.failures) out << "  FAILED: " << f << "\n";
-  out << "  work dir                    " << r.work_dir << "\n";
 }
 
 }  // namespace pitstop::sim

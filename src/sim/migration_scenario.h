@@ -31,6 +31,8 @@
 
 namespace pitstop::sim {
 
+struct MigrationScenarioResult;
+
 struct MigrationScenarioOptions {
   int nodes = 4;           // training nodes (plus one standby)
   int ranks_per_node = 4;  // 16 ranks by default
@@ -49,10 +51,32 @@ struct MigrationScenarioOptions {
   // with the state of data-parallel replicas, and every rank redoes the
   // step that failed.
   bool node_failure = false;
+  // degraded-node-migration (the README's main command): nothing asks for
+  // the migration. From migrate_after_step on, one GPU of the leaver node
+  // computes slow_factor x slower (its trainer's emulated GPU time);
+  // detection must find it, policy ACT (the controller's default mode here)
+  // must move the node to the standby, and the run, as a scheduler
+  // watching WatchMigrations, starts the joiners. It also passes only if
+  // the job ran at full speed again after the switch.
+  bool degrade = false;
+  // Emulated GPU time per step of every trainer (ms): what a slow GPU
+  // stretches. 0 (the request scenarios): the steps are pure host work.
+  double compute_ms = 0;
+  double slow_factor = 3;
+  int slow_local_rank = 1;  // the degraded GPU of the leaver node
+  // Full speed: the median step after the switch at most this many times
+  // the median before the fault.
+  double full_speed_tolerance = 1.5;
   std::string work_dir;  // empty: a fresh directory under /tmp
   bool keep_work_dir = false;
   std::string log_level = "info";
   std::function<void(const std::string&)> progress;  // null: silent
+  // Called with the result and the controller's address once the run is
+  // judged, while the deployment still runs (null: none); it may block,
+  // for pitstop sim --keep-running.
+  std::function<void(const MigrationScenarioResult&,
+                     const std::string& controller_address)>
+      before_stop;
 };
 
 struct MigrationScenarioResult {
@@ -64,11 +88,27 @@ struct MigrationScenarioResult {
   int switch_step = -1;        // first step the joiners ran
   double median_step_ms = 0;   // rank 0, migrated run
   double longest_step_ms = 0;  // rank 0, steps switch-2 .. switch+2
-  double downtime_ms = 0;      // longest - median
-  double restart_ms = 0;       // full restart to its first step, same run
-  int shadow_joiners = 0;      // joiners that ran their shadow iterations
+  // longest - median; degraded-node: longest - the degraded median (the
+  // speed the job had just before the switch)
+  double downtime_ms = 0;
+  double restart_ms = 0;   // full restart to its first step, same run
+  int shadow_joiners = 0;  // joiners that ran their shadow iterations
+  // degraded-node-migration: the fault that made policy ACT migrate, when
+  // the GPU degraded (unix ns, seen by the sim at rank 0's step), and rank
+  // 0's median step before the fault, degraded, and after the switch.
+  v1::Fault fault;
+  uint64_t degrade_unix_ns = 0;
+  double before_fault_ms = 0;
+  double degraded_ms = 0;
+  double after_switch_ms = 0;
+  bool full_speed = false;  // after_switch_ms within the tolerance
   std::string work_dir;
+  std::string controller_address;  // gone once the run returned
 };
+
+// degraded-node-migration's knobs (degrade, emulated GPU time, a job long
+// enough to outlast detection and the migration); the rest as above.
+MigrationScenarioOptions DegradedNodeDefaults();
 
 // NotFound when a binary is missing; Internal/DeadlineExceeded when the
 // deployment cannot start. A run that went wrong is a result with

@@ -9,20 +9,6 @@
 namespace pitstop::sim {
 namespace {
 
-// The pitstopctl path as a user can type it from the current directory
-// (relative when it is below it); bare "pitstopctl" when it is not found.
-std::string PitstopctlCommand() {
-  absl::StatusOr<std::string> path = FindPitstopBinary("pitstopctl");
-  if (!path.ok()) return "pitstopctl";
-  std::error_code ec;
-  const std::filesystem::path rel =
-      std::filesystem::relative(*path, std::filesystem::current_path(ec), ec);
-  if (!ec && !rel.empty() && rel.native().rfind("..", 0) != 0) {
-    return rel.string();
-  }
-  return *path;
-}
-
 std::string StateName(v1::FaultState s) {
   std::string n = v1::FaultState_Name(s);
   return n.size() > 12 ? n.substr(12) : n;  // FAULT_STATE_
@@ -52,6 +38,20 @@ void PrintFault(const ObservedFault& o, std::ostream& out) {
 }
 
 }  // namespace
+
+// The pitstopctl path as a user can type it from the current directory
+// (relative when it is below it); bare "pitstopctl" when it is not found.
+std::string PitstopctlCommand() {
+  absl::StatusOr<std::string> path = FindPitstopBinary("pitstopctl");
+  if (!path.ok()) return "pitstopctl";
+  std::error_code ec;
+  const std::filesystem::path rel =
+      std::filesystem::relative(*path, std::filesystem::current_path(ec), ec);
+  if (!ec && !rel.empty() && rel.native().rfind("..", 0) != 0) {
+    return rel.string();
+  }
+  return *path;
+}
 
 void PrintReport(const RunResult& result, const ReportOptions& options,
                  std::ostream& out) {

@@ -17,6 +17,10 @@ struct ReportOptions {
   std::string rerun_command;
 };
 
+// The pitstopctl path as a user can type it from the current directory
+// (relative when it is below it); bare "pitstopctl" when it is not found.
+std::string PitstopctlCommand();
+
 void PrintReport(const RunResult& result, const ReportOptions& options,
                  std::ostream& out);
 

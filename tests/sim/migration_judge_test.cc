@@ -64,5 +64,14 @@ TEST(MigrationJudge, DowntimeIsTheLongestStepAroundTheSwitch) {
   EXPECT_DOUBLE_EQ(median, 1);
 }
 
+TEST(MigrationJudge, MedianOfAStepRange) {
+  StepLogLines l = Steps(0, 30);
+  for (int i = 10; i < 20; ++i) l[i].second = 3.0 + i;  // 13 .. 22
+  EXPECT_DOUBLE_EQ(MedianStepMs(l, 0, 10), 1);
+  EXPECT_DOUBLE_EQ(MedianStepMs(l, 10, 20), 18);  // upper middle of 10
+  EXPECT_DOUBLE_EQ(MedianStepMs(l, 10, 11), 13);
+  EXPECT_DOUBLE_EQ(MedianStepMs(l, 40, 50), 0);  // no such steps
+}
+
 }  // namespace
 }  // namespace pitstop::sim

@@ -1,11 +1,12 @@
-// End to end, standby migration (docs/migration.md "The standby-migration
-// scenario") and node-failure migration at CI size: a real controller, three
-// agents with the library relay and a standby, 3 trainer ranks over the CPU
-// NCCL backend with the pitstop library preloaded. node1's rank moves to the
-// standby mid-run: the joiner's library makes the new ids (MAKE_IDS), every
-// member prepares, the switch happens at one sequence number, the leaver hands
-// its state over and leaves. The run must commit, end byte-identical to an
-// undisturbed run, and run every step exactly once per rank.
+// End to end at CI size: standby migration (docs/migration.md "The
+// standby-migration scenario"), node-failure migration and the degraded-node
+// migration that policy ACT starts. A real controller, agents with the library
+// relay and a standby, trainer ranks over the CPU NCCL backend with the
+// pitstop library preloaded. node1's ranks move to the standby mid-run: the
+// joiner's library makes the new ids (MAKE_IDS), every member prepares, the
+// switch happens at one sequence number, the leaver hands its state over and
+// leaves. Each run must commit, end byte-identical to an undisturbed run, and
+// run every step exactly once per rank.
 #include <iostream>
 
 #include "gtest/gtest.h"
@@ -13,6 +14,18 @@
 
 namespace pitstop::sim {
 namespace {
+
+// Runs the scenario with its progress on stderr, prints its report and makes
+// every failure the scenario's judge found a test failure.
+absl::StatusOr<MigrationScenarioResult> RunReported(
+    MigrationScenarioOptions o) {
+  o.progress = [](const std::string& line) { std::cerr << line << "\n"; };
+  absl::StatusOr<MigrationScenarioResult> r = RunMigrationScenario(o);
+  if (!r.ok()) return r;
+  PrintMigrationReport(*r, std::cerr);
+  for (const std::string& f : r->failures) ADD_FAILURE() << f;
+  return r;
+}
 
 TEST(SimMigration, NodeMovesToTheStandbyAndTheModelIsBitIdentical) {
   MigrationScenarioOptions o;
@@ -26,11 +39,8 @@ TEST(SimMigration, NodeMovesToTheStandbyAndTheModelIsBitIdentical) {
   // Collectives of a few ms each: 400 of them leave SWITCH_AT a second or
   // more to reach every rank on a loaded machine.
   o.switch_margin = 400;
-  o.progress = [](const std::string& line) { std::cerr << line << "\n"; };
-  auto r = RunMigrationScenario(o);
+  auto r = RunReported(o);
   ASSERT_TRUE(r.ok()) << r.status();
-  PrintMigrationReport(*r, std::cerr);
-  for (const std::string& f : r->failures) ADD_FAILURE() << f;
   EXPECT_TRUE(r->passed);
   EXPECT_EQ(r->migration.state(), v1::MIGRATION_STATE_COMMITTED);
   // The joiner's library made the ids (real NCCL ids need their maker).
@@ -52,11 +62,8 @@ TEST(SimMigration, KilledNodeIsReplacedFromAReplicaAndTheModelIsBitIdentical) {
   o.steps = 600;
   o.migrate_after_step = 100;
   o.node_failure = true;
-  o.progress = [](const std::string& line) { std::cerr << line << "\n"; };
-  auto r = RunMigrationScenario(o);
+  auto r = RunReported(o);
   ASSERT_TRUE(r.ok()) << r.status();
-  PrintMigrationReport(*r, std::cerr);
-  for (const std::string& f : r->failures) ADD_FAILURE() << f;
   EXPECT_TRUE(r->passed);
   EXPECT_EQ(r->migration.state(), v1::MIGRATION_STATE_COMMITTED);
   EXPECT_TRUE(r->migration.from_replica());
@@ -66,6 +73,38 @@ TEST(SimMigration, KilledNodeIsReplacedFromAReplicaAndTheModelIsBitIdentical) {
   // Every rank redid the step the joiner started at.
   EXPECT_EQ(static_cast<uint64_t>(r->switch_step), r->migration.switch_seq());
   EXPECT_GE(r->switch_step, 100);
+}
+
+// The README's main command at CI size: nobody asks for the migration. A
+// GPU of node1 slows to a third of its speed; detection must confirm a
+// hardware fault there, policy ACT must start the migration, and the job
+// must run at full speed again after the switch, its weights bit-identical.
+TEST(SimMigration, DegradedGpuIsFoundAndPolicyActMovesItsNode) {
+  MigrationScenarioOptions o = DegradedNodeDefaults();
+  o.nodes = 3;
+  o.ranks_per_node = 2;
+  auto r = RunReported(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->passed);
+  EXPECT_EQ(r->migration.state(), v1::MIGRATION_STATE_COMMITTED);
+  EXPECT_EQ(r->migration.requested_by(), "policy");
+  EXPECT_EQ(r->migration.leaver_host(), "node1");
+  EXPECT_EQ(r->migration.fault_id(), r->fault.fault_id());
+  EXPECT_NE(r->fault.confirmed_unix_ns(), 0u);
+  // Found after the GPU degraded, not before.
+  EXPECT_GT(r->fault.first_seen_unix_ns(), r->degrade_unix_ns);
+  bool names_the_gpu = false;
+  for (const v1::Suspect& s : r->fault.suspects()) {
+    names_the_gpu |= s.level() == v1::SUSPECT_LEVEL_GPU &&
+                     s.host() == "node1" && s.global_rank() == 3;
+  }
+  EXPECT_TRUE(names_the_gpu) << r->fault.DebugString();
+  // The fault showed in the step times, and went with the node.
+  // (The degraded GPU adds (slow_factor - 1) x compute_ms of sleep to
+  // every step; at least half of it must show.)
+  EXPECT_GT(r->degraded_ms,
+            r->before_fault_ms + 0.5 * (o.slow_factor - 1) * o.compute_ms);
+  EXPECT_TRUE(r->full_speed);
 }
 
 }  // namespace

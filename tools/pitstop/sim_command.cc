@@ -1,6 +1,7 @@
 // `pitstop sim`: the fault-injection cluster simulator (docs/sim.md).
 //
-//   pitstop sim                          the default scenario (nic-degraded)
+//   pitstop sim                          the default scenario
+//                                        (degraded-node-migration)
 //   pitstop sim --scenario straggler     a built-in scenario by name
 //   pitstop sim --scenario my.yaml       a scenario file
 //   pitstop sim --list                   built-in scenarios
@@ -34,7 +35,7 @@ std::atomic<bool> g_interrupted{false};
 void OnInterrupt(int) { g_interrupted = true; }
 
 struct SimArgs {
-  std::string scenario = "nic-degraded";
+  std::string scenario = "degraded-node-migration";
   bool list = false;
   bool print = false;
   bool bench = false;
@@ -76,6 +77,12 @@ absl::StatusOr<sim::Scenario> ResolveScenario(const SimArgs& a) {
 // The migration scenarios run real trainer processes over the CPU NCCL
 // backend (src/sim/migration_scenario.h), not the emulated ranks.
 constexpr const char* kMigrationScenarios[][2] = {
+    {"degraded-node-migration",
+     "the default: 16 ranks of the deterministic trainer on 4 nodes + 1 "
+     "standby; a GPU of node1 degrades mid-run, pitstop finds it and policy "
+     "ACT moves node1's ranks to the standby with nobody asking; passes when "
+     "the job runs at full speed again, its weights bit-identical to an "
+     "undisturbed run"},
     {"standby-migration",
      "16 ranks of the deterministic trainer on 4 nodes + 1 standby; node1's "
      "ranks move to the standby mid-run (TrainMover); passes when the final "
@@ -94,15 +101,60 @@ bool IsMigrationScenario(const std::string& name) {
   return false;
 }
 
-int RunMigration(const SimArgs& a) {
+// The migration scenarios' "inspect" lines (the emulated ones print
+// theirs in PrintReport).
+void PrintMigrationInspect(const sim::MigrationScenarioResult& r,
+                           const std::string& controller, bool still_running,
+                           const std::string& scenario) {
+  const std::string ctl =
+      absl::StrCat(sim::PitstopctlCommand(), " --controller ", controller);
+  std::cout << "\n== inspect ==\n";
+  if (still_running) {
+    std::cout << "  the controller is still running (Ctrl-C to stop):\n";
+  } else {
+    std::cout << "  (the cluster has been stopped; add --keep-running to keep "
+                 "the controller up and run these)\n";
+  }
+  std::cout << "    " << ctl << " migrations\n";
+  std::cout << "    " << ctl << " standby\n";
+  std::cout << "    " << ctl << " faults --all\n";
+  if (!r.fault.fault_id().empty()) {
+    std::cout << "    " << ctl << " fault show " << r.fault.fault_id() << "\n";
+  }
+  std::cout << "  rerun: pitstop sim --scenario " << scenario << "\n";
+  std::cout.flush();
+}
+
+int RunMigration(const SimArgs& a, const CLI::App& cmd) {
   sim::MigrationScenarioOptions o = a.migration;
   o.node_failure = a.scenario == "node-failure-migration";
+  if (a.scenario == "degraded-node-migration") {
+    // Its own defaults where the command line is silent: the job must
+    // outlast detection (a few 1 s windows) and the migration.
+    const sim::MigrationScenarioOptions d = sim::DegradedNodeDefaults();
+    o.degrade = true;
+    if (cmd.count("--steps") == 0) o.steps = d.steps;
+    if (cmd.count("--migrate-after-step") == 0) {
+      o.migrate_after_step = d.migrate_after_step;
+    }
+    if (cmd.count("--switch-margin") == 0) o.switch_margin = d.switch_margin;
+    if (cmd.count("--compute-ms") == 0) o.compute_ms = d.compute_ms;
+  }
   o.work_dir = a.work_dir;
-  o.keep_work_dir = a.keep_work_dir;
+  o.keep_work_dir = a.keep_work_dir || a.keep_running;
   o.log_level = a.log_level;
   if (!a.quiet) {
     o.progress = [](const std::string& line) {
       std::cout << line << std::endl;
+    };
+  }
+  signal(SIGINT, OnInterrupt);
+  if (a.keep_running) {
+    o.before_stop = [&a](const sim::MigrationScenarioResult& r,
+                         const std::string& controller) {
+      sim::PrintMigrationReport(r, std::cout);
+      PrintMigrationInspect(r, controller, /*still_running=*/true, a.scenario);
+      while (!g_interrupted.load()) sleep(1);
     };
   }
   auto r = sim::RunMigrationScenario(o);
@@ -110,7 +162,10 @@ int RunMigration(const SimArgs& a) {
     std::cerr << "pitstop sim: " << r.status().message() << "\n";
     return 2;
   }
-  sim::PrintMigrationReport(*r, std::cout);
+  if (!a.keep_running) {
+    sim::PrintMigrationReport(*r, std::cout);
+    PrintMigrationInspect(*r, r->controller_address, false, a.scenario);
+  }
   return r->passed ? 0 : 1;
 }
 
@@ -240,27 +295,40 @@ void AddSimCommand(CLI::App* app, int* exit_code) {
   cmd->add_option("--controller-config", a.controller_config,
                   "YAML config for pitstop-controller (detection settings)");
   cmd->add_flag("-q,--quiet", a.quiet, "no progress lines");
-  // standby-migration only (the emulated scenarios have their YAML).
+  // The migration scenarios only (the emulated ones have their YAML).
   cmd->add_option("--nodes", a.migration.nodes,
-                  "standby-migration: training nodes (one standby is added)")
+                  "migration scenarios: training nodes (one standby is added)")
       ->capture_default_str()
       ->check(CLI::Range(2, 64));
   cmd->add_option("--ranks-per-node", a.migration.ranks_per_node,
-                  "standby-migration: trainer processes per node")
+                  "migration scenarios: trainer processes per node")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
-  cmd->add_option("--steps", a.migration.steps,
-                  "standby-migration: SGD steps of the job")
+  cmd->add_option(
+         "--steps", a.migration.steps,
+         "migration scenarios: SGD steps of the job (degraded-node-migration: "
+         "700 unless given)")
       ->capture_default_str();
   cmd->add_option("--migrate-after-step", a.migration.migrate_after_step,
-                  "standby-migration: ask for the migration once rank 0 "
-                  "finished this many steps")
+                  "migration scenarios: once rank 0 finished this many "
+                  "steps, the migration is asked for, the node killed, or "
+                  "the GPU degrades (degraded-node-migration: 150 unless "
+                  "given)")
       ->capture_default_str();
   cmd->add_option("--switch-margin", a.migration.switch_margin,
-                  "standby-migration: collectives between the progress the "
+                  "migration scenarios (degraded-node-migration: 20 unless "
+                  "given): collectives between the progress the "
                   "ranks reported with READY and the switch point (room for "
                   "SWITCH_AT to reach every rank)")
       ->capture_default_str();
+  cmd->add_option("--compute-ms", a.migration.compute_ms,
+                  "migration scenarios: emulated GPU time per step (ms; "
+                  "degraded-node-migration's default: 10)");
+  cmd->add_option("--slow-factor", a.migration.slow_factor,
+                  "degraded-node-migration: how much slower the degraded "
+                  "GPU computes")
+      ->capture_default_str()
+      ->check(CLI::Range(1.1, 1000.0));
   cmd->add_flag("--bench", a.bench,
                 "run the detection-quality benchmark (every fault kind x "
                 "seeds x two cluster sizes, plus clean runs; ~15 min)");
@@ -268,7 +336,7 @@ void AddSimCommand(CLI::App* app, int* exit_code) {
                 "with --bench: one seed, the small cluster only (~5 min)");
   cmd->add_option("--bench-out", a.bench_out,
                   "with --bench: also write the Markdown report here");
-  cmd->callback([exit_code] {
+  cmd->callback([exit_code, cmd] {
     if (a.list) {
       *exit_code = ListScenarios();
       return;
@@ -295,7 +363,8 @@ void AddSimCommand(CLI::App* app, int* exit_code) {
       *exit_code = sim::RunBench(bo, std::cout);
       return;
     }
-    *exit_code = IsMigrationScenario(a.scenario) ? RunMigration(a) : RunOne(a);
+    *exit_code =
+        IsMigrationScenario(a.scenario) ? RunMigration(a, *cmd) : RunOne(a);
   });
 }
 

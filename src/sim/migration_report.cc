@@ -1,0 +1,53 @@
+// The migration scenarios' report (migration_scenario.h).
+#include <ostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "src/sim/migration_run.h"
+#include "src/sim/migration_scenario.h"
+
+namespace pitstop::sim {
+
+void PrintMigrationReport(const MigrationScenarioResult& r, std::ostream& out) {
+  const v1::Migration& m = r.migration;
+  auto ms = [](uint64_t a, uint64_t b) {
+    return a == 0 || b == 0 || b < a ? std::string("-")
+                                     : absl::StrCat((b - a) / 1000000, " ms");
+  };
+  out << "\n== " << r.scenario << ": " << (r.passed ? "PASS" : "FAIL") << "\n";
+  out << "  ranks                       " << r.ranks << "\n";
+  if (!r.fault.fault_id().empty())
+    migration_internal::PrintPolicyReport(r, out);
+  out << "  migration                   " << m.migration_id() << " "
+      << m.leaver_host() << " -> " << m.joiner_host() << " ("
+      << v1::MigrationState_Name(m.state()) << ")\n";
+  out << "  ids (joiner's library)      "
+      << ms(m.prepare_unix_ns(), m.ids_unix_ns()) << "\n";
+  out << "  prepare (ids to READY)      "
+      << ms(m.ids_unix_ns() ? m.ids_unix_ns() : m.prepare_unix_ns(),
+            m.ready_unix_ns())
+      << "\n";
+  out << "  switch (SWITCH_AT to SWITCHED) "
+      << ms(m.ready_unix_ns(), m.switched_unix_ns()) << "\n";
+  out << "  switch step                 " << r.switch_step << " (seq "
+      << m.switch_seq() << ")\n";
+  out << absl::StrFormat(
+      "  downtime                    %.1f ms (longest step around the switch "
+      "%.1f ms - %s %.1f ms)\n",
+      r.downtime_ms, r.longest_step_ms,
+      r.scenario == "degraded-node-migration"
+          ? "median step just before it (degraded)"
+          : "median step",
+      r.median_step_ms);
+  out << "  shadow iterations           " << r.shadow_joiners
+      << " joiners warmed up on " << migration_internal::kShadowSteps
+      << " recorded steps before joining\n";
+  out << absl::StrFormat(
+      "  full restart (same run)     %.1f ms (new processes + communicator + "
+      "checkpoint load + first step; no detection or scheduling)\n",
+      r.restart_ms);
+  for (const std::string& f : r.failures) out << "  FAILED: " << f << "\n";
+  out << "  work dir                    " << r.work_dir << "\n";
+}
+
+}  // namespace pitstop::sim
