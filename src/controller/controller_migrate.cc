@@ -3,6 +3,7 @@
 // deaths fed to the MigrationManager; policy ACT.
 #include <algorithm>
 #include <set>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -415,6 +416,15 @@ void ControllerCore::MigrationFinished(const v1::Migration& m) {
   const std::string why =
       absl::StrCat("migrated off by ", m.migration_id(), " (job ", m.job_id(),
                    ") to ", m.joiner_host());
+  // Every member switched to the new communicators and destroys the old
+  // ones: their progress stops at the switch and must not read as a hang.
+  std::vector<uint64_t> replaced;
+  for (const v1::CommRebuild& c : m.comms()) {
+    replaced.push_back(c.old_comm_hash());
+  }
+  engine_->RetireComms(replaced,
+                       absl::StrCat("communicator replaced by migration ",
+                                    m.migration_id(), " (committed)"));
   if (absl::Status s = store_->SetDrain(m.leaver_host(), why); s.ok()) {
     drains_[m.leaver_host()] = why;
   } else {

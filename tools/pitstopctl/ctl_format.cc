@@ -116,8 +116,13 @@ void PrintFaultDetails(const v1::Fault& f, std::ostream& out) {
         << ShortEnum(v1::CollFunc_Name(f.func()), "COLL_FUNC_") << " seq "
         << f.seq_number() << "\n";
   }
-  out << "  detector:  " << f.detector() << "  windows " << f.windows_hit()
-      << "/" << f.windows_total() << "\n";
+  out << "  detector:  " << f.detector();
+  // Level-triggered faults (hangs, deaths) are raised while their condition
+  // holds and count no detection windows.
+  if (f.windows_total() > 0) {
+    out << "  windows " << f.windows_hit() << "/" << f.windows_total();
+  }
+  out << "\n";
   out << "  first seen " << Age(f.first_seen_unix_ns()) << ", updated "
       << Age(f.updated_unix_ns());
   if (f.confirmed_unix_ns())

@@ -90,6 +90,12 @@ CommState* EngineImpl::GetOrCreateComm(uint64_t hash, absl::string_view host,
   const int64_t now = clock_->MonotonicNanos();
   auto it = comms_.find(hash);
   if (it == comms_.end()) {
+    if (retired_.contains(hash)) {
+      // Late records of a communicator the job replaced: ignored, not an
+      // error for the agent that forwarded them.
+      ++stats_.records_for_retired_comms;
+      return nullptr;
+    }
     uint32_t& owned = comms_per_host_[std::string(host)];
     if (owned >= options_.max_comms_per_host) {
       ++stats_.comms_refused;

@@ -67,6 +67,9 @@ inline constexpr uint32_t kDeepActivationMask = 0x4E | 0x10 | 0x80;
 // Largest communicator the engine accepts: ranks must be in [0, kMaxRanks)
 // and n_ranks at most kMaxRanks (inputs outside get InvalidArgument).
 inline constexpr int32_t kMaxRanks = 1 << 20;
+// Retired communicators (DetectionEngine::RetireComms) whose late records
+// are still recognised and ignored; 8 bytes each.
+inline constexpr size_t kMaxRetiredComms = 4096;
 
 // The controller defaults for every JobPolicy field (observe mode, 1 s
 // windows, 3 of 5 windows, 20% minimum effect, hang timeout max(5 s,
@@ -123,8 +126,11 @@ struct EngineStats {
   uint64_t members_refused = 0;  // records refused by max_members
   uint64_t comms_refused = 0;    // records refused by max_comms_per_host
   uint64_t comms_expired = 0;    // forgotten after comm_expiry without input
-  // Forgotten as an earlier generation of a job (generations.cc).
+  // Forgotten as an earlier generation of a job, or replaced by a committed
+  // migration (generations.cc).
   uint64_t comms_retired = 0;
+  // Records for a communicator RetireComms retired, ignored.
+  uint64_t records_for_retired_comms = 0;
   uint64_t summaries_refused = 0;  // beyond max_join_entries
   uint64_t join_entries = 0;       // summaries held in open joins now
   // Hang verdicts of a cycle dropped because the communicator's members
@@ -294,6 +300,15 @@ class DetectionEngine {
   // engine sees the same condition again (class, job, comm, suspects), it
   // updates that fault instead of opening a second one.
   virtual void AdoptOpenFaults(const std::vector<v1::Fault>& faults) = 0;
+  // The job replaced these communicators (a committed migration switched
+  // every member to new ones and destroyed them): they are forgotten at the
+  // start of the next cycle, their open hang faults resolved with `why`, and
+  // records for them that arrive later are ignored (counted in
+  // stats().records_for_retired_comms; the last kMaxRetiredComms hashes are
+  // remembered). Without this their progress, frozen at the switch and
+  // often not flushed alike by every member, reads as a hang.
+  virtual void RetireComms(const std::vector<uint64_t>& comm_hashes,
+                           absl::string_view why) = 0;
 
   // --- snapshots for the API ---------------------------------------------
   virtual std::vector<v1::Communicator> Communicators() const = 0;

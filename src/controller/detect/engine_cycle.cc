@@ -168,8 +168,10 @@ std::unique_ptr<CycleWork> EngineImpl::BeginCycle(
   int64_t now = clock_->MonotonicNanos();
   ExpireComms(now);
   RetireOldGenerations();
+  RetireReplacedComms();
   config_.Raise(&tracker_);
-  // Only ExpireComms and RetireOldGenerations erase from comms_ (above);
+  // Only ExpireComms, RetireOldGenerations and RetireReplacedComms erase
+  // from comms_ (above);
   // inputs fed by between_comms may insert, which keeps the std::map's
   // iterators valid.
   for (auto it = comms_.begin(); it != comms_.end(); ++it) {
@@ -221,6 +223,8 @@ CycleResult EngineImpl::FinishCycle(
     if (between_comms) between_comms();
     auto it = comms_.find(w.comm_hash);
     if (it == comms_.end()) continue;  // only a cycle expires comms
+    // Retired meanwhile: what was judged of it no longer stands.
+    if (retire_pending_.contains(w.comm_hash)) continue;
     PublishComm(&it->second, &w, &result, &hangs);
   }
   RaiseHangs(hangs, &tracker_);

@@ -2,12 +2,14 @@
 #ifndef PITSTOP_CONTROLLER_DETECT_ENGINE_IMPL_H_
 #define PITSTOP_CONTROLLER_DETECT_ENGINE_IMPL_H_
 
+#include <deque>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "src/controller/detect/comm_state.h"
 #include "src/controller/detect/config_fault.h"
 #include "src/controller/detect/cycle_work.h"
@@ -41,6 +43,8 @@ class EngineImpl final : public DetectionEngine {
                           const std::function<void()>& between_comms) override;
   void ForgetFault(absl::string_view fault_id) override;
   void AdoptOpenFaults(const std::vector<v1::Fault>& faults) override;
+  void RetireComms(const std::vector<uint64_t>& comm_hashes,
+                   absl::string_view why) override;
   void NodeLost(absl::string_view host) override;
   void NodeBack(absl::string_view host) override;
   void ForgetNode(absl::string_view host) override;
@@ -118,6 +122,9 @@ class EngineImpl final : public DetectionEngine {
   // job created after that death that has no dead member (the survivors
   // re-formed without it, torchft-style). Their dead stop holding anyone.
   void RetireOldGenerations();
+  // generations.cc: erases the communicators RetireComms named (only a
+  // cycle's start erases from comms_) and resolves their hang faults.
+  void RetireReplacedComms();
   void EraseComm(std::map<uint64_t, CommState>::iterator it);
   void SetNodeLost(absl::string_view host, bool lost);
 
@@ -144,6 +151,12 @@ class EngineImpl final : public DetectionEngine {
     int deaths = 0;
   };
   std::map<std::string, DeathEpisode> job_deaths_;
+  // RetireComms: hashes to erase at the next cycle (-> why), and every
+  // retired hash (oldest first in retired_order_, at most kMaxRetiredComms)
+  // whose records are ignored from then on.
+  std::map<uint64_t, std::string> retire_pending_;
+  absl::flat_hash_set<uint64_t> retired_;
+  std::deque<uint64_t> retired_order_;
 };
 
 }  // namespace pitstop::controller

@@ -1,7 +1,8 @@
-// Restarts, checkpoints and deaths of a job's processes
+// Restarts, checkpoints, deaths and migrations of a job's processes
 // (intelligent-machine-learning/dlrover#1749, meta-pytorch/torchft#63):
-// deaths of one job close together are one fault, and communicators of an
-// earlier generation stop holding anyone once the job moved on.
+// deaths of one job close together are one fault, communicators of an
+// earlier generation stop holding anyone once the job moved on, and those a
+// committed migration replaced are forgotten.
 #include <algorithm>
 #include <iterator>
 #include <map>
@@ -152,6 +153,33 @@ void EngineImpl::RetireOldGenerations() {
     ++stats_.comms_retired;
     EraseComm(it);
   }
+}
+
+void EngineImpl::RetireComms(const std::vector<uint64_t>& comm_hashes,
+                             absl::string_view why) {
+  for (uint64_t hash : comm_hashes) {
+    if (hash == 0 || !retired_.insert(hash).second) continue;
+    retire_pending_[hash] = std::string(why);
+    retired_order_.push_back(hash);
+    if (retired_order_.size() > kMaxRetiredComms) {
+      retired_.erase(retired_order_.front());
+      retired_order_.pop_front();
+    }
+  }
+}
+
+void EngineImpl::RetireReplacedComms() {
+  for (const auto& [hash, why] : retire_pending_) {
+    for (const std::string& key :
+         tracker_.OpenKeys(absl::StrFormat("hang/%x/", hash))) {
+      tracker_.Clear(key, why);
+    }
+    auto it = comms_.find(hash);
+    if (it == comms_.end()) continue;
+    ++stats_.comms_retired;
+    EraseComm(it);
+  }
+  retire_pending_.clear();
 }
 
 }  // namespace pitstop::controller

@@ -17,6 +17,13 @@
 namespace pitstop::controller {
 namespace {
 
+// How summaries name a communicator: its name, or its hash when the
+// application gave it none.
+std::string CommLabel(const CommState& comm) {
+  return comm.comm_name.empty() ? absl::StrFormat("comm %x", comm.comm_hash)
+                                : comm.comm_name;
+}
+
 bool IsP2p(int32_t func) {
   return func == v1::COLL_FUNC_SEND || func == v1::COLL_FUNC_RECV ||
          func == v1::COLL_FUNC_SEND_RECV;
@@ -185,7 +192,7 @@ void BuildCommHang(const CommState& comm, const FuncProgress& fp,
   AddVictims(comm, {}, f);
   f->set_summary(absl::StrFormat(
       "comm-hang: every member of %s entered seq %d and none completes; %s",
-      comm.comm_name, f->seq_number(), how));
+      CommLabel(comm), f->seq_number(), how));
 }
 
 // Every member that reports waits in `seq`; the members in `silent` never
@@ -211,7 +218,7 @@ void BuildSilentMemberHang(const CommState& comm,
       "process died or never started: %zu of %d ranks of %s left no data "
       "(no telemetry stream, no dump) while every other member waits in seq "
       "%d for %.1f s: %s",
-      silent.size(), comm.ExpectedRanks(), comm.comm_name, seq, stuck_ns / 1e9,
+      silent.size(), comm.ExpectedRanks(), CommLabel(comm), seq, stuck_ns / 1e9,
       who));
 }
 
@@ -465,7 +472,7 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
           "process stalled %.1f s ago with up to %d op(s) enqueued and not "
           "completed, the others at most %d (silent divergence: only the "
           "stalled rank's own watchdog sees it): %s",
-          stalled.size(), n, comm->comm_name, seq, moved_on, max_completed,
+          stalled.size(), n, CommLabel(*comm), seq, moved_on, max_completed,
           NeedsEveryMember(func) ? " and which needed them" : "", stuck / 1e9,
           outstanding_stalled, outstanding_others, who));
       e->set_text(f.summary());
@@ -486,7 +493,7 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
       f.set_summary(absl::StrFormat(
           "non-comm-hang: %zu of %d ranks of %s never enqueued seq %d that "
           "the others wait in for %.1f s: %s",
-          behind.size(), n, comm->comm_name, seq, stuck / 1e9, who));
+          behind.size(), n, CommLabel(*comm), seq, stuck / 1e9, who));
       e->set_text(f.summary());
     } else if (!silent.empty()) {
       BuildSilentMemberHang(*comm, silent, seq, stuck, &f);
