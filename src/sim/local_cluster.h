@@ -93,6 +93,9 @@ class LocalCluster {
   // agent (ingest.shm_socket; what ranks put in PITSTOP_AGENT_SOCKET).
   const std::string& shm_socket(int i) const { return agents_[i].shm_socket; }
   const std::string& work_dir() const { return work_dir_; }
+  // Leaves the work dir in place when the cluster stops (a failed run's
+  // logs, which its error messages name).
+  void KeepWorkDir() { owns_work_dir_ = false; }
   std::string database_path() const { return work_dir_ + "/controller.db"; }
   std::string controller_log() const { return work_dir_ + "/controller.log"; }
   std::string agent_log(int i) const;

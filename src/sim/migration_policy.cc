@@ -1,6 +1,7 @@
 // degraded-node-migration (migration_scenario.h): a GPU of the leaver node
 // degrades, detection finds it, policy ACT moves the node to the standby,
-// and the run plays the scheduler that starts the joiner processes.
+// and the run plays the scheduler that starts the joiner processes. Also
+// what every migration scenario is judged on about the job's faults.
 #include <algorithm>
 #include <chrono>
 #include <optional>
@@ -105,13 +106,15 @@ std::string SecondsAfter(uint64_t from_ns, uint64_t to_ns) {
 }  // namespace
 
 void ScenarioRun::SayFaults(std::map<std::string, int>* seen) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   v1::ListFaultsRequest req;
   req.set_job_id(kJob);
   req.set_include_resolved(true);
   v1::ListFaultsResponse resp;
-  if (!stub_->ListFaults(&ctx, req, &resp).ok()) return;  // asked again later
+  if (!CallController([&](grpc::ClientContext* ctx) {
+         return stub_->ListFaults(ctx, req, &resp);
+       }).ok()) {
+    return;  // asked again later
+  }
   for (const v1::Fault& f : resp.faults()) {
     auto [it, added] = seen->emplace(f.fault_id(), f.state());
     if (!added && it->second == f.state()) continue;
@@ -179,18 +182,17 @@ void ScenarioRun::JudgePolicy(const StepLogLines& r0) {
     Fail(absl::StrCat("migration ", m.migration_id(), " was requested by '",
                       m.requested_by(), "', not by policy ACT for a fault"));
   } else {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::seconds(5));
     v1::GetFaultRequest req;
     req.set_fault_id(m.fault_id());
     v1::GetFaultResponse resp;
-    if (const grpc::Status st = stub_->GetFault(&ctx, req, &resp); !st.ok()) {
-      Fail(absl::StrCat("GetFault ", m.fault_id(), ": ", st.error_message()));
-    }
+    const grpc::Status st = CallController([&](grpc::ClientContext* ctx) {
+      return stub_->GetFault(ctx, req, &resp);
+    });
     r_->fault = resp.fault();
     const v1::Suspect* s = HardwareSuspect(r_->fault);
-    if (s == nullptr || s->host() != cluster_->host(o_.leaver_node)) {
+    if (!st.ok()) {
+      Fail(absl::StrCat("GetFault ", m.fault_id(), ": ", st.error_message()));
+    } else if (s == nullptr || s->host() != cluster_->host(o_.leaver_node)) {
       Fail(absl::StrCat("fault ", m.fault_id(), " does not name ",
                         cluster_->host(o_.leaver_node),
                         " as the hardware at "
@@ -219,6 +221,45 @@ void ScenarioRun::JudgePolicy(const StepLogLines& r0) {
         "before the fault (tolerance %.2fx)",
         r_->after_switch_ms, r_->before_fault_ms, o_.full_speed_tolerance));
   }
+}
+
+void ScenarioRun::JudgeFaults() {
+  v1::ListFaultsRequest req;
+  req.set_job_id(kJob);
+  req.set_include_resolved(true);
+  v1::ListFaultsResponse resp;
+  const grpc::Status st = CallController([&](grpc::ClientContext* ctx) {
+    return stub_->ListFaults(ctx, req, &resp);
+  });
+  if (!st.ok()) {
+    Fail(absl::StrCat("ListFaults: ", st.error_message()));
+    return;
+  }
+  r_->faults.assign(resp.faults().begin(), resp.faults().end());
+  for (const v1::Fault& f : r_->faults) {
+    // The job ran every step: nothing hung and every rank issued the same
+    // collectives. A node-failure's death (PROCESS_DIED) and the degraded
+    // GPU's straggler are the scenarios' own faults.
+    if (f.fault_class() == v1::FAULT_CLASS_NON_COMM_HANG ||
+        f.fault_class() == v1::FAULT_CLASS_COMM_HANG ||
+        f.fault_class() == v1::FAULT_CLASS_MISMATCH) {
+      Fail(absl::StrCat("false fault ", f.fault_id(), " (",
+                        v1::FaultClass_Name(f.fault_class()), ", ",
+                        v1::FaultState_Name(f.state()),
+                        ") while the job ran on: ", f.summary()));
+    }
+  }
+}
+
+std::string DescribeFaults(const std::vector<v1::Fault>& faults) {
+  if (faults.empty()) return "none";
+  std::string out;
+  for (const v1::Fault& f : faults) {
+    absl::StrAppend(&out, out.empty() ? "" : "; ", f.fault_id(), " ",
+                    v1::FaultClass_Name(f.fault_class()).substr(12), " ",
+                    v1::FaultState_Name(f.state()).substr(12));
+  }
+  return out;
 }
 
 void PrintPolicyReport(const MigrationScenarioResult& r, std::ostream& out) {

@@ -7,6 +7,18 @@
 #include "src/sim/migration_scenario.h"
 
 namespace pitstop::sim {
+namespace {
+
+// The failures and where the logs are.
+void PrintEnd(const MigrationScenarioResult& r, std::ostream& out) {
+  for (const std::string& f : r.failures) out << "  FAILED: " << f << "\n";
+  out << "  work dir                    " << r.work_dir
+      << (r.work_dir_kept ? " (kept: the logs of every process)"
+                          : " (removed; --keep-work-dir keeps it)")
+      << "\n";
+}
+
+}  // namespace
 
 void PrintMigrationReport(const MigrationScenarioResult& r, std::ostream& out) {
   const v1::Migration& m = r.migration;
@@ -18,9 +30,19 @@ void PrintMigrationReport(const MigrationScenarioResult& r, std::ostream& out) {
   out << "  ranks                       " << r.ranks << "\n";
   if (!r.fault.fault_id().empty())
     migration_internal::PrintPolicyReport(r, out);
+  out << "  faults of the job           "
+      << migration_internal::DescribeFaults(r.faults) << "\n";
+  if (m.migration_id().empty()) {
+    out << "  migration                   none started\n";
+    PrintEnd(r, out);
+    return;
+  }
   out << "  migration                   " << m.migration_id() << " "
       << m.leaver_host() << " -> " << m.joiner_host() << " ("
       << v1::MigrationState_Name(m.state()) << ")\n";
+  if (!m.abort_reason().empty()) {
+    out << "  aborted because             " << m.abort_reason() << "\n";
+  }
   out << "  ids (joiner's library)      "
       << ms(m.prepare_unix_ns(), m.ids_unix_ns()) << "\n";
   out << "  prepare (ids to READY)      "
@@ -29,6 +51,11 @@ void PrintMigrationReport(const MigrationScenarioResult& r, std::ostream& out) {
       << "\n";
   out << "  switch (SWITCH_AT to SWITCHED) "
       << ms(m.ready_unix_ns(), m.switched_unix_ns()) << "\n";
+  if (r.switch_step < 0) {
+    out << "  switch step                 none: no joiner ran a step\n";
+    PrintEnd(r, out);
+    return;
+  }
   out << "  switch step                 " << r.switch_step << " (seq "
       << m.switch_seq() << ")\n";
   out << absl::StrFormat(
@@ -46,8 +73,7 @@ void PrintMigrationReport(const MigrationScenarioResult& r, std::ostream& out) {
       "  full restart (same run)     %.1f ms (new processes + communicator + "
       "checkpoint load + first step; no detection or scheduling)\n",
       r.restart_ms);
-  for (const std::string& f : r.failures) out << "  FAILED: " << f << "\n";
-  out << "  work dir                    " << r.work_dir << "\n";
+  PrintEnd(r, out);
 }
 
 }  // namespace pitstop::sim

@@ -8,6 +8,7 @@
 #ifndef PITSTOP_SRC_SIM_MIGRATION_RUN_H_
 #define PITSTOP_SRC_SIM_MIGRATION_RUN_H_
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -18,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
 #include "pitstop/v1/controller.grpc.pb.h"
 #include "src/sim/local_cluster.h"
 #include "src/sim/migration_judge.h"
@@ -33,6 +35,26 @@ inline constexpr absl::Duration kRunDeadline = absl::Minutes(5);
 // defaults to 16 recorded collectives; one all-reduce per step).
 inline constexpr int kShadowSteps = 8;
 
+// One unary call to the controller, `call(&ctx)`: each try gets a 5 s
+// deadline and waits for the channel to be ready; UNAVAILABLE is tried
+// again, up to `tries` times (calls that change nothing: a retried call
+// that did reach the controller must not act twice). On a loaded machine a
+// keepalive ping answered late closes the transport and the next call fails
+// with "Broken pipe" while the controller is fine.
+template <typename Call>
+grpc::Status CallController(const Call& call, int tries = 4) {
+  grpc::Status st;
+  for (int attempt = 0; attempt < tries; ++attempt) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
+    ctx.set_wait_for_ready(true);
+    st = call(&ctx);
+    if (st.error_code() != grpc::StatusCode::UNAVAILABLE) return st;
+  }
+  return st;
+}
+
 std::string ReadFile(const std::string& path);
 StepLogLines StepLog(const std::string& path);
 double NowMs();
@@ -40,6 +62,8 @@ double NowMs();
 // degraded-node-migration's lines of the report: the fault, how fast it
 // was found and acted on, and the step times before, during and after.
 void PrintPolicyReport(const MigrationScenarioResult& r, std::ostream& out);
+// "F1 NON_COMM_SLOW MITIGATING; F2 …", or "none".
+std::string DescribeFaults(const std::vector<v1::Fault>& faults);
 
 struct Proc {
   std::string name;  // "r5", "joiner5"
@@ -58,6 +82,12 @@ class ScenarioRun {
   absl::Status Restart();
   absl::Status Migrate();
   void Judge();
+  // The run failed: its logs stay (they are named in its failures).
+  void KeepWorkDir() {
+    if (cluster_ == nullptr) return;
+    cluster_->KeepWorkDir();
+    r_->work_dir_kept = true;
+  }
   std::string controller_address() const {
     return cluster_->controller_address();
   }
@@ -84,6 +114,9 @@ class ScenarioRun {
   // degraded-node: policy ACT started it for a fault on the leaver, and
   // the job ran at full speed again after the switch.
   void JudgePolicy(const StepLogLines& r0);
+  // Every scenario: the job's faults; a hang or mismatch fault is a false
+  // one (the job ran on), e.g. the replaced communicators judged as hung.
+  void JudgeFaults();
   int SlowRank() const {
     return o_.leaver_node * o_.ranks_per_node + o_.slow_local_rank;
   }

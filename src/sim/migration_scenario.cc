@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "grpcpp/grpcpp.h"
@@ -72,6 +74,7 @@ absl::Status ScenarioRun::Start() {
   ASSIGN_OR_RETURN(cluster_, LocalCluster::Start(co));
   dir_ = cluster_->work_dir();
   r_->work_dir = dir_;
+  r_->work_dir_kept = o_.keep_work_dir;
   stub_ =
       v1::Controller::NewStub(CreateChannel(cluster_->controller_address()));
   Say(absl::StrCat("[sim] controller at ", cluster_->controller_address(), ", ",
@@ -233,11 +236,14 @@ absl::StatusOr<v1::Migration> ScenarioRun::RequestMigration() {
   // "not migratable now" (FAILED_PRECONDITION): ask again.
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (true) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::seconds(5));
     v1::MigrateNodeResponse resp;
-    const grpc::Status st = stub_->MigrateNode(&ctx, req, &resp);
+    // One try: MigrateNode acts, and a call that did reach the controller
+    // before its transport broke must not queue a second migration.
+    const grpc::Status st = CallController(
+        [&](grpc::ClientContext* ctx) {
+          return stub_->MigrateNode(ctx, req, &resp);
+        },
+        /*tries=*/1);
     if (st.ok()) return resp.migration();
     if (st.error_code() != grpc::StatusCode::FAILED_PRECONDITION ||
         absl::Now() > deadline) {
@@ -254,13 +260,12 @@ absl::StatusOr<v1::Migration> ScenarioRun::AwaitFinished(
   const absl::Time deadline = absl::Now() + kRunDeadline;
   std::string last_state;
   while (absl::Now() < deadline) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::seconds(5));
     v1::GetMigrationRequest req;
     req.set_migration_id(id);
     v1::GetMigrationResponse resp;
-    const grpc::Status st = stub_->GetMigration(&ctx, req, &resp);
+    const grpc::Status st = CallController([&](grpc::ClientContext* ctx) {
+      return stub_->GetMigration(ctx, req, &resp);
+    });
     if (!st.ok()) {
       return absl::UnavailableError(
           absl::StrCat("GetMigration ", id, ": ", st.error_message()));
@@ -433,6 +438,7 @@ void ScenarioRun::Judge() {
   }
   JudgeSteps();
   JudgeShadow();
+  JudgeFaults();
   const StepLogLines r0 = StepLog(Path("mig", "r0", "steps"));
   if (r_->switch_step >= 0) {
     const auto [longest, median] = LongestAroundAndMedian(r0, r_->switch_step);
@@ -444,40 +450,10 @@ void ScenarioRun::Judge() {
     Fail("no joiner ran a step: nothing moved");
   }
   r_->passed = r_->failures.empty();
+  if (!r_->passed) KeepWorkDir();
 }
 
 }  // namespace migration_internal
-
-absl::Status ValidateMigrationOptions(const MigrationScenarioOptions& o) {
-  if (o.nodes < 2 || o.ranks_per_node < 1 || o.leaver_node < 1 ||
-      o.leaver_node >= o.nodes || o.migrate_after_step < 1 ||
-      o.migrate_after_step + o.switch_margin + 10 >= o.steps) {
-    return absl::InvalidArgumentError(
-        "the migration scenarios need >= 2 nodes, a leaver other than node "
-        "0, and steps well past migrate_after_step + switch_margin");
-  }
-  if (o.degrade &&
-      (o.node_failure || o.compute_ms <= 0 || o.slow_factor <= 1 ||
-       o.slow_local_rank < 0 || o.slow_local_rank >= o.ranks_per_node)) {
-    return absl::InvalidArgumentError(
-        "degraded-node-migration needs emulated GPU time (compute_ms > 0), "
-        "slow_factor > 1 and the degraded GPU's local rank below "
-        "ranks_per_node");
-  }
-  return absl::OkStatus();
-}
-
-MigrationScenarioOptions DegradedNodeDefaults() {
-  MigrationScenarioOptions o;
-  o.degrade = true;
-  o.compute_ms = 10;
-  // At 16 ranks on 2 cores a step is ~50 ms: 150 healthy steps, then
-  // detection (~6 s) and the migration (~2 s) take ~150 degraded ones.
-  o.steps = 700;
-  o.migrate_after_step = 150;
-  o.switch_margin = 20;
-  return o;
-}
 
 absl::StatusOr<MigrationScenarioResult> RunMigrationScenario(
     const MigrationScenarioOptions& options) {
@@ -487,10 +463,19 @@ absl::StatusOr<MigrationScenarioResult> RunMigrationScenario(
                     : options.node_failure ? "node-failure-migration"
                                            : "standby-migration";
   migration_internal::ScenarioRun run(options, &result);
-  RETURN_IF_ERROR(run.Start());
-  RETURN_IF_ERROR(run.Reference());
-  RETURN_IF_ERROR(run.Restart());
-  RETURN_IF_ERROR(run.Migrate());
+  absl::Status s = run.Start();
+  if (s.ok()) s = run.Reference();
+  if (s.ok()) s = run.Restart();
+  if (s.ok()) s = run.Migrate();
+  if (!s.ok()) {
+    // Its message may name a log in the work dir: keep it.
+    run.KeepWorkDir();
+    if (result.work_dir_kept) {
+      return absl::Status(s.code(), absl::StrCat(s.message(), " (work dir ",
+                                                 result.work_dir, " kept)"));
+    }
+    return s;
+  }
   run.Judge();
   result.controller_address = run.controller_address();
   if (options.before_stop)

@@ -102,13 +102,24 @@ struct MigrationScenarioResult {
   double degraded_ms = 0;
   double after_switch_ms = 0;
   bool full_speed = false;  // after_switch_ms within the tolerance
+  // Every fault of the job at the end of the run (ListFaults, resolved
+  // ones too).
+  std::vector<v1::Fault> faults;
   std::string work_dir;
+  // The work dir stays after the run: asked for, or the run failed (its
+  // failures name logs there).
+  bool work_dir_kept = false;
   std::string controller_address;  // gone once the run returned
 };
 
 // degraded-node-migration's knobs (degrade, emulated GPU time, a job long
 // enough to outlast detection and the migration); the rest as above.
 MigrationScenarioOptions DegradedNodeDefaults();
+
+// InvalidArgument, saying which knob and why, for options no run can pass
+// with (RunMigrationScenario checks first; a CLI can check before it
+// starts anything).
+absl::Status ValidateMigrationOptions(const MigrationScenarioOptions& o);
 
 // NotFound when a binary is missing; Internal/DeadlineExceeded when the
 // deployment cannot start. A run that went wrong is a result with
