@@ -9,15 +9,12 @@
 //
 // The migration scenarios (real trainer processes) are in
 // sim_migration_command.cc, which flags each kind of run takes in
-// sim_flags.cc.
+// sim_flags.cc, Ctrl-C in sim_interrupt.cc.
 //
 // Exit codes: 0 pitstop's verdict matched what was injected (bench: ran),
 // 1 it did not (a miss, a wrong suspect or a false fault), 2 usage/input
-// error or the cluster could not start.
-#include <signal.h>
-
+// error or the cluster could not start, 130 interrupted (SIGINT).
 #include <CLI/CLI.hpp>
-#include <atomic>
 #include <filesystem>
 #include <iostream>
 
@@ -32,14 +29,11 @@
 #include "tools/pitstop/commands.h"
 #include "tools/pitstop/sim_args.h"
 #include "tools/pitstop/sim_flags.h"
+#include "tools/pitstop/sim_interrupt.h"
 #include "tools/pitstop/sim_migration_command.h"
 
 namespace pitstop::tool {
 namespace {
-
-std::atomic<bool> g_interrupted{false};
-
-void OnInterrupt(int) { g_interrupted = true; }
 
 // NotFound naming every scenario --scenario takes, when `name` is none.
 absl::Status CheckScenarioName(const std::string& name) {
@@ -118,14 +112,15 @@ int RunEmulated(const SimArgs& a, const CLI::App& cmd) {
     return 2;
   }
   const std::string rerun = SimRerunCommand(a, cmd);
+  InterruptGuard guard;
   sim::RunOptions opts;
   opts.work_dir = a.work_dir;
   opts.keep_work_dir = a.keep_work_dir || a.keep_running;
   opts.daemon_log_level = a.log_level;
   opts.controller_config = a.controller_config;
   if (!a.quiet) {
-    opts.progress = [](const std::string& line) {
-      std::cout << line << std::endl;
+    opts.progress = [&guard](const std::string& line) {
+      if (!guard.RunInterrupted()) std::cout << line << std::endl;
     };
   }
   opts.on_cluster_ready = [&a](const std::string& addr,
@@ -134,15 +129,15 @@ int RunEmulated(const SimArgs& a, const CLI::App& cmd) {
     std::cout << "[sim] controller at " << addr << ", logs and database in "
               << dir << std::endl;
   };
-  signal(SIGINT, OnInterrupt);
   if (a.keep_running) {
-    opts.keep_running = [] { return !g_interrupted.load(); };
+    opts.keep_running = [] { return !Interrupted(); };
   }
   // With --keep-running the report is printed while the cluster is up.
   opts.after_run = [&](const sim::RunResult& r) {
-    if (a.keep_running) FinishEmulated(a, rerun, r, true);
+    if (guard.Disarm() && a.keep_running) FinishEmulated(a, rerun, r, true);
   };
   auto result = sim::RunScenario(*scenario, opts);
+  if (!guard.Disarm()) return ReportInterrupted();
   if (!result.ok()) {
     std::cerr << "pitstop sim: " << result.status().message() << "\n";
     return 2;

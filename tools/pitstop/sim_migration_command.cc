@@ -1,23 +1,18 @@
 #include "tools/pitstop/sim_migration_command.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <atomic>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "src/sim/report.h"
 #include "tools/pitstop/sim_flags.h"
+#include "tools/pitstop/sim_interrupt.h"
 
 namespace pitstop::tool {
 namespace {
-
-std::atomic<bool> g_interrupted{false};
-
-void OnInterrupt(int) { g_interrupted = true; }
 
 constexpr char kDegraded[] = "degraded-node-migration";
 constexpr char kNodeFailure[] = "node-failure-migration";
@@ -214,21 +209,23 @@ int PrintMigrationScenario(const SimArgs& a, const CLI::App& cmd,
 int RunMigration(const SimArgs& a, const CLI::App& cmd) {
   sim::MigrationScenarioOptions o = EffectiveMigrationOptions(a, cmd);
   const std::string rerun = SimRerunCommand(a, cmd);
+  InterruptGuard guard;
   if (!a.quiet) {
-    o.progress = [](const std::string& line) {
-      std::cout << line << std::endl;
+    o.progress = [&guard](const std::string& line) {
+      if (!guard.RunInterrupted()) std::cout << line << std::endl;
     };
   }
-  signal(SIGINT, OnInterrupt);
   if (a.keep_running) {
-    o.before_stop = [&rerun](const sim::MigrationScenarioResult& r,
-                             const std::string& controller) {
+    o.before_stop = [&guard, &rerun](const sim::MigrationScenarioResult& r,
+                                     const std::string& controller) {
+      if (!guard.Disarm()) return;  // interrupted: nothing to keep up
       sim::PrintMigrationReport(r, std::cout);
       PrintMigrationInspect(r, controller, /*still_running=*/true, rerun);
-      while (!g_interrupted.load()) sleep(1);
+      while (!Interrupted()) usleep(200000);
     };
   }
   auto r = sim::RunMigrationScenario(o);
+  if (!guard.Disarm()) return ReportInterrupted();
   if (!r.ok()) {
     std::cerr << "pitstop sim: " << r.status().message() << "\n";
     return 2;

@@ -40,7 +40,7 @@ int PrintMigrationScenario(const SimArgs& a, const CLI::App& cmd,
                            std::ostream& out);
 
 // Runs a.scenario; returns the exit code (0 passed, 1 failed, 2 could not
-// run).
+// run, 130 interrupted).
 int RunMigration(const SimArgs& a, const CLI::App& cmd);
 
 }  // namespace pitstop::tool
