@@ -12,6 +12,7 @@ namespace pitstop::sim {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Runs `cmd` through the shell; returns the exit code (-1 when it did not
 // exit normally, e.g. a crash) and what it printed (stdout + stderr).
@@ -23,6 +24,13 @@ int RunCommand(const std::string& cmd, std::string* out) {
   while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
   const int status = pclose(p);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// The built tool, or "" outside ctest.
+std::string PitstopBinary() {
+  const char* bin_dir = std::getenv("PITSTOP_BINARY_DIR");
+  return bin_dir == nullptr ? ""
+                            : std::string(bin_dir) + "/tools/pitstop/pitstop";
 }
 
 // `--print` was bound to a local of the function that registers the
@@ -42,6 +50,81 @@ TEST(SimCliTest, PrintShowsEveryScenarioAndExitsZero) {
   std::string out;
   EXPECT_EQ(RunCommand(pitstop + " sim --print -s no-such-scenario", &out), 2)
       << out;
+}
+
+// The default scenario and the other migration scenarios are not YAML: --print
+// shows the settings a run would get, the scenario's own defaults where the
+// command line is silent.
+TEST(SimCliTest, PrintShowsAMigrationScenariosSettings) {
+  const std::string pitstop = PitstopBinary();
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  std::string out;
+  EXPECT_EQ(RunCommand(pitstop + " sim --print", &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("scenario: degraded-node-migration\n"));
+  EXPECT_THAT(out, HasSubstr("steps: 700 "));
+  EXPECT_THAT(out, HasSubstr("switch_margin: 20 "));
+  EXPECT_THAT(out, HasSubstr("slow_factor: 3 "));
+  out.clear();
+  EXPECT_EQ(RunCommand(pitstop + " sim --print -s standby-migration --steps " +
+                           "900 --nodes 3",
+                       &out),
+            0)
+      << out;
+  EXPECT_THAT(out, HasSubstr("steps: 900 "));
+  EXPECT_THAT(out, HasSubstr("nodes: 3 "));
+  EXPECT_THAT(out, HasSubstr("switch_margin: 100 "));
+  EXPECT_THAT(out, Not(HasSubstr("slow_factor")));
+}
+
+TEST(SimCliTest, UnknownScenarioListsEveryScenario) {
+  const std::string pitstop = PitstopBinary();
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  std::string out;
+  EXPECT_EQ(RunCommand(pitstop + " sim --scenario nope", &out), 2) << out;
+  for (const char* name : {"degraded-node-migration", "standby-migration",
+                           "node-failure-migration", "nic-degraded"}) {
+    EXPECT_THAT(out, HasSubstr(name));
+  }
+}
+
+// A flag the chosen run would ignore is an error naming it, before anything
+// starts.
+TEST(SimCliTest, FlagsARunIgnoresAreErrors) {
+  const std::string pitstop = PitstopBinary();
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  const struct {
+    const char* args;
+    const char* flag;
+  } cases[] = {
+      {"--timeline t.json", "--timeline"},
+      {"--duration-s 5", "--duration-s"},
+      {"-s node-failure-migration --seed 3", "--seed"},
+      {"-s standby-migration --slow-factor 2", "--slow-factor"},
+      {"-s nic-degraded --steps 900", "--steps"},
+      {"--quick", "--quick"},
+      {"--bench --nodes 3", "--nodes"},
+  };
+  for (const auto& c : cases) {
+    std::string out;
+    EXPECT_EQ(RunCommand(pitstop + " sim " + c.args, &out), 2)
+        << c.args << ": " << out;
+    EXPECT_THAT(out, HasSubstr(std::string(c.flag) + " does nothing"))
+        << c.args;
+  }
+}
+
+// The default scenario's defaults differ from the other migration
+// scenarios': the help names both, never one misleading value.
+TEST(SimCliTest, HelpNamesEachScenariosDefaults) {
+  const std::string pitstop = PitstopBinary();
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  std::string out;
+  EXPECT_EQ(RunCommand(pitstop + " sim --help", &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("700 for degraded-node-migration"));
+  EXPECT_THAT(out, HasSubstr("20 for degraded-node-migration"));
+  EXPECT_THAT(out, Not(HasSubstr("=600")));
+  EXPECT_THAT(out, Not(HasSubstr("=100")));
+  EXPECT_THAT(out, HasSubstr("policy ACT"));
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// `pitstop sim`: the fault-injection cluster simulator (docs/sim.md).
+// `pitstop sim`: the cluster simulator (docs/sim.md, docs/migration.md).
 //
 //   pitstop sim                          the default scenario
 //                                        (degraded-node-migration)
@@ -7,51 +7,51 @@
 //   pitstop sim --list                   built-in scenarios
 //   pitstop sim --bench [--quick]        detection-quality benchmark
 //
+// The migration scenarios (real trainer processes) are in
+// sim_migration_command.cc, which flags each kind of run takes in
+// sim_flags.cc, Ctrl-C in sim_interrupt.cc.
+//
 // Exit codes: 0 pitstop's verdict matched what was injected (bench: ran),
 // 1 it did not (a miss, a wrong suspect or a false fault), 2 usage/input
-// error or the cluster could not start.
-#include <signal.h>
-#include <unistd.h>
-
+// error or the cluster could not start, 130 interrupted (SIGINT).
 #include <CLI/CLI.hpp>
-#include <atomic>
 #include <filesystem>
 #include <iostream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "src/sim/bench.h"
-#include "src/sim/migration_scenario.h"
 #include "src/sim/report.h"
 #include "src/sim/runner.h"
 #include "src/sim/scenario.h"
 #include "src/sim/timeline.h"
 #include "tools/pitstop/commands.h"
+#include "tools/pitstop/sim_args.h"
+#include "tools/pitstop/sim_flags.h"
+#include "tools/pitstop/sim_interrupt.h"
+#include "tools/pitstop/sim_migration_command.h"
 
 namespace pitstop::tool {
 namespace {
 
-std::atomic<bool> g_interrupted{false};
-
-void OnInterrupt(int) { g_interrupted = true; }
-
-struct SimArgs {
-  std::string scenario = "degraded-node-migration";
-  bool list = false;
-  bool print = false;
-  bool bench = false;
-  bool quick = false;
-  std::string bench_out;
-  int64_t seed = -1;
-  double duration_s = 0;
-  std::string timeline = "pitstop-sim-timeline.json";
-  bool keep_running = false;
-  std::string work_dir;
-  bool keep_work_dir = false;
-  std::string log_level = "warn";
-  std::string controller_config;
-  bool quiet = false;
-  sim::MigrationScenarioOptions migration;  // standby-migration's knobs
-};
+// NotFound naming every scenario --scenario takes, when `name` is none.
+absl::Status CheckScenarioName(const std::string& name) {
+  std::error_code ec;
+  if (IsMigrationScenario(name) || std::filesystem::is_regular_file(name, ec) ||
+      !sim::BuiltinScenarioText(name).empty()) {
+    return absl::OkStatus();
+  }
+  if (absl::StrContains(name, "/") || absl::EndsWith(name, ".yaml") ||
+      absl::EndsWith(name, ".yml")) {
+    return absl::NotFoundError(absl::StrCat("no scenario file ", name));
+  }
+  std::vector<std::string> known = MigrationScenarioNames();
+  for (const std::string& n : sim::BuiltinScenarioNames()) known.push_back(n);
+  return absl::NotFoundError(absl::StrCat(
+      "no scenario '", name, "' (built-in: ", absl::StrJoin(known, ", "),
+      "; or a YAML scenario file; --list describes them)"));
+}
 
 absl::StatusOr<sim::Scenario> ResolveScenario(const SimArgs& a) {
   std::error_code ec;
@@ -74,129 +74,53 @@ absl::StatusOr<sim::Scenario> ResolveScenario(const SimArgs& a) {
   return s;
 }
 
-// The migration scenarios run real trainer processes over the CPU NCCL
-// backend (src/sim/migration_scenario.h), not the emulated ranks.
-constexpr const char* kMigrationScenarios[][2] = {
-    {"degraded-node-migration",
-     "the default: 16 ranks of the deterministic trainer on 4 nodes + 1 "
-     "standby; a GPU of node1 degrades mid-run, pitstop finds it and policy "
-     "ACT moves node1's ranks to the standby with nobody asking; passes when "
-     "the job runs at full speed again, its weights bit-identical to an "
-     "undisturbed run"},
-    {"standby-migration",
-     "16 ranks of the deterministic trainer on 4 nodes + 1 standby; node1's "
-     "ranks move to the standby mid-run (TrainMover); passes when the final "
-     "weights are bit-identical to an undisturbed run and every step ran "
-     "once; prints the downtime and a full restart's cost"},
-    {"node-failure-migration",
-     "the same job; node1's trainer processes are killed mid-run: the "
-     "others' all-reduce fails, pitstop moves the dead ranks to the standby "
-     "with the state of data-parallel replicas and every rank redoes the "
-     "failed step; passes when the weights are bit-identical"}};
-
-bool IsMigrationScenario(const std::string& name) {
-  for (const auto& s : kMigrationScenarios) {
-    if (name == s[0]) return true;
-  }
-  return false;
-}
-
-// The migration scenarios' "inspect" lines (the emulated ones print
-// theirs in PrintReport).
-void PrintMigrationInspect(const sim::MigrationScenarioResult& r,
-                           const std::string& controller, bool still_running,
-                           const std::string& scenario) {
-  const std::string ctl =
-      absl::StrCat(sim::PitstopctlCommand(), " --controller ", controller);
-  std::cout << "\n== inspect ==\n";
-  if (still_running) {
-    std::cout << "  the controller is still running (Ctrl-C to stop):\n";
-  } else {
-    std::cout << "  (the cluster has been stopped; add --keep-running to keep "
-                 "the controller up and run these)\n";
-  }
-  std::cout << "    " << ctl << " migrations\n";
-  std::cout << "    " << ctl << " standby\n";
-  std::cout << "    " << ctl << " faults --all\n";
-  if (!r.fault.fault_id().empty()) {
-    std::cout << "    " << ctl << " fault show " << r.fault.fault_id() << "\n";
-  }
-  std::cout << "  rerun: pitstop sim --scenario " << scenario << "\n";
-  std::cout.flush();
-}
-
-int RunMigration(const SimArgs& a, const CLI::App& cmd) {
-  sim::MigrationScenarioOptions o = a.migration;
-  o.node_failure = a.scenario == "node-failure-migration";
-  if (a.scenario == "degraded-node-migration") {
-    // Its own defaults where the command line is silent: the job must
-    // outlast detection (a few 1 s windows) and the migration.
-    const sim::MigrationScenarioOptions d = sim::DegradedNodeDefaults();
-    o.degrade = true;
-    if (cmd.count("--steps") == 0) o.steps = d.steps;
-    if (cmd.count("--migrate-after-step") == 0) {
-      o.migrate_after_step = d.migrate_after_step;
-    }
-    if (cmd.count("--switch-margin") == 0) o.switch_margin = d.switch_margin;
-    if (cmd.count("--compute-ms") == 0) o.compute_ms = d.compute_ms;
-  }
-  o.work_dir = a.work_dir;
-  o.keep_work_dir = a.keep_work_dir || a.keep_running;
-  o.log_level = a.log_level;
-  if (!a.quiet) {
-    o.progress = [](const std::string& line) {
-      std::cout << line << std::endl;
-    };
-  }
-  signal(SIGINT, OnInterrupt);
-  if (a.keep_running) {
-    o.before_stop = [&a](const sim::MigrationScenarioResult& r,
-                         const std::string& controller) {
-      sim::PrintMigrationReport(r, std::cout);
-      PrintMigrationInspect(r, controller, /*still_running=*/true, a.scenario);
-      while (!g_interrupted.load()) sleep(1);
-    };
-  }
-  auto r = sim::RunMigrationScenario(o);
-  if (!r.ok()) {
-    std::cerr << "pitstop sim: " << r.status().message() << "\n";
-    return 2;
-  }
-  if (!a.keep_running) {
-    sim::PrintMigrationReport(*r, std::cout);
-    PrintMigrationInspect(*r, r->controller_address, false, a.scenario);
-  }
-  return r->passed ? 0 : 1;
-}
-
 int ListScenarios() {
+  ListMigrationScenarios(std::cout);
   for (const std::string& name : sim::BuiltinScenarioNames()) {
     auto s = sim::BuiltinScenario(name);
     std::cout << name << "\n    "
               << (s.ok() ? s->description : s.status().ToString()) << "\n";
   }
-  for (const auto& m : kMigrationScenarios) {
-    std::cout << m[0] << "\n    " << m[1] << "\n";
-  }
-  std::cout << "\nRun one: pitstop sim --scenario NAME; show its YAML: "
-               "pitstop sim --scenario NAME --print\n";
+  std::cout << "\nRun one: pitstop sim --scenario NAME; show it: pitstop sim "
+               "--scenario NAME --print (a detection scenario's YAML, a "
+               "migration scenario's settings)\n";
   return 0;
 }
 
-int RunOne(const SimArgs& a) {
+// The emulated-rank scenario's report, its timeline written first.
+void FinishEmulated(const SimArgs& a, const std::string& rerun,
+                    const sim::RunResult& r, bool still_running) {
+  sim::ReportOptions ro;
+  if (!a.timeline.empty()) {
+    const absl::Status st = sim::WriteTimeline(r.plan, r.faults, a.timeline);
+    if (st.ok()) {
+      ro.timeline_path = std::filesystem::absolute(a.timeline).string();
+    } else {
+      std::cerr << "pitstop sim: " << st.message() << "\n";
+    }
+  }
+  ro.cluster_still_running = still_running;
+  ro.rerun_command = rerun;
+  sim::PrintReport(r, ro, std::cout);
+  std::cout.flush();
+}
+
+int RunEmulated(const SimArgs& a, const CLI::App& cmd) {
   auto scenario = ResolveScenario(a);
   if (!scenario.ok()) {
     std::cerr << "pitstop sim: " << scenario.status().message() << "\n";
     return 2;
   }
+  const std::string rerun = SimRerunCommand(a, cmd);
+  InterruptGuard guard;
   sim::RunOptions opts;
   opts.work_dir = a.work_dir;
   opts.keep_work_dir = a.keep_work_dir || a.keep_running;
   opts.daemon_log_level = a.log_level;
   opts.controller_config = a.controller_config;
   if (!a.quiet) {
-    opts.progress = [](const std::string& line) {
-      std::cout << line << std::endl;
+    opts.progress = [&guard](const std::string& line) {
+      if (!guard.RunInterrupted()) std::cout << line << std::endl;
     };
   }
   opts.on_cluster_ready = [&a](const std::string& addr,
@@ -205,167 +129,142 @@ int RunOne(const SimArgs& a) {
     std::cout << "[sim] controller at " << addr << ", logs and database in "
               << dir << std::endl;
   };
-  signal(SIGINT, OnInterrupt);
   if (a.keep_running) {
-    opts.keep_running = [] { return !g_interrupted.load(); };
+    opts.keep_running = [] { return !Interrupted(); };
   }
-  // The report must be printed while the cluster is still up when asked to
-  // keep it running, so print from the runner's keep-running hook.
-  std::string timeline_path;
-  std::unique_ptr<sim::RunResult> early;
-  std::error_code ec;
-  std::string self_path = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) {
-    self_path = "pitstop";
-  } else {
-    const std::filesystem::path rel = std::filesystem::relative(
-        self_path, std::filesystem::current_path(ec), ec);
-    if (!ec && !rel.empty() && rel.native().rfind("..", 0) != 0) {
-      self_path = rel.string();
-    }
-  }
-  auto finish = [&](const sim::RunResult& r, bool still_running) {
-    if (!a.timeline.empty()) {
-      const absl::Status st = sim::WriteTimeline(r.plan, r.faults, a.timeline);
-      if (st.ok()) {
-        timeline_path = std::filesystem::absolute(a.timeline).string();
-      } else {
-        std::cerr << "pitstop sim: " << st.message() << "\n";
-      }
-    }
-    sim::ReportOptions ro;
-    ro.timeline_path = timeline_path;
-    ro.cluster_still_running = still_running;
-    // The path this binary was started as, so the line can be pasted as is.
-    ro.rerun_command = absl::StrCat(self_path, " sim --scenario ", a.scenario);
-    sim::PrintReport(r, ro, std::cout);
-    std::cout.flush();
-  };
+  // With --keep-running the report is printed while the cluster is up.
   opts.after_run = [&](const sim::RunResult& r) {
-    if (a.keep_running) finish(r, /*still_running=*/true);
+    if (guard.Disarm() && a.keep_running) FinishEmulated(a, rerun, r, true);
   };
   auto result = sim::RunScenario(*scenario, opts);
+  if (!guard.Disarm()) return ReportInterrupted();
   if (!result.ok()) {
     std::cerr << "pitstop sim: " << result.status().message() << "\n";
     return 2;
   }
-  if (!a.keep_running) finish(**result, /*still_running=*/false);
+  if (!a.keep_running) FinishEmulated(a, rerun, **result, false);
   return (*result)->score.ok() && (*result)->rank_errors.empty() ? 0 : 1;
+}
+
+int PrintScenario(const SimArgs& a, const CLI::App& cmd) {
+  if (IsMigrationScenario(a.scenario)) {
+    return PrintMigrationScenario(a, cmd, std::cout);
+  }
+  auto s = ResolveScenario(a);
+  if (!s.ok()) {
+    std::cerr << "pitstop sim: " << s.status().message() << "\n";
+    return 2;
+  }
+  std::cout << sim::ScenarioToYaml(*s);
+  return 0;
+}
+
+int RunBench(const SimArgs& a) {
+  sim::BenchOptions bo;
+  bo.quick = a.quick;
+  bo.markdown_path = a.bench_out;
+  bo.daemon_log_level = a.log_level;
+  if (!a.quiet) {
+    bo.progress = [](const std::string& line) {
+      std::cout << line << std::endl;
+    };
+  }
+  return sim::RunBench(bo, std::cout);
+}
+
+// The command's callback: --list, else the checks, then --print, --bench
+// or the run.
+int RunSimCommand(const SimArgs& a, const CLI::App& cmd) {
+  if (a.list) return ListScenarios();
+  absl::Status st = a.bench ? absl::OkStatus() : CheckScenarioName(a.scenario);
+  if (st.ok()) st = CheckSimFlags(a, cmd);
+  if (!st.ok()) {
+    std::cerr << "pitstop sim: " << st.message() << "\n";
+    return 2;
+  }
+  if (a.print) return PrintScenario(a, cmd);
+  if (a.bench) return RunBench(a);
+  return IsMigrationScenario(a.scenario) ? RunMigration(a, cmd)
+                                         : RunEmulated(a, cmd);
+}
+
+constexpr char kSimDescription[] =
+    "Cluster simulator on loopback. The default scenario, "
+    "degraded-node-migration, runs a real training job: 16 processes (4 "
+    "nodes x 4 GPUs) of a deterministic data-parallel trainer over a CPU "
+    "NCCL backend with the pitstop library loaded, a real pitstop-agent per "
+    "node, a free standby node and a real pitstop-controller in policy ACT. "
+    "A GPU of node1 degrades; pitstop finds it and moves node1's ranks to "
+    "the standby without restarting the job; it passes when the job is back "
+    "at full speed and its weights are bit-identical to an undisturbed run. "
+    "standby-migration (an operator asks for the move) and "
+    "node-failure-migration (node1's processes die) run the same job. The "
+    "detection scenarios (nic-degraded, straggler, ...; --list) drive "
+    "emulated ranks through the real library and daemons with faults "
+    "injected on schedule, print what pitstop found, score it against what "
+    "was injected and write a Perfetto timeline.";
+
+void AddScenarioOptions(CLI::App* cmd, SimArgs* a) {
+  cmd->add_option("-s,--scenario", a->scenario,
+                  "built-in scenario name (see --list) or a YAML file "
+                  "(format: docs/sim.md)")
+      ->capture_default_str();
+  cmd->add_flag("--list", a->list, "list the built-in scenarios and exit");
+  cmd->add_flag("--print", a->print,
+                "print the scenario and exit: a detection scenario's YAML "
+                "(resolved), a migration scenario's settings");
+  cmd->add_option("--seed", a->seed,
+                  "detection scenarios: override the scenario's random seed");
+  cmd->add_option(
+      "--duration-s", a->duration_s,
+      "detection scenarios: override the run length (s); a scenario of "
+      "deceptive normals only (soak) repeats its schedule to fill it: "
+      "--scenario soak --duration-s 3600 is the one-hour soak");
+  cmd->add_option("--timeline", a->timeline,
+                  "detection scenarios: Perfetto/Chrome trace JSON to write; "
+                  "empty = none")
+      ->capture_default_str();
+  cmd->add_option("--controller-config", a->controller_config,
+                  "detection scenarios: YAML config for pitstop-controller "
+                  "(detection settings)");
+}
+
+void AddRunOptions(CLI::App* cmd, SimArgs* a) {
+  cmd->add_flag("--keep-running", a->keep_running,
+                "keep the controller up after the run (for pitstopctl) "
+                "until Ctrl-C");
+  cmd->add_option("--work-dir", a->work_dir,
+                  "directory for logs, sockets and the database (default: "
+                  "a fresh /tmp/pitstop-sim-*, removed afterwards)");
+  cmd->add_flag("--keep-work-dir", a->keep_work_dir,
+                "do not remove the work directory (daemon and rank logs)");
+  cmd->add_option("--log-level", a->log_level, "log level of the daemons")
+      ->capture_default_str();
+  cmd->add_flag("-q,--quiet", a->quiet, "no progress lines");
+}
+
+void AddBenchOptions(CLI::App* cmd, SimArgs* a) {
+  cmd->add_flag("--bench", a->bench,
+                "run the detection-quality benchmark (every fault kind x "
+                "seeds x two cluster sizes, plus clean runs; ~15 min)");
+  cmd->add_flag("--quick", a->quick,
+                "with --bench: one seed, the small cluster only (~5 min)");
+  cmd->add_option("--bench-out", a->bench_out,
+                  "with --bench: also write the Markdown report here");
 }
 
 }  // namespace
 
 void AddSimCommand(CLI::App* app, int* exit_code) {
-  static SimArgs a;
-  CLI::App* cmd = app->add_subcommand(
-      "sim",
-      "Fault-injection cluster simulator: emulated ranks drive the real "
-      "in-process library through the NCCL profiler ABI into real "
-      "pitstop-agent processes (one per emulated node) and a real "
-      "pitstop-controller on loopback, with faults injected on schedule; "
-      "prints what pitstop found and scores it against what was injected.");
-  cmd->add_option("-s,--scenario", a.scenario,
-                  "built-in scenario name (see --list) or a YAML file "
-                  "(format: docs/sim.md)")
-      ->capture_default_str();
-  cmd->add_flag("--list", a.list, "list the built-in scenarios and exit");
   // Every flag is bound to a member of the static SimArgs: the callback
   // runs after this function returned, so a local would be gone by then.
-  cmd->add_flag("--print", a.print,
-                "print the scenario's YAML (resolved) and exit");
-  cmd->add_option("--seed", a.seed, "override the scenario's random seed");
-  cmd->add_option(
-      "--duration-s", a.duration_s,
-      "override the scenario's run length (s); a scenario of deceptive "
-      "normals only (soak) repeats its schedule to fill it: "
-      "--scenario soak --duration-s 3600 is the one-hour soak");
-  cmd->add_option("--timeline", a.timeline,
-                  "Perfetto/Chrome trace JSON to write; empty = none")
-      ->capture_default_str();
-  cmd->add_flag("--keep-running", a.keep_running,
-                "keep the controller up after the run (for pitstopctl) "
-                "until Ctrl-C");
-  cmd->add_option("--work-dir", a.work_dir,
-                  "directory for logs, sockets and the database (default: "
-                  "a fresh /tmp/pitstop-sim-*, removed afterwards)");
-  cmd->add_flag("--keep-work-dir", a.keep_work_dir,
-                "do not remove the work directory (daemon and rank logs)");
-  cmd->add_option("--log-level", a.log_level, "log level of the daemons")
-      ->capture_default_str();
-  cmd->add_option("--controller-config", a.controller_config,
-                  "YAML config for pitstop-controller (detection settings)");
-  cmd->add_flag("-q,--quiet", a.quiet, "no progress lines");
-  // The migration scenarios only (the emulated ones have their YAML).
-  cmd->add_option("--nodes", a.migration.nodes,
-                  "migration scenarios: training nodes (one standby is added)")
-      ->capture_default_str()
-      ->check(CLI::Range(2, 64));
-  cmd->add_option("--ranks-per-node", a.migration.ranks_per_node,
-                  "migration scenarios: trainer processes per node")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  cmd->add_option(
-         "--steps", a.migration.steps,
-         "migration scenarios: SGD steps of the job (degraded-node-migration: "
-         "700 unless given)")
-      ->capture_default_str();
-  cmd->add_option("--migrate-after-step", a.migration.migrate_after_step,
-                  "migration scenarios: once rank 0 finished this many "
-                  "steps, the migration is asked for, the node killed, or "
-                  "the GPU degrades (degraded-node-migration: 150 unless "
-                  "given)")
-      ->capture_default_str();
-  cmd->add_option("--switch-margin", a.migration.switch_margin,
-                  "migration scenarios (degraded-node-migration: 20 unless "
-                  "given): collectives between the progress the "
-                  "ranks reported with READY and the switch point (room for "
-                  "SWITCH_AT to reach every rank)")
-      ->capture_default_str();
-  cmd->add_option("--compute-ms", a.migration.compute_ms,
-                  "migration scenarios: emulated GPU time per step (ms; "
-                  "degraded-node-migration's default: 10)");
-  cmd->add_option("--slow-factor", a.migration.slow_factor,
-                  "degraded-node-migration: how much slower the degraded "
-                  "GPU computes")
-      ->capture_default_str()
-      ->check(CLI::Range(1.1, 1000.0));
-  cmd->add_flag("--bench", a.bench,
-                "run the detection-quality benchmark (every fault kind x "
-                "seeds x two cluster sizes, plus clean runs; ~15 min)");
-  cmd->add_flag("--quick", a.quick,
-                "with --bench: one seed, the small cluster only (~5 min)");
-  cmd->add_option("--bench-out", a.bench_out,
-                  "with --bench: also write the Markdown report here");
-  cmd->callback([exit_code, cmd] {
-    if (a.list) {
-      *exit_code = ListScenarios();
-      return;
-    }
-    if (a.print) {
-      auto s = ResolveScenario(a);
-      if (!s.ok()) {
-        std::cerr << "pitstop sim: " << s.status().message() << "\n";
-        *exit_code = 2;
-        return;
-      }
-      std::cout << sim::ScenarioToYaml(*s);
-      *exit_code = 0;
-      return;
-    }
-    if (a.bench) {
-      sim::BenchOptions bo;
-      bo.quick = a.quick;
-      bo.markdown_path = a.bench_out;
-      bo.daemon_log_level = a.log_level;
-      bo.progress = [](const std::string& line) {
-        std::cout << line << std::endl;
-      };
-      *exit_code = sim::RunBench(bo, std::cout);
-      return;
-    }
-    *exit_code =
-        IsMigrationScenario(a.scenario) ? RunMigration(a, *cmd) : RunOne(a);
-  });
+  static SimArgs a;
+  CLI::App* cmd = app->add_subcommand("sim", kSimDescription);
+  AddScenarioOptions(cmd, &a);
+  AddRunOptions(cmd, &a);
+  AddMigrationOptions(cmd, &a);
+  AddBenchOptions(cmd, &a);
+  cmd->callback([exit_code, cmd] { *exit_code = RunSimCommand(a, *cmd); });
 }
 
 }  // namespace pitstop::tool

@@ -1,0 +1,63 @@
+// Ctrl-C during `pitstop sim`.
+//
+// SIGINT only sets a flag (a second SIGINT kills the tool at once: the
+// handler is one-shot, and every process the run started dies with it,
+// PR_SET_PDEATHSIG). An InterruptGuard watches the flag while a run is in
+// progress: once SIGINT came, it stops this process's child processes
+// (the controller, agents and training processes), so that the run's waits
+// end within a second and the command reports the interruption (exit 130)
+// instead of judging a run it cut short. Once the run reached its report
+// (Disarm), SIGINT only ends --keep-running's wait.
+//
+// The runs (src/sim) have no cancellation hook yet; stopping the children
+// is how the tool ends their waits from outside. With a hook, the guard
+// would pass Interrupted() to the run instead.
+#ifndef PITSTOP_TOOLS_PITSTOP_SIM_INTERRUPT_H_
+#define PITSTOP_TOOLS_PITSTOP_SIM_INTERRUPT_H_
+
+#include <atomic>
+#include <thread>
+
+namespace pitstop::tool {
+
+// The shell's code for "ended by SIGINT" (128 + 2).
+inline constexpr int kInterruptedExitCode = 130;
+
+// Installs the one-shot SIGINT handler; idempotent until SIGINT came.
+void InstallInterruptHandler();
+// SIGINT came since the handler was installed. Async-signal-safe.
+bool Interrupted();
+// Prints "pitstop sim: interrupted (SIGINT): the cluster was stopped" to
+// stderr and returns kInterruptedExitCode.
+int ReportInterrupted();
+
+// Thread safety: Disarm() and RunInterrupted() from the run's thread (its
+// callbacks included); the watcher thread is internal. The destructor joins.
+class InterruptGuard {
+ public:
+  // Installs the handler and starts watching.
+  InterruptGuard();
+  ~InterruptGuard();
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+  // The run reached its report: from now on SIGINT stops no child. True
+  // when SIGINT had not come before (the first call decides; later calls
+  // return the same).
+  bool Disarm();
+  // SIGINT came before Disarm: the run was cut short (its progress lines
+  // and verdict mean nothing).
+  bool RunInterrupted() const;
+
+ private:
+  void Watch();
+
+  std::atomic<bool> armed_{true};
+  std::atomic<bool> interrupted_before_disarm_{false};
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+}  // namespace pitstop::tool
+
+#endif  // PITSTOP_TOOLS_PITSTOP_SIM_INTERRUPT_H_
