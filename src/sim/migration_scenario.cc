@@ -463,10 +463,14 @@ absl::StatusOr<MigrationScenarioResult> RunMigrationScenario(
                     : options.node_failure ? "node-failure-migration"
                                            : "standby-migration";
   migration_internal::ScenarioRun run(options, &result);
+  auto cancelled = [&options] {
+    return options.cancelled && options.cancelled();
+  };
   absl::Status s = run.Start();
-  if (s.ok()) s = run.Reference();
-  if (s.ok()) s = run.Restart();
-  if (s.ok()) s = run.Migrate();
+  if (s.ok() && !cancelled()) s = run.Reference();
+  if (s.ok() && !cancelled()) s = run.Restart();
+  if (s.ok() && !cancelled()) s = run.Migrate();
+  if (cancelled()) return absl::CancelledError("interrupted");
   if (!s.ok()) {
     // Its message may name a log in the work dir: keep it.
     run.KeepWorkDir();

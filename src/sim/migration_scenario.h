@@ -69,6 +69,11 @@ struct MigrationScenarioOptions {
   double full_speed_tolerance = 1.5;
   std::string work_dir;  // empty: a fresh directory under /tmp
   bool keep_work_dir = false;
+  // Asked between the run's phases and before judging (null: never): true
+  // ends the run with Cancelled, nothing judged and the work dir removed
+  // (unless keep_work_dir). The caller also stops the run's processes so
+  // that the phase in progress ends (pitstop sim on Ctrl-C).
+  std::function<bool()> cancelled;
   std::string log_level = "info";
   std::function<void(const std::string&)> progress;  // null: silent
   // Called with the result and the controller's address once the run is

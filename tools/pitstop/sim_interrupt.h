@@ -9,9 +9,9 @@
 // instead of judging a run it cut short. Once the run reached its report
 // (Disarm), SIGINT only ends --keep-running's wait.
 //
-// The runs (src/sim) have no cancellation hook yet; stopping the children
-// is how the tool ends their waits from outside. With a hook, the guard
-// would pass Interrupted() to the run instead.
+// Stopping the children is how the tool ends the runs' waits from outside;
+// the migration runs are also told (MigrationScenarioOptions::cancelled),
+// so they judge nothing and leave no work dir behind.
 #ifndef PITSTOP_TOOLS_PITSTOP_SIM_INTERRUPT_H_
 #define PITSTOP_TOOLS_PITSTOP_SIM_INTERRUPT_H_
 

@@ -224,6 +224,7 @@ int RunMigration(const SimArgs& a, const CLI::App& cmd) {
       while (!Interrupted()) usleep(200000);
     };
   }
+  o.cancelled = [&guard] { return guard.RunInterrupted(); };
   auto r = sim::RunMigrationScenario(o);
   if (!guard.Disarm()) return ReportInterrupted();
   if (!r.ok()) {
