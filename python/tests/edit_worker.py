@@ -43,7 +43,8 @@ def train_step(edit, model, rank, step, sleep_s=0.0):
 
 def scenario_orderings(rank, world, args):
     """Rounds of directives, each reaching the ranks at the local steps
-    given; the run ends on an agreed stop after every round's steps."""
+    given; the run ends on an agreed stop after every round's steps and
+    switches."""
     model, opt = make(rank)
     edit = EDiT(model, opt, penalty_args={"warmup": 3},
                 switch_timeout_s=args.get("timeout_s", 30.0))
@@ -63,7 +64,12 @@ def scenario_orderings(rank, world, args):
         arr = rounds[i]["arrivals"][rank]
         if arr is not None and step == starts[i] + arr:
             edit.request_switch(directives[i])
-        if step >= starts[-1]:
+        # Stop only once every round's switch happened (or was abandoned):
+        # in timed mode ranks take different numbers of steps, and on a
+        # loaded machine a fast rank reached the end and asked to stop
+        # before the slower ones had the last round's directive.
+        if step >= starts[-1] and (len(edit.switches) + len(edit.abandoned)
+                                   >= len(rounds)):
             edit.request_stop()
         train_step(edit, model, rank, step, rounds[i].get("sleep_s", 0.0))
         trace.append(edit.mode)
