@@ -40,12 +40,14 @@ absl::Status ValidateMigrationOptions(const MigrationScenarioOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "migrate-after-step must be >= 1 (got ", o.migrate_after_step, ")"));
   }
-  if (o.migrate_after_step + o.switch_margin + 10 >= o.steps) {
+  // (degraded-node: the stricter minimum below.)
+  if (!o.degrade && o.migrate_after_step + o.switch_margin + 10 >= o.steps) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the migration needs steps past migrate-after-step + switch margin "
         "+ 10 (",
         o.migrate_after_step, " + ", o.switch_margin, " + 10 >= steps ",
-        o.steps, "); give more --steps"));
+        o.steps,
+        "); give --steps >= ", o.migrate_after_step + o.switch_margin + 11));
   }
   if (o.degrade &&
       (o.node_failure || o.compute_ms <= 0 || o.slow_factor <= 1 ||

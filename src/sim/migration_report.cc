@@ -66,6 +66,8 @@ void PrintMigrationReport(const MigrationScenarioResult& r, std::ostream& out) {
           ? "median step just before it (degraded)"
           : "median step",
       r.median_step_ms);
+  out << "  final weights               " << r.weights_identical << " of "
+      << r.weights_compared << " ranks byte-identical to the undisturbed run\n";
   out << "  shadow iterations           " << r.shadow_joiners
       << " joiners warmed up on " << migration_internal::kShadowSteps
       << " recorded steps before joining\n";
@@ -73,6 +75,15 @@ void PrintMigrationReport(const MigrationScenarioResult& r, std::ostream& out) {
       "  full restart (same run)     %.1f ms (new processes + communicator + "
       "checkpoint load + first step; no detection or scheduling)\n",
       r.restart_ms);
+  if (r.restart_ms > 0 && r.downtime_ms >= r.restart_ms) {
+    // Seen on a machine with a load of 8 on 2 cores: one step around the
+    // switch waited for the CPU. Say so rather than let the numbers pass.
+    out << absl::StrFormat(
+        "  note                        this downtime is %.1fx the local "
+        "restart: on a loaded machine one step around the switch can wait "
+        "for a CPU; run again, or compare several runs\n",
+        r.downtime_ms / r.restart_ms);
+  }
   PrintEnd(r, out);
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -46,6 +47,16 @@ std::string ScenarioRun::Path(const std::string& tag, const std::string& who,
 }
 
 absl::Status ScenarioRun::Start() {
+  std::error_code ec;
+  if (!o_.work_dir.empty() && std::filesystem::exists(o_.work_dir, ec) &&
+      !std::filesystem::is_empty(o_.work_dir, ec)) {
+    // Every id, step log and weights file is named by role: a second run
+    // in the same directory would read the first one's.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "work dir ", o_.work_dir,
+        " is not empty (a run's files are named by role and would mix with "
+        "an earlier run's): give a new or empty directory"));
+  }
   ASSIGN_OR_RETURN(trainer_, FindPitstopBinary("pitstop-dp-trainer"));
   ASSIGN_OR_RETURN(plugin_, FindPitstopBinary("libnccl-profiler-pitstop.so"));
   LocalClusterOptions co;
@@ -74,7 +85,8 @@ absl::Status ScenarioRun::Start() {
   ASSIGN_OR_RETURN(cluster_, LocalCluster::Start(co));
   dir_ = cluster_->work_dir();
   r_->work_dir = dir_;
-  r_->work_dir_kept = o_.keep_work_dir;
+  // A directory the caller named is never removed (LocalCluster).
+  r_->work_dir_kept = o_.keep_work_dir || !o_.work_dir.empty();
   stub_ =
       v1::Controller::NewStub(CreateChannel(cluster_->controller_address()));
   Say(absl::StrCat("[sim] controller at ", cluster_->controller_address(), ", ",
@@ -431,7 +443,10 @@ void ScenarioRun::Judge() {
   std::map<int, std::string> final_of;  // global rank -> final process
   for (const Proc& p : procs_) final_of[p.rank] = p.name;
   for (const auto& [rank, who] : final_of) {
-    if (ReadFile(Path("mig", who, "bin")) != reference) {
+    ++r_->weights_compared;
+    if (!reference.empty() && ReadFile(Path("mig", who, "bin")) == reference) {
+      ++r_->weights_identical;
+    } else {
       Fail(absl::StrCat(who, " (rank ", rank,
                         "): final weights differ from the undisturbed run"));
     }

@@ -98,6 +98,10 @@ struct MigrationScenarioResult {
   double downtime_ms = 0;
   double restart_ms = 0;   // full restart to its first step, same run
   int shadow_joiners = 0;  // joiners that ran their shadow iterations
+  // Final ranks whose weights were compared with the undisturbed run's,
+  // and of those the byte-identical ones.
+  int weights_compared = 0;
+  int weights_identical = 0;
   // degraded-node-migration: the fault that made policy ACT migrate, when
   // the GPU degraded (unix ns, seen by the sim at rank 0's step), and rank
   // 0's median step before the fault, degraded, and after the switch.

@@ -49,6 +49,8 @@ TEST(SimMigration, NodeMovesToTheStandbyAndTheModelIsBitIdentical) {
   EXPECT_EQ(r->migration.comms_size(), 1);
   EXPECT_EQ(r->migration.transfers_size(), 1);
   EXPECT_EQ(static_cast<uint64_t>(r->switch_step), r->migration.switch_seq());
+  EXPECT_EQ(r->weights_identical, 3);
+  EXPECT_TRUE(r->faults.empty()) << r->faults[0].summary();
 }
 
 // Node failure at CI size: node1's trainer is SIGKILLed; the others'
@@ -105,6 +107,13 @@ TEST(SimMigration, DegradedGpuIsFoundAndPolicyActMovesItsNode) {
   EXPECT_GT(r->degraded_ms,
             r->before_fault_ms + 0.5 * (o.slow_factor - 1) * o.compute_ms);
   EXPECT_TRUE(r->full_speed);
+  EXPECT_LT(r->after_switch_ms, (r->before_fault_ms + r->degraded_ms) / 2);
+  EXPECT_EQ(r->weights_identical, 6);
+  EXPECT_EQ(r->weights_compared, 6);
+  // The straggler, and no false fault beside it (a hang of the replaced
+  // communicator was one, after every migration).
+  ASSERT_EQ(r->faults.size(), 1u);
+  EXPECT_EQ(r->faults[0].fault_id(), r->fault.fault_id());
 }
 
 }  // namespace
