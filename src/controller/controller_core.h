@@ -449,7 +449,7 @@ class ControllerCore {
   // job starts a migration when a standby is free.
   void RunMigrations() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A committed migration: its fault becomes MITIGATING, the leaver is
-  // drained.
+  // drained, and the communicators it replaced are retired from detection.
   void MigrationFinished(const v1::Migration& m)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
