@@ -105,16 +105,18 @@ std::string SecondsAfter(uint64_t from_ns, uint64_t to_ns) {
 
 }  // namespace
 
-void ScenarioRun::SayFaults(std::map<std::string, int>* seen) {
+grpc::Status ScenarioRun::ListJobFaults(v1::ListFaultsResponse* resp) {
   v1::ListFaultsRequest req;
   req.set_job_id(kJob);
   req.set_include_resolved(true);
+  return CallController([&](grpc::ClientContext* ctx) {
+    return stub_->ListFaults(ctx, req, resp);
+  });
+}
+
+void ScenarioRun::SayFaults(std::map<std::string, int>* seen) {
   v1::ListFaultsResponse resp;
-  if (!CallController([&](grpc::ClientContext* ctx) {
-         return stub_->ListFaults(ctx, req, &resp);
-       }).ok()) {
-    return;  // asked again later
-  }
+  if (!ListJobFaults(&resp).ok()) return;  // asked again later
   for (const v1::Fault& f : resp.faults()) {
     auto [it, added] = seen->emplace(f.fault_id(), f.state());
     if (!added && it->second == f.state()) continue;
@@ -234,14 +236,8 @@ void ScenarioRun::JudgePolicy(const StepLogLines& r0) {
 }
 
 void ScenarioRun::JudgeFaults() {
-  v1::ListFaultsRequest req;
-  req.set_job_id(kJob);
-  req.set_include_resolved(true);
   v1::ListFaultsResponse resp;
-  const grpc::Status st = CallController([&](grpc::ClientContext* ctx) {
-    return stub_->ListFaults(ctx, req, &resp);
-  });
-  if (!st.ok()) {
+  if (const grpc::Status st = ListJobFaults(&resp); !st.ok()) {
     Fail(absl::StrCat("ListFaults: ", st.error_message()));
     return;
   }

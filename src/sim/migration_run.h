@@ -103,6 +103,8 @@ class ScenarioRun {
   // finds, until policy ACT starts a migration, seen on WatchMigrations
   // as a scheduler integration sees it.
   absl::StatusOr<v1::Migration> AwaitPolicyMigration();
+  // Every fault of the job, resolved ones too.
+  grpc::Status ListJobFaults(v1::ListFaultsResponse* resp);
   // Prints each new fault of the job, and each change of its state.
   void SayFaults(std::map<std::string, int>* seen);
   // The standby's processes: the leaver's global ranks, in sandbox mode.

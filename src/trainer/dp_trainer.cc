@@ -12,6 +12,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "pitstop/status_macros.h"
 #include "pitstop/trainer.h"
 #include "src/nccl/cpu/nccl_functions.h"
@@ -38,17 +40,11 @@ int64_t NowNs() {
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
-// Sleeps the step's emulated accelerator time (TrainOptions::compute_ms);
-// an interrupted sleep goes on with what remains.
+// Sleeps the step's emulated accelerator time (TrainOptions::compute_ms).
 void EmulateCompute(const TrainOptions& o, int step) {
   double ms = o.compute_ms;
   if (o.slow_from_step >= 0 && step >= o.slow_from_step) ms *= o.slow_factor;
-  if (ms <= 0) return;
-  const int64_t ns = static_cast<int64_t>(ms * 1e6);
-  timespec left{static_cast<time_t>(ns / 1'000'000'000),
-                static_cast<long>(ns % 1'000'000'000)};
-  while (nanosleep(&left, &left) != 0 && errno == EINTR) {
-  }
+  if (ms > 0) absl::SleepFor(absl::Milliseconds(ms));
 }
 
 // The parameters at the start of a step. Train keeps the last two: a step
