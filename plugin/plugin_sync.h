@@ -24,6 +24,9 @@
 #define PLUGIN_ACQUIRED_BEFORE(...) PLUGIN_TSA(acquired_before(__VA_ARGS__))
 #define PLUGIN_ACQUIRE(...) PLUGIN_TSA(acquire_capability(__VA_ARGS__))
 #define PLUGIN_RELEASE(...) PLUGIN_TSA(release_capability(__VA_ARGS__))
+// For lock hand-offs the analysis cannot follow (fork handlers take locks in
+// one function and release them in another).
+#define PLUGIN_NO_TSA PLUGIN_TSA(no_thread_safety_analysis)
 
 namespace pitstop::plugin {
 

@@ -32,13 +32,15 @@ void ChainLog(const std::string& msg) {
   if (Runtime* rt = Runtime::Get()) rt->LogWarn(msg);
 }
 
-void AtForkPrepare() {
+// pthread_atfork's three handlers: the locks Prepare takes are released by
+// Parent or Child, a hand-off -Wthread-safety cannot follow.
+void AtForkPrepare() PLUGIN_NO_TSA {
   if (Runtime* rt = Runtime::Get()) rt->ForkPrepare();
 }
-void AtForkParent() {
+void AtForkParent() PLUGIN_NO_TSA {
   if (Runtime* rt = Runtime::Get()) rt->ForkParent();
 }
-void AtForkChild() {
+void AtForkChild() PLUGIN_NO_TSA {
   if (Runtime* rt = Runtime::Get()) rt->ForkChild();
 }
 

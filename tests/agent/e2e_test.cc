@@ -28,7 +28,6 @@ using testing::TestReceiver;
 using Reqs = std::vector<v1::ConnectRequest>;
 
 constexpr uint64_t kComm = 0xE2E1;
-constexpr uint64_t kGpuOffset = 7'000'000'000'000;  // emu_rank_main.cc
 
 class E2eTest : public ::testing::Test {
  protected:

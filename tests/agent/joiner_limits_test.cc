@@ -117,7 +117,7 @@ TEST(JoinerLimitsTest, GlobalRankEntriesPerStreamAreBounded) {
 constexpr size_t kPerStreamBound = size_t{192} << 20;
 
 TEST(JoinerLimitsTest, OneStreamAtEveryLimitStaysUnderItsStatedBound) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(PITSTOP_ASAN) || defined(PITSTOP_TSAN)
   GTEST_SKIP() << "SKIPPED: sanitizer allocators do not report the heap "
                   "through mallinfo2; runs in the default build";
 #endif

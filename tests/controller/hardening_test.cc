@@ -84,7 +84,7 @@ TEST(EngineMemoryTest, ClaimedRanksDoNotSizeAnything) {
   const size_t grown = ResidentBytes() - std::min(before, ResidentBytes());
   // Before the fix: ~200 x 260 MB. Bound: 64 MiB for ~800 members received
   // (256 MiB under sanitizers, whose shadow memory and quarantine count).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(PITSTOP_ASAN) || defined(PITSTOP_TSAN)
   constexpr size_t kBound = size_t{256} << 20;
 #else
   constexpr size_t kBound = size_t{64} << 20;

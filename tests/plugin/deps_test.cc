@@ -42,7 +42,7 @@ std::vector<int> Version(const std::string& v) {
   return out;
 }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(PITSTOP_ASAN) || defined(PITSTOP_TSAN)
 #define PITSTOP_SKIP_IF_SANITIZED()                                       \
   GTEST_SKIP() << "SKIPPED: sanitizer builds link the sanitizer runtime " \
                   "into the library; the default build is checked"

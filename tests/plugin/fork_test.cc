@@ -165,7 +165,7 @@ TEST(ForkTest, ChildRecordsNothingAndExitsWithoutTheParentsThreads) {
 }
 
 TEST(ForkTest, ChildWithItsOwnCommunicatorStreamsOnlyThat) {
-#if defined(__SANITIZE_THREAD__)
+#if defined(PITSTOP_TSAN)
   GTEST_SKIP() << "SKIPPED under TSan: a thread started in the child of a "
                   "multi-threaded fork collides with the parent's threads "
                   "in TSan's registry ('dup thread with used id'); this "

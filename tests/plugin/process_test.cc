@@ -95,7 +95,7 @@ TEST(ProcessTest, ExitWithoutFinalizeFlushesAndSaysExit) {
 // Valid settings whose rings do not fit the address space: init fails
 // cleanly (NCCL would go on without us) instead of std::terminate.
 TEST(ProcessTest, RingsThatDoNotFitFailInitInsteadOfAborting) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(PITSTOP_ASAN) || defined(PITSTOP_TSAN)
   GTEST_SKIP() << "SKIPPED: sanitizer runtimes reserve terabytes of address "
                   "space, so `ulimit -v` cannot be used; runs in the "
                   "default build";

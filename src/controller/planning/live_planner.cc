@@ -451,7 +451,10 @@ v1::ListLinksResponse LivePlanner::ListLinks(const v1::ListLinksRequest& r) {
   std::vector<uint32_t> flows(n, 0);
   std::vector<double> bps(n, 0);
   std::vector<std::set<std::string>> jobs(n);
-  for (const auto& [job, p] : plans_) {
+  for (const auto& entry : plans_) {
+    // Not a structured binding: clang 14 cannot capture one in the lambda.
+    const std::string& job = entry.first;
+    const auto& p = entry.second;
     if (!r.job_id().empty() && job != r.job_id()) continue;
     const JobInput& in = jobs_[job];
     for (const plan::Flow& f : p->flows) {

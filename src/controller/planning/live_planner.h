@@ -198,10 +198,12 @@ class LivePlanner {
                                    bool flows_changed, uint64_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // QP advice on a re-plan whose busiest link needs `replan_s` (FlowPlan
-  // recommended_qps / qps_advice); no lock held (work_ is the run's).
-  void AdviseQps(JobPlan* p, double replan_s, uint64_t epoch);
+  // recommended_qps / qps_advice); plans on work_, so within Run().
+  void AdviseQps(JobPlan* p, double replan_s, uint64_t epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   double BusiestSeconds(const std::vector<plan::Flow>& flows,
-                        const plan::FlowPlan& plan) const;
+                        const plan::FlowPlan& plan) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   static void RefreshBytes(const Snapshot& snap, const std::string& job,
                            JobPlan* p);
   std::vector<Directive> DirectivesOf(const std::string& job, const JobPlan& p,

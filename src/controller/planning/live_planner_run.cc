@@ -404,9 +404,12 @@ std::vector<LivePlanner::Directive> LivePlanner::DirectivesOf(
     const plan::PlannedPath& path = p.plan.paths[f.id];
     s.nics.insert(
         base_.node(path.src_gpu >= 0 ? path.src_gpu : f.src_gpu).local);
+    // Taken here, under run_mu_: the analysis does not follow the lambda
+    // (and tracks a reference back to work_).
+    const plan::Fabric* work = &work_;
     plan::ForEachPart(path, 0, [&](const std::vector<int>& links, double) {
       for (int l : links) {
-        const plan::FabricLink& fl = work_.link(l);
+        const plan::FabricLink& fl = work->link(l);
         s.share = std::min(s.share, fl.gbps / fl.nominal_gbps);
       }
     });
