@@ -9,10 +9,14 @@ cd "$(dirname "$0")/../../.."
 seconds="${1:-10}"
 out="${OUT:-/tmp/pitstop-fuzz}"
 build="${FUZZ_BUILD_DIR:-build-fuzz}"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DPITSTOP_BUILD_FUZZERS=ON -DPITSTOP_BUILD_TESTS=OFF \
-  -DPITSTOP_BUILD_BENCHMARKS=OFF > /dev/null
+# A tree already configured with the fuzzers (CI's ASan tree, preset `asan`)
+# is used as it is; otherwise $build is configured for the fuzzers alone.
+if ! grep -qs '^PITSTOP_BUILD_FUZZERS:BOOL=ON' "$build/CMakeCache.txt"; then
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DPITSTOP_BUILD_FUZZERS=ON -DPITSTOP_BUILD_TESTS=OFF \
+    -DPITSTOP_BUILD_BENCHMARKS=OFF > /dev/null
+fi
 cmake --build "$build" -j 2 --target pickle_fuzzer flight_recorder_fuzzer \
   kineto_fuzzer inspector_fuzzer
 seeds=src/importers/fuzz/seeds
@@ -29,8 +33,12 @@ fi
 run() {
   local name="$1" corpus="$2"
   shift 2
-  "$build/src/importers/fuzz/$name" "$corpus" -max_total_time="$seconds" \
-    -rss_limit_mb=2048 -artifact_prefix="$out/" "$@" 2> "$out/$name.log"
+  if ! "$build/src/importers/fuzz/$name" "$corpus" -max_total_time="$seconds" \
+    -rss_limit_mb=2048 -artifact_prefix="$out/" "$@" 2> "$out/$name.log"; then
+    echo "$name: FAILED; the end of $out/$name.log:" >&2
+    tail -n 30 "$out/$name.log" >&2
+    return 1
+  fi
   echo "$name: $(grep -o 'Done [0-9]* runs in [0-9]* second(s)' "$out/$name.log")"
 }
 run pickle_fuzzer "$out/fr"
