@@ -57,19 +57,28 @@ def scenario_orderings(rank, world, args):
                   apply_at_step=starts[i] + rnd["apply_in"],
                   reason="round %d" % i) for i, rnd in enumerate(rounds)]
     trace = []
+    requested = [False] * len(rounds)
     while not edit.stopped:
         step = edit.step_no
         i = max(j for j in range(len(rounds)) if starts[j] <= step) \
             if step < starts[-1] else len(rounds) - 1
-        arr = rounds[i]["arrivals"][rank]
-        if arr is not None and step == starts[i] + arr:
-            edit.request_switch(directives[i])
-        # Stop only once every round's switch happened (or was abandoned):
-        # in timed mode ranks take different numbers of steps, and on a
-        # loaded machine a fast rank reached the end and asked to stop
-        # before the slower ones had the last round's directive.
-        if step >= starts[-1] and (len(edit.switches) + len(edit.abandoned)
-                                   >= len(rounds)):
+        # Directive ids are 1..len(rounds); every rank sees the same
+        # decisions at the same sync point, so the same `done`.
+        done = max(edit.agreement.applied_id, edit.agreement.abandoned_upto)
+        for j in range(len(rounds)):
+            arr = rounds[j]["arrivals"][rank]
+            # Round j's directive reaches this rank at its planned step, but
+            # never before round j-1's was applied or abandoned: in timed
+            # mode a rank on a loaded machine ran a whole round ahead, got
+            # the next directive first, and it superseded the pending one
+            # (which then never switched, and the run never stopped).
+            if (not requested[j] and arr is not None and
+                    step >= starts[j] + arr and done >= j):
+                requested[j] = True
+                edit.request_switch(directives[j])
+        # Stop once the last round's directive was applied or abandoned (in
+        # timed mode ranks take different numbers of steps).
+        if step >= starts[-1] and done >= len(rounds):
             edit.request_stop()
         train_step(edit, model, rank, step, rounds[i].get("sleep_s", 0.0))
         trace.append(edit.mode)
