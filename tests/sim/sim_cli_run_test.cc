@@ -41,11 +41,11 @@ const std::vector<std::string> kLongRun = {"sim",
                                            "15000"};
 
 // Starts `pitstop args`, reads its output (stdout + stderr) until it holds
-// `marker`, sends SIGINT to the tool alone or, like Ctrl-C in a terminal,
+// `marker`, sends `sig` to the tool alone or, like Ctrl-C in a terminal,
 // to its whole process group, and waits. Returns the wait status.
 int InterruptAfter(const std::vector<std::string>& args,
                    const std::string& marker, bool whole_group,
-                   std::string* out) {
+                   std::string* out, int sig = SIGINT) {
   int fds[2];
   if (pipe(fds) != 0) return -1;
   const std::string bin = PitstopBinary();
@@ -71,7 +71,7 @@ int InterruptAfter(const std::vector<std::string>& args,
   while ((n = read(fds[0], buf, sizeof(buf))) > 0) {
     out->append(buf, n);
     if (!sent && out->find(marker) != std::string::npos) {
-      whole_group ? killpg(pid, SIGINT) : kill(pid, SIGINT);
+      whole_group ? killpg(pid, sig) : kill(pid, sig);
       sent = true;
     }
   }
@@ -116,6 +116,21 @@ TEST(SimCliRunTest, SigintToTheToolStopsTheRun) {
   ASSERT_TRUE(WIFEXITED(status)) << out;
   EXPECT_EQ(WEXITSTATUS(status), 130) << out;
   EXPECT_THAT(out, HasSubstr("interrupted (SIGINT): the cluster was stopped"));
+  EXPECT_THAT(out, Not(HasSubstr("FAIL")));
+}
+
+// `kill PID` or a batch scheduler's stop: the same clean stop, with the
+// shell's code for SIGTERM.
+TEST(SimCliRunTest, SigtermToTheToolStopsTheRun) {
+  if (PitstopBinary().empty()) {
+    GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  }
+  std::string out;
+  const int status =
+      InterruptAfter(kLongRun, "[sim] reference run", false, &out, SIGTERM);
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 143) << out;
+  EXPECT_THAT(out, HasSubstr("interrupted (SIGTERM): the cluster was stopped"));
   EXPECT_THAT(out, Not(HasSubstr("FAIL")));
 }
 

@@ -13,7 +13,8 @@
 //
 // Exit codes: 0 pitstop's verdict matched what was injected (bench: ran),
 // 1 it did not (a miss, a wrong suspect or a false fault), 2 usage/input
-// error or the cluster could not start, 130 interrupted (SIGINT).
+// error or the cluster could not start, 130 interrupted (SIGINT), 143
+// stopped (SIGTERM).
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <iostream>

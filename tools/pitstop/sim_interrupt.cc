@@ -16,9 +16,13 @@
 namespace pitstop::tool {
 namespace {
 
-std::atomic<bool> g_interrupted{false};
+// The first of SIGINT / SIGTERM that came, 0 before.
+std::atomic<int> g_signal{0};
 
-void OnInterrupt(int) { g_interrupted.store(true); }
+void OnInterrupt(int sig) {
+  int none = 0;
+  g_signal.compare_exchange_strong(none, sig);
+}
 
 // This process's children: every /proc/PID whose parent is us. The field
 // after the command name (which may hold spaces and parentheses) is the
@@ -51,17 +55,20 @@ void InstallInterruptHandler() {
   struct sigaction sa = {};
   sa.sa_handler = OnInterrupt;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND;  // a second Ctrl-C: the default, exit now
+  sa.sa_flags = SA_RESETHAND;  // a second signal: the default, exit now
   sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
 }
 
-bool Interrupted() { return g_interrupted.load(); }
+bool Interrupted() { return g_signal.load() != 0; }
 
 int ReportInterrupted() {
+  const int sig = g_signal.load();
   std::cout.flush();
-  std::cerr << "pitstop sim: interrupted (SIGINT): the cluster was stopped"
-            << std::endl;
-  return kInterruptedExitCode;
+  std::cerr << "pitstop sim: interrupted ("
+            << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
+            << "): the cluster was stopped" << std::endl;
+  return sig == SIGTERM ? kTerminatedExitCode : kInterruptedExitCode;
 }
 
 InterruptGuard::InterruptGuard() {

@@ -1,4 +1,6 @@
-// Ctrl-C during `pitstop sim`.
+// Ctrl-C (SIGINT) or a stop (SIGTERM: `kill`, a job scheduler, a
+// container runtime) during `pitstop sim`. Both are handled alike; the
+// text below says SIGINT for either.
 //
 // SIGINT only sets a flag (a second SIGINT kills the tool at once: the
 // handler is one-shot, and every process the run started dies with it,
@@ -20,15 +22,19 @@
 
 namespace pitstop::tool {
 
-// The shell's code for "ended by SIGINT" (128 + 2).
+// The shell's codes for "ended by SIGINT" (128 + 2) and SIGTERM (128 + 15).
 inline constexpr int kInterruptedExitCode = 130;
+inline constexpr int kTerminatedExitCode = 143;
 
-// Installs the one-shot SIGINT handler; idempotent until SIGINT came.
+// Installs the one-shot SIGINT and SIGTERM handlers; idempotent until one
+// came.
 void InstallInterruptHandler();
-// SIGINT came since the handler was installed. Async-signal-safe.
+// SIGINT or SIGTERM came since the handler was installed.
+// Async-signal-safe.
 bool Interrupted();
-// Prints "pitstop sim: interrupted (SIGINT): the cluster was stopped" to
-// stderr and returns kInterruptedExitCode.
+// Prints "pitstop sim: interrupted (SIGINT): the cluster was stopped" (or
+// SIGTERM, whichever came first) to stderr and returns the shell's code
+// for it.
 int ReportInterrupted();
 
 // Thread safety: Disarm() and RunInterrupted() from the run's thread (its
