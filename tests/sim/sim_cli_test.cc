@@ -87,6 +87,17 @@ TEST(SimCliTest, UnknownScenarioListsEveryScenario) {
   }
 }
 
+// A mistyped command is named, with the list of commands (CLI11 alone said
+// "A subcommand is required").
+TEST(SimCliTest, UnknownCommandIsNamed) {
+  const std::string pitstop = PitstopBinary();
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  std::string out;
+  EXPECT_EQ(RunCommand(pitstop + " simm", &out), 2) << out;
+  EXPECT_THAT(out, HasSubstr("pitstop: unknown command 'simm'; commands: "));
+  EXPECT_THAT(out, HasSubstr(" sim, "));
+}
+
 // A flag the chosen run would ignore is an error naming it, before anything
 // starts.
 TEST(SimCliTest, FlagsARunIgnoresAreErrors) {

@@ -8,7 +8,9 @@
 //   pitstop tuner-table [PATH] what the NCCL tuner on this node is told
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <string>
 
+#include "pitstop/cli_errors.h"
 #include "tools/pitstop/commands.h"
 
 int main(int argc, char** argv) {
@@ -27,6 +29,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (const std::string unknown = pitstop::UnknownSubcommandError(app);
+        !unknown.empty()) {
+      std::cerr << unknown << std::endl;
+      return 2;
+    }
     return app.exit(e) == 0 ? 0 : 2;
   }
   return exit_code;

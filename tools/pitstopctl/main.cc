@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "pitstop/cli_errors.h"
 #include "tools/pitstopctl/commands.h"
 #include "tools/pitstopctl/exit_codes.h"
 
@@ -20,7 +21,8 @@ int main(int argc, char** argv) {
       "pitstopctl: inspect and operate pitstop-controller.\n"
       "Exit codes: 0 ok, 1 faults present (faults --fail-if-any), 2 usage, "
       "3 controller unreachable, 4 not found, 5 request rejected (also "
-      "PERMISSION_DENIED), 6 other error.");
+      "PERMISSION_DENIED), 6 other error.",
+      "pitstopctl");
   app.require_subcommand(1);
   app.add_option(
          "--controller", g.controller,
@@ -71,6 +73,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    if (const std::string unknown = pitstop::UnknownSubcommandError(app);
+        !unknown.empty()) {
+      std::cerr << unknown << std::endl;
+      return kExitUsage;
+    }
     app.exit(e);
     return kExitUsage;
   }
