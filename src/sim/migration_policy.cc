@@ -293,6 +293,16 @@ void PrintPolicyReport(const MigrationScenarioResult& r, std::ostream& out) {
       r.before_fault_ms > 0 ? r.after_switch_ms / r.before_fault_ms : 0.0,
       r.degraded_ms > 0 ? r.after_switch_ms / r.degraded_ms : 0.0,
       r.full_speed ? "full speed" : "NOT full speed");
+  if (r.compute_ms > 0 && r.before_fault_ms > 0) {
+    // The step slows far less than the GPU: the emulated compute is only
+    // part of a step, the rest (the all-reduce, the host) is unchanged.
+    out << absl::StrFormat(
+        "  slowdown                    the degraded GPU's compute went %.1f "
+        "-> %.1f ms (%.3gx) of a %.2f ms step; the rest of the step (the "
+        "all-reduce) did not slow\n",
+        r.compute_ms, r.compute_ms * r.slow_factor, r.slow_factor,
+        r.before_fault_ms);
+  }
 }
 
 }  // namespace pitstop::sim::migration_internal

@@ -50,7 +50,8 @@ void PrintMigrationReport(const MigrationScenarioResult& r, std::ostream& out) {
             m.ready_unix_ns())
       << "\n";
   out << "  switch (SWITCH_AT to SWITCHED) "
-      << ms(m.ready_unix_ns(), m.switched_unix_ns()) << "\n";
+      << ms(m.ready_unix_ns(), m.switched_unix_ns())
+      << " (training runs on until the agreed step; not downtime)\n";
   if (r.switch_step < 0) {
     out << "  switch step                 none: no joiner ran a step\n";
     PrintEnd(r, out);

@@ -477,6 +477,8 @@ absl::StatusOr<MigrationScenarioResult> RunMigrationScenario(
   result.scenario = options.degrade        ? "degraded-node-migration"
                     : options.node_failure ? "node-failure-migration"
                                            : "standby-migration";
+  result.compute_ms = options.compute_ms;
+  result.slow_factor = options.slow_factor;
   migration_internal::ScenarioRun run(options, &result);
   auto cancelled = [&options] {
     return options.cancelled && options.cancelled();

@@ -111,6 +111,10 @@ struct MigrationScenarioResult {
   double degraded_ms = 0;
   double after_switch_ms = 0;
   bool full_speed = false;  // after_switch_ms within the tolerance
+  // The options that explain the slowdown: each trainer's emulated GPU time
+  // per step (ms) and how much longer the degraded GPU takes.
+  double compute_ms = 0;
+  double slow_factor = 0;
   // Every fault of the job at the end of the run (ListFaults, resolved
   // ones too).
   std::vector<v1::Fault> faults;

@@ -1,7 +1,12 @@
 // The step-log rules migrated runs are judged by: each can fail.
 #include "src/sim/migration_judge.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "src/sim/migration_scenario.h"
 
 namespace pitstop::sim {
 namespace {
@@ -71,6 +76,34 @@ TEST(MigrationJudge, MedianOfAStepRange) {
   EXPECT_DOUBLE_EQ(MedianStepMs(l, 10, 20), 18);  // upper middle of 10
   EXPECT_DOUBLE_EQ(MedianStepMs(l, 10, 11), 13);
   EXPECT_DOUBLE_EQ(MedianStepMs(l, 40, 50), 0);  // no such steps
+}
+
+// The degraded-node report explains why a 3x slower GPU made the step only
+// a little slower, and says the switch phase is not downtime.
+TEST(MigrationReport, ExplainsTheSlowdownAndTheSwitchPhase) {
+  MigrationScenarioResult r;
+  r.scenario = "degraded-node-migration";
+  r.passed = true;
+  r.fault.set_fault_id("F1");
+  r.before_fault_ms = 49.55;
+  r.degraded_ms = 62.29;
+  r.after_switch_ms = 48.59;
+  r.full_speed = true;
+  r.compute_ms = 10;
+  r.slow_factor = 3;
+  r.migration.set_migration_id("M1");
+  r.migration.set_ready_unix_ns(1'000'000'000);
+  r.migration.set_switched_unix_ns(2'213'000'000);
+  r.switch_step = 300;
+  std::ostringstream out;
+  PrintMigrationReport(r, out);
+  EXPECT_THAT(out.str(),
+              ::testing::HasSubstr(
+                  "the degraded GPU's compute went 10.0 -> 30.0 ms (3x) of a "
+                  "49.55 ms step"));
+  EXPECT_THAT(out.str(),
+              ::testing::HasSubstr("1213 ms (training runs on until the "
+                                   "agreed step; not downtime)"));
 }
 
 }  // namespace
