@@ -431,20 +431,35 @@ void ControllerCore::MigrationFinished(const v1::Migration& m) {
     Logger("controller")
         ->error("draining {}: {}", m.leaver_host(), s.ToString());
   }
-  if (m.fault_id().empty()) return;
-  absl::StatusOr<v1::Fault> f = store_->Get(m.fault_id());
-  if (!f.ok() || (f->state() != v1::FAULT_STATE_CONFIRMED &&
-                  f->state() != v1::FAULT_STATE_SUSPECTED &&
-                  f->state() != v1::FAULT_STATE_ACKNOWLEDGED)) {
+  // The fault the policy migrated for, and every open fault of the job
+  // that blames the leaver first: a hand-started migration (an operator, a
+  // scheduler, `migrate --from-replica` after a rank died) names no fault,
+  // yet moving the node is the mitigation of those faults too.
+  absl::StatusOr<std::vector<v1::Fault>> open =
+      store_->List(m.job_id(), false, 0);
+  if (!open.ok()) {
+    Logger("controller")
+        ->error("listing faults after {}: {}", m.migration_id(),
+                open.status().ToString());
     return;
   }
-  f->set_state(v1::FAULT_STATE_MITIGATING);
-  f->set_updated_unix_ns(NowUnixNs());
-  f->set_resolution_note(why);
-  bool ignored = false;
-  absl::StatusOr<v1::Fault> stored = store_->Upsert(*f, &ignored);
-  if (stored.ok() && !ignored) {
-    Notify(v1::WatchFaultsResponse::CHANGE_UPDATED, *stored);
+  for (v1::Fault& f : *open) {
+    const bool blames_leaver =
+        f.suspects_size() > 0 && f.suspects(0).host() == m.leaver_host();
+    if ((f.fault_id() != m.fault_id() && !blames_leaver) ||
+        (f.state() != v1::FAULT_STATE_CONFIRMED &&
+         f.state() != v1::FAULT_STATE_SUSPECTED &&
+         f.state() != v1::FAULT_STATE_ACKNOWLEDGED)) {
+      continue;
+    }
+    f.set_state(v1::FAULT_STATE_MITIGATING);
+    f.set_updated_unix_ns(NowUnixNs());
+    f.set_resolution_note(why);
+    bool ignored = false;
+    absl::StatusOr<v1::Fault> stored = store_->Upsert(f, &ignored);
+    if (stored.ok() && !ignored) {
+      Notify(v1::WatchFaultsResponse::CHANGE_UPDATED, *stored);
+    }
   }
 }
 

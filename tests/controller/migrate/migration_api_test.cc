@@ -344,5 +344,58 @@ TEST_F(MigrationApiTest, PolicyActMigratesAConfirmedHardwareFault) {
   EXPECT_THAT(f->resolution_note(), HasSubstr(id));
 }
 
+// A hand-started migration names no fault; once it commits, the job's open
+// faults that blame the leaver first are being mitigated. Faults that blame
+// another node, or belong to another job, are left as they are.
+TEST_F(MigrationApiTest, CommitMitigatesTheJobsFaultsThatBlameTheLeaver) {
+  {
+    auto store = FaultStore::Open(Db());
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto add = [&](const std::string& id, const std::string& job,
+                   const std::string& host, v1::SuspectLevel level) {
+      v1::Fault f;
+      f.set_fault_id(id);
+      f.set_job_id(job);
+      f.set_state(v1::FAULT_STATE_CONFIRMED);
+      f.set_fault_class(v1::FAULT_CLASS_PROCESS_DIED);
+      f.set_summary(absl::StrCat("a rank on ", host, " died"));
+      v1::Suspect* s = f.add_suspects();
+      s->set_level(level);
+      s->set_host(host);
+      bool ignored = false;
+      ASSERT_TRUE((*store)->Upsert(f, &ignored).ok());
+    };
+    add("F1", "job1", "node0", v1::SUSPECT_LEVEL_PROCESS);
+    add("F2", "job1", "node1", v1::SUSPECT_LEVEL_PROCESS);
+    add("F3", "job2", "node0", v1::SUSPECT_LEVEL_NODE);
+  }
+  StartController();
+  StartJob(/*standbys=*/1);
+  v1::MigrateNodeResponse r;
+  grpc::Status s = Migrate("node0", "", &r);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const std::string id = r.migration().migration_id();
+  EXPECT_TRUE(r.migration().fault_id().empty());
+  Answer("node0", v1::MigrationDirective::PHASE_PREPARE);
+  Answer("node1", v1::MigrationDirective::PHASE_PREPARE);
+  Answer("spare0", v1::MigrationDirective::PHASE_PREPARE);
+  WaitState(id, v1::MIGRATION_STATE_SWITCHING);
+  auto f1 = core_->Fault("F1");
+  ASSERT_TRUE(f1.ok());
+  EXPECT_EQ(f1->state(), v1::FAULT_STATE_CONFIRMED) << "before the commit";
+  Answer("node1", v1::MigrationDirective::PHASE_SWITCH_AT);
+  Answer("spare0", v1::MigrationDirective::PHASE_SWITCH_AT);
+  WaitState(id, v1::MIGRATION_STATE_COMMITTED);
+  f1 = core_->Fault("F1");
+  ASSERT_TRUE(f1.ok());
+  EXPECT_EQ(f1->state(), v1::FAULT_STATE_MITIGATING);
+  EXPECT_THAT(f1->resolution_note(), HasSubstr(id));
+  for (const char* other : {"F2", "F3"}) {
+    auto f = core_->Fault(other);
+    ASSERT_TRUE(f.ok());
+    EXPECT_EQ(f->state(), v1::FAULT_STATE_CONFIRMED) << other;
+  }
+}
+
 }  // namespace
 }  // namespace pitstop::controller::testing
