@@ -452,6 +452,14 @@ class ControllerCore {
   // drained, and the communicators it replaced are retired from detection.
   void MigrationFinished(const v1::Migration& m)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every open fault whose first suspect is a host its job was migrated off
+  // (and not back to) becomes MITIGATING: a hand-started migration names no
+  // fault, and a fault may be stored after the commit.
+  void MitigateMigratedFaults() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SUSPECTED/CONFIRMED/ACKNOWLEDGED -> MITIGATING with `why`; stored and
+  // watchers told. Other states are left.
+  void MarkMitigating(v1::Fault f, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   const std::unique_ptr<FaultStore> store_;

@@ -59,6 +59,12 @@ bool HardwareSuspect(const v1::Fault& f, std::string* host) {
   return false;
 }
 
+// The leaver's drain reason and its mitigated faults' note.
+std::string MigratedOffNote(const v1::Migration& m) {
+  return absl::StrCat("migrated off by ", m.migration_id(), " (job ",
+                      m.job_id(), ") to ", m.joiner_host());
+}
+
 }  // namespace
 
 absl::Status ControllerCore::LoadMigrations() {
@@ -370,6 +376,9 @@ absl::Status ControllerCore::MigrationInput(const std::string& host,
 void ControllerCore::RunMigrations() {
   if (!migrations_) return;
   migrations_->Tick();
+  // A fault reported after its node was migrated off (a dead rank's
+  // PROCESS_DIED can come a cycle after a quick --from-replica commit).
+  MitigateMigratedFaults();
   // Policy ACT, only when some job asks for it and a standby is free.
   const std::vector<v1::StandbyNode> pool = StandbyLocked();
   if (std::none_of(pool.begin(), pool.end(), [](const v1::StandbyNode& n) {
@@ -413,9 +422,7 @@ void ControllerCore::RunMigrations() {
 
 void ControllerCore::MigrationFinished(const v1::Migration& m) {
   if (m.state() != v1::MIGRATION_STATE_COMMITTED) return;
-  const std::string why =
-      absl::StrCat("migrated off by ", m.migration_id(), " (job ", m.job_id(),
-                   ") to ", m.joiner_host());
+  const std::string why = MigratedOffNote(m);
   // Every member switched to the new communicators and destroys the old
   // ones: their progress stops at the switch and must not read as a hang.
   std::vector<uint64_t> replaced;
@@ -431,35 +438,54 @@ void ControllerCore::MigrationFinished(const v1::Migration& m) {
     Logger("controller")
         ->error("draining {}: {}", m.leaver_host(), s.ToString());
   }
-  // The fault the policy migrated for, and every open fault of the job
-  // that blames the leaver first: a hand-started migration (an operator, a
-  // scheduler, `migrate --from-replica` after a rank died) names no fault,
-  // yet moving the node is the mitigation of those faults too.
-  absl::StatusOr<std::vector<v1::Fault>> open =
-      store_->List(m.job_id(), false, 0);
-  if (!open.ok()) {
-    Logger("controller")
-        ->error("listing faults after {}: {}", m.migration_id(),
-                open.status().ToString());
+  // The fault the policy migrated for; the job's other faults that blame
+  // the leaver are found by the sweep.
+  if (!m.fault_id().empty()) {
+    if (absl::StatusOr<v1::Fault> f = store_->Get(m.fault_id()); f.ok()) {
+      MarkMitigating(*f, why);
+    }
+  }
+  MitigateMigratedFaults();
+}
+
+void ControllerCore::MarkMitigating(v1::Fault f, const std::string& why) {
+  if (f.state() != v1::FAULT_STATE_CONFIRMED &&
+      f.state() != v1::FAULT_STATE_SUSPECTED &&
+      f.state() != v1::FAULT_STATE_ACKNOWLEDGED) {
     return;
   }
-  for (v1::Fault& f : *open) {
-    const bool blames_leaver =
-        f.suspects_size() > 0 && f.suspects(0).host() == m.leaver_host();
-    if ((f.fault_id() != m.fault_id() && !blames_leaver) ||
-        (f.state() != v1::FAULT_STATE_CONFIRMED &&
-         f.state() != v1::FAULT_STATE_SUSPECTED &&
-         f.state() != v1::FAULT_STATE_ACKNOWLEDGED)) {
+  f.set_state(v1::FAULT_STATE_MITIGATING);
+  f.set_updated_unix_ns(NowUnixNs());
+  f.set_resolution_note(why);
+  bool ignored = false;
+  absl::StatusOr<v1::Fault> stored = store_->Upsert(f, &ignored);
+  if (stored.ok() && !ignored) {
+    Notify(v1::WatchFaultsResponse::CHANGE_UPDATED, *stored);
+  }
+}
+
+void ControllerCore::MitigateMigratedFaults() {
+  if (!migrations_ || migrations_->Committed().empty()) return;
+  absl::StatusOr<std::vector<v1::Fault>> open = store_->List("", false, 0);
+  if (!open.ok()) return;
+  for (const v1::Fault& f : *open) {
+    if (f.state() == v1::FAULT_STATE_MITIGATING || f.suspects_size() == 0 ||
+        f.suspects(0).host().empty()) {
       continue;
     }
-    f.set_state(v1::FAULT_STATE_MITIGATING);
-    f.set_updated_unix_ns(NowUnixNs());
-    f.set_resolution_note(why);
-    bool ignored = false;
-    absl::StatusOr<v1::Fault> stored = store_->Upsert(f, &ignored);
-    if (stored.ok() && !ignored) {
-      Notify(v1::WatchFaultsResponse::CHANGE_UPDATED, *stored);
+    // The latest committed migration that moved the job off the host the
+    // fault blames first, unless a later one moved it back there.
+    const std::string& host = f.suspects(0).host();
+    std::string why;
+    for (const v1::Migration& m : migrations_->List(f.job_id(), true)) {
+      if (m.state() != v1::MIGRATION_STATE_COMMITTED) continue;
+      if (m.leaver_host() == host) {
+        why = MigratedOffNote(m);
+      } else if (m.joiner_host() == host) {
+        why.clear();
+      }
     }
+    if (!why.empty()) MarkMitigating(f, why);
   }
 }
 

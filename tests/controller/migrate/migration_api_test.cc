@@ -395,6 +395,35 @@ TEST_F(MigrationApiTest, CommitMitigatesTheJobsFaultsThatBlameTheLeaver) {
     ASSERT_TRUE(f.ok());
     EXPECT_EQ(f->state(), v1::FAULT_STATE_CONFIRMED) << other;
   }
+
+  // A fault about node0 that comes after the commit (a dead rank's fault
+  // can come a cycle after a quick --from-replica migration) is mitigated
+  // in the cycle that stores it.
+  v1::ConnectRequest death;
+  v1::RankLifecycle* l = death.add_lifecycle();
+  l->set_kind(v1::RankLifecycle::KIND_DIED);
+  l->set_job_id("job1");
+  l->set_pid(4242);
+  l->set_global_rank(0);
+  ASSERT_TRUE(agents_["node0"]->Send(death));
+  std::string late_id;
+  ASSERT_TRUE(WaitUntil([&] {
+    core_->RunCycle();
+    auto faults = core_->Faults("job1", true, 0);
+    for (const v1::Fault& f :
+         faults.ok() ? *faults : std::vector<v1::Fault>{}) {
+      if (f.fault_id() != "F1" && f.fault_id() != "F2") late_id = f.fault_id();
+    }
+    return !late_id.empty();
+  })) << "no fault for the death reported after the commit";
+  auto late = core_->Fault(late_id);
+  ASSERT_TRUE(late.ok());
+  EXPECT_EQ(late->fault_class(), v1::FAULT_CLASS_PROCESS_DIED);
+  EXPECT_EQ(late->state(), v1::FAULT_STATE_MITIGATING);
+  EXPECT_THAT(late->resolution_note(), HasSubstr(id));
+  auto f2 = core_->Fault("F2");
+  ASSERT_TRUE(f2.ok());
+  EXPECT_EQ(f2->state(), v1::FAULT_STATE_CONFIRMED);
 }
 
 }  // namespace
