@@ -69,7 +69,7 @@ struct Proc {
   std::string name;  // "r5", "joiner5"
   int rank = 0;
   std::unique_ptr<Subprocess> process;
-  bool killed = false;  // by the scenario (node failure)
+  bool killed = false;  // by the scenario (node failure, or a failed run)
 };
 
 class ScenarioRun {

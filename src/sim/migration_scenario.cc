@@ -142,7 +142,13 @@ std::vector<std::pair<std::string, std::string>> ScenarioRun::PitstopEnv(
           {"PITSTOP_HOST", cluster_->host(node)},
           {"PITSTOP_JOB_ID", kJob},
           {"PITSTOP_FLUSH_INTERVAL_MS", "5"},
-          {"PITSTOP_CPU_NCCL_TIMEOUT_MS", "120000"},
+          // Below the controller's PREPARE timeout (60 s, above): after a
+          // node failure a survivor must be out of its failed collective
+          // and in pitstop_trainer_recover before PREPARE times out. The
+          // failure reaches survivors in milliseconds (the failed rank
+          // closes its connections), yet one loaded run left a survivor
+          // blocked in its all-reduce until this timeout (then 120 s).
+          {"PITSTOP_CPU_NCCL_TIMEOUT_MS", "30000"},
           {"RANK", absl::StrCat(rank)},
           {"LOCAL_RANK", absl::StrCat(rank % o_.ranks_per_node)},
           {"WORLD_SIZE", absl::StrCat(world_)}};
@@ -389,9 +395,15 @@ absl::Status ScenarioRun::Migrate() {
     Fail(std::string(done.status().message()));
   }
   if (!r_->failures.empty()) {
-    // The joiners wait for a state that will not come: end them.
+    // The verdict is FAIL already. The joiners wait for a state that will
+    // not come, and after a node failure so do the survivors (in
+    // pitstop_trainer_recover, up to its timeout): end every process now
+    // rather than make the user wait minutes for the report. Their logs
+    // stay in the kept work dir.
     for (Proc& p : procs_) {
-      if (p.name.rfind("joiner", 0) == 0) p.process->Stop(absl::Seconds(1));
+      if (p.killed || !p.process->Running()) continue;
+      p.process->Stop(absl::Seconds(1));
+      p.killed = true;
     }
   }
   WaitAll(&procs_, "mig");
