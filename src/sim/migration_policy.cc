@@ -298,10 +298,10 @@ void PrintPolicyReport(const MigrationScenarioResult& r, std::ostream& out) {
     // part of a step, the rest (the all-reduce, the host) is unchanged.
     out << absl::StrFormat(
         "  slowdown                    the degraded GPU's compute went %.1f "
-        "-> %.1f ms (%.3gx) of a %.2f ms step; the rest of the step (the "
-        "all-reduce) did not slow\n",
+        "-> %.1f ms (%.3gx, +%.1f ms); the rest of its %.2f ms step (the "
+        "all-reduce) does not grow with it, so the step slows far less\n",
         r.compute_ms, r.compute_ms * r.slow_factor, r.slow_factor,
-        r.before_fault_ms);
+        r.compute_ms * (r.slow_factor - 1), r.before_fault_ms);
   }
 }
 

@@ -49,7 +49,7 @@ void PrintMigrationReport(const MigrationScenarioResult& r, std::ostream& out) {
       << ms(m.ids_unix_ns() ? m.ids_unix_ns() : m.prepare_unix_ns(),
             m.ready_unix_ns())
       << "\n";
-  out << "  switch (SWITCH_AT to SWITCHED) "
+  out << "  switch (SWITCH_AT phase)    "
       << ms(m.ready_unix_ns(), m.switched_unix_ns())
       << " (training runs on until the agreed step; not downtime)\n";
   if (r.switch_step < 0) {
@@ -70,8 +70,8 @@ void PrintMigrationReport(const MigrationScenarioResult& r, std::ostream& out) {
   out << "  final weights               " << r.weights_identical << " of "
       << r.weights_compared << " ranks byte-identical to the undisturbed run\n";
   out << "  shadow iterations           " << r.shadow_joiners
-      << " joiners warmed up on " << migration_internal::kShadowSteps
-      << " recorded steps before joining\n";
+      << (r.shadow_joiners == 1 ? " joiner" : " joiners") << " warmed up on "
+      << migration_internal::kShadowSteps << " recorded steps before joining\n";
   out << absl::StrFormat(
       "  full restart (same run)     %.1f ms (new processes + communicator + "
       "checkpoint load + first step; no detection or scheduling)\n",

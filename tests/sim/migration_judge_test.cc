@@ -99,11 +99,12 @@ TEST(MigrationReport, ExplainsTheSlowdownAndTheSwitchPhase) {
   PrintMigrationReport(r, out);
   EXPECT_THAT(out.str(),
               ::testing::HasSubstr(
-                  "the degraded GPU's compute went 10.0 -> 30.0 ms (3x) of a "
-                  "49.55 ms step"));
+                  "the degraded GPU's compute went 10.0 -> 30.0 ms (3x, +20.0 "
+                  "ms); the rest of its 49.55 ms step"));
   EXPECT_THAT(out.str(),
-              ::testing::HasSubstr("1213 ms (training runs on until the "
-                                   "agreed step; not downtime)"));
+              ::testing::HasSubstr("switch (SWITCH_AT phase)    1213 ms "
+                                   "(training runs on until the agreed "
+                                   "step; not downtime)"));
 }
 
 }  // namespace
