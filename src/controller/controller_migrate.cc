@@ -2,7 +2,10 @@
 // resolved against nodes, communicators and the standby pool; agent acks and
 // deaths fed to the MigrationManager; policy ACT.
 #include <algorithm>
+#include <map>
 #include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -465,27 +468,22 @@ void ControllerCore::MarkMitigating(v1::Fault f, const std::string& why) {
 }
 
 void ControllerCore::MitigateMigratedFaults() {
-  if (!migrations_ || migrations_->Committed().empty()) return;
+  if (!migrations_) return;
+  // (job, host) -> note, for each host a committed migration moved its job
+  // off and no later one moved it back onto (List is oldest first).
+  std::map<std::pair<std::string, std::string>, std::string> off;
+  for (const v1::Migration& m : migrations_->List("", true)) {
+    if (m.state() != v1::MIGRATION_STATE_COMMITTED) continue;
+    off[{m.job_id(), m.leaver_host()}] = MigratedOffNote(m);
+    off.erase({m.job_id(), m.joiner_host()});
+  }
+  if (off.empty()) return;
   absl::StatusOr<std::vector<v1::Fault>> open = store_->List("", false, 0);
   if (!open.ok()) return;
   for (const v1::Fault& f : *open) {
-    if (f.state() == v1::FAULT_STATE_MITIGATING || f.suspects_size() == 0 ||
-        f.suspects(0).host().empty()) {
-      continue;
-    }
-    // The latest committed migration that moved the job off the host the
-    // fault blames first, unless a later one moved it back there.
-    const std::string& host = f.suspects(0).host();
-    std::string why;
-    for (const v1::Migration& m : migrations_->List(f.job_id(), true)) {
-      if (m.state() != v1::MIGRATION_STATE_COMMITTED) continue;
-      if (m.leaver_host() == host) {
-        why = MigratedOffNote(m);
-      } else if (m.joiner_host() == host) {
-        why.clear();
-      }
-    }
-    if (!why.empty()) MarkMitigating(f, why);
+    if (f.suspects_size() == 0) continue;
+    const auto it = off.find({f.job_id(), f.suspects(0).host()});
+    if (it != off.end()) MarkMitigating(f, it->second);
   }
 }
 
