@@ -260,16 +260,22 @@ mode_env() {
       "PITSTOP_STATS_FILE=$2/stats-%p.json") ;;
   esac
 }
-run_limit=150
+# A run may take at most 120 s and never past the budget: a job that hangs
+# fails the check instead of the device tool's limit ending it.
+run_limit() {
+  local left=$((budget_s - $(elapsed)))
+  echo $((left < 120 ? (left > 10 ? left : 10) : 120))
+}
 say "warm-up run (baseline, not counted)"
-run_job "$runs/warmup" "$run_limit" "${common[@]}" -u LD_PRELOAD \
+t0=$(date +%s)
+run_job "$runs/warmup" "$(run_limit)" "${common[@]}" -u LD_PRELOAD \
   -u NCCL_PROFILER_PLUGIN -- --steps 50 --warmup 10 ||
   fail "the warm-up job failed: $(tail -20 "$runs/warmup/job.log")"
 modes=(baseline profiler preload)
-done_reps=0 rep_s=0
+done_reps=0 rep_s=$((3 * ($(date +%s) - t0)))
 for ((rep = 1; rep <= reps; rep++)); do
   left=$((budget_s - $(elapsed) - 20))
-  if ((done_reps > 0 && rep_s > left)); then
+  if ((rep_s > left)); then
     say "time budget: stopping after $done_reps repetitions (next needs ~${rep_s}s, ${left}s left)"
     break
   fi
@@ -278,7 +284,7 @@ for ((rep = 1; rep <= reps; rep++)); do
     mode=${modes[$(((k + rep) % 3))]}
     d="$runs/rep$rep-$mode"
     mode_env "$mode" "$d"
-    if run_job "$d" "$run_limit" "${common[@]}" "${menv[@]}" \
+    if run_job "$d" "$(run_limit)" "${common[@]}" "${menv[@]}" \
       -- --steps "$steps" --warmup "$warmup"; then
       say "rep $rep $mode: $(tail -1 "$d/job.log")"
     else

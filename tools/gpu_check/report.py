@@ -246,8 +246,10 @@ def cmd_final(a):
                     problems.append(f"{name}: a stats file in the baseline run")
             else:
                 stats, files, errors = load_stats(r["dir"])
+                said = nccl_profiler_lines(r["dir"], 3)
                 for p in check_stats(mode, stats, files, errors):
-                    problems.append(f"{name}: {p}")
+                    why = f" (NCCL said: {' | '.join(said)})" if said else ""
+                    problems.append(f"{name}: {p}{why}")
                 if not mapped:
                     problems.append(f"{name}: libnccl-profiler-pitstop.so was "
                                     "not mapped into the job")
