@@ -21,8 +21,8 @@ cases=(
   "$SHARED/Rail_Opti_SingleToR_16g_8gps_200Gbps_H20.txt|packed|"
   "$SHARED/Rail_Opti_SingleToR_16g_8gps_200Gbps_H20.txt|packed|--ranks 12"
   "$SHARED/Rail_Opti_SingleToR_64gpu_8gps_200Gbps_H20.txt|packed|"
-  "tests/controller/plan/testdata/three_tier_64hosts.csv|packed|--aggs-per-pod 8 --cores-per-agg 8"
-  "tests/controller/plan/testdata/three_tier_64hosts.csv|scattered|--aggs-per-pod 8 --cores-per-agg 8"
+  "tests/c4p/testdata/three_tier_64hosts.csv|packed|--aggs-per-pod 8 --cores-per-agg 8"
+  "tests/c4p/testdata/three_tier_64hosts.csv|scattered|--aggs-per-pod 8 --cores-per-agg 8"
   "gen:leafspine,gpus=1024|packed|"
   "gen:leafspine,gpus=1024|scattered|"
   "gen:leafspine,gpus=1024,rail=0,hosts_per_tor=4|scattered|"
@@ -39,8 +39,8 @@ if [[ "$QUICK" == "--large" ]]; then cases=("${cases[@]:11}"); fi
 if [[ "$QUICK" == "--replan" ]]; then
   cases=()
   for c in \
-    "tests/controller/plan/testdata/three_tier_64hosts.csv|packed|--aggs-per-pod 8 --cores-per-agg 8" \
-    "tests/controller/plan/testdata/three_tier_64hosts.csv|scattered|--aggs-per-pod 8 --cores-per-agg 8" \
+    "tests/c4p/testdata/three_tier_64hosts.csv|packed|--aggs-per-pod 8 --cores-per-agg 8" \
+    "tests/c4p/testdata/three_tier_64hosts.csv|scattered|--aggs-per-pod 8 --cores-per-agg 8" \
     "gen:leafspine,gpus=1024,rail=0,hosts_per_tor=4|scattered|" \
     "gen:3tier,gpus=1024,tors_per_pod=16|scattered|" \
     "gen:leafspine,gpus=8192|scattered|"; do

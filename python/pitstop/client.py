@@ -21,7 +21,7 @@ log = logging.getLogger("pitstop")
 
 DEFAULT_SOCKET = "/run/pitstop/agent.sock"
 # The agent's limit on steps per ReportSteps request (kMaxStepsPerReport in
-# src/controller/directives/trainer_policy.h; the agent checks the same).
+# src/controller/trainers/trainer_policy.h; the agent checks the same).
 MAX_STEPS_PER_REQUEST = 4096
 
 # Phase names accepted by report(); values are TrainPhase numbers.

@@ -104,7 +104,7 @@ def _wait_directives(c, n, timeout=20):
 
 def test_sync_directive_after_a_lora_directive_is_applied(tmp_path):
     # The controller numbers a job's directives in one sequence for both
-    # policies (src/controller/directives/directive_ids.h): a local-SGD
+    # policies (src/controller/trainers/directive_ids.h): a local-SGD
     # switch after a placement directive has the next id, and the client
     # (which keeps only ids above the highest it saw) hands it to the
     # local-SGD trainer, whose agreement applies it.

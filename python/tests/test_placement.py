@@ -12,7 +12,7 @@ from pitstop.torch.placement import (compute_placement, estimate,
                                      estimate_pipelines, split_layers)
 
 CASES = os.path.join(os.path.dirname(__file__), "..", "..", "tests",
-                     "controller", "lora", "placement_cases.json")
+                     "controller", "trainers", "lora", "placement_cases.json")
 
 
 def load_cases():

@@ -1,5 +1,5 @@
-// ControllerCore: agent streams, the detection loop and fault notification.
-// API queries are in controller_queries.cc.
+// ControllerCore: agent streams, ingest and the detection loop. API queries
+// are in controller_queries.cc, the services' links in controller_links.cc.
 #include "src/controller/controller_core.h"
 
 #include <atomic>
@@ -8,7 +8,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "pitstop/logging.h"
-#include "src/controller/agent_limits.h"
 
 namespace pitstop::controller {
 
@@ -36,15 +35,12 @@ absl::StatusOr<std::unique_ptr<ControllerCore>> ControllerCore::Create(
       std::move(options), std::move(*store), std::move(*engine)));
   if (absl::Status s = core->StartPlanning(); !s.ok()) return s;
   // The trainer policies' settings set before the restart.
-  absl::StatusOr<TrainerSettings> trainer = core->ReadTrainerSettings();
+  absl::StatusOr<TrainerPolicyService::Settings> trainer =
+      core->trainers_->ReadSettings();
   if (!trainer.ok()) return trainer.status();
-  {
-    MutexLock lock(&core->mu_);
-    ApplyTrainerSettings(*trainer, core->sync_.get(), core->lora_.get());
-  }
+  core->trainers_->Reset(*trainer);
   if (core->options_.leadership == nullptr) {
-    MutexLock lock(&core->mu_);
-    if (absl::Status s = core->LoadMigrations(); !s.ok()) return s;
+    if (absl::Status s = core->migration_->Load(); !s.ok()) return s;
   }
   return core;
 }
@@ -54,21 +50,23 @@ ControllerCore::ControllerCore(Options options,
                                std::unique_ptr<DetectionEngine> engine)
     : options_(std::move(options)),
       store_(std::move(store)),
+      faults_(std::make_unique<FaultService>(
+          FaultService::Options{options_.clock, store_.get(),
+                                options_.leadership, options_.metrics})),
+      nodes_(std::make_unique<NodeService>(NodeService::Options{
+          options_.clock, store_.get(), options_.leadership, options_.metrics,
+          options_.node_grace, options_.max_hosts, options_.node_expiry,
+          options_.max_tracked_processes})),
+      trainers_(
+          std::make_unique<TrainerPolicyService>(TrainerPolicyService::Options{
+              options_.clock, store_.get(), options_.leadership, &trainer_link_,
+              options_.sync, options_.lora})),
+      migration_(std::make_unique<MigrationService>(MigrationService::Options{
+          options_.clock, store_.get(), options_.leadership, options_.migrate,
+          &migration_links_, &migration_links_, &migration_links_})),
       start_unix_ns_(absl::ToUnixNanos(options_.clock->Now())),
       inbox_(options_.ingest_inbox_bytes),
-      engine_(std::move(engine)),
-      commands_(options_.clock) {
-  MutexLock lock(&mu_);
-  next_command_id_ = std::max<uint64_t>(1, start_unix_ns_ / 1000);
-  drains_ = store_->Drains();
-  process_budget_ = options_.max_tracked_processes;
-  SyncPolicyEngine::Options sync = options_.sync;
-  sync.directive_ids = &directive_ids_;
-  sync_ = std::make_unique<SyncPolicyEngine>(options_.clock, std::move(sync));
-  LoraPolicyEngine::Options lora = options_.lora;
-  lora.directive_ids = &directive_ids_;
-  lora_ = std::make_unique<LoraPolicyEngine>(options_.clock, std::move(lora));
-}
+      engine_(std::move(engine)) {}
 
 ControllerCore::~ControllerCore() { Stop(); }
 
@@ -105,90 +103,49 @@ void ControllerCore::Loop() {
   }
 }
 
-void ControllerCore::CountRefused(const char* what, uint64_t* counter,
-                                  uint64_t n) {
-  *counter += n;
-  if (options_.metrics) options_.metrics->Refused(what, n);
-}
-
 absl::StatusOr<uint64_t> ControllerCore::AgentConnected(
     const v1::NodeRegistration& registration, CommandSink* sink) {
   if (absl::Status s = CheckLeader(); !s.ok()) return s;
-  v1::NodeRegistration reg = registration;
-  int nics_dropped = 0;
-  if (absl::Status s = CheckRegistration(&reg, &nics_dropped); !s.ok()) {
-    return s;
+  {
+    CoreLock lock(this);
+    DrainInbox();  // batches of a session this one may supersede
   }
-  CoreLock lock(this);
-  DrainInbox();  // batches of a session this one may supersede
-  auto existing = nodes_.find(reg.host());
-  if (existing == nodes_.end() && nodes_.size() >= options_.max_hosts) {
-    ShedAndExpire();  // make room from nodes that are gone
-    if (nodes_.size() >= options_.max_hosts) {
-      CountRefused("hosts", &input_.hosts_refused);
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "registration.host: the controller already tracks ", nodes_.size(),
-          " hosts (budget max_hosts); ", reg.host(), " refused"));
+  NodeService::Registered r = nodes_->Register(registration, sink);
+  const std::string& host = r.registration.host();
+  {
+    CoreLock lock(this);
+    ApplyGone(r.gone);  // made room for it
+    if (!r.status.ok()) return r.status;
+    if (absl::Status s = engine_->AddNode(r.registration); !s.ok()) {
+      Logger("controller")->error("agent {}: {}", host, s.ToString());
     }
+    Liveness& l = liveness_[host];
+    sessions_.erase(l.session);  // superseded
+    l.session = r.session;
+    l.last_seen_unix_ns = NowUnixNs();
+    sessions_[r.session] = host;
   }
-  if (existing != nodes_.end() && existing->second.session != 0) {
-    // Two live streams claim one host: decided by agent id and start time,
-    // never by which stream came last (docs/reliability.md).
-    NodeEntry& cur = existing->second;
-    if (!NewClaimWins(cur.registration, reg)) {
-      CountRefused("claims", &input_.claims_refused);
-      if (input_.claims_refused % 100 == 1) {
-        Logger("controller")
-            ->warn(
-                "agent {} (agent_id {}) refused: host served by agent {} "
-                "started later ({} refusals)",
-                reg.host(), reg.agent_id(), cur.registration.agent_id(),
-                input_.claims_refused);
-      }
-      return absl::AlreadyExistsError(
-          absl::StrCat("registration.host: ", reg.host(),
-                       " is served by agent ", cur.registration.agent_id(),
-                       ", started later than ", reg.agent_id()));
+  migration_->OnHostUp(host);
+  return r.session;
+}
+
+void ControllerCore::ApplyGone(const NodeService::Gone& gone) {
+  for (const auto& [host, session] : gone.shed) {
+    auto it = liveness_.find(host);
+    if (it == liveness_.end() || it->second.session != session) continue;
+    sessions_.erase(session);
+    it->second.session = 0;
+    if (!it->second.lost) {
+      it->second.lost = true;
+      engine_->NodeLost(host);
     }
-    sessions_.erase(cur.session);
-    if (cur.sink != nullptr) {
-      cur.sink->Close(absl::AbortedError(absl::StrCat(
-          "superseded: agent ", reg.agent_id(), " registered ", reg.host())));
-    }
-    ++input_.sessions_superseded;
-    // The same agent reconnecting is routine; another agent taking the
-    // host over is worth a warning.
-    Logger("controller")
-        ->log(cur.registration.agent_id() == reg.agent_id()
-                  ? spdlog::level::info
-                  : spdlog::level::warn,
-              "agent {}: stream of {} superseded by {}; closed", reg.host(),
-              cur.registration.agent_id(), reg.agent_id());
-    cur.session = 0;
-    cur.sink = nullptr;
+    migration_->HostGone(host);  // takes only its own lock
   }
-  if (nics_dropped > 0) {
-    CountRefused("nics", &input_.nics_dropped, nics_dropped);
-    Logger("controller")
-        ->warn("agent {}: {} NICs beyond {} dropped from its registration",
-               reg.host(), nics_dropped, kMaxNicsPerNode);
+  for (const std::string& host : gone.forgotten) {
+    engine_->ForgetNode(host);
+    liveness_.erase(host);
+    migration_->HostGone(host);
   }
-  absl::Status s = engine_->AddNode(reg);
-  if (!s.ok()) return s;
-  const uint64_t session = next_id_++;
-  NodeEntry& e = nodes_[reg.host()];
-  e.registration = reg;
-  e.session = session;
-  e.sink = sink;
-  e.last_seen_unix_ns = NowUnixNs();
-  sessions_[session] = reg.host();
-  if (options_.metrics) options_.metrics->SetAgentsConnected(sessions_.size());
-  Logger("controller")
-      ->info("agent {} connected (agent_id {}, {} GPUs{})", reg.host(),
-             reg.agent_id(), reg.gpus_size(), reg.standby() ? ", standby" : "");
-  if (migrations_) migrations_->OnHostUp(reg.host());
-  ResendUnacked(reg.host(), sink);
-  return session;
 }
 
 void ControllerCore::SubmitAgentBatch(uint64_t session,
@@ -214,7 +171,7 @@ void ControllerCore::SubmitAgentBatch(uint64_t session,
     mu_.Lock();
   }
   DrainInbox();  // earlier batches first
-  finished_.emplace_back(std::move(done), ApplyBatch(session, *batch));
+  finished_.push_back(ApplyBatch(session, batch, std::move(done)));
   UnlockIngest();
 }
 
@@ -241,58 +198,43 @@ void ControllerCore::DrainInbox() {
   input_.batches_queued += queued.size();
   if (options_.metrics) options_.metrics->AddBatchesQueued(queued.size());
   for (IngestInbox::Entry& e : queued) {
-    finished_.emplace_back(std::move(e.done), ApplyBatch(e.session, *e.batch));
+    finished_.push_back(ApplyBatch(e.session, e.batch, std::move(e.done)));
   }
 }
 
 void ControllerCore::UnlockIngest() {
   for (;;) {
     DrainInbox();
-    std::vector<std::pair<BatchDone, absl::Status>> finished;
+    std::vector<Joined> finished;
     finished.swap(finished_);
     mu_.Unlock();
     // Without the lock: a completion may start the stream's next read (or
     // end the stream), which must not wait for or call back into the core.
-    for (auto& [done, status] : finished) done(std::move(status));
+    for (Joined& j : finished) Complete(std::move(j));
     ingest_handoff_.fetch_add(1, std::memory_order_acq_rel);
     if (inbox_.empty() || !mu_.TryLock()) return;
   }
 }
 
-absl::Status ControllerCore::ApplyBatch(uint64_t session,
-                                        const v1::ConnectRequest& batch) {
+ControllerCore::Joined ControllerCore::ApplyBatch(
+    uint64_t session, const v1::ConnectRequest* batch, BatchDone done) {
+  Joined j{std::move(done), absl::OkStatus(), session, "", batch};
   auto sit = sessions_.find(session);
   if (sit == sessions_.end()) {
-    return absl::FailedPreconditionError(
+    j.status = absl::FailedPreconditionError(
         "stream is not registered (superseded or shed); reconnect");
+    return j;
   }
-  const std::string& host = sit->second;
-  NodeEntry& node = nodes_[host];
-  node.last_seen_unix_ns = NowUnixNs();
-  if (node.lost) {
-    node.lost = false;
+  j.host = sit->second;
+  const std::string& host = j.host;
+  Liveness& live = liveness_[host];
+  live.last_seen_unix_ns = NowUnixNs();
+  if (live.lost) {
+    live.lost = false;
     engine_->NodeBack(host);
     Logger("controller")->info("agent {} reports again", host);
   }
-  absl::Status first;
-  if (batch.has_counters()) {
-    if (absl::Status s = CheckCounters(batch.counters()); !s.ok()) {
-      CountRefused("counters", &input_.counters_refused);
-      first = s;  // the previous values stay
-    } else {
-      node.connected_ranks = batch.counters().connected_ranks();
-      node.plugin_dropped = batch.counters().plugin_dropped();
-      if (batch.counters().undelivered() > node.undelivered) {
-        Logger("controller")
-            ->warn(
-                "agent {}: {} summaries/events accepted by its agents and "
-                "never delivered (counters.undelivered)",
-                host, batch.counters().undelivered());
-      }
-      node.undelivered = batch.counters().undelivered();
-    }
-  }
-  AccountRecords(host, &node, batch);
+  absl::Status& first = j.status;
   auto note = [&](absl::Status s, absl::string_view what, int i) {
     if (!s.ok() && first.ok()) {
       // Keeps RESOURCE_EXHAUSTED (a full table is not the agent's bad
@@ -305,145 +247,109 @@ absl::Status ControllerCore::ApplyBatch(uint64_t session,
           absl::Status(code, absl::StrCat(what, "[", i, "]: ", s.message()));
     }
   };
-  for (int i = 0; i < batch.communicators_size(); ++i) {
-    note(engine_->AddCommunicator(host, batch.communicators(i)),
-         "communicators", i);
-  }
-  for (int i = 0; i < batch.lifecycle_size(); ++i) {
-    note(engine_->AddLifecycle(host, batch.lifecycle(i)), "lifecycle", i);
-  }
-  for (int i = 0; i < batch.summaries_size(); ++i) {
-    note(engine_->AddSummary(host, batch.summaries(i)), "summaries", i);
-  }
-  for (int i = 0; i < batch.progress_size(); ++i) {
-    note(engine_->AddProgress(host, batch.progress(i)), "progress", i);
-  }
-  for (int i = 0; i < batch.trainer_reports_size(); ++i) {
-    note(sync_->AddReport(host, batch.trainer_reports(i)), "trainer_reports",
-         i);
-    note(lora_->AddReport(host, batch.trainer_reports(i)), "trainer_reports",
+  const v1::ConnectRequest& b = *batch;
+  for (int i = 0; i < b.communicators_size(); ++i) {
+    note(engine_->AddCommunicator(host, b.communicators(i)), "communicators",
          i);
   }
-  if (options_.metrics) options_.metrics->AddSummaries(batch.summaries_size());
-  if (planner_) {
-    planner_->ObserveBatch(host, batch);
-    for (uint64_t id : batch.acked_command_ids()) planner_->Acked(host, id);
+  for (int i = 0; i < b.lifecycle_size(); ++i) {
+    note(engine_->AddLifecycle(host, b.lifecycle(i)), "lifecycle", i);
   }
-  if (batch.acked_command_ids_size() > 0) {
-    for (uint64_t id : batch.acked_command_ids()) commands_.Acked(host, id);
-    PublishCommandCounts();
+  for (int i = 0; i < b.summaries_size(); ++i) {
+    note(engine_->AddSummary(host, b.summaries(i)), "summaries", i);
   }
-  if (absl::Status s = MigrationInput(host, batch); !s.ok() && first.ok()) {
-    first = s;
+  for (int i = 0; i < b.progress_size(); ++i) {
+    note(engine_->AddProgress(host, b.progress(i)), "progress", i);
   }
-  return first;
+  if (options_.metrics) options_.metrics->AddSummaries(b.summaries_size());
+  return j;
+}
+
+void ControllerCore::Complete(Joined j) {
+  if (j.host.empty()) {  // nothing joined (an ended session)
+    j.done(std::move(j.status));
+    return;
+  }
+  // The first error of the batch, in the order a reader of the batch meets
+  // them: counters, detection records, trainer reports, migration acks.
+  absl::Status first = nodes_->AfterJoin(j.session, *j.batch);
+  auto keep = [&first](absl::Status s) {
+    if (first.ok()) first = std::move(s);
+  };
+  keep(std::move(j.status));
+  keep(trainers_->OnReports(j.host, *j.batch));
+  planning_->ObserveBatch(j.host, *j.batch);
+  keep(migration_->OnBatch(j.host, *j.batch));
+  j.done(std::move(first));
 }
 
 void ControllerCore::AgentDisconnected(uint64_t session) {
-  CoreLock lock(this);
-  DrainInbox();  // the stream's last batches before its end
-  auto it = sessions_.find(session);
-  if (it == sessions_.end()) return;
-  NodeEntry& e = nodes_[it->second];
-  e.session = 0;
-  e.sink = nullptr;
-  e.last_seen_unix_ns = NowUnixNs();
-  e.lost = true;
-  engine_->NodeLost(it->second);
-  Logger("controller")->info("agent {} disconnected", it->second);
-  const std::string host = it->second;
-  sessions_.erase(it);
-  if (migrations_) migrations_->OnHostDown(host, "", "agent stream lost");
-  if (options_.metrics) options_.metrics->SetAgentsConnected(sessions_.size());
+  std::string host;
+  {
+    CoreLock lock(this);
+    DrainInbox();  // the stream's last batches before its end
+    auto it = sessions_.find(session);
+    if (it == sessions_.end()) return;
+    host = it->second;
+    sessions_.erase(it);
+    Liveness& l = liveness_[host];
+    l.session = 0;
+    l.last_seen_unix_ns = NowUnixNs();
+    l.lost = true;
+    engine_->NodeLost(host);
+  }
+  (void)nodes_->Disconnect(session);
+  migration_->OnHostDown(host);
 }
 
 ControllerCore::InputStats ControllerCore::input_stats() {
+  const NodeService::Stats n = nodes_->stats();
   CoreLock lock(this);
   DrainInbox();
-  return input_;
-}
-
-void ControllerCore::ShedAndExpire() {
-  const uint64_t now = NowUnixNs();
-  const uint64_t grace = absl::ToInt64Nanoseconds(options_.node_grace);
-  const int64_t expiry = absl::ToInt64Nanoseconds(options_.node_expiry);
-  for (auto it = nodes_.begin(); it != nodes_.end();) {
-    NodeEntry& e = it->second;
-    const uint64_t silent = now - std::min(now, e.last_seen_unix_ns);
-    if (e.session != 0 && silent > grace) {
-      // A stream this silent is dead or stuck; closing it frees its
-      // descriptor and makes a live agent reconnect.
-      sessions_.erase(e.session);
-      if (e.sink != nullptr) {
-        e.sink->Close(absl::DeadlineExceededError(absl::StrCat(
-            "agent stream silent for ", silent / 1'000'000'000, " s")));
-      }
-      e.session = 0;
-      e.sink = nullptr;
-      if (!e.lost) {
-        e.lost = true;
-        engine_->NodeLost(it->first);
-      }
-      ++input_.streams_shed;
-      Logger("controller")
-          ->warn("agent {}: stream silent for {} s; closed", it->first,
-                 silent / 1'000'000'000);
-    }
-    if (e.session == 0 && expiry > 0 &&
-        silent > static_cast<uint64_t>(expiry) && !drains_.count(it->first)) {
-      engine_->ForgetNode(it->first);
-      e.records.Release(&process_budget_);
-      commands_.Forget(it->first);
-      ++input_.nodes_expired;
-      Logger("controller")
-          ->info("node {} forgotten: no agent for {} s", it->first,
-                 silent / 1'000'000'000);
-      it = nodes_.erase(it);
-      continue;
-    }
-    ++it;
-  }
-  if (options_.metrics) options_.metrics->SetAgentsConnected(sessions_.size());
+  InputStats s = input_;
+  s.hosts_refused = n.hosts_refused;
+  s.nics_dropped = n.nics_dropped;
+  s.counters_refused = n.counters_refused;
+  s.claims_refused = n.claims_refused;
+  s.sessions_superseded = n.sessions_superseded;
+  s.streams_shed = n.streams_shed;
+  s.nodes_expired = n.nodes_expired;
+  s.processes_refused = n.processes_refused;
+  return s;
 }
 
 void ControllerCore::RunCycle() {
   if (!CheckLeader().ok()) {  // followers detect nothing
-    CoreLock lock(this);
-    EndFormerWatches(/*now=*/false);
+    faults_->EndFormerWatches(/*now=*/false);
+    migration_->EndFormerWatches(/*now=*/false);
     return;
   }
   MutexLock cycle(&cycle_mu_);
-  if (!options_.join_off_lock) {  // the old way: everything under the lock
-    MutexLock writes(&write_mu_);
-    mu_.Lock();
-    DrainInbox();
-    std::unique_ptr<CycleWork> spent;
-    const CycleResult r = RunEngineLocked(/*yield=*/false, &spent);
-    StoreFaults(r.faults);
-    if (!sync_->empty() || !lora_->empty()) {
-      RunTrainerPolicies(store_->List("", false, 0));
-    }
-    RunMigrations();
-    UnlockIngest();
-    return;
-  }
+  const std::vector<std::string> resolved = faults_->TakeResolved();
   mu_.Lock();
   DrainInbox();  // every batch that arrived before the cycle counts
+  // Faults operators resolved since the last cycle: the engine stops
+  // updating them and opens a new fault if the condition is still seen.
+  for (const std::string& id : resolved) engine_->ForgetFault(id);
   std::unique_ptr<CycleWork> spent;
   const CycleResult r = RunEngineLocked(/*yield=*/true, &spent);
-  const bool trainers = !sync_->empty() || !lora_->empty();
   UnlockIngest();
   spent.reset();  // the cycle's copies, freed without the lock
   // Durable writes and reads without the lock: batches keep being joined.
-  {
-    MutexLock writes(&write_mu_);
-    StoreFaults(r.faults);
+  StoreFaults(r.faults);
+  // The trainer policies (sync, then multi-LoRA) on one read of the open
+  // faults.
+  if (trainers_->Active()) {
+    absl::StatusOr<std::vector<v1::Fault>> open = faults_->OpenFaults();
+    if (open.ok()) {
+      trainers_->RunCycle(*open);
+    } else {
+      Logger("controller.sync")
+          ->error("trainer policies: reading open faults: {}",
+                  open.status().ToString());
+    }
   }
-  absl::StatusOr<std::vector<v1::Fault>> open = std::vector<v1::Fault>();
-  if (trainers) open = store_->List("", false, 0);
-  CoreLock lock(this);
-  RunTrainerPolicies(open);
-  RunMigrations();
+  migration_->RunCycle();
 }
 
 void ControllerCore::YieldToIngest() {
@@ -451,19 +357,19 @@ void ControllerCore::YieldToIngest() {
   // go while its completion (the stream's next read) runs.
   if (inbox_.empty() && finished_.empty()) return;
   DrainInbox();
-  std::vector<std::pair<BatchDone, absl::Status>> finished;
+  std::vector<Joined> finished;
   finished.swap(finished_);
   mu_.Unlock();
-  for (auto& [done, status] : finished) done(std::move(status));
+  for (Joined& j : finished) Complete(std::move(j));
   mu_.Lock();
 }
 
 void ControllerCore::PrepareCycle() {
-  ShedAndExpire();
+  ApplyGone(nodes_->ShedAndExpire());
   if (options_.agent_silence > absl::ZeroDuration()) {
     const uint64_t now = NowUnixNs();
     const uint64_t silence = absl::ToInt64Nanoseconds(options_.agent_silence);
-    for (auto& [host, e] : nodes_) {
+    for (auto& [host, e] : liveness_) {
       if (e.session != 0 && !e.lost && now - e.last_seen_unix_ns > silence) {
         e.lost = true;
         engine_->NodeLost(host);
@@ -526,148 +432,23 @@ void ControllerCore::AfterCycle(const CycleResult& r) {
 }
 
 void ControllerCore::StoreFaults(const std::vector<v1::Fault>& faults) {
-  if (faults.empty()) return;
-  struct Stored {
-    v1::Fault fault;
-    bool is_new = false;
-    bool ignored = false;
-  };
-  std::vector<Stored> stored;
-  for (const v1::Fault& f : faults) {
-    const bool is_new = absl::IsNotFound(store_->Get(f.fault_id()).status());
-    bool ignored = false;
-    absl::StatusOr<v1::Fault> s = store_->Upsert(f, &ignored);
-    if (!s.ok()) {
-      Logger("controller")
-          ->error("storing fault {}: {}", f.fault_id(), s.status().ToString());
-      continue;
-    }
-    stored.push_back(Stored{std::move(*s), is_new, ignored});
-  }
-  // The lock for the engine and the watchers only (already held in the
-  // old way, join_off_lock false); write_mu_ keeps these notifications in
-  // the order of the writes.
-  auto notify = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    for (const Stored& s : stored) {
-      if (s.ignored) {
-        engine_->ForgetFault(s.fault.fault_id());
-        continue;
-      }
-      if (s.is_new) {
-        Logger("controller")
-            ->warn("fault {} opened: {}", s.fault.fault_id(),
-                   s.fault.summary());
-        if (options_.metrics) {
-          options_.metrics->FaultOpened(s.fault.fault_class());
-        }
-      }
-      Notify(s.is_new ? v1::WatchFaultsResponse::CHANGE_OPENED
-             : s.fault.state() == v1::FAULT_STATE_RESOLVED
-                 ? v1::WatchFaultsResponse::CHANGE_RESOLVED
-                 : v1::WatchFaultsResponse::CHANGE_UPDATED,
-             s.fault);
-    }
-  };
-  if (!options_.join_off_lock) {
-    notify();
-    return;
-  }
+  const std::vector<std::string> forget = faults_->StoreCycleFaults(faults);
+  if (forget.empty()) return;
   CoreLock lock(this);
-  notify();
+  for (const std::string& id : forget) engine_->ForgetFault(id);
 }
 
 void ControllerCore::SendProfiling(const ProfilingRequest& r) {
   v1::AgentCommand cmd;
-  cmd.set_command_id(next_command_id_++);
   v1::SetActivationMask* m = cmd.mutable_set_activation_mask();
   m->set_comm_hash(r.comm_hash);
   m->set_rank(r.rank);
   m->set_event_mask(r.event_mask);
   m->set_duration_ms(r.duration_ms);
-  if (SendToAgent(r.host, cmd)) {
+  if (nodes_->Send(r.host, cmd).written) {
     Logger("controller")
         ->info("deep profiling asked of {} for comm {:x}", r.host, r.comm_hash);
   }
-}
-
-bool ControllerCore::SendToAgent(const std::string& host,
-                                 const v1::AgentCommand& cmd) {
-  auto it = nodes_.find(host);
-  if (it == nodes_.end()) return false;
-  const bool connected = it->second.sink != nullptr;
-  if (connected) {
-    v1::ConnectResponse resp;
-    *resp.add_commands() = cmd;
-    it->second.sink->Send(resp);
-  }
-  if (CommandLedger::Tracked(cmd)) {
-    commands_.Sent(host, cmd, connected);
-    PublishCommandCounts();
-  }
-  return connected;
-}
-
-void ControllerCore::ResendUnacked(const std::string& host, CommandSink* sink) {
-  std::vector<v1::AgentCommand> again = commands_.ForReconnect(host);
-  PublishCommandCounts();
-  if (again.empty() || sink == nullptr) return;
-  v1::ConnectResponse resp;
-  for (v1::AgentCommand& c : again) *resp.add_commands() = std::move(c);
-  sink->Send(resp);
-  Logger("controller")
-      ->info("agent {}: {} unacked command(s) sent again on its new stream",
-             host, resp.commands_size());
-}
-
-void ControllerCore::PublishCommandCounts() {
-  if (options_.metrics == nullptr) return;
-  const CommandLedger::Counts t = commands_.Total();
-  options_.metrics->SetAgentCommands(t.sent, t.acked, t.resent, t.dropped,
-                                     t.pending);
-}
-
-void ControllerCore::Notify(v1::WatchFaultsResponse::Change change,
-                            const v1::Fault& f) {
-  // Every fault change passes here (cycles and operators' resolves).
-  if (planner_) planner_->ObserveFault(f);
-  v1::WatchFaultsResponse resp;
-  resp.set_change(change);
-  *resp.mutable_fault() = f;
-  for (const auto& [id, w] : watchers_) {
-    if (w.job_id.empty() || w.job_id == f.job_id()) w.fn(resp);
-  }
-}
-
-uint64_t ControllerCore::Subscribe(const std::string& job_id,
-                                   bool include_existing, WatchFn fn) {
-  CoreLock lock(this);
-  return AddWatcher(job_id, include_existing, std::move(fn), nullptr);
-}
-
-uint64_t ControllerCore::AddWatcher(const std::string& job_id,
-                                    bool include_existing, WatchFn fn,
-                                    WatchEndFn end) {
-  if (include_existing) {
-    absl::StatusOr<std::vector<v1::Fault>> open =
-        store_->List(job_id, false, 0);
-    if (open.ok()) {
-      v1::WatchFaultsResponse resp;
-      resp.set_change(v1::WatchFaultsResponse::CHANGE_EXISTING);
-      for (auto it = open->rbegin(); it != open->rend(); ++it) {
-        *resp.mutable_fault() = *it;
-        fn(resp);
-      }
-    }
-  }
-  const uint64_t id = next_id_++;
-  watchers_[id] = Watcher{job_id, std::move(fn), std::move(end)};
-  return id;
-}
-
-void ControllerCore::Unsubscribe(uint64_t id) {
-  CoreLock lock(this);
-  watchers_.erase(id);
-  ending_watches_.erase(id);
 }
 
 }  // namespace pitstop::controller

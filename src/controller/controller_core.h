@@ -1,7 +1,8 @@
-// The controller's state and logic behind its two gRPC services: the
-// detection engine fed by agent streams, the fault store, node registry,
-// drains, policies and fault watchers. The gRPC service classes are thin
-// adapters over this class; tests drive it directly too.
+// The controller's ingest and detection (the engine fed by agent streams,
+// its cycle) and the wiring of the services that own the rest: faults
+// (faults/), nodes and drains (nodes/), trainer policies (trainers/),
+// planning (planning/), migration (migration/). The gRPC service classes are
+// thin adapters; tests drive it directly too.
 #ifndef PITSTOP_CONTROLLER_CONTROLLER_CORE_H_
 #define PITSTOP_CONTROLLER_CONTROLLER_CORE_H_
 
@@ -22,31 +23,20 @@
 #include "pitstop/sync.h"
 #include "pitstop/v1/agent.pb.h"
 #include "pitstop/v1/controller.pb.h"
-#include "src/controller/commands/command_ledger.h"
+#include "src/controller/common/watch_hub.h"
 #include "src/controller/controller_metrics.h"
 #include "src/controller/detect/detection_engine.h"
+#include "src/controller/faults/fault_service.h"
 #include "src/controller/ha/leadership.h"
 #include "src/controller/ingest_inbox.h"
-#include "src/controller/lora/lora_policy.h"
-#include "src/controller/migrate/migration_manager.h"
-#include "src/controller/planning/live_planner.h"
-#include "src/controller/record_loss.h"
+#include "src/controller/migration/migration_service.h"
+#include "src/controller/nodes/command_sink.h"
+#include "src/controller/nodes/node_service.h"
+#include "src/controller/planning/planning_service.h"
 #include "src/controller/store/fault_store.h"
-#include "src/controller/sync/sync_policy.h"
+#include "src/controller/trainers/trainer_policy_service.h"
 
 namespace pitstop::controller {
-
-// Where the core sends commands for one agent stream. Send() must not block
-// (implementations queue); it is called with the core's lock held.
-class CommandSink {
- public:
-  virtual ~CommandSink() = default;
-  virtual void Send(const v1::ConnectResponse& response) = 0;
-  // Ends the stream with `why` (its session was superseded or it went
-  // silent), so the agent notices and reconnects. Must not block; called
-  // with the core's lock held.
-  virtual void Close(const absl::Status& why) { (void)why; }
-};
 
 // Thread-safe: any method from any thread. Start() runs the detection loop
 // on its own thread; Stop() (or the destructor) joins it.
@@ -85,18 +75,12 @@ class ControllerCore {
     // waiting; their stream learns each batch's status from a completion
     // (SubmitAgentBatch). False: batches wait for the lock.
     bool ingest_off_lock = true;
-    // Nothing slow under the lock either (docs/reliability.md, "Ingest off
-    // the lock"): a detection cycle lets the lock go between communicators
-    // to join queued batches, and durable writes (the cycle's faults,
-    // acknowledgements, drains, policies) go to the store without it, in
-    // order. False: the cycle and the writes hold the lock throughout (the
-    // benchmark's baseline).
-    bool join_off_lock = true;
-    // With join_off_lock: the detectors of a cycle run on a copy of what
-    // they read, without the lock (DetectionEngine::BeginCycle), so a batch
-    // never waits for a detector; the lock is held to copy and to publish
-    // the verdicts, letting go between communicators. False: the detectors
-    // run under the lock (round 6, the benchmark's baseline).
+    // The detectors of a cycle run on a copy of what they read, without
+    // the lock (DetectionEngine::BeginCycle), so a batch never waits for a
+    // detector; the lock is held to copy and to publish the verdicts,
+    // letting go between communicators. False: the detectors run under the
+    // lock (round 6, the benchmark's baseline). Durable writes never hold
+    // the lock (docs/reliability.md, "Ingest off the lock").
     bool detect_off_lock = true;
     // Serialized bytes queued at most; beyond, batches wait for the lock.
     size_t ingest_inbox_bytes = 256 << 20;
@@ -148,9 +132,11 @@ class ControllerCore {
   // waits for a detection cycle or a disk write (ingest_off_lock): when
   // the lock is free the batch is joined and `done` runs before this
   // returns; otherwise the batch is queued and the next holder of the lock
-  // joins it, in order, and runs `done` after releasing the lock. `batch`
-  // must stay alive and unchanged until `done` runs; a stream sends its
-  // next batch only after (so a stream's order holds).
+  // joins it, in order, and runs `done` after releasing the lock (and
+  // after the batch's parts for the other services: counters, trainer
+  // reports, flows, migration acks). `batch` must stay alive and unchanged
+  // until `done` runs; a stream sends its next batch only after (so a
+  // stream's order holds).
   void SubmitAgentBatch(uint64_t session, const v1::ConnectRequest* batch,
                         BatchDone done);
   // The same, waiting for the batch's status (tests, tools).
@@ -175,123 +161,140 @@ class ControllerCore {
 
   // --- Controller API (errors as in controller.proto) ---------------------
   v1::ControllerStatus Status();
-  std::vector<v1::Node> Nodes();
-  absl::StatusOr<v1::Node> Node(const std::string& host);
+  std::vector<v1::Node> Nodes() { return nodes_->Nodes(); }
+  absl::StatusOr<v1::Node> Node(const std::string& host) {
+    return nodes_->Node(host);
+  }
   std::vector<v1::Job> Jobs();
   absl::StatusOr<v1::Job> Job(const std::string& job_id);
   std::vector<v1::Communicator> Communicators(const std::string& job_id);
   absl::StatusOr<v1::Communicator> Communicator(uint64_t comm_hash);
   absl::StatusOr<std::vector<v1::Fault>> Faults(const std::string& job_id,
                                                 bool include_resolved,
-                                                uint32_t limit);
-  absl::StatusOr<v1::Fault> Fault(const std::string& fault_id);
+                                                uint32_t limit) {
+    return faults_->Faults(job_id, include_resolved, limit);
+  }
+  absl::StatusOr<v1::Fault> Fault(const std::string& fault_id) {
+    return faults_->Fault(fault_id);
+  }
   absl::StatusOr<v1::Fault> Acknowledge(const std::string& fault_id,
                                         const std::string& who,
-                                        const std::string& note);
+                                        const std::string& note) {
+    return faults_->Acknowledge(fault_id, who, note);
+  }
   absl::StatusOr<v1::Fault> Resolve(const std::string& fault_id,
                                     const std::string& who,
-                                    const std::string& note);
+                                    const std::string& note) {
+    return faults_->Resolve(fault_id, who, note);
+  }
   absl::StatusOr<v1::Node> Drain(const std::string& host,
-                                 const std::string& reason);
-  absl::StatusOr<v1::Node> Uncordon(const std::string& host);
+                                 const std::string& reason) {
+    return nodes_->Drain(host, reason);
+  }
+  absl::StatusOr<v1::Node> Uncordon(const std::string& host) {
+    return nodes_->Uncordon(host);
+  }
   absl::StatusOr<v1::JobPolicy> GetPolicy(const std::string& job_id);
   absl::StatusOr<v1::JobPolicy> SetPolicy(const std::string& job_id,
                                           const v1::JobPolicy& policy);
 
-  // --- Sync policy (controller_sync.cc) ------------------------------------
-  // NotFound for a job with no reporting trainers and no settings.
-  absl::StatusOr<v1::JobSync> JobSync(const std::string& job_id);
+  // --- Trainer policies (TrainerPolicyService) ------------------------------
+  absl::StatusOr<v1::JobSync> JobSync(const std::string& job_id) {
+    return trainers_->JobSync(job_id);
+  }
   absl::StatusOr<v1::SyncSettings> SetSyncPolicy(
-      const std::string& job_id, const v1::SyncSettings& settings);
-
-  // --- Multi-LoRA rescheduling policy (controller_lora.cc) -----------------
-  // NotFound for a job without multi-LoRA trainer reports.
-  absl::StatusOr<v1::JobLora> JobLora(const std::string& job_id);
+      const std::string& job_id, const v1::SyncSettings& settings) {
+    return trainers_->SetSyncPolicy(job_id, settings);
+  }
+  absl::StatusOr<v1::JobLora> JobLora(const std::string& job_id) {
+    return trainers_->JobLora(job_id);
+  }
   absl::StatusOr<v1::LoraSettings> SetLoraPolicy(
-      const std::string& job_id, const v1::LoraSettings& settings);
+      const std::string& job_id, const v1::LoraSettings& settings) {
+    return trainers_->SetLoraPolicy(job_id, settings);
+  }
 
-  // --- Standby migration (controller_migrate.cc, docs/migration.md) -------
-  // FailedPrecondition / InvalidArgument say why a request cannot be
-  // served; a second migration of a job is returned QUEUED.
-  absl::StatusOr<v1::Migration> MigrateNode(const v1::MigrateNodeRequest& req);
-  absl::StatusOr<v1::Migration> GetMigration(const std::string& id);
+  // --- Standby migration (MigrationService, docs/migration.md) -------------
+  absl::StatusOr<v1::Migration> MigrateNode(const v1::MigrateNodeRequest& req) {
+    return migration_->MigrateNode(req);
+  }
+  absl::StatusOr<v1::Migration> GetMigration(const std::string& id) {
+    return migration_->GetMigration(id);
+  }
   std::vector<v1::Migration> ListMigrations(const std::string& job_id,
-                                            bool include_finished);
-  std::vector<v1::StandbyNode> Standby();
-  using MigrationWatchFn =
-      std::function<void(const v1::WatchMigrationsResponse&)>;
-  // As Subscribe, for migration changes (include_existing: the unfinished
-  // ones first).
+                                            bool include_finished) {
+    return migration_->ListMigrations(job_id, include_finished);
+  }
+  std::vector<v1::StandbyNode> Standby() { return migration_->Standby(); }
+  using MigrationWatchFn = MigrationService::WatchFn;
   uint64_t SubscribeMigrations(const std::string& job_id, bool include_existing,
-                               MigrationWatchFn fn);
-  void UnsubscribeMigrations(uint64_t id);
-
-  // --- Flow path planning (controller_planning.cc, docs/planning.md) -------
-  // FailedPrecondition when planning is off (no fabric); else as
-  // LivePlanner's.
-  absl::StatusOr<v1::FlowPlan> GetFlowPlan(const v1::GetFlowPlanRequest& r);
-  absl::StatusOr<v1::ListLinksResponse> ListLinks(
-      const v1::ListLinksRequest& r);
-  // Marks the links, re-plans the jobs crossing them at once (off the
-  // core's lock) and sends the new plans to their agents.
-  absl::StatusOr<v1::SetLinkHealthResponse> SetLinkHealth(
-      const v1::SetLinkHealthRequest& r);
-  // One planning pass now (the loop runs one after every cycle): plans
-  // what changed, then sends the directives. Returns job -> new epoch.
-  std::map<std::string, uint64_t> RunPlanning();
-
-  // --- WatchFaults --------------------------------------------------------
-  using WatchFn = std::function<void(const v1::WatchFaultsResponse&)>;
-  // Calls `fn` (with the core's lock held; it must not block or call back)
-  // for every fault change of `job_id` ("" = all); with include_existing,
-  // first for every open fault. Returns an id for Unsubscribe.
-  uint64_t Subscribe(const std::string& job_id, bool include_existing,
-                     WatchFn fn);
-  void Unsubscribe(uint64_t id);
-
-  // --- Watch streams of clients (controller_ha.cc) --------------------------
-  // Ends a client's watch stream (the gRPC reactor's Finish); called with
-  // the core's lock held, so it must not block or call back.
-  using WatchEndFn = std::function<void(const absl::Status&)>;
-  // As Subscribe / SubscribeMigrations, for a client's stream: refused with
-  // Unavailable naming the leader on a follower (it runs no detection, so a
-  // watch there would stay silent). When this controller steps down, every
-  // such watch is ended with `end`: Unavailable naming the new leader
-  // ("leader=HOST:PORT") once it is known, at most kWatchEndWait later, so
-  // pitstopctl and schedulers re-follow the leader. Unsubscribe /
-  // UnsubscribeMigrations with the id as usual.
-  static constexpr absl::Duration kWatchEndWait = absl::Seconds(5);
-  absl::StatusOr<uint64_t> SubscribeClient(const std::string& job_id,
-                                           bool include_existing, WatchFn fn,
-                                           WatchEndFn end);
+                               MigrationWatchFn fn) {
+    return migration_->Subscribe(job_id, include_existing, std::move(fn));
+  }
+  void UnsubscribeMigrations(uint64_t id) { migration_->Unsubscribe(id); }
   absl::StatusOr<uint64_t> SubscribeMigrationsClient(const std::string& job_id,
                                                      bool include_existing,
                                                      MigrationWatchFn fn,
-                                                     WatchEndFn end);
+                                                     WatchEndFn end) {
+    return migration_->SubscribeClient(job_id, include_existing, std::move(fn),
+                                       std::move(end));
+  }
+
+  // --- Flow path planning (PlanningService, docs/planning.md) ---------------
+  absl::StatusOr<v1::FlowPlan> GetFlowPlan(const v1::GetFlowPlanRequest& r) {
+    return planning_->GetFlowPlan(r);
+  }
+  absl::StatusOr<v1::ListLinksResponse> ListLinks(
+      const v1::ListLinksRequest& r) {
+    return planning_->ListLinks(r);
+  }
+  absl::StatusOr<v1::SetLinkHealthResponse> SetLinkHealth(
+      const v1::SetLinkHealthRequest& r) {
+    return planning_->SetLinkHealth(r);
+  }
+  std::map<std::string, uint64_t> RunPlanning() { return planning_->Run(); }
+
+  // --- WatchFaults (FaultService) -------------------------------------------
+  using WatchFn = FaultService::WatchFn;
+  uint64_t Subscribe(const std::string& job_id, bool include_existing,
+                     WatchFn fn) {
+    return faults_->Subscribe(job_id, include_existing, std::move(fn));
+  }
+  void Unsubscribe(uint64_t id) { faults_->Unsubscribe(id); }
+  absl::StatusOr<uint64_t> SubscribeClient(const std::string& job_id,
+                                           bool include_existing, WatchFn fn,
+                                           WatchEndFn end) {
+    return faults_->SubscribeClient(job_id, include_existing, std::move(fn),
+                                    std::move(end));
+  }
+  FaultService& faults() { return *faults_; }
 
  private:
-  struct NodeEntry {
-    v1::NodeRegistration registration;
+  // What detection knows of a host's agent: its current session, when a
+  // batch of it was last joined, and whether the engine was told NodeLost.
+  struct Liveness {
     uint64_t session = 0;  // 0 = not connected
-    CommandSink* sink = nullptr;
     uint64_t last_seen_unix_ns = 0;
-    uint32_t connected_ranks = 0;
-    uint64_t plugin_dropped = 0;
-    uint64_t undelivered = 0;  // counters.undelivered (lost in agents)
-    RecordLossLedger records;  // records lost in killed agents
-    bool lost = false;         // the engine was told NodeLost
+    bool lost = false;
   };
-  struct Watcher {
-    std::string job_id;
-    WatchFn fn;
-    WatchEndFn end;  // set for a client's stream (SubscribeClient)
+  // A batch joined under the lock, waiting for its completion.
+  struct Joined {
+    BatchDone done;
+    absl::Status status;  // the engine's part, or FailedPrecondition
+    uint64_t session = 0;
+    std::string host;  // empty: nothing was joined
+    const v1::ConnectRequest* batch = nullptr;
   };
 
   ControllerCore(Options options, std::unique_ptr<FaultStore> store,
                  std::unique_ptr<DetectionEngine> engine);
-  // AgentBatch's work under the lock.
-  absl::Status ApplyBatch(uint64_t session, const v1::ConnectRequest& batch)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AgentBatch's work under the lock: the session and the engine's part.
+  Joined ApplyBatch(uint64_t session, const v1::ConnectRequest* batch,
+                    BatchDone done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After the lock: the batch's parts for the other services (counters,
+  // records and acks; trainer reports; flows; migration acks and deaths),
+  // then its completion with the first error of them all, in that order.
+  void Complete(Joined j);
   // Takes mu_ for a scope and releases it with UnlockIngest(): every
   // holder of the lock joins the batches queued meanwhile before it lets
   // go, and their completions run after (ingest_inbox.h).
@@ -321,159 +324,88 @@ class ControllerCore {
   // after letting the lock go.
   CycleResult RunEngineLocked(bool yield, std::unique_ptr<CycleWork>* spent)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The sessions NodeService closed and the hosts it forgot, for the engine.
+  void ApplyGone(const NodeService::Gone& gone)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Shedding silent agents and silence marks before a cycle.
   void PrepareCycle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Metrics, counters and profiling requests of a finished cycle.
   void AfterCycle(const CycleResult& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void YieldToIngest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Stores a cycle's faults, then (under mu_) tells the engine about the
-  // ones the store ignored and notifies watchers. Called holding write_mu_;
-  // with join_off_lock also holding mu_ (the old way), else without it.
-  void StoreFaults(const std::vector<v1::Fault>& faults)
-      ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // Stores a cycle's faults (FaultService), then (under mu_) tells the
+  // engine about the ones the store ignored.
+  void StoreFaults(const std::vector<v1::Fault>& faults);
   void Loop();
   // OK without Leadership or while leading; Unavailable naming the leader.
   absl::Status CheckLeader() const;
-  // Subscribe / SubscribeMigrations under the lock; `end` null for a
-  // watcher inside the controller (fault actions, metrics).
-  uint64_t AddWatcher(const std::string& job_id, bool include_existing,
-                      WatchFn fn, WatchEndFn end)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  uint64_t AddMigrationWatcher(const std::string& job_id, bool include_existing,
-                               MigrationWatchFn fn, WatchEndFn end)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Moves the client watches to ending_watches_ (StepDown).
-  void DetachClientWatches(const std::string& why)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends ending_watches_ once the leader is known (or `now`, or past
-  // ending_deadline_) with Unavailable naming it.
-  void EndFormerWatches(bool now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drain (`reason` set) or Uncordon `host`.
-  absl::StatusOr<v1::Node> ChangeDrain(const std::string& host,
-                                       const std::string* reason);
-  // Runs a store write without mu_ (join_off_lock), or holding it (the old
-  // way). Callers hold write_mu_, so writes and their effects keep one
-  // order.
-  absl::Status Durable(const std::function<absl::Status()>& write);
-  // Acknowledge (resolve = false) or Resolve, then notify watchers.
-  absl::StatusOr<v1::Fault> MoveFault(const std::string& fault_id,
-                                      const std::string& who,
-                                      const std::string& note, bool resolve);
-  v1::Node ToNode(const std::string& host, const NodeEntry* e) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Notify(v1::WatchFaultsResponse::Change change, const v1::Fault& f)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendProfiling(const ProfilingRequest& r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes `cmd` (its command_id set) to `host`'s agent stream and, for a
-  // command the agent acks, keeps it until the ack (commands_): it is
-  // written again when the agent reconnects, and waits for a known host's
-  // agent that is not connected now. False when it was not written now.
-  bool SendToAgent(const std::string& host, const v1::AgentCommand& cmd)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A new stream of `host`: the commands its agent has not acked.
-  void ResendUnacked(const std::string& host, CommandSink* sink)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PublishCommandCounts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t NowUnixNs() const;
-  // Closes agent streams silent for longer than node_grace and forgets
-  // nodes gone for longer than node_expiry.
-  void ShedAndExpire() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CountRefused(const char* what, uint64_t* counter, uint64_t n = 1)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Feeds batch.process_records to the host's RecordLossLedger.
-  void AccountRecords(const std::string& host, NodeEntry* node,
-                      const v1::ConnectRequest& batch)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The trainer policies' cycle (sync, then multi-LoRA) on one read of the
-  // open faults (read by the caller, without the lock).
-  void RunTrainerPolicies(const absl::StatusOr<std::vector<v1::Fault>>& open)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends a trainer directive to each of `hosts`' agents; logs the ones not
-  // connected (`what` names the directive in the log).
-  void SendTrainerDirective(const std::string& job_id,
-                            const std::vector<std::string>& hosts,
-                            const v1::TrainerDirective& directive,
-                            const char* what)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sync policy cycle: evaluates and sends directives to the job's agents.
-  void RunSyncPolicy(const std::vector<v1::Fault>& open)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Fills Job.sync and adds jobs known only from trainer reports.
-  void AddSyncJobs(std::vector<v1::Job>* jobs)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The trainer policies' settings as stored (SetSyncPolicy /
-  // SetLoraPolicy), read at start and when this controller becomes leader.
-  struct TrainerSettings {
-    std::map<std::string, v1::SyncSettings> sync;
-    std::map<std::string, v1::LoraSettings> lora;
-  };
-  absl::StatusOr<TrainerSettings> ReadTrainerSettings() const;
-  // Sets them on the engines; one the engine refuses is logged and skipped.
-  static void ApplyTrainerSettings(const TrainerSettings& t,
-                                   SyncPolicyEngine* sync,
-                                   LoraPolicyEngine* lora);
-  // Multi-LoRA policy cycle and Job.lora (controller_lora.cc).
-  void RunLoraPolicy(const std::vector<v1::Fault>& open)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AddLoraJobs(std::vector<v1::Job>* jobs)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Creates planning_ (off when options_.planning names no fabric) and
+  // feeds it the fault event stream.
+  absl::Status StartPlanning();
 
-  // Migration directives to agent streams (controller_migrate.cc); called
-  // by the manager with the core's lock held.
-  class MigrationLink final : public MigrationSender {
+  // The services' small interfaces over each other (controller_links.cc).
+  class TrainerLink final : public DirectiveSender {
    public:
-    explicit MigrationLink(ControllerCore* core) : core_(core) {}
-    bool SendMigration(const std::string& host,
-                       const v1::MigrationDirective& d) override;
+    explicit TrainerLink(ControllerCore* core) : core_(core) {}
+    bool SendTrainerDirective(const std::string& host,
+                              const v1::TrainerDirective& d) override;
 
    private:
     ControllerCore* const core_;
   };
-  // Creates planner_ when options_.planning names a fabric (logs that
-  // planning is off otherwise).
-  absl::Status StartPlanning();
-  // (Re)creates the migration manager from the store (Create, BecomeLeader).
-  absl::Status LoadMigrations() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Resolves a MigrateNode request against the nodes, the engine's
-  // communicators and the standby pool.
-  absl::StatusOr<MigrationPlan> PlanMigration(const v1::MigrateNodeRequest& r)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<v1::StandbyNode> StandbyLocked() const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Agent input for migrations: acks and rank deaths of a batch.
-  absl::Status MigrationInput(const std::string& host,
-                              const v1::ConnectRequest& batch)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Timeouts, then policy ACT: a CONFIRMED GPU/NIC/node fault of an ACT
-  // job starts a migration when a standby is free.
-  void RunMigrations() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A committed migration: its fault becomes MITIGATING, the leaver is
-  // drained, and the communicators it replaced are retired from detection.
-  void MigrationFinished(const v1::Migration& m)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Every open fault whose first suspect is a host its job was migrated off
-  // (and not back to) becomes MITIGATING: a hand-started migration names no
-  // fault, and a fault may be stored after the commit.
-  void MitigateMigratedFaults() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // SUSPECTED/CONFIRMED/ACKNOWLEDGED -> MITIGATING with `why`; stored and
-  // watchers told. Other states are left.
-  void MarkMitigating(v1::Fault f, const std::string& why)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  class PlanningLink final : public PathDirectiveSender {
+   public:
+    explicit PlanningLink(ControllerCore* core) : core_(core) {}
+    Sent SendPathDirective(const std::string& host,
+                           const v1::PathDirective& d) override;
+
+   private:
+    ControllerCore* const core_;
+  };
+  class MigrationLinks final : public MigrationService::Detection,
+                               public MigrationService::Nodes,
+                               public MigrationService::Faults {
+   public:
+    explicit MigrationLinks(ControllerCore* core) : core_(core) {}
+    std::vector<v1::Communicator> Communicators() override;
+    v1::JobPolicy JobPolicy(const std::string& job_id) override;
+    void RetireComms(const std::vector<uint64_t>& comm_hashes,
+                     const std::string& why) override;
+    std::vector<NodeFacts> ListFacts(bool standby_only) override;
+    bool SendMigration(const std::string& host,
+                       const v1::MigrationDirective& d) override;
+    void DrainMigrated(const std::string& host,
+                       const std::string& why) override;
+    absl::StatusOr<std::vector<v1::Fault>> OpenFaults() override;
+    absl::StatusOr<v1::Fault> Fault(const std::string& id) override;
+    void MarkMitigating(const v1::Fault& f, const std::string& why) override;
+
+   private:
+    ControllerCore* const core_;
+  };
 
   const Options options_;
   const std::unique_ptr<FaultStore> store_;
-  // Null when planning is off; set in Create, thread-safe itself.
-  std::unique_ptr<LivePlanner> planner_;
+  // The services; each thread-safe itself, with its own locks (taken after
+  // mu_ where the core still calls them under mu_: never the other way).
+  const std::unique_ptr<FaultService> faults_;
+  const std::unique_ptr<NodeService> nodes_;
+  TrainerLink trainer_link_{this};
+  const std::unique_ptr<TrainerPolicyService> trainers_;
+  PlanningLink planning_link_{this};
+  std::unique_ptr<PlanningService> planning_;  // set in Create
+  MigrationLinks migration_links_{this};
+  const std::unique_ptr<MigrationService> migration_;
   const uint64_t start_unix_ns_;
 
-  // Durable writes (faults of a cycle, acknowledgements, drains, policies,
-  // trainer settings) go to the store without mu_, so agent batches are not
-  // joined behind a disk sync or an etcd round trip; write_mu_ keeps them
-  // and their effect on the state in one order. A detection cycle holds
-  // cycle_mu_ throughout (it lets mu_ go between communicators and while
-  // storing its faults); BecomeLeader takes it before replacing the engine.
-  // Lock order: cycle_mu_, write_mu_, mu_.
+  // Durable writes (policies) go to the store without mu_, so agent
+  // batches are not joined behind a disk sync or an etcd round trip;
+  // write_mu_ keeps them and their effect on the state in one order. A
+  // detection cycle holds cycle_mu_ throughout (it lets mu_ go between
+  // communicators and while storing its faults); BecomeLeader takes it
+  // before replacing the engine. Lock order: cycle_mu_, write_mu_, mu_.
   Mutex cycle_mu_ ABSL_ACQUIRED_BEFORE(write_mu_);
   Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
 
@@ -485,43 +417,14 @@ class ControllerCore {
   // store (a fence would do too, but TSan cannot model fences).
   std::atomic<uint64_t> ingest_handoff_{0};
   Mutex mu_;
-  // Completions of batches joined under the lock, run by UnlockIngest().
-  std::vector<std::pair<BatchDone, absl::Status>> finished_
-      ABSL_GUARDED_BY(mu_);
+  // Batches joined under the lock, completed by UnlockIngest().
+  std::vector<Joined> finished_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<DetectionEngine> engine_ ABSL_GUARDED_BY(mu_);
-  // One directive-id sequence per job for both trainer policies.
-  DirectiveIds directive_ids_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<SyncPolicyEngine> sync_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<LoraPolicyEngine> lora_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, NodeEntry> nodes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Liveness> liveness_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::string> sessions_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::string> drains_ ABSL_GUARDED_BY(mu_);
-  std::map<uint64_t, Watcher> watchers_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  // Starts at the controller's start time in microseconds, so a restarted
-  // controller never reuses an id an agent has applied (agents apply an id
-  // once).
-  uint64_t next_command_id_ ABSL_GUARDED_BY(mu_) = 1;
-  CommandLedger commands_ ABSL_GUARDED_BY(mu_);
   double last_cycle_ms_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_joined_ ABSL_GUARDED_BY(mu_) = 0;
   InputStats input_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<MigrationLink> migration_link_;
-  // Null on a follower until it leads.
-  std::unique_ptr<MigrationManager> migrations_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> act_refused_ ABSL_GUARDED_BY(mu_);  // logged once
-  struct MigrationWatcher {
-    std::string job_id;
-    MigrationWatchFn fn;
-    WatchEndFn end;  // set for a client's stream
-  };
-  std::map<uint64_t, MigrationWatcher> migration_watchers_ ABSL_GUARDED_BY(mu_);
-  // Client watches of the term this controller lost, waiting to be ended
-  // naming the new leader (EndFormerWatches), by subscription id.
-  std::map<uint64_t, WatchEndFn> ending_watches_ ABSL_GUARDED_BY(mu_);
-  std::string ending_why_ ABSL_GUARDED_BY(mu_);
-  absl::Time ending_deadline_ ABSL_GUARDED_BY(mu_);
-  int64_t process_budget_ ABSL_GUARDED_BY(mu_);
 
   Mutex loop_mu_;
   CondVar loop_cv_;

@@ -6,7 +6,7 @@
 #include "absl/strings/str_replace.h"
 #include "pitstop/tls.h"
 #include "src/controller/detect/detection_engine.h"
-#include "src/controller/sync/sync_policy.h"
+#include "src/controller/trainers/sync_policy.h"
 
 namespace pitstop::controller {
 namespace {

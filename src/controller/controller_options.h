@@ -45,7 +45,7 @@ struct ControllerOptions {
   // Default policy mode: "observe" (record and notify) or "act" (actions
   // such as the Slurm drain may run).
   std::string mode = "observe";
-  // Default sync policy (local-SGD switch, src/controller/sync/).
+  // Default sync policy (local-SGD switch, src/controller/trainers/).
   std::string sync_policy = "advise";
   uint32_t sync_slow_persist_s = 20;
   uint32_t sync_healthy_s = 60;
@@ -54,7 +54,7 @@ struct ControllerOptions {
   uint32_t sync_period_steps = 8;
   uint32_t sync_timed_period_steps = 0;  // 0: sync_period_ms
   double sync_straggler_min_effect = 0.3;
-  // Default multi-LoRA rescheduling policy (src/controller/lora/).
+  // Default multi-LoRA rescheduling policy (src/controller/trainers/lora/).
   std::string lora_policy = "advise";
   // Standby migration (docs/migration.md): phase timeouts, the switch
   // point's margin and what a restart does with unfinished migrations.

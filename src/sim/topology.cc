@@ -7,14 +7,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "src/controller/plan/fabric_io.h"
+#include "src/c4p/fabric_io.h"
 
 namespace pitstop::sim {
 
 absl::StatusOr<Topology> ParseTopology(const std::string& text,
                                        const std::string& source) {
   // One reader of the format for the simulator and the planner.
-  absl::StatusOr<plan::SimAiFile> f = plan::ParseSimAi(text, source);
+  absl::StatusOr<c4p::SimAiFile> f = c4p::ParseSimAi(text, source);
   if (!f.ok()) return f.status();
   Topology t;
   t.gpus = f->gpus;
@@ -25,7 +25,7 @@ absl::StatusOr<Topology> ParseTopology(const std::string& text,
       f->switch_ids.begin(),
       f->switch_ids.begin() +
           std::min<size_t>(f->nvswitches, f->switch_ids.size()));
-  for (const plan::SimAiLink& l : f->links) {
+  for (const c4p::SimAiLink& l : f->links) {
     const bool gpu_end = l.src < t.gpus || l.dst < t.gpus;
     if (!gpu_end) continue;
     const int other = l.src < t.gpus ? l.dst : l.src;

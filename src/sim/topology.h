@@ -27,7 +27,7 @@ struct Topology {
   int links = 0;
 };
 
-// Parses the text with the planner's reader (plan::ParseSimAi, which also
+// Parses the text with the planner's reader (c4p::ParseSimAi, which also
 // checks ids and the declared link count); errors name `source`:line.
 absl::StatusOr<Topology> ParseTopology(const std::string& text,
                                        const std::string& source);

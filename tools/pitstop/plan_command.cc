@@ -15,9 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
-#include "src/controller/plan/evaluate.h"
-#include "src/controller/plan/fabric_io.h"
-#include "src/controller/plan/qps_auto.h"
+#include "src/c4p/evaluate.h"
+#include "src/c4p/fabric_io.h"
+#include "src/c4p/qps_auto.h"
 #include "tools/pitstop/commands.h"
 
 namespace pitstop::tool {
@@ -40,7 +40,7 @@ struct PlanArgs {
   std::string plan_out;
   std::string sim = "steady";
   std::string algo = "ring";
-  plan::ClosCsvOptions csv;
+  c4p::ClosCsvOptions csv;
 };
 
 bool ParseBytes(const std::string& s, double* out) {
@@ -58,7 +58,7 @@ bool ParseBytes(const std::string& s, double* out) {
   return true;
 }
 
-nlohmann::json StrategyJson(const plan::StrategyResult& r, bool ecmp) {
+nlohmann::json StrategyJson(const c4p::StrategyResult& r, bool ecmp) {
   nlohmann::json j = {{"completion_s", r.completion_s},
                       {"max_link_util", r.max_link_util}};
   if (ecmp) {
@@ -68,13 +68,13 @@ nlohmann::json StrategyJson(const plan::StrategyResult& r, bool ecmp) {
   return j;
 }
 
-nlohmann::json EvaluationJson(const plan::Evaluation& e) {
+nlohmann::json EvaluationJson(const c4p::Evaluation& e) {
   return {{"ecmp", StrategyJson(e.ecmp, true)},
           {"planned", StrategyJson(e.planned, false)},
           {"bound", StrategyJson(e.bound, false)}};
 }
 
-nlohmann::json QpsJson(const plan::QpsChoice& c) {
+nlohmann::json QpsJson(const c4p::QpsChoice& c) {
   nlohmann::json tried = nlohmann::json::array();
   for (const auto& [q, rec] : c.tried) {
     tried.push_back({{"qps", q}, {"recovery_of_healthy_bound", rec}});
@@ -88,7 +88,7 @@ nlohmann::json QpsJson(const plan::QpsChoice& c) {
   return j;
 }
 
-nlohmann::json ReportJson(const plan::EvalReport& r) {
+nlohmann::json ReportJson(const c4p::EvalReport& r) {
   nlohmann::json j = {{"fabric", r.fabric},
                       {"assumptions", r.assumptions},
                       {"ranks", r.ranks},
@@ -102,7 +102,7 @@ nlohmann::json ReportJson(const plan::EvalReport& r) {
                       {"plan_ms", r.plan_ms},
                       {"plan_cpu_ms", r.plan_cpu_ms},
                       {"pin_ms", r.pin_ms}};
-  const plan::Evaluation& now = r.degraded ? r.after : r.healthy;
+  const c4p::Evaluation& now = r.degraded ? r.after : r.healthy;
   j.update(EvaluationJson(now));
   if (r.degraded) {
     j["healthy"] = EvaluationJson(r.healthy);
@@ -121,7 +121,7 @@ nlohmann::json ReportJson(const plan::EvalReport& r) {
   return j;
 }
 
-void PrintTable(const plan::EvalReport& r, const plan::QpsChoice& qps) {
+void PrintTable(const c4p::EvalReport& r, const c4p::QpsChoice& qps) {
   std::cout << r.fabric << "\n";
   for (const std::string& a : r.assumptions) {
     std::cout << "  assumed: " << a << "\n";
@@ -130,7 +130,7 @@ void PrintTable(const plan::EvalReport& r, const plan::QpsChoice& qps) {
       "all-reduce over %d ranks on %d hosts, %d channels: %d flows (%d "
       "on the network, %d pinned to a source port)\n",
       r.ranks, r.hosts, r.channels, r.flows, r.network_flows, r.pinned_flows);
-  auto print = [&](const plan::Evaluation& e, const std::string& title) {
+  auto print = [&](const c4p::Evaluation& e, const std::string& title) {
     std::cout << "\n" << title << "\n";
     std::cout << absl::StrFormat("  %-28s %12s %14s\n", "", "completion",
                                  "max link util");
@@ -173,12 +173,12 @@ void PrintTable(const plan::EvalReport& r, const plan::QpsChoice& qps) {
   std::cout << "\nQPs: " << qps.why << "\n";
 }
 
-absl::Status WritePlan(const plan::Fabric& fabric, const plan::EvalReport& r,
+absl::Status WritePlan(const c4p::Fabric& fabric, const c4p::EvalReport& r,
                        const std::string& path) {
   nlohmann::json flows = nlohmann::json::array();
-  for (const plan::Flow& f : r.flow_list) {
+  for (const c4p::Flow& f : r.flow_list) {
     if (!f.network) continue;
-    const plan::PlannedPath& p = r.plan.paths[f.id];
+    const c4p::PlannedPath& p = r.plan.paths[f.id];
     nlohmann::json links = nlohmann::json::array();
     for (int l : p.links) links.push_back(fabric.LinkName(l));
     nlohmann::json extra = nlohmann::json::array();
@@ -207,12 +207,12 @@ absl::Status WritePlan(const plan::Fabric& fabric, const plan::EvalReport& r,
 }
 
 int RunPlan(const PlanArgs& a) {
-  plan::EvalOptions o;
+  c4p::EvalOptions o;
   o.ranks = a.ranks;
   if (a.placement == "packed") {
-    o.placement = plan::Placement::kPacked;
+    o.placement = c4p::Placement::kPacked;
   } else if (a.placement == "scattered") {
-    o.placement = plan::Placement::kScattered;
+    o.placement = c4p::Placement::kScattered;
   } else {
     std::cerr << "pitstop plan: --placement is packed or scattered\n";
     return 2;
@@ -240,7 +240,7 @@ int RunPlan(const PlanArgs& a) {
   o.pin_ports = !a.no_pin;
   o.degrade_busiest = a.degrade_busiest;
   o.sim_mode =
-      a.sim == "events" ? plan::SimMode::kEvents : plan::SimMode::kSteady;
+      a.sim == "events" ? c4p::SimMode::kEvents : c4p::SimMode::kSteady;
   for (const std::string& d : a.degrade) {
     const size_t eq = d.rfind('=');
     double frac = 0;
@@ -251,15 +251,15 @@ int RunPlan(const PlanArgs& a) {
     }
     o.degrade.emplace_back(d.substr(0, eq), frac);
   }
-  absl::StatusOr<plan::Fabric> fabric = plan::LoadFabric(a.topology, a.csv);
+  absl::StatusOr<c4p::Fabric> fabric = c4p::LoadFabric(a.topology, a.csv);
   if (!fabric.ok()) {
     std::cerr << "pitstop plan: " << fabric.status().message() << "\n";
     return 2;
   }
-  plan::QpsChoice qps;
-  absl::StatusOr<plan::EvalReport> r =
-      qps_auto ? plan::EvaluateAutoQps(&*fabric, o, &qps)
-               : plan::Evaluate(&*fabric, o);
+  c4p::QpsChoice qps;
+  absl::StatusOr<c4p::EvalReport> r =
+      qps_auto ? c4p::EvaluateAutoQps(&*fabric, o, &qps)
+               : c4p::Evaluate(&*fabric, o);
   if (!qps_auto) {
     qps.qps = o.ring.qps_per_connection;
     qps.why = absl::StrCat(qps.qps, " QP", qps.qps > 1 ? "s" : "",

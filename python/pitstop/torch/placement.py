@@ -1,7 +1,7 @@
 """Placement of a multi-LoRA pipeline: which layers each rank holds.
 
 A pure function (no torch, no I/O) shared by the trainer and its tests; the
-controller has the same computation in C++ (src/controller/lora/placement.h)
+controller has the same computation in C++ (src/controller/trainers/lora/placement.h)
 and both are tested against the same cases.
 
 Model: the base model is a list of layers with a cost per micro-batch each

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "pitstop/logging.h"
-#include "src/controller/plan/plan_codec.h"
+#include "src/c4p/plan_codec.h"
 
 namespace pitstop::controller {
 namespace {
@@ -19,8 +19,8 @@ constexpr size_t kMaxConnections = size_t{1} << 21;
 
 }  // namespace
 
-std::string NicName(const plan::Fabric& fabric, int gpu) {
-  const plan::FabricNode& n = fabric.node(gpu);
+std::string NicName(const c4p::Fabric& fabric, int gpu) {
+  const c4p::FabricNode& n = fabric.node(gpu);
   return absl::StrCat(fabric.hosts()[n.host].name, "/nic", n.local);
 }
 
@@ -31,8 +31,8 @@ absl::StatusOr<std::unique_ptr<LivePlanner>> LivePlanner::Create(
   if (options.fabric.empty()) {
     return absl::InvalidArgumentError("fabric: empty (planning needs one)");
   }
-  absl::StatusOr<plan::Fabric> fabric =
-      plan::LoadFabric(options.fabric, options.csv);
+  absl::StatusOr<c4p::Fabric> fabric =
+      c4p::LoadFabric(options.fabric, options.csv);
   if (!fabric.ok()) return fabric.status();
   std::unique_ptr<LivePlanner> p(
       new LivePlanner(std::move(options), std::move(*fabric)));
@@ -45,7 +45,7 @@ absl::StatusOr<std::unique_ptr<LivePlanner>> LivePlanner::Create(
   return p;
 }
 
-LivePlanner::LivePlanner(Options options, plan::Fabric fabric)
+LivePlanner::LivePlanner(Options options, c4p::Fabric fabric)
     : options_(std::move(options)),
       base_(std::move(fabric)),
       work_(base_),
@@ -55,7 +55,7 @@ LivePlanner::LivePlanner(Options options, plan::Fabric fabric)
   }
   MutexLock lock(&mu_);
   gbps_.reserve(base_.links().size());
-  for (const plan::FabricLink& l : base_.links()) gbps_.push_back(l.gbps);
+  for (const c4p::FabricLink& l : base_.links()) gbps_.push_back(l.gbps);
 }
 
 const std::string& LivePlanner::fabric_description() const {
@@ -177,9 +177,9 @@ std::vector<int> LivePlanner::LinksOfFault(const v1::Fault& f) {
   if (pit == plans_.end()) return links;
   const JobPlan& p = *pit->second;
   const JobInput& in = jobs_[cit->second.job];
-  std::vector<std::pair<const plan::Flow*, double>> slow;
+  std::vector<std::pair<const c4p::Flow*, double>> slow;
   double min_bps = 0;
-  for (const plan::Flow& fl : p.flows) {
+  for (const c4p::Flow& fl : p.flows) {
     const ConnKey& k = p.conns[fl.conn];
     const bool pair = (k.src == s.comm_rank() && k.dst == s.peer_comm_rank()) ||
                       (k.dst == s.comm_rank() && k.src == s.peer_comm_rank());
@@ -194,7 +194,7 @@ std::vector<int> LivePlanner::LinksOfFault(const v1::Fault& f) {
     if (bps > 0 && bps > 1.2 * min_bps) continue;
     for (int l : p.plan.paths[fl->id].links) {
       std::vector<int>* to =
-          base_.link(l).kind == plan::LinkKind::kFabric ? &links : &nic_links;
+          base_.link(l).kind == c4p::LinkKind::kFabric ? &links : &nic_links;
       to->push_back(l & ~1);
       to->push_back(l | 1);
     }
@@ -292,23 +292,23 @@ void LivePlanner::Acked(const std::string& host, uint64_t command_id) {
 }
 
 v1::LinkStatus LivePlanner::LinkStatusOf(int l) const {
-  const plan::FabricLink& fl = base_.link(l);
+  const c4p::FabricLink& fl = base_.link(l);
   v1::LinkStatus s;
   s.set_name(base_.LinkName(l));
-  s.set_kind(plan::LinkKindName(fl.kind));
+  s.set_kind(c4p::LinkKindName(fl.kind));
   s.set_nominal_gbps(fl.nominal_gbps);
   s.set_gbps(gbps_[l]);
   auto it = marks_.find(l);
   // A mark applies at the next planning pass; report what it will be.
   if (it != marks_.end()) {
     s.set_gbps(std::min(gbps_[l], it->second.share * fl.nominal_gbps));
-  } else if (fl.kind != plan::LinkKind::kNic) {
+  } else if (fl.kind != c4p::LinkKind::kNic) {
     s.set_gbps(fl.nominal_gbps);  // only marks lower switch links
   }
   if (it != marks_.end()) {
     s.set_health(it->second.health);
     s.set_reason(it->second.reason);
-  } else if (fl.kind == plan::LinkKind::kNic &&
+  } else if (fl.kind == c4p::LinkKind::kNic &&
              gbps_[l] < fl.nominal_gbps * options_.planner.degraded_below) {
     s.set_health(v1::LINK_HEALTH_SLOW);
     s.set_reason("Cora: measured NIC throughput below nominal");
@@ -347,10 +347,10 @@ absl::StatusOr<v1::FlowPlan> LivePlanner::GetFlowPlan(const std::string& job_id,
   }
   if (summary_only) return out;
   const JobInput& in = jobs_[job_id];
-  for (const plan::Flow& f : p.flows) {
+  for (const c4p::Flow& f : p.flows) {
     if (!f.network) continue;
     const ConnKey& k = p.conns[f.conn];
-    const plan::PlannedPath& path = p.plan.paths[f.id];
+    const c4p::PlannedPath& path = p.plan.paths[f.id];
     v1::PlannedFlow* pf = out.add_planned_flows();
     pf->set_comm_hash(k.comm);
     pf->set_channel(k.channel);
@@ -393,7 +393,7 @@ absl::StatusOr<v1::FlowPlan> LivePlanner::StoredFlowPlan(
         absl::StrCat("job ", job_id, " has no flow plan in the store (plans/",
                      job_id, "): the leader has not planned it"));
   }
-  absl::StatusOr<plan::FlowPlan> p = plan::DecodePlan(sp->data);
+  absl::StatusOr<c4p::FlowPlan> p = c4p::DecodePlan(sp->data);
   if (!p.ok()) {
     return absl::DataLossError(absl::StrCat("stored plan of job ", job_id, ": ",
                                             p.status().message()));
@@ -408,7 +408,7 @@ absl::StatusOr<v1::FlowPlan> LivePlanner::StoredFlowPlan(
                               ") read by a follower; the leader has the "
                               "live plan"));
   uint32_t network = 0;
-  for (const plan::PlannedPath& path : p->paths) {
+  for (const c4p::PlannedPath& path : p->paths) {
     for (int l : path.links) {
       if (bad_link(l)) {
         return absl::DataLossError(absl::StrCat(
@@ -418,7 +418,7 @@ absl::StatusOr<v1::FlowPlan> LivePlanner::StoredFlowPlan(
       }
     }
     if (path.links.empty() ||
-        base_.link(path.links.front()).kind != plan::LinkKind::kNic) {
+        base_.link(path.links.front()).kind != c4p::LinkKind::kNic) {
       continue;  // NVLink flows: no network path to show
     }
     ++network;
@@ -457,19 +457,19 @@ v1::ListLinksResponse LivePlanner::ListLinks(const v1::ListLinksRequest& r) {
     const auto& p = entry.second;
     if (!r.job_id().empty() && job != r.job_id()) continue;
     const JobInput& in = jobs_[job];
-    for (const plan::Flow& f : p->flows) {
+    for (const c4p::Flow& f : p->flows) {
       if (!f.network) continue;
       auto cit = in.conns.find(p->conns[f.conn]);
       const double rate =
           cit == in.conns.end() ? 0 : cit->second.throughput_bps * 8;
-      plan::ForEachPart(p->plan.paths[f.id], rate,
-                        [&](const std::vector<int>& links, double share) {
-                          for (int l : links) {
-                            ++flows[l];
-                            bps[l] += share;
-                            jobs[l].insert(job);
-                          }
-                        });
+      c4p::ForEachPart(p->plan.paths[f.id], rate,
+                       [&](const std::vector<int>& links, double share) {
+                         for (int l : links) {
+                           ++flows[l];
+                           bps[l] += share;
+                           jobs[l].insert(job);
+                         }
+                       });
     }
   }
   for (size_t l = 0; l < n; ++l) {
@@ -477,7 +477,7 @@ v1::ListLinksResponse LivePlanner::ListLinks(const v1::ListLinksRequest& r) {
     const bool slow =
         gbps_[l] < base_.link(l).nominal_gbps * options_.planner.degraded_below;
     if (flows[l] == 0 && !marked && !slow && !r.all()) continue;
-    if (base_.link(l).kind == plan::LinkKind::kNvLink && flows[l] == 0 &&
+    if (base_.link(l).kind == c4p::LinkKind::kNvLink && flows[l] == 0 &&
         !r.all()) {
       continue;
     }

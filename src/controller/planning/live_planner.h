@@ -32,16 +32,16 @@
 #include "pitstop/sync.h"
 #include "pitstop/v1/agent.pb.h"
 #include "pitstop/v1/controller.pb.h"
-#include "src/controller/plan/fabric.h"
-#include "src/controller/plan/fabric_io.h"
-#include "src/controller/plan/nic_capacity.h"
-#include "src/controller/plan/planner.h"
+#include "src/c4p/fabric.h"
+#include "src/c4p/fabric_io.h"
+#include "src/c4p/nic_capacity.h"
+#include "src/c4p/planner.h"
 #include "src/controller/store/fault_store.h"
 
 namespace pitstop::controller {
 
 // "host3/nic2": the fabric's name of a GPU's NIC.
-std::string NicName(const plan::Fabric& fabric, int gpu);
+std::string NicName(const c4p::Fabric& fabric, int gpu);
 
 class LivePlanner {
  public:
@@ -49,7 +49,7 @@ class LivePlanner {
     // "gen:..." spec, a SimAI file or a host CSV (as `pitstop plan
     // --topology`); required.
     std::string fabric;
-    plan::ClosCsvOptions csv;
+    c4p::ClosCsvOptions csv;
     Clock* clock = Clock::Real();
     FaultStore* store = nullptr;  // not owned; null: plans are not saved
     // Capacity share assumed for links a COMM_SLOW verdict names.
@@ -61,8 +61,8 @@ class LivePlanner {
     absl::Duration settle = absl::Seconds(2);
     // Cora: use measured NIC capacities.
     bool measure_nics = true;
-    plan::NicCapacityModel::Options cora;
-    plan::PlannerOptions planner;
+    c4p::NicCapacityModel::Options cora;
+    c4p::PlannerOptions planner;
     // A re-plan whose busiest link needs more than the healthy bound over
     // this share gets QP advice (FlowPlan.recommended_qps); 0: off.
     double qps_target = 0.9;
@@ -165,13 +165,13 @@ class LivePlanner {
   // One published plan: the flows it routes and where they came from.
   struct JobPlan {
     std::vector<ConnKey> conns;  // Flow::conn indexes this
-    std::vector<plan::Flow> flows;
-    plan::FlowPlan plan;
+    std::vector<c4p::Flow> flows;
+    c4p::FlowPlan plan;
     std::vector<char> moved;  // by flow
     v1::FlowPlan info;        // without planned_flows and hosts
     // The full plan's inputs (by Flow::conn): what QP advice re-plans.
     std::vector<int> rank_gpu;
-    std::vector<plan::LiveConnection> live;
+    std::vector<c4p::LiveConnection> live;
   };
   struct Delivery {
     uint64_t sent = 0;
@@ -179,7 +179,7 @@ class LivePlanner {
   };
   struct Snapshot;
 
-  LivePlanner(Options options, plan::Fabric fabric);
+  LivePlanner(Options options, c4p::Fabric fabric);
   // Fabric GPU of a member; -1 when its host or device is not on the fabric.
   int GpuOf(const Member& m) const;
   int HostIndex(const std::string& host) const;
@@ -201,8 +201,8 @@ class LivePlanner {
   // recommended_qps / qps_advice); plans on work_, so within Run().
   void AdviseQps(JobPlan* p, double replan_s, uint64_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
-  double BusiestSeconds(const std::vector<plan::Flow>& flows,
-                        const plan::FlowPlan& plan) const
+  double BusiestSeconds(const std::vector<c4p::Flow>& flows,
+                        const c4p::FlowPlan& plan) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   static void RefreshBytes(const Snapshot& snap, const std::string& job,
                            JobPlan* p);
@@ -212,17 +212,17 @@ class LivePlanner {
 
   const Options options_;
   // Topology and nominal capacities; never changes (name lookups).
-  const plan::Fabric base_;
+  const c4p::Fabric base_;
   std::map<std::string, int> host_index_;  // fabric host by name
 
-  Mutex run_mu_;                                // serialises Run()
-  plan::Fabric work_ ABSL_GUARDED_BY(run_mu_);  // effective capacities
+  Mutex run_mu_;                               // serialises Run()
+  c4p::Fabric work_ ABSL_GUARDED_BY(run_mu_);  // effective capacities
   std::set<int> marked_applied_ ABSL_GUARDED_BY(run_mu_);
 
   mutable Mutex mu_;
   std::map<uint64_t, CommState> comms_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, JobInput> jobs_ ABSL_GUARDED_BY(mu_);
-  plan::NicCapacityModel cora_ ABSL_GUARDED_BY(mu_);
+  c4p::NicCapacityModel cora_ ABSL_GUARDED_BY(mu_);
   std::map<int, Mark> marks_ ABSL_GUARDED_BY(mu_);  // by link id
   bool links_dirty_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::shared_ptr<const JobPlan>> plans_

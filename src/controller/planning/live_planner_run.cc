@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "pitstop/logging.h"
-#include "src/controller/plan/bound.h"
-#include "src/controller/plan/plan_codec.h"
+#include "src/c4p/bound.h"
+#include "src/c4p/plan_codec.h"
 #include "src/controller/planning/live_planner.h"
 
 namespace pitstop::controller {
@@ -23,7 +23,7 @@ struct LivePlanner::Snapshot {
   // Re-plans: the bytes each planned connection carries now (the plan's
   // flows keep what was measured when it was made, possibly nothing yet).
   std::map<std::string, std::map<ConnKey, double>> bytes;
-  plan::NicCapacityModel cora;
+  c4p::NicCapacityModel cora;
   std::map<int, Mark> marks;
   bool links = false;
 };
@@ -80,7 +80,7 @@ LivePlanner::RunResult LivePlanner::Run() {
     if (p == nullptr) continue;
     if (options_.store != nullptr) {
       absl::Status s = options_.store->SavePlan(
-          StoredPlan{job, epoch, plan::EncodePlan(p->plan)});
+          StoredPlan{job, epoch, c4p::EncodePlan(p->plan)});
       if (!s.ok()) {
         // Not durable, so not served nor sent (a deposed leader's re-plan
         // is refused here by the store's fencing).
@@ -172,14 +172,14 @@ std::shared_ptr<LivePlanner::JobPlan> LivePlanner::PlanJob(
     const std::vector<int>& changed, bool full, uint64_t epoch) {
   const auto t0 = std::chrono::steady_clock::now();
   auto p = std::make_shared<JobPlan>();
-  plan::Planner::ReplanStats stats;
+  c4p::Planner::ReplanStats stats;
   std::shared_ptr<const JobPlan> prev;
   if (auto it = snap.plans.find(job); it != snap.plans.end()) prev = it->second;
   if (full) {
     // Job-wide rank space: one index per (communicator, comm rank).
     std::map<std::pair<uint64_t, int>, int> index;
     std::vector<int> rank_gpu;
-    std::vector<plan::LiveConnection> live;
+    std::vector<c4p::LiveConnection> live;
     int unplaced = 0;
     auto idx = [&](uint64_t comm, int rank) {
       auto [it, added] =
@@ -198,7 +198,7 @@ std::shared_ptr<LivePlanner::JobPlan> LivePlanner::PlanJob(
         ++unplaced;
         continue;
       }
-      live.push_back(plan::LiveConnection{a, b, k.channel, c.bytes});
+      live.push_back(c4p::LiveConnection{a, b, k.channel, c.bytes});
       p->conns.push_back(k);
     }
     if (unplaced > 0) {
@@ -211,8 +211,8 @@ std::shared_ptr<LivePlanner::JobPlan> LivePlanner::PlanJob(
       }
     }
     if (live.empty()) return nullptr;
-    absl::StatusOr<std::vector<plan::Flow>> flows =
-        plan::FlowsFromConnections(work_, rank_gpu, live, 1);
+    absl::StatusOr<std::vector<c4p::Flow>> flows =
+        c4p::FlowsFromConnections(work_, rank_gpu, live, 1);
     if (!flows.ok()) {
       Logger("planner")->error("job {}: {}", job, flows.status().ToString());
       return nullptr;
@@ -220,11 +220,11 @@ std::shared_ptr<LivePlanner::JobPlan> LivePlanner::PlanJob(
     p->flows = std::move(*flows);
     p->rank_gpu = rank_gpu;
     p->live = live;
-    plan::Planner planner(&work_, &p->flows, options_.planner);
+    c4p::Planner planner(&work_, &p->flows, options_.planner);
     p->plan = planner.Plan(epoch);
     p->moved.assign(p->flows.size(), 0);
     int network = 0;
-    for (const plan::Flow& f : p->flows) network += f.network;
+    for (const c4p::Flow& f : p->flows) network += f.network;
     p->info.set_reason(absl::StrCat("plan: ", p->conns.size(),
                                     " connections learned (", network,
                                     " network flows)"));
@@ -235,13 +235,13 @@ std::shared_ptr<LivePlanner::JobPlan> LivePlanner::PlanJob(
     p->rank_gpu = prev->rank_gpu;
     p->live = prev->live;
     RefreshBytes(snap, job, p.get());
-    plan::Planner planner(&work_, &p->flows, options_.planner);
+    c4p::Planner planner(&work_, &p->flows, options_.planner);
     p->plan = planner.Replan(prev->plan, changed, epoch, &stats);
     if (stats.crossing == 0) return nullptr;  // the job does not cross them
     p->moved.assign(p->flows.size(), 0);
     for (size_t i = 0; i < p->flows.size(); ++i) {
-      const plan::PlannedPath& a = p->plan.paths[i];
-      const plan::PlannedPath& b = prev->plan.paths[i];
+      const c4p::PlannedPath& a = p->plan.paths[i];
+      const c4p::PlannedPath& b = prev->plan.paths[i];
       p->moved[i] =
           a.links != b.links || a.src_gpu != b.src_gpu || a.split != b.split;
     }
@@ -269,24 +269,24 @@ std::shared_ptr<LivePlanner::JobPlan> LivePlanner::PlanJob(
   info.set_plan_ms(ms);
   info.set_flows(static_cast<uint32_t>(p->flows.size()));
   uint32_t network = 0;
-  for (const plan::Flow& f : p->flows) network += f.network;
+  for (const c4p::Flow& f : p->flows) network += f.network;
   info.set_network_flows(network);
   info.set_crossing_flows(stats.crossing);
   info.set_moved_flows(stats.moved);
   info.set_fabric(base_.description);
   for (size_t l = 0; l < work_.links().size(); ++l) {
-    const plan::FabricLink& fl = work_.link(l);
+    const c4p::FabricLink& fl = work_.link(l);
     if (fl.gbps < fl.nominal_gbps * options_.planner.degraded_below) {
       info.add_degraded_links(work_.LinkName(static_cast<int>(l)));
     }
   }
   const std::vector<double> bytes =
-      plan::Planner::LinkBytes(work_, p->flows, p->plan);
+      c4p::Planner::LinkBytes(work_, p->flows, p->plan);
   double worst = 0;
   int worst_link = -1;
   for (size_t l = 0; l < bytes.size(); ++l) {
-    const plan::FabricLink& fl = work_.link(l);
-    if (fl.kind == plan::LinkKind::kNvLink || fl.gbps <= 0) continue;
+    const c4p::FabricLink& fl = work_.link(l);
+    if (fl.kind == c4p::LinkKind::kNvLink || fl.gbps <= 0) continue;
     const double s = bytes[l] * 8 / (fl.gbps * 1e9);
     if (s > worst) {
       worst = s;
@@ -309,7 +309,7 @@ void LivePlanner::RefreshBytes(const Snapshot& snap, const std::string& job,
   // flow on a degraded link. Re-plans use what is measured now.
   auto bit = snap.bytes.find(job);
   if (bit == snap.bytes.end()) return;
-  for (plan::Flow& f : p->flows) {
+  for (c4p::Flow& f : p->flows) {
     auto c = bit->second.find(p->conns[f.conn]);
     if (c == bit->second.end() || c->second <= 0) continue;
     f.bytes = c->second;  // live flows: one QP per connection
@@ -320,14 +320,13 @@ void LivePlanner::RefreshBytes(const Snapshot& snap, const std::string& job,
   }
 }
 
-double LivePlanner::BusiestSeconds(const std::vector<plan::Flow>& flows,
-                                   const plan::FlowPlan& plan) const {
-  const std::vector<double> bytes =
-      plan::Planner::LinkBytes(work_, flows, plan);
+double LivePlanner::BusiestSeconds(const std::vector<c4p::Flow>& flows,
+                                   const c4p::FlowPlan& plan) const {
+  const std::vector<double> bytes = c4p::Planner::LinkBytes(work_, flows, plan);
   double worst = 0;
   for (size_t l = 0; l < bytes.size(); ++l) {
-    const plan::FabricLink& fl = work_.link(l);
-    if (fl.kind == plan::LinkKind::kNvLink || fl.gbps <= 0) continue;
+    const c4p::FabricLink& fl = work_.link(l);
+    if (fl.kind == c4p::LinkKind::kNvLink || fl.gbps <= 0) continue;
     worst = std::max(worst, bytes[l] * 8 / (fl.gbps * 1e9));
   }
   return worst;
@@ -337,7 +336,7 @@ void LivePlanner::AdviseQps(JobPlan* p, double replan_s, uint64_t epoch) {
   if (options_.qps_target <= 0 || replan_s <= 0 || p->live.empty()) return;
   // The healthy fabric's bound for these flows (bytes as measured now).
   const double healthy =
-      plan::CutBound(base_, p->flows, options_.planner.degraded_below);
+      c4p::CutBound(base_, p->flows, options_.planner.degraded_below);
   if (healthy <= 0) return;
   const double rec = healthy / replan_s;
   if (rec >= options_.qps_target) return;
@@ -347,10 +346,10 @@ void LivePlanner::AdviseQps(JobPlan* p, double replan_s, uint64_t epoch) {
   double best = rec;
   std::string tried = absl::StrFormat("1 QP: %.0f%%", 100 * rec);
   for (int q = 2; q <= options_.max_qps; q *= 2) {
-    absl::StatusOr<std::vector<plan::Flow>> flows =
-        plan::FlowsFromConnections(work_, p->rank_gpu, p->live, q);
+    absl::StatusOr<std::vector<c4p::Flow>> flows =
+        c4p::FlowsFromConnections(work_, p->rank_gpu, p->live, q);
     if (!flows.ok()) return;
-    plan::Planner planner(&work_, &*flows, options_.planner);
+    c4p::Planner planner(&work_, &*flows, options_.planner);
     const double s = BusiestSeconds(*flows, planner.Plan(epoch));
     if (s <= 0) return;
     const double r = healthy / s;
@@ -395,21 +394,21 @@ std::vector<LivePlanner::Directive> LivePlanner::DirectivesOf(
       by_host[m.host][comm].any = true;
     }
   }
-  for (const plan::Flow& f : p.flows) {
+  for (const c4p::Flow& f : p.flows) {
     const ConnKey& k = p.conns[f.conn];
     const CommState& cs = snap.comms.at(k.comm);
     auto m = cs.members.find(k.src);
     if (m == cs.members.end() || !f.network) continue;
     Steer& s = by_host[m->second.host][k.comm];
-    const plan::PlannedPath& path = p.plan.paths[f.id];
+    const c4p::PlannedPath& path = p.plan.paths[f.id];
     s.nics.insert(
         base_.node(path.src_gpu >= 0 ? path.src_gpu : f.src_gpu).local);
     // Taken here, under run_mu_: the analysis does not follow the lambda
     // (and tracks a reference back to work_).
-    const plan::Fabric* work = &work_;
-    plan::ForEachPart(path, 0, [&](const std::vector<int>& links, double) {
+    const c4p::Fabric* work = &work_;
+    c4p::ForEachPart(path, 0, [&](const std::vector<int>& links, double) {
       for (int l : links) {
-        const plan::FabricLink& fl = work->link(l);
+        const c4p::FabricLink& fl = work->link(l);
         s.share = std::min(s.share, fl.gbps / fl.nominal_gbps);
       }
     });

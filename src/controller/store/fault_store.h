@@ -22,7 +22,7 @@
 namespace pitstop::controller {
 
 // A job's C4P flow plan as stored: the plan's epoch and its encoding
-// (src/controller/plan/plan_codec.h; the store does not look inside).
+// (src/c4p/plan_codec.h; the store does not look inside).
 struct StoredPlan {
   std::string job_id;
   uint64_t epoch = 0;
@@ -79,9 +79,9 @@ class FaultStore {
 
   // The trainer policies' per-job settings as an operator set them (zero
   // fields = the controller's default), so a restart or a failover keeps
-  // them: the local-SGD switch (SetSyncPolicy, src/controller/sync/) and
-  // multi-LoRA rescheduling (SetLoraPolicy, src/controller/lora/). Save*
-  // replaces the job's; InvalidArgument for an empty job id. The readers
+  // them: the local-SGD switch (SetSyncPolicy, src/controller/trainers/) and
+  // multi-LoRA rescheduling (SetLoraPolicy, src/controller/trainers/lora/).
+  // Save* replaces the job's; InvalidArgument for an empty job id. The readers
   // return every job's, by job id (an error, unlike Policies(), so a new
   // leader does not start from defaults because etcd did not answer).
   virtual absl::Status SaveSyncPolicy(absl::string_view job_id,
@@ -93,13 +93,13 @@ class FaultStore {
   virtual absl::StatusOr<std::map<std::string, v1::LoraSettings>> LoraPolicies()
       const = 0;
 
-  // Migration records (src/controller/migrate/), keyed by migration_id:
+  // Migration records (src/controller/migration/), keyed by migration_id:
   // SaveMigration inserts or replaces one; Migrations returns all, oldest
   // (lowest number) first.
   virtual absl::Status SaveMigration(const v1::Migration& m) = 0;
   virtual absl::StatusOr<std::vector<v1::Migration>> Migrations() const = 0;
 
-  // Flow plans (src/controller/plan/), one per job, the newest epoch:
+  // Flow plans (src/c4p/), one per job, the newest epoch:
   // SavePlan replaces the job's plan unless the stored one has a higher
   // epoch (FailedPrecondition naming both: a re-plan that lost a race must
   // not undo a newer one); the same epoch replaces it. InvalidArgument for

@@ -12,17 +12,17 @@
 #include "gtest/gtest.h"
 #include "pitstop/leader_hint.h"
 #include "pitstop/v1/controller.grpc.pb.h"
+#include "src/c4p/fabric_io.h"
+#include "src/c4p/flows.h"
+#include "src/c4p/plan_codec.h"
+#include "src/c4p/planner.h"
 #include "src/controller/api/controller_service.h"
 #include "src/controller/controller_core.h"
 #include "src/controller/ha/etcd_client.h"
 #include "src/controller/ha/etcd_fault_store.h"
 #include "src/controller/ha/ha_controller.h"
 #include "src/controller/ha/leader_election.h"
-#include "src/controller/migrate/migration_manager.h"
-#include "src/controller/plan/fabric_io.h"
-#include "src/controller/plan/flows.h"
-#include "src/controller/plan/plan_codec.h"
-#include "src/controller/plan/planner.h"
+#include "src/controller/migration/migration_manager.h"
 #include "tests/controller/ha/etcd_fixture.h"
 #include "tests/controller/test_agent.h"
 
@@ -504,7 +504,7 @@ TEST_F(HaTest, PlansLiveInEtcdAndADeposedLeaderCannotWriteThem) {
   const EtcdFence a_fence = a->Fence();
   StaleFence stale(a_fence);
   EtcdFaultStore store_a(client_a.get(), &stale, prefix_);
-  plan::FlowPlan p;
+  c4p::FlowPlan p;
   p.epoch = 3;
   p.paths.resize(2);
   p.paths[0].links = {4, 9, 17};
@@ -514,8 +514,8 @@ TEST_F(HaTest, PlansLiveInEtcdAndADeposedLeaderCannotWriteThem) {
   p.paths[1].links = {5, 10};
   p.paths[1].split = {{6, 11}};
   p.paths[1].split_ports = {50001};
-  ASSERT_TRUE(store_a.SavePlan({"job1", 3, plan::EncodePlan(p)}).ok());
-  ASSERT_TRUE(store_a.SavePlan({"job0", 1, plan::EncodePlan({})}).ok());
+  ASSERT_TRUE(store_a.SavePlan({"job1", 3, c4p::EncodePlan(p)}).ok());
+  ASSERT_TRUE(store_a.SavePlan({"job0", 1, c4p::EncodePlan({})}).ok());
   absl::Status s = store_a.SavePlan({"job1", 2, "{}"});
   EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;  // older epoch
   EXPECT_TRUE(absl::IsInvalidArgument(store_a.SavePlan({"", 1, "{}"})));
@@ -525,7 +525,7 @@ TEST_F(HaTest, PlansLiveInEtcdAndADeposedLeaderCannotWriteThem) {
   EXPECT_EQ((*plans)[0].job_id, "job0");
   EXPECT_EQ((*plans)[1].job_id, "job1");
   EXPECT_EQ((*plans)[1].epoch, 3u);
-  auto back = plan::DecodePlan((*plans)[1].data);
+  auto back = c4p::DecodePlan((*plans)[1].data);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->paths[0].links, p.paths[0].links);
   EXPECT_EQ(back->paths[1].split, p.paths[1].split);
@@ -539,14 +539,14 @@ TEST_F(HaTest, PlansLiveInEtcdAndADeposedLeaderCannotWriteThem) {
   EtcdFaultStore store_b(client_b.get(), &b_fence, prefix_);
   // The deposed leader's newer plan is refused by etcd, naming B.
   p.epoch = 4;
-  s = store_a.SavePlan({"job1", 4, plan::EncodePlan(p)});
+  s = store_a.SavePlan({"job1", 4, c4p::EncodePlan(p)});
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
   EXPECT_EQ(LeaderFromMessage(s.message()), "b:2");
   EXPECT_EQ(store_a.fenced_writes_refused(), 1u);
   plans = store_b.Plans();
   ASSERT_TRUE(plans.ok()) << plans.status();
   EXPECT_EQ((*plans)[1].epoch, 3u);
-  ASSERT_TRUE(store_b.SavePlan({"job1", 5, plan::EncodePlan(p)}).ok());
+  ASSERT_TRUE(store_b.SavePlan({"job1", 5, c4p::EncodePlan(p)}).ok());
   EXPECT_EQ(store_b.fenced_writes_refused(), 0u);
   b->Stop(/*resign=*/true);
 }
@@ -557,18 +557,18 @@ TEST_F(HaTest, PlansLiveInEtcdAndADeposedLeaderCannotWriteThem) {
 // follower's planner learns no connections).
 TEST_F(HaTest, FollowerServesTheFlowPlanTheLeaderSaved) {
   const std::string spec = "gen:leafspine,gpus=32,gpus_per_host=8";
-  auto fabric = plan::LoadFabric(spec, {});
+  auto fabric = c4p::LoadFabric(spec, {});
   ASSERT_TRUE(fabric.ok()) << fabric.status();
-  auto gpus = plan::PlaceJob(*fabric, 32, plan::Placement::kPacked, 1);
+  auto gpus = c4p::PlaceJob(*fabric, 32, c4p::Placement::kPacked, 1);
   ASSERT_TRUE(gpus.ok()) << gpus.status();
   int channels = 0;
-  const std::vector<plan::Flow> flows =
-      plan::BuildRingFlows(*fabric, *gpus, {}, &channels);
-  plan::Planner planner(&*fabric, &flows, {});
-  const plan::FlowPlan made = planner.Plan(7);
+  const std::vector<c4p::Flow> flows =
+      c4p::BuildRingFlows(*fabric, *gpus, {}, &channels);
+  c4p::Planner planner(&*fabric, &flows, {});
+  const c4p::FlowPlan made = planner.Plan(7);
   size_t network = 0;
   std::string first_path;  // of the first network flow, by name
-  for (const plan::Flow& f : flows) {
+  for (const c4p::Flow& f : flows) {
     if (!f.network) continue;
     if (network++ == 0) {
       for (int l : made.paths[f.id].links) {
@@ -614,7 +614,7 @@ TEST_F(HaTest, FollowerServesTheFlowPlanTheLeaderSaved) {
   {
     auto store = (*ha_a)->OpenStore();
     ASSERT_TRUE(store.ok()) << store.status();
-    ASSERT_TRUE((*store)->SavePlan({"job7", 7, plan::EncodePlan(made)}).ok());
+    ASSERT_TRUE((*store)->SavePlan({"job7", 7, c4p::EncodePlan(made)}).ok());
   }
   auto got = core_b->GetFlowPlan(req);
   ASSERT_TRUE(got.ok()) << got.status();

@@ -65,7 +65,7 @@ int Main(int argc, char** argv) {
   std::printf("fabric %s: %s (loaded in %s)\n", fabric.c_str(),
               (*p)->fabric_description().c_str(), load.Done().c_str());
   if (ranks == 0) {
-    auto f = plan::LoadFabric(fabric, {});
+    auto f = c4p::LoadFabric(fabric, {});
     ranks = f.ok() ? f->gpu_count() : 0;
   }
   const int hosts = (ranks + gpus_per_host - 1) / gpus_per_host;

@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pitstop/clock.h"
-#include "src/controller/plan/plan_codec.h"
+#include "src/c4p/plan_codec.h"
 #include "src/controller/store/fault_store.h"
 
 namespace pitstop::controller {
@@ -157,7 +157,7 @@ TEST_F(LivePlannerTest, PlansOnceConnectionsSettleAndSavesTheEpoch) {
   ASSERT_TRUE(stored.ok());
   ASSERT_EQ(stored->size(), 1u);
   EXPECT_EQ((*stored)[0].epoch, 1u);
-  EXPECT_TRUE(plan::DecodePlan((*stored)[0].data).ok());
+  EXPECT_TRUE(c4p::DecodePlan((*stored)[0].data).ok());
   // One directive per host of the job, epoch 1, the communicator healthy.
   ASSERT_EQ(r.directives.size(), 4u);
   for (const LivePlanner::Directive& d : r.directives) {

@@ -7,10 +7,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "src/controller/plan/fabric_io.h"
-#include "src/controller/plan/flows.h"
-#include "src/controller/plan/plan_codec.h"
-#include "src/controller/plan/planner.h"
+#include "src/c4p/fabric_io.h"
+#include "src/c4p/flows.h"
+#include "src/c4p/plan_codec.h"
+#include "src/c4p/planner.h"
 #include "src/controller/store/fault_store.h"
 
 namespace pitstop::controller {
@@ -18,17 +18,17 @@ namespace {
 
 using ::testing::HasSubstr;
 
-plan::FlowPlan RealPlan(uint64_t epoch) {
-  auto o = plan::ParseGeneratorSpec("gen:leafspine,gpus=16,hosts_per_tor=2");
+c4p::FlowPlan RealPlan(uint64_t epoch) {
+  auto o = c4p::ParseGeneratorSpec("gen:leafspine,gpus=16,hosts_per_tor=2");
   EXPECT_TRUE(o.ok()) << o.status();
-  auto fab = plan::GenerateFabric(*o);
+  auto fab = c4p::GenerateFabric(*o);
   EXPECT_TRUE(fab.ok()) << fab.status();
-  auto place = plan::PlaceJob(*fab, 16, plan::Placement::kPacked, 1);
+  auto place = c4p::PlaceJob(*fab, 16, c4p::Placement::kPacked, 1);
   EXPECT_TRUE(place.ok()) << place.status();
   int channels = 0;
-  std::vector<plan::Flow> flows =
-      plan::BuildRingFlows(*fab, *place, plan::RingSpec(), &channels);
-  plan::Planner planner(&*fab, &flows, plan::PlannerOptions());
+  std::vector<c4p::Flow> flows =
+      c4p::BuildRingFlows(*fab, *place, c4p::RingSpec(), &channels);
+  c4p::Planner planner(&*fab, &flows, c4p::PlannerOptions());
   return planner.Plan(epoch);
 }
 
@@ -56,11 +56,10 @@ class PlanStoreTest : public ::testing::Test {
 };
 
 TEST_F(PlanStoreTest, ThePlanSurvivesARestartAndOnlyNewerEpochsReplaceIt) {
-  const plan::FlowPlan p3 = RealPlan(3);
+  const c4p::FlowPlan p3 = RealPlan(3);
   ASSERT_FALSE(p3.paths.empty());
-  ASSERT_TRUE(store_->SavePlan({"job1", 3, plan::EncodePlan(p3)}).ok());
-  ASSERT_TRUE(
-      store_->SavePlan({"job0", 1, plan::EncodePlan(RealPlan(1))}).ok());
+  ASSERT_TRUE(store_->SavePlan({"job1", 3, c4p::EncodePlan(p3)}).ok());
+  ASSERT_TRUE(store_->SavePlan({"job0", 1, c4p::EncodePlan(RealPlan(1))}).ok());
   Open();
   auto plans = store_->Plans();
   ASSERT_TRUE(plans.ok()) << plans.status();
@@ -68,7 +67,7 @@ TEST_F(PlanStoreTest, ThePlanSurvivesARestartAndOnlyNewerEpochsReplaceIt) {
   EXPECT_EQ((*plans)[0].job_id, "job0");  // by job id
   EXPECT_EQ((*plans)[1].job_id, "job1");
   EXPECT_EQ((*plans)[1].epoch, 3u);
-  auto back = plan::DecodePlan((*plans)[1].data);
+  auto back = c4p::DecodePlan((*plans)[1].data);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->epoch, 3u);
   ASSERT_EQ(back->paths.size(), p3.paths.size());
@@ -77,18 +76,17 @@ TEST_F(PlanStoreTest, ThePlanSurvivesARestartAndOnlyNewerEpochsReplaceIt) {
   }
 
   // A re-plan that lost a race (epoch 2) does not undo epoch 3.
-  absl::Status s = store_->SavePlan({"job1", 2, plan::EncodePlan(RealPlan(2))});
+  absl::Status s = store_->SavePlan({"job1", 2, c4p::EncodePlan(RealPlan(2))});
   EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("epoch 2"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("stored epoch 3"));
   // The same epoch again (a retried write) and a newer one replace it.
   ASSERT_TRUE(store_->SavePlan({"job1", 3, "{}"}).ok());
-  ASSERT_TRUE(
-      store_->SavePlan({"job1", 4, plan::EncodePlan(RealPlan(4))}).ok());
+  ASSERT_TRUE(store_->SavePlan({"job1", 4, c4p::EncodePlan(RealPlan(4))}).ok());
   plans = store_->Plans();
   ASSERT_TRUE(plans.ok());
   EXPECT_EQ((*plans)[1].epoch, 4u);
-  EXPECT_TRUE(plan::DecodePlan((*plans)[1].data).ok());
+  EXPECT_TRUE(c4p::DecodePlan((*plans)[1].data).ok());
   EXPECT_TRUE(absl::IsInvalidArgument(store_->SavePlan({"", 1, "{}"})));
 }
 

@@ -1,0 +1,257 @@
+#include "src/c4p/evaluate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <map>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "src/c4p/ecmp.h"
+#include "src/c4p/flow_sim.h"
+
+namespace pitstop::c4p {
+namespace {
+
+double Ms(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now() - since)
+      .count();
+}
+
+std::vector<double> Capacities(const Fabric& fabric) {
+  std::vector<double> c(fabric.links().size());
+  for (size_t i = 0; i < c.size(); ++i) c[i] = fabric.link(i).gbps;
+  return c;
+}
+
+// Completion of the network parts (network and NVLink flows share no link,
+// so under max-min they are independent and simulated apart).
+double Completion(const std::vector<SimFlow>& parts,
+                  const std::vector<double>& cap, double nvlink_done,
+                  SimMode mode) {
+  return std::max(nvlink_done, SimulateMaxMin(parts, cap, mode).completion_s);
+}
+
+double MaxUtil(const Fabric& fabric, const std::vector<SimFlow>& parts,
+               double t_ref) {
+  std::vector<double> bytes(fabric.links().size(), 0);
+  for (const SimFlow& p : parts) {
+    for (int l : *p.links) bytes[l] += p.bytes;
+  }
+  double worst = 0;
+  for (size_t l = 0; l < bytes.size(); ++l) {
+    if (bytes[l] <= 0) continue;
+    const double gbps = fabric.link(l).gbps;
+    const double t = gbps > 0 ? bytes[l] * 8 / (gbps * 1e9) : 1e30;
+    worst = std::max(worst, t);
+  }
+  return t_ref > 0 ? worst / t_ref : 0;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  // Nearest rank.
+  size_t k = static_cast<size_t>(std::ceil(p * v.size()));
+  k = std::clamp<size_t>(k, 1, v.size());
+  return v[k - 1];
+}
+
+StrategyResult RunEcmp(const Fabric& fabric, const std::vector<Flow>& flows,
+                       const HashFunction& hash, const EvalOptions& o,
+                       double nvlink_done, double t_ref) {
+  const std::vector<double> cap = Capacities(fabric);
+  std::vector<double> done, util;
+  std::vector<std::vector<int>> paths(flows.size());
+  std::vector<SimFlow> parts;
+  for (int s = 0; s < o.seeds; ++s) {
+    EcmpRouter router(&fabric, &hash, o.first_seed + s);
+    parts.clear();
+    for (size_t i = 0; i < flows.size(); ++i) {
+      if (!flows[i].network) continue;
+      paths[i] = router.Route(flows[i]).links;
+      parts.push_back(SimFlow{&paths[i], flows[i].bytes, flows[i].channel});
+    }
+    done.push_back(Completion(parts, cap, nvlink_done, o.sim_mode));
+    util.push_back(MaxUtil(fabric, parts, t_ref));
+  }
+  StrategyResult r;
+  double sum = 0;
+  for (double d : done) sum += d;
+  r.completion_s = done.empty() ? 0 : sum / done.size();
+  r.completion_s_p50 = Percentile(done, 0.5);
+  r.completion_s_p99 = Percentile(done, 0.99);
+  r.max_link_util = Percentile(util, 0.5);
+  return r;
+}
+
+std::vector<SimFlow> PartsOf(const std::vector<Flow>& flows,
+                             const FlowPlan& plan) {
+  std::vector<SimFlow> parts;
+  for (size_t i = 0; i < flows.size(); ++i) {
+    if (!flows[i].network) continue;
+    ForEachPart(plan.paths[i], flows[i].bytes,
+                [&](const std::vector<int>& links, double b) {
+                  parts.push_back(SimFlow{&links, b, flows[i].channel});
+                });
+  }
+  return parts;
+}
+
+// One evaluation of the three strategies under the current capacities.
+Evaluation EvaluateOnce(const Fabric& fabric, const std::vector<Flow>& flows,
+                        const FlowPlan& plan, const HashFunction& hash,
+                        const EvalOptions& o, double degraded_below,
+                        const std::vector<std::vector<int>>& nv_paths) {
+  const std::vector<double> cap = Capacities(fabric);
+  // NVLink flows: the same under every strategy.
+  std::vector<SimFlow> nv;
+  for (size_t i = 0; i < flows.size(); ++i) {
+    if (!flows[i].network && !nv_paths[i].empty()) {
+      nv.push_back(SimFlow{&nv_paths[i], flows[i].bytes, flows[i].channel});
+    }
+  }
+  const double nv_done = SimulateMaxMin(nv, cap, o.sim_mode).completion_s;
+  Evaluation e;
+  e.bound.completion_s =
+      std::max(nv_done, CutBound(fabric, flows, degraded_below));
+  e.bound.completion_s_p50 = e.bound.completion_s_p99 = e.bound.completion_s;
+  e.bound.max_link_util = 1.0;
+  const std::vector<SimFlow> planned = PartsOf(flows, plan);
+  e.planned.completion_s = Completion(planned, cap, nv_done, o.sim_mode);
+  e.planned.completion_s_p50 = e.planned.completion_s_p99 =
+      e.planned.completion_s;
+  e.planned.max_link_util = MaxUtil(fabric, planned, e.bound.completion_s);
+  e.ecmp = RunEcmp(fabric, flows, hash, o, nv_done, e.bound.completion_s);
+  return e;
+}
+
+}  // namespace
+
+absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
+  EvalReport rep;
+  rep.fabric = fabric->description;
+  rep.assumptions = fabric->assumptions();
+  rep.ranks = o.ranks > 0 ? o.ranks : fabric->gpu_count();
+  rep.seeds = o.seeds;
+  rep.hash = o.hash;
+  if (o.seeds < 1) return absl::InvalidArgumentError("seeds must be >= 1");
+  absl::StatusOr<std::unique_ptr<HashFunction>> hash = MakeHash(o.hash);
+  if (!hash.ok()) return hash.status();
+  absl::StatusOr<std::vector<int>> place =
+      PlaceJob(*fabric, rep.ranks, o.placement, o.placement_seed);
+  if (!place.ok()) return place.status();
+  rep.flow_list = o.tree
+                      ? BuildTreeFlows(*fabric, *place, o.ring, &rep.channels)
+                      : BuildRingFlows(*fabric, *place, o.ring, &rep.channels);
+  const std::vector<Flow>& flows = rep.flow_list;
+  {
+    std::vector<int> hosts;
+    for (int g : *place) hosts.push_back(fabric->node(g).host);
+    std::sort(hosts.begin(), hosts.end());
+    rep.hosts = static_cast<int>(std::unique(hosts.begin(), hosts.end()) -
+                                 hosts.begin());
+  }
+  rep.flows = static_cast<int>(flows.size());
+  std::vector<std::vector<int>> nv_paths(flows.size());
+  for (size_t i = 0; i < flows.size(); ++i) {
+    if (flows[i].network) {
+      ++rep.network_flows;
+    } else {
+      nv_paths[i] = NvLinkPath(*fabric, flows[i]);
+    }
+  }
+  PlannerOptions po;
+  po.hash = o.pin_ports ? hash->get() : nullptr;
+  po.fabric_seed = o.fabric_seed;
+  Planner planner(fabric, &flows, po);
+  auto t0 = std::chrono::steady_clock::now();
+  const std::clock_t c0 = std::clock();
+  FlowPlan plan = planner.Plan(1);
+  rep.plan_ms = Ms(t0);
+  rep.plan_cpu_ms = 1000.0 * (std::clock() - c0) / CLOCKS_PER_SEC;
+  if (o.pin_ports) {
+    t0 = std::chrono::steady_clock::now();
+    rep.pinned_flows = planner.PinAll(&plan);
+    rep.pin_ms = Ms(t0);
+  }
+  rep.healthy = EvaluateOnce(*fabric, flows, plan, **hash, o, po.degraded_below,
+                             nv_paths);
+  rep.plan = plan;
+  // Degrade.
+  std::vector<int> changed;
+  for (const auto& [spec, fraction] : o.degrade) {
+    if (!(fraction >= 0 && fraction <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--degrade ", spec, "=", fraction,
+                       ": the fraction must be in [0, 1]"));
+    }
+    absl::StatusOr<std::vector<int>> links = fabric->FindLinks(spec);
+    if (!links.ok()) return links.status();
+    for (int l : *links) {
+      fabric->SetCapacity(l, fabric->link(l).nominal_gbps * fraction);
+      changed.push_back(l);
+    }
+  }
+  if (o.degrade_busiest > 0) {
+    const std::vector<double> bytes = Planner::LinkBytes(*fabric, flows, plan);
+    int busiest = -1;
+    for (size_t l = 0; l < bytes.size(); ++l) {
+      if (fabric->link(l).kind != LinkKind::kFabric || bytes[l] <= 0) continue;
+      if (busiest < 0 || bytes[l] / fabric->link(l).gbps >
+                             bytes[busiest] / fabric->link(busiest).gbps) {
+        busiest = static_cast<int>(l);
+      }
+    }
+    if (busiest >= 0) {
+      for (int l : {busiest, busiest ^ 1}) {
+        fabric->SetCapacity(l,
+                            fabric->link(l).nominal_gbps * o.degrade_busiest);
+        changed.push_back(l);
+      }
+    }
+  }
+  if (changed.empty()) return rep;
+  rep.degraded = true;
+  for (int l : changed) rep.degraded_links.push_back(fabric->LinkName(l));
+  Planner::ReplanStats stats;
+  FlowPlan previous = plan;
+  t0 = std::chrono::steady_clock::now();
+  const std::clock_t c1 = std::clock();
+  FlowPlan re = planner.Replan(std::move(previous), changed, 2, &stats);
+  rep.replan_ms = Ms(t0);
+  rep.replan_cpu_ms = 1000.0 * (std::clock() - c1) / CLOCKS_PER_SEC;
+  rep.crossing = stats.crossing;
+  rep.moved = stats.moved;
+  // The same in connections: one with any QP moved counts once.
+  {
+    std::vector<char> seen, moved;
+    for (const Flow& f : flows) {
+      if (!f.network) continue;
+      if (static_cast<size_t>(f.conn) >= seen.size()) {
+        seen.resize(f.conn + 1, 0);
+        moved.resize(f.conn + 1, 0);
+      }
+      seen[f.conn] = 1;
+      const PlannedPath& a = plan.paths[f.id];
+      const PlannedPath& b = re.paths[f.id];
+      if (a.links != b.links || a.split != b.split) moved[f.conn] = 1;
+    }
+    for (size_t c = 0; c < seen.size(); ++c) {
+      rep.network_connections += seen[c];
+      rep.moved_connections += moved[c];
+    }
+  }
+  rep.after =
+      EvaluateOnce(*fabric, flows, re, **hash, o, po.degraded_below, nv_paths);
+  rep.recovery =
+      rep.after.planned.completion_s > 0
+          ? rep.healthy.bound.completion_s / rep.after.planned.completion_s
+          : 0;
+  rep.plan = std::move(re);
+  return rep;
+}
+
+}  // namespace pitstop::c4p

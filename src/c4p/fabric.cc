@@ -1,0 +1,258 @@
+#include "src/c4p/fabric.h"
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace pitstop::c4p {
+
+const char* NodeKindName(NodeKind k) {
+  switch (k) {
+    case NodeKind::kGpu:
+      return "gpu";
+    case NodeKind::kNvSwitch:
+      return "nvswitch";
+    case NodeKind::kTor:
+      return "tor";
+    case NodeKind::kAgg:
+      return "agg";
+    case NodeKind::kCore:
+      return "core";
+  }
+  return "?";
+}
+
+const char* LinkKindName(LinkKind k) {
+  switch (k) {
+    case LinkKind::kNvLink:
+      return "nvlink";
+    case LinkKind::kNic:
+      return "nic";
+    case LinkKind::kFabric:
+      return "fabric";
+  }
+  return "?";
+}
+
+int Fabric::AddNode(FabricNode n) {
+  const int id = static_cast<int>(nodes_.size());
+  by_name_.emplace(n.name, id);
+  nodes_.push_back(std::move(n));
+  out_.emplace_back();
+  nic_up_.emplace_back();
+  return id;
+}
+
+int Fabric::AddHost(std::string name) {
+  hosts_.push_back(FabricHost{std::move(name), {}, -1});
+  return static_cast<int>(hosts_.size()) - 1;
+}
+
+int Fabric::AddGpu(int host) {
+  FabricHost& h = hosts_[host];
+  FabricNode n;
+  n.kind = NodeKind::kGpu;
+  n.host = host;
+  n.local = static_cast<int>(h.gpus.size());
+  n.name = absl::StrCat(h.name, "/gpu", n.local);
+  const int id = AddNode(std::move(n));
+  hosts_[host].gpus.push_back(id);
+  ++gpu_count_;
+  return id;
+}
+
+int Fabric::AddNvSwitch(int host, std::string name) {
+  FabricNode n;
+  n.kind = NodeKind::kNvSwitch;
+  n.host = host;
+  n.name = std::move(name);
+  const int id = AddNode(std::move(n));
+  if (hosts_[host].nvswitch < 0) hosts_[host].nvswitch = id;
+  return id;
+}
+
+int Fabric::AddSwitch(NodeKind kind, std::string name) {
+  FabricNode n;
+  n.kind = kind;
+  n.name = std::move(name);
+  return AddNode(std::move(n));
+}
+
+int Fabric::AddCable(int a, int b, LinkKind kind, double gbps,
+                     int source_line) {
+  const int id = static_cast<int>(links_.size());
+  links_.push_back(FabricLink{a, b, kind, gbps, gbps, source_line});
+  links_.push_back(FabricLink{b, a, kind, gbps, gbps, source_line});
+  out_[a].push_back(id);
+  out_[b].push_back(id + 1);
+  if (kind == LinkKind::kNic) {
+    if (nodes_[a].kind == NodeKind::kGpu) nic_up_[a].push_back(id);
+    if (nodes_[b].kind == NodeKind::kGpu) nic_up_[b].push_back(id + 1);
+  }
+  return id;
+}
+
+absl::Status Fabric::Finalize() {
+  tor_index_.assign(nodes_.size(), -1);
+  tors_.clear();
+  for (size_t g = 0; g < nodes_.size(); ++g) {
+    for (int l : nic_up_[g]) {
+      const int t = links_[l].dst;
+      if (tor_index_[t] < 0) {
+        tor_index_[t] = static_cast<int>(tors_.size());
+        tors_.push_back(t);
+      }
+    }
+  }
+  dist_.assign(tors_.size() * nodes_.size(), -1);
+  std::deque<int> q;
+  for (size_t t = 0; t < tors_.size(); ++t) {
+    int16_t* d = &dist_[t * nodes_.size()];
+    d[tors_[t]] = 0;
+    q.push_back(tors_[t]);
+    while (!q.empty()) {
+      const int n = q.front();
+      q.pop_front();
+      for (int l : out_[n]) {
+        // Routing goes over switch-to-switch links only: never through a
+        // host (no NVLink transit) and never into a NIC.
+        if (links_[l].kind != LinkKind::kFabric) continue;
+        const int m = links_[l].dst;
+        if (d[m] >= 0) continue;
+        d[m] = static_cast<int16_t>(d[n] + 1);
+        q.push_back(m);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int> Fabric::GpusInOrder() const {
+  std::vector<int> out;
+  out.reserve(gpu_count_);
+  for (const FabricHost& h : hosts_) {
+    out.insert(out.end(), h.gpus.begin(), h.gpus.end());
+  }
+  return out;
+}
+
+void Fabric::NextHops(int node, int tor_idx, std::vector<int>* out) const {
+  out->clear();
+  const int here = Distance(node, tor_idx);
+  if (here <= 0) return;
+  for (int l : out_[node]) {
+    if (links_[l].kind != LinkKind::kFabric) continue;
+    if (Distance(links_[l].dst, tor_idx) == here - 1) out->push_back(l);
+  }
+}
+
+int Fabric::Downlink(int tor, int gpu) const {
+  for (int l : nic_up_[gpu]) {
+    if (links_[l].dst == tor) return l ^ 1;  // the reverse direction
+  }
+  return -1;
+}
+
+std::string Fabric::LinkName(int link) const {
+  const FabricLink& l = links_[link];
+  auto end = [&](int n) {
+    const FabricNode& f = nodes_[n];
+    if (l.kind == LinkKind::kNic && f.kind == NodeKind::kGpu) {
+      return absl::StrCat(hosts_[f.host].name, "/nic", f.local);
+    }
+    return f.name;
+  };
+  return absl::StrCat(end(l.src), "->", end(l.dst));
+}
+
+int Fabric::FindNode(const std::string& name) const {
+  auto it = by_name_.find(name);
+  if (it != by_name_.end()) return it->second;
+  // "host3/nic2" names GPU 2's network attachment.
+  const size_t slash = name.rfind("/nic");
+  if (slash != std::string::npos) {
+    auto g = by_name_.find(
+        absl::StrCat(name.substr(0, slash), "/gpu", name.substr(slash + 4)));
+    if (g != by_name_.end()) return g->second;
+  }
+  return -1;
+}
+
+absl::StatusOr<std::vector<int>> Fabric::FindLinks(
+    const std::string& spec) const {
+  std::vector<int> out;
+  auto between = [&](const std::string& a, const std::string& b,
+                     bool both) -> absl::Status {
+    const int na = FindNode(a), nb = FindNode(b);
+    if (na < 0 || nb < 0) {
+      return absl::NotFoundError(absl::StrCat(
+          "link '", spec, "': no node named '", na < 0 ? a : b, "'"));
+    }
+    for (int l : out_[na]) {
+      if (links_[l].dst == nb) {
+        out.push_back(l);
+        if (both) out.push_back(l ^ 1);
+      }
+    }
+    if (out.empty()) {
+      return absl::NotFoundError(absl::StrCat("link '", spec, "': ", a, " and ",
+                                              b,
+                                              " are not connected by a cable"));
+    }
+    return absl::OkStatus();
+  };
+  // Names may hold '-' themselves ("ASW-0"): split where both sides name
+  // nodes.
+  for (const char* sep : {"<->", "->", "-"}) {
+    const std::string sv(sep);
+    for (size_t pos = spec.find(sv); pos != std::string::npos;
+         pos = spec.find(sv, pos + 1)) {
+      if (pos == 0) continue;
+      const std::string a = spec.substr(0, pos);
+      const std::string b = spec.substr(pos + sv.size());
+      if (FindNode(a) < 0 || FindNode(b) < 0) continue;
+      absl::Status s = between(a, b, sv != "->");
+      if (!s.ok()) return s;
+      return out;
+    }
+    if (sv == "->" && spec.find(sv) != std::string::npos) break;
+  }
+  if (FindNode(spec) < 0) {
+    for (const char* sep : {"<->", "->", "-"}) {
+      const size_t pos = spec.find(sep);
+      if (pos == std::string::npos || pos == 0) continue;
+      // Report the first side that names nothing.
+      const std::string a = spec.substr(0, pos);
+      const std::string b = spec.substr(pos + strlen(sep));
+      return absl::NotFoundError(absl::StrCat(
+          "link '", spec, "': no node named '", FindNode(a) < 0 ? a : b, "'"));
+    }
+  }
+  const int n = FindNode(spec);
+  if (n < 0) {
+    return absl::NotFoundError(absl::StrCat(
+        "'", spec,
+        "' names no link, NIC or switch (links are 'A->B' or 'A-B', NICs "
+        "'hostN/nicK')"));
+  }
+  const bool nic = nodes_[n].kind == NodeKind::kGpu;
+  for (int l : out_[n]) {
+    if (nic && links_[l].kind != LinkKind::kNic) continue;
+    out.push_back(l);
+    out.push_back(l ^ 1);
+  }
+  if (out.empty()) {
+    return absl::NotFoundError(absl::StrCat("'", spec, "' has no links"));
+  }
+  return out;
+}
+
+void Fabric::ResetCapacities() {
+  for (FabricLink& l : links_) l.gbps = l.nominal_gbps;
+}
+
+}  // namespace pitstop::c4p

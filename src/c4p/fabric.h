@@ -1,0 +1,133 @@
+// The fabric the planner routes over: hosts, GPUs (each GPU's network
+// attachment is its NIC, with one port per plane), NVSwitches, ToR/leaf,
+// aggregation/spine and core switches, and directed links with capacities.
+//
+// Every physical cable is two directed links (ids 2k and 2k+1, one per
+// direction) so a full-duplex link carries each direction's load on its own.
+// Routing is what ECMP routing tables give a Clos: from a switch toward a
+// destination ToR, the next hops are the neighbours one hop closer (shortest
+// paths, which in a Clos are the valley-free up-down paths).
+//
+// Thread-compatible: build it on one thread, then any number of threads may
+// read it; SetCapacity() needs exclusive access.
+#ifndef PITSTOP_SRC_CONTROLLER_PLAN_FABRIC_H_
+#define PITSTOP_SRC_CONTROLLER_PLAN_FABRIC_H_
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace pitstop::c4p {
+
+enum class NodeKind { kGpu, kNvSwitch, kTor, kAgg, kCore };
+enum class LinkKind { kNvLink, kNic, kFabric };
+
+const char* NodeKindName(NodeKind k);
+const char* LinkKindName(LinkKind k);
+
+struct FabricNode {
+  std::string name;  // "host3/gpu2", "tor18", "agg4", "core9"
+  NodeKind kind = NodeKind::kGpu;
+  int host = -1;   // GPUs and NVSwitches
+  int local = -1;  // GPU index inside its host (= its NIC's rail)
+};
+
+struct FabricLink {
+  int src = -1;
+  int dst = -1;
+  LinkKind kind = LinkKind::kFabric;
+  double nominal_gbps = 0;  // as built / read from the file
+  double gbps = 0;          // effective (degraded or Cora-measured)
+  int source_line = 0;      // line of the file that declared it (0: none)
+};
+
+struct FabricHost {
+  std::string name;
+  std::vector<int> gpus;  // node ids, by local index
+  int nvswitch = -1;      // node id, -1 when the host has none
+};
+
+class Fabric {
+ public:
+  Fabric() = default;
+
+  // --- building ------------------------------------------------------------
+  int AddHost(std::string name);
+  int AddGpu(int host);  // named "<host>/gpu<local>"
+  int AddNvSwitch(int host, std::string name);
+  int AddSwitch(NodeKind kind, std::string name);
+  // One cable: returns the id of the src->dst direction (dst->src is id+1).
+  int AddCable(int a, int b, LinkKind kind, double gbps, int source_line = 0);
+  // Computes tiers and per-ToR routing. Fails when a GPU cannot reach some
+  // ToR that another GPU hangs off (a disconnected fabric), naming both.
+  absl::Status Finalize();
+
+  // --- reading -------------------------------------------------------------
+  const std::vector<FabricNode>& nodes() const { return nodes_; }
+  const std::vector<FabricLink>& links() const { return links_; }
+  const std::vector<FabricHost>& hosts() const { return hosts_; }
+  const FabricNode& node(int id) const { return nodes_[id]; }
+  const FabricLink& link(int id) const { return links_[id]; }
+  int gpu_count() const { return gpu_count_; }
+  // GPUs in host order (host 0's local 0..n, host 1's, ...).
+  std::vector<int> GpusInOrder() const;
+
+  // Directed links leaving a node.
+  const std::vector<int>& out_links(int node) const { return out_[node]; }
+  // Network uplinks of a GPU's NIC (one per plane), NIC -> ToR.
+  const std::vector<int>& nic_uplinks(int gpu) const { return nic_up_[gpu]; }
+  // The ToR a NIC port (uplink id) lands on.
+  int tor_of_uplink(int link) const { return links_[link].dst; }
+  int tor_count() const { return static_cast<int>(tors_.size()); }
+  // Index of a ToR among all ToRs (-1 when `node` is not a ToR).
+  int tor_index(int node) const { return tor_index_[node]; }
+  // Hops from a switch to the ToR with index t; -1 when unreachable.
+  int Distance(int node, int tor_idx) const {
+    return dist_[static_cast<size_t>(tor_idx) * nodes_.size() + node];
+  }
+  // Fabric links from `node` one hop closer to ToR index t (ECMP next hops),
+  // in link-id order (what a switch's ECMP group holds).
+  void NextHops(int node, int tor_idx, std::vector<int>* out) const;
+  // The link ToR -> GPU's NIC port on that ToR, -1 when none.
+  int Downlink(int tor, int gpu) const;
+
+  // Human name of a link ("host3/nic2->tor18"); NIC ends are named nicK.
+  std::string LinkName(int link) const;
+  // Links named by `spec`: "A->B" (one direction), "A-B" or "A<->B" (both),
+  // a NIC "host3/nic2" (all its network links, both ways) or a switch name
+  // (all its links). Node names may be the file's numeric ids for SimAI
+  // files. NotFound naming the spec when nothing matches.
+  absl::StatusOr<std::vector<int>> FindLinks(const std::string& spec) const;
+  int FindNode(const std::string& name) const;  // -1 when unknown
+
+  // Effective capacity (planner and simulator use it; nominal is kept).
+  void SetCapacity(int link, double gbps) { links_[link].gbps = gbps; }
+  void ResetCapacities();
+
+  // What a file left open and the reader assumed (printed by the CLI).
+  std::vector<std::string>& assumptions() { return assumptions_; }
+  const std::vector<std::string>& assumptions() const { return assumptions_; }
+  std::string description;  // one line: "SimAI file X: 2 hosts x 8 GPUs ..."
+
+ private:
+  int AddNode(FabricNode n);
+
+  std::vector<FabricNode> nodes_;
+  std::vector<FabricLink> links_;
+  std::vector<FabricHost> hosts_;
+  std::vector<std::vector<int>> out_;
+  std::vector<std::vector<int>> nic_up_;  // by node id (empty for switches)
+  std::vector<int> tor_index_;
+  std::vector<int> tors_;
+  std::vector<int16_t> dist_;  // [tor index][node]
+  std::unordered_map<std::string, int> by_name_;
+  std::vector<std::string> assumptions_;
+  int gpu_count_ = 0;
+};
+
+}  // namespace pitstop::c4p
+
+#endif  // PITSTOP_SRC_CONTROLLER_PLAN_FABRIC_H_

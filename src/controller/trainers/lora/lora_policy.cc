@@ -1,0 +1,546 @@
+#include "src/controller/trainers/lora/lora_policy.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "pitstop/logging.h"
+
+namespace pitstop::controller {
+namespace {
+
+constexpr int kMaxLayers = 4096;
+
+std::string Key(const lora::Placement& p) { return PlacementText(p); }
+
+}  // namespace
+
+v1::LoraSettings DefaultLoraSettings() {
+  v1::LoraSettings s;
+  s.set_policy(v1::LORA_POLICY_ADVISE);
+  s.set_slow_min_effect(0.25);
+  s.set_slow_persist_s(5);
+  s.set_horizon_s(120);
+  s.set_move_s_per_layer(0.05);
+  s.set_apply_lead_steps(3);
+  s.set_min_gain(0.1);
+  s.set_max_pipelines(1);
+  return s;
+}
+
+absl::Status ValidateLoraSettings(const v1::LoraSettings& s) {
+  if (!v1::LoraPolicy_IsValid(s.policy())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("settings.policy: unknown value ", s.policy()));
+  }
+  if (!(s.slow_min_effect() >= 0 && s.slow_min_effect() < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("settings.slow_min_effect: must be in [0, 1), got ",
+                     s.slow_min_effect()));
+  }
+  if (s.slow_persist_s() > kMaxPolicySeconds ||
+      s.horizon_s() > kMaxPolicySeconds) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        s.slow_persist_s() > kMaxPolicySeconds ? "settings.slow_persist_s"
+                                               : "settings.horizon_s",
+        ": at most ", kMaxPolicySeconds, " (a week)"));
+  }
+  if (!(s.move_s_per_layer() >= 0 && s.move_s_per_layer() <= 3600)) {
+    return absl::InvalidArgumentError(
+        "settings.move_s_per_layer: must be in [0, 3600]");
+  }
+  if (!(s.min_gain() >= 0 && s.min_gain() <= 100)) {
+    return absl::InvalidArgumentError("settings.min_gain: must be in [0, 100]");
+  }
+  if (s.apply_lead_steps() > 1'000'000) {
+    return absl::InvalidArgumentError(
+        "settings.apply_lead_steps: at most 1000000");
+  }
+  if (s.max_pipelines() > 64) {
+    return absl::InvalidArgumentError("settings.max_pipelines: at most 64");
+  }
+  return absl::OkStatus();
+}
+
+v1::LoraSettings ResolveLoraSettings(const v1::LoraSettings& s,
+                                     const v1::LoraSettings& d) {
+  v1::LoraSettings r = s;
+  if (r.policy() == v1::LORA_POLICY_UNSPECIFIED) r.set_policy(d.policy());
+  if (r.slow_min_effect() == 0) r.set_slow_min_effect(d.slow_min_effect());
+  if (r.slow_persist_s() == 0) r.set_slow_persist_s(d.slow_persist_s());
+  if (r.horizon_s() == 0) r.set_horizon_s(d.horizon_s());
+  if (r.move_s_per_layer() == 0) r.set_move_s_per_layer(d.move_s_per_layer());
+  if (r.apply_lead_steps() == 0) r.set_apply_lead_steps(d.apply_lead_steps());
+  if (r.min_gain() == 0) r.set_min_gain(d.min_gain());
+  if (r.max_pipelines() == 0) r.set_max_pipelines(d.max_pipelines());
+  return r;
+}
+
+v1::LoraPlacement ToProto(const lora::Placement& p) {
+  v1::LoraPlacement out;
+  for (const lora::Pipeline& q : p.pipelines) {
+    v1::LoraPipeline* pipe = out.add_pipelines();
+    for (const lora::Stage& s : q.stages) {
+      v1::LoraStage* st = pipe->add_stages();
+      st->set_rank(s.rank);
+      st->set_layer_begin(s.layer_begin);
+      st->set_layer_end(s.layer_end);
+    }
+    for (uint32_t a : q.adapters) pipe->add_adapters(a);
+  }
+  for (int32_t r : p.excluded) out.add_excluded_ranks(r);
+  out.set_estimated_samples_per_s(p.estimate.samples_per_s);
+  return out;
+}
+
+std::string PlacementText(const lora::Placement& p) {
+  std::vector<std::string> pipes;
+  for (const lora::Pipeline& q : p.pipelines) {
+    std::vector<std::string> parts;
+    for (const lora::Stage& s : q.stages) {
+      parts.push_back(absl::StrCat("r", s.rank, ":[", s.layer_begin, ",",
+                                   s.layer_end, ")"));
+    }
+    std::string t = absl::StrJoin(parts, " ");
+    // One pipeline trains every adapter: no list (the same placement
+    // whether or not the adapters are named).
+    if (p.pipelines.size() > 1) {
+      absl::StrAppend(&t, " adapters ", absl::StrJoin(q.adapters, ","));
+    }
+    pipes.push_back(std::move(t));
+  }
+  std::string out = absl::StrJoin(pipes, " | ");
+  if (!p.excluded.empty()) {
+    absl::StrAppend(&out, " excluded ", absl::StrJoin(p.excluded, ","));
+  }
+  return out;
+}
+
+LoraPolicyEngine::LoraPolicyEngine(Clock* clock, Options options)
+    : clock_(clock),
+      options_(std::move(options)),
+      ids_(options_.directive_ids ? options_.directive_ids : &own_ids_) {}
+
+absl::Status LoraPolicyEngine::AddReport(const std::string& host,
+                                         const v1::ReportStepsRequest& r) {
+  const v1::TrainerIdentity& t = r.trainer();
+  bool any = false;
+  for (const v1::StepReport& s : r.steps()) any |= s.has_lora();
+  if (!any) return absl::OkStatus();
+  if (absl::Status st = ValidateTrainerReport(r); !st.ok()) return st;
+  for (int i = 0; i < r.steps_size(); ++i) {
+    const v1::LoraStageTime& l = r.steps(i).lora();
+    if (l.layer_costs_size() > kMaxLayers ||
+        (!l.excluded() && (l.layer_begin() >= l.layer_end() ||
+                           l.layer_end() > uint32_t(l.layer_costs_size())))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "steps[", i, "].lora: layers [", l.layer_begin(), ", ", l.layer_end(),
+          ") of ", l.layer_costs_size(), " layer costs"));
+    }
+  }
+  absl::StatusOr<Job*> found = FindOrAddJob(t.job_id(), "trainer.job_id");
+  if (!found.ok()) return found.status();
+  ids_->Seen(t.job_id(), r.seen_directive_id());
+  Job& job = **found;
+  const int64_t now = clock_->MonotonicNanos();
+  RankState& rs = job.ranks[t.global_rank()];
+  rs.host = host;
+  for (const v1::StepReport& s : r.steps()) {
+    if (!s.has_lora()) continue;
+    const v1::LoraStageTime& l = s.lora();
+    job.reports++;
+    rs.last_step = std::max(rs.last_step, s.step());
+    job.layer_costs.assign(l.layer_costs().begin(), l.layer_costs().end());
+    if (l.micro_batches() > 0) {
+      // A trainer that does not say how many adapters: count micro-batches
+      // as one adapter's.
+      const uint32_t n = std::max<uint32_t>(l.adapters(), 1);
+      job.mb_per_adapter = std::max<uint32_t>(l.micro_batches() / n, 1);
+      job.n_adapters = std::max(job.n_adapters, n);
+    }
+    job.adapters.insert(l.adapter_ids().begin(), l.adapter_ids().end());
+    if (l.samples() > 0 && l.micro_batches() > 0) {
+      job.samples_per_mb = double(l.samples()) / l.micro_batches();
+      auto& w = job.throughput[t.global_rank()];
+      w.push_back({double(l.samples()), s.wall_ns() / 1e9});
+      while (w.size() > options_.window_steps) w.pop_front();
+    }
+    if (!rs.known || rs.excluded != l.excluded() ||
+        rs.layer_begin != l.layer_begin() || rs.layer_end != l.layer_end()) {
+      rs.speeds.clear();  // another stage: older speeds are of other layers
+      job.throughput.erase(t.global_rank());
+    }
+    rs.known = true;
+    rs.excluded = l.excluded();
+    rs.stage = l.stage();
+    rs.layer_begin = l.layer_begin();
+    rs.layer_end = l.layer_end();
+    rs.pipeline = l.pipeline();
+    rs.adapters.assign(l.adapter_ids().begin(), l.adapter_ids().end());
+    rs.max_layers = l.max_layers();
+    if (l.excluded()) {
+      job.throughput.erase(t.global_rank());
+      // The probe: one block timed on a fixed micro-batch.
+      if (l.probe_units_per_s() > 0 && std::isfinite(l.probe_units_per_s())) {
+        rs.speeds.push_back({l.probe_units_per_s(), now});
+        while (rs.speeds.size() > options_.window_steps) rs.speeds.pop_front();
+      }
+      continue;
+    }
+    if (l.compute_ns() == 0) continue;
+    double units = 0;
+    for (uint32_t i = l.layer_begin(); i < l.layer_end(); ++i) {
+      units += l.layer_costs(i);
+    }
+    rs.speeds.push_back(
+        {units * l.micro_batches() / (l.compute_ns() / 1e9), now});
+    while (rs.speeds.size() > options_.window_steps) rs.speeds.pop_front();
+  }
+  NoteReportedPlacement(t.job_id(), job);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LoraPolicyEngine::Job*> LoraPolicyEngine::FindOrAddJob(
+    const std::string& id, const char* field) {
+  std::string forgotten;
+  absl::StatusOr<Job*> job = controller::FindOrAddJob(
+      jobs_, id, options_.max_jobs, options_.job_idle_expiry,
+      clock_->MonotonicNanos(), field, &forgotten);
+  if (!forgotten.empty()) {
+    Logger("controller.lora")
+        ->info("job {}: forgotten, idle past {} with the job table full",
+               forgotten, absl::FormatDuration(options_.job_idle_expiry));
+  }
+  return job;
+}
+
+void LoraPolicyEngine::NoteReportedPlacement(const std::string& id, Job& job) {
+  lora::Placement p;
+  // pipeline -> (stage, stage), adapters
+  std::map<uint32_t, std::vector<std::pair<uint32_t, lora::Stage>>> stages;
+  std::map<uint32_t, std::vector<uint32_t>> adapters;
+  for (const auto& [rank, rs] : job.ranks) {
+    if (!rs.known) continue;
+    if (rs.excluded) {
+      p.excluded.push_back(rank);
+    } else {
+      stages[rs.pipeline].push_back(
+          {rs.stage, {rank, rs.layer_begin, rs.layer_end}});
+      adapters[rs.pipeline] = rs.adapters;
+    }
+  }
+  for (auto& [q, st] : stages) {
+    std::sort(st.begin(), st.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    lora::Pipeline pipe;
+    for (const auto& [unused, s] : st) pipe.stages.push_back(s);
+    // Complete only: contiguous from 0 to the last layer.
+    uint32_t next = 0;
+    for (const lora::Stage& s : pipe.stages) {
+      if (s.layer_begin != next) return;
+      next = s.layer_end;
+    }
+    if (next != job.layer_costs.size()) return;
+    pipe.adapters = adapters[q];
+    std::sort(pipe.adapters.begin(), pipe.adapters.end());
+    p.pipelines.push_back(std::move(pipe));
+  }
+  if (p.pipelines.empty()) return;
+  if (p.pipelines.size() == 1) p.pipelines[0].adapters.clear();  // all
+  if (job.seen_any && Key(p) != Key(job.last_seen)) {
+    job.moves_applied++;
+    Logger("controller.lora")
+        ->info("job {}: trainers now run placement {} (was {})", id,
+               PlacementText(p), PlacementText(job.last_seen));
+    job.pending.clear();  // applied (or superseded by the trainers)
+    job.pending_sent = false;
+    job.better_since_ns = 0;  // judge the new placement afresh
+  }
+  job.seen_any = true;
+  job.last_seen = std::move(p);
+}
+
+void LoraPolicyEngine::Record(Job& job, v1::LoraDecision d) {
+  job.decisions.push_back(std::move(d));
+  while (job.decisions.size() > options_.max_decisions) {
+    job.decisions.pop_front();
+  }
+}
+
+std::vector<LoraPolicyEngine::Outgoing> LoraPolicyEngine::Evaluate(
+    const std::vector<v1::Fault>& open_faults) {
+  std::vector<Outgoing> out;
+  const int64_t now = clock_->MonotonicNanos();
+  for (auto& [id, job] : jobs_) EvaluateJob(id, job, open_faults, now, &out);
+  return out;
+}
+
+void LoraPolicyEngine::EvaluateJob(const std::string& id, Job& job,
+                                   const std::vector<v1::Fault>& open_faults,
+                                   int64_t now, std::vector<Outgoing>* out) {
+  const v1::LoraSettings s = ResolveLoraSettings(
+      job.has_settings ? job.settings : v1::LoraSettings(), options_.defaults);
+  v1::JobLora& v = job.view;
+  v.Clear();
+  if (s.policy() == v1::LORA_POLICY_OFF || !job.seen_any) return;
+  // Speeds: median of the window; excluded ranks keep their last one.
+  const int64_t max_age = absl::ToInt64Nanoseconds(options_.sample_max_age);
+  std::map<int32_t, double> speeds;
+  for (auto& [rank, rs] : job.ranks) {
+    while (!rs.speeds.empty() && now - rs.speeds.front().second > max_age) {
+      rs.speeds.pop_front();
+    }
+    // An excluded rank's probes count from the first (they come every few
+    // steps only).
+    if (rs.speeds.size() >= (rs.excluded ? 1 : options_.min_window_steps)) {
+      std::vector<double> w;
+      for (const auto& [sp, unused] : rs.speeds) w.push_back(sp);
+      rs.last_speed = Median(std::move(w));
+      speeds[rank] = rs.last_speed;
+    } else if (rs.excluded && rs.last_speed > 0) {
+      speeds[rank] = rs.last_speed;
+    }
+  }
+  for (const lora::Stage& st : job.last_seen.AllStages()) {
+    if (!speeds.contains(st.rank)) return;  // not every stage measured yet
+  }
+  std::vector<double> all;
+  for (const auto& [r, sp] : speeds) all.push_back(sp);
+  const double median = Median(all);
+  std::set<int32_t> slow;
+  for (const auto& [r, sp] : speeds) {
+    if (sp < (1 - s.slow_min_effect()) * median) slow.insert(r);
+  }
+  for (const v1::Fault& f : open_faults) {
+    if (f.job_id() != id || f.fault_class() != v1::FAULT_CLASS_NON_COMM_SLOW) {
+      continue;
+    }
+    v.add_slow_faults(f.fault_id());
+    for (const v1::Suspect& su : f.suspects()) {
+      if (su.global_rank() >= 0 && job.ranks.contains(su.global_rank())) {
+        slow.insert(su.global_rank());
+      }
+    }
+  }
+  const lora::Placement& cur = job.last_seen;
+  std::vector<uint32_t> adapters(job.adapters.begin(), job.adapters.end());
+  if (adapters.empty()) {
+    for (uint32_t a = 0; a < job.n_adapters; ++a) adapters.push_back(a);
+  }
+  const uint32_t n_adapters = std::max<uint32_t>(adapters.size(), 1);
+  const uint32_t micro_batches =
+      std::max<uint32_t>(job.mb_per_adapter, 1) * n_adapters;
+  absl::StatusOr<lora::Estimate> cur_est =
+      lora::EstimatePipelines(cur.pipelines, speeds, job.layer_costs,
+                              micro_batches, job.samples_per_mb, n_adapters);
+  lora::PlacementInput in;
+  in.speeds = speeds;
+  in.layer_costs = job.layer_costs;
+  in.micro_batches = micro_batches;
+  in.samples_per_micro_batch = job.samples_per_mb;
+  in.adapters = adapters;
+  in.max_pipelines = std::max<uint32_t>(s.max_pipelines(), 1);
+  for (const auto& [r, rs] : job.ranks) {
+    if (rs.max_layers > 0 && (in.max_layers_per_rank == 0 ||
+                              rs.max_layers < in.max_layers_per_rank)) {
+      in.max_layers_per_rank = rs.max_layers;
+    }
+  }
+  absl::StatusOr<lora::Placement> prop = lora::ComputePlacement(in);
+  if (!cur_est.ok() || !prop.ok()) {
+    Logger("controller.lora")
+        ->warn("job {}: no placement: {}", id,
+               (!cur_est.ok() ? cur_est.status() : prop.status()).ToString());
+    return;
+  }
+  // The view (JobLora) with evidence, whatever is decided.
+  v.set_current_samples_per_s(cur_est->samples_per_s);
+  *v.mutable_current() = ToProto(cur);
+  v.mutable_current()->set_estimated_samples_per_s(cur_est->samples_per_s);
+  for (const auto& [rank, rs] : job.ranks) {
+    v1::LoraRankSpeed* rsp = v.add_ranks();
+    rsp->set_rank(rank);
+    rsp->set_layer_begin(rs.layer_begin);
+    rsp->set_layer_end(rs.layer_end);
+    rsp->set_excluded(rs.excluded);
+    rsp->set_slow(slow.contains(rank));
+    if (speeds.contains(rank)) {
+      rsp->set_units_per_s(speeds[rank]);
+      rsp->set_relative(median > 0 ? speeds[rank] / median : 0);
+    }
+  }
+  for (int32_t r : slow) v.add_slow_ranks(r);
+  // Pipelines run side by side: their rates add up.
+  double measured = 0;
+  for (const auto& [r, w] : job.throughput) {
+    double samples = 0, wall = 0;
+    for (const auto& [n, secs] : w) samples += n, wall += secs;
+    if (wall > 0) measured += samples / wall;
+  }
+  if (measured > 0) v.set_measured_samples_per_s(measured);
+  const uint32_t moved = lora::MovedLayers(cur, *prop, adapters) +
+                         (cur.excluded != prop->excluded ? 1 : 0);
+  const double move_cost_s = moved * s.move_s_per_layer();
+  const double gain = prop->estimate.samples_per_s - cur_est->samples_per_s;
+  // An excluded rank whose probes show it recovered comes back.
+  bool returning = false;
+  for (int32_t r : cur.excluded) {
+    returning |= std::find(prop->excluded.begin(), prop->excluded.end(), r) ==
+                 prop->excluded.end();
+  }
+  const bool worth =
+      moved > 0 && (!slow.empty() || returning) &&
+      gain >= s.min_gain() * cur_est->samples_per_s &&
+      gain * s.horizon_s() > move_cost_s * prop->estimate.samples_per_s;
+  if (!worth) {
+    job.better_since_ns = 0;
+    return;
+  }
+  *v.mutable_proposed() = ToProto(*prop);
+  v.set_proposed_samples_per_s(prop->estimate.samples_per_s);
+  v.set_move_cost_s(move_cost_s);
+  if (job.better_since_ns == 0) job.better_since_ns = now;
+  if (now - job.better_since_ns <
+      absl::ToInt64Nanoseconds(absl::Seconds(s.slow_persist_s()))) {
+    return;
+  }
+  const std::string key = Key(*prop);
+  const bool auto_mode = s.policy() == v1::LORA_POLICY_AUTO;
+  const bool resend_due =
+      now - job.last_sent_ns >= absl::ToInt64Nanoseconds(options_.resend);
+  // One move at a time: while a sent placement is not applied, nothing new
+  // goes out (speeds measured meanwhile are of the old placement) until it
+  // is due again; ADVISE records each distinct proposal once.
+  if (auto_mode && job.pending_sent && !resend_due) return;
+  if (!auto_mode && job.pending == key) return;
+  uint64_t last_step = 0;
+  for (const auto& [r, rs] : job.ranks) {
+    last_step = std::max(last_step, rs.last_step);
+  }
+  v1::LoraDecision d;
+  d.set_time_unix_ns(absl::ToUnixNanos(clock_->Now()));
+  d.set_policy(s.policy());
+  *d.mutable_from() = *v.mutable_current();
+  *d.mutable_to() = v.proposed();
+  d.set_current_samples_per_s(cur_est->samples_per_s);
+  d.set_estimated_samples_per_s(prop->estimate.samples_per_s);
+  d.set_move_cost_s(move_cost_s);
+  std::vector<std::string> slow_txt;
+  v1::Evidence* e = d.mutable_evidence();
+  for (int32_t r : slow) {
+    slow_txt.push_back(absl::StrFormat("rank %d at %.2fx", r,
+                                       median > 0 ? speeds[r] / median : 0.0));
+  }
+  for (const auto& [r, sp] : speeds) {
+    (*e->mutable_values())[absl::StrCat("units_per_s/rank", r)] = sp;
+  }
+  (*e->mutable_values())["median_units_per_s"] = median;
+  (*e->mutable_values())["moved_layers"] = moved;
+  std::vector<std::string> back_txt;
+  for (int32_t r : cur.excluded) {
+    if (std::find(prop->excluded.begin(), prop->excluded.end(), r) ==
+            prop->excluded.end() &&
+        speeds.contains(r)) {
+      back_txt.push_back(absl::StrFormat(
+          "rank %d probes at %.2fx", r, median > 0 ? speeds[r] / median : 0.0));
+    }
+  }
+  e->set_text(absl::StrFormat(
+      "%s%s%s (median speed %.3g units/s)%s; %s -> %s: %.3f -> %.3f "
+      "samples/s (est.), move %u layers ~%.2f s",
+      slow_txt.empty() ? "" : "slow: " + absl::StrJoin(slow_txt, ", "),
+      !slow_txt.empty() && !back_txt.empty() ? "; " : "",
+      back_txt.empty() ? "" : "back: " + absl::StrJoin(back_txt, ", "), median,
+      v.slow_faults_size()
+          ? absl::StrCat(", faults ", absl::StrJoin(v.slow_faults(), ","))
+          : "",
+      PlacementText(cur), PlacementText(*prop), cur_est->samples_per_s,
+      prop->estimate.samples_per_s, moved, move_cost_s));
+  d.set_reason(e->text());
+  job.pending = key;
+  job.pending_sent = auto_mode;
+  job.last_sent_ns = now;
+  if (auto_mode) {
+    const uint64_t did = ids_->Next(id);
+    d.set_sent(true);
+    d.set_directive_id(did);
+    d.set_apply_at_step(last_step + s.apply_lead_steps());
+    Outgoing o;
+    o.job_id = id;
+    for (const auto& [r, rs] : job.ranks) {
+      if (std::find(o.hosts.begin(), o.hosts.end(), rs.host) == o.hosts.end())
+        o.hosts.push_back(rs.host);
+    }
+    o.directive.set_directive_id(did);
+    o.directive.set_job_id(id);
+    o.directive.set_apply_at_step(d.apply_at_step());
+    o.directive.set_reason(d.reason());
+    *o.directive.mutable_placement() = d.to();
+    out->push_back(std::move(o));
+    Logger("controller.lora")
+        ->info("job {}: directive {} (apply at step {}): {}", id, did,
+               d.apply_at_step(), d.reason());
+  } else {
+    Logger("controller.lora")->info("job {}: advise: {}", id, d.reason());
+  }
+  Record(job, std::move(d));
+}
+
+absl::Status LoraPolicyEngine::CheckSettings(const std::string& job_id,
+                                             const v1::LoraSettings& s) {
+  if (job_id.empty() || job_id.size() > kMaxJobIdBytes) {
+    return absl::InvalidArgumentError("job_id: required, at most 256 bytes");
+  }
+  return ValidateLoraSettings(s);
+}
+
+absl::StatusOr<v1::LoraSettings> LoraPolicyEngine::SetSettings(
+    const std::string& job_id, const v1::LoraSettings& s) {
+  if (absl::Status st = CheckSettings(job_id, s); !st.ok()) return st;
+  absl::StatusOr<Job*> job = FindOrAddJob(job_id, "job_id");
+  if (!job.ok()) return job.status();
+  (*job)->has_settings = true;
+  (*job)->settings = s;
+  return ResolveLoraSettings(s, options_.defaults);
+}
+
+v1::LoraSettings LoraPolicyEngine::Settings(const std::string& job_id) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end() || !it->second.has_settings) return options_.defaults;
+  return ResolveLoraSettings(it->second.settings, options_.defaults);
+}
+
+absl::StatusOr<v1::JobLora> LoraPolicyEngine::State(
+    const std::string& job_id) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end() || !it->second.seen_any) {
+    return absl::NotFoundError(
+        absl::StrCat("job ", job_id, ": no multi-LoRA trainer reports (yet)"));
+  }
+  const Job& job = it->second;
+  v1::JobLora v = job.view;
+  *v.mutable_settings() = Settings(job_id);
+  v.set_trainers(job.ranks.size());
+  uint64_t last = 0;
+  for (const auto& [r, rs] : job.ranks) last = std::max(last, rs.last_step);
+  v.set_last_step(last);
+  if (!v.has_current()) *v.mutable_current() = ToProto(job.last_seen);
+  for (const v1::LoraDecision& d : job.decisions) *v.add_decisions() = d;
+  v.set_moves_applied(job.moves_applied);
+  v.set_reports(job.reports);
+  return v;
+}
+
+std::map<std::string, std::set<std::string>> LoraPolicyEngine::JobHosts()
+    const {
+  std::map<std::string, std::set<std::string>> out;
+  for (const auto& [id, job] : jobs_) {
+    if (!job.seen_any) continue;
+    for (const auto& [r, rs] : job.ranks) out[id].insert(rs.host);
+  }
+  return out;
+}
+
+}  // namespace pitstop::controller

@@ -1,0 +1,207 @@
+#include <cstdlib>
+#include <filesystem>
+
+#include "gtest/gtest.h"
+#include "src/c4p/fabric_io.h"
+
+namespace pitstop::c4p {
+namespace {
+
+// Two servers of two GPUs: NVSwitches 4 and 5, rail ToRs 6 and 7, spines 8
+// and 9.
+constexpr char kTiny[] =
+    "10 2 2 4 12 H20\n"
+    "4 5 6 7 8 9\n"
+    "0 4 900Gbps 0.000025ms 0\n"
+    "1 4 900Gbps 0.000025ms 0\n"
+    "2 5 900Gbps 0.000025ms 0\n"
+    "3 5 900Gbps 0.000025ms 0\n"
+    "0 6 200Gbps 0.001ms 0\n"
+    "1 7 200Gbps 0.001ms 0\n"
+    "2 6 200Gbps 0.001ms 0\n"
+    "3 7 200Gbps 0.001ms 0\n"
+    "6 8 400Gbps 0.001ms 0\n"
+    "6 9 400Gbps 0.001ms 0\n"
+    "7 8 400Gbps 0.001ms 0\n"
+    "7 9 400Gbps 0.001ms 0\n";
+
+std::filesystem::path SharedTopology(const std::string& name) {
+  const char* src = std::getenv("PITSTOP_SOURCE_DIR");
+  return std::filesystem::path(src ? src : ".") / ".." / "shared" / "data" /
+         "topology" / name;
+}
+
+TEST(FabricTest, SimAiTiersAndRouting) {
+  auto f = ParseSimAi(kTiny, "tiny.txt");
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto fab = FabricFromSimAi(*f, "tiny.txt");
+  ASSERT_TRUE(fab.ok()) << fab.status();
+  EXPECT_EQ(fab->gpu_count(), 4);
+  EXPECT_EQ(fab->hosts().size(), 2u);
+  const int tor6 = fab->FindNode("tor6"), tor7 = fab->FindNode("tor7");
+  ASSERT_GE(tor6, 0);
+  ASSERT_GE(tor7, 0);
+  EXPECT_EQ(fab->node(fab->FindNode("spine8")).kind, NodeKind::kAgg);
+  // From ToR 6 to ToR 7: two spines, so two next hops.
+  std::vector<int> hops;
+  fab->NextHops(tor6, fab->tor_index(tor7), &hops);
+  EXPECT_EQ(hops.size(), 2u);
+  // GPU 0's NIC lands on tor6.
+  const int g0 = fab->FindNode("host0/gpu0");
+  ASSERT_EQ(fab->nic_uplinks(g0).size(), 1u);
+  EXPECT_EQ(fab->tor_of_uplink(fab->nic_uplinks(g0)[0]), tor6);
+  EXPECT_EQ(fab->LinkName(fab->nic_uplinks(g0)[0]), "host0/nic0->tor6");
+}
+
+TEST(FabricTest, FindLinksBySpec) {
+  auto f = ParseSimAi(kTiny, "tiny.txt");
+  ASSERT_TRUE(f.ok());
+  auto fab = FabricFromSimAi(*f, "tiny.txt");
+  ASSERT_TRUE(fab.ok());
+  auto one = fab->FindLinks("tor6->spine8");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->size(), 1u);
+  auto both = fab->FindLinks("tor6-spine8");
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(both->size(), 2u);
+  auto nic = fab->FindLinks("host1/nic1");
+  ASSERT_TRUE(nic.ok()) << nic.status();
+  EXPECT_EQ(nic->size(), 2u);
+  EXPECT_FALSE(fab->FindLinks("tor6-tor7").ok());
+  EXPECT_FALSE(fab->FindLinks("nosuch").ok());
+}
+
+TEST(FabricTest, SimAiErrorsNameFileAndLine) {
+  auto bad_link =
+      ParseSimAi("10 2 2 4 1 H20\n4 5 6 7 8 9\n0 4 fast 1ms 0\n", "x.txt");
+  ASSERT_FALSE(bad_link.ok());
+  EXPECT_NE(bad_link.status().message().find("x.txt:3:"), std::string::npos)
+      << bad_link.status();
+  auto out_of_range =
+      ParseSimAi("10 2 2 4 1 H20\n4 5 6 7 8 9\n0 42 100Gbps 1ms 0\n", "y.txt");
+  ASSERT_FALSE(out_of_range.ok());
+  EXPECT_NE(out_of_range.status().message().find("y.txt:3:"),
+            std::string::npos);
+  auto truncated = ParseSimAi(
+      "10 2 2 4 12 H20\n4 5 6 7 8 9\n0 4 900Gbps 0.000025ms 0\n", "z.txt");
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_NE(truncated.status().message().find("z.txt:1:"), std::string::npos);
+  EXPECT_NE(truncated.status().message().find("declares 12"),
+            std::string::npos);
+}
+
+TEST(FabricTest, ClosCsvBuildsThreeTiersAndSaysWhatItAssumed) {
+  const std::string csv =
+      "ip,DSW,PSW,ASW\n"
+      "10.0.0.1,dsw0,psw0,asw0\n"
+      "10.0.0.2,dsw0,psw0,asw0\n"
+      "10.0.0.3,dsw0,psw0,asw1\n"
+      "10.0.1.1,dsw0,psw1,asw2\n";
+  ClosCsvOptions o;
+  o.gpus_per_host = 2;
+  o.aggs_per_pod = 4;
+  o.cores_per_agg = 2;
+  auto fab = ParseClosCsv(csv, "c.csv", o);
+  ASSERT_TRUE(fab.ok()) << fab.status();
+  EXPECT_EQ(fab->gpu_count(), 8);
+  // Link specs whose names hold '-'.
+  ClosCsvOptions dashed = o;
+  auto d = ParseClosCsv(
+      "ip,DSW,PSW,ASW\n10.0.0.1,DSW-0,PSW-0,ASW-0\n10.0.0.2,DSW-0,PSW-1,"
+      "ASW-1\n",
+      "d.csv", dashed);
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto l = d->FindLinks("ASW-0-PSW-0/agg1");
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->size(), 2u);
+  auto one = d->FindLinks("ASW-1->PSW-1/agg0");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->size(), 1u);
+  EXPECT_FALSE(d->FindLinks("ASW-0-PSW-1/agg1").ok());  // not cabled
+  auto unknown = d->FindLinks("ASW-0-nosuch");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_FALSE(fab->assumptions().empty());
+  const int asw0 = fab->FindNode("asw0"), asw2 = fab->FindNode("asw2");
+  ASSERT_GE(asw0, 0);
+  // asw0 -> asw2 crosses pods: up to an agg (4 choices), then a core.
+  EXPECT_EQ(fab->Distance(asw0, fab->tor_index(asw2)), 4);
+  std::vector<int> hops;
+  fab->NextHops(asw0, fab->tor_index(asw2), &hops);
+  EXPECT_EQ(hops.size(), 4u);
+}
+
+TEST(FabricTest, ClosCsvErrorsNameFileAndLine) {
+  ClosCsvOptions o;
+  auto no_header = ParseClosCsv("10.0.0.1,a,b,c\n", "h.csv", o);
+  ASSERT_FALSE(no_header.ok());
+  EXPECT_NE(no_header.status().message().find("h.csv:1:"), std::string::npos);
+  auto moved_tor =
+      ParseClosCsv("ip,DSW,PSW,ASW\n1,d,p0,a0\n2,d,p1,a0\n", "m.csv", o);
+  ASSERT_FALSE(moved_tor.ok());
+  EXPECT_NE(moved_tor.status().message().find("m.csv:3:"), std::string::npos)
+      << moved_tor.status();
+  auto short_row = ParseClosCsv("ip,DSW,PSW,ASW\n1,d,p0\n", "s.csv", o);
+  ASSERT_FALSE(short_row.ok());
+  EXPECT_NE(short_row.status().message().find("s.csv:2:"), std::string::npos);
+  auto repeated =
+      ParseClosCsv("ip,DSW,PSW,ASW\n1,d,p,a\n1,d,p,a\n", "r.csv", o);
+  ASSERT_FALSE(repeated.ok());
+  EXPECT_NE(repeated.status().message().find("r.csv:3:"), std::string::npos);
+}
+
+TEST(FabricTest, GeneratedLeafSpineAndThreeTierHaveTheAskedShape) {
+  auto ls = ParseGeneratorSpec("gen:leafspine,gpus=256,hosts_per_tor=8");
+  ASSERT_TRUE(ls.ok()) << ls.status();
+  auto a = GenerateFabric(*ls);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->gpu_count(), 256);
+  EXPECT_EQ(a->hosts().size(), 32u);
+  // Rail-optimised: host0/gpu3 and host9/gpu3 are on different segments'
+  // rail-3 ToRs, two hops apart through a spine; 8 spines to choose from.
+  const int g = a->FindNode("host0/gpu3"), h = a->FindNode("host9/gpu3");
+  const int t0 = a->tor_of_uplink(a->nic_uplinks(g)[0]);
+  const int t1 = a->tor_of_uplink(a->nic_uplinks(h)[0]);
+  EXPECT_EQ(a->Distance(t0, a->tor_index(t1)), 2);
+  std::vector<int> hops;
+  a->NextHops(t0, a->tor_index(t1), &hops);
+  EXPECT_EQ(hops.size(), 8u);
+
+  auto tt = ParseGeneratorSpec(
+      "gen:3tier,gpus=512,hosts_per_tor=4,tors_per_pod=8,planes=2,rail=0");
+  ASSERT_TRUE(tt.ok()) << tt.status();
+  auto b = GenerateFabric(*tt);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->gpu_count(), 512);
+  const int x = b->FindNode("host0/gpu0"), y = b->FindNode("host63/gpu0");
+  ASSERT_EQ(b->nic_uplinks(x).size(), 2u);  // two planes
+  const int tx = b->tor_of_uplink(b->nic_uplinks(x)[0]);
+  const int ty = b->tor_of_uplink(b->nic_uplinks(y)[0]);
+  EXPECT_EQ(b->Distance(tx, b->tor_index(ty)), 4);
+  // Planes do not meet.
+  const int ty2 = b->tor_of_uplink(b->nic_uplinks(y)[1]);
+  EXPECT_EQ(b->Distance(tx, b->tor_index(ty2)), -1);
+
+  EXPECT_FALSE(ParseGeneratorSpec("gen:torus,gpus=8").ok());
+  EXPECT_FALSE(ParseGeneratorSpec("gen:leafspine,gpus=x").ok());
+  EXPECT_FALSE(ParseGeneratorSpec("gen:leafspine,colour=3").ok());
+  auto odd = ParseGeneratorSpec("gen:leafspine,gpus=12");
+  ASSERT_TRUE(odd.ok());
+  EXPECT_FALSE(GenerateFabric(*odd).ok());
+}
+
+TEST(FabricTest, SharedSimAiFilesLoad) {
+  for (const char* name : {"Rail_Opti_SingleToR_16g_8gps_200Gbps_H20.txt",
+                           "Rail_Opti_SingleToR_64gpu_8gps_200Gbps_H20.txt"}) {
+    const auto path = SharedTopology(name);
+    if (!std::filesystem::exists(path)) {
+      GTEST_SKIP() << "../shared/data/topology is absent (" << path << ")";
+    }
+    auto fab = LoadFabric(path.string(), ClosCsvOptions{});
+    ASSERT_TRUE(fab.ok()) << fab.status();
+    EXPECT_GE(fab->gpu_count(), 8) << name;
+    EXPECT_EQ(fab->gpu_count() % 8, 0) << name;
+  }
+}
+
+}  // namespace
+}  // namespace pitstop::c4p
