@@ -250,6 +250,327 @@ HangVerdict DeadCommVerdict(const CommState& comm) {
   return v;
 }
 
+// Who a cycle judges in one communicator (DetectHangs' first step).
+struct Judged {
+  // Members that reported progress (and are not left out below).
+  std::set<int32_t> ranks;
+  // Members that left no data at all while reachable.
+  std::set<int32_t> silent;
+  // Members on a node whose agent is gone: their last report is stale.
+  std::set<std::string> lost_hosts;
+  int lost_members = 0;
+};
+
+Judged JudgedMembers(const CommState& comm, int32_t n) {
+  Judged j;
+  // The members judged: those that reported progress. Members that never
+  // did (no agent on their node, or not connected yet) cannot be judged:
+  // they are left out, not blamed. Sparse, so the work follows the ranks
+  // that reported, not the n_ranks a message claims.
+  for (const auto& [func, fp] : comm.progress) {
+    for (const auto& [r, rp] : fp.ranks) {
+      if (rp.reported && r < n) j.ranks.insert(r);
+    }
+  }
+  // Members that left no data at all while reachable: no telemetry stream
+  // ever started (or, offline, no dump was written). If their peers wait
+  // for them in a hang, they are the only explanation left. Only a few can
+  // be such suspects: with more silent than kMaxSilentMembers, data is
+  // missing broadly (a node without an agent) and nobody is blamed; the
+  // bound also keeps the work independent of the n_ranks a message claims.
+  if (!j.ranks.empty() &&
+      n - static_cast<int64_t>(j.ranks.size()) <= kMaxSilentMembers) {
+    for (int32_t r = 0; r < n; ++r) {
+      if (j.ranks.count(r)) continue;
+      auto m = comm.members.find(r);
+      if (m != comm.members.end() &&
+          (m->second.exited || m->second.dead || m->second.unreachable)) {
+        continue;
+      }
+      j.silent.insert(r);
+    }
+  }
+  // Members that exited cleanly stay judged while someone is still there
+  // to wait: one that left before a collective its peers wait in is the
+  // rank they wait for (a sim rank that hung and then exited read as "every
+  // member entered", a COMM_HANG). With every member gone nobody waits.
+  bool anyone_left = false;
+  for (int32_t r : j.ranks) {
+    auto m = comm.members.find(r);
+    anyone_left |= m == comm.members.end() || !m->second.exited;
+  }
+  for (const auto& [r, m] : comm.members) {
+    if (r >= n) break;
+    if (m.exited && !anyone_left) j.ranks.erase(r);
+    if (m.unreachable && !m.exited && !m.dead) {
+      j.ranks.erase(r);
+      j.lost_hosts.insert(m.host);
+      ++j.lost_members;
+    }
+  }
+  return j;
+}
+
+// One function's hang check in one communicator: the lowest sequence
+// number not completed by every judged member, and how long it is stuck.
+struct HangCheck {
+  int32_t func = 0;
+  int64_t min_completed = INT64_MAX;
+  int64_t max_enqueued = -1;
+  int64_t seq = 0;    // min_completed + 1
+  int64_t stuck = 0;  // ns
+};
+
+// The judged members' progress of `func`: the lowest completion (its
+// advance time kept: a hang adopted from before a restart started back
+// then) and the highest enqueue. False when no judged member reported it.
+bool TrackProgress(CommState* comm, int32_t func, FuncProgress& fp,
+                   const std::set<int32_t>& judged, int64_t now_ns,
+                   HangCheck* h) {
+  for (int32_t r : judged) {
+    h->min_completed = std::min(h->min_completed, fp.RankAt(r).completed);
+    h->max_enqueued = std::max(h->max_enqueued, fp.RankAt(r).enqueued);
+  }
+  if (h->min_completed == INT64_MAX) return false;
+  if (h->min_completed != fp.min_completed) {
+    // The first computation keeps the time the progress arrived.
+    if (fp.min_completed != -2 || fp.last_advance_ns == 0) {
+      fp.last_advance_ns = now_ns;
+    }
+    // A hang open before a controller restart started back then.
+    auto adopted = comm->adopted_hang_start.find(func);
+    if (adopted != comm->adopted_hang_start.end()) {
+      if (adopted->second.first == h->min_completed + 1) {
+        fp.last_advance_ns =
+            std::min(fp.last_advance_ns, adopted->second.second);
+      }
+      comm->adopted_hang_start.erase(adopted);
+    }
+    fp.min_completed = h->min_completed;
+  }
+  return true;
+}
+
+// How long seq has been waited for: since the last advance, or since work
+// resumed after an idle spell, or the oldest incomplete op's age.
+int64_t StuckFor(FuncProgress& fp, int64_t seq, int64_t now_ns) {
+  if (fp.waiting_since_ns == 0) {
+    // Work resumed after an idle spell (dlrover#1749: a checkpoint
+    // longer than the timeout): the wait starts with the report that
+    // showed it, not at the last completion before the pause.
+    fp.waiting_since_ns = std::max(fp.last_input_ns, fp.last_advance_ns);
+  } else if (fp.waiting_since_ns < 0) {
+    fp.waiting_since_ns = fp.last_advance_ns;
+  }
+  int64_t stuck = now_ns - std::max(fp.last_advance_ns, fp.waiting_since_ns);
+  for (const auto& [r, rp] : fp.ranks) {
+    if (rp.oldest_incomplete_seq == seq) {
+      stuck =
+          std::max(stuck, static_cast<int64_t>(rp.oldest_incomplete_age_ns));
+    }
+  }
+  return stuck;
+}
+
+// Stuck for a quarter of the timeout: not raised yet, but new hangs
+// elsewhere that wait for its members are held back meanwhile.
+void PendingVerdict(const CommState& comm, const HangCheck& h,
+                    const FuncProgress& fp, const std::set<int32_t>& judged,
+                    std::vector<HangVerdict>* out) {
+  HangVerdict& v = out->emplace_back();
+  v.pending = true;
+  v.key = absl::StrFormat("hang/%x/%d", comm.comm_hash, h.func);
+  v.fault.set_comm_hash(comm.comm_hash);
+  v.fault.set_job_id(comm.job_id);
+  for (int32_t r : judged) {
+    if (fp.RankAt(r).enqueued >= h.seq) {
+      v.waiting.insert(RankIdentity(comm, r));
+    }
+  }
+}
+
+// Completion stall (added for imported Flight Recorder dumps): a member
+// whose completions stopped below what another member completed, in a
+// collective that needs every member, did take part in those collectives
+// but no longer reports them: its GPU or process stopped (e.g. a GPU error
+// freezes the watchdog's view).
+//
+// Silent divergence (NVIDIA/nccl#1730): one rank's watchdog fires while
+// every other signal looks healthy. Its completions stopped while the
+// others' went on, and it kept enqueuing (enqueued - completed grows). In a
+// collective with a root (broadcast, reduce) one member can complete
+// without another, so there it takes a strict majority of the judged
+// members that completed past it.
+struct Stall {
+  std::set<int32_t> ranks;
+  int64_t max_completed = -1;
+  int moved_on = 0;  // judged members that completed seq
+};
+
+Stall StalledMembers(const FuncProgress& fp, const HangCheck& h,
+                     const std::set<int32_t>& judged,
+                     const std::set<int32_t>& behind) {
+  Stall st;
+  for (int32_t r : judged) {
+    st.max_completed = std::max(st.max_completed, fp.RankAt(r).completed);
+    if (fp.RankAt(r).completed >= h.seq) ++st.moved_on;
+  }
+  const bool every = NeedsEveryMember(h.func);
+  const bool majority_moved_on =
+      2 * st.moved_on > static_cast<int>(judged.size());
+  for (int32_t r : judged) {
+    if (behind.count(r)) continue;
+    const int64_t c = fp.RankAt(r).completed;
+    if (every ? st.max_completed >= h.seq && c < st.max_completed
+              : majority_moved_on && c < h.seq) {
+      st.ranks.insert(r);
+    }
+  }
+  return st;
+}
+
+// NON_COMM_HANG of members whose completions stalled (GPU-level suspects).
+void BuildStalledHang(const CommState& comm, const FuncProgress& fp,
+                      const HangCheck& h, const std::set<int32_t>& judged,
+                      const Stall& st, v1::Fault* f) {
+  FillFaultHeader(comm, v1::FAULT_CLASS_NON_COMM_HANG, "hang", f);
+  auto& values = *f->mutable_evidence(0)->mutable_values();
+  std::string who;
+  for (int32_t r : st.ranks) {
+    *f->add_suspects() = MemberSuspect(comm, r, v1::SUSPECT_LEVEL_GPU, 0.8);
+    values[absl::StrCat("last_completed_seq/rank", r)] =
+        static_cast<double>(fp.RankAt(r).completed);
+    values[absl::StrCat("outstanding/rank", r)] =
+        static_cast<double>(fp.RankAt(r).enqueued - fp.RankAt(r).completed);
+    if (f->suspects_size() <= 8) {
+      absl::StrAppend(&who, who.empty() ? "" : ", ", DescribeRank(comm, r));
+    }
+  }
+  values["max_completed_seq"] = static_cast<double>(st.max_completed);
+  values["members_completed_past"] = st.moved_on;
+  int64_t outstanding_others = 0;
+  int64_t outstanding_stalled = 0;
+  for (int32_t r : judged) {
+    const int64_t o = fp.RankAt(r).enqueued - fp.RankAt(r).completed;
+    int64_t& max = st.ranks.count(r) ? outstanding_stalled : outstanding_others;
+    max = std::max(max, o);
+  }
+  values["max_outstanding_others"] = static_cast<double>(outstanding_others);
+  AddVictims(comm, st.ranks, f);
+  f->set_summary(absl::StrFormat(
+      "non-comm-hang: %zu of %d ranks of %s never completed seq %d, "
+      "which %d other member(s) completed (up to seq %d)%s: their GPU or "
+      "process stalled %.1f s ago with up to %d op(s) enqueued and not "
+      "completed, the others at most %d (silent divergence: only the "
+      "stalled rank's own watchdog sees it): %s",
+      st.ranks.size(), comm.ExpectedRanks(), CommLabel(comm), h.seq,
+      st.moved_on, st.max_completed,
+      NeedsEveryMember(h.func) ? " and which needed them" : "", h.stuck / 1e9,
+      outstanding_stalled, outstanding_others, who));
+}
+
+// NON_COMM_HANG of members that never enqueued seq (rank-level suspects).
+void BuildBehindHang(const CommState& comm, const FuncProgress& fp,
+                     const HangCheck& h, const std::set<int32_t>& behind,
+                     v1::Fault* f) {
+  FillFaultHeader(comm, v1::FAULT_CLASS_NON_COMM_HANG, "hang", f);
+  auto& values = *f->mutable_evidence(0)->mutable_values();
+  std::string who;
+  for (int32_t r : behind) {
+    *f->add_suspects() = MemberSuspect(comm, r, v1::SUSPECT_LEVEL_RANK, 0.9);
+    values[absl::StrCat("last_enqueued_seq/rank", r)] =
+        static_cast<double>(fp.RankAt(r).enqueued);
+    if (f->suspects_size() <= 8) {
+      absl::StrAppend(&who, who.empty() ? "" : ", ", DescribeRank(comm, r));
+    }
+  }
+  AddVictims(comm, behind, f);
+  f->set_summary(absl::StrFormat(
+      "non-comm-hang: %zu of %d ranks of %s never enqueued seq %d that "
+      "the others wait in for %.1f s: %s",
+      behind.size(), comm.ExpectedRanks(), CommLabel(comm), h.seq,
+      h.stuck / 1e9, who));
+}
+
+// The verdict of a hang past its timeout: its class's key (the other hang
+// classes' keys cleared), SUSPECTED or CONFIRMED at twice the timeout, who
+// it waits for and who waits.
+void EmitHangVerdict(const CommState& comm, const HangCheck& h, int64_t timeout,
+                     const Judged& j, const std::set<int32_t>& behind,
+                     const std::set<int32_t>& stalled, v1::Fault f,
+                     std::vector<HangClear>* clears,
+                     std::vector<HangVerdict>* out) {
+  for (v1::FaultClass cls : kHangClasses) {
+    if (cls != f.fault_class()) {
+      AddClear(clears, HangKey(comm, h.func, cls),
+               absl::StrCat("the hang is now classified ",
+                            v1::FaultClass_Name(f.fault_class())));
+    }
+  }
+  HangVerdict& v = out->emplace_back();
+  v.key = HangKey(comm, h.func, f.fault_class());
+  v.state = h.stuck >= 2 * timeout ? v1::FAULT_STATE_CONFIRMED
+                                   : v1::FAULT_STATE_SUSPECTED;
+  const bool silent_hang = f.fault_class() == v1::FAULT_CLASS_PROCESS_DIED;
+  if (silent_hang) {
+    for (int32_t r : j.silent) v.missing.insert(RankIdentity(comm, r));
+  }
+  for (int32_t r : j.ranks) {
+    if (behind.count(r)) {
+      if (stalled.empty()) v.missing.insert(RankIdentity(comm, r));
+    } else {
+      v.waiting.insert(RankIdentity(comm, r));
+    }
+  }
+  v.fault = std::move(f);
+}
+
+// A hang past its timeout, classified: members that stalled, members
+// behind (never enqueued seq), members silent, else the communicator
+// itself (COMM_HANG); the unreachable nodes are named.
+void RaiseHang(const CommState& comm, const FuncProgress& fp,
+               const HangCheck& h, int64_t timeout, const Judged& j,
+               std::vector<HangClear>* clears, std::vector<HangVerdict>* out) {
+  const int32_t n = comm.ExpectedRanks();
+  std::set<int32_t> behind;
+  const int unreported = n - static_cast<int>(j.ranks.size());
+  for (int32_t r : j.ranks) {
+    if (fp.RankAt(r).enqueued < h.seq) behind.insert(r);
+  }
+  const Stall st = StalledMembers(fp, h, j.ranks, behind);
+  v1::Fault f;
+  f.set_func(static_cast<v1::CollFunc>(h.func));
+  f.set_seq_number(static_cast<uint64_t>(h.seq));
+  v1::Evidence* e = f.add_evidence();
+  e->set_comm_hash(comm.comm_hash);
+  e->add_seq_numbers(static_cast<uint64_t>(h.seq));
+  auto& values = *e->mutable_values();
+  values["stuck_ns"] = static_cast<double>(h.stuck);
+  values["timeout_ns"] = static_cast<double>(timeout);
+  values["max_enqueued_seq"] = static_cast<double>(h.max_enqueued);
+  values["members_without_progress"] = unreported;
+  if (behind.empty() && !st.ranks.empty()) {
+    BuildStalledHang(comm, fp, h, j.ranks, st, &f);
+  } else if (!behind.empty()) {
+    BuildBehindHang(comm, fp, h, behind, &f);
+  } else if (!j.silent.empty()) {
+    BuildSilentMemberHang(comm, j.silent, h.seq, h.stuck, &f);
+  } else {
+    BuildCommHang(comm, fp, &f);
+  }
+  e = f.mutable_evidence(0);
+  e->set_text(f.summary());
+  if (j.lost_members > 0) {
+    (*e->mutable_values())["members_on_unreachable_nodes"] = j.lost_members;
+    f.set_summary(absl::StrCat(
+        f.summary(), "; ", j.lost_members, " rank(s) not judged: the agent of ",
+        absl::StrJoin(j.lost_hosts, ", "), " is unreachable"));
+    e->set_text(f.summary());
+  }
+  EmitHangVerdict(comm, h, timeout, j, behind, st.ranks, std::move(f), clears,
+                  out);
+}
+
 }  // namespace
 
 int64_t HangTimeoutNs(const CommState& comm, const v1::JobPolicy& policy) {
@@ -262,276 +583,41 @@ int64_t HangTimeoutNs(const CommState& comm, const v1::JobPolicy& policy) {
 void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
                  std::vector<HangClear>* clears,
                  std::vector<HangVerdict>* out) {
-  const int32_t n = comm->ExpectedRanks();
   bool any_dead = false;
   for (const auto& [r, m] : comm->members) any_dead |= m.dead;
   const int64_t timeout = HangTimeoutNs(*comm, policy);
-  // The members judged: those that reported progress. Members that never
-  // did (no agent on their node, or not connected yet) cannot be judged:
-  // they are left out, not blamed. Sparse, so the work follows the ranks
-  // that reported, not the n_ranks a message claims.
-  std::set<int32_t> judged;
-  for (const auto& [func, fp] : comm->progress) {
-    for (const auto& [r, rp] : fp.ranks) {
-      if (rp.reported && r < n) judged.insert(r);
-    }
-  }
-  // Members that left no data at all while reachable: no telemetry stream
-  // ever started (or, offline, no dump was written). If their peers wait
-  // for them in a hang, they are the only explanation left. Only a few can
-  // be such suspects: with more silent than kMaxSilentMembers, data is
-  // missing broadly (a node without an agent) and nobody is blamed; the
-  // bound also keeps the work independent of the n_ranks a message claims.
-  std::set<int32_t> silent;
-  if (!judged.empty() &&
-      n - static_cast<int64_t>(judged.size()) <= kMaxSilentMembers) {
-    for (int32_t r = 0; r < n; ++r) {
-      if (judged.count(r)) continue;
-      auto m = comm->members.find(r);
-      if (m != comm->members.end() &&
-          (m->second.exited || m->second.dead || m->second.unreachable)) {
-        continue;
-      }
-      silent.insert(r);
-    }
-  }
-  // Members on a node whose agent is gone: their last report is stale.
-  std::set<std::string> lost_hosts;
-  int lost_members = 0;
-  // Members that exited cleanly stay judged while someone is still there
-  // to wait: one that left before a collective its peers wait in is the
-  // rank they wait for (a sim rank that hung and then exited read as "every
-  // member entered", a COMM_HANG). With every member gone nobody waits.
-  bool anyone_left = false;
-  for (int32_t r : judged) {
-    auto m = comm->members.find(r);
-    anyone_left |= m == comm->members.end() || !m->second.exited;
-  }
-  for (const auto& [r, m] : comm->members) {
-    if (r >= n) break;
-    if (m.exited && !anyone_left) judged.erase(r);
-    if (m.unreachable && !m.exited && !m.dead) {
-      judged.erase(r);
-      lost_hosts.insert(m.host);
-      ++lost_members;
-    }
-  }
+  const Judged j = JudgedMembers(*comm, comm->ExpectedRanks());
   if (any_dead) out->push_back(DeadCommVerdict(*comm));
   // Looked for once per comm, when a hang reaches its timeout.
   std::optional<std::optional<Mismatch>> mismatch;
   for (auto& [func, fp] : comm->progress) {
     if (IsP2p(func)) continue;
-    int64_t min_completed = INT64_MAX;
-    int64_t max_enqueued = -1;
-    for (int32_t r : judged) {
-      min_completed = std::min(min_completed, fp.RankAt(r).completed);
-      max_enqueued = std::max(max_enqueued, fp.RankAt(r).enqueued);
-    }
-    if (min_completed == INT64_MAX) continue;
-    if (min_completed != fp.min_completed) {
-      // The first computation keeps the time the progress arrived.
-      if (fp.min_completed != -2 || fp.last_advance_ns == 0) {
-        fp.last_advance_ns = now_ns;
-      }
-      // A hang open before a controller restart started back then.
-      auto adopted = comm->adopted_hang_start.find(func);
-      if (adopted != comm->adopted_hang_start.end()) {
-        if (adopted->second.first == min_completed + 1) {
-          fp.last_advance_ns =
-              std::min(fp.last_advance_ns, adopted->second.second);
-        }
-        comm->adopted_hang_start.erase(adopted);
-      }
-      fp.min_completed = min_completed;
-    }
+    HangCheck h;
+    h.func = func;
+    if (!TrackProgress(comm, func, fp, j.ranks, now_ns, &h)) continue;
     if (any_dead) {
       Resolve(comm, func, clears);
       continue;
     }
-    if (max_enqueued <= min_completed) {
+    if (h.max_enqueued <= h.min_completed) {
       fp.waiting_since_ns = 0;  // idle: all done, nothing outstanding
       Resolve(comm, func, clears);
       continue;
     }
-    if (fp.waiting_since_ns == 0) {
-      // Work resumed after an idle spell (dlrover#1749: a checkpoint
-      // longer than the timeout): the wait starts with the report that
-      // showed it, not at the last completion before the pause.
-      fp.waiting_since_ns = std::max(fp.last_input_ns, fp.last_advance_ns);
-    } else if (fp.waiting_since_ns < 0) {
-      fp.waiting_since_ns = fp.last_advance_ns;
-    }
-    const int64_t seq = min_completed + 1;
-    int64_t stuck = now_ns - std::max(fp.last_advance_ns, fp.waiting_since_ns);
-    for (const auto& [r, rp] : fp.ranks) {
-      if (rp.oldest_incomplete_seq == seq) {
-        stuck =
-            std::max(stuck, static_cast<int64_t>(rp.oldest_incomplete_age_ns));
-      }
-    }
-    if (stuck < timeout) {
+    h.seq = h.min_completed + 1;
+    h.stuck = StuckFor(fp, h.seq, now_ns);
+    if (h.stuck < timeout) {
       Resolve(comm, func, clears);
-      // Stuck for a quarter of the timeout: not raised yet, but new hangs
-      // elsewhere that wait for its members are held back meanwhile.
-      if (stuck * 4 >= timeout) {
-        HangVerdict& v = out->emplace_back();
-        v.pending = true;
-        v.key = absl::StrFormat("hang/%x/%d", comm->comm_hash, func);
-        v.fault.set_comm_hash(comm->comm_hash);
-        v.fault.set_job_id(comm->job_id);
-        for (int32_t r : judged) {
-          if (fp.RankAt(r).enqueued >= seq) {
-            v.waiting.insert(RankIdentity(*comm, r));
-          }
-        }
-      }
+      if (h.stuck * 4 >= timeout) PendingVerdict(*comm, h, fp, j.ranks, out);
       continue;
     }
-    if (!mismatch) mismatch = FindMismatch(*comm, judged);
+    if (!mismatch) mismatch = FindMismatch(*comm, j.ranks);
     if (*mismatch) {
-      RaiseMismatch(comm, func, **mismatch, judged, stuck, timeout, clears,
+      RaiseMismatch(comm, func, **mismatch, j.ranks, h.stuck, timeout, clears,
                     out);
       continue;
     }
-    std::set<int32_t> behind;
-    const int unreported = n - static_cast<int>(judged.size());
-    for (int32_t r : judged) {
-      if (fp.RankAt(r).enqueued < seq) behind.insert(r);
-    }
-    // Completion stall (added for imported Flight Recorder dumps): a member
-    // whose completions stopped below what another member completed, in a
-    // collective that needs every member, did take part in those
-    // collectives but no longer reports them: its GPU or process stopped
-    // (e.g. a GPU error freezes the watchdog's view).
-    //
-    // Silent divergence (NVIDIA/nccl#1730): one rank's watchdog fires while
-    // every other signal looks healthy. Its completions stopped while the
-    // others' went on, and it kept enqueuing (enqueued - completed grows).
-    // In a collective with a root (broadcast, reduce) one member can
-    // complete without another, so there it takes a strict majority of
-    // the judged members that completed past it.
-    int64_t max_completed = -1;
-    int moved_on = 0;
-    for (int32_t r : judged) {
-      max_completed = std::max(max_completed, fp.RankAt(r).completed);
-      if (fp.RankAt(r).completed >= seq) ++moved_on;
-    }
-    const bool every = NeedsEveryMember(func);
-    const bool majority_moved_on =
-        2 * moved_on > static_cast<int>(judged.size());
-    std::set<int32_t> stalled;
-    for (int32_t r : judged) {
-      if (behind.count(r)) continue;
-      const int64_t c = fp.RankAt(r).completed;
-      if (every ? max_completed >= seq && c < max_completed
-                : majority_moved_on && c < seq) {
-        stalled.insert(r);
-      }
-    }
-    v1::Fault f;
-    f.set_func(static_cast<v1::CollFunc>(func));
-    f.set_seq_number(static_cast<uint64_t>(seq));
-    v1::Evidence* e = f.add_evidence();
-    e->set_comm_hash(comm->comm_hash);
-    e->add_seq_numbers(static_cast<uint64_t>(seq));
-    auto& values = *e->mutable_values();
-    values["stuck_ns"] = static_cast<double>(stuck);
-    values["timeout_ns"] = static_cast<double>(timeout);
-    values["max_enqueued_seq"] = static_cast<double>(max_enqueued);
-    values["members_without_progress"] = unreported;
-    if (behind.empty() && !stalled.empty()) {
-      FillFaultHeader(*comm, v1::FAULT_CLASS_NON_COMM_HANG, "hang", &f);
-      std::string who;
-      for (int32_t r : stalled) {
-        *f.add_suspects() = MemberSuspect(*comm, r, v1::SUSPECT_LEVEL_GPU, 0.8);
-        values[absl::StrCat("last_completed_seq/rank", r)] =
-            static_cast<double>(fp.RankAt(r).completed);
-        values[absl::StrCat("outstanding/rank", r)] =
-            static_cast<double>(fp.RankAt(r).enqueued - fp.RankAt(r).completed);
-        if (f.suspects_size() <= 8) {
-          absl::StrAppend(&who, who.empty() ? "" : ", ",
-                          DescribeRank(*comm, r));
-        }
-      }
-      values["max_completed_seq"] = static_cast<double>(max_completed);
-      values["members_completed_past"] = moved_on;
-      int64_t outstanding_others = 0;
-      int64_t outstanding_stalled = 0;
-      for (int32_t r : judged) {
-        const int64_t o = fp.RankAt(r).enqueued - fp.RankAt(r).completed;
-        int64_t& max =
-            stalled.count(r) ? outstanding_stalled : outstanding_others;
-        max = std::max(max, o);
-      }
-      values["max_outstanding_others"] =
-          static_cast<double>(outstanding_others);
-      AddVictims(*comm, stalled, &f);
-      f.set_summary(absl::StrFormat(
-          "non-comm-hang: %zu of %d ranks of %s never completed seq %d, "
-          "which %d other member(s) completed (up to seq %d)%s: their GPU or "
-          "process stalled %.1f s ago with up to %d op(s) enqueued and not "
-          "completed, the others at most %d (silent divergence: only the "
-          "stalled rank's own watchdog sees it): %s",
-          stalled.size(), n, CommLabel(*comm), seq, moved_on, max_completed,
-          NeedsEveryMember(func) ? " and which needed them" : "", stuck / 1e9,
-          outstanding_stalled, outstanding_others, who));
-      e->set_text(f.summary());
-    } else if (!behind.empty()) {
-      FillFaultHeader(*comm, v1::FAULT_CLASS_NON_COMM_HANG, "hang", &f);
-      std::string who;
-      for (int32_t r : behind) {
-        *f.add_suspects() =
-            MemberSuspect(*comm, r, v1::SUSPECT_LEVEL_RANK, 0.9);
-        values[absl::StrCat("last_enqueued_seq/rank", r)] =
-            static_cast<double>(fp.RankAt(r).enqueued);
-        if (f.suspects_size() <= 8) {
-          absl::StrAppend(&who, who.empty() ? "" : ", ",
-                          DescribeRank(*comm, r));
-        }
-      }
-      AddVictims(*comm, behind, &f);
-      f.set_summary(absl::StrFormat(
-          "non-comm-hang: %zu of %d ranks of %s never enqueued seq %d that "
-          "the others wait in for %.1f s: %s",
-          behind.size(), n, CommLabel(*comm), seq, stuck / 1e9, who));
-      e->set_text(f.summary());
-    } else if (!silent.empty()) {
-      BuildSilentMemberHang(*comm, silent, seq, stuck, &f);
-      e->set_text(f.summary());
-    } else {
-      BuildCommHang(*comm, fp, &f);
-      e->set_text(f.summary());
-    }
-    if (lost_members > 0) {
-      values["members_on_unreachable_nodes"] = lost_members;
-      f.set_summary(absl::StrCat(
-          f.summary(), "; ", lost_members, " rank(s) not judged: the agent of ",
-          absl::StrJoin(lost_hosts, ", "), " is unreachable"));
-      e->set_text(f.summary());
-    }
-    for (v1::FaultClass cls : kHangClasses) {
-      if (cls != f.fault_class()) {
-        AddClear(clears, HangKey(*comm, func, cls),
-                 absl::StrCat("the hang is now classified ",
-                              v1::FaultClass_Name(f.fault_class())));
-      }
-    }
-    HangVerdict& v = out->emplace_back();
-    v.key = HangKey(*comm, func, f.fault_class());
-    v.state = stuck >= 2 * timeout ? v1::FAULT_STATE_CONFIRMED
-                                   : v1::FAULT_STATE_SUSPECTED;
-    const bool silent_hang = f.fault_class() == v1::FAULT_CLASS_PROCESS_DIED;
-    if (silent_hang) {
-      for (int32_t r : silent) v.missing.insert(RankIdentity(*comm, r));
-    }
-    for (int32_t r : judged) {
-      if (behind.count(r)) {
-        if (stalled.empty()) v.missing.insert(RankIdentity(*comm, r));
-      } else {
-        v.waiting.insert(RankIdentity(*comm, r));
-      }
-    }
-    v.fault = std::move(f);
+    RaiseHang(*comm, fp, h, timeout, j, clears, out);
   }
 }
 
