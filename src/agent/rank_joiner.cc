@@ -124,27 +124,50 @@ absl::Status RankJoiner::Add(uint64_t stream,
   }
   const int64_t now = clock_->MonotonicNanos();
   ++stats_.batches;
-  if (req.has_hello()) {
-    const v1::ProcessHello& h = req.hello();
-    for (auto [v, field] :
-         {std::pair{&h.host(), "hello.host"},
-          std::pair{&h.job_id(), "hello.job_id"},
-          std::pair{&h.library_version(), "hello.library_version"},
-          std::pair{&h.load_mode(), "hello.load_mode"}}) {
-      if (std::string why = LongString(*v, field); !why.empty()) {
-        return absl::InvalidArgumentError(why);
-      }
+  if (absl::Status st = AddHello(s, req); !st.ok()) return st;
+  AddInitFailures(s, req);
+  NoteSequenceAndDrops(s, req);
+  if (DropOverCap(stream, s, req)) return absl::OkStatus();
+  std::vector<uint64_t> ended;  // ended after this batch's ops
+  AddCommunicators(stream, s, req, &ended);
+  std::vector<uint64_t> touched;
+  AddOpRecords(stream, s, req, now, &touched);
+  AddKernelChannels(s, req, now, &touched);
+  AddProxyRecords(stream, s, req, now, &touched);
+  AddCompletions(s, req, now, &touched);
+  EmitCompleted(s, touched);
+  for (uint64_t hash : ended) EndComm(s, hash);
+  if (req.has_goodbye()) s->goodbye = true;
+  return absl::OkStatus();
+}
+
+absl::Status RankJoiner::AddHello(Stream* s,
+                                  const v1::StreamTelemetryRequest& req) {
+  if (!req.has_hello()) return absl::OkStatus();
+  const v1::ProcessHello& h = req.hello();
+  for (auto [v, field] :
+       {std::pair{&h.host(), "hello.host"},
+        std::pair{&h.job_id(), "hello.job_id"},
+        std::pair{&h.library_version(), "hello.library_version"},
+        std::pair{&h.load_mode(), "hello.load_mode"}}) {
+    if (std::string why = LongString(*v, field); !why.empty()) {
+      return absl::InvalidArgumentError(why);
     }
-    s->has_hello = true;
-    s->hello = h;
-    // Kept for the stream's life: fields this agent does not know (a
-    // newer library, or padding meant to cost memory) are not.
-    s->hello.DiscardUnknownFields();
-    EmitLifecycle(s, v1::RankLifecycle::KIND_STREAM_OPENED);
   }
-  // Failed communicator creations (a configuration error of the job):
-  // each becomes a lifecycle event for the controller. Bounded per message;
-  // long texts are cut, not refused (the error text is the evidence).
+  s->has_hello = true;
+  s->hello = h;
+  // Kept for the stream's life: fields this agent does not know (a newer
+  // library, or padding meant to cost memory) are not.
+  s->hello.DiscardUnknownFields();
+  EmitLifecycle(s, v1::RankLifecycle::KIND_STREAM_OPENED);
+  return absl::OkStatus();
+}
+
+void RankJoiner::AddInitFailures(Stream* s,
+                                 const v1::StreamTelemetryRequest& req) {
+  // Failed communicator creations (a configuration error of the job): each
+  // becomes a lifecycle event for the controller. Bounded per message; long
+  // texts are cut, not refused (the error text is the evidence).
   for (int i = 0; i < req.init_failures_size() && i < kMaxInitFailures; ++i) {
     v1::CommInitFailure f = req.init_failures(i);
     f.DiscardUnknownFields();
@@ -155,6 +178,10 @@ absl::Status RankJoiner::Add(uint64_t stream,
     EmitLifecycle(s, v1::RankLifecycle::KIND_COMM_INIT_FAILED);
     *lifecycle_.back().mutable_init_failure() = std::move(f);
   }
+}
+
+void RankJoiner::NoteSequenceAndDrops(Stream* s,
+                                      const v1::StreamTelemetryRequest& req) {
   if (req.batch_seq() != 0) {
     if (s->last_batch_seq != 0 && req.batch_seq() > s->last_batch_seq + 1) {
       stats_.batches_lost += req.batch_seq() - s->last_batch_seq - 1;
@@ -169,73 +196,82 @@ absl::Status RankJoiner::Add(uint64_t stream,
     s->drops.DiscardUnknownFields();
     s->has_drops = true;
   }
+}
+
+bool RankJoiner::DropOverCap(uint64_t stream, Stream* s,
+                             const v1::StreamTelemetryRequest& req) {
   const size_t n_records = static_cast<size_t>(req.communicators_size()) +
                            req.ops_size() + req.completions_size() +
                            req.kernel_channels_size() + req.proxy_ops_size() +
                            req.proxy_steps_size() + req.net_events_size();
   stats_.records += n_records;
-  if (n_records > kMaxRecordsPerMessage) {
-    // One message must not hold the stream's lock for long: its records
-    // are dropped and counted; hello, drops and goodbye still count.
-    stats_.records_over_cap += n_records;
-    if (!s->over_cap_logged) {
-      s->over_cap_logged = true;
-      Logger("agent.join")
-          ->warn(
-              "stream {} (pid {}): dropping a message of {} records (at "
-              "most {} per message; further ones only counted)",
-              stream, s->hello.pid(), n_records, kMaxRecordsPerMessage);
-    }
-    if (req.has_goodbye()) s->goodbye = true;
-    return absl::OkStatus();
+  if (n_records <= kMaxRecordsPerMessage) return false;
+  // One message must not hold the stream's lock for long: its records are
+  // dropped and counted; hello, drops and goodbye still count.
+  stats_.records_over_cap += n_records;
+  if (!s->over_cap_logged) {
+    s->over_cap_logged = true;
+    Logger("agent.join")
+        ->warn(
+            "stream {} (pid {}): dropping a message of {} records (at most {} "
+            "per message; further ones only counted)",
+            stream, s->hello.pid(), n_records, kMaxRecordsPerMessage);
   }
+  if (req.has_goodbye()) s->goodbye = true;
+  return true;
+}
 
-  const std::string& host =
-      options_.host.empty() ? s->hello.host() : options_.host;
-  std::vector<uint64_t> ended;
-  auto invalid = [&](std::string why) {
-    ++stats_.invalid_records;
-    if (s->first_invalid.empty()) {  // warn once per stream
-      Logger("agent.join")
-          ->warn(
-              "stream {} (pid {}): dropping records: {} (further invalid "
-              "records of this stream only counted)",
-              stream, s->hello.pid(), why);
-      s->first_invalid = std::move(why);
-    }
-  };
-  // The connection slot `index` of op `op_id` (created), or nullptr when
-  // the op was emitted already or the index is beyond the per-op or
-  // per-stream bounds (counted invalid).
-  auto find_conn = [&](uint64_t op_id, uint32_t index) -> JoinConn* {
-    if (index >= kMaxConnsPerOp) {
-      invalid(absl::StrCat("proxy_index: ", index, " >= ", kMaxConnsPerOp));
+void RankJoiner::Invalid(uint64_t stream, Stream* s, std::string why) {
+  ++stats_.invalid_records;
+  if (s->first_invalid.empty()) {  // warn once per stream
+    Logger("agent.join")
+        ->warn(
+            "stream {} (pid {}): dropping records: {} (further invalid "
+            "records of this stream only counted)",
+            stream, s->hello.pid(), why);
+    s->first_invalid = std::move(why);
+  }
+}
+
+JoinConn* RankJoiner::FindConn(uint64_t stream, Stream* s, uint64_t op_id,
+                               uint32_t index, int64_t now) {
+  if (index >= kMaxConnsPerOp) {
+    Invalid(stream, s,
+            absl::StrCat("proxy_index: ", index, " >= ", kMaxConnsPerOp));
+    return nullptr;
+  }
+  JoinOp* op = FindOrCreateOp(s, op_id, now, &stats_);
+  if (op == nullptr) return nullptr;
+  if (op->conns.size() <= index) {
+    const size_t grow = index + 1 - op->conns.size();
+    if (s->conn_slots + grow > kMaxConnsPerStream) {
+      Invalid(stream, s,
+              absl::StrCat("proxy ops: more than ", kMaxConnsPerStream,
+                           " connections open on one stream"));
       return nullptr;
     }
-    JoinOp* op = FindOrCreateOp(s, op_id, now, &stats_);
-    if (op == nullptr) return nullptr;
-    if (op->conns.size() <= index) {
-      const size_t grow = index + 1 - op->conns.size();
-      if (s->conn_slots + grow > kMaxConnsPerStream) {
-        invalid(absl::StrCat("proxy ops: more than ", kMaxConnsPerStream,
-                             " connections open on one stream"));
-        return nullptr;
-      }
-      s->conn_slots += grow;
-      op->conns.resize(index + 1);
-    }
-    return &op->conns[index];
-  };
+    s->conn_slots += grow;
+    op->conns.resize(index + 1);
+  }
+  return &op->conns[index];
+}
+
+void RankJoiner::AddCommunicators(uint64_t stream, Stream* s,
+                                  const v1::StreamTelemetryRequest& req,
+                                  std::vector<uint64_t>* ended) {
+  const std::string& host =
+      options_.host.empty() ? s->hello.host() : options_.host;
   for (const v1::CommunicatorEvent& ev : req.communicators()) {
     if (std::string why = InvalidComm(ev.info()); !why.empty()) {
-      invalid(std::move(why));
+      Invalid(stream, s, std::move(why));
       continue;
     }
     const bool is_end = ev.kind() == v1::CommunicatorEvent::KIND_FINALIZE ||
                         ev.kind() == v1::CommunicatorEvent::KIND_ABORT;
     if (!is_end && !s->comms.contains(ev.info().comm_hash()) &&
         s->comms.size() >= kMaxCommsPerStream) {
-      invalid(absl::StrCat("communicators: more than ", kMaxCommsPerStream,
+      Invalid(stream, s,
+              absl::StrCat("communicators: more than ", kMaxCommsPerStream,
                            " live communicators on one stream"));
       continue;
     }
@@ -253,7 +289,8 @@ absl::Status RankJoiner::Add(uint64_t stream,
             : static_cast<size_t>(std::max(0, info.n_ranks()));
     if (!is_end &&
         s->global_rank_entries - replaced + entries > kMaxGlobalRankEntries) {
-      invalid(absl::StrCat("communicators: more than ", kMaxGlobalRankEntries,
+      Invalid(stream, s,
+              absl::StrCat("communicators: more than ", kMaxGlobalRankEntries,
                            " global_ranks entries over one stream's live "
                            "communicators"));
       continue;
@@ -264,7 +301,7 @@ absl::Status RankJoiner::Add(uint64_t stream,
       info.set_global_ranks(info.rank(), g);
     }
     if (is_end) {
-      ended.push_back(info.comm_hash());  // after this batch's ops
+      ended->push_back(info.comm_hash());  // after this batch's ops
       communicators_.push_back(std::move(info));
       continue;
     }
@@ -274,13 +311,17 @@ absl::Status RankJoiner::Add(uint64_t stream,
     s->comms[info.comm_hash()] = info;
     communicators_.push_back(std::move(info));
   }
+}
 
-  std::vector<uint64_t> touched;
+void RankJoiner::AddOpRecords(uint64_t stream, Stream* s,
+                              const v1::StreamTelemetryRequest& req,
+                              int64_t now, std::vector<uint64_t>* touched) {
   for (const v1::OpRecord& r : req.ops()) {
     const std::tuple<uint64_t, int32_t, int> key{r.comm_hash(), r.rank(),
                                                  static_cast<int>(r.func())};
     if (s->progress.size() >= kMaxProgressKeys && !s->progress.contains(key)) {
-      invalid(absl::StrCat("ops: more than ", kMaxProgressKeys,
+      Invalid(stream, s,
+              absl::StrCat("ops: more than ", kMaxProgressKeys,
                            " (comm_hash, rank, func) keys on one stream"));
       continue;
     }
@@ -297,8 +338,14 @@ absl::Status RankJoiner::Add(uint64_t stream,
     p.last_enqueue_cpu_ns =
         std::max({p.last_enqueue_cpu_ns, r.enqueue_start_cpu_ns(),
                   r.enqueue_stop_cpu_ns()});
-    touched.push_back(r.op_id());
+    touched->push_back(r.op_id());
   }
+}
+
+void RankJoiner::AddKernelChannels(Stream* s,
+                                   const v1::StreamTelemetryRequest& req,
+                                   int64_t now,
+                                   std::vector<uint64_t>* touched) {
   for (const v1::KernelChannelRecord& k : req.kernel_channels()) {
     JoinOp* op = FindOrCreateOp(s, k.op_id(), now, &stats_);
     if (op == nullptr) continue;
@@ -314,10 +361,15 @@ absl::Status RankJoiner::Add(uint64_t stream,
     }
     op->start_cpu_min = MinNonZero(op->start_cpu_min, k.start_cpu_ns());
     op->stop_cpu_max = std::max(op->stop_cpu_max, k.stop_cpu_ns());
-    touched.push_back(k.op_id());
+    touched->push_back(k.op_id());
   }
+}
+
+void RankJoiner::AddProxyRecords(uint64_t stream, Stream* s,
+                                 const v1::StreamTelemetryRequest& req,
+                                 int64_t now, std::vector<uint64_t>* touched) {
   for (const v1::ProxyOpRecord& p : req.proxy_ops()) {
-    JoinConn* cp = find_conn(p.op_id(), p.proxy_index());
+    JoinConn* cp = FindConn(stream, s, p.op_id(), p.proxy_index(), now);
     if (cp == nullptr) continue;
     JoinOp* op = &s->ops.find(p.op_id())->second;
     JoinConn& c = *cp;
@@ -333,10 +385,10 @@ absl::Status RankJoiner::Add(uint64_t stream,
     c.send_wait_ns = p.send_wait_ns();
     c.recv_wait_ns = p.recv_wait_ns();
     if (p.steps_seen() > 0) op->deep = true;
-    touched.push_back(p.op_id());
+    touched->push_back(p.op_id());
   }
   for (const v1::ProxyStepRecord& st : req.proxy_steps()) {
-    JoinConn* cp = find_conn(st.op_id(), st.proxy_index());
+    JoinConn* cp = FindConn(stream, s, st.op_id(), st.proxy_index(), now);
     if (cp == nullptr) continue;
     JoinOp* op = &s->ops.find(st.op_id())->second;
     JoinConn& c = *cp;
@@ -345,6 +397,11 @@ absl::Status RankJoiner::Add(uint64_t stream,
     StepWaits(st, &c.step_send_wait_ns, &c.step_recv_wait_ns);
     op->deep = true;
   }
+}
+
+void RankJoiner::AddCompletions(Stream* s,
+                                const v1::StreamTelemetryRequest& req,
+                                int64_t now, std::vector<uint64_t>* touched) {
   for (const v1::OpCompletion& c : req.completions()) {
     JoinOp* op = FindOrCreateOp(s, c.op_id(), now, &stats_);
     if (op == nullptr) continue;
@@ -352,8 +409,12 @@ absl::Status RankJoiner::Add(uint64_t stream,
     op->completion_cpu_ns = c.completion_cpu_ns();
     op->children_expected = c.children();
     op->completion_seen_ns = now;
-    touched.push_back(c.op_id());
+    touched->push_back(c.op_id());
   }
+}
+
+void RankJoiner::EmitCompleted(Stream* s,
+                               const std::vector<uint64_t>& touched) {
   // Emit what is complete; park completed ops still missing children.
   for (uint64_t id : touched) {
     auto it = s->ops.find(id);
@@ -371,9 +432,6 @@ absl::Status RankJoiner::Add(uint64_t stream,
     ++stats_.ops_evicted;
     EmitOp(s, s->order.begin()->second, /*forced=*/true);
   }
-  for (uint64_t hash : ended) EndComm(s, hash);
-  if (req.has_goodbye()) s->goodbye = true;
-  return absl::OkStatus();
 }
 
 void RankJoiner::EndComm(Stream* s, uint64_t comm_hash) {

@@ -117,6 +117,8 @@ struct RankJoinerStats {
                                   // export_dropped (first value counts fully)
 };
 
+struct JoinConn;  // join_state.h
+
 class RankJoiner {
  public:
   // `clock` must outlive the joiner.
@@ -182,6 +184,38 @@ class RankJoiner {
   void EmitLifecycle(Stream* s, v1::RankLifecycle::Kind kind);
   // A communicator was finalized/aborted: keep it only for summaries.
   void EndComm(Stream* s, uint64_t comm_hash);
+  // Add()'s steps, in order (rank_joiner.cc). `now` is the message's
+  // monotonic time; `touched` collects the ops its records reached.
+  absl::Status AddHello(Stream* s, const v1::StreamTelemetryRequest& req);
+  void AddInitFailures(Stream* s, const v1::StreamTelemetryRequest& req);
+  void NoteSequenceAndDrops(Stream* s, const v1::StreamTelemetryRequest& req);
+  // True when the message holds more records than one may: they are
+  // dropped and counted (hello, drops and goodbye still count).
+  bool DropOverCap(uint64_t stream, Stream* s,
+                   const v1::StreamTelemetryRequest& req);
+  void AddCommunicators(uint64_t stream, Stream* s,
+                        const v1::StreamTelemetryRequest& req,
+                        std::vector<uint64_t>* ended);
+  void AddOpRecords(uint64_t stream, Stream* s,
+                    const v1::StreamTelemetryRequest& req, int64_t now,
+                    std::vector<uint64_t>* touched);
+  void AddKernelChannels(Stream* s, const v1::StreamTelemetryRequest& req,
+                         int64_t now, std::vector<uint64_t>* touched);
+  void AddProxyRecords(uint64_t stream, Stream* s,
+                       const v1::StreamTelemetryRequest& req, int64_t now,
+                       std::vector<uint64_t>* touched);
+  void AddCompletions(Stream* s, const v1::StreamTelemetryRequest& req,
+                      int64_t now, std::vector<uint64_t>* touched);
+  // Emits what is complete, parks completed ops still missing children,
+  // and pushes out the oldest incomplete ops beyond max_open_ops.
+  void EmitCompleted(Stream* s, const std::vector<uint64_t>& touched);
+  // An invalid record of `stream`: counted; the first one is logged.
+  void Invalid(uint64_t stream, Stream* s, std::string why);
+  // The connection slot `index` of op `op_id` (created), or nullptr when
+  // the op was emitted already or the index is beyond the per-op or
+  // per-stream bounds (counted invalid).
+  JoinConn* FindConn(uint64_t stream, Stream* s, uint64_t op_id, uint32_t index,
+                     int64_t now);
 
   Clock* clock_;
   RankJoinerOptions options_;

@@ -186,9 +186,9 @@ void UpstreamClient::MarkApplied(uint64_t id) {
   }
 }
 
-absl::Duration UpstreamClient::RunStream(const std::string& address) {
+std::shared_ptr<grpc::Channel> UpstreamClient::ConnectChannel(
+    const std::string& address) {
   auto log = Logger("agent.upstream");
-  last_error_.clear();
   const bool several = SplitControllerList(options_.address).size() > 1;
   std::shared_ptr<grpc::Channel> channel;
   if (options_.tls.enabled()) {
@@ -197,7 +197,7 @@ absl::Duration UpstreamClient::RunStream(const std::string& address) {
     if (!creds.ok()) {
       log->error("controller {}: {}", address,
                  std::string(creds.status().message()));
-      return absl::ZeroDuration();
+      return nullptr;
     }
     channel =
         grpc::CreateCustomChannel(address, *creds, StreamChannelArguments());
@@ -210,100 +210,73 @@ absl::Duration UpstreamClient::RunStream(const std::string& address) {
   while (state != GRPC_CHANNEL_READY) {
     {
       MutexLock lock(&mu_);
-      if (stop_) return absl::ZeroDuration();
+      if (stop_) return nullptr;
     }
     // With several controllers a refused connection moves on at once.
     if (SteadyNow() >= connect_deadline ||
         (several && state == GRPC_CHANNEL_TRANSIENT_FAILURE)) {
       log->warn("controller {}: cannot connect within {} s: {}", address,
                 absl::ToInt64Seconds(kConnectTimeout), StateName(state));
-      return absl::ZeroDuration();
+      return nullptr;
     }
     channel->WaitForStateChange(state, std::chrono::system_clock::now() +
                                            std::chrono::milliseconds(200));
     state = channel->GetState(/*try_to_connect=*/true);
   }
-  auto stub = v1::AgentLink::NewStub(channel);
-  grpc::ClientContext ctx;
-  auto stream = stub->Connect(&ctx);
+  return channel;
+}
 
-  v1::ConnectRequest hello;
-  *hello.mutable_registration() = options_.registration;
-  std::vector<v1::CommunicatorInfo> comms;
-  core_->AllCommunicators(&comms);
-  for (auto& c : comms) *hello.add_communicators() = std::move(c);
-  if (!stream->Write(hello)) {
-    ctx.TryCancel();
-    const grpc::Status st = stream->Finish();
-    log->warn("controller {}: registration failed: {} {}", address,
-              static_cast<int>(st.error_code()), st.error_message());
-    last_error_ = st.error_message();
-    return absl::ZeroDuration();
-  }
-  const absl::Time connected_at = SteadyNow();
-  connected_ = true;
-  connects_.fetch_add(1);
-  if (options_.trainer) options_.trainer->SetControllerConnected(true);
-  log->info("connected to controller {}", address);
-
-  std::atomic<bool> server_ended{false};
-  std::thread reader([&] {
-    v1::ConnectResponse resp;
-    while (stream->Read(&resp)) {
-      for (const v1::AgentCommand& cmd : resp.commands()) {
-        if (cmd.has_path() || cmd.has_set_activation_mask()) {
-          // Acked by id: one the controller sent again (it had no ack when
-          // this stream opened) is acked again and not applied twice.
-          MutexLock lock(&mu_);
-          if (Applied(cmd.command_id())) {
-            duplicates_.fetch_add(1);
-            acks_.push_back(cmd.command_id());
-            cv_.SignalAll();
-            continue;
-          }
-        }
-        if (cmd.has_migration()) {
-          // Its answers come back through Ack(), which takes mu_.
-          if (options_.migration)
-            options_.migration->OnDirective(cmd.migration());
-          continue;
-        }
-        if (cmd.has_path()) {
-          // Written to the tuner table outside mu_; acked once applied, so
-          // the controller's plan shows which epoch each host runs.
-          absl::Status s = options_.paths
-                               ? options_.paths->OnDirective(cmd.path())
-                               : absl::UnimplementedError("no tuner table");
-          if (!s.ok()) {
-            Logger("agent")->warn(
-                "flow plan of job {} epoch {} not applied: {}",
-                cmd.path().job_id(), cmd.path().epoch(), s.ToString());
-            continue;
-          }
-          MutexLock lock(&mu_);
-          MarkApplied(cmd.command_id());
-          acks_.push_back(cmd.command_id());
-          cv_.SignalAll();
-          continue;
-        }
-        MutexLock lock(&mu_);
-        if (cmd.has_set_activation_mask()) {
-          core_->ApplyActivation(cmd.command_id(), cmd.set_activation_mask());
-          MarkApplied(cmd.command_id());
-          acks_.push_back(cmd.command_id());
-        } else if (cmd.ping()) {
-          pong_ = cmd.command_id();
-        } else if (cmd.has_trainer_directive() && options_.trainer) {
-          options_.trainer->OnDirective(cmd.trainer_directive());
-        }
-        cv_.SignalAll();
-      }
-    }
-    server_ended = true;
+void UpstreamClient::HandleCommand(const v1::AgentCommand& cmd) {
+  if (cmd.has_path() || cmd.has_set_activation_mask()) {
+    // Acked by id: one the controller sent again (it had no ack when this
+    // stream opened) is acked again and not applied twice.
     MutexLock lock(&mu_);
+    if (Applied(cmd.command_id())) {
+      duplicates_.fetch_add(1);
+      acks_.push_back(cmd.command_id());
+      cv_.SignalAll();
+      return;
+    }
+  }
+  if (cmd.has_migration()) {
+    // Its answers come back through Ack(), which takes mu_.
+    if (options_.migration) options_.migration->OnDirective(cmd.migration());
+    return;
+  }
+  if (cmd.has_path()) {
+    // Written to the tuner table outside mu_; acked once applied, so the
+    // controller's plan shows which epoch each host runs.
+    absl::Status s = options_.paths
+                         ? options_.paths->OnDirective(cmd.path())
+                         : absl::UnimplementedError("no tuner table");
+    if (!s.ok()) {
+      Logger("agent")->warn("flow plan of job {} epoch {} not applied: {}",
+                            cmd.path().job_id(), cmd.path().epoch(),
+                            s.ToString());
+      return;
+    }
+    MutexLock lock(&mu_);
+    MarkApplied(cmd.command_id());
+    acks_.push_back(cmd.command_id());
     cv_.SignalAll();
-  });
+    return;
+  }
+  MutexLock lock(&mu_);
+  if (cmd.has_set_activation_mask()) {
+    core_->ApplyActivation(cmd.command_id(), cmd.set_activation_mask());
+    MarkApplied(cmd.command_id());
+    acks_.push_back(cmd.command_id());
+  } else if (cmd.ping()) {
+    pong_ = cmd.command_id();
+  } else if (cmd.has_trainer_directive() && options_.trainer) {
+    options_.trainer->OnDirective(cmd.trainer_directive());
+  }
+  cv_.SignalAll();
+}
 
+bool UpstreamClient::SendBatches(
+    const std::function<bool(const v1::ConnectRequest&)>& write,
+    const std::atomic<bool>& server_ended) {
   absl::Time next_batch = SteadyNow();
   bool stopping = false;
   while (!server_ended) {
@@ -331,7 +304,7 @@ absl::Duration UpstreamClient::RunStream(const std::string& address) {
       if (options_.trainer) options_.trainer->FillBatch(&batch);
     }
     if (stopping) batch.set_agent_stopping(true);
-    bool ok = stream->Write(batch);
+    bool ok = write(batch);
     // More summaries queued than one message carries: send them now.
     while (ok && periodic &&
            batch.summaries_size() == kMaxSummariesPerMessage) {
@@ -339,7 +312,7 @@ absl::Duration UpstreamClient::RunStream(const std::string& address) {
       core_->buffer()->Drain(kMaxSummariesPerMessage, &batch);
       if (stopping) batch.set_agent_stopping(true);
       if (batch.summaries_size() == 0) break;
-      ok = stream->Write(batch);
+      ok = write(batch);
     }
     if (!ok) {
       core_->buffer()->Requeue(&batch);
@@ -348,6 +321,50 @@ absl::Duration UpstreamClient::RunStream(const std::string& address) {
     core_->PublishMetrics(true, connects_.load());
     if (stopping) break;
   }
+  return stopping;
+}
+
+absl::Duration UpstreamClient::RunStream(const std::string& address) {
+  auto log = Logger("agent.upstream");
+  last_error_.clear();
+  std::shared_ptr<grpc::Channel> channel = ConnectChannel(address);
+  if (channel == nullptr) return absl::ZeroDuration();
+  auto stub = v1::AgentLink::NewStub(channel);
+  grpc::ClientContext ctx;
+  auto stream = stub->Connect(&ctx);
+
+  v1::ConnectRequest hello;
+  *hello.mutable_registration() = options_.registration;
+  std::vector<v1::CommunicatorInfo> comms;
+  core_->AllCommunicators(&comms);
+  for (auto& c : comms) *hello.add_communicators() = std::move(c);
+  if (!stream->Write(hello)) {
+    ctx.TryCancel();
+    const grpc::Status st = stream->Finish();
+    log->warn("controller {}: registration failed: {} {}", address,
+              static_cast<int>(st.error_code()), st.error_message());
+    last_error_ = st.error_message();
+    return absl::ZeroDuration();
+  }
+  const absl::Time connected_at = SteadyNow();
+  connected_ = true;
+  connects_.fetch_add(1);
+  if (options_.trainer) options_.trainer->SetControllerConnected(true);
+  log->info("connected to controller {}", address);
+
+  std::atomic<bool> server_ended{false};
+  std::thread reader([&] {
+    v1::ConnectResponse resp;
+    while (stream->Read(&resp)) {
+      for (const v1::AgentCommand& cmd : resp.commands()) HandleCommand(cmd);
+    }
+    server_ended = true;
+    MutexLock lock(&mu_);
+    cv_.SignalAll();
+  });
+  const bool stopping = SendBatches(
+      [&stream](const v1::ConnectRequest& b) { return stream->Write(b); },
+      server_ended);
   connected_ = false;
   if (options_.trainer) options_.trainer->SetControllerConnected(false);
   const absl::Duration up = SteadyNow() - connected_at;

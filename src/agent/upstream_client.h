@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -34,6 +35,10 @@
 #include "src/agent/migration_plane.h"
 #include "src/agent/path_steering.h"
 #include "src/agent/trainer_hub.h"
+
+namespace grpc {
+class Channel;
+}  // namespace grpc
 
 namespace pitstop::agent {
 
@@ -96,6 +101,18 @@ class UpstreamClient {
   // One connection; returns when it breaks or Stop() was called, with how
   // long it was connected (0 = never connected).
   absl::Duration RunStream(const std::string& address);
+  // RunStream's steps (upstream_client.cc). A channel to `address` that is
+  // READY; null when it is not within kConnectTimeout (at once for a
+  // refused connection when there are several controllers) or Stop() was
+  // called.
+  std::shared_ptr<grpc::Channel> ConnectChannel(const std::string& address);
+  // One command the controller wrote (the stream's reader thread).
+  void HandleCommand(const v1::AgentCommand& cmd);
+  // Writes a batch every batch period (sooner with a backlog, acks or a
+  // pong pending) until a write fails, the server ends the stream or
+  // Stop(); returns whether it stopped for Stop().
+  bool SendBatches(const std::function<bool(const v1::ConnectRequest&)>& write,
+                   const std::atomic<bool>& server_ended);
   // Waits up to `d` unless stopping, a pong/ack is pending or (with
   // `wake_on_backlog`) a full message of summaries is queued; true if
   // stopping.

@@ -128,59 +128,12 @@ Evaluation EvaluateOnce(const Fabric& fabric, const std::vector<Flow>& flows,
   return e;
 }
 
-}  // namespace
-
-absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
-  EvalReport rep;
-  rep.fabric = fabric->description;
-  rep.assumptions = fabric->assumptions();
-  rep.ranks = o.ranks > 0 ? o.ranks : fabric->gpu_count();
-  rep.seeds = o.seeds;
-  rep.hash = o.hash;
-  if (o.seeds < 1) return absl::InvalidArgumentError("seeds must be >= 1");
-  absl::StatusOr<std::unique_ptr<HashFunction>> hash = MakeHash(o.hash);
-  if (!hash.ok()) return hash.status();
-  absl::StatusOr<std::vector<int>> place =
-      PlaceJob(*fabric, rep.ranks, o.placement, o.placement_seed);
-  if (!place.ok()) return place.status();
-  rep.flow_list = o.tree
-                      ? BuildTreeFlows(*fabric, *place, o.ring, &rep.channels)
-                      : BuildRingFlows(*fabric, *place, o.ring, &rep.channels);
-  const std::vector<Flow>& flows = rep.flow_list;
-  {
-    std::vector<int> hosts;
-    for (int g : *place) hosts.push_back(fabric->node(g).host);
-    std::sort(hosts.begin(), hosts.end());
-    rep.hosts = static_cast<int>(std::unique(hosts.begin(), hosts.end()) -
-                                 hosts.begin());
-  }
-  rep.flows = static_cast<int>(flows.size());
-  std::vector<std::vector<int>> nv_paths(flows.size());
-  for (size_t i = 0; i < flows.size(); ++i) {
-    if (flows[i].network) {
-      ++rep.network_flows;
-    } else {
-      nv_paths[i] = NvLinkPath(*fabric, flows[i]);
-    }
-  }
-  PlannerOptions po;
-  po.hash = o.pin_ports ? hash->get() : nullptr;
-  po.fabric_seed = o.fabric_seed;
-  Planner planner(fabric, &flows, po);
-  auto t0 = std::chrono::steady_clock::now();
-  const std::clock_t c0 = std::clock();
-  FlowPlan plan = planner.Plan(1);
-  rep.plan_ms = Ms(t0);
-  rep.plan_cpu_ms = 1000.0 * (std::clock() - c0) / CLOCKS_PER_SEC;
-  if (o.pin_ports) {
-    t0 = std::chrono::steady_clock::now();
-    rep.pinned_flows = planner.PinAll(&plan);
-    rep.pin_ms = Ms(t0);
-  }
-  rep.healthy = EvaluateOnce(*fabric, flows, plan, **hash, o, po.degraded_below,
-                             nv_paths);
-  rep.plan = plan;
-  // Degrade.
+// Degrades the links --degrade names and, with --degrade-busiest, the
+// busiest fabric link of `plan` (both directions). Returns the links
+// changed; InvalidArgument for a fraction outside [0, 1].
+absl::StatusOr<std::vector<int>> Degrade(Fabric* fabric, const EvalOptions& o,
+                                         const std::vector<Flow>& flows,
+                                         const FlowPlan& plan) {
   std::vector<int> changed;
   for (const auto& [spec, fraction] : o.degrade) {
     if (!(fraction >= 0 && fraction <= 1)) {
@@ -213,37 +166,110 @@ absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
       }
     }
   }
-  if (changed.empty()) return rep;
+  return changed;
+}
+
+// The re-plan's moves counted in connections: one with any QP moved counts
+// once.
+void CountMovedConnections(const std::vector<Flow>& flows,
+                           const FlowPlan& before, const FlowPlan& after,
+                           EvalReport* rep) {
+  std::vector<char> seen, moved;
+  for (const Flow& f : flows) {
+    if (!f.network) continue;
+    if (static_cast<size_t>(f.conn) >= seen.size()) {
+      seen.resize(f.conn + 1, 0);
+      moved.resize(f.conn + 1, 0);
+    }
+    seen[f.conn] = 1;
+    const PlannedPath& a = before.paths[f.id];
+    const PlannedPath& b = after.paths[f.id];
+    if (a.links != b.links || a.split != b.split) moved[f.conn] = 1;
+  }
+  for (size_t c = 0; c < seen.size(); ++c) {
+    rep->network_connections += seen[c];
+    rep->moved_connections += moved[c];
+  }
+}
+
+// The job's flows on the fabric (ring or tree over its placement), with
+// the hosts it spans and the NVLink paths of its local flows.
+absl::Status BuildJobFlows(const Fabric& fabric, const EvalOptions& o,
+                           EvalReport* rep,
+                           std::vector<std::vector<int>>* nv_paths) {
+  absl::StatusOr<std::vector<int>> place =
+      PlaceJob(fabric, rep->ranks, o.placement, o.placement_seed);
+  if (!place.ok()) return place.status();
+  rep->flow_list = o.tree
+                       ? BuildTreeFlows(fabric, *place, o.ring, &rep->channels)
+                       : BuildRingFlows(fabric, *place, o.ring, &rep->channels);
+  const std::vector<Flow>& flows = rep->flow_list;
+  std::vector<int> hosts;
+  for (int g : *place) hosts.push_back(fabric.node(g).host);
+  std::sort(hosts.begin(), hosts.end());
+  rep->hosts =
+      static_cast<int>(std::unique(hosts.begin(), hosts.end()) - hosts.begin());
+  rep->flows = static_cast<int>(flows.size());
+  nv_paths->assign(flows.size(), {});
+  for (size_t i = 0; i < flows.size(); ++i) {
+    if (flows[i].network) {
+      ++rep->network_flows;
+    } else {
+      (*nv_paths)[i] = NvLinkPath(fabric, flows[i]);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
+  EvalReport rep;
+  rep.fabric = fabric->description;
+  rep.assumptions = fabric->assumptions();
+  rep.ranks = o.ranks > 0 ? o.ranks : fabric->gpu_count();
+  rep.seeds = o.seeds;
+  rep.hash = o.hash;
+  if (o.seeds < 1) return absl::InvalidArgumentError("seeds must be >= 1");
+  absl::StatusOr<std::unique_ptr<HashFunction>> hash = MakeHash(o.hash);
+  if (!hash.ok()) return hash.status();
+  std::vector<std::vector<int>> nv_paths;
+  if (absl::Status s = BuildJobFlows(*fabric, o, &rep, &nv_paths); !s.ok()) {
+    return s;
+  }
+  const std::vector<Flow>& flows = rep.flow_list;
+  PlannerOptions po;
+  po.hash = o.pin_ports ? hash->get() : nullptr;
+  po.fabric_seed = o.fabric_seed;
+  Planner planner(fabric, &flows, po);
+  auto t0 = std::chrono::steady_clock::now();
+  const std::clock_t c0 = std::clock();
+  FlowPlan plan = planner.Plan(1);
+  rep.plan_ms = Ms(t0);
+  rep.plan_cpu_ms = 1000.0 * (std::clock() - c0) / CLOCKS_PER_SEC;
+  if (o.pin_ports) {
+    t0 = std::chrono::steady_clock::now();
+    rep.pinned_flows = planner.PinAll(&plan);
+    rep.pin_ms = Ms(t0);
+  }
+  rep.healthy = EvaluateOnce(*fabric, flows, plan, **hash, o, po.degraded_below,
+                             nv_paths);
+  rep.plan = plan;
+  absl::StatusOr<std::vector<int>> changed = Degrade(fabric, o, flows, plan);
+  if (!changed.ok()) return changed.status();
+  if (changed->empty()) return rep;
   rep.degraded = true;
-  for (int l : changed) rep.degraded_links.push_back(fabric->LinkName(l));
+  for (int l : *changed) rep.degraded_links.push_back(fabric->LinkName(l));
   Planner::ReplanStats stats;
   FlowPlan previous = plan;
   t0 = std::chrono::steady_clock::now();
   const std::clock_t c1 = std::clock();
-  FlowPlan re = planner.Replan(std::move(previous), changed, 2, &stats);
+  FlowPlan re = planner.Replan(std::move(previous), *changed, 2, &stats);
   rep.replan_ms = Ms(t0);
   rep.replan_cpu_ms = 1000.0 * (std::clock() - c1) / CLOCKS_PER_SEC;
   rep.crossing = stats.crossing;
   rep.moved = stats.moved;
-  // The same in connections: one with any QP moved counts once.
-  {
-    std::vector<char> seen, moved;
-    for (const Flow& f : flows) {
-      if (!f.network) continue;
-      if (static_cast<size_t>(f.conn) >= seen.size()) {
-        seen.resize(f.conn + 1, 0);
-        moved.resize(f.conn + 1, 0);
-      }
-      seen[f.conn] = 1;
-      const PlannedPath& a = plan.paths[f.id];
-      const PlannedPath& b = re.paths[f.id];
-      if (a.links != b.links || a.split != b.split) moved[f.conn] = 1;
-    }
-    for (size_t c = 0; c < seen.size(); ++c) {
-      rep.network_connections += seen[c];
-      rep.moved_connections += moved[c];
-    }
-  }
+  CountMovedConnections(flows, plan, re, &rep);
   rep.after =
       EvaluateOnce(*fabric, flows, re, **hash, o, po.degraded_below, nv_paths);
   rep.recovery =

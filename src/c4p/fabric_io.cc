@@ -210,28 +210,11 @@ absl::StatusOr<Fabric> FabricFromSimAi(const SimAiFile& f,
   return fab;
 }
 
-absl::StatusOr<Fabric> ParseClosCsv(const std::string& text,
-                                    const std::string& source,
-                                    const ClosCsvOptions& o) {
-  if (o.gpus_per_host <= 0 || o.aggs_per_pod <= 0 || o.cores_per_agg <= 0) {
-    return absl::InvalidArgumentError(
-        "gpus per host, aggs per pod and cores per agg must be positive");
-  }
-  std::vector<std::string> lines = absl::StrSplit(text, '\n');
-  std::vector<std::string> head = absl::StrSplit(lines[0], ',');
-  int col_ip = -1, col_dsw = -1, col_psw = -1, col_asw = -1;
-  for (size_t i = 0; i < head.size(); ++i) {
-    const std::string h =
-        absl::AsciiStrToLower(absl::StripAsciiWhitespace(head[i]));
-    if (h == "ip") col_ip = static_cast<int>(i);
-    if (h == "dsw") col_dsw = static_cast<int>(i);
-    if (h == "psw") col_psw = static_cast<int>(i);
-    if (h == "asw") col_asw = static_cast<int>(i);
-  }
-  if (col_ip < 0 || col_dsw < 0 || col_psw < 0 || col_asw < 0) {
-    return LineError(source, 1,
-                     "expected a header naming the columns ip,DSW,PSW,ASW");
-  }
+namespace {
+
+// The rows of a three-tier CSV (ip,DSW,PSW,ASW) and the switch hierarchy
+// they state, with the line that first said each relation.
+struct ClosRows {
   struct Row {
     std::string ip, dsw, psw, asw;
     int line;
@@ -240,91 +223,132 @@ absl::StatusOr<Fabric> ParseClosCsv(const std::string& text,
   std::set<std::string> ips;
   std::map<std::string, std::string> tor_pod, pod_core;
   std::map<std::string, int> tor_line, pod_line;
+};
+
+// The header's column of each name (-1 when absent).
+struct ClosColumns {
+  int ip = -1, dsw = -1, psw = -1, asw = -1;
+};
+
+ClosColumns FindColumns(const std::vector<std::string>& head) {
+  ClosColumns c;
+  for (size_t i = 0; i < head.size(); ++i) {
+    const std::string h =
+        absl::AsciiStrToLower(absl::StripAsciiWhitespace(head[i]));
+    if (h == "ip") c.ip = static_cast<int>(i);
+    if (h == "dsw") c.dsw = static_cast<int>(i);
+    if (h == "psw") c.psw = static_cast<int>(i);
+    if (h == "asw") c.asw = static_cast<int>(i);
+  }
+  return c;
+}
+
+// One data row into `out`: InvalidArgument naming the line for a wrong
+// column count, an empty field, a repeated host, or an ASW (PSW group)
+// placed under two different PSW groups (DSWs).
+absl::Status AddClosRow(const std::string& source, int line,
+                        absl::string_view raw, size_t columns,
+                        const ClosColumns& col, ClosRows* out) {
+  std::vector<std::string> c = absl::StrSplit(raw, ',');
+  if (c.size() != columns) {
+    return LineError(
+        source, line,
+        absl::StrCat("expected ", columns, " columns, got ", c.size()));
+  }
+  ClosRows::Row r{std::string(absl::StripAsciiWhitespace(c[col.ip])),
+                  std::string(absl::StripAsciiWhitespace(c[col.dsw])),
+                  std::string(absl::StripAsciiWhitespace(c[col.psw])),
+                  std::string(absl::StripAsciiWhitespace(c[col.asw])), line};
+  if (r.ip.empty() || r.dsw.empty() || r.psw.empty() || r.asw.empty()) {
+    return LineError(source, line, "an empty ip, DSW, PSW or ASW");
+  }
+  if (!out->ips.insert(r.ip).second) {
+    return LineError(source, line, absl::StrCat("host ", r.ip, " repeated"));
+  }
+  auto [tp, fresh_tor] = out->tor_pod.emplace(r.asw, r.psw);
+  if (!fresh_tor && tp->second != r.psw) {
+    return LineError(
+        source, line,
+        absl::StrCat("ASW ", r.asw, " is in PSW group ", tp->second,
+                     " on line ", out->tor_line[r.asw], ", here in ", r.psw));
+  }
+  out->tor_line.emplace(r.asw, line);
+  auto [pc, fresh_pod] = out->pod_core.emplace(r.psw, r.dsw);
+  if (!fresh_pod && pc->second != r.dsw) {
+    return LineError(source, line,
+                     absl::StrCat("PSW group ", r.psw, " is under DSW ",
+                                  pc->second, " on line ", out->pod_line[r.psw],
+                                  ", here under ", r.dsw));
+  }
+  out->pod_line.emplace(r.psw, line);
+  out->rows.push_back(std::move(r));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ClosRows> ReadClosRows(const std::string& text,
+                                      const std::string& source) {
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  std::vector<std::string> head = absl::StrSplit(lines[0], ',');
+  const ClosColumns col = FindColumns(head);
+  if (col.ip < 0 || col.dsw < 0 || col.psw < 0 || col.asw < 0) {
+    return LineError(source, 1,
+                     "expected a header naming the columns ip,DSW,PSW,ASW");
+  }
+  ClosRows out;
   for (size_t i = 1; i < lines.size(); ++i) {
     const absl::string_view raw = absl::StripAsciiWhitespace(lines[i]);
     if (raw.empty() || raw[0] == '#') continue;
     const int line = static_cast<int>(i) + 1;
-    std::vector<std::string> c = absl::StrSplit(raw, ',');
-    if (c.size() != head.size()) {
-      return LineError(
-          source, line,
-          absl::StrCat("expected ", head.size(), " columns, got ", c.size()));
+    if (absl::Status s = AddClosRow(source, line, raw, head.size(), col, &out);
+        !s.ok()) {
+      return s;
     }
-    Row r{std::string(absl::StripAsciiWhitespace(c[col_ip])),
-          std::string(absl::StripAsciiWhitespace(c[col_dsw])),
-          std::string(absl::StripAsciiWhitespace(c[col_psw])),
-          std::string(absl::StripAsciiWhitespace(c[col_asw])), line};
-    if (r.ip.empty() || r.dsw.empty() || r.psw.empty() || r.asw.empty()) {
-      return LineError(source, line, "an empty ip, DSW, PSW or ASW");
-    }
-    if (!ips.insert(r.ip).second) {
-      return LineError(source, line, absl::StrCat("host ", r.ip, " repeated"));
-    }
-    auto [tp, fresh_tor] = tor_pod.emplace(r.asw, r.psw);
-    if (!fresh_tor && tp->second != r.psw) {
-      return LineError(
-          source, line,
-          absl::StrCat("ASW ", r.asw, " is in PSW group ", tp->second,
-                       " on line ", tor_line[r.asw], ", here in ", r.psw));
-    }
-    tor_line.emplace(r.asw, line);
-    auto [pc, fresh_pod] = pod_core.emplace(r.psw, r.dsw);
-    if (!fresh_pod && pc->second != r.dsw) {
-      return LineError(
-          source, line,
-          absl::StrCat("PSW group ", r.psw, " is under DSW ", pc->second,
-                       " on line ", pod_line[r.psw], ", here under ", r.dsw));
-    }
-    pod_line.emplace(r.psw, line);
-    rows.push_back(std::move(r));
   }
-  if (rows.empty()) return LineError(source, 1, "no hosts");
-  Fabric fab;
-  // Aggregation switches: aggs_per_pod per PSW group. Core: one plane per
-  // agg index, cores_per_agg cores in it, shared by every pod (the DSW
-  // groups are kept as names only; see assumptions).
+  if (out.rows.empty()) return LineError(source, 1, "no hosts");
+  return out;
+}
+
+// Aggregation switches: aggs_per_pod per PSW group. Core: one plane per
+// agg index, cores_per_agg cores in it, shared by every pod (the DSW groups
+// are kept as names only; see assumptions). Returns the ToRs by name.
+std::map<std::string, int> AddClosSwitches(const ClosRows& in,
+                                           const ClosCsvOptions& o,
+                                           Fabric* fab) {
   std::map<std::string, std::vector<int>> pod_aggs;
   std::vector<std::vector<int>> planes(o.aggs_per_pod);
   for (int p = 0; p < o.aggs_per_pod; ++p) {
     for (int c = 0; c < o.cores_per_agg; ++c) {
       planes[p].push_back(
-          fab.AddSwitch(NodeKind::kCore, absl::StrCat("core", p, ".", c)));
+          fab->AddSwitch(NodeKind::kCore, absl::StrCat("core", p, ".", c)));
     }
   }
-  for (const auto& [pod, core] : pod_core) {
+  for (const auto& [pod, core] : in.pod_core) {
     for (int a = 0; a < o.aggs_per_pod; ++a) {
       const int agg =
-          fab.AddSwitch(NodeKind::kAgg, absl::StrCat(pod, "/agg", a));
+          fab->AddSwitch(NodeKind::kAgg, absl::StrCat(pod, "/agg", a));
       pod_aggs[pod].push_back(agg);
       for (int c : planes[a]) {
-        fab.AddCable(agg, c, LinkKind::kFabric, o.agg_uplink_gbps,
-                     pod_line[pod]);
+        fab->AddCable(agg, c, LinkKind::kFabric, o.agg_uplink_gbps,
+                      in.pod_line.at(pod));
       }
     }
   }
   std::map<std::string, int> tors;
-  for (const auto& [asw, pod] : tor_pod) {
-    const int t = fab.AddSwitch(NodeKind::kTor, asw);
+  for (const auto& [asw, pod] : in.tor_pod) {
+    const int t = fab->AddSwitch(NodeKind::kTor, asw);
     tors[asw] = t;
     for (int agg : pod_aggs[pod]) {
-      fab.AddCable(t, agg, LinkKind::kFabric, o.tor_uplink_gbps, tor_line[asw]);
+      fab->AddCable(t, agg, LinkKind::kFabric, o.tor_uplink_gbps,
+                    in.tor_line.at(asw));
     }
   }
-  for (const Row& r : rows) {
-    const int h = fab.AddHost(r.ip);
-    const int nvs = fab.AddNvSwitch(h, absl::StrCat(r.ip, "/nvswitch"));
-    for (int g = 0; g < o.gpus_per_host; ++g) {
-      const int gpu = fab.AddGpu(h);
-      fab.AddCable(gpu, nvs, LinkKind::kNvLink, o.nvlink_gbps, r.line);
-      fab.AddCable(gpu, tors[r.asw], LinkKind::kNic, o.nic_gbps, r.line);
-    }
-  }
-  fab.description =
-      absl::StrCat("three-tier CSV ", source, ": ", rows.size(), " hosts x ",
-                   o.gpus_per_host, " GPUs, ", tors.size(), " ToRs (ASW), ",
-                   pod_core.size(), " pods (PSW groups) of ", o.aggs_per_pod,
-                   " aggs, ", o.aggs_per_pod * o.cores_per_agg, " cores");
-  auto& a = fab.assumptions();
+  return tors;
+}
+
+// What the CSV does not say and the model assumes.
+void AddClosAssumptions(const ClosRows& in, const ClosCsvOptions& o,
+                        Fabric* fab) {
+  auto& a = fab->assumptions();
   a.push_back(absl::StrCat("each host has ", o.gpus_per_host, " GPUs, one ",
                            o.nic_gbps,
                            " Gbps NIC each, all on the host's ASW "
@@ -339,16 +363,43 @@ absl::StatusOr<Fabric> ParseClosCsv(const std::string& text,
                            o.cores_per_agg,
                            " cores of core plane k (--cores-per-agg, "
                            "--agg-uplink-gbps)"));
-  if (std::set<std::string>([&] {
-        std::set<std::string> d;
-        for (const auto& [p, c] : pod_core) d.insert(c);
-        return d;
-      }())
-          .size() > 1) {
+  std::set<std::string> dsw;
+  for (const auto& [p, c] : in.pod_core) dsw.insert(c);
+  if (dsw.size() > 1) {
     a.push_back(
         "several DSW groups: modelled as one shared core layer (the file "
         "does not say how DSW groups interconnect)");
   }
+}
+
+}  // namespace
+
+absl::StatusOr<Fabric> ParseClosCsv(const std::string& text,
+                                    const std::string& source,
+                                    const ClosCsvOptions& o) {
+  if (o.gpus_per_host <= 0 || o.aggs_per_pod <= 0 || o.cores_per_agg <= 0) {
+    return absl::InvalidArgumentError(
+        "gpus per host, aggs per pod and cores per agg must be positive");
+  }
+  absl::StatusOr<ClosRows> in = ReadClosRows(text, source);
+  if (!in.ok()) return in.status();
+  Fabric fab;
+  std::map<std::string, int> tors = AddClosSwitches(*in, o, &fab);
+  for (const ClosRows::Row& r : in->rows) {
+    const int h = fab.AddHost(r.ip);
+    const int nvs = fab.AddNvSwitch(h, absl::StrCat(r.ip, "/nvswitch"));
+    for (int g = 0; g < o.gpus_per_host; ++g) {
+      const int gpu = fab.AddGpu(h);
+      fab.AddCable(gpu, nvs, LinkKind::kNvLink, o.nvlink_gbps, r.line);
+      fab.AddCable(gpu, tors[r.asw], LinkKind::kNic, o.nic_gbps, r.line);
+    }
+  }
+  fab.description = absl::StrCat(
+      "three-tier CSV ", source, ": ", in->rows.size(), " hosts x ",
+      o.gpus_per_host, " GPUs, ", tors.size(), " ToRs (ASW), ",
+      in->pod_core.size(), " pods (PSW groups) of ", o.aggs_per_pod, " aggs, ",
+      o.aggs_per_pod * o.cores_per_agg, " cores");
+  AddClosAssumptions(*in, o, &fab);
   absl::Status s = fab.Finalize();
   if (!s.ok()) return s;
   return fab;

@@ -82,6 +82,153 @@ absl::StatusOr<std::string> Head(const std::string& path) {
   return head;
 }
 
+// The inputs sorted by kind: files of one format, NCCL logs, and files of
+// no known format (skipped).
+struct Sorted {
+  FileFormat format = FileFormat::kUnknown;
+  std::vector<std::string> files;
+  std::vector<std::string> logs;
+  std::vector<std::string> skipped;
+};
+
+absl::StatusOr<ImportedJob> ReadFlightRecorder(
+    const std::vector<std::string>& files, const ImportOptions& options) {
+  std::vector<FlightRecorderDump> dumps;
+  for (const std::string& f : files) {
+    ASSIGN_OR_RETURN(std::string bytes, ReadInputFile(f));
+    ASSIGN_OR_RETURN(FlightRecorderDump d, ParseFlightRecorderDump(bytes, f));
+    dumps.push_back(std::move(d));
+  }
+  FrJobOptions o;
+  o.job_id = options.job_id;
+  o.ranks_per_node = options.ranks_per_node;
+  return BuildFlightRecorderJob(std::move(dumps), o);
+}
+
+absl::StatusOr<ImportedJob> ReadKineto(const std::vector<std::string>& files,
+                                       const ImportOptions& options) {
+  std::vector<KinetoTrace> traces;
+  for (const std::string& f : files) {
+    ASSIGN_OR_RETURN(auto in, InputStream::Open(f));
+    std::function<void(uint64_t, uint64_t)> progress;
+    if (options.progress) {
+      progress = [&](uint64_t done, uint64_t total) {
+        options.progress(absl::StrCat("reading ", f, ": ", done >> 20, "/",
+                                      total >> 20, " MiB"));
+      };
+    }
+    ASSIGN_OR_RETURN(KinetoTrace t, ParseKinetoTrace(in.get(), f, progress));
+    traces.push_back(std::move(t));
+  }
+  KinetoJobOptions o;
+  o.job_id = options.job_id;
+  o.ranks_per_node = options.ranks_per_node;
+  o.match_tolerance_us = options.kineto_match_tolerance_us;
+  return BuildKinetoJob(std::move(traces), o);
+}
+
+absl::StatusOr<ImportedJob> ReadInspector(const std::vector<std::string>& files,
+                                          const ImportOptions& options) {
+  std::vector<InspectorFile> logs;
+  for (const std::string& f : files) {
+    ASSIGN_OR_RETURN(auto in, InputStream::Open(f));
+    ASSIGN_OR_RETURN(InspectorFile l, ParseInspectorFile(in.get(), f));
+    logs.push_back(std::move(l));
+  }
+  InspectorJobOptions o;
+  o.job_id = options.job_id;
+  return BuildInspectorJob(std::move(logs), o);
+}
+
+// A job of NCCL logs alone: their failed communicator creations.
+ImportedJob NcclLogsOnly(const std::vector<NcclLog>& nccl_logs,
+                         const ImportOptions& options) {
+  ImportedJob job;
+  job.format = "nccl-log";
+  job.job_id = options.job_id.empty() ? "imported" : options.job_id;
+  if (AddNcclLogFailures(nccl_logs, &job) == 0) {
+    job.notes.push_back(
+        absl::StrCat("read ", nccl_logs.size(),
+                     " NCCL log(s): no failed communicator creation in them"));
+  }
+  return job;
+}
+
+// After reading: ranks without a file modelled (refused beyond
+// kMaxAbsentRanks), the NCCL logs' failures, the skipped files noted.
+absl::Status Complete(const Sorted& sorted,
+                      const std::vector<NcclLog>& nccl_logs,
+                      const ImportOptions& options, ImportedJob* job) {
+  // Every rank without a file is modelled (memberships + goodbye) and the
+  // detection engine's state grows with members x such ranks: refuse
+  // clearly instead of running out of memory.
+  if (job->missing_ranks.size() > kMaxAbsentRanks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        job->missing_ranks.size(),
+        " ranks named by the input's groups have no file (world size ",
+        job->world_size, "); at most ", kMaxAbsentRanks,
+        " can be modelled: add the files of more ranks, or check the groups' "
+        "rank lists (warnings: ",
+        job->warnings.empty() ? "none" : job->warnings.front(), ")"));
+  }
+  const FileFormat format = sorted.format;
+  std::string prefix = format == FileFormat::kFlightRecorder ? "fr-"
+                       : format == FileFormat::kKineto       ? "kineto-"
+                                                             : "inspector-";
+  int32_t per_node = options.ranks_per_node;
+  AddAbsentRanks(job,
+                 [&](int32_t g) { return SyntheticHost(prefix, g, per_node); });
+  if (!nccl_logs.empty()) AddNcclLogFailures(nccl_logs, job);
+  if (!sorted.skipped.empty()) {
+    job->notes.push_back(absl::StrCat("skipped ", sorted.skipped.size(),
+                                      " file(s) of no known format (e.g. ",
+                                      sorted.skipped[0], ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Sorted> SortInputs(const std::vector<Input>& inputs) {
+  Sorted out;
+  for (const Input& in : inputs) {
+    auto head = Head(in.path);
+    // A damaged file in a job directory is fatal too.
+    if (!head.ok()) return head.status();
+    if (head->empty()) {
+      if (in.explicit_file || out.format != FileFormat::kUnknown ||
+          absl::StrContains(in.path, "dump") ||
+          absl::StrContains(in.path, "trace")) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(in.path, ": empty file"));
+      }
+      out.skipped.push_back(in.path);
+      continue;
+    }
+    FileFormat f = DetectFormat(*head);
+    if (f == FileFormat::kUnknown && LooksLikeNcclLog(*head)) {
+      out.logs.push_back(in.path);
+      continue;
+    }
+    if (f == FileFormat::kUnknown) {
+      if (in.explicit_file) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            in.path,
+            ": not a recognised format (expected a Flight Recorder dump, a "
+            "Kineto/Chrome trace or an NCCL Inspector log)"));
+      }
+      out.skipped.push_back(in.path);
+      continue;
+    }
+    if (out.format != FileFormat::kUnknown && f != out.format) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          in.path, ": is a ", FormatName(f), " but earlier files are ",
+          FormatName(out.format), "; analyse one kind of file at a time"));
+    }
+    out.format = f;
+    out.files.push_back(in.path);
+  }
+  return out;
+}
+
 }  // namespace
 
 FileFormat DetectFormat(absl::string_view head) {
@@ -99,144 +246,34 @@ absl::StatusOr<ImportedJob> ImportPaths(const std::vector<std::string>& paths,
   if (paths.empty()) return absl::InvalidArgumentError("no input paths given");
   std::vector<Input> inputs;
   RETURN_IF_ERROR(Expand(paths, &inputs));
-  FileFormat format = FileFormat::kUnknown;
-  std::vector<std::string> files;
-  std::vector<std::string> skipped;
+  ASSIGN_OR_RETURN(const Sorted sorted, SortInputs(inputs));
   // NCCL logs beside the other files (or alone): read for failed
   // communicator creation (nccl_log_reader.h).
-  std::vector<std::string> logs;
-  for (const Input& in : inputs) {
-    auto head = Head(in.path);
-    if (!head.ok()) {
-      if (in.explicit_file) return head.status();
-      return head.status();  // a damaged file in a job directory is fatal too
-    }
-    if (head->empty()) {
-      if (in.explicit_file || format != FileFormat::kUnknown ||
-          absl::StrContains(in.path, "dump") ||
-          absl::StrContains(in.path, "trace")) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(in.path, ": empty file"));
-      }
-      skipped.push_back(in.path);
-      continue;
-    }
-    FileFormat f = DetectFormat(*head);
-    if (f == FileFormat::kUnknown && LooksLikeNcclLog(*head)) {
-      logs.push_back(in.path);
-      continue;
-    }
-    if (f == FileFormat::kUnknown) {
-      if (in.explicit_file) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            in.path,
-            ": not a recognised format (expected a Flight Recorder dump, a "
-            "Kineto/Chrome trace or an NCCL Inspector log)"));
-      }
-      skipped.push_back(in.path);
-      continue;
-    }
-    if (format != FileFormat::kUnknown && f != format) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          in.path, ": is a ", FormatName(f), " but earlier files are ",
-          FormatName(format), "; analyse one kind of file at a time"));
-    }
-    format = f;
-    files.push_back(in.path);
-  }
   std::vector<NcclLog> nccl_logs;
-  for (const std::string& f : logs) {
+  for (const std::string& f : sorted.logs) {
     ASSIGN_OR_RETURN(auto in, InputStream::Open(f));
     ASSIGN_OR_RETURN(NcclLog l, ParseNcclLog(&in->stream(), f));
     nccl_logs.push_back(std::move(l));
   }
-  if (files.empty() && !nccl_logs.empty()) {
-    ImportedJob job;
-    job.format = "nccl-log";
-    job.job_id = options.job_id.empty() ? "imported" : options.job_id;
-    if (AddNcclLogFailures(nccl_logs, &job) == 0) {
-      job.notes.push_back(absl::StrCat(
-          "read ", nccl_logs.size(),
-          " NCCL log(s): no failed communicator creation in them"));
-    }
-    return job;
+  if (sorted.files.empty() && !nccl_logs.empty()) {
+    return NcclLogsOnly(nccl_logs, options);
   }
-  if (files.empty()) {
+  if (sorted.files.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "no Flight Recorder, Kineto or Inspector files found in the given "
         "path(s)",
-        skipped.empty()
-            ? ""
-            : absl::StrCat(" (", skipped.size(), " other files skipped)")));
+        sorted.skipped.empty() ? ""
+                               : absl::StrCat(" (", sorted.skipped.size(),
+                                              " other files skipped)")));
   }
-  absl::StatusOr<ImportedJob> job;
-  if (format == FileFormat::kFlightRecorder) {
-    std::vector<FlightRecorderDump> dumps;
-    for (const std::string& f : files) {
-      ASSIGN_OR_RETURN(std::string bytes, ReadInputFile(f));
-      ASSIGN_OR_RETURN(FlightRecorderDump d, ParseFlightRecorderDump(bytes, f));
-      dumps.push_back(std::move(d));
-    }
-    FrJobOptions o;
-    o.job_id = options.job_id;
-    o.ranks_per_node = options.ranks_per_node;
-    job = BuildFlightRecorderJob(std::move(dumps), o);
-  } else if (format == FileFormat::kKineto) {
-    std::vector<KinetoTrace> traces;
-    for (const std::string& f : files) {
-      ASSIGN_OR_RETURN(auto in, InputStream::Open(f));
-      std::function<void(uint64_t, uint64_t)> progress;
-      if (options.progress) {
-        progress = [&](uint64_t done, uint64_t total) {
-          options.progress(absl::StrCat("reading ", f, ": ", done >> 20, "/",
-                                        total >> 20, " MiB"));
-        };
-      }
-      ASSIGN_OR_RETURN(KinetoTrace t, ParseKinetoTrace(in.get(), f, progress));
-      traces.push_back(std::move(t));
-    }
-    KinetoJobOptions o;
-    o.job_id = options.job_id;
-    o.ranks_per_node = options.ranks_per_node;
-    o.match_tolerance_us = options.kineto_match_tolerance_us;
-    job = BuildKinetoJob(std::move(traces), o);
-  } else {
-    std::vector<InspectorFile> logs;
-    for (const std::string& f : files) {
-      ASSIGN_OR_RETURN(auto in, InputStream::Open(f));
-      ASSIGN_OR_RETURN(InspectorFile l, ParseInspectorFile(in.get(), f));
-      logs.push_back(std::move(l));
-    }
-    InspectorJobOptions o;
-    o.job_id = options.job_id;
-    job = BuildInspectorJob(std::move(logs), o);
-  }
-  // Every rank without a file is modelled (memberships + goodbye) and the
-  // detection engine's state grows with members x such ranks: refuse
-  // clearly instead of running out of memory.
-  if (job.ok() && job->missing_ranks.size() > kMaxAbsentRanks) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        job->missing_ranks.size(),
-        " ranks named by the input's groups have no file (world size ",
-        job->world_size, "); at most ", kMaxAbsentRanks,
-        " can be modelled: add the files of more ranks, or check the groups' "
-        "rank lists (warnings: ",
-        job->warnings.empty() ? "none" : job->warnings.front(), ")"));
-  }
-  if (job.ok()) {
-    std::string prefix = format == FileFormat::kFlightRecorder ? "fr-"
-                         : format == FileFormat::kKineto       ? "kineto-"
-                                                               : "inspector-";
-    int32_t per_node = options.ranks_per_node;
-    AddAbsentRanks(
-        &*job, [&](int32_t g) { return SyntheticHost(prefix, g, per_node); });
-  }
-  if (job.ok() && !nccl_logs.empty()) AddNcclLogFailures(nccl_logs, &*job);
-  if (job.ok() && !skipped.empty()) {
-    job->notes.push_back(absl::StrCat("skipped ", skipped.size(),
-                                      " file(s) of no known format (e.g. ",
-                                      skipped[0], ")"));
-  }
+  absl::StatusOr<ImportedJob> job =
+      sorted.format == FileFormat::kFlightRecorder
+          ? ReadFlightRecorder(sorted.files, options)
+      : sorted.format == FileFormat::kKineto
+          ? ReadKineto(sorted.files, options)
+          : ReadInspector(sorted.files, options);
+  if (!job.ok()) return job;
+  RETURN_IF_ERROR(Complete(sorted, nccl_logs, options, &*job));
   return job;
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -250,6 +251,13 @@ class Decoder {
 
   absl::StatusOr<Value> Execute();
   absl::Status Step(uint8_t op, bool* stop);
+  // Step's opcode families; each returns nullopt for an opcode not its own.
+  std::optional<absl::Status> StackOp(uint8_t op);
+  std::optional<absl::Status> NumberOp(uint8_t op);
+  std::optional<absl::Status> StringOp(uint8_t op);
+  std::optional<absl::Status> ContainerOp(uint8_t op);
+  std::optional<absl::Status> FillOp(uint8_t op);
+  std::optional<absl::Status> MemoOp(uint8_t op);
 
   absl::StatusOr<json> ToJson(const Value& v, int depth, int64_t* budget);
 
@@ -288,6 +296,20 @@ absl::StatusOr<Value> Decoder::Execute() {
 }
 
 absl::Status Decoder::Step(uint8_t op, bool* stop) {
+  if (op == '.') {  // STOP
+    *stop = true;
+    return absl::OkStatus();
+  }
+  for (auto family :
+       {&Decoder::StackOp, &Decoder::NumberOp, &Decoder::StringOp,
+        &Decoder::ContainerOp, &Decoder::FillOp, &Decoder::MemoOp}) {
+    if (std::optional<absl::Status> s = (this->*family)(op)) return *s;
+  }
+  return Error(op_pos_, absl::StrFormat("unknown pickle opcode 0x%02x", op));
+}
+
+// PROTO, FRAME, MARK, POP, POP_MARK, DUP.
+std::optional<absl::Status> Decoder::StackOp(uint8_t op) {
   switch (op) {
     case 0x80: {  // PROTO
       ASSIGN_OR_RETURN(uint64_t proto, ReadLE(1));
@@ -298,9 +320,6 @@ absl::Status Decoder::Step(uint8_t op, bool* stop) {
     }
     case 0x95:
       return ReadLE(8).status();  // FRAME: length only
-    case '.':
-      *stop = true;
-      return absl::OkStatus();
     case '(':
       stack_.push_back(Tagged(Kind::kMark));
       return absl::OkStatus();
@@ -312,6 +331,14 @@ absl::Status Decoder::Step(uint8_t op, bool* stop) {
       if (stack_.empty()) return Error(op_pos_, "DUP on empty stack");
       stack_.push_back(stack_.back());
       return absl::OkStatus();
+    default:
+      return std::nullopt;
+  }
+}
+
+// None, booleans, integers and floats.
+std::optional<absl::Status> Decoder::NumberOp(uint8_t op) {
+  switch (op) {
     case 'N':
       stack_.push_back(Tagged(Kind::kNone));
       return absl::OkStatus();
@@ -371,6 +398,14 @@ absl::Status Decoder::Step(uint8_t op, bool* stop) {
       stack_.push_back(std::move(v));
       return absl::OkStatus();
     }
+    default:
+      return std::nullopt;
+  }
+}
+
+// Text and byte strings.
+std::optional<absl::Status> Decoder::StringOp(uint8_t op) {
+  switch (op) {
     case 'S':
     case 'V': {  // protocol-0 text strings: quotes stripped, escapes kept
       ASSIGN_OR_RETURN(absl::string_view line, ReadLine());
@@ -400,6 +435,14 @@ absl::Status Decoder::Step(uint8_t op, bool* stop) {
       PushStr(bytes ? Kind::kBytes : Kind::kStr, s);
       return absl::OkStatus();
     }
+    default:
+      return std::nullopt;
+  }
+}
+
+// New lists, tuples, dicts and sets, empty or from the stack.
+std::optional<absl::Status> Decoder::ContainerOp(uint8_t op) {
+  switch (op) {
     case ']':
       stack_.push_back(NewContainer(Kind::kList));
       return absl::OkStatus();
@@ -438,6 +481,14 @@ absl::Status Decoder::Step(uint8_t op, bool* stop) {
       stack_.push_back(NewContainer(Kind::kDict, std::move(items)));
       return absl::OkStatus();
     }
+    default:
+      return std::nullopt;
+  }
+}
+
+// Items appended to the list or dict below them.
+std::optional<absl::Status> Decoder::FillOp(uint8_t op) {
+  switch (op) {
     case 'a': {
       ASSIGN_OR_RETURN(Value item, Pop());
       ASSIGN_OR_RETURN(Container * c, TopContainer(0, Kind::kList));
@@ -468,6 +519,14 @@ absl::Status Decoder::Step(uint8_t op, bool* stop) {
       for (Value& v : items) c->items.push_back(std::move(v));
       return absl::OkStatus();
     }
+    default:
+      return std::nullopt;
+  }
+}
+
+// The memo: PUT, GET and their binary forms, MEMOIZE.
+std::optional<absl::Status> Decoder::MemoOp(uint8_t op) {
+  switch (op) {
     case 'p':
     case 'g': {
       ASSIGN_OR_RETURN(absl::string_view line, ReadLine());
@@ -490,8 +549,7 @@ absl::Status Decoder::Step(uint8_t op, bool* stop) {
       return Get(index);
     }
     default:
-      return Error(op_pos_,
-                   absl::StrFormat("unknown pickle opcode 0x%02x", op));
+      return std::nullopt;
   }
 }
 

@@ -305,6 +305,84 @@ absl::StatusOr<std::vector<v1::Fault>> SettledFaults(
   return faults;
 }
 
+using Say = std::function<void(const std::string&)>;
+
+// The data's time span (ns) over the ops used for detection.
+std::pair<uint64_t, uint64_t> DataSpan(const ImportedJob& job) {
+  uint64_t t0 = UINT64_MAX, t1 = 0;
+  for (const ImportedRank& r : job.ranks) {
+    for (const ImportedOp& op : r.ops) {
+      for (uint64_t t :
+           {op.record.enqueue_start_cpu_ns(), op.start_ns, op.end_ns}) {
+        if (t == 0 || !op.for_detection) continue;
+        t0 = std::min(t0, t);
+        t1 = std::max(t1, t);
+      }
+    }
+  }
+  if (t0 == UINT64_MAX) t0 = t1 = 0;
+  return {t0, t1};
+}
+
+// The replay's speed: --speed, else what fits max_replay (at least 1x);
+// clamped (with a note) where scaled durations would shrink below what the
+// clocks and the agents' batching can tell apart (microseconds).
+double ReplaySpeed(double span_s, const ReplayOptions& options,
+                   std::string* note, const Say& say) {
+  double speed = options.speed;
+  double fit = span_s / absl::ToDoubleSeconds(options.max_replay);
+  if (speed <= 0) speed = std::max(1.0, fit);
+  // The data still fits in max_replay at this speed.
+  double max_speed = std::max(kMaxReplaySpeed, fit);
+  if (speed > max_speed) {
+    *note = absl::StrCat("--speed ", speed, " clamped to ", max_speed,
+                         ": faster replay loses the timing evidence");
+    say(*note);
+    speed = max_speed;
+  }
+  return speed;
+}
+
+absl::Status SetImportedPolicy(v1::Controller::Stub* stub,
+                               const std::string& address,
+                               const std::string& job_id) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::SetJobPolicyRequest req;
+  req.set_job_id(job_id);
+  *req.mutable_policy() = ImportedJobPolicy();
+  v1::SetJobPolicyResponse resp;
+  grpc::Status s = stub->SetJobPolicy(&ctx, req, &resp);
+  if (!s.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "controller at ", address, ": SetJobPolicy: ", s.error_message()));
+  }
+  return absl::OkStatus();
+}
+
+// Registers every rank's stream and waits (up to 60 s) until the agents
+// accepted all of them: pacing starts only then, so the replay does not
+// depend on how loaded the machine is.
+absl::Status OpenStreams(
+    const std::vector<std::unique_ptr<RankReplayer>>& replayers,
+    const TimeMap& tm) {
+  for (auto& rp : replayers) rp->Register(tm);
+  int64_t open_deadline = MonotonicNowNs() + 60'000'000'000;
+  size_t accepted = 0;
+  while (true) {
+    accepted = 0;
+    for (auto& rp : replayers) accepted += rp->Accepted();
+    if (accepted == replayers.size() || MonotonicNowNs() > open_deadline) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  if (accepted != replayers.size()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("replay: only ", accepted, " of ", replayers.size(),
+                     " rank stream(s) were accepted by the agents in 60 s"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ReplayResult> ReplayJob(const ImportedJob& job,
@@ -320,34 +398,10 @@ absl::StatusOr<ReplayResult> ReplayJob(const ImportedJob& job,
       hosts.push_back(r.host);
     }
   }
-  // Data time span and speed.
-  uint64_t t0 = UINT64_MAX, t1 = 0;
-  for (const ImportedRank& r : job.ranks) {
-    for (const ImportedOp& op : r.ops) {
-      for (uint64_t t :
-           {op.record.enqueue_start_cpu_ns(), op.start_ns, op.end_ns}) {
-        if (t == 0 || !op.for_detection) continue;
-        t0 = std::min(t0, t);
-        t1 = std::max(t1, t);
-      }
-    }
-  }
-  if (t0 == UINT64_MAX) t0 = t1 = 0;
-  double span_s = static_cast<double>(t1 - t0) / 1e9;
-  double speed = options.speed;
-  double fit = span_s / absl::ToDoubleSeconds(options.max_replay);
-  if (speed <= 0) speed = std::max(1.0, fit);
-  // Beyond this, scaled durations shrink below what the clocks and the
-  // agents' batching can tell apart (microseconds): the timing evidence
-  // would be lost. The data still fits in max_replay at this speed.
-  double max_speed = std::max(kMaxReplaySpeed, fit);
+  const auto [t0, t1] = DataSpan(job);
+  const double span_s = static_cast<double>(t1 - t0) / 1e9;
   std::string speed_note;
-  if (speed > max_speed) {
-    speed_note = absl::StrCat("--speed ", speed, " clamped to ", max_speed,
-                              ": faster replay loses the timing evidence");
-    say(speed_note);
-    speed = max_speed;
-  }
+  const double speed = ReplaySpeed(span_s, options, &speed_note, say);
   sim::LocalClusterOptions co;
   co.nodes = static_cast<int>(hosts.size());
   co.host_names = hosts;
@@ -362,21 +416,8 @@ absl::StatusOr<ReplayResult> ReplayJob(const ImportedJob& job,
   auto channel = grpc::CreateChannel(cluster->controller_address(),
                                      grpc::InsecureChannelCredentials());
   auto stub = v1::Controller::NewStub(channel);
-  {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::seconds(5));
-    v1::SetJobPolicyRequest req;
-    req.set_job_id(job.job_id);
-    *req.mutable_policy() = ImportedJobPolicy();
-    v1::SetJobPolicyResponse resp;
-    grpc::Status s = stub->SetJobPolicy(&ctx, req, &resp);
-    if (!s.ok()) {
-      return absl::UnavailableError(
-          absl::StrCat("controller at ", cluster->controller_address(),
-                       ": SetJobPolicy: ", s.error_message()));
-    }
-  }
+  RETURN_IF_ERROR(
+      SetImportedPolicy(stub.get(), cluster->controller_address(), job.job_id));
   say(absl::StrCat("replaying ", job.ranks.size(), " rank(s), ", span_s,
                    " s of data at ", speed, "x"));
   std::vector<std::unique_ptr<RankReplayer>> replayers;
@@ -391,22 +432,7 @@ absl::StatusOr<ReplayResult> ReplayJob(const ImportedJob& job,
   TimeMap tm;
   tm.t0 = t0;
   tm.speed = speed;
-  for (auto& rp : replayers) rp->Register(tm);
-  // Pacing starts only once every stream was accepted, so the replay does
-  // not depend on how loaded the machine is.
-  int64_t open_deadline = MonotonicNowNs() + 60'000'000'000;
-  size_t accepted = 0;
-  while (true) {
-    accepted = 0;
-    for (auto& rp : replayers) accepted += rp->Accepted();
-    if (accepted == replayers.size() || MonotonicNowNs() > open_deadline) break;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  if (accepted != replayers.size()) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("replay: only ", accepted, " of ", replayers.size(),
-                     " rank stream(s) were accepted by the agents in 60 s"));
-  }
+  RETURN_IF_ERROR(OpenStreams(replayers, tm));
   tm.start_mono = MonotonicNowNs() + 100'000'000;
   std::atomic<uint64_t> sent{0};
   std::vector<std::thread> threads;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -26,10 +27,8 @@ const char* StateName(v1::OpState s) {
   }
 }
 
-}  // namespace
-
-json BuildTimeline(const ImportedJob& job,
-                   const std::vector<v1::Fault>& faults) {
+// The first and last time (ns) of any op that is not derived.
+std::pair<uint64_t, uint64_t> TimeSpan(const ImportedJob& job) {
   uint64_t base = UINT64_MAX, last = 0;
   for (const ImportedRank& r : job.ranks) {
     for (const ImportedOp& op : r.ops) {
@@ -43,91 +42,101 @@ json BuildTimeline(const ImportedJob& job,
     }
   }
   if (base == UINT64_MAX) base = last = 0;
+  return {base, last};
+}
+
+uint64_t When(const ImportedOp* op) {
+  return op->start_ns != 0 ? op->start_ns : op->record.enqueue_start_cpu_ns();
+}
+
+// One rank's process: its name and sort index, a thread per track, a slice
+// per timed op (never overlapping the track's previous one) or an instant
+// for an op with only an enqueue time.
+void AddRankEvents(const ImportedRank& r, uint64_t base, json* events) {
   auto us = [base](uint64_t ns) {
     return static_cast<double>(ns - base) / 1000.0;
   };
-  json events = json::array();
-  std::map<int32_t, const ImportedRank*> by_rank;
-  for (const ImportedRank& r : job.ranks) {
-    int32_t pid = r.global_rank;
-    by_rank[pid] = &r;
-    events.push_back({{"ph", "M"},
-                      {"name", "process_name"},
-                      {"pid", pid},
-                      {"tid", 0},
-                      {"args",
-                       {{"name", absl::StrCat("rank ", r.global_rank, " (",
-                                              r.host, ")")}}}});
-    events.push_back({{"ph", "M"},
-                      {"name", "process_sort_index"},
-                      {"pid", pid},
-                      {"tid", 0},
-                      {"args", {{"sort_index", r.global_rank}}}});
-    std::map<std::string, int> tids;
-    std::map<int, double> track_end;
-    std::vector<const ImportedOp*> ops;
-    for (const ImportedOp& op : r.ops) {
-      if (!op.derived) ops.push_back(&op);
-    }
-    auto when = [](const ImportedOp* op) {
-      return op->start_ns != 0 ? op->start_ns
-                               : op->record.enqueue_start_cpu_ns();
-    };
-    std::stable_sort(ops.begin(), ops.end(),
-                     [&](const ImportedOp* a, const ImportedOp* b) {
-                       return when(a) < when(b);
-                     });
-    for (const ImportedOp* op : ops) {
-      auto [it, fresh] =
-          tids.emplace(op->track, static_cast<int>(tids.size()) + 1);
-      int tid = it->second;
-      if (fresh) {
-        events.push_back({{"ph", "M"},
-                          {"name", "thread_name"},
-                          {"pid", pid},
-                          {"tid", tid},
-                          {"args", {{"name", op->track}}}});
-      }
-      json args = {{"seq", op->record.seq_number()},
-                   {"func", CollFuncName(op->record.func())},
-                   {"state", StateName(op->state)},
-                   {"bytes", op->record.bytes()},
-                   {"comm_rank", op->record.rank()}};
-      if (!op->for_detection) args["matched"] = false;
-      std::string name =
-          op->name.empty() ? CollFuncName(op->record.func()) : op->name;
-      bool timed = op->start_ns != 0 && op->end_ns > op->start_ns;
-      if (timed) {
-        double start = us(op->start_ns), end = us(op->end_ns);
-        double& prev = track_end[tid];
-        if (start < prev) start = prev;
-        if (end > start) {
-          events.push_back({{"ph", "X"},
-                            {"name", name},
-                            {"cat", "collective"},
-                            {"pid", pid},
-                            {"tid", tid},
-                            {"ts", start},
-                            {"dur", end - start},
-                            {"args", args}});
-          prev = end;
-          continue;
-        }
-      }
-      uint64_t t = when(op);
-      if (t == 0) continue;
-      events.push_back(
-          {{"ph", "i"},
-           {"s", "t"},
-           {"name", absl::StrCat(name, " [", StateName(op->state), "]")},
-           {"cat", "collective"},
-           {"pid", pid},
-           {"tid", tid},
-           {"ts", us(t)},
-           {"args", args}});
-    }
+  const int32_t pid = r.global_rank;
+  events->push_back(
+      {{"ph", "M"},
+       {"name", "process_name"},
+       {"pid", pid},
+       {"tid", 0},
+       {"args",
+        {{"name", absl::StrCat("rank ", r.global_rank, " (", r.host, ")")}}}});
+  events->push_back({{"ph", "M"},
+                     {"name", "process_sort_index"},
+                     {"pid", pid},
+                     {"tid", 0},
+                     {"args", {{"sort_index", r.global_rank}}}});
+  std::map<std::string, int> tids;
+  std::map<int, double> track_end;
+  std::vector<const ImportedOp*> ops;
+  for (const ImportedOp& op : r.ops) {
+    if (!op.derived) ops.push_back(&op);
   }
-  double fault_ts = us(last);
+  std::stable_sort(ops.begin(), ops.end(),
+                   [](const ImportedOp* a, const ImportedOp* b) {
+                     return When(a) < When(b);
+                   });
+  for (const ImportedOp* op : ops) {
+    auto [it, fresh] =
+        tids.emplace(op->track, static_cast<int>(tids.size()) + 1);
+    int tid = it->second;
+    if (fresh) {
+      events->push_back({{"ph", "M"},
+                         {"name", "thread_name"},
+                         {"pid", pid},
+                         {"tid", tid},
+                         {"args", {{"name", op->track}}}});
+    }
+    json args = {{"seq", op->record.seq_number()},
+                 {"func", CollFuncName(op->record.func())},
+                 {"state", StateName(op->state)},
+                 {"bytes", op->record.bytes()},
+                 {"comm_rank", op->record.rank()}};
+    if (!op->for_detection) args["matched"] = false;
+    std::string name =
+        op->name.empty() ? CollFuncName(op->record.func()) : op->name;
+    bool timed = op->start_ns != 0 && op->end_ns > op->start_ns;
+    if (timed) {
+      double start = us(op->start_ns), end = us(op->end_ns);
+      double& prev = track_end[tid];
+      if (start < prev) start = prev;
+      if (end > start) {
+        events->push_back({{"ph", "X"},
+                           {"name", name},
+                           {"cat", "collective"},
+                           {"pid", pid},
+                           {"tid", tid},
+                           {"ts", start},
+                           {"dur", end - start},
+                           {"args", args}});
+        prev = end;
+        continue;
+      }
+    }
+    uint64_t t = When(op);
+    if (t == 0) continue;
+    events->push_back(
+        {{"ph", "i"},
+         {"s", "t"},
+         {"name", absl::StrCat(name, " [", StateName(op->state), "]")},
+         {"cat", "collective"},
+         {"pid", pid},
+         {"tid", tid},
+         {"ts", us(t)},
+         {"args", args}});
+  }
+}
+
+// A global instant per fault at the end of the timeline, and one on each
+// suspect rank's process.
+void AddFaultEvents(const ImportedJob& job,
+                    const std::vector<v1::Fault>& faults, double fault_ts,
+                    json* events) {
+  std::set<int32_t> ranks;
+  for (const ImportedRank& r : job.ranks) ranks.insert(r.global_rank);
   for (const v1::Fault& f : faults) {
     std::vector<int32_t> s, v;
     for (const v1::Suspect& x : f.suspects())
@@ -144,26 +153,37 @@ json BuildTimeline(const ImportedJob& job,
     std::string name = absl::StrCat("FAULT ", f.fault_id(), ": ",
                                     FaultClassLabel(f.fault_class()));
     int32_t any_pid = job.ranks.empty() ? 0 : job.ranks[0].global_rank;
-    events.push_back({{"ph", "i"},
-                      {"s", "g"},
-                      {"name", name},
-                      {"cat", "fault"},
-                      {"pid", any_pid},
-                      {"tid", 0},
-                      {"ts", fault_ts},
-                      {"args", args}});
+    events->push_back({{"ph", "i"},
+                       {"s", "g"},
+                       {"name", name},
+                       {"cat", "fault"},
+                       {"pid", any_pid},
+                       {"tid", 0},
+                       {"ts", fault_ts},
+                       {"args", args}});
     for (int32_t r : s) {
-      if (!by_rank.count(r)) continue;
-      events.push_back({{"ph", "i"},
-                        {"s", "p"},
-                        {"name", absl::StrCat("SUSPECT (", f.fault_id(), ")")},
-                        {"cat", "fault"},
-                        {"pid", r},
-                        {"tid", 0},
-                        {"ts", fault_ts},
-                        {"args", args}});
+      if (!ranks.count(r)) continue;
+      events->push_back({{"ph", "i"},
+                         {"s", "p"},
+                         {"name", absl::StrCat("SUSPECT (", f.fault_id(), ")")},
+                         {"cat", "fault"},
+                         {"pid", r},
+                         {"tid", 0},
+                         {"ts", fault_ts},
+                         {"args", args}});
     }
   }
+}
+
+}  // namespace
+
+json BuildTimeline(const ImportedJob& job,
+                   const std::vector<v1::Fault>& faults) {
+  const auto [base, last] = TimeSpan(job);
+  json events = json::array();
+  for (const ImportedRank& r : job.ranks) AddRankEvents(r, base, &events);
+  AddFaultEvents(job, faults, static_cast<double>(last - base) / 1000.0,
+                 &events);
   json doc;
   doc["traceEvents"] = std::move(events);
   doc["displayTimeUnit"] = "ms";

@@ -254,11 +254,10 @@ std::vector<BenchCase> BenchCases(bool quick) {
   return cases;
 }
 
-int RunBench(const BenchOptions& options, std::ostream& out) {
-  auto say = [&](const std::string& s) {
-    if (options.progress) options.progress(s);
-  };
-  const std::vector<BenchCase> cases = BenchCases(options.quick);
+namespace {
+
+// Everything the benchmark counts over its runs.
+struct Tally {
   std::map<std::string, Row> rows;  // "kind|size"
   std::vector<std::string> kinds_order;
   double clean_hours = 0, all_hours = 0;
@@ -266,86 +265,76 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
   std::map<std::string, std::vector<double>> lat_by_class;
   std::vector<std::string> misses;
   int failed = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const BenchCase& c = cases[i];
-    say(absl::StrFormat("[bench %zu/%zu] %s ...", i + 1, cases.size(),
-                        c.label));
-    RunOptions ro;
-    ro.daemon_log_level = options.daemon_log_level;
-    ro.drain_s = 1.5;
-    auto result = RunScenario(c.scenario, ro);
-    if (!result.ok()) {
-      say(absl::StrCat("[bench] ", c.label,
-                       ": could not run: ", result.status().message()));
-      ++failed;
-      continue;
-    }
-    const RunResult& r = **result;
-    const std::string kind = !c.row.empty()              ? c.row
-                             : c.scenario.faults.empty() ? "clean"
-                             : c.label.rfind("deceptive", 0) == 0
-                                 ? "deceptive normals"
-                                 : FaultKindName(c.scenario.faults[0].kind);
-    const std::string key = absl::StrCat(kind, "|", c.size);
-    if (!rows.count(key)) kinds_order.push_back(key);
-    Row& row = rows[key];
-    ++row.runs;
-    const double hours = c.scenario.duration_s / 3600.0;
-    all_hours += hours;
-    all_false += r.score.false_faults.size();
-    bool any_expected = false;
-    for (const TruthScore& ts : r.score.truths) {
-      if (!ts.scored) continue;
-      any_expected = true;
-      ++row.scored;
-      row.detected += ts.detected;
-      row.localised += ts.detected && ts.localised;
-      if (ts.detected) {
-        row.latency_s.push_back(ts.latency_ns / 1e9);
-        lat_by_class[ts.truth->expected_class].push_back(ts.latency_ns / 1e9);
-      }
-      if (!ts.detected || !ts.localised) {
-        std::string got;
-        for (const ObservedFault& f : r.faults) {
-          absl::StrAppend(&got, got.empty() ? "" : "; ",
-                          ShortClassName(f.fault.fault_class()),
-                          f.fault.suspects_size() > 0
-                              ? " " + DescribeSuspect(f.fault.suspects(0))
-                              : "");
-        }
-        misses.push_back(absl::StrCat(
-            c.label, ": injected ", ts.truth->Describe(), "; ", ts.note,
-            "; pitstop raised: ", got.empty() ? "nothing" : got));
-      }
-    }
-    if (!any_expected) {
-      clean_hours += hours;
-      clean_false += r.score.false_faults.size();
-    }
-    row.false_faults += r.score.false_faults.size();
-    for (const ObservedFault* f : r.score.false_faults) {
-      misses.push_back(absl::StrCat(
-          c.label, ": false fault ", ShortClassName(f->fault.fault_class()),
-          f->fault.suspects_size() > 0
-              ? " " + DescribeSuspect(f->fault.suspects(0))
-              : "",
-          " at t=", absl::StrFormat("%.1f", f->first_seen_ns / 1e9), " s"));
-    }
-    say(absl::StrFormat("[bench %zu/%zu] %s: %s (%.0f s)", i + 1, cases.size(),
-                        c.label, r.score.ok() ? "ok" : "MISMATCH", r.wall_s));
+};
+
+// What pitstop raised in a run, for a miss's line.
+std::string Raised(const RunResult& r) {
+  std::string got;
+  for (const ObservedFault& f : r.faults) {
+    absl::StrAppend(
+        &got, got.empty() ? "" : "; ", ShortClassName(f.fault.fault_class()),
+        f.fault.suspects_size() > 0 ? " " + DescribeSuspect(f.fault.suspects(0))
+                                    : "");
   }
-  const double minutes =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-          .count() /
-      60;
+  return got.empty() ? "nothing" : got;
+}
+
+// One case's run into its row: detections, localisations, latencies,
+// false faults, and a line per miss.
+void Count(const BenchCase& c, const RunResult& r, Tally* t) {
+  const std::string kind = !c.row.empty()              ? c.row
+                           : c.scenario.faults.empty() ? "clean"
+                           : c.label.rfind("deceptive", 0) == 0
+                               ? "deceptive normals"
+                               : FaultKindName(c.scenario.faults[0].kind);
+  const std::string key = absl::StrCat(kind, "|", c.size);
+  if (!t->rows.count(key)) t->kinds_order.push_back(key);
+  Row& row = t->rows[key];
+  ++row.runs;
+  const double hours = c.scenario.duration_s / 3600.0;
+  t->all_hours += hours;
+  t->all_false += r.score.false_faults.size();
+  bool any_expected = false;
+  for (const TruthScore& ts : r.score.truths) {
+    if (!ts.scored) continue;
+    any_expected = true;
+    ++row.scored;
+    row.detected += ts.detected;
+    row.localised += ts.detected && ts.localised;
+    if (ts.detected) {
+      row.latency_s.push_back(ts.latency_ns / 1e9);
+      t->lat_by_class[ts.truth->expected_class].push_back(ts.latency_ns / 1e9);
+    }
+    if (!ts.detected || !ts.localised) {
+      t->misses.push_back(absl::StrCat(c.label, ": injected ",
+                                       ts.truth->Describe(), "; ", ts.note,
+                                       "; pitstop raised: ", Raised(r)));
+    }
+  }
+  if (!any_expected) {
+    t->clean_hours += hours;
+    t->clean_false += r.score.false_faults.size();
+  }
+  row.false_faults += r.score.false_faults.size();
+  for (const ObservedFault* f : r.score.false_faults) {
+    t->misses.push_back(absl::StrCat(
+        c.label, ": false fault ", ShortClassName(f->fault.fault_class()),
+        f->fault.suspects_size() > 0
+            ? " " + DescribeSuspect(f->fault.suspects(0))
+            : "",
+        " at t=", absl::StrFormat("%.1f", f->first_seen_ns / 1e9), " s"));
+  }
+}
+
+// The markdown report: one row per fault kind and cluster, then the totals.
+std::string Report(const Tally& t, double minutes) {
   std::ostringstream md;
   int scored = 0, detected = 0, localised = 0;
   md << "| fault kind | cluster | runs | detected | localised | false faults"
         " | latency p50 | latency p90 |\n"
      << "|---|---|---|---|---|---|---|---|\n";
-  for (const std::string& key : kinds_order) {
-    const Row& row = rows[key];
+  for (const std::string& key : t.kinds_order) {
+    const Row& row = t.rows.at(key);
     const size_t bar = key.find('|');
     scored += row.scored;
     detected += row.detected;
@@ -371,26 +360,62 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
   md << absl::StrFormat(
       "- **False faults**: %d in %.1f min of clean and deceptive-normal "
       "running (%.0f per hour); %d in all %.1f min simulated.\n",
-      clean_false, clean_hours * 60,
-      clean_hours > 0 ? clean_false / clean_hours : 0, all_false,
-      all_hours * 60);
-  for (const auto& [cls, v] : lat_by_class) {
+      t.clean_false, t.clean_hours * 60,
+      t.clean_hours > 0 ? t.clean_false / t.clean_hours : 0, t.all_false,
+      t.all_hours * 60);
+  for (const auto& [cls, v] : t.lat_by_class) {
     md << absl::StrFormat("- **Latency %s**: p50 %s, p90 %s (%zu faults).\n",
                           cls, Sec(Percentile(v, 0.5)), Sec(Percentile(v, 0.9)),
                           v.size());
   }
   md << absl::StrFormat("- Cases that could not run: %d. Wall time %.1f min.\n",
-                        failed, minutes);
-  if (!misses.empty()) {
+                        t.failed, minutes);
+  if (!t.misses.empty()) {
     md << "\nMisses, wrong suspects and false faults:\n\n";
-    for (const std::string& m : misses) md << "- " << m << "\n";
+    for (const std::string& m : t.misses) md << "- " << m << "\n";
   }
-  out << "\n" << md.str();
+  return md.str();
+}
+
+}  // namespace
+
+int RunBench(const BenchOptions& options, std::ostream& out) {
+  auto say = [&](const std::string& s) {
+    if (options.progress) options.progress(s);
+  };
+  const std::vector<BenchCase> cases = BenchCases(options.quick);
+  Tally t;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const BenchCase& c = cases[i];
+    say(absl::StrFormat("[bench %zu/%zu] %s ...", i + 1, cases.size(),
+                        c.label));
+    RunOptions ro;
+    ro.daemon_log_level = options.daemon_log_level;
+    ro.drain_s = 1.5;
+    auto result = RunScenario(c.scenario, ro);
+    if (!result.ok()) {
+      say(absl::StrCat("[bench] ", c.label,
+                       ": could not run: ", result.status().message()));
+      ++t.failed;
+      continue;
+    }
+    const RunResult& r = **result;
+    Count(c, r, &t);
+    say(absl::StrFormat("[bench %zu/%zu] %s: %s (%.0f s)", i + 1, cases.size(),
+                        c.label, r.score.ok() ? "ok" : "MISMATCH", r.wall_s));
+  }
+  const double minutes =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count() /
+      60;
+  const std::string md = Report(t, minutes);
+  out << "\n" << md;
   if (!options.markdown_path.empty()) {
     std::ofstream f(options.markdown_path);
-    f << md.str();
+    f << md;
   }
-  return failed > 0 ? 2 : 0;
+  return t.failed > 0 ? 2 : 0;
 }
 
 }  // namespace pitstop::sim

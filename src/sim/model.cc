@@ -59,6 +59,30 @@ class Builder {
   double LinkBps(int src, int dst, int64_t t) const;
   void RunCollective(int comm, const PhaseSpec& p, int step, int phase,
                      bool eval);
+  // RunCollective's steps. One collective of a communicator: who arrives
+  // and when, the one-shot faults it meets, each connection's transfer.
+  struct Collective {
+    int comm = 0;
+    int n = 0;
+    int64_t t0 = 0;  // the last member's kernel start
+    bool all_arrive = true;
+    std::vector<bool> arrives;
+    double slow = 1;            // a slow-collective fault's factor
+    int hang_src = -1;          // comm rank whose send connection stalls
+    int odd_member = -1;        // comm rank that issued it with other counts
+    std::vector<int64_t> xfer;  // transfer time of comm rank i's send
+    int64_t slowest = 0;
+  };
+  // Members stopped by a crash or a non-comm hang do not arrive (blocked
+  // for good); t0 is when the last one that does starts the kernel.
+  void Arrive(const CommDef& c, Collective* k);
+  // A slow-collective, comm-hang or mismatch fault due at t0 (when every
+  // member arrived) applies to this collective, once.
+  void ApplyOneShotFaults(const CommDef& c, Collective* k);
+  void TransferTimes(const CommDef& c, const PhaseSpec& p, Collective* k) const;
+  // Each arriving member's op, with its send and receive connections.
+  void EmitOps(const CommDef& c, const PhaseSpec& p, int step, int phase,
+               bool eval, uint64_t seq, const Collective& k);
   void MakeTruths();
   FaultTruth& Truth(int index) { return plan_.truths[index]; }
 
@@ -187,12 +211,19 @@ double Builder::LinkBps(int src, int dst, int64_t t) const {
 void Builder::RunCollective(int ci, const PhaseSpec& p, int step, int phase,
                             bool eval) {
   const CommDef& c = plan_.comms[ci];
-  const int n = c.members.size();
-  // Who arrives, and when.
-  int64_t t0 = 0;
-  bool all_arrive = true;
-  std::vector<bool> arrives(n, false);
-  for (int i = 0; i < n; ++i) {
+  Collective k;
+  k.comm = ci;
+  k.n = c.members.size();
+  Arrive(c, &k);
+  const uint64_t seq = seq_[ci][p.func]++;
+  ApplyOneShotFaults(c, &k);
+  TransferTimes(c, p, &k);
+  EmitOps(c, p, step, phase, eval, seq, k);
+}
+
+void Builder::Arrive(const CommDef& c, Collective* k) {
+  k->arrives.assign(k->n, false);
+  for (int i = 0; i < k->n; ++i) {
     const int r = c.members[i];
     bool stops = blocked_[r] || plan_.ranks[r].crash_ns <= t_[r];
     for (size_t fi = 0; fi < s_.faults.size() && !stops; ++fi) {
@@ -208,80 +239,91 @@ void Builder::RunCollective(int ci, const PhaseSpec& p, int step, int phase,
     }
     if (stops) {
       blocked_[r] = true;
-      all_arrive = false;
+      k->all_arrive = false;
       continue;
     }
-    arrives[i] = true;
-    t0 = std::max(t0, t_[r] + kApiToEnqueueNs + kEnqueueToKernelNs);
+    k->arrives[i] = true;
+    k->t0 = std::max(k->t0, t_[r] + kApiToEnqueueNs + kEnqueueToKernelNs);
   }
-  const uint64_t seq = seq_[ci][p.func]++;
-  // One-shot faults that apply to this collective.
-  double slow = 1;
-  int hang_src = -1;  // comm rank whose send connection stalls
-  for (size_t fi = 0; fi < s_.faults.size() && all_arrive; ++fi) {
+}
+
+void Builder::ApplyOneShotFaults(const CommDef& c, Collective* k) {
+  const int n = k->n;
+  for (size_t fi = 0; fi < s_.faults.size() && k->all_arrive; ++fi) {
     const FaultSpec& f = s_.faults[fi];
-    if (consumed_[fi] || t0 < Sec(f.at_s)) continue;
+    if (consumed_[fi] || k->t0 < Sec(f.at_s)) continue;
     if (f.kind == FaultKind::kSlowCollective) {
-      slow = f.factor;
+      k->slow = f.factor;
       consumed_[fi] = true;
-      Truth(fi).onset_ns = t0;
+      Truth(fi).onset_ns = k->t0;
     }
     if (f.kind == FaultKind::kCommHang) {
-      for (int i = 0; i < n && hang_src < 0; ++i) {
+      for (int i = 0; i < n && k->hang_src < 0; ++i) {
         const int a = c.members[i], b = c.members[(i + 1) % n];
         if (plan_.ranks[a].node == f.node &&
             plan_.ranks[b].node == f.peer_node) {
-          hang_src = i;
+          k->hang_src = i;
         }
       }
-      if (hang_src >= 0) {
+      if (k->hang_src >= 0) {
         consumed_[fi] = true;
-        Truth(fi).onset_ns = t0;
-        Truth(fi).rank = c.members[hang_src];
+        Truth(fi).onset_ns = k->t0;
+        Truth(fi).rank = c.members[k->hang_src];
       }
     }
   }
   // An application desync: one member issues this collective with half the
   // elements of the others'. Everyone enters it and nobody completes.
-  int odd_member = -1;
-  for (size_t fi = 0; fi < s_.faults.size() && all_arrive; ++fi) {
+  for (size_t fi = 0; fi < s_.faults.size() && k->all_arrive; ++fi) {
     const FaultSpec& f = s_.faults[fi];
-    if (consumed_[fi] || f.kind != FaultKind::kMismatch || t0 < Sec(f.at_s)) {
+    if (consumed_[fi] || f.kind != FaultKind::kMismatch ||
+        k->t0 < Sec(f.at_s)) {
       continue;
     }
-    for (int i = 0; i < n && odd_member < 0; ++i) {
-      if (c.members[i] == f.rank) odd_member = i;
+    for (int i = 0; i < n && k->odd_member < 0; ++i) {
+      if (c.members[i] == f.rank) k->odd_member = i;
     }
-    if (odd_member >= 0) {
+    if (k->odd_member >= 0) {
       consumed_[fi] = true;
-      Truth(fi).onset_ns = t0;
+      Truth(fi).onset_ns = k->t0;
     }
   }
-  const bool hung = !all_arrive || hang_src >= 0 || odd_member >= 0;
+}
+
+void Builder::TransferTimes(const CommDef& c, const PhaseSpec& p,
+                            Collective* k) const {
+  const int n = k->n;
   const double per_conn_bytes =
       TrafficFactor(p.func, n) * p.bytes / s_.channels;
   const double lat_ns =
       (p.func == "AllReduce" ? 2.0 * (n - 1) : n - 1.0) * 1000 *
       (c.n_nodes > 1 ? s_.net_latency_us : s_.nvlink_latency_us);
   // Transfer time of the send connection of comm rank i (to i + 1).
-  std::vector<int64_t> xfer(n);
-  int64_t slowest = 0;
+  k->xfer.assign(n, 0);
   for (int i = 0; i < n; ++i) {
-    const double bps = LinkBps(c.members[i], c.members[(i + 1) % n], t0);
-    xfer[i] =
-        static_cast<int64_t>((lat_ns + per_conn_bytes / bps * 1e9) * slow);
-    slowest = std::max(slowest, xfer[i]);
+    const double bps = LinkBps(c.members[i], c.members[(i + 1) % n], k->t0);
+    k->xfer[i] =
+        static_cast<int64_t>((lat_ns + per_conn_bytes / bps * 1e9) * k->slow);
+    k->slowest = std::max(k->slowest, k->xfer[i]);
   }
-  const int64_t end = hung ? kNever : t0 + slowest + kKernelTailNs;
+}
+
+void Builder::EmitOps(const CommDef& c, const PhaseSpec& p, int step, int phase,
+                      bool eval, uint64_t seq, const Collective& k) {
+  const int n = k.n;
+  const bool hung = !k.all_arrive || k.hang_src >= 0 || k.odd_member >= 0;
+  const double per_conn_bytes =
+      TrafficFactor(p.func, n) * p.bytes / s_.channels;
+  const int64_t end = hung ? kNever : k.t0 + k.slowest + kKernelTailNs;
   for (int i = 0; i < n; ++i) {
-    if (!arrives[i]) continue;
+    if (!k.arrives[i]) continue;
     const int r = c.members[i];
     OpPlan op;
-    op.comm = ci;
+    op.comm = k.comm;
     op.comm_rank = i;
     op.func = p.func;
     op.seq = seq;
-    op.bytes = i == odd_member ? p.bytes / 2 : p.bytes;
+    op.bytes = i == k.odd_member ? p.bytes / 2 : p.bytes;
     op.step = step;
     op.phase = phase;
     op.eval = eval;
@@ -302,11 +344,11 @@ void Builder::RunCollective(int ci, const PhaseSpec& p, int step, int phase,
         cp.n_steps = s_.steps_per_proxy_op;
         cp.post_ns = op.enqueue_ns + 2'000;
         const bool stalls =
-            !all_arrive || sender == hang_src || odd_member >= 0;
-        cp.progress_ns = all_arrive && odd_member < 0 ? t0 : kNever;
-        cp.stop_ns = stalls ? kNever : t0 + xfer[sender];
+            !k.all_arrive || sender == k.hang_src || k.odd_member >= 0;
+        cp.progress_ns = k.all_arrive && k.odd_member < 0 ? k.t0 : kNever;
+        cp.stop_ns = stalls ? kNever : k.t0 + k.xfer[sender];
         cp.steps_before_stall =
-            all_arrive && odd_member < 0 ? cp.n_steps / 2 : 0;
+            k.all_arrive && k.odd_member < 0 ? cp.n_steps / 2 : 0;
         op.conns.push_back(cp);
       }
     }

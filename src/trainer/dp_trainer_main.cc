@@ -125,14 +125,7 @@ void RunShadowSteps(ncclComm_t comm, int rank, pitstop::trainer::TrainOptions o,
                    pitstop::trainer::Fingerprint(result->params)));
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app(
-      "pitstop-dp-trainer: deterministic data-parallel SGD of a small MLP on "
-      "synthetic data, gradients all-reduced through NCCL; same arguments, "
-      "same rank count -> bit-identical final weights",
-      "pitstop-dp-trainer");
+struct Args {
   bool make_id = false;
   int rank = -1, nranks = 0, log_every = 10;
   std::string id_hex, out, resume, save;
@@ -142,155 +135,176 @@ int main(int argc, char** argv) {
   int shadow_steps = 0;
   std::string step_log;
   pitstop::trainer::TrainOptions o;
-  app.add_flag("--make-unique-id", make_id,
-               "print a new unique id (hex) for --unique-id and exit");
-  app.add_option("--rank", rank, "this process's rank")
+};
+
+void AddFlags(CLI::App* app, Args* a) {
+  pitstop::trainer::TrainOptions& o = a->o;
+  app->add_flag("--make-unique-id", a->make_id,
+                "print a new unique id (hex) for --unique-id and exit");
+  app->add_option("--rank", a->rank, "this process's rank")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--nranks", nranks, "number of ranks")
+  app->add_option("--nranks", a->nranks, "number of ranks")
       ->check(CLI::PositiveNumber);
-  app.add_option("--unique-id", id_hex, "unique id from --make-unique-id");
-  app.add_option("--steps", o.steps, "SGD steps")->capture_default_str();
-  app.add_option("--seed", o.seed, "data and initialisation seed")
+  app->add_option("--unique-id", a->id_hex, "unique id from --make-unique-id");
+  app->add_option("--steps", o.steps, "SGD steps")->capture_default_str();
+  app->add_option("--seed", o.seed, "data and initialisation seed")
       ->capture_default_str();
-  app.add_option("--batch", o.batch_per_rank, "samples per rank per step")
+  app->add_option("--batch", o.batch_per_rank, "samples per rank per step")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--hidden", o.shape.hidden, "hidden units")
+  app->add_option("--hidden", o.shape.hidden, "hidden units")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--lr", o.learning_rate, "learning rate")
+  app->add_option("--lr", o.learning_rate, "learning rate")
       ->capture_default_str();
-  app.add_option("--log-every", log_every,
-                 "print a step line every N steps (0: none)")
+  app->add_option("--log-every", a->log_every,
+                  "print a step line every N steps (0: none)")
       ->capture_default_str();
-  app.add_option("--out", out, "write the final weights (float32) here");
-  app.add_option("--save", save, "checkpoint file written at --save-at");
-  app.add_option("--save-at", save_at,
-                 "write --save once step N-1 is done (state: next step N)");
-  app.add_option(
-      "--resume", resume,
+  app->add_option("--out", a->out, "write the final weights (float32) here");
+  app->add_option("--save", a->save, "checkpoint file written at --save-at");
+  app->add_option("--save-at", a->save_at,
+                  "write --save once step N-1 is done (state: next step N)");
+  app->add_option(
+      "--resume", a->resume,
       "start from this checkpoint (its next step) instead of step 0");
-  app.add_option("--step-log", step_log,
-                 "append 'step S ms T' for every step run to this file");
-  app.add_flag("--join", join,
-               "migration joiner (PITSTOP_MIGRATION_ROLE=joiner): wait for "
-               "the leaver's state, then train from its step");
-  app.add_option("--shadow-steps", shadow_steps,
-                 "with --join: first run N steps in the sandbox, answered "
-                 "from recorded collectives (PITSTOP_SHADOW_DIR), and discard "
-                 "them")
+  app->add_option("--step-log", a->step_log,
+                  "append 'step S ms T' for every step run to this file");
+  app->add_flag("--join", a->join,
+                "migration joiner (PITSTOP_MIGRATION_ROLE=joiner): wait for "
+                "the leaver's state, then train from its step");
+  app->add_option("--shadow-steps", a->shadow_steps,
+                  "with --join: first run N steps in the sandbox, answered "
+                  "from recorded collectives (PITSTOP_SHADOW_DIR), and "
+                  "discard them")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--join-timeout-ms", join_timeout_ms,
-                 "how long --join waits for the state")
+  app->add_option("--join-timeout-ms", a->join_timeout_ms,
+                  "how long --join waits for the state")
       ->capture_default_str();
-  app.add_option("--recover-timeout-ms", o.recover_timeout_ms,
-                 "after a failed all-reduce, how long to wait for pitstop's "
-                 "recovery migration")
+  app->add_option("--recover-timeout-ms", o.recover_timeout_ms,
+                  "after a failed all-reduce, how long to wait for pitstop's "
+                  "recovery migration")
       ->capture_default_str();
-  app.add_option("--compute-ms", o.compute_ms,
-                 "emulated accelerator time per step (ms), slept before the "
-                 "all-reduce; never changes the weights")
+  app->add_option("--compute-ms", o.compute_ms,
+                  "emulated accelerator time per step (ms), slept before the "
+                  "all-reduce; never changes the weights")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--slow-from-step", o.slow_from_step,
-                 "a degraded GPU: from this step on, --compute-ms x "
-                 "--slow-factor (-1: never)")
+  app->add_option("--slow-from-step", o.slow_from_step,
+                  "a degraded GPU: from this step on, --compute-ms x "
+                  "--slow-factor (-1: never)")
       ->capture_default_str();
-  app.add_option("--slow-factor", o.slow_factor,
-                 "how much slower the degraded GPU computes")
+  app->add_option("--slow-factor", o.slow_factor,
+                  "how much slower the degraded GPU computes")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 1000.0));
-  CLI11_PARSE(app, argc, argv);
+}
 
-  if (make_id) {
-    ncclUniqueId id;
-    if (ncclGetUniqueId(&id) != ncclSuccess) {
-      std::fprintf(stderr, "pitstop-dp-trainer: ncclGetUniqueId: %s\n",
-                   ncclGetLastError(nullptr));
-      return 1;
-    }
-    std::printf("%s\n", Hex(id).c_str());
-    return 0;
-  }
+int PrintUniqueId() {
   ncclUniqueId id;
-  if (rank < 0 || nranks < 1 || rank >= nranks || !ParseHex(id_hex, &id)) {
+  if (ncclGetUniqueId(&id) != ncclSuccess) {
+    std::fprintf(stderr, "pitstop-dp-trainer: ncclGetUniqueId: %s\n",
+                 ncclGetLastError(nullptr));
+    return 1;
+  }
+  std::printf("%s\n", Hex(id).c_str());
+  return 0;
+}
+
+// 0, or the exit status of bad usage (2), said why.
+int CheckUsage(const Args& a, ncclUniqueId* id) {
+  if (a.rank < 0 || a.nranks < 1 || a.rank >= a.nranks ||
+      !ParseHex(a.id_hex, id)) {
     std::fprintf(stderr,
                  "pitstop-dp-trainer: need --rank R --nranks N (R < N) and "
                  "--unique-id (256 hex digits from --make-unique-id)\n");
     return 2;
   }
-  if (shadow_steps > 0 && !join) {
+  if (a.shadow_steps > 0 && !a.join) {
     std::fprintf(stderr, "pitstop-dp-trainer: --shadow-steps needs --join\n");
     return 2;
   }
-  if ((save_at >= 0) != !save.empty()) {
+  if ((a.save_at >= 0) != !a.save.empty()) {
     std::fprintf(stderr,
                  "pitstop-dp-trainer: --save and --save-at go together\n");
     return 2;
   }
-  pitstop::trainer::TrainState start;
-  if (!resume.empty()) {
-    auto loaded = pitstop::trainer::LoadCheckpoint(resume, o);
-    if (!loaded.ok()) {
-      std::fprintf(stderr, "pitstop-dp-trainer: %s\n",
-                   loaded.status().ToString().c_str());
-      return 2;
+  return 0;
+}
+
+// What each finished step does: the migration error, the step log, the
+// checkpoint at --save-at and the step line.
+struct StepPrinter {
+  const Args& a;
+  FILE* log = nullptr;
+  bool save_failed = false;
+
+  void operator()(const pitstop::trainer::StepReport& s) {
+    if (!s.migration_error.empty()) {
+      std::fprintf(stderr,
+                   "pitstop-dp-trainer: rank %d: migration failed before "
+                   "step %d: %s\n",
+                   a.rank, s.step, s.migration_error.c_str());
     }
-    start = std::move(*loaded);
+    if (log != nullptr) {
+      std::fprintf(log, "step %d ms %.3f\n", s.step,
+                   static_cast<double>(s.step_ns) / 1e6);
+      std::fflush(log);
+    }
+    if (s.step + 1 == a.save_at && s.params != nullptr) {
+      const absl::Status st =
+          pitstop::trainer::SaveCheckpoint(a.save, a.o, {a.save_at, *s.params});
+      if (!st.ok()) {
+        std::fprintf(stderr, "pitstop-dp-trainer: %s\n", st.ToString().c_str());
+        save_failed = true;
+      }
+    }
+    if (a.log_every > 0 &&
+        (s.step % a.log_every == 0 || s.step + 1 == a.o.steps)) {
+      std::printf("step %d loss %.6f ms %.3f\n", s.step, s.loss,
+                  static_cast<double>(s.step_ns) / 1e6);
+      std::fflush(stdout);
+    }
   }
-  ncclComm_t comm = nullptr;
-  if (ncclResult_t r = ncclCommInitRank(&comm, nranks, id, rank);
-      r != ncclSuccess) {
-    std::fprintf(stderr,
-                 "pitstop-dp-trainer: rank %d: ncclCommInitRank: %s: %s\n",
-                 rank, ncclGetErrorString(r), ncclGetLastError(nullptr));
+};
+
+// The final line and --out; the exit status.
+int Finish(const Args& a, const std::vector<float>& params, bool save_failed) {
+  if (save_failed) return 1;
+  std::printf(
+      "final steps=%d fingerprint=%016llx\n", a.o.steps,
+      static_cast<unsigned long long>(pitstop::trainer::Fingerprint(params)));
+  if (a.out.empty()) return 0;
+  std::ofstream f(a.out, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(params.data()),
+          static_cast<std::streamsize>(params.size() * sizeof(float)));
+  if (!f) {
+    std::fprintf(stderr, "pitstop-dp-trainer: cannot write %s\n",
+                 a.out.c_str());
     return 1;
   }
-  if (shadow_steps > 0) RunShadowSteps(comm, rank, o, shadow_steps);
-  if (join && !JoinMigration(rank, o, join_timeout_ms, &start)) {
+  return 0;
+}
+
+// Trains this rank on `comm` from `start`; the exit status.
+int Train(const Args& a, ncclComm_t comm, pitstop::trainer::TrainState start) {
+  if (a.shadow_steps > 0) RunShadowSteps(comm, a.rank, a.o, a.shadow_steps);
+  if (a.join && !JoinMigration(a.rank, a.o, a.join_timeout_ms, &start)) {
     ncclCommDestroy(comm);
     return 1;
   }
-  FILE* log = nullptr;
-  if (!step_log.empty() &&
-      (log = std::fopen(step_log.c_str(), "a")) == nullptr) {
+  StepPrinter printer{a};
+  if (!a.step_log.empty() &&
+      (printer.log = std::fopen(a.step_log.c_str(), "a")) == nullptr) {
     std::fprintf(stderr, "pitstop-dp-trainer: cannot open %s\n",
-                 step_log.c_str());
+                 a.step_log.c_str());
     return 2;
   }
-  bool save_failed = false;
   auto result = pitstop::trainer::Train(
-      comm, o, start, [&](const pitstop::trainer::StepReport& s) {
-        if (!s.migration_error.empty()) {
-          std::fprintf(stderr,
-                       "pitstop-dp-trainer: rank %d: migration failed before "
-                       "step %d: %s\n",
-                       rank, s.step, s.migration_error.c_str());
-        }
-        if (log != nullptr) {
-          std::fprintf(log, "step %d ms %.3f\n", s.step,
-                       static_cast<double>(s.step_ns) / 1e6);
-          std::fflush(log);
-        }
-        if (s.step + 1 == save_at && s.params != nullptr) {
-          const absl::Status st =
-              pitstop::trainer::SaveCheckpoint(save, o, {save_at, *s.params});
-          if (!st.ok()) {
-            std::fprintf(stderr, "pitstop-dp-trainer: %s\n",
-                         st.ToString().c_str());
-            save_failed = true;
-          }
-        }
-        if (log_every > 0 &&
-            (s.step % log_every == 0 || s.step + 1 == o.steps)) {
-          std::printf("step %d loss %.6f ms %.3f\n", s.step, s.loss,
-                      static_cast<double>(s.step_ns) / 1e6);
-          std::fflush(stdout);
-        }
-      });
-  if (log != nullptr) std::fclose(log);
+      comm, a.o, start,
+      [&printer](const pitstop::trainer::StepReport& s) { printer(s); });
+  if (printer.log != nullptr) std::fclose(printer.log);
   if (!result.ok()) {
-    std::fprintf(stderr, "pitstop-dp-trainer: rank %d: %s\n", rank,
+    std::fprintf(stderr, "pitstop-dp-trainer: rank %d: %s\n", a.rank,
                  result.status().ToString().c_str());
     ncclCommAbort(comm);
     return 1;
@@ -302,20 +316,40 @@ int main(int argc, char** argv) {
     std::printf("left before step %d\n", result->next_step);
     return 0;
   }
-  const std::vector<float>* params = &result->params;
-  if (save_failed) return 1;
-  std::printf(
-      "final steps=%d fingerprint=%016llx\n", o.steps,
-      static_cast<unsigned long long>(pitstop::trainer::Fingerprint(*params)));
-  if (!out.empty()) {
-    std::ofstream f(out, std::ios::binary | std::ios::trunc);
-    f.write(reinterpret_cast<const char*>(params->data()),
-            static_cast<std::streamsize>(params->size() * sizeof(float)));
-    if (!f) {
-      std::fprintf(stderr, "pitstop-dp-trainer: cannot write %s\n",
-                   out.c_str());
-      return 1;
+  return Finish(a, result->params, printer.save_failed);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app(
+      "pitstop-dp-trainer: deterministic data-parallel SGD of a small MLP on "
+      "synthetic data, gradients all-reduced through NCCL; same arguments, "
+      "same rank count -> bit-identical final weights",
+      "pitstop-dp-trainer");
+  Args a;
+  AddFlags(&app, &a);
+  CLI11_PARSE(app, argc, argv);
+  if (a.make_id) return PrintUniqueId();
+  ncclUniqueId id;
+  if (int usage = CheckUsage(a, &id); usage != 0) return usage;
+  pitstop::trainer::TrainState start;
+  if (!a.resume.empty()) {
+    auto loaded = pitstop::trainer::LoadCheckpoint(a.resume, a.o);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "pitstop-dp-trainer: %s\n",
+                   loaded.status().ToString().c_str());
+      return 2;
     }
+    start = std::move(*loaded);
   }
-  return 0;
+  ncclComm_t comm = nullptr;
+  if (ncclResult_t r = ncclCommInitRank(&comm, a.nranks, id, a.rank);
+      r != ncclSuccess) {
+    std::fprintf(stderr,
+                 "pitstop-dp-trainer: rank %d: ncclCommInitRank: %s: %s\n",
+                 a.rank, ncclGetErrorString(r), ncclGetLastError(nullptr));
+    return 1;
+  }
+  return Train(a, comm, std::move(start));
 }

@@ -197,6 +197,19 @@ class LivePlanner {
                                    const std::vector<int>& changed,
                                    bool flows_changed, uint64_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  // PlanJob's steps: a full plan of the job's settled connections (false
+  // when none is on the fabric), a re-plan of `prev`'s flows around the
+  // changed links (false when the job does not cross them), and the plan's
+  // summary (FlowPlan) with its busiest link (returned: seconds of it).
+  bool PlanFull(const std::string& job, const Snapshot& snap, uint64_t epoch,
+                JobPlan* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  bool PlanAround(const std::string& job, const Snapshot& snap,
+                  const JobPlan& prev, const std::vector<int>& changed,
+                  uint64_t epoch, JobPlan* p, c4p::Planner::ReplanStats* stats)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  double Summarise(const std::string& job, uint64_t epoch, double ms,
+                   const c4p::Planner::ReplanStats& stats, JobPlan* p)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // QP advice on a re-plan whose busiest link needs `replan_s` (FlowPlan
   // recommended_qps / qps_advice); plans on work_, so within Run().
   void AdviseQps(JobPlan* p, double replan_s, uint64_t epoch)

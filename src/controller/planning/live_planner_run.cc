@@ -173,94 +173,117 @@ std::shared_ptr<LivePlanner::JobPlan> LivePlanner::PlanJob(
   const auto t0 = std::chrono::steady_clock::now();
   auto p = std::make_shared<JobPlan>();
   c4p::Planner::ReplanStats stats;
-  std::shared_ptr<const JobPlan> prev;
-  if (auto it = snap.plans.find(job); it != snap.plans.end()) prev = it->second;
   if (full) {
-    // Job-wide rank space: one index per (communicator, comm rank).
-    std::map<std::pair<uint64_t, int>, int> index;
-    std::vector<int> rank_gpu;
-    std::vector<c4p::LiveConnection> live;
-    int unplaced = 0;
-    auto idx = [&](uint64_t comm, int rank) {
-      auto [it, added] =
-          index.try_emplace({comm, rank}, static_cast<int>(rank_gpu.size()));
-      if (added) {
-        const CommState& cs = snap.comms.at(comm);
-        auto m = cs.members.find(rank);
-        rank_gpu.push_back(m == cs.members.end() ? -1 : GpuOf(m->second));
-      }
-      return it->second;
-    };
-    for (const auto& [k, c] : snap.settled.at(job).conns) {
-      if (!snap.comms.count(k.comm)) continue;
-      const int a = idx(k.comm, k.src), b = idx(k.comm, k.dst);
-      if (rank_gpu[a] < 0 || rank_gpu[b] < 0) {
-        ++unplaced;
-        continue;
-      }
-      live.push_back(c4p::LiveConnection{a, b, k.channel, c.bytes});
-      p->conns.push_back(k);
-    }
-    if (unplaced > 0) {
-      MutexLock lock(&mu_);
-      if (unplaced_logged_.insert(job).second) {
-        Logger("planner")->warn(
-            "job {}: {} connections have a rank whose host or device is not "
-            "on the fabric ({}); they are not planned",
-            job, unplaced, base_.description);
-      }
-    }
-    if (live.empty()) return nullptr;
-    absl::StatusOr<std::vector<c4p::Flow>> flows =
-        c4p::FlowsFromConnections(work_, rank_gpu, live, 1);
-    if (!flows.ok()) {
-      Logger("planner")->error("job {}: {}", job, flows.status().ToString());
+    if (!PlanFull(job, snap, epoch, p.get())) return nullptr;
+  } else {
+    auto it = snap.plans.find(job);
+    if (it == snap.plans.end() || it->second == nullptr) return nullptr;
+    if (!PlanAround(job, snap, *it->second, changed, epoch, p.get(), &stats)) {
       return nullptr;
     }
-    p->flows = std::move(*flows);
-    p->rank_gpu = rank_gpu;
-    p->live = live;
-    c4p::Planner planner(&work_, &p->flows, options_.planner);
-    p->plan = planner.Plan(epoch);
-    p->moved.assign(p->flows.size(), 0);
-    int network = 0;
-    for (const c4p::Flow& f : p->flows) network += f.network;
-    p->info.set_reason(absl::StrCat("plan: ", p->conns.size(),
-                                    " connections learned (", network,
-                                    " network flows)"));
-  } else {
-    if (prev == nullptr) return nullptr;
-    p->conns = prev->conns;
-    p->flows = prev->flows;
-    p->rank_gpu = prev->rank_gpu;
-    p->live = prev->live;
-    RefreshBytes(snap, job, p.get());
-    c4p::Planner planner(&work_, &p->flows, options_.planner);
-    p->plan = planner.Replan(prev->plan, changed, epoch, &stats);
-    if (stats.crossing == 0) return nullptr;  // the job does not cross them
-    p->moved.assign(p->flows.size(), 0);
-    for (size_t i = 0; i < p->flows.size(); ++i) {
-      const c4p::PlannedPath& a = p->plan.paths[i];
-      const c4p::PlannedPath& b = prev->plan.paths[i];
-      p->moved[i] =
-          a.links != b.links || a.src_gpu != b.src_gpu || a.split != b.split;
-    }
-    std::string what;
-    int shown = 0;
-    for (int l : changed) {
-      if (shown++ == 3) {
-        absl::StrAppend(&what, ", ...");
-        break;
-      }
-      absl::StrAppend(&what, shown > 1 ? ", " : "", base_.LinkName(l), " at ",
-                      static_cast<int>(work_.link(l).gbps), " Gbps");
-    }
-    p->info.set_reason(absl::StrCat("re-plan: ", changed.size(),
-                                    " links changed capacity (", what, ")"));
   }
   const double ms = std::chrono::duration<double, std::milli>(
                         std::chrono::steady_clock::now() - t0)
                         .count();
+  const double worst = Summarise(job, epoch, ms, stats, p.get());
+  if (!full) AdviseQps(p.get(), worst, epoch);
+  return p;
+}
+
+bool LivePlanner::PlanFull(const std::string& job, const Snapshot& snap,
+                           uint64_t epoch, JobPlan* p) {
+  // Job-wide rank space: one index per (communicator, comm rank).
+  std::map<std::pair<uint64_t, int>, int> index;
+  std::vector<int> rank_gpu;
+  std::vector<c4p::LiveConnection> live;
+  int unplaced = 0;
+  auto idx = [&](uint64_t comm, int rank) {
+    auto [it, added] =
+        index.try_emplace({comm, rank}, static_cast<int>(rank_gpu.size()));
+    if (added) {
+      const CommState& cs = snap.comms.at(comm);
+      auto m = cs.members.find(rank);
+      rank_gpu.push_back(m == cs.members.end() ? -1 : GpuOf(m->second));
+    }
+    return it->second;
+  };
+  for (const auto& [k, c] : snap.settled.at(job).conns) {
+    if (!snap.comms.count(k.comm)) continue;
+    const int a = idx(k.comm, k.src), b = idx(k.comm, k.dst);
+    if (rank_gpu[a] < 0 || rank_gpu[b] < 0) {
+      ++unplaced;
+      continue;
+    }
+    live.push_back(c4p::LiveConnection{a, b, k.channel, c.bytes});
+    p->conns.push_back(k);
+  }
+  if (unplaced > 0) {
+    MutexLock lock(&mu_);
+    if (unplaced_logged_.insert(job).second) {
+      Logger("planner")->warn(
+          "job {}: {} connections have a rank whose host or device is not "
+          "on the fabric ({}); they are not planned",
+          job, unplaced, base_.description);
+    }
+  }
+  if (live.empty()) return false;
+  absl::StatusOr<std::vector<c4p::Flow>> flows =
+      c4p::FlowsFromConnections(work_, rank_gpu, live, 1);
+  if (!flows.ok()) {
+    Logger("planner")->error("job {}: {}", job, flows.status().ToString());
+    return false;
+  }
+  p->flows = std::move(*flows);
+  p->rank_gpu = rank_gpu;
+  p->live = live;
+  c4p::Planner planner(&work_, &p->flows, options_.planner);
+  p->plan = planner.Plan(epoch);
+  p->moved.assign(p->flows.size(), 0);
+  int network = 0;
+  for (const c4p::Flow& f : p->flows) network += f.network;
+  p->info.set_reason(absl::StrCat("plan: ", p->conns.size(),
+                                  " connections learned (", network,
+                                  " network flows)"));
+  return true;
+}
+
+bool LivePlanner::PlanAround(const std::string& job, const Snapshot& snap,
+                             const JobPlan& prev,
+                             const std::vector<int>& changed, uint64_t epoch,
+                             JobPlan* p, c4p::Planner::ReplanStats* stats) {
+  p->conns = prev.conns;
+  p->flows = prev.flows;
+  p->rank_gpu = prev.rank_gpu;
+  p->live = prev.live;
+  RefreshBytes(snap, job, p);
+  c4p::Planner planner(&work_, &p->flows, options_.planner);
+  p->plan = planner.Replan(prev.plan, changed, epoch, stats);
+  if (stats->crossing == 0) return false;  // the job does not cross them
+  p->moved.assign(p->flows.size(), 0);
+  for (size_t i = 0; i < p->flows.size(); ++i) {
+    const c4p::PlannedPath& a = p->plan.paths[i];
+    const c4p::PlannedPath& b = prev.plan.paths[i];
+    p->moved[i] =
+        a.links != b.links || a.src_gpu != b.src_gpu || a.split != b.split;
+  }
+  std::string what;
+  int shown = 0;
+  for (int l : changed) {
+    if (shown++ == 3) {
+      absl::StrAppend(&what, ", ...");
+      break;
+    }
+    absl::StrAppend(&what, shown > 1 ? ", " : "", base_.LinkName(l), " at ",
+                    static_cast<int>(work_.link(l).gbps), " Gbps");
+  }
+  p->info.set_reason(absl::StrCat("re-plan: ", changed.size(),
+                                  " links changed capacity (", what, ")"));
+  return true;
+}
+
+double LivePlanner::Summarise(const std::string& job, uint64_t epoch, double ms,
+                              const c4p::Planner::ReplanStats& stats,
+                              JobPlan* p) {
   v1::FlowPlan& info = p->info;
   info.set_job_id(job);
   info.set_epoch(epoch);
@@ -297,8 +320,7 @@ std::shared_ptr<LivePlanner::JobPlan> LivePlanner::PlanJob(
     info.set_busiest_link(work_.LinkName(worst_link));
     info.set_busiest_link_s(worst);
   }
-  if (!full) AdviseQps(p.get(), worst, epoch);
-  return p;
+  return worst;
 }
 
 void LivePlanner::RefreshBytes(const Snapshot& snap, const std::string& job,

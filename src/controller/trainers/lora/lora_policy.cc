@@ -277,17 +277,51 @@ std::vector<LoraPolicyEngine::Outgoing> LoraPolicyEngine::Evaluate(
   return out;
 }
 
+struct LoraPolicyEngine::Evaluation {
+  v1::LoraSettings s;
+  std::map<int32_t, double> speeds;
+  double median = 0;
+  std::set<int32_t> slow;
+  std::vector<uint32_t> adapters;
+  absl::StatusOr<lora::Estimate> current;
+  absl::StatusOr<lora::Placement> proposed;
+  uint32_t moved = 0;
+  double move_cost_s = 0;
+  bool returning = false;  // an excluded rank recovered
+};
+
 void LoraPolicyEngine::EvaluateJob(const std::string& id, Job& job,
                                    const std::vector<v1::Fault>& open_faults,
                                    int64_t now, std::vector<Outgoing>* out) {
-  const v1::LoraSettings s = ResolveLoraSettings(
+  Evaluation e;
+  e.s = ResolveLoraSettings(
       job.has_settings ? job.settings : v1::LoraSettings(), options_.defaults);
+  job.view.Clear();
+  if (e.s.policy() == v1::LORA_POLICY_OFF || !job.seen_any) return;
+  if (!MeasureSpeeds(job, now, &e)) return;
+  FindSlowRanks(id, job, open_faults, &e);
+  if (!Propose(id, job, &e)) return;
+  FillView(job, &e);
+  if (!Worth(e)) {
+    job.better_since_ns = 0;
+    return;
+  }
   v1::JobLora& v = job.view;
-  v.Clear();
-  if (s.policy() == v1::LORA_POLICY_OFF || !job.seen_any) return;
+  *v.mutable_proposed() = ToProto(*e.proposed);
+  v.set_proposed_samples_per_s(e.proposed->estimate.samples_per_s);
+  v.set_move_cost_s(e.move_cost_s);
+  if (job.better_since_ns == 0) job.better_since_ns = now;
+  if (now - job.better_since_ns <
+      absl::ToInt64Nanoseconds(absl::Seconds(e.s.slow_persist_s()))) {
+    return;
+  }
+  Decide(id, job, e, now, out);
+}
+
+bool LoraPolicyEngine::MeasureSpeeds(Job& job, int64_t now,
+                                     Evaluation* e) const {
   // Speeds: median of the window; excluded ranks keep their last one.
   const int64_t max_age = absl::ToInt64Nanoseconds(options_.sample_max_age);
-  std::map<int32_t, double> speeds;
   for (auto& [rank, rs] : job.ranks) {
     while (!rs.speeds.empty() && now - rs.speeds.front().second > max_age) {
       rs.speeds.pop_front();
@@ -298,21 +332,27 @@ void LoraPolicyEngine::EvaluateJob(const std::string& id, Job& job,
       std::vector<double> w;
       for (const auto& [sp, unused] : rs.speeds) w.push_back(sp);
       rs.last_speed = Median(std::move(w));
-      speeds[rank] = rs.last_speed;
+      e->speeds[rank] = rs.last_speed;
     } else if (rs.excluded && rs.last_speed > 0) {
-      speeds[rank] = rs.last_speed;
+      e->speeds[rank] = rs.last_speed;
     }
   }
   for (const lora::Stage& st : job.last_seen.AllStages()) {
-    if (!speeds.contains(st.rank)) return;  // not every stage measured yet
+    if (!e->speeds.contains(st.rank)) return false;  // not every stage yet
   }
   std::vector<double> all;
-  for (const auto& [r, sp] : speeds) all.push_back(sp);
-  const double median = Median(all);
-  std::set<int32_t> slow;
-  for (const auto& [r, sp] : speeds) {
-    if (sp < (1 - s.slow_min_effect()) * median) slow.insert(r);
+  for (const auto& [r, sp] : e->speeds) all.push_back(sp);
+  e->median = Median(all);
+  return true;
+}
+
+void LoraPolicyEngine::FindSlowRanks(const std::string& id, Job& job,
+                                     const std::vector<v1::Fault>& open_faults,
+                                     Evaluation* e) {
+  for (const auto& [r, sp] : e->speeds) {
+    if (sp < (1 - e->s.slow_min_effect()) * e->median) e->slow.insert(r);
   }
+  v1::JobLora& v = job.view;
   for (const v1::Fault& f : open_faults) {
     if (f.job_id() != id || f.fault_class() != v1::FAULT_CLASS_NON_COMM_SLOW) {
       continue;
@@ -320,58 +360,76 @@ void LoraPolicyEngine::EvaluateJob(const std::string& id, Job& job,
     v.add_slow_faults(f.fault_id());
     for (const v1::Suspect& su : f.suspects()) {
       if (su.global_rank() >= 0 && job.ranks.contains(su.global_rank())) {
-        slow.insert(su.global_rank());
+        e->slow.insert(su.global_rank());
       }
     }
   }
+}
+
+bool LoraPolicyEngine::Propose(const std::string& id, const Job& job,
+                               Evaluation* e) const {
   const lora::Placement& cur = job.last_seen;
-  std::vector<uint32_t> adapters(job.adapters.begin(), job.adapters.end());
-  if (adapters.empty()) {
-    for (uint32_t a = 0; a < job.n_adapters; ++a) adapters.push_back(a);
+  e->adapters.assign(job.adapters.begin(), job.adapters.end());
+  if (e->adapters.empty()) {
+    for (uint32_t a = 0; a < job.n_adapters; ++a) e->adapters.push_back(a);
   }
-  const uint32_t n_adapters = std::max<uint32_t>(adapters.size(), 1);
+  const uint32_t n_adapters = std::max<uint32_t>(e->adapters.size(), 1);
   const uint32_t micro_batches =
       std::max<uint32_t>(job.mb_per_adapter, 1) * n_adapters;
-  absl::StatusOr<lora::Estimate> cur_est =
-      lora::EstimatePipelines(cur.pipelines, speeds, job.layer_costs,
+  e->current =
+      lora::EstimatePipelines(cur.pipelines, e->speeds, job.layer_costs,
                               micro_batches, job.samples_per_mb, n_adapters);
   lora::PlacementInput in;
-  in.speeds = speeds;
+  in.speeds = e->speeds;
   in.layer_costs = job.layer_costs;
   in.micro_batches = micro_batches;
   in.samples_per_micro_batch = job.samples_per_mb;
-  in.adapters = adapters;
-  in.max_pipelines = std::max<uint32_t>(s.max_pipelines(), 1);
+  in.adapters = e->adapters;
+  in.max_pipelines = std::max<uint32_t>(e->s.max_pipelines(), 1);
   for (const auto& [r, rs] : job.ranks) {
     if (rs.max_layers > 0 && (in.max_layers_per_rank == 0 ||
                               rs.max_layers < in.max_layers_per_rank)) {
       in.max_layers_per_rank = rs.max_layers;
     }
   }
-  absl::StatusOr<lora::Placement> prop = lora::ComputePlacement(in);
-  if (!cur_est.ok() || !prop.ok()) {
+  e->proposed = lora::ComputePlacement(in);
+  if (!e->current.ok() || !e->proposed.ok()) {
     Logger("controller.lora")
         ->warn("job {}: no placement: {}", id,
-               (!cur_est.ok() ? cur_est.status() : prop.status()).ToString());
-    return;
+               (!e->current.ok() ? e->current.status() : e->proposed.status())
+                   .ToString());
+    return false;
   }
-  // The view (JobLora) with evidence, whatever is decided.
-  v.set_current_samples_per_s(cur_est->samples_per_s);
-  *v.mutable_current() = ToProto(cur);
-  v.mutable_current()->set_estimated_samples_per_s(cur_est->samples_per_s);
+  e->moved = lora::MovedLayers(cur, *e->proposed, e->adapters) +
+             (cur.excluded != e->proposed->excluded ? 1 : 0);
+  e->move_cost_s = e->moved * e->s.move_s_per_layer();
+  // An excluded rank whose probes show it recovered comes back.
+  for (int32_t r : cur.excluded) {
+    e->returning |=
+        std::find(e->proposed->excluded.begin(), e->proposed->excluded.end(),
+                  r) == e->proposed->excluded.end();
+  }
+  return true;
+}
+
+void LoraPolicyEngine::FillView(Job& job, Evaluation* e) const {
+  v1::JobLora& v = job.view;
+  v.set_current_samples_per_s(e->current->samples_per_s);
+  *v.mutable_current() = ToProto(job.last_seen);
+  v.mutable_current()->set_estimated_samples_per_s(e->current->samples_per_s);
   for (const auto& [rank, rs] : job.ranks) {
     v1::LoraRankSpeed* rsp = v.add_ranks();
     rsp->set_rank(rank);
     rsp->set_layer_begin(rs.layer_begin);
     rsp->set_layer_end(rs.layer_end);
     rsp->set_excluded(rs.excluded);
-    rsp->set_slow(slow.contains(rank));
-    if (speeds.contains(rank)) {
-      rsp->set_units_per_s(speeds[rank]);
-      rsp->set_relative(median > 0 ? speeds[rank] / median : 0);
+    rsp->set_slow(e->slow.contains(rank));
+    if (e->speeds.contains(rank)) {
+      rsp->set_units_per_s(e->speeds[rank]);
+      rsp->set_relative(e->median > 0 ? e->speeds[rank] / e->median : 0);
     }
   }
-  for (int32_t r : slow) v.add_slow_ranks(r);
+  for (int32_t r : e->slow) v.add_slow_ranks(r);
   // Pipelines run side by side: their rates add up.
   double measured = 0;
   for (const auto& [r, w] : job.throughput) {
@@ -380,33 +438,70 @@ void LoraPolicyEngine::EvaluateJob(const std::string& id, Job& job,
     if (wall > 0) measured += samples / wall;
   }
   if (measured > 0) v.set_measured_samples_per_s(measured);
-  const uint32_t moved = lora::MovedLayers(cur, *prop, adapters) +
-                         (cur.excluded != prop->excluded ? 1 : 0);
-  const double move_cost_s = moved * s.move_s_per_layer();
-  const double gain = prop->estimate.samples_per_s - cur_est->samples_per_s;
-  // An excluded rank whose probes show it recovered comes back.
-  bool returning = false;
+}
+
+bool LoraPolicyEngine::Worth(const Evaluation& e) const {
+  const double gain =
+      e.proposed->estimate.samples_per_s - e.current->samples_per_s;
+  return e.moved > 0 && (!e.slow.empty() || e.returning) &&
+         gain >= e.s.min_gain() * e.current->samples_per_s &&
+         gain * e.s.horizon_s() >
+             e.move_cost_s * e.proposed->estimate.samples_per_s;
+}
+
+namespace {
+
+// A decision's evidence: each rank's speed, the slow ranks and the ranks
+// coming back, the faults, and the move.
+void DecisionEvidence(const lora::Placement& cur, const lora::Placement& prop,
+                      std::map<int32_t, double> speeds, double median,
+                      const std::set<int32_t>& slow, uint32_t moved,
+                      double move_cost_s, double current_samples_per_s,
+                      const v1::JobLora& v, v1::Evidence* e) {
+  // operator[]: a slow rank without a speed (a fault's suspect) shows as 0
+  // in the values below too.
+  auto relative = [&](int32_t r) {
+    return median > 0 ? speeds[r] / median : 0.0;
+  };
+  std::vector<std::string> slow_txt;
+  for (int32_t r : slow) {
+    slow_txt.push_back(absl::StrFormat("rank %d at %.2fx", r, relative(r)));
+  }
+  for (const auto& [r, sp] : speeds) {
+    (*e->mutable_values())[absl::StrCat("units_per_s/rank", r)] = sp;
+  }
+  (*e->mutable_values())["median_units_per_s"] = median;
+  (*e->mutable_values())["moved_layers"] = moved;
+  std::vector<std::string> back_txt;
   for (int32_t r : cur.excluded) {
-    returning |= std::find(prop->excluded.begin(), prop->excluded.end(), r) ==
-                 prop->excluded.end();
+    if (std::find(prop.excluded.begin(), prop.excluded.end(), r) ==
+            prop.excluded.end() &&
+        speeds.contains(r)) {
+      back_txt.push_back(
+          absl::StrFormat("rank %d probes at %.2fx", r, relative(r)));
+    }
   }
-  const bool worth =
-      moved > 0 && (!slow.empty() || returning) &&
-      gain >= s.min_gain() * cur_est->samples_per_s &&
-      gain * s.horizon_s() > move_cost_s * prop->estimate.samples_per_s;
-  if (!worth) {
-    job.better_since_ns = 0;
-    return;
-  }
-  *v.mutable_proposed() = ToProto(*prop);
-  v.set_proposed_samples_per_s(prop->estimate.samples_per_s);
-  v.set_move_cost_s(move_cost_s);
-  if (job.better_since_ns == 0) job.better_since_ns = now;
-  if (now - job.better_since_ns <
-      absl::ToInt64Nanoseconds(absl::Seconds(s.slow_persist_s()))) {
-    return;
-  }
-  const std::string key = Key(*prop);
+  e->set_text(absl::StrFormat(
+      "%s%s%s (median speed %.3g units/s)%s; %s -> %s: %.3f -> %.3f "
+      "samples/s (est.), move %u layers ~%.2f s",
+      slow_txt.empty() ? "" : "slow: " + absl::StrJoin(slow_txt, ", "),
+      !slow_txt.empty() && !back_txt.empty() ? "; " : "",
+      back_txt.empty() ? "" : "back: " + absl::StrJoin(back_txt, ", "), median,
+      v.slow_faults_size()
+          ? absl::StrCat(", faults ", absl::StrJoin(v.slow_faults(), ","))
+          : "",
+      PlacementText(cur), PlacementText(prop), current_samples_per_s,
+      prop.estimate.samples_per_s, moved, move_cost_s));
+}
+
+}  // namespace
+
+void LoraPolicyEngine::Decide(const std::string& id, Job& job,
+                              const Evaluation& e, int64_t now,
+                              std::vector<Outgoing>* out) {
+  const v1::LoraSettings& s = e.s;
+  v1::JobLora& v = job.view;
+  const std::string key = Key(*e.proposed);
   const bool auto_mode = s.policy() == v1::LORA_POLICY_AUTO;
   const bool resend_due =
       now - job.last_sent_ns >= absl::ToInt64Nanoseconds(options_.resend);
@@ -422,43 +517,15 @@ void LoraPolicyEngine::EvaluateJob(const std::string& id, Job& job,
   v1::LoraDecision d;
   d.set_time_unix_ns(absl::ToUnixNanos(clock_->Now()));
   d.set_policy(s.policy());
-  *d.mutable_from() = *v.mutable_current();
+  *d.mutable_from() = v.current();
   *d.mutable_to() = v.proposed();
-  d.set_current_samples_per_s(cur_est->samples_per_s);
-  d.set_estimated_samples_per_s(prop->estimate.samples_per_s);
-  d.set_move_cost_s(move_cost_s);
-  std::vector<std::string> slow_txt;
-  v1::Evidence* e = d.mutable_evidence();
-  for (int32_t r : slow) {
-    slow_txt.push_back(absl::StrFormat("rank %d at %.2fx", r,
-                                       median > 0 ? speeds[r] / median : 0.0));
-  }
-  for (const auto& [r, sp] : speeds) {
-    (*e->mutable_values())[absl::StrCat("units_per_s/rank", r)] = sp;
-  }
-  (*e->mutable_values())["median_units_per_s"] = median;
-  (*e->mutable_values())["moved_layers"] = moved;
-  std::vector<std::string> back_txt;
-  for (int32_t r : cur.excluded) {
-    if (std::find(prop->excluded.begin(), prop->excluded.end(), r) ==
-            prop->excluded.end() &&
-        speeds.contains(r)) {
-      back_txt.push_back(absl::StrFormat(
-          "rank %d probes at %.2fx", r, median > 0 ? speeds[r] / median : 0.0));
-    }
-  }
-  e->set_text(absl::StrFormat(
-      "%s%s%s (median speed %.3g units/s)%s; %s -> %s: %.3f -> %.3f "
-      "samples/s (est.), move %u layers ~%.2f s",
-      slow_txt.empty() ? "" : "slow: " + absl::StrJoin(slow_txt, ", "),
-      !slow_txt.empty() && !back_txt.empty() ? "; " : "",
-      back_txt.empty() ? "" : "back: " + absl::StrJoin(back_txt, ", "), median,
-      v.slow_faults_size()
-          ? absl::StrCat(", faults ", absl::StrJoin(v.slow_faults(), ","))
-          : "",
-      PlacementText(cur), PlacementText(*prop), cur_est->samples_per_s,
-      prop->estimate.samples_per_s, moved, move_cost_s));
-  d.set_reason(e->text());
+  d.set_current_samples_per_s(e.current->samples_per_s);
+  d.set_estimated_samples_per_s(e.proposed->estimate.samples_per_s);
+  d.set_move_cost_s(e.move_cost_s);
+  DecisionEvidence(job.last_seen, *e.proposed, e.speeds, e.median, e.slow,
+                   e.moved, e.move_cost_s, e.current->samples_per_s, v,
+                   d.mutable_evidence());
+  d.set_reason(d.evidence().text());
   job.pending = key;
   job.pending_sent = auto_mode;
   job.last_sent_ns = now;

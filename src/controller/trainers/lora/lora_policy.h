@@ -45,8 +45,8 @@
 #include "pitstop/v1/controller.pb.h"
 #include "pitstop/v1/trainer.pb.h"
 #include "src/controller/trainers/directive_ids.h"
-#include "src/controller/trainers/trainer_policy.h"
 #include "src/controller/trainers/lora/placement.h"
+#include "src/controller/trainers/trainer_policy.h"
 
 namespace pitstop::controller {
 
@@ -147,6 +147,26 @@ class LoraPolicyEngine {
   void EvaluateJob(const std::string& id, Job& job,
                    const std::vector<v1::Fault>& open_faults, int64_t now,
                    std::vector<Outgoing>* out);
+  // EvaluateJob's steps, in order (lora_policy.cc).
+  struct Evaluation;
+  // Each rank's speed (the median of its window; an excluded rank keeps
+  // its last); false when a stage of the job's placement is not measured.
+  bool MeasureSpeeds(Job& job, int64_t now, Evaluation* e) const;
+  // Ranks slower than the median by slow_min_effect, and the suspects of
+  // the job's open NON_COMM_SLOW faults (named in the view).
+  void FindSlowRanks(const std::string& id, Job& job,
+                     const std::vector<v1::Fault>& open_faults, Evaluation* e);
+  // The current placement's estimate and the proposed placement; false
+  // (logged) when either cannot be computed.
+  bool Propose(const std::string& id, const Job& job, Evaluation* e) const;
+  // The view (JobLora) with its evidence, whatever is decided.
+  void FillView(Job& job, Evaluation* e) const;
+  // Whether moving is worth it: layers move, a rank is slow or comes back,
+  // the gain is large enough and pays the move back within horizon_s.
+  bool Worth(const Evaluation& e) const;
+  // Records the decision; in AUTO sends the placement to the job's agents.
+  void Decide(const std::string& id, Job& job, const Evaluation& e, int64_t now,
+              std::vector<Outgoing>* out);
   void Record(Job& job, v1::LoraDecision d);
 
   Clock* const clock_;
