@@ -1,72 +1,79 @@
-// ControllerCore: the small interfaces the services are given over each
-// other. Each call takes the one service's lock it needs (or the core's, for
-// the detection engine) and no other.
-#include "src/controller/controller_core.h"
+#include "src/controller/controller_links.h"
+
+#include <utility>
 
 namespace pitstop::controller {
 
-bool ControllerCore::TrainerLink::SendTrainerDirective(
-    const std::string& host, const v1::TrainerDirective& d) {
-  v1::AgentCommand cmd;
-  *cmd.mutable_trainer_directive() = d;
-  return core_->nodes_->SendIfConnected(host, std::move(cmd));
+absl::Status Controller::Links::Joined(uint64_t session,
+                                       const std::string& host,
+                                       const v1::ConnectRequest& batch,
+                                       absl::Status engine_status) {
+  absl::Status first = c_->nodes_->AfterJoin(session, batch);
+  auto keep = [&first](absl::Status s) {
+    if (first.ok()) first = std::move(s);
+  };
+  keep(std::move(engine_status));
+  keep(c_->trainers_->OnReports(host, batch));
+  c_->planning_->ObserveBatch(host, batch);
+  keep(c_->migration_->OnBatch(host, batch));
+  return first;
 }
 
-PathDirectiveSender::Sent ControllerCore::PlanningLink::SendPathDirective(
+bool Controller::Links::SendTrainerDirective(const std::string& host,
+                                             const v1::TrainerDirective& d) {
+  v1::AgentCommand cmd;
+  *cmd.mutable_trainer_directive() = d;
+  return c_->nodes_->SendIfConnected(host, std::move(cmd));
+}
+
+PathDirectiveSender::Sent Controller::Links::SendPathDirective(
     const std::string& host, const v1::PathDirective& d) {
   v1::AgentCommand cmd;
   *cmd.mutable_path() = d;
-  const NodeService::Sent s = core_->nodes_->Send(host, std::move(cmd));
-  return Sent{s.command_id, s.written, s.known};
+  const NodeService::Sent s = c_->nodes_->Send(host, std::move(cmd));
+  return PathDirectiveSender::Sent{s.command_id, s.written, s.known};
 }
 
-std::vector<v1::Communicator> ControllerCore::MigrationLinks::Communicators() {
-  CoreLock lock(core_);
-  return core_->engine_->Communicators();
+std::vector<v1::Communicator> Controller::Links::Communicators() {
+  return c_->ingest_->Communicators("");
 }
 
-v1::JobPolicy ControllerCore::MigrationLinks::JobPolicy(
-    const std::string& job_id) {
-  CoreLock lock(core_);
-  return core_->engine_->GetJobPolicy(job_id);
+v1::JobPolicy Controller::Links::JobPolicy(const std::string& job_id) {
+  return c_->ingest_->JobPolicy(job_id);
 }
 
-void ControllerCore::MigrationLinks::RetireComms(
-    const std::vector<uint64_t>& comm_hashes, const std::string& why) {
-  CoreLock lock(core_);
-  core_->engine_->RetireComms(comm_hashes, why);
+void Controller::Links::RetireComms(const std::vector<uint64_t>& comm_hashes,
+                                    const std::string& why) {
+  c_->ingest_->RetireComms(comm_hashes, why);
 }
 
-std::vector<NodeFacts> ControllerCore::MigrationLinks::ListFacts(
-    bool standby_only) {
-  return core_->nodes_->ListFacts(standby_only);
+std::vector<NodeFacts> Controller::Links::ListFacts(bool standby_only) {
+  return c_->nodes_->ListFacts(standby_only);
 }
 
-bool ControllerCore::MigrationLinks::SendMigration(
-    const std::string& host, const v1::MigrationDirective& d) {
+bool Controller::Links::SendMigration(const std::string& host,
+                                      const v1::MigrationDirective& d) {
   v1::AgentCommand cmd;
   *cmd.mutable_migration() = d;
-  return core_->nodes_->SendIfConnected(host, std::move(cmd));
+  return c_->nodes_->SendIfConnected(host, std::move(cmd));
 }
 
-void ControllerCore::MigrationLinks::DrainMigrated(const std::string& host,
-                                                   const std::string& why) {
-  core_->nodes_->DrainMigrated(host, why);
+void Controller::Links::DrainMigrated(const std::string& host,
+                                      const std::string& why) {
+  c_->nodes_->DrainMigrated(host, why);
 }
 
-absl::StatusOr<std::vector<v1::Fault>>
-ControllerCore::MigrationLinks::OpenFaults() {
-  return core_->faults_->OpenFaults();
+absl::StatusOr<std::vector<v1::Fault>> Controller::Links::OpenFaults() {
+  return c_->faults_->OpenFaults();
 }
 
-absl::StatusOr<v1::Fault> ControllerCore::MigrationLinks::Fault(
-    const std::string& id) {
-  return core_->faults_->Fault(id);
+absl::StatusOr<v1::Fault> Controller::Links::Fault(const std::string& id) {
+  return c_->faults_->Fault(id);
 }
 
-void ControllerCore::MigrationLinks::MarkMitigating(const v1::Fault& f,
-                                                    const std::string& why) {
-  core_->faults_->MarkMitigating(f, why);
+void Controller::Links::MarkMitigating(const v1::Fault& f,
+                                       const std::string& why) {
+  c_->faults_->MarkMitigating(f, why);
 }
 
 }  // namespace pitstop::controller

@@ -30,7 +30,7 @@
 #include "pitstop/v1/trainer.grpc.pb.h"
 #include "src/controller/api/authorizer.h"
 #include "src/controller/api/controller_service.h"
-#include "src/controller/controller_core.h"
+#include "src/controller/controller.h"
 
 namespace pitstop::controller {
 namespace {
@@ -190,9 +190,9 @@ class AuthTest : public ::testing::Test {
     ASSERT_EQ(tokens_.size(), 3u);
     out << "agenttoken-node1-0123456789 agent node1\n";
     out.close();
-    ControllerCore::Options o;
+    Controller::Options o;
     o.db_path = ":memory:";
-    auto core = ControllerCore::Create(o);
+    auto core = Controller::Create(o);
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = std::move(*core);
     auto auth = Authorizer::Create({true, Path("tokens-test")});
@@ -256,7 +256,7 @@ class AuthTest : public ::testing::Test {
 
   static std::string* dir_;
   std::map<std::string, std::string> tokens_;  // role -> token
-  std::unique_ptr<ControllerCore> core_;
+  std::unique_ptr<Controller> core_;
   std::unique_ptr<Authorizer> auth_;
   std::unique_ptr<ControllerServer> server_;
   std::string target_;

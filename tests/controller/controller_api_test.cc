@@ -11,7 +11,7 @@
 #include "pitstop/grpc_util.h"
 #include "pitstop/v1/controller.grpc.pb.h"
 #include "src/controller/api/controller_service.h"
-#include "src/controller/controller_core.h"
+#include "src/controller/controller.h"
 #include "tests/controller/sim_job.h"
 #include "tests/controller/test_agent.h"
 
@@ -23,10 +23,10 @@ using ::testing::HasSubstr;
 class ControllerApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ControllerCore::Options o;
+    Controller::Options o;
     o.clock = &clock_;
     o.db_path = ":memory:";
-    auto core = ControllerCore::Create(o);
+    auto core = Controller::Create(o);
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = std::move(*core);
     auto server = ControllerServer::Start(core_.get(), "127.0.0.1:0");
@@ -58,7 +58,7 @@ class ControllerApiTest : public ::testing::Test {
     // Every member's own batch (membership and progress together) was
     // ingested: a detection cycle now sees all of them.
     ASSERT_TRUE(WaitUntil([&] {
-      auto comms = core_->Communicators("");
+      auto comms = core_->ingest().Communicators("");
       if (comms.size() != 1 || comms[0].members_size() != job.n_ranks() ||
           core_->Status().nodes_ready() != agents_.size()) {
         return false;
@@ -105,7 +105,7 @@ class ControllerApiTest : public ::testing::Test {
   }
 
   FakeClock clock_;
-  std::unique_ptr<ControllerCore> core_;
+  std::unique_ptr<Controller> core_;
   std::unique_ptr<ControllerServer> server_;
   std::string target_;
   std::unique_ptr<v1::Controller::Stub> stub_;
@@ -369,11 +369,11 @@ TEST_F(ControllerApiTest, AgentRecordsWithHugeRanksAreSkipped) {
   *good.add_communicators() = job.Info(1);
   ASSERT_TRUE(agents_[0]->Send(good));
   ASSERT_TRUE(WaitUntil([&] {
-    auto comms = core_->Communicators("");
+    auto comms = core_->ingest().Communicators("");
     return comms.size() == 1 && comms[0].members_size() == 2 &&
            !comms[0].members(1).host().empty();
   }));
-  for (const v1::Communicator& c : core_->Communicators("")) {
+  for (const v1::Communicator& c : core_->ingest().Communicators("")) {
     EXPECT_EQ(c.comm_hash(), job.comm_hash());
   }
   // Returns once the open agent stream is cancelled (it did not wedge).
@@ -389,8 +389,8 @@ TEST_F(ControllerApiTest, RanksOfAGoneAgentAreNotBlamed) {
   ReportHang(job, {3});  // rank 3 (node1) never enqueued seq 10
   ASSERT_EQ(agents_.size(), 2u);
   agents_[1]->Close();
-  ASSERT_TRUE(
-      WaitUntil([&] { return !core_->Node("node1")->agent_connected(); }));
+  ASSERT_TRUE(WaitUntil(
+      [&] { return !core_->nodes().Node("node1")->agent_connected(); }));
   clock_.Advance(absl::Seconds(6));
   core_->RunCycle();
   std::vector<v1::Fault> faults = ListFaults();
@@ -405,10 +405,10 @@ TEST_F(ControllerApiTest, RanksOfAGoneAgentAreNotBlamed) {
 // gone too.
 TEST(ControllerSilenceTest, SilentAgentCountsAsGone) {
   FakeClock clock;
-  ControllerCore::Options o;
+  Controller::Options o;
   o.clock = &clock;
   o.agent_silence = absl::Seconds(3);
-  auto core = ControllerCore::Create(o);
+  auto core = Controller::Create(o);
   ASSERT_TRUE(core.ok()) << core.status();
   auto server = ControllerServer::Start(core->get(), "127.0.0.1:0");
   ASSERT_TRUE(server.ok()) << server.status();
@@ -425,7 +425,7 @@ TEST(ControllerSilenceTest, SilentAgentCountsAsGone) {
     ASSERT_TRUE(agents[r / 2]->Send(batch));
   }
   ASSERT_TRUE(WaitUntil([&] {
-    auto comms = (*core)->Communicators("");
+    auto comms = (*core)->ingest().Communicators("");
     return comms.size() == 1 && comms[0].members_size() == 4 &&
            !comms[0].members(3).host().empty();
   }));
@@ -434,11 +434,12 @@ TEST(ControllerSilenceTest, SilentAgentCountsAsGone) {
     clock.Advance(absl::Seconds(1));
     ASSERT_TRUE(agents[0]->Send(v1::ConnectRequest()));
     const uint64_t now = static_cast<uint64_t>(absl::ToUnixNanos(clock.Now()));
-    ASSERT_TRUE(WaitUntil(
-        [&] { return (*core)->Node("node0")->last_seen_unix_ns() == now; }));
+    ASSERT_TRUE(WaitUntil([&] {
+      return (*core)->nodes().Node("node0")->last_seen_unix_ns() == now;
+    }));
     (*core)->RunCycle();
   }
-  auto faults = (*core)->Faults("", false, 0);
+  auto faults = (*core)->faults().Faults("", false, 0);
   ASSERT_TRUE(faults.ok());
   ASSERT_EQ(faults->size(), 1u);
   for (const v1::Suspect& s : (*faults)[0].suspects()) {

@@ -1,5 +1,5 @@
 // Issue #15: a detection cycle's detectors run on the engine's copy without
-// the controller's lock (ControllerCore::Options::detect_off_lock), so an
+// the controller's lock (Controller::Options::detect_off_lock), so an
 // agent batch is joined into detection state while a detector is in the
 // middle of a cycle. The detectors are held here by the engine's
 // detect_hook; with detect_off_lock false (round 6: detectors under the
@@ -10,7 +10,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "pitstop/sync.h"
-#include "src/controller/controller_core.h"
+#include "src/controller/controller.h"
 
 namespace pitstop::controller {
 namespace {
@@ -77,10 +77,10 @@ class DetectOffLockTest : public ::testing::TestWithParam<bool> {};
 TEST_P(DetectOffLockTest, ABatchIsJoinedWhileTheDetectorsRun) {
   const bool off_lock = GetParam();
   DetectorGate gate;
-  ControllerCore::Options o;
+  Controller::Options o;
   o.detect_off_lock = off_lock;
   o.engine.detect_hook = [&gate] { gate.Enter(); };
-  auto core = ControllerCore::Create(o);
+  auto core = Controller::Create(o);
   ASSERT_TRUE(core.ok()) << core.status();
   NullSink sink;
   v1::NodeRegistration reg;
@@ -107,10 +107,10 @@ TEST_P(DetectOffLockTest, ABatchIsJoinedWhileTheDetectorsRun) {
         << "the batch waited for the detectors (they hold the lock)";
     // Its communicator is in detection state, and queries answer, while
     // the detectors are still held.
-    EXPECT_EQ((*core)->Communicators("j2").size(), 1u);
+    EXPECT_EQ((*core)->ingest().Communicators("j2").size(), 1u);
   } else {
     EXPECT_FALSE(joined_while_held);
-    EXPECT_EQ((*core)->inbox_stats().queued, 1u);
+    EXPECT_EQ((*core)->ingest().inbox_stats().queued, 1u);
   }
   gate.Release();
   cycle.get();
@@ -118,8 +118,8 @@ TEST_P(DetectOffLockTest, ABatchIsJoinedWhileTheDetectorsRun) {
   ASSERT_EQ(status.wait_for(std::chrono::seconds(60)),
             std::future_status::ready);
   EXPECT_TRUE(status.get().ok());
-  EXPECT_EQ((*core)->Communicators("j2").size(), 1u);
-  EXPECT_EQ((*core)->Communicators("j1").size(), 1u);
+  EXPECT_EQ((*core)->ingest().Communicators("j2").size(), 1u);
+  EXPECT_EQ((*core)->ingest().Communicators("j1").size(), 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, DetectOffLockTest, ::testing::Bool(),

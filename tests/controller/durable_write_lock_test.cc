@@ -9,7 +9,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "pitstop/sync.h"
-#include "src/controller/controller_core.h"
+#include "src/controller/controller.h"
 #include "src/controller/store/fault_store.h"
 
 namespace pitstop::controller {
@@ -117,7 +117,7 @@ class NullSink : public CommandSink {
 
 TEST(DurableWriteLockTest, ABatchIsJoinedWhileADrainIsBeingWritten) {
   HeldDrainStore* held = nullptr;
-  ControllerCore::Options o;
+  Controller::Options o;
   o.open_store = [&held]() -> absl::StatusOr<std::unique_ptr<FaultStore>> {
     auto s = FaultStore::Open(":memory:");
     if (!s.ok()) return s.status();
@@ -125,15 +125,16 @@ TEST(DurableWriteLockTest, ABatchIsJoinedWhileADrainIsBeingWritten) {
     held = w.get();
     return std::unique_ptr<FaultStore>(std::move(w));
   };
-  auto core = ControllerCore::Create(o);
+  auto core = Controller::Create(o);
   ASSERT_TRUE(core.ok()) << core.status();
   NullSink sink;
   v1::NodeRegistration reg;
   reg.set_host("n1");
   auto session = (*core)->AgentConnected(reg, &sink);
   ASSERT_TRUE(session.ok()) << session.status();
-  auto drain = std::async(std::launch::async,
-                          [&] { return (*core)->Drain("n1", "bad NIC"); });
+  auto drain = std::async(std::launch::async, [&] {
+    return (*core)->nodes().Drain("n1", "bad NIC");
+  });
   for (int i = 0; i < 6000 && !held->entered(); ++i) {
     absl::SleepFor(absl::Milliseconds(10));
   }
@@ -159,7 +160,7 @@ TEST(DurableWriteLockTest, ABatchIsJoinedWhileADrainIsBeingWritten) {
   auto node = drain.get();
   ASSERT_TRUE(node.ok()) << node.status();
   EXPECT_EQ(node->state(), v1::NODE_STATE_DRAINED);
-  EXPECT_EQ((*core)->Communicators("j").size(), 1u);
+  EXPECT_EQ((*core)->ingest().Communicators("j").size(), 1u);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Issue #11 on the controller's side, driven through ControllerCore and the
+// Issue #11 on the controller's side, driven through Controller and the
 // engine directly (FakeClock): memory follows what was received, global
 // budgets refuse and count, server-side validation names the field, gone
 // hosts expire, superseded agent streams are closed, and adopted faults keep
@@ -17,7 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pitstop/clock.h"
-#include "src/controller/controller_core.h"
+#include "src/controller/controller.h"
 #include "tests/controller/sim_job.h"
 
 namespace pitstop::controller::testing {
@@ -141,12 +141,12 @@ class RecordingSink : public CommandSink {
 class CoreHardeningTest : public ::testing::Test {
  protected:
   void SetUp() override { Open(":memory:"); }
-  void Open(const std::string& db, ControllerCore::Options o = {}) {
+  void Open(const std::string& db, Controller::Options o = {}) {
     o.clock = &clock_;
     o.db_path = db;
     o.cycle_period = absl::Hours(1);  // cycles only when the test runs them
     core_.reset();
-    auto core = ControllerCore::Create(o);
+    auto core = Controller::Create(o);
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = std::move(*core);
   }
@@ -160,7 +160,7 @@ class CoreHardeningTest : public ::testing::Test {
     return r;
   }
   FakeClock clock_;
-  std::unique_ptr<ControllerCore> core_;
+  std::unique_ptr<Controller> core_;
 };
 
 TEST_F(CoreHardeningTest, PolicyValuesAreValidatedOnTheServer) {
@@ -187,16 +187,16 @@ TEST_F(CoreHardeningTest, PolicyValuesAreValidatedOnTheServer) {
   for (const Case& c : cases) {
     v1::JobPolicy p;
     c.set(&p);
-    absl::StatusOr<v1::JobPolicy> r = core_->SetPolicy("job", p);
+    absl::StatusOr<v1::JobPolicy> r = core_->ingest().SetPolicy("job", p);
     EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << c.field;
     EXPECT_THAT(r.status().message(), HasSubstr(c.field)) << r.status();
   }
   // Nothing was stored: the job still has the defaults.
-  EXPECT_DOUBLE_EQ(core_->GetPolicy("job")->min_effect(), 0.2);
+  EXPECT_DOUBLE_EQ(core_->ingest().GetPolicy("job")->min_effect(), 0.2);
   v1::JobPolicy ok;
   ok.set_window_ms(250);
   ok.set_min_effect(0.5);
-  EXPECT_TRUE(core_->SetPolicy("job", ok).ok());
+  EXPECT_TRUE(core_->ingest().SetPolicy("job", ok).ok());
 }
 
 TEST_F(CoreHardeningTest, RegistrationAndCountersAreValidated) {
@@ -220,7 +220,7 @@ TEST_F(CoreHardeningTest, RegistrationAndCountersAreValidated) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(core_->input_stats().nics_dropped, 100'000u - 256);
   v1::ListNodesResponse nodes;
-  for (v1::Node& n : core_->Nodes()) *nodes.add_nodes() = n;
+  for (v1::Node& n : core_->nodes().Nodes()) *nodes.add_nodes() = n;
   EXPECT_LT(nodes.ByteSizeLong(), size_t{1} << 20);
   EXPECT_EQ(nodes.nodes(0).registration().nics_size(), 256);
 
@@ -233,12 +233,12 @@ TEST_F(CoreHardeningTest, RegistrationAndCountersAreValidated) {
   absl::Status st = core_->AgentBatch(*s, batch);
   EXPECT_TRUE(absl::IsInvalidArgument(st));
   EXPECT_THAT(st.message(), HasSubstr("counters.plugin_dropped"));
-  EXPECT_EQ(core_->Node("n1")->plugin_dropped(), 12u);
+  EXPECT_EQ(core_->nodes().Node("n1")->plugin_dropped(), 12u);
   EXPECT_EQ(core_->input_stats().counters_refused, 1u);
 }
 
 TEST_F(CoreHardeningTest, HostsAreBudgetedAndGoneOnesExpire) {
-  ControllerCore::Options o;
+  Controller::Options o;
   o.max_hosts = 50;
   o.node_grace = absl::Seconds(30);
   o.node_expiry = absl::Minutes(5);
@@ -261,12 +261,12 @@ TEST_F(CoreHardeningTest, HostsAreBudgetedAndGoneOnesExpire) {
   clock_.Advance(absl::Seconds(31));
   core_->RunCycle();
   EXPECT_EQ(sink.closed.size(), 25u);
-  for (const v1::Node& n : core_->Nodes()) {
+  for (const v1::Node& n : core_->nodes().Nodes()) {
     EXPECT_EQ(n.state(), v1::NODE_STATE_UNREACHABLE) << n.host();
   }
   clock_.Advance(absl::Minutes(5));
   core_->RunCycle();
-  EXPECT_TRUE(core_->Nodes().empty());
+  EXPECT_TRUE(core_->nodes().Nodes().empty());
   EXPECT_EQ(core_->input_stats().nodes_expired, 50u);
   EXPECT_TRUE(core_->AgentConnected(Reg("one-more"), &sink).ok());
 }
@@ -293,7 +293,7 @@ TEST_F(CoreHardeningTest, SupersededStreamIsClosedAndLiveClaimsAreDecided) {
   auto same = core_->AgentConnected(Reg("n1", "agent-new", 200), &same_sink);
   ASSERT_TRUE(same.ok());
   EXPECT_EQ(new_sink.closed.size(), 1u);
-  EXPECT_TRUE(core_->Node("n1")->agent_connected());
+  EXPECT_TRUE(core_->nodes().Node("n1")->agent_connected());
 }
 
 // A hang confirmed (and one acknowledged) before a controller restart keeps
@@ -329,7 +329,7 @@ TEST_F(CoreHardeningTest, AdoptedHangKeepsStateHistoryAndAge) {
     connect_and_report();
     core_->RunCycle();
   }
-  auto faults = core_->Faults("", false, 0);
+  auto faults = core_->faults().Faults("", false, 0);
   ASSERT_TRUE(faults.ok());
   ASSERT_EQ(faults->size(), 2u);
   std::map<std::string, v1::Fault> before;
@@ -337,14 +337,15 @@ TEST_F(CoreHardeningTest, AdoptedHangKeepsStateHistoryAndAge) {
     EXPECT_EQ(f.state(), v1::FAULT_STATE_CONFIRMED) << f.fault_id();
     before[f.job_id()] = f;
   }
-  ASSERT_TRUE(
-      core_->Acknowledge(before["job2"].fault_id(), "op", "looking").ok());
+  ASSERT_TRUE(core_->faults()
+                  .Acknowledge(before["job2"].fault_id(), "op", "looking")
+                  .ok());
 
   // Restart on the same database 20 s later; the condition still holds.
   clock_.Advance(absl::Seconds(20));
   Open(db);
   std::vector<v1::WatchFaultsResponse> seen;
-  core_->Subscribe(
+  core_->faults().Subscribe(
       "", false, [&](const v1::WatchFaultsResponse& r) { seen.push_back(r); });
   for (int i = 0; i < 3; ++i) {
     clock_.Advance(absl::Seconds(1));
@@ -355,7 +356,7 @@ TEST_F(CoreHardeningTest, AdoptedHangKeepsStateHistoryAndAge) {
     EXPECT_NE(r.fault().state(), v1::FAULT_STATE_SUSPECTED)
         << r.fault().fault_id() << " fell back to SUSPECTED";
   }
-  faults = core_->Faults("", false, 0);
+  faults = core_->faults().Faults("", false, 0);
   ASSERT_TRUE(faults.ok());
   ASSERT_EQ(faults->size(), 2u);
   for (const v1::Fault& f : *faults) {

@@ -1,5 +1,5 @@
 // Benchmark driver (not a test) of issue #15's "ingest off the lock": how
-// long ControllerCore::SubmitAgentBatch() holds its caller ("accept") and how
+// long Controller::SubmitAgentBatch() holds its caller ("accept") and how
 // long until the batch is joined into detection state ("joined") while
 // detection cycles run and SQLite syncs (synchronous=FULL, a real file)
 // happen, side by side in one run in four modes and a floor: batches
@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "src/controller/controller_core.h"
+#include "src/controller/controller.h"
 
 namespace pitstop::controller {
 namespace {
@@ -69,7 +69,7 @@ Result Run(bool off_lock, bool join_off_lock, bool detect_off_lock, bool quiet,
   std::filesystem::remove(db);
   std::filesystem::remove(db + "-wal");
   std::filesystem::remove(db + "-shm");
-  ControllerCore::Options o;
+  Controller::Options o;
   o.db_path = db;
   // `quiet`: no cycle and no writer, only the streams themselves (the
   // machine's floor: what scheduling alone costs a queued batch).
@@ -78,12 +78,12 @@ Result Run(bool off_lock, bool join_off_lock, bool detect_off_lock, bool quiet,
   o.ingest_off_lock = off_lock;
   (void)join_off_lock;  // durable writes never hold the lock now
   o.detect_off_lock = detect_off_lock;
-  auto core_or = ControllerCore::Create(o);
+  auto core_or = Controller::Create(o);
   if (!core_or.ok()) {
     std::fprintf(stderr, "%s\n", core_or.status().ToString().c_str());
     std::exit(1);
   }
-  ControllerCore* core = core_or->get();
+  Controller* core = core_or->get();
   // The engine benchmark's layout (docs/benchmarks.md): per host one
   // tensor-parallel communicator of its 8 ranks, per GPU index one
   // data-parallel communicator across all hosts.
@@ -121,8 +121,8 @@ Result Run(bool off_lock, bool join_off_lock, bool detect_off_lock, bool quiet,
   std::thread writer([&] {
     const std::string host = host_of(0);
     while (!quiet && g_writer && !stop.load()) {
-      (void)core->Drain(host, "bench");
-      (void)core->Uncordon(host);
+      (void)core->nodes().Drain(host, "bench");
+      (void)core->nodes().Uncordon(host);
       syncs += 2;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }

@@ -2,7 +2,7 @@
 // controller's ingest lock held (here by a detection cycle whose detectors
 // run under it and are held there) is accepted at once and joined, in order,
 // when the lock is free.
-#include "src/controller/ingest_inbox.h"
+#include "src/controller/ingest/ingest_inbox.h"
 
 #include <atomic>
 #include <chrono>
@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 #include "pitstop/clock.h"
 #include "src/controller/api/controller_service.h"
-#include "src/controller/controller_core.h"
+#include "src/controller/controller.h"
 #include "tests/controller/sim_job.h"
 #include "tests/controller/test_agent.h"
 
@@ -61,7 +61,7 @@ TEST(IngestInboxTest, KeepsOrderAndRefusesBeyondItsBudget) {
 class HeldCycle {
  public:
   HeldCycle() {
-    ControllerCore::Options o;
+    Controller::Options o;
     o.clock = &clock_;
     o.detect_off_lock = false;
     o.engine.detect_hook = [this] {
@@ -69,7 +69,7 @@ class HeldCycle {
       entered_.set_value();
       released_.wait();
     };
-    auto core = ControllerCore::Create(o);
+    auto core = Controller::Create(o);
     EXPECT_TRUE(core.ok()) << core.status();
     core_ = std::move(*core);
     for (const v1::NodeRegistration& reg : job_.Nodes()) {
@@ -100,7 +100,7 @@ class HeldCycle {
     release_.set_value();
     cycle_.join();
   }
-  ControllerCore* core() { return core_.get(); }
+  Controller* core() { return core_.get(); }
   uint64_t session(int i) const { return sessions_[i]; }
   const SimJob& job() const { return job_; }
 
@@ -108,7 +108,7 @@ class HeldCycle {
   FakeClock clock_;
   SimJob job_{0xC8, 4, 2};
   NullSink sink_;
-  std::unique_ptr<ControllerCore> core_;
+  std::unique_ptr<Controller> core_;
   std::vector<uint64_t> sessions_;
   std::promise<void> entered_, release_;
   std::shared_future<void> released_;
@@ -137,7 +137,7 @@ struct Completion {
 
 TEST(IngestOffLockTest, BatchDoesNotWaitForADetectionCycle) {
   HeldCycle held;
-  ControllerCore* core = held.core();
+  Controller* core = held.core();
   held.Hold();
   // The lock is held until Release: the batch must not wait for it.
   v1::ConnectRequest counters;
@@ -154,7 +154,7 @@ TEST(IngestOffLockTest, BatchDoesNotWaitForADetectionCycle) {
   EXPECT_TRUE(done.Get().ok());
 
   EXPECT_EQ(core->input_stats().batches_queued, 1u);
-  absl::StatusOr<v1::Node> node = core->Node(held.job().HostOf(0));
+  absl::StatusOr<v1::Node> node = core->nodes().Node(held.job().HostOf(0));
   ASSERT_TRUE(node.ok()) << node.status();
   EXPECT_EQ(node->connected_ranks(), 7u);  // joined after the cycle
 }
@@ -164,7 +164,7 @@ TEST(IngestOffLockTest, BatchDoesNotWaitForADetectionCycle) {
 // that no longer exists (the stream then ends, FAILED_PRECONDITION).
 TEST(IngestOffLockTest, QueuedBatchStatusReachesItsSender) {
   HeldCycle held;
-  ControllerCore* core = held.core();
+  Controller* core = held.core();
   v1::ConnectRequest bad;
   bad.mutable_counters()->set_connected_ranks(5);
   v1::RankProgress* p = bad.add_progress();
@@ -197,7 +197,7 @@ TEST(IngestOffLockTest, QueuedBatchStatusReachesItsSender) {
   EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
   EXPECT_EQ(core->input_stats().batches_queued, 2u);
   // The valid part of the invalid batch was joined.
-  EXPECT_EQ(core->Node(held.job().HostOf(0))->connected_ranks(), 6u);
+  EXPECT_EQ(core->nodes().Node(held.job().HostOf(0))->connected_ranks(), 6u);
 }
 
 // Through gRPC: while the lock is held, a stream's batches wait in order
@@ -225,7 +225,7 @@ class IngestStreamTest : public ::testing::Test {
     return b;
   }
   uint32_t Ranks() {
-    absl::StatusOr<v1::Node> n = held_.core()->Node("node-x");
+    absl::StatusOr<v1::Node> n = held_.core()->nodes().Node("node-x");
     return n.ok() ? n->connected_ranks() : 0;
   }
 
@@ -237,7 +237,7 @@ class IngestStreamTest : public ::testing::Test {
 TEST_F(IngestStreamTest, QueuedBatchesKeepTheStreamsOrder) {
   TestAgent a(target_, Reg());
   ASSERT_TRUE(WaitUntil([&] {
-    absl::StatusOr<v1::Node> n = held_.core()->Node("node-x");
+    absl::StatusOr<v1::Node> n = held_.core()->nodes().Node("node-x");
     return n.ok() && n->agent_connected();
   }));
   held_.Hold();
@@ -245,8 +245,9 @@ TEST_F(IngestStreamTest, QueuedBatchesKeepTheStreamsOrder) {
   bad.add_progress()->set_rank(-1);  // invalid: logged, the rest joined
   ASSERT_TRUE(a.Send(bad));
   ASSERT_TRUE(a.Send(Counters(7)));
-  ASSERT_TRUE(WaitUntil([&] { return held_.core()->inbox_stats().queued >= 1; },
-                        absl::Seconds(60)));
+  ASSERT_TRUE(WaitUntil(
+      [&] { return held_.core()->ingest().inbox_stats().queued >= 1; },
+      absl::Seconds(60)));
   held_.Release();
   ASSERT_TRUE(WaitUntil([&] { return Ranks() == 7; }, absl::Seconds(60)))
       << Ranks();
@@ -261,21 +262,21 @@ TEST_F(IngestStreamTest, StreamEndingWhileItsBatchIsQueued) {
   {
     TestAgent a(target_, Reg());
     ASSERT_TRUE(WaitUntil([&] {
-      absl::StatusOr<v1::Node> n = held_.core()->Node("node-x");
+      absl::StatusOr<v1::Node> n = held_.core()->nodes().Node("node-x");
       return n.ok() && n->agent_connected();
     }));
     held_.Hold();
     ASSERT_TRUE(a.Send(Counters(4)));
-    ASSERT_TRUE(
-        WaitUntil([&] { return held_.core()->inbox_stats().queued == 1; },
-                  absl::Seconds(60)));
+    ASSERT_TRUE(WaitUntil(
+        [&] { return held_.core()->ingest().inbox_stats().queued == 1; },
+        absl::Seconds(60)));
   }  // cancels the stream while its batch waits in the inbox
   held_.Release();
   // The batch was joined, then the stream's end was handled (no leak or
   // use after free: the sanitizer builds check).
   ASSERT_TRUE(WaitUntil(
       [&] {
-        absl::StatusOr<v1::Node> n = held_.core()->Node("node-x");
+        absl::StatusOr<v1::Node> n = held_.core()->nodes().Node("node-x");
         return n.ok() && !n->agent_connected();
       },
       absl::Seconds(60)));

@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 #include "pitstop/v1/controller.grpc.pb.h"
 #include "src/controller/api/controller_service.h"
-#include "src/controller/controller_core.h"
+#include "src/controller/controller.h"
 #include "tests/controller/subprocess.h"
 #include "tests/controller/test_agent.h"
 
@@ -32,9 +32,9 @@ class NullSink : public CommandSink {
 class PagingTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ControllerCore::Options o;
+    Controller::Options o;
     o.db_path = ":memory:";
-    auto core = ControllerCore::Create(o);
+    auto core = Controller::Create(o);
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = std::move(*core);
     auto server = ControllerServer::Start(core_.get(), "127.0.0.1:0");
@@ -61,7 +61,7 @@ class PagingTest : public ::testing::Test {
   }
 
   NullSink sink_;
-  std::unique_ptr<ControllerCore> core_;
+  std::unique_ptr<Controller> core_;
   std::unique_ptr<ControllerServer> server_;
   std::string target_;
   std::unique_ptr<v1::Controller::Stub> stub_;

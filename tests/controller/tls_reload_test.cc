@@ -22,7 +22,7 @@
 #include "pitstop/tls_reloader.h"
 #include "pitstop/v1/controller.grpc.pb.h"
 #include "src/controller/api/controller_service.h"
-#include "src/controller/controller_core.h"
+#include "src/controller/controller.h"
 #include "tests/controller/subprocess.h"
 #include "tests/controller/test_agent.h"
 
@@ -134,7 +134,7 @@ class TlsReloadTest : public ::testing::Test {
 // In process: Reload() switches new handshakes at once; connections
 // already open keep working; bad files are refused naming the file.
 TEST_F(TlsReloadTest, ReloadSwitchesNewHandshakesAndRefusesBadFiles) {
-  auto core = ControllerCore::Create(ControllerCore::Options{});
+  auto core = Controller::Create(Controller::Options{});
   ASSERT_TRUE(core.ok()) << core.status();
   auto tls = ReloadableServerTls::Create(live_);
   ASSERT_TRUE(tls.ok()) << tls.status();

@@ -7,7 +7,7 @@
 //   o.hooks.on_confirmed = "/usr/local/bin/cordon.sh";
 //   o.may_act = [&](const std::string& job) { return ...policy is ACT...; };
 //   auto actions = FaultActions::Create(std::move(o)).value();
-//   core->Subscribe("", true, [&](auto& c) { actions->OnFaultChange(c); });
+//   faults->Subscribe("", true, [&](auto& c) { actions->OnFaultChange(c); });
 //
 // Events: "confirmed" (the fault reached CONFIRMED), "resolved" (RESOLVED,
 // by the detector or an operator) and "migrated" (MITIGATING: the job was
@@ -72,7 +72,7 @@ class FaultActions {
   static absl::StatusOr<std::unique_ptr<FaultActions>> Create(Options options);
   ~FaultActions();
 
-  // Queues one change (from ControllerCore::Subscribe's callback).
+  // Queues one change (from FaultService::Subscribe's callback).
   void OnFaultChange(const v1::WatchFaultsResponse& change);
   // Ends a running command as if it timed out, drops what is queued, joins.
   void Stop();

@@ -20,7 +20,7 @@
 namespace pitstop::controller {
 
 // Thread-safe; OnFaultChange does not block (it may be called with the
-// controller core's lock held).
+// fault service's lock held).
 class FaultMetrics {
  public:
   explicit FaultMetrics(prometheus::Registry* registry);

@@ -1,6 +1,9 @@
-// gRPC adapters over ControllerCore: the Controller API (unary calls and the
-// WatchFaults server stream) and AgentLink.Connect (one bidi stream per
-// agent), both on the callback API, plus the server that hosts them.
+// gRPC adapters over the controller's services: the Controller API (unary
+// calls and the watch streams) and AgentLink.Connect (one bidi stream per
+// agent), both on the callback API, plus the server that hosts them. Each
+// call is a thin adapter over the one service it serves (the files are
+// split by service: fault_rpcs.cc, node_rpcs.cc, ...); GetStatus, ListJobs,
+// GetJob and AgentLink span services and go to the Controller.
 #ifndef PITSTOP_CONTROLLER_API_CONTROLLER_SERVICE_H_
 #define PITSTOP_CONTROLLER_API_CONTROLLER_SERVICE_H_
 
@@ -13,17 +16,37 @@
 #include "pitstop/v1/agent.grpc.pb.h"
 #include "pitstop/v1/controller.grpc.pb.h"
 #include "src/controller/api/authorizer.h"
-#include "src/controller/controller_core.h"
 
 namespace pitstop::controller {
 
+class Controller;
+class FaultService;
+class IngestService;
+class MigrationService;
+class NodeService;
+class PlanningService;
+class TrainerPolicyService;
+
+// The services the adapters serve (not owned).
+struct ApiServices {
+  Controller* controller = nullptr;  // the cross-service calls
+  FaultService* faults = nullptr;
+  NodeService* nodes = nullptr;
+  IngestService* ingest = nullptr;
+  TrainerPolicyService* trainers = nullptr;
+  MigrationService* migration = nullptr;
+  PlanningService* planning = nullptr;
+  // Every service of `c`.
+  static ApiServices Of(Controller* c);
+};
+
 // Request validation lives here: INVALID_ARGUMENT names the field, unknown
-// ids get NOT_FOUND (from the core). Every call first asks `auth` (when
+// ids get NOT_FOUND (from the service). Every call first asks `auth` (when
 // set) with the method's full name: PERMISSION_DENIED with the reason.
 class ControllerService final : public v1::Controller::CallbackService {
  public:
-  explicit ControllerService(ControllerCore* core, Authorizer* auth = nullptr)
-      : core_(core), auth_(auth) {}
+  explicit ControllerService(ApiServices s, Authorizer* auth = nullptr)
+      : s_(s), auth_(auth) {}
 
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx,
                                       const v1::GetStatusRequest* req,
@@ -85,7 +108,7 @@ class ControllerService final : public v1::Controller::CallbackService {
   grpc::ServerUnaryReactor* SetLoraPolicy(
       grpc::CallbackServerContext* ctx, const v1::SetLoraPolicyRequest* req,
       v1::SetLoraPolicyResponse* resp) override;
-  // Standby migration (migration_service.cc).
+  // Standby migration (migration_rpcs.cc).
   grpc::ServerUnaryReactor* MigrateNode(grpc::CallbackServerContext* ctx,
                                         const v1::MigrateNodeRequest* req,
                                         v1::MigrateNodeResponse* resp) override;
@@ -101,7 +124,7 @@ class ControllerService final : public v1::Controller::CallbackService {
   grpc::ServerUnaryReactor* ListStandby(grpc::CallbackServerContext* ctx,
                                         const v1::ListStandbyRequest* req,
                                         v1::ListStandbyResponse* resp) override;
-  // Flow path planning (planning_service.cc).
+  // Flow path planning (planning_rpcs.cc).
   grpc::ServerUnaryReactor* GetFlowPlan(grpc::CallbackServerContext* ctx,
                                         const v1::GetFlowPlanRequest* req,
                                         v1::GetFlowPlanResponse* resp) override;
@@ -115,19 +138,21 @@ class ControllerService final : public v1::Controller::CallbackService {
  private:
   absl::Status Authorize(grpc::CallbackServerContext* ctx,
                          absl::string_view method);
-  ControllerCore* const core_;
+  const ApiServices s_;
   Authorizer* const auth_;
 };
 
+// AgentLink.Connect: a stream touches the node registry, ingest and
+// migration (Controller::AgentConnected, SubmitAgentBatch).
 class AgentLinkService final : public v1::AgentLink::CallbackService {
  public:
-  explicit AgentLinkService(ControllerCore* core, Authorizer* auth = nullptr)
-      : core_(core), auth_(auth) {}
+  explicit AgentLinkService(Controller* controller, Authorizer* auth = nullptr)
+      : controller_(controller), auth_(auth) {}
   grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>* Connect(
       grpc::CallbackServerContext* ctx) override;
 
  private:
-  ControllerCore* const core_;
+  Controller* const controller_;
   Authorizer* const auth_;
 };
 
@@ -145,7 +170,7 @@ class ControllerServer {
   // Binds `listen` ("0.0.0.0:7070", "127.0.0.1:0" picks a free port).
   // Unavailable naming the address when it cannot bind.
   static absl::StatusOr<std::unique_ptr<ControllerServer>> Start(
-      ControllerCore* core, const std::string& listen,
+      Controller* controller, const std::string& listen,
       const ServerSecurity& security = {});
   ~ControllerServer();
   int port() const { return port_; }
@@ -153,7 +178,7 @@ class ControllerServer {
   void Shutdown(absl::Duration grace);
 
  private:
-  ControllerServer(ControllerCore* core, Authorizer* auth);
+  ControllerServer(Controller* controller, Authorizer* auth);
   ControllerService controller_;
   AgentLinkService agent_link_;
   std::unique_ptr<grpc::Server> server_;

@@ -9,22 +9,26 @@
 #include "pitstop/logging.h"
 #include "pitstop/sync.h"
 #include "src/controller/api/write_queue.h"
+#include "src/controller/controller.h"
+#include "src/controller/faults/fault_service.h"
+#include "src/controller/migration/migration_service.h"
+#include "src/controller/nodes/command_sink.h"
 
 namespace pitstop::controller {
 namespace {
 
 // A client's watch stream (WatchFaults, WatchMigrations): subscribes to the
-// core and writes every change in order until the client cancels. A
-// follower refuses it and a leader that steps down ends it, both with
-// UNAVAILABLE naming the leader (controller_ha.cc). `Subscribe` and
-// `Unsubscribe` are the core's pair for Response. Deletes itself when done.
-template <typename Response, auto Subscribe, auto Unsubscribe>
+// service's event stream and writes every change in order until the client
+// cancels. A follower refuses it and a leader that steps down ends it, both
+// with UNAVAILABLE naming the leader (SubscribeClient). Deletes itself when
+// done.
+template <typename Service, typename Response>
 class ClientWatchReactor final : public grpc::ServerWriteReactor<Response> {
  public:
-  ClientWatchReactor(ControllerCore* core, const std::string& job_id,
+  ClientWatchReactor(Service* service, const std::string& job_id,
                      bool include_existing)
-      : core_(core), out_(this) {
-    absl::StatusOr<uint64_t> id = (core_->*Subscribe)(
+      : service_(service), out_(this) {
+    absl::StatusOr<uint64_t> id = service_->SubscribeClient(
         job_id, include_existing,
         [this](const Response& r) { out_.Enqueue(r); },
         [this](const absl::Status& why) { out_.Finish(ToGrpcStatus(why)); });
@@ -39,30 +43,27 @@ class ClientWatchReactor final : public grpc::ServerWriteReactor<Response> {
   }
   void OnCancel() override { out_.Finish(grpc::Status::CANCELLED); }
   void OnDone() override {
-    (core_->*Unsubscribe)(id_);
+    service_->Unsubscribe(id_);
     delete this;
   }
 
  private:
-  ControllerCore* const core_;
+  Service* const service_;
   WriteQueue<ClientWatchReactor, Response> out_;
   uint64_t id_ = 0;
 };
 
-using FaultWatchReactor = ClientWatchReactor<v1::WatchFaultsResponse,
-                                             &ControllerCore::SubscribeClient,
-                                             &ControllerCore::Unsubscribe>;
+using FaultWatchReactor =
+    ClientWatchReactor<FaultService, v1::WatchFaultsResponse>;
 using MigrationWatchReactor =
-    ClientWatchReactor<v1::WatchMigrationsResponse,
-                       &ControllerCore::SubscribeMigrationsClient,
-                       &ControllerCore::UnsubscribeMigrations>;
+    ClientWatchReactor<MigrationService, v1::WatchMigrationsResponse>;
 
 class AgentStreamReactor final
     : public grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>,
       public CommandSink {
  public:
-  AgentStreamReactor(ControllerCore* core, AgentStreamAuth auth)
-      : core_(core), auth_(std::move(auth)), out_(this) {
+  AgentStreamReactor(Controller* controller, AgentStreamAuth auth)
+      : controller_(controller), auth_(std::move(auth)), out_(this) {
     StartRead(&request_);
   }
   void Send(const v1::ConnectResponse& response) override {
@@ -98,7 +99,8 @@ class AgentStreamReactor final
       MutexLock lock(&mu_);
       done_ = true;
       // A batch's completion still running (or its batch still queued in
-      // the core): the completion cleans up when it is done with `this`.
+      // the ingest inbox): the completion cleans up when it is done with
+      // `this`.
       if (holds_ > 0) return;
     }
     End();
@@ -107,7 +109,7 @@ class AgentStreamReactor final
  private:
   // After OnDone and the last batch's completion, whichever comes last.
   void End() {
-    if (session_ != 0) core_->AgentDisconnected(session_);
+    if (session_ != 0) controller_->AgentDisconnected(session_);
     delete this;
   }
 
@@ -129,7 +131,7 @@ class AgentStreamReactor final
         }
       }
       absl::StatusOr<uint64_t> s =
-          core_->AgentConnected(request_.registration(), this);
+          controller_->AgentConnected(request_.registration(), this);
       if (!s.ok()) {  // INVALID_ARGUMENT, ALREADY_EXISTS, RESOURCE_EXHAUSTED
         out_.Finish(ToGrpcStatus(s.status()));
         return;
@@ -141,11 +143,11 @@ class AgentStreamReactor final
       MutexLock lock(&mu_);
       ++holds_;
     }
-    // The next read starts from the completion (at once when the core's
+    // The next read starts from the completion (at once when the ingest
     // lock is free, else when the batch has been joined): one batch per
     // stream in flight, and its status handled as if joined at once.
-    core_->SubmitAgentBatch(session_, &request_,
-                            [this](absl::Status st) { BatchDone(st); });
+    controller_->SubmitAgentBatch(session_, &request_,
+                                  [this](absl::Status st) { BatchDone(st); });
   }
 
   // The batch's completion. Its hold (holds_) is kept until it is done
@@ -194,7 +196,7 @@ class AgentStreamReactor final
     });
   }
 
-  ControllerCore* const core_;
+  Controller* const controller_;
   const AgentStreamAuth auth_;
   WriteQueue<AgentStreamReactor, v1::ConnectResponse> out_;
   v1::ConnectRequest request_;
@@ -239,25 +241,25 @@ NewRefusedMigrationWatchReactor(const absl::Status& why) {
 }
 
 grpc::ServerWriteReactor<v1::WatchFaultsResponse>* NewWatchReactor(
-    ControllerCore* core, const v1::WatchFaultsRequest& request) {
-  return new FaultWatchReactor(core, request.job_id(),
+    FaultService* faults, const v1::WatchFaultsRequest& request) {
+  return new FaultWatchReactor(faults, request.job_id(),
                                request.include_existing());
 }
 
 grpc::ServerWriteReactor<v1::WatchMigrationsResponse>* NewMigrationWatchReactor(
-    ControllerCore* core, const v1::WatchMigrationsRequest& request) {
-  return new MigrationWatchReactor(core, request.job_id(),
+    MigrationService* migration, const v1::WatchMigrationsRequest& request) {
+  return new MigrationWatchReactor(migration, request.job_id(),
                                    request.include_existing());
 }
 
 grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
-NewAgentStreamReactor(ControllerCore* core) {
-  return new AgentStreamReactor(core, AgentStreamAuth{});
+NewAgentStreamReactor(Controller* controller) {
+  return new AgentStreamReactor(controller, AgentStreamAuth{});
 }
 
 grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
-NewAgentStreamReactor(ControllerCore* core, AgentStreamAuth auth) {
-  return new AgentStreamReactor(core, std::move(auth));
+NewAgentStreamReactor(Controller* controller, AgentStreamAuth auth) {
+  return new AgentStreamReactor(controller, std::move(auth));
 }
 
 }  // namespace pitstop::controller

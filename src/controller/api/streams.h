@@ -6,24 +6,28 @@
 #include "pitstop/v1/agent.pb.h"
 #include "pitstop/v1/controller.pb.h"
 #include "src/controller/api/authorizer.h"
-#include "src/controller/controller_core.h"
 
 namespace pitstop::controller {
 
-// WatchFaults / WatchMigrations: subscribe to the core and write every
-// change in order until the client cancels; refused on a follower and ended
-// when this controller steps down (UNAVAILABLE naming the leader). Delete
-// themselves when done.
+class Controller;
+class FaultService;
+class MigrationService;
+
+// WatchFaults / WatchMigrations: subscribe to the fault (migration) event
+// stream and write every change in order until the client cancels; refused
+// on a follower and ended when this controller steps down (UNAVAILABLE
+// naming the leader). Delete themselves when done.
 grpc::ServerWriteReactor<v1::WatchFaultsResponse>* NewWatchReactor(
-    ControllerCore* core, const v1::WatchFaultsRequest& request);
+    FaultService* faults, const v1::WatchFaultsRequest& request);
 grpc::ServerWriteReactor<v1::WatchMigrationsResponse>* NewMigrationWatchReactor(
-    ControllerCore* core, const v1::WatchMigrationsRequest& request);
+    MigrationService* migration, const v1::WatchMigrationsRequest& request);
 
 // AgentLink.Connect: the first message must carry `registration`
-// (INVALID_ARGUMENT otherwise); later batches feed the core; commands from
-// the core are written back. Deletes itself when done.
+// (INVALID_ARGUMENT otherwise); later batches feed the controller; commands
+// from it are written back (the reactor is the stream's CommandSink).
+// Deletes itself when done.
 grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
-NewAgentStreamReactor(ControllerCore* core);
+NewAgentStreamReactor(Controller* controller);
 
 // An authenticated agent stream: its registration.host must be one the
 // caller's certificate (or token) names (Authorizer::CheckAgentHost),
@@ -34,7 +38,7 @@ struct AgentStreamAuth {
   Caller caller;
 };
 grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
-NewAgentStreamReactor(ControllerCore* core, AgentStreamAuth auth);
+NewAgentStreamReactor(Controller* controller, AgentStreamAuth auth);
 
 // Streams refused before they start: finish at once with `why`.
 grpc::ServerWriteReactor<v1::WatchFaultsResponse>* NewRefusedWatchReactor(

@@ -87,11 +87,11 @@ HaController::HaController(const HaOptions& options, std::string self,
   lo.self = self_;
   lo.ttl = absl::Seconds(options_.lease_ttl_s);
   lo.on_elected = [this]() -> absl::Status {
-    return core_ == nullptr ? absl::FailedPreconditionError("no core")
-                            : core_->BecomeLeader();
+    return listener_ == nullptr ? absl::FailedPreconditionError("no controller")
+                                : listener_->BecomeLeader();
   };
   lo.on_lost = [this](const std::string& why) {
-    if (core_ != nullptr) core_->StepDown(why);
+    if (listener_ != nullptr) listener_->StepDown(why);
   };
   election_ = std::make_unique<LeaderElection>(etcd_.get(), std::move(lo));
   fence_ = std::make_unique<ElectionFence>(election_.get());
@@ -106,8 +106,8 @@ absl::StatusOr<std::unique_ptr<FaultStore>> HaController::OpenStore() {
   return std::unique_ptr<FaultStore>(std::move(store));
 }
 
-void HaController::Start(ControllerCore* core) {
-  core_ = core;
+void HaController::Start(LeadershipListener* listener) {
+  listener_ = listener;
   Logger("ha")->info("campaigning on etcd {} as {} (lease ttl {} s)",
                      etcd_->endpoints(), self_, options_.lease_ttl_s);
   election_->Start();

@@ -1,12 +1,14 @@
 // Several controllers on etcd (docs/ha.md): owns the etcd client, the
-// leader election and the fenced etcd store, and connects them to
-// ControllerCore. main() builds one when ha.etcd_endpoints is set:
+// leader election and the fenced etcd store, and connects them to the
+// Controller (through LeadershipListener, so this folder does not depend on
+// the controller's services). main() builds one when ha.etcd_endpoints is
+// set:
 //
 //   auto ha = HaController::Create(options);
-//   core_options.open_store = [&] { return (*ha)->OpenStore(); };
-//   core_options.leadership = ha->get();
-//   ... ControllerCore::Create(core_options) ...
-//   (*ha)->Start(core);  // campaigns; elected -> core->BecomeLeader()
+//   controller_options.open_store = [&] { return (*ha)->OpenStore(); };
+//   controller_options.leadership = ha->get();
+//   ... Controller::Create(controller_options) ...
+//   (*ha)->Start(controller);  // campaigns; elected -> BecomeLeader()
 #ifndef PITSTOP_CONTROLLER_HA_HA_CONTROLLER_H_
 #define PITSTOP_CONTROLLER_HA_HA_CONTROLLER_H_
 
@@ -17,7 +19,6 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "pitstop/config.h"
-#include "src/controller/controller_core.h"
 #include "src/controller/ha/etcd_client.h"
 #include "src/controller/ha/etcd_fault_store.h"
 #include "src/controller/ha/leader_election.h"
@@ -54,10 +55,10 @@ class HaController final : public Leadership {
       const HaOptions& options, const std::string& listen);
   ~HaController() override;
 
-  // The fenced etcd store, for ControllerCore::Options::open_store.
+  // The fenced etcd store, for Controller::Options::open_store.
   absl::StatusOr<std::unique_ptr<FaultStore>> OpenStore();
-  // Campaigns; elected -> core->BecomeLeader(), deposed -> StepDown().
-  void Start(ControllerCore* core);
+  // Campaigns; elected -> listener->BecomeLeader(), deposed -> StepDown().
+  void Start(LeadershipListener* listener);
   // Resigns (a follower takes over at once) and stops campaigning.
   void Stop();
 
@@ -78,8 +79,8 @@ class HaController final : public Leadership {
   std::unique_ptr<EtcdClient> etcd_;
   std::unique_ptr<LeaderElection> election_;
   std::unique_ptr<ElectionFence> fence_;
-  EtcdFaultStore* store_ = nullptr;  // owned by the core
-  ControllerCore* core_ = nullptr;
+  EtcdFaultStore* store_ = nullptr;  // owned by the controller
+  LeadershipListener* listener_ = nullptr;
 };
 
 }  // namespace pitstop::controller::ha

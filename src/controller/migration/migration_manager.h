@@ -73,8 +73,8 @@ struct MigrationPlan {
   bool ids_from_joiner = false;
 };
 
-// Not thread-safe: the owner serialises every call (ControllerCore calls it
-// with its lock held). Watchers and the sender are called from inside these
+// Not thread-safe: the owner serialises every call (MigrationService calls it
+// with its mu_ held). Watchers and the sender are called from inside these
 // calls.
 class MigrationManager {
  public:

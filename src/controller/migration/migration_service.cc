@@ -29,6 +29,7 @@ bool MigrationService::Outbox::SendMigration(const std::string& host,
     ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // Called by the manager, inside a call of the service that holds mu_.
   s_->outbox_.push_back(Directive{host, d});
+  ++s_->queued_;
   return s_->connected_.count(host) > 0;
 }
 
@@ -48,6 +49,7 @@ absl::Status MigrationService::Load() {
           if (change == v1::WatchMigrationsResponse::CHANGE_FINISHED &&
               mig.state() == v1::MIGRATION_STATE_COMMITTED) {
             outbox_.push_back(Committed{mig});
+            ++queued_;
           }
           v1::WatchMigrationsResponse resp;
           resp.set_change(change);
@@ -74,6 +76,7 @@ void MigrationService::StepDown(const std::string& why) {
   manager_.reset();  // the next leader drives them from the store
   connected_.clear();
   outbox_.clear();
+  Applied(queued_);  // dropped: nobody waits for them
   if (watchers_.DetachClients(why, options_.clock->Now() + kWatchEndWait) ==
       0) {
     return;
@@ -105,6 +108,7 @@ void MigrationService::EndFormerWatches(bool now) {
 absl::StatusOr<v1::Migration> MigrationService::GetMigration(
     const std::string& id) {
   if (id.empty()) return absl::InvalidArgumentError("migration_id: required");
+  Settle();
   ServiceLock lock(&mu_);
   if (!manager_) {
     return absl::NotFoundError(absl::StrCat("migration ", id, " not found"));
@@ -114,6 +118,7 @@ absl::StatusOr<v1::Migration> MigrationService::GetMigration(
 
 std::vector<v1::Migration> MigrationService::ListMigrations(
     const std::string& job_id, bool include_finished) {
+  Settle();
   ServiceLock lock(&mu_);
   if (!manager_) return {};
   return manager_->List(job_id, include_finished);
@@ -223,11 +228,13 @@ void MigrationService::RunCycle() {
 
 void MigrationService::Flush() {
   std::vector<Effect> batch;
+  uint64_t through = 0;  // the last effect of `batch`
   {
     ServiceLock lock(&mu_);
     if (flushing_ || outbox_.empty()) return;
     flushing_ = true;
     batch.swap(outbox_);
+    through = queued_;
   }
   for (;;) {
     for (Effect& e : batch) {
@@ -239,12 +246,31 @@ void MigrationService::Flush() {
     }
     batch.clear();
     ServiceLock lock(&mu_);
+    Applied(through);
     if (outbox_.empty()) {
       flushing_ = false;
       return;
     }
     batch.swap(outbox_);
+    through = queued_;
   }
+}
+
+void MigrationService::Applied(uint64_t seq) {
+  MutexLock lock(&settle_mu_);
+  if (seq > applied_) applied_ = seq;
+  settled_.SignalAll();
+}
+
+void MigrationService::Settle() {
+  Flush();
+  uint64_t target = 0;
+  {
+    ServiceLock lock(&mu_);
+    target = queued_;
+  }
+  MutexLock lock(&settle_mu_);
+  while (applied_ < target) settled_.Wait(&settle_mu_);
 }
 
 void MigrationService::Finished(const v1::Migration& m) {

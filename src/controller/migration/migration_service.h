@@ -18,7 +18,11 @@
 // (its store writes included) and while watchers are called. Directives and
 // a commit's effects on other services are queued under mu_ and applied
 // after it is released, in order, by one thread at a time (Flush): no other
-// service's lock is ever taken under mu_.
+// service's lock is ever taken under mu_. A reader (GetMigration,
+// ListMigrations) first waits until the effects queued before it are
+// applied (Settle), so a migration it sees COMMITTED has its leaver drained
+// and its faults MITIGATING, as when one lock covered both; settle_mu_ (a
+// plain leaf lock, nothing is called under it) guards that count.
 //
 // Threads: any method from any thread; RunCycle from the controller's
 // cycle.
@@ -40,6 +44,7 @@
 
 #include "absl/status/statusor.h"
 #include "pitstop/clock.h"
+#include "pitstop/sync.h"
 #include "pitstop/v1/agent.pb.h"
 #include "pitstop/v1/controller.pb.h"
 #include "src/controller/common/service_lock.h"
@@ -183,6 +188,11 @@ class MigrationService {
   // Applies the queued effects in order, without mu_; one thread at a time
   // (another caller's effects are applied by the thread already flushing).
   void Flush();
+  // Flushes, then waits until every effect queued so far was applied (or
+  // dropped by StepDown), by whichever thread flushes it.
+  void Settle();
+  // The effects through `seq` are applied (or dropped).
+  void Applied(uint64_t seq);
   // A committed migration: the communicators it replaced are retired from
   // detection, the leaver is drained, its fault and the job's other faults
   // that blame the leaver become MITIGATING.
@@ -204,7 +214,11 @@ class MigrationService {
   std::set<std::string> connected_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> act_refused_ ABSL_GUARDED_BY(mu_);  // logged once
   std::vector<Effect> outbox_ ABSL_GUARDED_BY(mu_);
+  uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // effects ever queued
   bool flushing_ ABSL_GUARDED_BY(mu_) = false;
+  Mutex settle_mu_;
+  CondVar settled_;
+  uint64_t applied_ ABSL_GUARDED_BY(settle_mu_) = 0;  // of queued_
 };
 
 }  // namespace pitstop::controller

@@ -1,6 +1,6 @@
 // Limits on what an agent stream may send the controller, and the checks
 // that enforce them (docs/reliability.md lists every one). Plain functions
-// over protos: ControllerCore calls them, tests call them directly.
+// over protos: NodeService calls them, tests call them directly.
 #ifndef PITSTOP_CONTROLLER_NODES_AGENT_LIMITS_H_
 #define PITSTOP_CONTROLLER_NODES_AGENT_LIMITS_H_
 

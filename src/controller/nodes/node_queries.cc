@@ -28,7 +28,7 @@ v1::Node NodeService::ToNode(const std::string& host, const Entry* e) const {
   const uint64_t grace = absl::ToInt64Nanoseconds(options_.node_grace);
   if (e != nullptr) {
     *n.mutable_registration() = e->registration;
-    n.set_agent_connected(e->session != 0);
+    n.set_agent_connected(e->session != 0 && !e->opening);
     n.set_last_seen_unix_ns(e->last_seen_unix_ns);
     n.set_connected_ranks(e->connected_ranks);
     n.set_plugin_dropped(e->plugin_dropped);
@@ -47,8 +47,8 @@ v1::Node NodeService::ToNode(const std::string& host, const Entry* e) const {
   if (d != drains_.end()) {
     n.set_state(v1::NODE_STATE_DRAINED);
     n.set_drain_reason(d->second);
-  } else if (e != nullptr &&
-             (e->session != 0 || now - e->last_seen_unix_ns <= grace)) {
+  } else if (e != nullptr && ((e->session != 0 && !e->opening) ||
+                              now - e->last_seen_unix_ns <= grace)) {
     n.set_state(v1::NODE_STATE_READY);
   } else {
     n.set_state(v1::NODE_STATE_UNREACHABLE);
@@ -102,7 +102,7 @@ std::vector<NodeFacts> NodeService::ListFacts(bool standby_only) {
     f.migration_data_plane = e.registration.migration_data_plane();
     f.last_seen_unix_ns = e.last_seen_unix_ns;
     f.connected_ranks = e.connected_ranks;
-    f.connected = e.session != 0;
+    f.connected = e.session != 0 && !e.opening;
   }
   return out;
 }

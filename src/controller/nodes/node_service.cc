@@ -58,6 +58,7 @@ NodeService::Registered NodeService::Register(
   Entry& e = nodes_[reg.host()];
   e.registration = reg;
   e.session = out.session;
+  e.opening = true;
   e.sink = sink;
   e.last_seen_unix_ns = NowUnixNs();
   sessions_[out.session] = reg.host();
@@ -67,6 +68,16 @@ NodeService::Registered NodeService::Register(
              reg.agent_id(), reg.gpus_size(), reg.standby() ? ", standby" : "");
   ResendUnacked(reg.host(), sink);
   return out;
+}
+
+void NodeService::Opened(uint64_t session) {
+  ServiceLock lock(&mu_);
+  auto s = sessions_.find(session);
+  if (s == sessions_.end()) return;
+  auto e = nodes_.find(s->second);
+  if (e != nodes_.end() && e->second.session == session) {
+    e->second.opening = false;
+  }
 }
 
 absl::Status NodeService::Admit(const v1::NodeRegistration& reg, Gone* gone) {

@@ -111,7 +111,13 @@ class NodeService {
   // host is superseded (closed). Commands the host's agent has not acked
   // are written to `sink` at once. `sink` must outlive the session. `gone`
   // is filled even when refused (nodes expired to make room).
+  // The node shows its agent connected only once the caller calls Opened:
+  // until then the rest of the controller may not accept its batches yet.
   Registered Register(const v1::NodeRegistration& reg, CommandSink* sink);
+  // The other services registered `session` too (the controller's
+  // AgentConnected is done): its node shows the agent connected. Nothing
+  // when the session is no longer the host's current one.
+  void Opened(uint64_t session);
   // The stream of `session` ended; returns its host ("" when the session
   // is not the host's current one: superseded or shed before).
   std::string Disconnect(uint64_t session);
@@ -160,6 +166,7 @@ class NodeService {
   struct Entry {
     v1::NodeRegistration registration;
     uint64_t session = 0;  // 0 = not connected
+    bool opening = false;  // registered here, not yet Opened
     CommandSink* sink = nullptr;
     uint64_t last_seen_unix_ns = 0;
     uint32_t connected_ranks = 0;

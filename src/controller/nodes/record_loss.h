@@ -21,7 +21,7 @@
 //
 // Memory: at most kMaxProcessesPerHost entries per host (the one heard of
 // least recently is folded into the totals) and the caller's global
-// budget. Not thread-safe: ControllerCore calls it under its lock.
+// budget. Not thread-safe: NodeService calls it under its mu_.
 #ifndef PITSTOP_CONTROLLER_NODES_RECORD_LOSS_H_
 #define PITSTOP_CONTROLLER_NODES_RECORD_LOSS_H_
 

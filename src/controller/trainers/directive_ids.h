@@ -11,8 +11,8 @@
 // their reports (ReportStepsRequest.seen_directive_id) and continues above
 // them, so its first directive is not dropped either.
 //
-// Not thread-safe: ControllerCore calls the policies (and so this) under its
-// lock.
+// Not thread-safe: TrainerPolicyService calls the policies (and so this) under
+// its mu_.
 #ifndef PITSTOP_CONTROLLER_TRAINERS_DIRECTIVE_IDS_H_
 #define PITSTOP_CONTROLLER_TRAINERS_DIRECTIVE_IDS_H_
 

@@ -21,7 +21,7 @@
 // directive the trainers do not report applying within resend_s is issued
 // again with a new id. Every decision keeps its evidence.
 //
-// Not thread-safe: ControllerCore calls it under its lock. Times come from
+// Not thread-safe: TrainerPolicyService calls it under its mu_. Times come from
 // the injected Clock (FakeClock in tests).
 #ifndef PITSTOP_CONTROLLER_TRAINERS_SYNC_POLICY_H_
 #define PITSTOP_CONTROLLER_TRAINERS_SYNC_POLICY_H_

@@ -1,7 +1,7 @@
 // What the two trainer policies (the local-SGD switch in sync/ and
 // multi-LoRA rescheduling in lora/) share: limits and validation of a
 // trainer report, the median of a window, and the directive they hand
-// ControllerCore to send to a job's agents.
+// TrainerPolicyService to send to a job's agents.
 //
 // Pure functions and plain structs; thread-compatible.
 #ifndef PITSTOP_CONTROLLER_TRAINERS_TRAINER_POLICY_H_

@@ -11,7 +11,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "src/controller/controller_core.h"
+#include "src/controller/controller.h"
 #include "src/controller/ha/etcd_client.h"
 #include "src/controller/ha/ha_controller.h"
 #include "tests/controller/ha/etcd_fixture.h"
@@ -76,18 +76,18 @@ TEST(EtcdTlsTest, ControllerReachesEtcdWithClientCertificatesOnly) {
   ho.etcd_key = pki + "/controller.key";
   auto ha = HaController::Create(ho, "127.0.0.1:7003");
   ASSERT_TRUE(ha.ok()) << ha.status();
-  ControllerCore::Options o;
+  Controller::Options o;
   HaController* h = ha->get();
   o.open_store = [h] { return h->OpenStore(); };
   o.leadership = h;
-  auto core = ControllerCore::Create(o);
+  auto core = Controller::Create(o);
   ASSERT_TRUE(core.ok()) << core.status();
   (*ha)->Start(core->get());
   ASSERT_TRUE(WaitFor(
       [&] { return (*core)->Status().role() == v1::CONTROLLER_ROLE_LEADER; }));
   v1::JobPolicy p;
   p.set_window_ms(2500);
-  ASSERT_TRUE((*core)->SetPolicy("job1", p).ok());
+  ASSERT_TRUE((*core)->ingest().SetPolicy("job1", p).ok());
   EXPECT_EQ((*h->OpenStore())->Policies()["job1"].window_ms(), 2500u);
   (*ha)->Stop();
 

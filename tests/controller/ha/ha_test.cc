@@ -17,7 +17,7 @@
 #include "src/c4p/plan_codec.h"
 #include "src/c4p/planner.h"
 #include "src/controller/api/controller_service.h"
-#include "src/controller/controller_core.h"
+#include "src/controller/controller.h"
 #include "src/controller/ha/etcd_client.h"
 #include "src/controller/ha/etcd_fault_store.h"
 #include "src/controller/ha/ha_controller.h"
@@ -281,10 +281,10 @@ TEST_F(HaTest, CoresFollowTheLeaderAndTakeOverDurableState) {
   auto ha_b = HaController::Create(ho, "127.0.0.1:7002");
   ASSERT_TRUE(ha_a.ok() && ha_b.ok());
   auto make_core = [](HaController* ha) {
-    ControllerCore::Options o;
+    Controller::Options o;
     o.open_store = [ha] { return ha->OpenStore(); };
     o.leadership = ha;
-    auto core = ControllerCore::Create(o);
+    auto core = Controller::Create(o);
     EXPECT_TRUE(core.ok()) << core.status();
     return std::move(*core);
   };
@@ -300,8 +300,8 @@ TEST_F(HaTest, CoresFollowTheLeaderAndTakeOverDurableState) {
 
   v1::JobPolicy p;
   p.set_window_ms(2500);
-  ASSERT_TRUE(core_a->SetPolicy("job1", p).ok());
-  absl::Status s = core_b->SetPolicy("job1", p).status();
+  ASSERT_TRUE(core_a->ingest().SetPolicy("job1", p).ok());
+  absl::Status s = core_b->ingest().SetPolicy("job1", p).status();
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
   EXPECT_EQ(LeaderFromMessage(s.message()), "127.0.0.1:7001");
   v1::NodeRegistration reg;
@@ -310,18 +310,19 @@ TEST_F(HaTest, CoresFollowTheLeaderAndTakeOverDurableState) {
   s = core_b->AgentConnected(reg, nullptr).status();
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
   EXPECT_EQ(LeaderFromMessage(s.message()), "127.0.0.1:7001");
-  EXPECT_TRUE(
-      absl::IsUnavailable(core_b->Acknowledge("F1", "ops", "").status()));
+  EXPECT_TRUE(absl::IsUnavailable(
+      core_b->faults().Acknowledge("F1", "ops", "").status()));
 
   // A resigns (graceful stop): B leads with A's policy from etcd.
   (*ha_a)->Stop();
   ASSERT_TRUE(WaitFor(
       [&] { return core_b->Status().role() == v1::CONTROLLER_ROLE_LEADER; }));
-  auto got = core_b->GetPolicy("job1");
+  auto got = core_b->ingest().GetPolicy("job1");
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->window_ms(), 2500u);
   EXPECT_EQ(core_a->Status().role(), v1::CONTROLLER_ROLE_FOLLOWER);
-  EXPECT_TRUE(absl::IsUnavailable(core_a->SetPolicy("job1", p).status()));
+  EXPECT_TRUE(
+      absl::IsUnavailable(core_a->ingest().SetPolicy("job1", p).status()));
   (*ha_b)->Stop();
 }
 
@@ -338,11 +339,11 @@ TEST_F(HaTest, TrainerPoliciesLiveInEtcdAndADeposedLeaderCannotWriteThem) {
   // Core A writes through A's fence as it was: once A is deposed, it is a
   // leader that still believes it leads.
   StaleFence stale(a_fence);
-  ControllerCore::Options oa;
+  Controller::Options oa;
   oa.open_store = [&]() -> absl::StatusOr<std::unique_ptr<FaultStore>> {
     return std::make_unique<EtcdFaultStore>(client_a.get(), &stale, prefix_);
   };
-  auto core_a = ControllerCore::Create(oa);
+  auto core_a = Controller::Create(oa);
   ASSERT_TRUE(core_a.ok()) << core_a.status();
   v1::SyncSettings sync;
   sync.set_policy(v1::SYNC_POLICY_AUTO);
@@ -350,8 +351,8 @@ TEST_F(HaTest, TrainerPoliciesLiveInEtcdAndADeposedLeaderCannotWriteThem) {
   v1::LoraSettings lora;
   lora.set_policy(v1::LORA_POLICY_AUTO);
   lora.set_min_gain(3);
-  ASSERT_TRUE((*core_a)->SetSyncPolicy("tjob", sync).ok());
-  ASSERT_TRUE((*core_a)->SetLoraPolicy("tjob", lora).ok());
+  ASSERT_TRUE((*core_a)->trainers().SetSyncPolicy("tjob", sync).ok());
+  ASSERT_TRUE((*core_a)->trainers().SetLoraPolicy("tjob", lora).ok());
 
   // A pauses past its lease; B is elected and takes over from etcd.
   a->Stop(/*resign=*/false);
@@ -361,17 +362,17 @@ TEST_F(HaTest, TrainerPoliciesLiveInEtcdAndADeposedLeaderCannotWriteThem) {
   ho.etcd_prefix = prefix_;
   auto ha_b = HaController::Create(ho, "127.0.0.1:7002");
   ASSERT_TRUE(ha_b.ok()) << ha_b.status();
-  ControllerCore::Options ob;
+  Controller::Options ob;
   HaController* hb = ha_b->get();
   ob.open_store = [hb] { return hb->OpenStore(); };
   ob.leadership = hb;
-  auto core_b = ControllerCore::Create(ob);
+  auto core_b = Controller::Create(ob);
   ASSERT_TRUE(core_b.ok()) << core_b.status();
   (*ha_b)->Start(core_b->get());
   ASSERT_TRUE(WaitFor([&] {
     return (*core_b)->Status().role() == v1::CONTROLLER_ROLE_LEADER;
   }));
-  auto got = (*core_b)->JobSync("tjob");
+  auto got = (*core_b)->trainers().JobSync("tjob");
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->settings().policy(), v1::SYNC_POLICY_AUTO);
   EXPECT_EQ(got->settings().slow_persist_s(), 7u);
@@ -383,16 +384,16 @@ TEST_F(HaTest, TrainerPoliciesLiveInEtcdAndADeposedLeaderCannotWriteThem) {
   // The deposed A switches the job off: etcd refuses, naming B.
   v1::SyncSettings off;
   off.set_policy(v1::SYNC_POLICY_OFF);
-  absl::Status s = (*core_a)->SetSyncPolicy("tjob", off).status();
+  absl::Status s = (*core_a)->trainers().SetSyncPolicy("tjob", off).status();
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
   EXPECT_EQ(LeaderFromMessage(s.message()), "127.0.0.1:7002");
   v1::LoraSettings lora_off;
   lora_off.set_policy(v1::LORA_POLICY_OFF);
-  s = (*core_a)->SetLoraPolicy("tjob", lora_off).status();
+  s = (*core_a)->trainers().SetLoraPolicy("tjob", lora_off).status();
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
   EXPECT_EQ(stale.refused_, 2);
   // Nothing changed: not in etcd, not in A's memory.
-  auto a_view = (*core_a)->JobSync("tjob");
+  auto a_view = (*core_a)->trainers().JobSync("tjob");
   ASSERT_TRUE(a_view.ok()) << a_view.status();
   EXPECT_EQ(a_view->settings().policy(), v1::SYNC_POLICY_AUTO);
   auto sync_stored = (*hb->OpenStore())->SyncPolicies();
@@ -402,8 +403,8 @@ TEST_F(HaTest, TrainerPoliciesLiveInEtcdAndADeposedLeaderCannotWriteThem) {
   ASSERT_TRUE(stored.ok()) << stored.status();
   EXPECT_EQ(stored->at("tjob").policy(), v1::LORA_POLICY_AUTO);
   // The leader changes them normally.
-  ASSERT_TRUE((*core_b)->SetSyncPolicy("tjob", off).ok());
-  got = (*core_b)->JobSync("tjob");
+  ASSERT_TRUE((*core_b)->trainers().SetSyncPolicy("tjob", off).ok());
+  got = (*core_b)->trainers().JobSync("tjob");
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->settings().policy(), v1::SYNC_POLICY_OFF);
   (*ha_b)->Stop();
@@ -586,11 +587,11 @@ TEST_F(HaTest, FollowerServesTheFlowPlanTheLeaderSaved) {
   auto ha_b = HaController::Create(ho, "127.0.0.1:7002");
   ASSERT_TRUE(ha_a.ok() && ha_b.ok());
   auto make_core = [&](HaController* ha) {
-    ControllerCore::Options o;
+    Controller::Options o;
     o.open_store = [ha] { return ha->OpenStore(); };
     o.leadership = ha;
     o.planning.fabric = spec;
-    auto core = ControllerCore::Create(o);
+    auto core = Controller::Create(o);
     EXPECT_TRUE(core.ok()) << core.status();
     return std::move(*core);
   };
@@ -606,7 +607,7 @@ TEST_F(HaTest, FollowerServesTheFlowPlanTheLeaderSaved) {
   v1::GetFlowPlanRequest req;
   req.set_job_id("job7");
   // Nothing saved yet: NotFound naming the store.
-  absl::Status s = core_b->GetFlowPlan(req).status();
+  absl::Status s = core_b->planning().GetFlowPlan(req).status();
   EXPECT_TRUE(absl::IsNotFound(s)) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("plans/job7"));
 
@@ -616,7 +617,7 @@ TEST_F(HaTest, FollowerServesTheFlowPlanTheLeaderSaved) {
     ASSERT_TRUE(store.ok()) << store.status();
     ASSERT_TRUE((*store)->SavePlan({"job7", 7, c4p::EncodePlan(made)}).ok());
   }
-  auto got = core_b->GetFlowPlan(req);
+  auto got = core_b->planning().GetFlowPlan(req);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->epoch(), 7u);
   EXPECT_EQ(got->flows(), flows.size());
@@ -632,7 +633,7 @@ TEST_F(HaTest, FollowerServesTheFlowPlanTheLeaderSaved) {
   EXPECT_NE(pf.src_host(), pf.dst_host());
   EXPECT_THAT(got->reason(), HasSubstr("follower"));
   req.set_summary_only(true);
-  got = core_b->GetFlowPlan(req);
+  got = core_b->planning().GetFlowPlan(req);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->planned_flows_size(), 0);
   EXPECT_EQ(got->network_flows(), network);
@@ -670,11 +671,11 @@ TEST_F(HaTest, WatchStreamsOfADeposedLeaderEndNamingTheNewLeader) {
   auto ha_b = HaController::Create(ho, "127.0.0.1:7002");
   ASSERT_TRUE(ha_a.ok() && ha_b.ok());
   auto make_core = [](HaController* ha) {
-    ControllerCore::Options o;
+    Controller::Options o;
     o.open_store = [ha] { return ha->OpenStore(); };
     o.leadership = ha;
     o.cycle_period = absl::Milliseconds(100);
-    auto core = ControllerCore::Create(o);
+    auto core = Controller::Create(o);
     EXPECT_TRUE(core.ok()) << core.status();
     return std::move(*core);
   };

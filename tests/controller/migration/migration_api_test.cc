@@ -15,7 +15,7 @@
 #include "pitstop/clock.h"
 #include "pitstop/v1/controller.grpc.pb.h"
 #include "src/controller/api/controller_service.h"
-#include "src/controller/controller_core.h"
+#include "src/controller/controller.h"
 #include "src/controller/store/fault_store.h"
 #include "tests/controller/sim_job.h"
 #include "tests/controller/test_agent.h"
@@ -43,11 +43,11 @@ class MigrationApiTest : public ::testing::Test {
   }
   std::string Db() const { return (dir_ / "pitstop.db").string(); }
   void StartController() {
-    ControllerCore::Options o;
+    Controller::Options o;
     o.clock = &clock_;
     o.db_path = Db();
     o.cycle_period = absl::Hours(1);  // cycles only when the test runs one
-    auto core = ControllerCore::Create(o);
+    auto core = Controller::Create(o);
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = std::move(*core);
     auto server = ControllerServer::Start(core_.get(), "127.0.0.1:0");
@@ -76,7 +76,7 @@ class MigrationApiTest : public ::testing::Test {
       ASSERT_TRUE(agents_[job_.HostOf(r)]->Send(batch));
     }
     ASSERT_TRUE(WaitUntil([&] {
-      auto comms = core_->Communicators("");
+      auto comms = core_->ingest().Communicators("");
       if (comms.size() != 1 || comms[0].members_size() != job_.n_ranks() ||
           core_->Status().nodes_ready() != agents_.size()) {
         return false;
@@ -151,7 +151,7 @@ class MigrationApiTest : public ::testing::Test {
   std::filesystem::path dir_;
   FakeClock clock_;
   SimJob job_{0xC0FFEE, 8, 4};
-  std::unique_ptr<ControllerCore> core_;
+  std::unique_ptr<Controller> core_;
   std::unique_ptr<ControllerServer> server_;
   std::string target_;
   std::unique_ptr<v1::Controller::Stub> stub_;
@@ -192,7 +192,7 @@ TEST_F(MigrationApiTest, BadRequestsSayWhy) {
   s = Migrate("node0", "node1", &r);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(s.error_message(), HasSubstr("node1 is not a standby node"));
-  EXPECT_TRUE(core_->ListMigrations("", true).empty());
+  EXPECT_TRUE(core_->migration().ListMigrations("", true).empty());
 }
 
 TEST_F(MigrationApiTest, JobWithoutDataPlaneIsNotMigratable) {
@@ -237,7 +237,7 @@ TEST_F(MigrationApiTest, FullMigrationThroughTheAgents) {
   WaitState(id, v1::MIGRATION_STATE_COMMITTED);
 
   // The leaver is drained, the standby is in use by the job.
-  auto node = core_->Node("node0");
+  auto node = core_->nodes().Node("node0");
   ASSERT_TRUE(node.ok());
   EXPECT_EQ(node->state(), v1::NODE_STATE_DRAINED);
   EXPECT_THAT(node->drain_reason(), HasSubstr(id));
@@ -289,7 +289,7 @@ TEST_F(MigrationApiTest, JoinerAgentLossAbortsAndFreesTheStandby) {
     }
     return aborted;
   }));
-  EXPECT_FALSE(core_->Node("node0")->state() == v1::NODE_STATE_DRAINED);
+  EXPECT_FALSE(core_->nodes().Node("node0")->state() == v1::NODE_STATE_DRAINED);
 }
 
 // Policy ACT: a CONFIRMED GPU fault on node0 (here in the database when the
@@ -315,13 +315,14 @@ TEST_F(MigrationApiTest, PolicyActMigratesAConfirmedHardwareFault) {
   StartController();
   StartJob(/*standbys=*/1);
   core_->RunCycle();
-  EXPECT_TRUE(core_->ListMigrations("", true).empty()) << "OBSERVE acted";
+  EXPECT_TRUE(core_->migration().ListMigrations("", true).empty())
+      << "OBSERVE acted";
 
   v1::JobPolicy act;
   act.set_mode(v1::POLICY_MODE_ACT);
-  ASSERT_TRUE(core_->SetPolicy("job1", act).ok());
+  ASSERT_TRUE(core_->ingest().SetPolicy("job1", act).ok());
   core_->RunCycle();
-  std::vector<v1::Migration> ms = core_->ListMigrations("", true);
+  std::vector<v1::Migration> ms = core_->migration().ListMigrations("", true);
   ASSERT_EQ(ms.size(), 1u);
   const std::string id = ms[0].migration_id();
   EXPECT_EQ(ms[0].fault_id(), "F7");
@@ -329,7 +330,7 @@ TEST_F(MigrationApiTest, PolicyActMigratesAConfirmedHardwareFault) {
   EXPECT_EQ(ms[0].requested_by(), "policy");
   EXPECT_EQ(ms[0].state(), v1::MIGRATION_STATE_PREPARING);
   core_->RunCycle();  // one migration per fault
-  EXPECT_EQ(core_->ListMigrations("", true).size(), 1u);
+  EXPECT_EQ(core_->migration().ListMigrations("", true).size(), 1u);
 
   Answer("node0", v1::MigrationDirective::PHASE_PREPARE);
   Answer("node1", v1::MigrationDirective::PHASE_PREPARE);
@@ -338,7 +339,7 @@ TEST_F(MigrationApiTest, PolicyActMigratesAConfirmedHardwareFault) {
   Answer("node1", v1::MigrationDirective::PHASE_SWITCH_AT);
   Answer("spare0", v1::MigrationDirective::PHASE_SWITCH_AT);
   WaitState(id, v1::MIGRATION_STATE_COMMITTED);
-  auto f = core_->Fault("F7");
+  auto f = core_->faults().Fault("F7");
   ASSERT_TRUE(f.ok());
   EXPECT_EQ(f->state(), v1::FAULT_STATE_MITIGATING);
   EXPECT_THAT(f->resolution_note(), HasSubstr(id));
@@ -380,18 +381,18 @@ TEST_F(MigrationApiTest, CommitMitigatesTheJobsFaultsThatBlameTheLeaver) {
   Answer("node1", v1::MigrationDirective::PHASE_PREPARE);
   Answer("spare0", v1::MigrationDirective::PHASE_PREPARE);
   WaitState(id, v1::MIGRATION_STATE_SWITCHING);
-  auto f1 = core_->Fault("F1");
+  auto f1 = core_->faults().Fault("F1");
   ASSERT_TRUE(f1.ok());
   EXPECT_EQ(f1->state(), v1::FAULT_STATE_CONFIRMED) << "before the commit";
   Answer("node1", v1::MigrationDirective::PHASE_SWITCH_AT);
   Answer("spare0", v1::MigrationDirective::PHASE_SWITCH_AT);
   WaitState(id, v1::MIGRATION_STATE_COMMITTED);
-  f1 = core_->Fault("F1");
+  f1 = core_->faults().Fault("F1");
   ASSERT_TRUE(f1.ok());
   EXPECT_EQ(f1->state(), v1::FAULT_STATE_MITIGATING);
   EXPECT_THAT(f1->resolution_note(), HasSubstr(id));
   for (const char* other : {"F2", "F3"}) {
-    auto f = core_->Fault(other);
+    auto f = core_->faults().Fault(other);
     ASSERT_TRUE(f.ok());
     EXPECT_EQ(f->state(), v1::FAULT_STATE_CONFIRMED) << other;
   }
@@ -409,19 +410,19 @@ TEST_F(MigrationApiTest, CommitMitigatesTheJobsFaultsThatBlameTheLeaver) {
   std::string late_id;
   ASSERT_TRUE(WaitUntil([&] {
     core_->RunCycle();
-    auto faults = core_->Faults("job1", true, 0);
+    auto faults = core_->faults().Faults("job1", true, 0);
     for (const v1::Fault& f :
          faults.ok() ? *faults : std::vector<v1::Fault>{}) {
       if (f.fault_id() != "F1" && f.fault_id() != "F2") late_id = f.fault_id();
     }
     return !late_id.empty();
   })) << "no fault for the death reported after the commit";
-  auto late = core_->Fault(late_id);
+  auto late = core_->faults().Fault(late_id);
   ASSERT_TRUE(late.ok());
   EXPECT_EQ(late->fault_class(), v1::FAULT_CLASS_PROCESS_DIED);
   EXPECT_EQ(late->state(), v1::FAULT_STATE_MITIGATING);
   EXPECT_THAT(late->resolution_note(), HasSubstr(id));
-  auto f2 = core_->Fault("F2");
+  auto f2 = core_->faults().Fault("F2");
   ASSERT_TRUE(f2.ok());
   EXPECT_EQ(f2->state(), v1::FAULT_STATE_CONFIRMED);
 }

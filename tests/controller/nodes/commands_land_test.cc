@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "pitstop/clock.h"
 #include "pitstop/sync.h"
-#include "src/controller/controller_core.h"
+#include "src/controller/controller.h"
 
 namespace pitstop::controller {
 namespace {
@@ -36,12 +36,12 @@ class CapturingSink : public CommandSink {
 class CommandsLandTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ControllerCore::Options o;
+    Controller::Options o;
     o.clock = &clock_;
     o.db_path = ":memory:";
     o.planning.fabric =
         "gen:leafspine,gpus=4,gpus_per_host=2,hosts_per_tor=1,tor_uplinks=2";
-    auto core = ControllerCore::Create(o);
+    auto core = Controller::Create(o);
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = std::move(*core);
   }
@@ -102,7 +102,7 @@ class CommandsLandTest : public ::testing::Test {
   }
 
   FakeClock clock_;
-  std::unique_ptr<ControllerCore> core_;
+  std::unique_ptr<Controller> core_;
   CapturingSink sinks_[2];
   uint64_t sessions_[2] = {0, 0};
 };
@@ -110,7 +110,7 @@ class CommandsLandTest : public ::testing::Test {
 TEST_F(CommandsLandTest, AnUnackedPlanIsSentAgainToAReconnectedAgentOnce) {
   Connect();
   clock_.Advance(absl::Seconds(3));
-  ASSERT_EQ(core_->RunPlanning().at("job7"), 1u);
+  ASSERT_EQ(core_->planning().Run().at("job7"), 1u);
   ASSERT_EQ(Paths(&sinks_[0]).size(), 1u);
   ASSERT_EQ(Paths(&sinks_[1]).size(), 1u);
   const uint64_t id0 = Paths(&sinks_[0])[0].command_id();
@@ -142,18 +142,18 @@ TEST_F(CommandsLandTest, AnUnackedPlanIsSentAgainToAReconnectedAgentOnce) {
   EXPECT_TRUE(third1.commands().empty());
   v1::GetFlowPlanRequest req;
   req.set_job_id("job7");
-  absl::StatusOr<v1::FlowPlan> plan = core_->GetFlowPlan(req);
+  absl::StatusOr<v1::FlowPlan> plan = core_->planning().GetFlowPlan(req);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->hosts_size(), 2);
   EXPECT_EQ(plan->hosts(1).epoch_acked(), 1u);
 
-  absl::StatusOr<v1::Node> n1 = core_->Node("node1");
+  absl::StatusOr<v1::Node> n1 = core_->nodes().Node("node1");
   ASSERT_TRUE(n1.ok()) << n1.status();
   EXPECT_EQ(n1->commands_sent(), 1u);
   EXPECT_EQ(n1->commands_resent(), 1u);
   EXPECT_EQ(n1->commands_acked(), 1u);
   EXPECT_EQ(n1->commands_unacked(), 0u);
-  absl::StatusOr<v1::Node> n0 = core_->Node("node0");
+  absl::StatusOr<v1::Node> n0 = core_->nodes().Node("node0");
   ASSERT_TRUE(n0.ok());
   EXPECT_EQ(n0->commands_sent(), 1u);
   EXPECT_EQ(n0->commands_resent(), 0u);
@@ -165,13 +165,13 @@ TEST_F(CommandsLandTest, APlanForAnAbsentAgentIsSentWhenItConnects) {
   Connect();
   core_->AgentDisconnected(sessions_[1]);
   clock_.Advance(absl::Seconds(3));
-  ASSERT_EQ(core_->RunPlanning().at("job7"), 1u);
+  ASSERT_EQ(core_->planning().Run().at("job7"), 1u);
   EXPECT_TRUE(Paths(&sinks_[1]).empty());
   CapturingSink back;
   Register(1, &back);
   ASSERT_EQ(Paths(&back).size(), 1u);
   EXPECT_EQ(Paths(&back)[0].path().epoch(), 1u);
-  absl::StatusOr<v1::Node> n1 = core_->Node("node1");
+  absl::StatusOr<v1::Node> n1 = core_->nodes().Node("node1");
   ASSERT_TRUE(n1.ok());
   EXPECT_EQ(n1->commands_sent(), 1u);
   EXPECT_EQ(n1->commands_resent(), 0u);
@@ -184,7 +184,7 @@ TEST_F(CommandsLandTest, APlanForAnAbsentAgentIsSentWhenItConnects) {
 TEST_F(CommandsLandTest, CommandIdsDoNotRestartAtOne) {
   Connect();
   clock_.Advance(absl::Seconds(3));
-  ASSERT_EQ(core_->RunPlanning().at("job7"), 1u);
+  ASSERT_EQ(core_->planning().Run().at("job7"), 1u);
   ASSERT_EQ(Paths(&sinks_[0]).size(), 1u);
   EXPECT_GE(
       Paths(&sinks_[0])[0].command_id(),

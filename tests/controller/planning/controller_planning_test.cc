@@ -13,7 +13,7 @@
 #include "pitstop/sync.h"
 #include "pitstop/v1/controller.grpc.pb.h"
 #include "src/controller/api/controller_service.h"
-#include "src/controller/controller_core.h"
+#include "src/controller/controller.h"
 #include "tests/controller/test_agent.h"
 
 namespace pitstop::controller {
@@ -42,11 +42,11 @@ class CapturingSink : public CommandSink {
 class ControllerPlanningTest : public ::testing::Test {
  protected:
   void Open(const std::string& fabric) {
-    ControllerCore::Options o;
+    Controller::Options o;
     o.clock = &clock_;
     o.db_path = ":memory:";
     o.planning.fabric = fabric;
-    auto core = ControllerCore::Create(o);
+    auto core = Controller::Create(o);
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = std::move(*core);
   }
@@ -101,7 +101,7 @@ class ControllerPlanningTest : public ::testing::Test {
   }
 
   FakeClock clock_;
-  std::unique_ptr<ControllerCore> core_;
+  std::unique_ptr<Controller> core_;
   CapturingSink sinks_[2];
   uint64_t sessions_[2] = {0, 0};
 };
@@ -110,20 +110,20 @@ TEST_F(ControllerPlanningTest, OffWithoutAFabric) {
   Open("");
   v1::GetFlowPlanRequest req;
   req.set_job_id("job7");
-  EXPECT_EQ(core_->GetFlowPlan(req).status().code(),
+  EXPECT_EQ(core_->planning().GetFlowPlan(req).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(core_->GetFlowPlan(req).status().message(),
+  EXPECT_THAT(core_->planning().GetFlowPlan(req).status().message(),
               HasSubstr("--fabric"));
-  EXPECT_EQ(core_->ListLinks({}).status().code(),
+  EXPECT_EQ(core_->planning().ListLinks({}).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(core_->RunPlanning().empty());
+  EXPECT_TRUE(core_->planning().Run().empty());
 }
 
 TEST_F(ControllerPlanningTest, BadFabricFailsCreate) {
-  ControllerCore::Options o;
+  Controller::Options o;
   o.clock = &clock_;
   o.planning.fabric = "/no/such/topology.txt";
-  auto core = ControllerCore::Create(o);
+  auto core = Controller::Create(o);
   ASSERT_FALSE(core.ok());
   EXPECT_THAT(core.status().message(), HasSubstr("/no/such/topology.txt"));
 }
@@ -132,7 +132,7 @@ TEST_F(ControllerPlanningTest, EpochsReachTheAgentsAndTheirAcksAreRecorded) {
   Open("gen:leafspine,gpus=4,gpus_per_host=2,hosts_per_tor=1,tor_uplinks=2");
   Connect();
   clock_.Advance(absl::Seconds(3));
-  const std::map<std::string, uint64_t> planned = core_->RunPlanning();
+  const std::map<std::string, uint64_t> planned = core_->planning().Run();
   ASSERT_EQ(planned.at("job7"), 1u);
   for (int h = 0; h < 2; ++h) {
     const std::vector<v1::PathDirective> d = Paths(h);
@@ -152,7 +152,7 @@ TEST_F(ControllerPlanningTest, EpochsReachTheAgentsAndTheirAcksAreRecorded) {
   ASSERT_TRUE(core_->AgentBatch(sessions_[0], ack).ok());
   v1::GetFlowPlanRequest req;
   req.set_job_id("job7");
-  absl::StatusOr<v1::FlowPlan> plan = core_->GetFlowPlan(req);
+  absl::StatusOr<v1::FlowPlan> plan = core_->planning().GetFlowPlan(req);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->epoch(), 1u);
   EXPECT_EQ(plan->network_flows(), 4u);  // 2 boundary hops x 2 channels
@@ -167,7 +167,8 @@ TEST_F(ControllerPlanningTest, EpochsReachTheAgentsAndTheirAcksAreRecorded) {
   mark.set_link("spine0");
   mark.set_degraded(true);
   mark.set_who("op");
-  absl::StatusOr<v1::SetLinkHealthResponse> r = core_->SetLinkHealth(mark);
+  absl::StatusOr<v1::SetLinkHealthResponse> r =
+      core_->planning().SetLinkHealth(mark);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->links().empty());
   if (r->replanned().count("job7")) {
@@ -175,7 +176,7 @@ TEST_F(ControllerPlanningTest, EpochsReachTheAgentsAndTheirAcksAreRecorded) {
     EXPECT_EQ(Paths(0).back().epoch(), 2u);
   } else {
     // Every flow was on spine1 already: nothing crossed, no new epoch.
-    absl::StatusOr<v1::FlowPlan> now = core_->GetFlowPlan(req);
+    absl::StatusOr<v1::FlowPlan> now = core_->planning().GetFlowPlan(req);
     ASSERT_TRUE(now.ok());
     for (const v1::PlannedFlow& f : now->planned_flows()) {
       for (const std::string& l : f.path()) {
@@ -185,7 +186,7 @@ TEST_F(ControllerPlanningTest, EpochsReachTheAgentsAndTheirAcksAreRecorded) {
   }
   v1::ListLinksRequest lr;
   lr.set_job_id("job7");
-  absl::StatusOr<v1::ListLinksResponse> links = core_->ListLinks(lr);
+  absl::StatusOr<v1::ListLinksResponse> links = core_->planning().ListLinks(lr);
   ASSERT_TRUE(links.ok());
   int degraded = 0;
   for (const v1::LinkStatus& l : links->links()) {

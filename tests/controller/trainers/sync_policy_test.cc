@@ -1,12 +1,12 @@
 // SyncPolicyEngine: step-time stragglers and the OFF / ADVISE / AUTO
-// transitions on a FakeClock; plus ControllerCore forwarding directives to
+// transitions on a FakeClock; plus Controller forwarding directives to
 // the agents of the job and answering GetJobSync / SetSyncPolicy.
 #include "src/controller/trainers/sync_policy.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pitstop/clock.h"
-#include "src/controller/controller_core.h"
+#include "src/controller/controller.h"
 
 namespace pitstop::controller {
 namespace {
@@ -328,11 +328,11 @@ class SinkRecorder : public CommandSink {
 
 TEST(ControllerSyncTest, CoreSendsDirectivesToTheJobsAgentsAndListsTheJob) {
   FakeClock clock;
-  ControllerCore::Options o;
+  Controller::Options o;
   o.clock = &clock;
   o.sync.defaults = DefaultSyncSettings();
   o.sync.defaults.set_slow_persist_s(3);
-  auto core = ControllerCore::Create(o);
+  auto core = Controller::Create(o);
   ASSERT_TRUE(core.ok()) << core.status();
   SinkRecorder sink;
   v1::NodeRegistration reg;
@@ -342,11 +342,11 @@ TEST(ControllerSyncTest, CoreSendsDirectivesToTheJobsAgentsAndListsTheJob) {
   v1::SyncSettings auto_policy;
   auto_policy.set_policy(v1::SYNC_POLICY_AUTO);
   auto_policy.set_local_mode(v1::SYNC_MODE_LOCAL_SGD);
-  auto set = (*core)->SetSyncPolicy("cpu-job", auto_policy);
+  auto set = (*core)->trainers().SetSyncPolicy("cpu-job", auto_policy);
   ASSERT_TRUE(set.ok());
   EXPECT_EQ(set->slow_persist_s(), 3u);
   EXPECT_TRUE(absl::IsInvalidArgument(
-      (*core)->SetSyncPolicy("", auto_policy).status()));
+      (*core)->trainers().SetSyncPolicy("", auto_policy).status()));
   uint64_t step = 0;
   for (int sec = 0; sec < 8; ++sec) {
     v1::ConnectRequest batch;
@@ -385,10 +385,10 @@ TEST(ControllerSyncTest, CoreSendsDirectivesToTheJobsAgentsAndListsTheJob) {
   EXPECT_EQ(job->sync().step_stragglers(0), 1);
   ASSERT_EQ(job->sync().decisions_size(), 1);
   EXPECT_TRUE(job->sync().decisions(0).sent());
-  auto s = (*core)->JobSync("cpu-job");
+  auto s = (*core)->trainers().JobSync("cpu-job");
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->target_mode(), v1::SYNC_MODE_LOCAL_SGD);
-  EXPECT_TRUE(absl::IsNotFound((*core)->JobSync("none").status()));
+  EXPECT_TRUE(absl::IsNotFound((*core)->trainers().JobSync("none").status()));
 }
 
 // Multi-LoRA pipeline reports (StepReport.lora) belong to the LoRA policy

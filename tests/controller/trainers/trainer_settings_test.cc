@@ -9,7 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "pitstop/clock.h"
-#include "src/controller/controller_core.h"
+#include "src/controller/controller.h"
 #include "src/controller/store/fault_store.h"
 
 namespace pitstop::controller {
@@ -54,11 +54,11 @@ class TrainerSettingsTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   // A controller (re)started on the same database file.
-  std::unique_ptr<ControllerCore> Start() {
-    ControllerCore::Options o;
+  std::unique_ptr<Controller> Start() {
+    Controller::Options o;
     o.clock = &clock_;
     o.db_path = (dir_ / "pitstop.db").string();
-    auto core = ControllerCore::Create(o);
+    auto core = Controller::Create(o);
     EXPECT_TRUE(core.ok()) << core.status();
     return core.ok() ? std::move(*core) : nullptr;
   }
@@ -76,28 +76,28 @@ TEST_F(TrainerSettingsTest, ARestartedControllerKeepsSyncAndLoraSettings) {
   {
     auto core = Start();
     ASSERT_NE(core, nullptr);
-    ASSERT_TRUE(core->SetSyncPolicy("job-a", sync).ok());
-    ASSERT_TRUE(core->SetLoraPolicy("job-a", lora).ok());
+    ASSERT_TRUE(core->trainers().SetSyncPolicy("job-a", sync).ok());
+    ASSERT_TRUE(core->trainers().SetLoraPolicy("job-a", lora).ok());
     sync.set_slow_persist_s(9);  // the newest setting wins
-    ASSERT_TRUE(core->SetSyncPolicy("job-a", sync).ok());
+    ASSERT_TRUE(core->trainers().SetSyncPolicy("job-a", sync).ok());
     // Refused settings are not stored.
     v1::SyncSettings bad;
     bad.set_local_mode(v1::SYNC_MODE_SYNC);
-    EXPECT_TRUE(
-        absl::IsInvalidArgument(core->SetSyncPolicy("job-b", bad).status()));
+    EXPECT_TRUE(absl::IsInvalidArgument(
+        core->trainers().SetSyncPolicy("job-b", bad).status()));
     v1::LoraSettings bad_lora;
     bad_lora.set_min_gain(-1);
     EXPECT_TRUE(absl::IsInvalidArgument(
-        core->SetLoraPolicy("job-b", bad_lora).status()));
+        core->trainers().SetLoraPolicy("job-b", bad_lora).status()));
   }
   auto core = Start();
   ASSERT_NE(core, nullptr);
-  auto got = core->JobSync("job-a");
+  auto got = core->trainers().JobSync("job-a");
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->settings().policy(), v1::SYNC_POLICY_AUTO);
   EXPECT_EQ(got->settings().slow_persist_s(), 9u);
   EXPECT_EQ(got->settings().healthy_s(), DefaultSyncSettings().healthy_s());
-  EXPECT_TRUE(absl::IsNotFound(core->JobSync("job-b").status()));
+  EXPECT_TRUE(absl::IsNotFound(core->trainers().JobSync("job-b").status()));
   // The LoRA view appears with the job's first reports; it has the
   // settings given before the restart.
   NullSink sink;
@@ -106,7 +106,7 @@ TEST_F(TrainerSettingsTest, ARestartedControllerKeepsSyncAndLoraSettings) {
   auto session = core->AgentConnected(reg, &sink);
   ASSERT_TRUE(session.ok()) << session.status();
   ASSERT_TRUE(core->AgentBatch(*session, LoraBatch("job-a")).ok());
-  auto view = core->JobLora("job-a");
+  auto view = core->trainers().JobLora("job-a");
   ASSERT_TRUE(view.ok()) << view.status();
   EXPECT_EQ(view->settings().policy(), v1::LORA_POLICY_AUTO);
   EXPECT_EQ(view->settings().min_gain(), 3);

@@ -27,7 +27,7 @@
 //    Directive ids are the job's sequence shared with the sync policy
 //    (directives/directive_ids.h).
 //
-// Not thread-safe: ControllerCore calls it under its lock. Times come from
+// Not thread-safe: TrainerPolicyService calls it under its mu_. Times come from
 // the injected Clock (FakeClock in tests).
 #ifndef PITSTOP_CONTROLLER_TRAINERS_LORA_LORA_POLICY_H_
 #define PITSTOP_CONTROLLER_TRAINERS_LORA_LORA_POLICY_H_

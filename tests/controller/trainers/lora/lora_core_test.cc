@@ -1,11 +1,11 @@
-// ControllerCore with the multi-LoRA policy: trainer reports through an
+// Controller with the multi-LoRA policy: trainer reports through an
 // agent batch, the AUTO placement directive to the job's agent, Job.lora in
 // GetJob and the GetJobLora / SetLoraPolicy calls.
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pitstop/clock.h"
 #include "src/agent/trainer_hub.h"
-#include "src/controller/controller_core.h"
+#include "src/controller/controller.h"
 
 namespace pitstop::controller {
 namespace {
@@ -55,9 +55,9 @@ v1::ConnectRequest Batch(const std::string& job, uint64_t step, bool lora,
 
 TEST(ControllerLoraTest, CoreSendsThePlacementAndShowsTheJob) {
   FakeClock clock;
-  ControllerCore::Options o;
+  Controller::Options o;
   o.clock = &clock;
-  auto core = ControllerCore::Create(o);
+  auto core = Controller::Create(o);
   ASSERT_TRUE(core.ok()) << core.status();
   SinkRecorder sink;
   v1::NodeRegistration reg;
@@ -67,13 +67,14 @@ TEST(ControllerLoraTest, CoreSendsThePlacementAndShowsTheJob) {
   v1::LoraSettings auto_policy;
   auto_policy.set_policy(v1::LORA_POLICY_AUTO);
   auto_policy.set_slow_persist_s(2);
-  auto set = (*core)->SetLoraPolicy("lora-job", auto_policy);
+  auto set = (*core)->trainers().SetLoraPolicy("lora-job", auto_policy);
   ASSERT_TRUE(set.ok()) << set.status();
   EXPECT_EQ(set->horizon_s(), 120u);  // default filled in
   auto_policy.set_min_gain(-1);
   EXPECT_TRUE(absl::IsInvalidArgument(
-      (*core)->SetLoraPolicy("lora-job", auto_policy).status()));
-  EXPECT_TRUE(absl::IsNotFound((*core)->JobLora("lora-job").status()));
+      (*core)->trainers().SetLoraPolicy("lora-job", auto_policy).status()));
+  EXPECT_TRUE(
+      absl::IsNotFound((*core)->trainers().JobLora("lora-job").status()));
   // 4 stages of 4 layers; rank 3 computes at half speed.
   uint64_t step = 0;
   for (int sec = 0; sec < 6; ++sec) {
@@ -105,10 +106,11 @@ TEST(ControllerLoraTest, CoreSendsThePlacementAndShowsTheJob) {
               ::testing::HasSubstr("rank 3 at 0.50x"));
   // Not a local-SGD job: the sync policy leaves its reports alone.
   EXPECT_EQ(job->sync().trainers(), 0u);
-  auto l = (*core)->JobLora("lora-job");
+  auto l = (*core)->trainers().JobLora("lora-job");
   ASSERT_TRUE(l.ok());
   EXPECT_EQ(l->trainers(), 4u);
-  EXPECT_TRUE(absl::IsInvalidArgument((*core)->JobLora("").status()));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument((*core)->trainers().JobLora("").status()));
 }
 
 // Both trainer policies' directives of one job share one id sequence: a
@@ -117,9 +119,9 @@ TEST(ControllerLoraTest, CoreSendsThePlacementAndShowsTheJob) {
 // ids above the highest seen) deliver it.
 TEST(ControllerLoraTest, SyncDirectiveAfterALoraDirectiveIsDelivered) {
   FakeClock clock;
-  ControllerCore::Options o;
+  Controller::Options o;
   o.clock = &clock;
-  auto core = ControllerCore::Create(o);
+  auto core = Controller::Create(o);
   ASSERT_TRUE(core.ok()) << core.status();
   SinkRecorder sink;
   v1::NodeRegistration reg;
@@ -129,11 +131,11 @@ TEST(ControllerLoraTest, SyncDirectiveAfterALoraDirectiveIsDelivered) {
   v1::LoraSettings lora;
   lora.set_policy(v1::LORA_POLICY_AUTO);
   lora.set_slow_persist_s(2);
-  ASSERT_TRUE((*core)->SetLoraPolicy("job", lora).ok());
+  ASSERT_TRUE((*core)->trainers().SetLoraPolicy("job", lora).ok());
   v1::SyncSettings sync;
   sync.set_policy(v1::SYNC_POLICY_AUTO);
   sync.set_slow_persist_s(2);
-  ASSERT_TRUE((*core)->SetSyncPolicy("job", sync).ok());
+  ASSERT_TRUE((*core)->trainers().SetSyncPolicy("job", sync).ok());
   uint64_t step = 0;
   for (int sec = 0; sec < 6 && sink.got.empty(); ++sec, step += 3) {
     ASSERT_TRUE((*core)->AgentBatch(*session, Batch("job", step, true)).ok());
@@ -178,9 +180,9 @@ TEST(ControllerLoraTest, SyncDirectiveAfterALoraDirectiveIsDelivered) {
 // report having seen (the agents would drop a lower one).
 TEST(ControllerLoraTest, NewControllerContinuesAboveTheSeenIds) {
   FakeClock clock;
-  ControllerCore::Options o;
+  Controller::Options o;
   o.clock = &clock;
-  auto core = ControllerCore::Create(o);
+  auto core = Controller::Create(o);
   ASSERT_TRUE(core.ok()) << core.status();
   SinkRecorder sink;
   v1::NodeRegistration reg;
@@ -190,7 +192,7 @@ TEST(ControllerLoraTest, NewControllerContinuesAboveTheSeenIds) {
   v1::LoraSettings lora;
   lora.set_policy(v1::LORA_POLICY_AUTO);
   lora.set_slow_persist_s(2);
-  ASSERT_TRUE((*core)->SetLoraPolicy("job", lora).ok());
+  ASSERT_TRUE((*core)->trainers().SetLoraPolicy("job", lora).ok());
   uint64_t step = 0;
   for (int sec = 0; sec < 6 && sink.got.empty(); ++sec, step += 3) {
     ASSERT_TRUE(

@@ -1,4 +1,4 @@
-#include "src/controller/ingest_inbox.h"
+#include "src/controller/ingest/ingest_inbox.h"
 
 #include <algorithm>
 #include <utility>

@@ -8,8 +8,8 @@
 // holds, and an error (an invalid record, a refused budget, a session that
 // ended) reaches it as if the batch had been joined at once
 // (docs/reliability.md, "Ingest off the lock").
-#ifndef PITSTOP_CONTROLLER_INGEST_INBOX_H_
-#define PITSTOP_CONTROLLER_INGEST_INBOX_H_
+#ifndef PITSTOP_CONTROLLER_INGEST_INGEST_INBOX_H_
+#define PITSTOP_CONTROLLER_INGEST_INGEST_INBOX_H_
 
 #include <atomic>
 #include <cstddef>
@@ -66,4 +66,4 @@ class IngestInbox {
 
 }  // namespace pitstop::controller
 
-#endif  // PITSTOP_CONTROLLER_INGEST_INBOX_H_
+#endif  // PITSTOP_CONTROLLER_INGEST_INGEST_INBOX_H_
