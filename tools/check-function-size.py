@@ -16,7 +16,8 @@ literals and preprocessor lines, tracks braces, and calls a brace a
 function's body when the text before it (since the last ';', '{' or '}')
 ends in a parameter list, optionally followed by qualifiers, a trailing
 return type or a constructor's initializer list, and it is not a control
-statement. It runs over the whole tree in about a second, so CI runs it on
+statement (a constructor's brace-initialized members are part of its
+head). It runs over the whole tree in about a second, so CI runs it on
 every file, not only the changed ones.
 """
 
@@ -32,6 +33,11 @@ CONTROL = re.compile(
 # Heads that open a scope which is not a function body.
 SCOPE = re.compile(
     r"^(template\s*<.*>\s*)?(namespace|class|struct|union|enum|extern)\b")
+# A member's brace initializer in a constructor's initializer list
+# ("X::X(a) : b_(a), c_{"): part of the head, not a scope.
+# "public:" before a member function's head.
+ACCESS = re.compile(r"\s*(public|private|protected)\s*:(?!:)")
+INIT_BRACE = re.compile(r"\)\s*(noexcept\s*)?:[^:].*[\w>]$")
 
 
 def strip_code(text):
@@ -168,6 +174,13 @@ def scan(path, text):
     if ch == "{":
       head = code[head_start:k]
       in_function = any(kind == "function" for kind, _, _ in stack)
+      if not in_function and INIT_BRACE.search(" ".join(head.split())):
+        stack.append(("init", line, None))  # the head goes on after it
+        continue
+      access = ACCESS.match(head)
+      if access:
+        head_line += head[:access.end()].count("\n")
+        head = head[access.end():]
       name = None if in_function else function_name(head)
       if name:
         # The signature's first line: skip blank lines before the head.
@@ -181,6 +194,8 @@ def scan(path, text):
     if ch == "}":
       if stack:
         kind, first, name = stack.pop()
+        if kind == "init":
+          continue
         if kind == "function":
           yield first, name, line - first + 1
       head_start = k + 1

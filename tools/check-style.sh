@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Style gate used by .ci/run:
 #  - clang-format (Google base, .clang-format) on every tracked C++ file: fatal.
+#  - no function in shipped code over 120 lines
+#    (tools/check-function-size.py): fatal.
 #  - clang-tidy (.clang-tidy) on the C++ sources changed by the last commit
 #    (or since BASE if given): findings are printed; errors are fatal.
 # Usage: tools/check-style.sh [BASE_REV]
@@ -19,6 +21,7 @@ if ((${#bad[@]})); then
   exit 1
 fi
 echo "check-style: clang-format clean on ${#files[@]} files"
+/usr/bin/python3 tools/check-function-size.py
 
 base=${1:-HEAD~1}
 if ! git rev-parse -q --verify "$base" >/dev/null; then
