@@ -4,7 +4,6 @@
 // which loads libnccl.so.2 first (docs/pytorch.md); not meant to be
 // imported directly.
 #include <dlfcn.h>
-#include <link.h>
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
@@ -60,20 +59,6 @@ std::map<std::string, std::string> NcclBindings() {
   return out;
 }
 
-// The path of the loaded object whose soname is libnccl.so.2.
-std::string NcclLibrary() {
-  void* handle = dlopen("libnccl.so.2", RTLD_LAZY | RTLD_NOLOAD);
-  if (handle == nullptr) return "";
-  std::string path;
-  struct link_map* map = nullptr;
-  if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr &&
-      map->l_name != nullptr) {
-    path = map->l_name;
-  }
-  dlclose(handle);
-  return path;
-}
-
 int Version() {
   absl::StatusOr<int> v = NcclVersion();
   TORCH_CHECK(v.ok(), "pitstop_nccl: ", v.status().message());
@@ -111,7 +96,7 @@ PYBIND11_MODULE(_nccl_backend, m) {
   m.attr("BACKEND_NAME") = tb::kBackendName;
   m.def("nccl_version", &tb::Version,
         "ncclGetVersion of the loaded NCCL (e.g. 22809 for 2.28.9)");
-  m.def("nccl_library", &tb::NcclLibrary,
+  m.def("nccl_library", &tb::NcclLibraryPath,
         "Path of the loaded libnccl.so.2 ('' if none is loaded)");
   m.def("nccl_bindings", &tb::NcclBindings,
         "NCCL function -> the file its calls from this backend reach (the "

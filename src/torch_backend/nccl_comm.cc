@@ -1,5 +1,8 @@
 #include "src/torch_backend/nccl_comm.h"
 
+#include <dlfcn.h>
+#include <link.h>
+
 #include <cstring>
 #include <utility>
 
@@ -23,6 +26,19 @@ absl::StatusCode CodeFor(ncclResult_t result) {
 }
 
 }  // namespace
+
+std::string NcclLibraryPath() {
+  void* handle = dlopen("libnccl.so.2", RTLD_LAZY | RTLD_NOLOAD);
+  if (handle == nullptr) return "";
+  std::string path;
+  struct link_map* map = nullptr;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr &&
+      map->l_name != nullptr) {
+    path = map->l_name;
+  }
+  dlclose(handle);
+  return path;
+}
 
 const char* NcclResultName(ncclResult_t result) {
   switch (result) {

@@ -25,6 +25,10 @@ absl::StatusOr<int> NcclVersion();
 // First NCCL version code with ncclAvg (2.10.0).
 inline constexpr int kNcclAvgVersion = 21000;
 
+// Path of the loaded object whose soname is libnccl.so.2 ("" if none): the
+// NCCL this process calls (an interposer may sit in front of it).
+std::string NcclLibraryPath();
+
 // "ncclRemoteError" etc.
 const char* NcclResultName(ncclResult_t result);
 // ok for ncclSuccess; else a status for `call` with the result's name,

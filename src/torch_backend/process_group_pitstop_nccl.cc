@@ -106,9 +106,9 @@ ProcessGroupPitstopNccl::ProcessGroupPitstopNccl(
   const ncclUniqueId id = ExchangeUniqueId(*store, rank, size, timeout);
   absl::StatusOr<std::unique_ptr<NcclComm>> comm =
       NcclComm::Create(id, rank, size);
-  TORCH_CHECK(
-      comm.ok(), "pitstop_nccl: rank ", rank, " of ", size,
-      " could not create its NCCL communicator: ", comm.status().message());
+  TORCH_CHECK(comm.ok(), "pitstop_nccl: rank ", rank, " of ", size,
+              " could not create its NCCL communicator (libnccl.so.2: ",
+              NcclLibraryPath(), "): ", comm.status().message());
   comm_ = std::move(*comm);
   NcclWorker::Options options;
   // After a failure no NCCL call is in flight on this communicator: abort

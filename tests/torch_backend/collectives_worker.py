@@ -222,6 +222,12 @@ def check_allgather():
         assert objs == [{"rank": r, "s": "x" * r} for r in range(N)], objs
     check("all_gather_object (uint8+int64)", objects)
 
+    def broadcast_objects():
+        objs = [{"from": RANK}, "x" * (RANK + 1)]
+        dist.broadcast_object_list(objs, src=N - 1)
+        assert objs == [{"from": N - 1}, "x" * N], objs
+    check("broadcast_object_list", broadcast_objects)
+
 
 def check_reduce_scatter():
     for dtype in (torch.float32, torch.float64, torch.int64, torch.bfloat16):

@@ -14,7 +14,7 @@ WORKER = os.path.join(HERE, "collectives_worker.py")
 EXPECTED_PREFIXES = [
     "allreduce SUM", "allreduce PRODUCT", "allreduce MIN", "allreduce MAX",
     "allreduce AVG", "broadcast", "reduce SUM", "reduce MAX", "allgather ",
-    "_allgather_base", "allgather_coalesced", "all_gather_object",
+    "_allgather_base", "allgather_coalesced", "all_gather_object", "broadcast_object_list",
     "reduce_scatter ", "_reduce_scatter_base", "alltoall_base equal",
     "alltoall_base uneven", "alltoall list", "gather root", "scatter root",
     "batch_isend_irecv", "isend/irecv", "allreduce_coalesced",
