@@ -102,7 +102,8 @@ def run_config(name, backend, preload, args, build, tmp):
     for p in procs:
         if p.wait(timeout=600) != 0:
             sys.exit("%s: a rank exited with %d" % (name, p.returncode))
-    os.unlink(store)
+    if os.path.exists(store):  # FileStore removes it when all ranks left
+        os.unlink(store)
     with open(result) as f:
         return json.load(f)
 
