@@ -68,6 +68,9 @@ ControllerCore::ControllerCore(Options options,
   LoraPolicyEngine::Options lora = options_.lora;
   lora.directive_ids = &directive_ids_;
   lora_ = std::make_unique<LoraPolicyEngine>(options_.clock, std::move(lora));
+  TrainerProfileService::Options profiles = options_.profiles;
+  profiles.clock = options_.clock;
+  profiles_ = std::make_unique<TrainerProfileService>(std::move(profiles));
 }
 
 ControllerCore::~ControllerCore() { Stop(); }
@@ -323,6 +326,8 @@ absl::Status ControllerCore::ApplyBatch(uint64_t session,
          i);
     note(lora_->AddReport(host, batch.trainer_reports(i)), "trainer_reports",
          i);
+    note(profiles_->OnReport(host, batch.trainer_reports(i)), "trainer_reports",
+         i);
   }
   if (options_.metrics) options_.metrics->AddSummaries(batch.summaries_size());
   if (planner_) {
@@ -413,18 +418,23 @@ void ControllerCore::RunCycle() {
     return;
   }
   MutexLock cycle(&cycle_mu_);
+  absl::StatusOr<std::vector<v1::Fault>> open = std::vector<v1::Fault>();
   if (!options_.join_off_lock) {  // the old way: everything under the lock
-    MutexLock writes(&write_mu_);
-    mu_.Lock();
-    DrainInbox();
-    std::unique_ptr<CycleWork> spent;
-    const CycleResult r = RunEngineLocked(/*yield=*/false, &spent);
-    StoreFaults(r.faults);
-    if (!sync_->empty() || !lora_->empty()) {
-      RunTrainerPolicies(store_->List("", false, 0));
+    {
+      MutexLock writes(&write_mu_);
+      mu_.Lock();
+      DrainInbox();
+      std::unique_ptr<CycleWork> spent;
+      const CycleResult r = RunEngineLocked(/*yield=*/false, &spent);
+      StoreFaults(r.faults);
+      if (!sync_->empty() || !lora_->empty()) {
+        open = store_->List("", false, 0);
+        RunTrainerPolicies(open);
+      }
+      RunMigrations();
+      UnlockIngest();
     }
-    RunMigrations();
-    UnlockIngest();
+    if (open.ok()) RunTrainerProfiles(*open);
     return;
   }
   mu_.Lock();
@@ -439,11 +449,13 @@ void ControllerCore::RunCycle() {
     MutexLock writes(&write_mu_);
     StoreFaults(r.faults);
   }
-  absl::StatusOr<std::vector<v1::Fault>> open = std::vector<v1::Fault>();
   if (trainers) open = store_->List("", false, 0);
-  CoreLock lock(this);
-  RunTrainerPolicies(open);
-  RunMigrations();
+  {
+    CoreLock lock(this);
+    RunTrainerPolicies(open);
+    RunMigrations();
+  }
+  if (open.ok()) RunTrainerProfiles(*open);
 }
 
 void ControllerCore::YieldToIngest() {

@@ -30,6 +30,7 @@
 #include "src/controller/lora/lora_policy.h"
 #include "src/controller/migrate/migration_manager.h"
 #include "src/controller/planning/live_planner.h"
+#include "src/controller/profiling/trainer_profiles.h"
 #include "src/controller/record_loss.h"
 #include "src/controller/store/fault_store.h"
 #include "src/controller/sync/sync_policy.h"
@@ -67,6 +68,8 @@ class ControllerCore {
     ControllerMetrics* metrics = nullptr;  // optional, not owned
     SyncPolicyEngine::Options sync;        // per-job local-SGD switch policy
     LoraPolicyEngine::Options lora;        // per-job multi-LoRA rescheduling
+    // torch.profiler diffs of slow ranks (its clock is `clock`).
+    TrainerProfileService::Options profiles;
     std::string version = "0.1.0";
     // Hosts tracked at once (docs/reliability.md); a new host beyond it is
     // refused (RESOURCE_EXHAUSTED) after expiring the gone ones.
@@ -413,6 +416,10 @@ class ControllerCore {
   static void ApplyTrainerSettings(const TrainerSettings& t,
                                    SyncPolicyEngine* sync,
                                    LoraPolicyEngine* lora);
+  // torch.profiler diffs of slow ranks (src/controller/profiling/): asks
+  // trainers for captures and stores the finished diffs on their faults.
+  // Takes write_mu_ and mu_ itself (controller_sync.cc).
+  void RunTrainerProfiles(const std::vector<v1::Fault>& open);
   // Multi-LoRA policy cycle and Job.lora (controller_lora.cc).
   void RunLoraPolicy(const std::vector<v1::Fault>& open)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -493,6 +500,8 @@ class ControllerCore {
   DirectiveIds directive_ids_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<SyncPolicyEngine> sync_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<LoraPolicyEngine> lora_ ABSL_GUARDED_BY(mu_);
+  // Thread-safe itself (a leaf lock).
+  std::unique_ptr<TrainerProfileService> profiles_;
   std::map<std::string, NodeEntry> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::string> sessions_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> drains_ ABSL_GUARDED_BY(mu_);

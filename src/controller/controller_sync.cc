@@ -42,6 +42,36 @@ void ControllerCore::SendTrainerDirective(const std::string& job_id,
   }
 }
 
+void ControllerCore::RunTrainerProfiles(const std::vector<v1::Fault>& open) {
+  TrainerProfileService::CycleOut out = profiles_->RunCycle(open);
+  if (out.requests.empty() && out.profiles.empty()) return;
+  MutexLock writes(&write_mu_);  // in order with the cycle's fault writes
+  std::vector<v1::Fault> stored;
+  for (const TrainerProfileService::Attach& a : out.profiles) {
+    absl::StatusOr<v1::Fault> f =
+        StoreTrainerProfile(store_.get(), a.fault_id, a.profile);
+    const bool took =
+        f.ok() && f->trainer_profile().state() == a.profile.state();
+    if (took) stored.push_back(std::move(*f));
+    if (!took) {
+      Logger("controller.profiling")
+          ->warn("fault {}: profile not stored ({}): {}", a.fault_id,
+                 f.ok() ? "fault resolved" : f.status().ToString(),
+                 a.profile.text());
+    }
+  }
+  CoreLock lock(this);
+  for (const TrainerProfileService::Request& r : out.requests) {
+    v1::AgentCommand cmd;
+    cmd.set_command_id(next_command_id_++);
+    *cmd.mutable_trainer_profile() = r.request;
+    SendToAgent(r.host, cmd);  // not connected: the deadline says so
+  }
+  for (const v1::Fault& f : stored) {
+    Notify(v1::WatchFaultsResponse::CHANGE_UPDATED, f);
+  }
+}
+
 void ControllerCore::RunSyncPolicy(const std::vector<v1::Fault>& open) {
   if (sync_->empty()) return;
   for (const SyncPolicyEngine::Outgoing& o : sync_->Evaluate(open)) {

@@ -125,6 +125,11 @@ int main(int argc, char** argv) {
   core_options.sync.defaults = *options.DefaultSyncSettings();  // validated
   core_options.sync.straggler_min_effect = options.sync_straggler_min_effect;
   core_options.lora.defaults.set_policy(*options.DefaultLoraPolicy());
+  core_options.lora.defaults.set_slow_signal(*options.ParseSlowSignal(
+      "lora.slow_signal", options.lora_slow_signal));           // validated
+  core_options.profiles.steps = options.trainer_profile_steps;  // validated
+  core_options.profiles.capture_timeout =
+      absl::Seconds(options.trainer_profile_timeout_s);
   core_options.migrate.prepare_timeout =
       absl::Seconds(std::max<uint32_t>(options.migrate_prepare_timeout_s, 1));
   core_options.migrate.switch_timeout =
