@@ -78,6 +78,7 @@ import torch.distributed as dist
 
 from pitstop.client import MODES, Directive, TrainerClient
 from pitstop.torch.penalty import PseudoGradientPenalty
+from pitstop.torch.profiling import StepProfiler
 from pitstop.torch.switch import CONTROL_LEN, SwitchAgreement
 
 log = logging.getLogger("pitstop")
@@ -166,6 +167,8 @@ class EDiT:
         self.client = client
         if self.client is None and job_id:
             self.client = TrainerClient(job_id, self.rank, self.world)
+        # The controller's torch.profiler windows (a slow-rank fault).
+        self.profiler = StepProfiler(self.client) if self.client else None
         self.step_no = 0
         self.local_steps = 0
         self.outer_syncs = 0
@@ -196,6 +199,8 @@ class EDiT:
         self._phases = {}
         self._t0 = time.perf_counter()
         self._start_ns = time.time_ns()
+        if self.profiler is not None:
+            self.profiler.begin_step(self.step_no + 1)
 
     @contextlib.contextmanager
     def phase(self, name):
@@ -262,6 +267,8 @@ class EDiT:
             if decision is not None:
                 self._act(decision)
         self._report(tokens, loss)
+        if self.profiler is not None:
+            self.profiler.end_step()
         self._t0 = None
 
     @property
@@ -294,6 +301,8 @@ class EDiT:
             g["lr"] = base * f
 
     def close(self):
+        if self.profiler is not None:
+            self.profiler.close()
         if self.client is not None:
             self.client.close()
 
