@@ -70,7 +70,7 @@ ControllerCore::ControllerCore(Options options,
   lora_ = std::make_unique<LoraPolicyEngine>(options_.clock, std::move(lora));
   TrainerProfileService::Options profiles = options_.profiles;
   profiles.clock = options_.clock;
-  profiles_ = std::make_unique<TrainerProfileService>(std::move(profiles));
+  profiles_ = std::make_unique<TrainerProfileService>(profiles);
 }
 
 ControllerCore::~ControllerCore() { Stop(); }

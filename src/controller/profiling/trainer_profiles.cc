@@ -164,7 +164,7 @@ absl::StatusOr<v1::Fault> StoreTrainerProfile(
 }
 
 TrainerProfileService::TrainerProfileService(Options options)
-    : options_(std::move(options)) {}
+    : options_(options) {}
 
 TrainerProfileService::Stats TrainerProfileService::stats() const {
   MutexLock lock(&mu_);
