@@ -27,6 +27,9 @@ PACKAGES=(
   libgloo-dev
   # Certificates checked before a SIGHUP reload (src/common/tls_reloader.cc)
   libssl-dev
+  # The torch job's corpus (tools/torch-job, docs/pytorch.md): 2.6 MB of
+  # fortune cookies, plain text under /usr/share/games/fortunes
+  fortunes
 )
 
 missing=()
