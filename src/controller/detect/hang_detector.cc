@@ -17,13 +17,6 @@
 namespace pitstop::controller {
 namespace {
 
-// How summaries name a communicator: its name, or its hash when the
-// application gave it none.
-std::string CommLabel(const CommState& comm) {
-  return comm.comm_name.empty() ? absl::StrFormat("comm %x", comm.comm_hash)
-                                : comm.comm_name;
-}
-
 bool IsP2p(int32_t func) {
   return func == v1::COLL_FUNC_SEND || func == v1::COLL_FUNC_RECV ||
          func == v1::COLL_FUNC_SEND_RECV;
