@@ -1,5 +1,6 @@
 #include "src/sim/torch_job.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -23,9 +24,26 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+// A /proc file with read(2): a process may end between the listing and
+// the read, which fails with ESRCH, and libstdc++'s filebuf throws on a
+// failed read. Empty on any error.
+std::string ReadProcFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string out;
+  char buf[4096];
+  while (true) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      out.clear();
+      break;
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return out;
 }
 
 // A port the kernel considers free now, for torchrun's static rendezvous
@@ -55,7 +73,7 @@ absl::StatusOr<int> FreePort() {
 // The parent pid in /proc/<pid>/stat: the field after the command name,
 // which is in parentheses and may itself hold spaces or parentheses.
 pid_t ParentOf(pid_t pid) {
-  const std::string stat = ReadAll(absl::StrCat("/proc/", pid, "/stat"));
+  const std::string stat = ReadProcFile(absl::StrCat("/proc/", pid, "/stat"));
   const size_t close = stat.rfind(')');
   if (close == std::string::npos || close + 4 >= stat.size()) return 0;
   // ") S 1234 ..."
@@ -74,9 +92,11 @@ pid_t ParentOf(pid_t pid) {
 std::vector<pid_t> ChildrenOf(pid_t parent) {
   std::vector<pid_t> out;
   std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator("/proc", ec)) {
+  // increment(ec), not ++: the range-for's ++ throws on an error.
+  for (fs::directory_iterator it("/proc", ec), end; !ec && it != end;
+       it.increment(ec)) {
     int pid = 0;
-    if (!absl::SimpleAtoi(e.path().filename().string(), &pid)) continue;
+    if (!absl::SimpleAtoi(it->path().filename().string(), &pid)) continue;
     if (ParentOf(pid) == parent) out.push_back(pid);
   }
   return out;
@@ -92,7 +112,7 @@ std::vector<pid_t> DescendantsOf(pid_t root) {
 }
 
 std::string EnvironOf(pid_t pid, const std::string& name) {
-  const std::string env = ReadAll(absl::StrCat("/proc/", pid, "/environ"));
+  const std::string env = ReadProcFile(absl::StrCat("/proc/", pid, "/environ"));
   const std::string key = name + "=";
   size_t pos = 0;
   while (pos < env.size()) {

@@ -48,10 +48,10 @@ struct TorchScenarioOptions {
   int ranks_per_node = 2;
   // The faulty rank; -1: the last one (the last GPU of the last node).
   int fault_rank = -1;
-  // The process-group backend the job runs on: the c10d backend over the
-  // NCCL C API, so that the library sees the collectives (with gloo it
-  // sees none: a run then finds nothing).
-  std::string backend = "gloo";
+  // The process-group backend the job runs on: pitstop_nccl, the c10d
+  // backend over the NCCL C API (src/torch_backend), so that the library
+  // sees the collectives; with gloo it sees none and a run finds nothing.
+  std::string backend = "pitstop_nccl";
   uint64_t seed = 1;
   // Training steps every rank has logged before the fault (the detectors'
   // warm-up: 20 collectives per communicator).

@@ -25,7 +25,7 @@ std::string Describe(const TorchScenarioResult& r) {
   return out.empty() ? "no faults" : out;
 }
 
-std::unique_ptr<TorchScenarioResult> Run(const std::string& scenario) {
+std::unique_ptr<TorchScenarioResult> RunTorch(const std::string& scenario) {
   TorchScenarioOptions o;
   o.scenario = scenario;
   o.backend = "pitstop_nccl";
@@ -50,7 +50,7 @@ void ExpectFoundRank3(const TorchScenarioResult& r,
 }
 
 TEST(SimTorch, HealthyJobWithCheckpointsAndEvaluationsRaisesNothing) {
-  auto r = Run("torch-healthy");
+  auto r = RunTorch("torch-healthy");
   ASSERT_NE(r, nullptr);
   EXPECT_TRUE(r->passed()) << Describe(*r);
   EXPECT_TRUE(r->faults.empty()) << Describe(*r);
@@ -58,13 +58,13 @@ TEST(SimTorch, HealthyJobWithCheckpointsAndEvaluationsRaisesNothing) {
 }
 
 TEST(SimTorch, ThrottledRankIsTheStraggler) {
-  auto r = Run("torch-straggler");
+  auto r = RunTorch("torch-straggler");
   ASSERT_NE(r, nullptr);
   ExpectFoundRank3(*r, v1::FAULT_CLASS_NON_COMM_SLOW);
 }
 
 TEST(SimTorch, StoppedRankIsTheNonCommHang) {
-  auto r = Run("torch-hang");
+  auto r = RunTorch("torch-hang");
   ASSERT_NE(r, nullptr);
   ExpectFoundRank3(*r, v1::FAULT_CLASS_NON_COMM_HANG);
 }
@@ -72,13 +72,13 @@ TEST(SimTorch, StoppedRankIsTheNonCommHang) {
 // torchrun stops rank 3's sibling and the other node's ranks fail in their
 // all-reduce: their deaths join the first one's fault, which names rank 3.
 TEST(SimTorch, KilledRankIsTheProcessThatDiedFirst) {
-  auto r = Run("torch-crash");
+  auto r = RunTorch("torch-crash");
   ASSERT_NE(r, nullptr);
   ExpectFoundRank3(*r, v1::FAULT_CLASS_PROCESS_DIED);
 }
 
 TEST(SimTorch, DesyncIsAMismatchNamingTheOddRank) {
-  auto r = Run("torch-desync");
+  auto r = RunTorch("torch-desync");
   ASSERT_NE(r, nullptr);
   ExpectFoundRank3(*r, v1::FAULT_CLASS_MISMATCH);
   const auto& values = r->faults[0].fault.evidence(0).values();

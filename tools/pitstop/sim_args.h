@@ -12,7 +12,7 @@ namespace pitstop::tool {
 
 inline constexpr char kDefaultSimScenario[] = "degraded-node-migration";
 // The torch scenarios' process-group backend (--backend).
-inline constexpr char kDefaultTorchBackend[] = "gloo";
+inline constexpr char kDefaultTorchBackend[] = "pitstop_nccl";
 
 struct SimArgs {
   std::string scenario = kDefaultSimScenario;
