@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "src/controller/detect/frozen_members.h"
 #include "src/controller/detect/mismatch.h"
 #include "src/controller/detect/open_proxy_ops.h"
 #include "src/controller/detect/robust_stats.h"
@@ -490,6 +491,10 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
       e->set_text(f.summary());
     } else if (!silent.empty()) {
       BuildSilentMemberHang(*comm, silent, seq, stuck, &f);
+      e->set_text(f.summary());
+    } else if (const std::set<int32_t> frozen = FrozenMembers(fp, judged);
+               !frozen.empty()) {
+      BuildFrozenMemberHang(*comm, fp, frozen, stuck, &f);
       e->set_text(f.summary());
     } else {
       BuildCommHang(*comm, fp, &f);
