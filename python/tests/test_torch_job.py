@@ -2,7 +2,8 @@
 it learns (the loss falls), a run is reproducible bit for bit (same loss
 curve, same final weights), a run resumed from a checkpoint ends where an
 uninterrupted one does, and bad flags are refused before anything starts.
-Each run is a real torchrun with 2 ranks (one node)."""
+Each run is a real torchrun with 2 ranks (one node) on
+$PITSTOP_TORCH_JOB_BACKEND."""
 import json
 import os
 import socket
@@ -17,6 +18,8 @@ SCRIPT = os.path.join(JOB_DIR, "train_lm.py")
 sys.path.insert(0, JOB_DIR)
 import train_lm  # noqa: E402
 
+# ctest sets it: pitstop_nccl (with PYTHONPATH, PITSTOP_PY_GEN and
+# LD_LIBRARY_PATH for it) when the backend is built, else gloo.
 BACKEND = os.environ.get("PITSTOP_TORCH_JOB_BACKEND", "gloo")
 CORPUS = train_lm.CORPUS_DIR
 
@@ -62,7 +65,10 @@ def test_loss_falls_runs_repeat_and_resume_bit_for_bit(tmp_path):
     flags = ["--steps", "40", "--eval-every", "20", "--ckpt-every", "20",
              "--seed", "3"]
     la = torchrun(a, *flags)
-    lb = torchrun(b, *flags)
+    lb = torchrun(b, *(flags + ["--keep-ckpts", "1"]))
+    assert sorted(os.listdir(os.path.join(a, "ckpt"))) == ["step20.pt",
+                                                          "step40.pt"]
+    assert os.listdir(os.path.join(b, "ckpt")) == ["step40.pt"]
     assert len(losses(la)) == 40
     assert losses(la) == losses(lb)  # exact floats, every step
     assert digest(a) == digest(b)
@@ -87,6 +93,7 @@ def test_loss_falls_runs_repeat_and_resume_bit_for_bit(tmp_path):
 
 @pytest.mark.parametrize("argv,message", [
     (["--steps", "0"], "--steps: must be >= 1"),
+    (["--keep-ckpts", "0"], "--keep-ckpts: must be >= 1"),
     (["--d-model", "30", "--heads", "4"], "not a multiple of --heads"),
     (["--duration-s", "5"], "--duration-s needs --eval-every"),
     (["--inject-desync", "3"], "expected RANK:STEP"),

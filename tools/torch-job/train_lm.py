@@ -20,7 +20,8 @@ runs one thread per rank.
 Files (--out DIR): losses-rank<R>.jsonl (one line per step: step, loss,
 wall-clock step time; eval lines), weights.sha256 (rank 0, the final
 parameters' digest), ckpt/step<N>.pt (rank 0, every --ckpt-every steps:
-model, optimizer, step; --resume continues from the newest).
+model, optimizer, step; the newest --keep-ckpts are kept; --resume
+continues from the newest).
 
 Fault-injection knob for the desync scenario (never set by a user):
 --inject-desync RANK:STEP makes RANK issue an all-gather of its loss at STEP
@@ -175,6 +176,8 @@ def parse_args(argv):
     p.add_argument("--eval-batches", type=int, default=4)
     p.add_argument("--ckpt-every", type=int, default=0,
                    help="checkpoint every N steps (0: never)")
+    p.add_argument("--keep-ckpts", type=int, default=2,
+                   help="checkpoints kept (the newest; older ones deleted)")
     p.add_argument("--resume", action="store_true",
                    help="continue from the newest checkpoint in OUT/ckpt")
     p.add_argument("--duration-s", type=float, default=0,
@@ -185,7 +188,8 @@ def parse_args(argv):
     p.add_argument("--inject-desync", default="",
                    help="RANK:STEP, fault injection only (see the docstring)")
     a = p.parse_args(argv)
-    for name in ("steps", "batch", "seq", "d_model", "heads", "layers"):
+    for name in ("steps", "batch", "seq", "d_model", "heads", "layers",
+                 "keep_ckpts"):
         if getattr(a, name) < 1:
             p.error("--%s: must be >= 1, got %d" %
                     (name.replace("_", "-"), getattr(a, name)))
@@ -234,10 +238,19 @@ def save_checkpoint(path, model, opt, step):
     os.replace(tmp, path)  # a reader never sees half a checkpoint
 
 
+def checkpoint_steps(directory):
+    return sorted(int(n[4:-3]) for n in os.listdir(directory)
+                  if n.startswith("step") and n.endswith(".pt"))
+
+
 def newest_checkpoint(directory):
-    steps = [int(n[4:-3]) for n in os.listdir(directory)
-             if n.startswith("step") and n.endswith(".pt")]
-    return os.path.join(directory, "step%d.pt" % max(steps)) if steps else ""
+    steps = checkpoint_steps(directory)
+    return os.path.join(directory, "step%d.pt" % steps[-1]) if steps else ""
+
+
+def drop_old_checkpoints(directory, keep):
+    for step in checkpoint_steps(directory)[:-keep]:
+        os.remove(os.path.join(directory, "step%d.pt" % step))
 
 
 def weights_digest(model):
@@ -295,6 +308,7 @@ def main(argv):
             if rank == 0:
                 save_checkpoint(os.path.join(ckpt_dir, "step%d.pt" % step),
                                 model, opt, step)
+                drop_old_checkpoints(ckpt_dir, a.keep_ckpts)
             dist.barrier()  # nobody runs ahead of a checkpoint being written
         if stop:
             break
