@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -259,10 +260,17 @@ void TorchRun::Inject() {
       what = absl::StrFormat("throttled: SIGSTOP %.0f ms of every %.0f ms",
                              o_.stop_ms, o_.period_ms);
       break;
-    case FaultKind::kNonCommHang:
+    case FaultKind::kNonCommHang: {
+      // Anywhere in the step: in the rank's own work, or inside the
+      // gradient all-reduce (a step takes ~50-100 ms here). Seeded: a
+      // rerun with the same --seed stops it at the same point.
+      const int delay_ms = static_cast<int>(std::mt19937_64(o_.seed)() % 100);
+      usleep(static_cast<useconds_t>(delay_ms) * 1000);
       kill(pid, SIGSTOP);
-      what = "stopped for good (SIGSTOP)";
+      what = absl::StrCat("stopped for good (SIGSTOP), ", delay_ms,
+                          " ms after it logged a step");
       break;
+    }
     case FaultKind::kCrash:
       kill(pid, SIGKILL);
       what = "killed (SIGKILL)";

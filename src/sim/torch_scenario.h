@@ -10,8 +10,9 @@
 //   torch-straggler  one rank's process is throttled for real: SIGSTOP /
 //                    SIGCONT on a duty cycle (the kernel's CPU bandwidth
 //                    control does the same to a cgroup) -> NON_COMM_SLOW
-//   torch-hang       one rank's process is stopped for good (SIGSTOP)
-//                    -> NON_COMM_HANG
+//   torch-hang       one rank's process is stopped for good (SIGSTOP) at
+//                    a point of its step the seed picks: in its own work
+//                    or inside the all-reduce -> NON_COMM_HANG
 //   torch-crash      one rank's process is killed (SIGKILL); torchrun then
 //                    stops its siblings -> PROCESS_DIED, the first death
 //   torch-desync     one rank issues an all-gather where the others go into
