@@ -59,6 +59,17 @@ std::map<std::string, std::string> NcclBindings() {
   return out;
 }
 
+// What the destructor waits in (process_group_pitstop_nccl.h): without
+// the interpreter lock when this thread holds it.
+void WithoutGil(const std::function<void()>& wait) {
+  if (PyGILState_Check()) {
+    py::gil_scoped_release release;
+    wait();
+  } else {
+    wait();
+  }
+}
+
 int Version() {
   absl::StatusOr<int> v = NcclVersion();
   TORCH_CHECK(v.ok(), "pitstop_nccl: ", v.status().message());
@@ -82,7 +93,7 @@ PYBIND11_MODULE(_nccl_backend, m) {
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank,
                        int size, std::chrono::milliseconds timeout) {
              return c10::make_intrusive<tb::ProcessGroupPitstopNccl>(
-                 store, rank, size, timeout);
+                 store, rank, size, timeout, &tb::WithoutGil);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"),
            py::arg("timeout"), py::call_guard<py::gil_scoped_release>(),

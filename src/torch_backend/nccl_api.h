@@ -16,6 +16,8 @@
 
 #include <cstddef>
 
+// NCCL's own names (the ABI), not ours.
+// NOLINTBEGIN(readability-identifier-naming)
 extern "C" {
 
 // The enums have a fixed underlying int, as in NCCL's ABI.
@@ -90,6 +92,7 @@ ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t type, int peer,
                       ncclComm_t comm, void* stream);
 
 }  // extern "C"
+// NOLINTEND(readability-identifier-naming)
 
 static_assert(sizeof(ncclResult_t) == 4);
 static_assert(sizeof(ncclDataType_t) == 4);

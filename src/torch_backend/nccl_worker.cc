@@ -66,6 +66,19 @@ NcclWorker::NcclWorker(Options options)
 }
 
 NcclWorker::~NcclWorker() {
+  if (std::this_thread::get_id() == worker_.get_id()) {
+    // Destroyed by a completion callback running on the worker itself: it
+    // cannot wait for itself. It runs what is queued and ends on its own.
+    {
+      MutexLock lock(&state_->mu);
+      state_->stop = true;
+      state_->watchdog_stop = true;
+      state_->cv.SignalAll();
+    }
+    watchdog_.join();
+    worker_.detach();
+    return;
+  }
   bool exited = false;
   {
     MutexLock lock(&state_->mu);
@@ -113,7 +126,7 @@ absl::Status NcclWorker::error() const {
   return state_->error;
 }
 
-void NcclWorker::WorkerLoop(std::shared_ptr<State> s) {
+void NcclWorker::WorkerLoop(const std::shared_ptr<State>& s) {
   for (;;) {
     Task task;
     {
@@ -163,7 +176,7 @@ void NcclWorker::WorkerLoop(std::shared_ptr<State> s) {
   }
 }
 
-void NcclWorker::WatchdogLoop(std::shared_ptr<State> s) {
+void NcclWorker::WatchdogLoop(const std::shared_ptr<State>& s) {
   for (;;) {
     std::function<void(const absl::Status&)> done;
     std::deque<Task> behind;

@@ -72,6 +72,8 @@ class NcclWorker {
 
   explicit NcclWorker(Options options);
   // Runs what is queued (each task bounded by its timeout), then stops.
+  // Called on the worker thread itself (a `done` that drops the owner),
+  // it does not wait: the worker finishes the queue and ends on its own.
   ~NcclWorker();
   NcclWorker(const NcclWorker&) = delete;
   NcclWorker& operator=(const NcclWorker&) = delete;
@@ -85,8 +87,8 @@ class NcclWorker {
 
  private:
   struct State;
-  static void WorkerLoop(std::shared_ptr<State> state);
-  static void WatchdogLoop(std::shared_ptr<State> state);
+  static void WorkerLoop(const std::shared_ptr<State>& state);
+  static void WatchdogLoop(const std::shared_ptr<State>& state);
 
   // Shared with both threads, so a worker stuck in NCCL past shutdown can
   // be detached without dangling pointers.

@@ -95,8 +95,10 @@ struct ProcessGroupPitstopNccl::Pending {
 
 ProcessGroupPitstopNccl::ProcessGroupPitstopNccl(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-    std::chrono::milliseconds timeout)
-    : c10d::ProcessGroup(rank, size), timeout_(timeout) {
+    std::chrono::milliseconds timeout, BlockingRegion blocking_region)
+    : c10d::ProcessGroup(rank, size),
+      timeout_(timeout),
+      blocking_region_(std::move(blocking_region)) {
   TORCH_CHECK(store, "pitstop_nccl: no store");
   TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "pitstop_nccl: rank ",
               rank, " is not in [0, ", size, ")");
@@ -124,8 +126,15 @@ ProcessGroupPitstopNccl::~ProcessGroupPitstopNccl() {
     if (!coalesced_.empty()) Submit(std::move(coalesced_));
     coalesced_.clear();
   }
-  worker_.reset();  // drains the queue
-  comm_.reset();    // ncclCommDestroy unless aborted or still in use
+  auto drain = [this] {
+    worker_.reset();  // drains the queue
+    comm_.reset();    // ncclCommDestroy unless aborted or still in use
+  };
+  if (blocking_region_) {
+    blocking_region_(drain);
+  } else {
+    drain();
+  }
 }
 
 absl::Duration ProcessGroupPitstopNccl::TimeoutOf(
@@ -137,7 +146,7 @@ absl::Duration ProcessGroupPitstopNccl::TimeoutOf(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupPitstopNccl::Enqueue(
     c10d::OpType type, const char* title, QueuedOp op,
-    std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs,
+    const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
     std::chrono::milliseconds timeout) {
   // The profiler keeps the title's pointer: a string literal.
   const char* name = title + kTitlePrefixSize;

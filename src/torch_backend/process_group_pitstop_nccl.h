@@ -60,15 +60,24 @@ struct QueuedOp {
 
 class ProcessGroupPitstopNccl : public c10d::ProcessGroup {
  public:
+  // Runs its argument, a wait for the worker thread, on the destroying
+  // thread. The Python module passes one that releases the interpreter lock
+  // if that thread holds it: the worker drops the last references to the
+  // ops' tensors, and freeing a tensor that has a Python object takes the
+  // lock, so waiting for the worker while holding it would deadlock (the
+  // last reference to a group often goes away in Python).
+  using BlockingRegion = std::function<void(const std::function<void()>&)>;
+
   // Exchanges the unique id through `store` (rank 0 makes it, the others
   // wait for it up to `timeout`), creates the communicator (blocks until
   // every rank joined) and starts the worker. `timeout` is also each
   // collective's default timeout. Throws c10::Error on failure.
   ProcessGroupPitstopNccl(const c10::intrusive_ptr<c10d::Store>& store,
-                          int rank, int size,
-                          std::chrono::milliseconds timeout);
+                          int rank, int size, std::chrono::milliseconds timeout,
+                          BlockingRegion blocking_region = nullptr);
   // Runs the queued ops (each bounded by its timeout), then destroys the
-  // communicator (it was aborted if an op failed).
+  // communicator (it was aborted if an op failed); the waiting happens
+  // inside the BlockingRegion.
   ~ProcessGroupPitstopNccl() override;
 
   const std::string getBackendName() const override { return kBackendName; }
@@ -149,19 +158,14 @@ class ProcessGroupPitstopNccl : public c10d::ProcessGroup {
   // Queues `op` (or holds it while coalescing) and returns its Work.
   c10::intrusive_ptr<c10d::Work> Enqueue(c10d::OpType type, const char* title,
                                          QueuedOp op,
-                                         std::vector<at::Tensor> inputs,
+                                         const std::vector<at::Tensor>& inputs,
                                          std::vector<at::Tensor> outputs,
                                          std::chrono::milliseconds timeout);
   void Submit(std::vector<Pending> ops);
   absl::Duration TimeoutOf(std::chrono::milliseconds op_timeout) const;
-  // A group of ncclSend/ncclRecv (and local copies) for the list ops.
-  c10::intrusive_ptr<c10d::Work> PointToPointGroup(
-      c10d::OpType type, const char* name, std::vector<at::Tensor> inputs,
-      std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
-      std::function<absl::Status(NcclComm&)> issue,
-      std::function<void()> local_copy);
 
   const std::chrono::milliseconds timeout_;
+  const BlockingRegion blocking_region_;
   int nccl_version_ = 0;
   std::shared_ptr<NcclComm> comm_;
   std::unique_ptr<NcclWorker> worker_;

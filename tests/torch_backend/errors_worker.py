@@ -8,6 +8,10 @@
   hung     the same with SIGSTOP: the last rank stays alive but silent.
   norank0  only rank 1 of 2 is started: it must give up waiting for rank
            0's unique id at the timeout with a clear error.
+  teardown rank 0 destroys the group while its all-reduce still waits for
+           rank 1, having dropped its own references to the tensor: the
+           worker then frees the tensor's Python object (it needs the
+           interpreter lock) while the destructor waits for the worker.
 
 Prints "PASS name", "FAIL name: why", "RAISED <seconds> <message>".
 """
@@ -154,6 +158,23 @@ def norank0_mode(timeout_s):
     print("FAIL init returned without rank 0")
 
 
+def teardown_mode():
+    init(60)
+    if RANK == 0:
+        t = torch.ones(1000)
+        w = dist.all_reduce(t, async_op=True)
+        del t, w  # the queued op holds the last references
+        dist.destroy_process_group()
+        print("PASS destroyed with an op in flight", flush=True)
+    else:
+        time.sleep(2)
+        t = torch.ones(1000)
+        dist.all_reduce(t)
+        assert t[0].item() == N, t
+        dist.destroy_process_group()
+        print("PASS peer done", flush=True)
+
+
 def main():
     mode = sys.argv[1]
     if mode == "args":
@@ -162,6 +183,8 @@ def main():
         peer_fault_mode(mode, float(sys.argv[2]))
     elif mode == "norank0":
         norank0_mode(float(sys.argv[2]))
+    elif mode == "teardown":
+        teardown_mode()
     sys.exit(1 if failed else 0)
 
 

@@ -175,6 +175,30 @@ TEST(NcclWorkerTest, ShutdownLeavesACallThatTimedOutAndNeverReturns) {
   EXPECT_EQ(o.done[0].second.code(), absl::StatusCode::kDeadlineExceeded);
 }
 
+// The process group can be dropped by a completion callback (a future
+// callback holding its last reference) on the worker thread itself.
+TEST(NcclWorkerTest, DestroyedFromItsOwnCompletionCallback) {
+  Outcomes o;
+  Blocker blocker;
+  auto worker = std::make_unique<NcclWorker>(NcclWorker::Options{});
+  NcclWorker* raw = worker.get();
+  raw->Submit(blocker.Make(o, absl::InfiniteDuration()));
+  Task last_owner = o.Make("drops the worker");
+  auto record = last_owner.done;
+  last_owner.done = [&worker, record](const absl::Status& st) {
+    record(st);
+    worker.reset();  // on the worker thread
+  };
+  raw->Submit(std::move(last_owner));
+  raw->Submit(o.Make("queued behind"));
+  blocker.release.Notify();
+  ASSERT_TRUE(WaitFor([&] { return o.DoneCount() == 3; }));
+  MutexLock lock(&o.mu);
+  EXPECT_EQ(o.ran, (std::vector<std::string>{"stuck", "drops the worker",
+                                             "queued behind"}));
+  for (const auto& [name, st] : o.done) EXPECT_TRUE(st.ok()) << name << st;
+}
+
 TEST(NcclWorkerTest, TasksWithoutTimeoutAreNeverTimedOut) {
   FakeClock clock;
   Outcomes o;

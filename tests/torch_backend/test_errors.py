@@ -1,8 +1,9 @@
-"""Errors of the pitstop_nccl backend, in real processes
+"""Errors and teardown of the pitstop_nccl backend, in real processes
 (errors_worker.py): bad arguments, a killed peer, a hung peer and a
 missing rank 0 each raise RuntimeError naming the op, the rank and the
-reason; none of them hangs (ranks.run kills everything and fails at its
-own deadline if a rank is still running)."""
+reason; destroying a group with an op in flight completes. None of them
+hangs (ranks.run kills everything and fails at its own deadline if a rank
+is still running)."""
 
 import os
 import re
@@ -76,3 +77,12 @@ def test_missing_rank0_fails_at_the_timeout(tmp_path):
     assert "pitstop_nccl: rank 1 of 2 waited 3000 ms for rank 0's NCCL " \
         "unique id" in msg, msg
     print("raised after %.2f s: %s" % (seconds, msg))
+
+
+def test_destroy_with_an_op_in_flight(tmp_path):
+    # Deadlocked before the destructor released the interpreter lock while
+    # waiting for the worker (which frees the op's tensor).
+    for rank, (code, log) in enumerate(ranks.run(WORKER, 2, str(tmp_path),
+                                                 args=["teardown"],
+                                                 timeout=120)):
+        assert code == 0 and "PASS" in log, "rank %d:\n%s" % (rank, log)
