@@ -11,9 +11,10 @@ report's score line:
 and prints one line per run, then per scenario the runs that passed and the
 latencies' p50 / p90 / max. Percentiles are nearest-rank (p90 of 5 runs is
 the slowest): a latency target holds for p90 only if 90% of the runs meet
-it. First seen = the fault's first appearance on WatchFaults after the
-injection (what the emulated scenarios report); confirmed = its first
-appearance there in state CONFIRMED.
+it; a run in which the fault never appeared (or never confirmed) counts
+as "never", the slowest. First seen = the fault's first appearance on
+WatchFaults after the injection (what the emulated scenarios report);
+confirmed = its first appearance there in state CONFIRMED.
 
 Usage (from the repository root, after a build):
   tools/torch_detection_bench.py [--runs 5] [--scenarios torch-straggler,...]
@@ -72,8 +73,9 @@ def run_once(pitstop, scenario, extra):
 
 
 def fmt(x):
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) \
-        else "%.1f s" % x
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return "never" if math.isinf(x) else "%.1f s" % x
 
 
 def main():
@@ -121,8 +123,10 @@ def main():
     print("|---|---|---|---|---|")
     for s in scenarios:
         rs = results[s]
-        firsts = [r["first"] for r in rs if r["first"] is not None]
-        confs = [r["confirmed"] for r in rs if r["confirmed"] is not None]
+        # A run that never showed it counts as slowest, not as absent.
+        firsts = [math.inf if r["first"] is None else r["first"] for r in rs]
+        confs = [math.inf if r["confirmed"] is None else r["confirmed"]
+                 for r in rs]
         fault = next((r["fault"] for r in rs if r["fault"]), "-")
         print("| %s | %s | %d/%d | %s / %s / %s | %s / %s / %s |" % (
             s, fault, sum(r["passed"] for r in rs), len(rs),

@@ -9,7 +9,9 @@
 // thing: its tasks are taken off the CPU for the rest of each period once
 // the quota is spent. A duty cycle of `stop` in every `period` gives the
 // process (every thread of it) at most period - stop of each period, on
-// any machine, with no privileges beyond owning the process.
+// any machine, with no privileges beyond owning the process. To make a
+// straggler the share left must be below what the process gets anyway:
+// on an oversubscribed machine that is already a fraction of a core.
 //
 // Thread safety: a DutyCycle is owned by one thread; its signalling thread
 // is internal.
