@@ -282,6 +282,40 @@ TEST_F(HangTest, ProcessFrozenInsideTheCollectiveIsTheSuspect) {
   EXPECT_EQ(Latest()[0].state(), v1::FAULT_STATE_CONFIRMED);
 }
 
+// The stop came late in the ring all-reduce: ranks 0 and 1 had finished
+// it, rank 2 waits for rank 3's last chunk. That read as a completion stall
+// naming ranks 2 and 3 (GPU level, "silent divergence"); rank 2's process
+// still heartbeats, rank 3's sends nothing: only rank 3 is the suspect.
+TEST_F(HangTest, FrozenProcessIsNamedNotTheRankWaitingForIt) {
+  SimJob job(0xD0, 4, 2);
+  job.Register(engine_.get());
+  for (int32_t r = 0; r < 4; ++r) {
+    const bool done = r < 2;
+    v1::RankProgress p = job.Progress(r, 41, done ? 41 : 40);
+    if (!done) {
+      p.set_oldest_incomplete_seq(41);
+      p.set_oldest_incomplete_age_ns(1);
+    }
+    p.set_process_silent_ns(r == 3 ? 6'000'000'000 : 300'000'000);
+    ASSERT_TRUE(engine_->AddProgress(job.HostOf(r), p).ok());
+  }
+  // Ranks 0 and 1 go on into seq 42 and wait there.
+  for (int32_t r = 0; r < 2; ++r) {
+    v1::RankProgress p = job.Progress(r, 42, 41);
+    p.set_oldest_incomplete_seq(42);
+    p.set_oldest_incomplete_age_ns(1);
+    p.set_process_silent_ns(300'000'000);
+    ASSERT_TRUE(engine_->AddProgress(job.HostOf(r), p).ok());
+  }
+  Cycle(absl::Seconds(6));
+  ASSERT_EQ(Latest().size(), 1u) << Latest()[0].DebugString();
+  const v1::Fault f = Latest()[0];
+  EXPECT_EQ(f.fault_class(), v1::FAULT_CLASS_NON_COMM_HANG);
+  EXPECT_EQ(SuspectGlobals(f), std::set<int32_t>{3});
+  EXPECT_EQ(f.suspects(0).level(), v1::SUSPECT_LEVEL_PROCESS);
+  EXPECT_THAT(f.summary(), ::testing::HasSubstr("went silent"));
+}
+
 // A silence every member shares says nothing about any one of them, and
 // one shorter than three missed heartbeats is a loaded machine: both stay
 // the comm hang they were.

@@ -38,13 +38,12 @@ void BuildFrozenMemberHang(const CommState& comm, const FuncProgress& fp,
   values["members_frozen"] = static_cast<double>(frozen.size());
   AddVictims(comm, frozen, f);
   f->set_summary(absl::StrFormat(
-      "non-comm-hang: every member of %s entered seq %d and none completes "
-      "for %.1f s, and the process of %zu of them went silent (nothing from "
-      "it, not even its heartbeat, for up to %.1f s) while the others' "
-      "processes report: stopped or frozen inside the collective, not the "
-      "network: %s",
-      CommLabel(comm), f->seq_number(), stuck_ns / 1e9, frozen.size(),
-      silent_max / 1e9, who));
+      "non-comm-hang: the process of %zu of %d ranks of %s went silent "
+      "(nothing from it, not even its heartbeat, for up to %.1f s) while the "
+      "others wait in seq %d for %.1f s and their processes report: stopped "
+      "or frozen, not the network: %s",
+      frozen.size(), comm.ExpectedRanks(), CommLabel(comm), silent_max / 1e9,
+      f->seq_number(), stuck_ns / 1e9, who));
 }
 
 }  // namespace pitstop::controller

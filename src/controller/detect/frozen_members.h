@@ -1,11 +1,13 @@
-// A hang in which every member entered the stuck collective but one
-// member's whole process went silent: stopped or frozen (SIGSTOP, a
-// debugger, the kernel) inside the collective. The agents report how long
-// they heard nothing from each process (RankProgress.process_silent_ns);
-// the library heartbeats every second from its own thread, so the peers
-// blocked in the same collective are not silent. Without this the hang read
-// as a COMM_HANG with no suspect ("every member entered seq N and none
-// completes"), though the network is fine and one process is the cause.
+// A hang in which one member's whole process went silent: stopped or
+// frozen (SIGSTOP, a debugger, the kernel), often inside the collective. The
+// agents report how long they heard nothing from each process
+// (RankProgress.process_silent_ns); the library heartbeats every second from
+// its own thread, so the peers blocked in the same collective are not silent.
+// Without this the hang read as a COMM_HANG with no suspect ("every member
+// entered seq N and none completes"), or, when the stop came late in a ring
+// all-reduce that some members had finished, as a completion stall naming the
+// frozen member and its ring successor that waits for it; the network is fine
+// and one process is the cause. It is judged before the other hang rules.
 // Internal to pitstop_detect; not thread-safe (the engine serialises).
 #ifndef PITSTOP_CONTROLLER_DETECT_FROZEN_MEMBERS_H_
 #define PITSTOP_CONTROLLER_DETECT_FROZEN_MEMBERS_H_

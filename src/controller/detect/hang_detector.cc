@@ -433,7 +433,15 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
     values["timeout_ns"] = static_cast<double>(timeout);
     values["max_enqueued_seq"] = static_cast<double>(max_enqueued);
     values["members_without_progress"] = unreported;
-    if (behind.empty() && !stalled.empty()) {
+    // A member whose whole process went silent explains the hang before
+    // anything else: it can take part in nothing, and the members that
+    // wait for it (behind it in the ring, or short of what it held up)
+    // would otherwise be named for it.
+    const std::set<int32_t> frozen = FrozenMembers(fp, judged);
+    if (!frozen.empty()) {
+      BuildFrozenMemberHang(*comm, fp, frozen, stuck, &f);
+      e->set_text(f.summary());
+    } else if (behind.empty() && !stalled.empty()) {
       FillFaultHeader(*comm, v1::FAULT_CLASS_NON_COMM_HANG, "hang", &f);
       std::string who;
       for (int32_t r : stalled) {
@@ -491,10 +499,6 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
       e->set_text(f.summary());
     } else if (!silent.empty()) {
       BuildSilentMemberHang(*comm, silent, seq, stuck, &f);
-      e->set_text(f.summary());
-    } else if (const std::set<int32_t> frozen = FrozenMembers(fp, judged);
-               !frozen.empty()) {
-      BuildFrozenMemberHang(*comm, fp, frozen, stuck, &f);
       e->set_text(f.summary());
     } else {
       BuildCommHang(*comm, fp, &f);

@@ -38,6 +38,11 @@ struct HangClear {
 // members' completions have not advanced for longer than the timeout (engine
 // clock, or the oldest-incomplete age the agents report, whichever is
 // longer):
+//   - first, after a mismatch (below): if the process of some judged
+//     members went silent (no record or heartbeat for 3 s, RankProgress.
+//     process_silent_ns) while others' did not, NON_COMM_HANG naming those
+//     at PROCESS level: a process stopped or frozen, often inside the
+//     collective (frozen_members.h);
 //   - members that never enqueued N are suspects (NON_COMM_HANG, RANK level),
 //     the others victims;
 //   - members whose completions stopped below what another member
@@ -57,11 +62,6 @@ struct HangClear {
 //     count or datatype): MISMATCH, an application desync (mismatch.h);
 //     suspects are the members outside the majority (RANK level), raised
 //     once under the majority's function;
-//   - if every member enqueued N but the process of some of them went
-//     silent (no record or heartbeat for 3 s, RankProgress.
-//     process_silent_ns) while others' did not: NON_COMM_HANG naming those
-//     at PROCESS level, a process stopped or frozen inside the collective
-//     (frozen_members.h);
 //   - else, if all enqueued N: COMM_HANG; suspects are the in-flight
 //     connections with the least proxy progress when they stand out, else
 //     none. Deep profiling is not asked for: NCCL samples the activation
