@@ -94,8 +94,7 @@ class Daemons:
             capture_output=True, text=True, timeout=30)
         if r.returncode != 0:
             sys.exit("torch_overhead_bench: pitstopctl status: " + r.stderr)
-        return int(json.loads(r.stdout)["status"].get("collectives_joined",
-                                                      0))
+        return int(json.loads(r.stdout).get("collectives_joined", 0))
 
     def stop(self):
         for p in reversed(self.procs):
@@ -109,6 +108,7 @@ class Daemons:
 
 def run_job(a, daemons, with_library, out):
     """One torchrun per node; returns rank 0's per-step times (ms)."""
+    os.makedirs(out, exist_ok=True)
     port = free_port()
     base = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
                 PYTHONPATH=os.path.join(REPO, "python"),
