@@ -31,6 +31,9 @@ PACKAGES=(
   # extension built against Debian's libtorch (same version as python3-torch),
   # its pybind11 bindings and the Python headers
   libtorch-dev pybind11-dev python3-dev
+  # systemd-analyze: the unit file tests (agent, controller) verify and rate
+  # deploy/*.service; .ci/run does not accept them skipped
+  systemd
 )
 
 missing=()
