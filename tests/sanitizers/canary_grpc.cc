@@ -185,8 +185,9 @@ bool SendBatches(const std::shared_ptr<grpc::Channel>& channel, Done done) {
 int SyncHandlerRace() {
   RacySyncService service;
   Served s = Serve(&service);
-  ClientThreads([&] { GetStatus(s.channel); },
-                [&] { return service.spread_.two_threads(); });
+  // Until TSan stops the program: gRPC's locks, which TSan sees, order
+  // handlers that do not overlap, so it takes two that do.
+  ClientThreads([&] { GetStatus(s.channel); }, [] { return false; });
   s.server->Shutdown();
   return service.spread_.two_threads() ? 0 : kNotExercised;
 }
@@ -202,10 +203,13 @@ int HandlerLeak() {
 int ReactorRace() {
   ReactorService service(/*leak=*/false);
   Served s = Serve(&service);
-  auto done = [&] { return service.spread_.two_threads(); };
-  ClientThreads([&] { SendBatches(s.channel, done); }, done);
+  // Until TSan stops the program (see SyncHandlerRace); each stream sends
+  // a few batches, then the client opens the next.
+  ClientThreads(
+      [&] { SendBatches(s.channel, [n = 0]() mutable { return ++n >= 8; }); },
+      [] { return false; });
   s.server->Shutdown();
-  return done() ? 0 : kNotExercised;
+  return service.spread_.two_threads() ? 0 : kNotExercised;
 }
 
 int ReactorLeak() {

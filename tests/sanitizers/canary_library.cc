@@ -7,29 +7,34 @@
 // Planted: the count the caller's thread bumps is a plain integer the
 // exporter thread reads (the plugin's rings use atomics for exactly this).
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <thread>
 
 namespace {
 
 uint64_t g_recorded = 0;  // planted: written and read on two threads
+// Relaxed flags only: they carry no happens-before.
+std::atomic<bool> g_recording{false};
 std::atomic<bool> g_stop{false};
 std::atomic<bool> g_seen{false};
 std::thread* g_exporter = nullptr;
 thread_local uint64_t t_events = 0;
 
-// noipa: the loop below must read the count on every pass.
-__attribute__((noipa)) uint64_t ExporterReadsRecordCount() {
+// Not inlined: the report names it.
+__attribute__((noinline)) uint64_t ExporterReadsRecordCount() {
   return g_recorded;
 }
 
+// Waits (sleeping: TSan keeps a bounded history, and the report must still
+// have this thread's stack) until the caller has recorded, then reads.
 void ExporterLoop() {
-  while (!g_stop.load(std::memory_order_relaxed)) {
-    if (ExporterReadsRecordCount() != 0) {
-      g_seen.store(true, std::memory_order_relaxed);
-      return;
-    }
-    std::this_thread::yield();
+  while (!g_recording.load(std::memory_order_relaxed)) {
+    if (g_stop.load(std::memory_order_relaxed)) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (ExporterReadsRecordCount() != 0) {
+    g_seen.store(true, std::memory_order_relaxed);
   }
 }
 
@@ -45,6 +50,7 @@ __attribute__((visibility("default"))) void pitstop_canary_record(
     uint64_t n) noexcept {
   ++t_events;
   g_recorded += n;
+  g_recording.store(true, std::memory_order_relaxed);
 }
 
 // 1 when the exporter saw a record before it was stopped.

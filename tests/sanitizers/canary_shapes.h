@@ -24,7 +24,7 @@ int SyncHandlerRace();
 // A counter shared by the bidi reactors of several streams (OnReadDone),
 // the shape of the agent's IngestReactor and the controller's streams.
 int ReactorRace();
-// An absl::flat_hash_map behind a mutex that one method forgets to take.
+// An absl::flat_hash_map behind a mutex that a reader forgets to take.
 int MapRace();
 // A protobuf repeated field (header-only RepeatedField<int>) filled from two
 // threads, one of them without the lock.

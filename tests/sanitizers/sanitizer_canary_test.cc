@@ -124,9 +124,9 @@ TEST(SanitizerCanary, RaceInCallbackReactorIsReported) {
 }
 
 TEST(SanitizerCanary, RaceOnAbseilMapBehindForgottenLockIsReported) {
-  // The top frame is Abseil's (raw_hash_set's probing, compiled into the
+  // The top frame is Abseil's (raw_hash_set::size(), compiled into the
   // canary); the forgetful method is further down.
-  ExpectRace({"map-race"}, {}, {"AddToMapForgettingTheLock"});
+  ExpectRace({"map-race"}, {"raw_hash_set"}, {"CountForgettingTheLock"});
 }
 
 TEST(SanitizerCanary, RaceOnProtobufFieldBehindForgottenLockIsReported) {
