@@ -1,52 +1,47 @@
-// ThreadSanitizer builds only (PITSTOP_SANITIZE=thread): lets TSan see the
-// locks of Debian's Abseil, and with them gRPC's, and the end of a gRPC
-// callback call.
+// ThreadSanitizer builds only (PITSTOP_SANITIZE=thread): lets TSan see how
+// Debian's Abseil and gRPC synchronise (docs/testing.md, "How TSan sees
+// gRPC").
 //
-// Debian builds libabsl without TSan's annotations, and Debian's gRPC and
-// its C++ headers synchronise through absl::Mutex and absl::CondVar
-// (grpc_core::Mutex, gpr_mu). TSan sees none of it: every hand-off from a
-// gRPC thread to another -- a request to its handler, a reaction to the
-// next, a reactor to its OnDone -- looks unsynchronised, and the state our
+// Debian builds libabsl and libgrpc without TSan. TSan sees none of their
+// synchronisation: every hand-off from a gRPC thread to another -- a
+// request to its handler, a reaction to the next, a reactor to its OnDone,
+// a server to Shutdown() returning -- looks unordered, and the state our
 // handlers touch on both sides reads as racy. Suppressing those reports
 // (race:^grpc::, race:libabsl_) also hid every real race in pitstop's
-// handlers (docs/testing.md).
+// handlers.
 //
-// So every executable of the TSan build defines the Abseil lock functions
-// that gRPC and pitstop call, exported from the executable (the dynamic
-// linker looks there first, so libgrpc's and libgpr's calls land here),
-// tells TSan what they do (lock = acquire, unlock = release, a condition
-// wait releases and re-acquires its mutex), and calls Debian's function.
+// So every executable of the TSan build defines the functions through which
+// gRPC synchronises, exported from the executable: the dynamic linker looks
+// there first, so libgrpc's, libgpr's and libgrpc++'s calls through their
+// PLT land here. Each tells TSan what the call means, then calls Debian's
+// function (found with dlsym(RTLD_NEXT); a missing one aborts, naming it):
+//  - absl::Mutex and absl::CondVar (gRPC's grpc_core::Mutex, gpr_mu,
+//    gpr_cv): lock = acquire, unlock = release, a wait releases and
+//    re-acquires its mutex.
+//  - A batch started on a call with a tag (grpc_call_start_batch) is
+//    ordered before its completion (grpc_cq_end_op) and before the consumer
+//    that gets the tag from a completion queue (grpc_completion_queue_next
+//    or _pluck: the sync API, and the callback queue's thread, which is fed
+//    by a lock-free queue).
+//  - A callback call's reactions each drop a reference
+//    (ServerCallbackCall::callbacks_outstanding_, an atomic in gRPC's
+//    headers); the thread that drops the last one schedules OnDone and the
+//    call's destruction. Dropped in our code (the headers are compiled into
+//    it) TSan sees the release; dropped inside libgrpc++ it sees neither
+//    that nor the acquire. ScheduleOnDone acquires the count's address;
+//    OnCancel, whose reference libgrpc++ drops right after it returns, is
+//    wrapped to release it.
+//  - grpc::Server counts its callback requests (each lives until its
+//    call's OnDone has returned) in an atomic inside libgrpc++, and
+//    Shutdown() returns once none is left: each unref releases, the final
+//    wait acquires.
 //
-// gRPC's own hand-offs are modelled where it guarantees an order:
-//  - A batch of operations started on a call (grpc_call_start_batch, from
-//    libgrpc++ through its PLT) is ordered before its completion
-//    (grpc_cq_end_op, called inside libgrpc through its PLT) for the same
-//    tag: the thread that completes it acquires what the starting thread
-//    released, and hands it on to the reaction through locks TSan now sees;
-//    a completion queue's consumer (grpc_completion_queue_next/pluck: the
-//    sync API and the callback queue's "nexting" thread, fed by a lock-free
-//    queue) acquires the tag it got.
-//  - A callback call's reactions each
-// drop a reference (ServerCallbackCall::callbacks_outstanding_, an atomic in
-// gRPC's headers), and the thread that drops the last one schedules OnDone
-// and the call's destruction. Dropped in our code (the headers are compiled
-// into it) TSan sees the release; dropped inside libgrpc++ it sees neither
-// that nor the acquire, so the destruction looked unordered with the
-// reactions. ScheduleOnDone, which libgrpc++ calls through its PLT, acquires
-// the count's address first. OnCancel's own reference is dropped by
-// libgrpc++ right after OnCancel returns (CallOnCancel's closure), so the
-// reactor it calls is wrapped to release the count when OnCancel returns.
-//  - grpc::Server counts its outstanding
-// callback requests (each lives until its call's OnDone has returned) in an
-// atomic inside libgrpc++: Shutdown() returns once the count is zero, but
-// TSan saw no order between an OnDone and what its owner destroys after
-// Shutdown. Each unref releases, the final wait acquires.
+// Only ordering gRPC provides is modelled; other lock-free hand-offs inside
+// libgrpc stay invisible.
 //
-// Only ordering gRPC really provides is modelled; other lock-free hand-offs
-// inside libgrpc stay invisible (docs/testing.md says what that leaves).
-//
-// Thread-safe: each function is called where absl::Mutex would be.
+// Thread-safe: each function is called where gRPC calls Debian's.
 #include <dlfcn.h>
+#include <sanitizer/tsan_interface.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -57,9 +52,6 @@
 #include "grpc/grpc.h"
 #include "grpcpp/server.h"
 #include "grpcpp/support/server_callback.h"
-
-extern "C" void __tsan_acquire(void* addr);
-extern "C" void __tsan_release(void* addr);
 
 namespace {
 
