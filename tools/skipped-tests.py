@@ -2,9 +2,9 @@
 """Lists the tests a ctest run skipped, with their reasons, from its JUnit
 file (ctest --output-junit FILE). ctest marks a test skipped on gtest's
 "[  SKIPPED ]" (gtest_discover_tests sets SKIP_REGULAR_EXPRESSION) and on
-SKIP_RETURN_CODE 77 (deploy and etcd tests). A pytest run (one ctest test,
-several pytest tests) that skipped some of its tests is listed too, with
-the reasons pytest -rs printed; ctest counts it as run.
+SKIP_RETURN_CODE 77 (deploy and etcd tests). A pytest or unittest run (one
+ctest test, several Python tests) that skipped some of its tests is listed
+too, with the reasons it printed (pytest -rs); ctest counts it as run.
 
 Usage: tools/skipped-tests.py JUNIT [--must-run] [--allow REGEX REASON]...
 
@@ -35,18 +35,22 @@ def reason_of(output):
     return lines[-1] if lines else "(no output)"
 
 
-# pytest's summary line when some tests were skipped: "3 passed, 1 skipped
-# in 0.52s" (with -q; "failed" and "passed" counts come first).
-PYTEST_SKIPS = re.compile(r"^=*\s*([0-9]+ [a-z]+, )*[0-9]+ skipped\b", re.M)
+# The summary line of a Python run that skipped some tests: pytest's "3
+# passed, 1 skipped in 0.52s" (with -q; "failed" and "passed" counts come
+# first), unittest's "OK (skipped=1)" or "FAILED (failures=1, skipped=1)".
+PYTHON_SKIPS = re.compile(
+    r"^=*\s*([0-9]+ [a-z]+, )*[0-9]+ skipped\b|^(OK|FAILED) \(.*skipped=[0-9]+",
+    re.M)
 
 
-def pytest_skips(output):
-    """The reasons of the tests a pytest run skipped ([] when none)."""
-    if not PYTEST_SKIPS.search(output):
+def python_skips(output):
+    """The reasons of the tests a pytest/unittest run skipped ([] if none)."""
+    if not PYTHON_SKIPS.search(output):
         return []
+    # pytest -rs: "SKIPPED [1] file:line: why"; unittest -v: "... skipped 'why'"
     reasons = [line.strip() for line in output.splitlines()
-               if line.startswith("SKIPPED [")]
-    return reasons or ["pytest skipped tests (run it with -rs for reasons)"]
+               if line.startswith("SKIPPED [") or " skipped '" in line]
+    return reasons or ["Python tests skipped (no reason printed)"]
 
 
 def main(argv):
@@ -76,7 +80,7 @@ def main(argv):
         if case.find("skipped") is not None:
             skipped.append((case.get("name"), reason_of(text)))
         else:
-            skipped += [(case.get("name"), why) for why in pytest_skips(text)]
+            skipped += [(case.get("name"), why) for why in python_skips(text)]
     total = len(list(root.iter("testcase")))
     print(f"{len(skipped)} of {total} tests skipped" +
           (":" if skipped else ""))
