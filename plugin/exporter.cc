@@ -10,6 +10,7 @@
 #include "plugin/agent_link.h"
 #include "plugin/packer.h"
 #include "plugin/recorder.h"
+#include "plugin/stats.h"
 
 namespace pitstop::plugin {
 
@@ -206,15 +207,18 @@ bool Exporter::Drain() {
   }
   if (pending_records_ >= options_.max_batch_records) return true;
   const size_t room = options_.max_batch_records - pending_records_;
-  const size_t n = rings_->DrainAll(
-      room, [this](const Record& r) { PackRecord(r, &pending_, &scratch_); });
+  const size_t n = rings_->DrainAll(room, [this](const Record& r) {
+    stats::CountRecord(r);
+    PackRecord(r, &pending_, &scratch_);
+  });
   pending_records_ += static_cast<uint32_t>(n);
   return n == room;
 }
 
 void Exporter::DropAll() {
   uint64_t dropped = pending_records_;
-  dropped += rings_->DrainAll(~size_t{0}, [](const Record&) {});
+  dropped += rings_->DrainAll(~size_t{0},
+                              [](const Record& r) { stats::CountRecord(r); });
   export_dropped_.fetch_add(dropped);
   pending_.clear();
   pending_records_ = 0;

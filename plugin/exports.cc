@@ -11,6 +11,7 @@
 #include "plugin/chain.h"
 #include "plugin/recorder.h"
 #include "plugin/runtime.h"
+#include "plugin/stats.h"
 
 namespace pitstop::plugin {
 namespace {
@@ -188,6 +189,7 @@ NcclResult RecordStateV4(void* handle, int state,
 }
 
 NcclResult Finalize(void* context) noexcept {
+  stats::CountFinalize();
   Runtime* rt = Runtime::Get();
   return rt != nullptr ? rt->FinalizeComm(context) : abi::kNcclSuccess;
 }
@@ -200,17 +202,23 @@ NcclResult NoRuntime(void** context) noexcept {
 
 NcclResult InitV3(void** context, int* mask) noexcept {
   Runtime* rt = Runtime::GetOrCreate();
-  if (rt == nullptr) return NoRuntime(context);
-  return rt->InitComm(context, 3, 0, mask, nullptr, 0, 0, 0, nullptr);
+  const NcclResult r = rt == nullptr ? NoRuntime(context)
+                                     : rt->InitComm(context, 3, 0, mask,
+                                                    nullptr, 0, 0, 0, nullptr);
+  stats::CountInit(3, r);
+  return r;
 }
 
 NcclResult InitV4(void** context, int* mask, const char* name, uint64_t hash,
                   int n_nodes, int n_ranks, int rank,
                   abi::NcclLogger logfn) noexcept {
   Runtime* rt = Runtime::GetOrCreate();
-  if (rt == nullptr) return NoRuntime(context);
-  return rt->InitComm(context, 4, hash, mask, name, n_nodes, n_ranks, rank,
-                      logfn);
+  const NcclResult r = rt == nullptr
+                           ? NoRuntime(context)
+                           : rt->InitComm(context, 4, hash, mask, name, n_nodes,
+                                          n_ranks, rank, logfn);
+  stats::CountInit(4, r);
+  return r;
 }
 
 template <int kVersion>
@@ -218,9 +226,12 @@ NcclResult InitV5Plus(void** context, uint64_t comm_id, int* mask,
                       const char* name, int n_nodes, int n_ranks, int rank,
                       abi::NcclLogger logfn) noexcept {
   Runtime* rt = Runtime::GetOrCreate();
-  if (rt == nullptr) return NoRuntime(context);
-  return rt->InitComm(context, kVersion, comm_id, mask, name, n_nodes, n_ranks,
-                      rank, logfn);
+  const NcclResult r = rt == nullptr
+                           ? NoRuntime(context)
+                           : rt->InitComm(context, kVersion, comm_id, mask,
+                                          name, n_nodes, n_ranks, rank, logfn);
+  stats::CountInit(kVersion, r);
+  return r;
 }
 
 // With a chained plugin (chain.h) every handle NCCL holds is a PairSlot of
@@ -228,6 +239,7 @@ NcclResult InitV5Plus(void** context, uint64_t comm_id, int* mask,
 // cost one load and a branch.
 template <typename Descr, NcclResult (*kOurs)(void*, void**, Descr*)>
 NcclResult StartChained(void* context, void** handle, Descr* d) noexcept {
+  if (d != nullptr) stats::CountEventStart(static_cast<uint64_t>(d->type));
   Chain* chain = Chain::Get();
   if (chain == nullptr) return kOurs(context, handle, d);
   if (handle == nullptr) return abi::kNcclSuccess;
@@ -261,6 +273,7 @@ NcclResult StartChained(void* context, void** handle, Descr* d) noexcept {
 }
 
 NcclResult StopChained(void* handle) noexcept {
+  stats::CountStop();
   Chain* chain = Chain::Get();
   if (chain == nullptr) return StopEvent(handle);
   PairSlot* p = chain->AsPair(handle);
@@ -284,6 +297,7 @@ NcclResult StopChained(void* handle) noexcept {
 
 template <typename Args, NcclResult (*kOurs)(void*, int, Args*)>
 NcclResult RecordChained(void* handle, int state, Args* args) noexcept {
+  stats::CountState();
   Chain* chain = Chain::Get();
   if (chain == nullptr) return kOurs(handle, state, args);
   PairSlot* p = chain->AsPair(handle);

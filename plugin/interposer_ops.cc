@@ -259,6 +259,7 @@ PITSTOP_EXPORT NcclResult ncclCommGetAsyncError(NcclComm comm,
 // error without a communicator (NCCL's own fallback).
 PITSTOP_EXPORT const char* ncclGetLastError(NcclComm comm) noexcept {
   using Fn = const char* (*)(NcclComm);
+  pp::stats::CountInterposed(pp::stats::Interposed::pncclGetLastError);
   static std::atomic<void*> cache{};
   auto real = pp::Real<Fn>("pncclGetLastError", &cache);
   if (real == nullptr) return "NCCL is not loaded";

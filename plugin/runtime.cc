@@ -12,6 +12,7 @@
 
 #include "plugin/chain.h"
 #include "plugin/rebuild.h"
+#include "plugin/stats.h"
 
 namespace pitstop::plugin {
 namespace {
@@ -84,6 +85,39 @@ Runtime* Runtime::GetOrCreate() noexcept {
 }
 
 void Runtime::MarkPreloaded() noexcept { g_preloaded.store(true); }
+
+bool Runtime::Preloaded() noexcept { return g_preloaded.load(); }
+
+RuntimeCounters Runtime::Counters() noexcept {
+  RuntimeCounters c;
+  c.ring_full = rings_.TotalFullDrops() + rings_.no_ring_drops();
+  c.pool_exhausted = recorder_.pool_exhausted();
+  c.ignored = recorder_.ignored();
+  c.events_recorded = rings_.TotalPublished();
+  c.event_mask = config_.event_mask;
+  MutexLock lock(&mu_);
+  c.export_dropped = stopped_export_dropped_;
+  c.records_sent = stopped_records_sent_;
+  if (exporter_ != nullptr) {
+    c.export_dropped += exporter_->export_dropped();
+    c.records_sent += exporter_->records_sent();
+  }
+  c.abi_version = abi_version_;
+  return c;
+}
+
+void Runtime::StopExporter(GoodbyeReason reason) {
+  std::unique_ptr<Exporter> exporter;
+  {
+    MutexLock lock(&mu_);
+    exporter = std::move(exporter_);
+  }
+  if (exporter == nullptr) return;
+  exporter->Stop(reason);
+  MutexLock lock(&mu_);
+  stopped_export_dropped_ += exporter->export_dropped();
+  stopped_records_sent_ += exporter->records_sent();
+}
 
 InterposerCall*& Runtime::ThreadInterposerCall() noexcept {
   static thread_local InterposerCall* call = nullptr;
@@ -277,12 +311,10 @@ abi::NcclResult Runtime::FinalizeComm(void* context) noexcept {
     }
     const int live = registry_.End(ctx, kCommFinalize, NowCpuNs());
     if (live == 0) {
-      std::unique_ptr<Exporter> exporter;
-      {
-        MutexLock lock(&mu_);
-        exporter = std::move(exporter_);
-      }
-      if (exporter) exporter->Stop(kGoodbyeFinalize);
+      StopExporter(kGoodbyeFinalize);
+      // Everything recorded so far is drained: a process that ends without
+      // running exit handlers still leaves its counts.
+      stats::WriteStatsFile();
     }
   } catch (...) {
     return abi::kNcclSystemError;
@@ -337,12 +369,7 @@ Rebuilder* Runtime::EnableMigration(CommTable* table) noexcept {
 
 void Runtime::ShutdownAtExit() noexcept {
   MutexLock lifecycle(&lifecycle_mu_);
-  std::unique_ptr<Exporter> exporter;
-  {
-    MutexLock lock(&mu_);
-    exporter = std::move(exporter_);
-  }
-  if (exporter) exporter->Stop(kGoodbyeExit);
+  StopExporter(kGoodbyeExit);
 }
 
 void Runtime::ForkPrepare() noexcept {
@@ -384,6 +411,8 @@ void Runtime::ForkChild() noexcept {
     }
   }
   pid_ = getpid();
+  stopped_export_dropped_ = 0;
+  stopped_records_sent_ = 0;
   recorder_.ResetAfterFork(pid_);
   rings_.DiscardAfterFork();
   forked_ = true;

@@ -39,6 +39,18 @@ struct InterposerCall {
   std::vector<uint64_t> created;
 };
 
+// Totals for the stats file (plugin/stats.h).
+struct RuntimeCounters {
+  uint64_t ring_full = 0;
+  uint64_t pool_exhausted = 0;
+  uint64_t ignored = 0;
+  uint64_t events_recorded = 0;  // records that went into the rings
+  uint64_t export_dropped = 0;   // drained but not delivered (no agent)
+  uint64_t records_sent = 0;     // written into an agent's ring
+  int abi_version = 0;           // of the last profiler init
+  uint32_t event_mask = 0;       // always-on set (PITSTOP_EVENT_MASK)
+};
+
 class Runtime {
  public:
   // The runtime, created on first use (the first profiler init). Null when
@@ -73,6 +85,10 @@ class Runtime {
   }
   // Interposer: the library was LD_PRELOADed (reported as load_mode).
   static void MarkPreloaded() noexcept;
+  static bool Preloaded() noexcept;
+  // Since the process started (or forked), over every exporter it ran.
+  // Any thread; not the hot path.
+  RuntimeCounters Counters() noexcept;
   static InterposerCall*& ThreadInterposerCall() noexcept;
 
   Recorder* recorder() { return &recorder_; }
@@ -101,6 +117,8 @@ class Runtime {
                                int rank, abi::NcclLogger logfn);
   void Log(abi::NcclLogLevel level, const std::string& msg) noexcept;
   void StartExporterLocked() PLUGIN_REQUIRES(mu_);
+  // Stops the exporter (if any) with `reason` and keeps its counts.
+  void StopExporter(GoodbyeReason reason) PLUGIN_REQUIRES(lifecycle_mu_);
 
   const PluginConfig config_;
   pid_t pid_;  // changed only in ForkChild
@@ -121,6 +139,9 @@ class Runtime {
   // Set in a forked child; the first init there drops what the parent's
   // stale handles may have recorded since.
   bool forked_ PLUGIN_GUARDED_BY(mu_) = false;
+  // What stopped exporters dropped and sent (RuntimeCounters).
+  uint64_t stopped_export_dropped_ PLUGIN_GUARDED_BY(mu_) = 0;
+  uint64_t stopped_records_sent_ PLUGIN_GUARDED_BY(mu_) = 0;
   bool chain_loaded_ PLUGIN_GUARDED_BY(lifecycle_mu_) = false;
   // Created once (under lifecycle_mu_), never destroyed, like the runtime.
   std::atomic<Rebuilder*> rebuilder_{nullptr};

@@ -19,6 +19,7 @@
 #include "plugin/abi/profiler_common.h"
 #include "plugin/comm_table.h"
 #include "plugin/shadow_record.h"
+#include "plugin/stats.h"
 
 namespace pitstop::plugin {
 
@@ -166,7 +167,10 @@ bool DescribeHandle(void* handle, CommBinding* out) noexcept;
 #define PITSTOP_EXPORT extern "C" __attribute__((visibility("default")))
 
 // Declares `real`, the pncclX entry point, or returns ncclSystemError.
+// Counts the call for PITSTOP_STATS_FILE (plugin/stats.h) first.
 #define PITSTOP_REAL(type, name)                                   \
+  ::pitstop::plugin::stats::CountInterposed(                       \
+      ::pitstop::plugin::stats::Interposed::name);                 \
   static std::atomic<void*> cache_##name{};                        \
   auto real = ::pitstop::plugin::Real<type>(#name, &cache_##name); \
   if (real == nullptr) return ::pitstop::abi::kNcclSystemError

@@ -103,7 +103,12 @@ PYBIND11_MODULE(_nccl_backend, m) {
            "is every collective's default timeout.")
       .def_property_readonly("timeout", &tb::ProcessGroupPitstopNccl::timeout)
       .def_property_readonly("nccl_version",
-                             &tb::ProcessGroupPitstopNccl::nccl_version);
+                             &tb::ProcessGroupPitstopNccl::nccl_version)
+      .def_property_readonly(
+          "nccl_call_in_flight",
+          &tb::ProcessGroupPitstopNccl::nccl_call_in_flight,
+          "Whether the worker thread is inside an NCCL call (after a "
+          "timeout: until the call under the failed op returns)");
   m.attr("BACKEND_NAME") = tb::kBackendName;
   m.def("nccl_version", &tb::Version,
         "ncclGetVersion of the loaded NCCL (e.g. 22809 for 2.28.9)");

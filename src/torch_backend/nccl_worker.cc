@@ -126,6 +126,11 @@ absl::Status NcclWorker::error() const {
   return state_->error;
 }
 
+bool NcclWorker::running() const {
+  MutexLock lock(&state_->mu);
+  return state_->running;
+}
+
 void NcclWorker::WorkerLoop(const std::shared_ptr<State>& s) {
   for (;;) {
     Task task;

@@ -84,6 +84,9 @@ class NcclWorker {
 
   // The error that poisoned the queue; ok while healthy.
   absl::Status error() const;
+  // Whether a task's `run` is executing (also after its timeout was
+  // declared, until the call under it returns).
+  bool running() const;
 
  private:
   struct State;

@@ -83,6 +83,9 @@ class ProcessGroupPitstopNccl : public c10d::ProcessGroup {
   const std::string getBackendName() const override { return kBackendName; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   int nccl_version() const { return nccl_version_; }
+  // Whether the worker is inside an NCCL call (after a timeout: until the
+  // NCCL call under the failed op returns).
+  bool nccl_call_in_flight() const { return worker_->running(); }
 
   c10::intrusive_ptr<c10d::Work> broadcast(
       std::vector<at::Tensor>& tensors,

@@ -13,6 +13,7 @@ pitstop_nccl which file each NCCL function call reaches (nccl_bindings).
 """
 
 import argparse
+import gc
 import json
 import os
 
@@ -91,6 +92,14 @@ def main():
     print("rank %d losses a %.4f -> %.4f, b %.4f -> %.4f" % (
         rank, losses_a[0], losses_a[-1], losses_b[0], losses_b[-1]),
         flush=True)
+    # The DDP objects go first, while the group is alive. torch 1.13's
+    # Reducer, when it holds a group's last reference, destroys the group
+    # with the interpreter lock held; ProcessGroupGloo's destructor then
+    # joins a worker that waits for that lock to free a tensor: a deadlock
+    # at exit (seen once in this test, on gloo). pitstop_nccl releases the
+    # lock in its destructor (process_group_pitstop_nccl.h).
+    del ddp_a, ddp_b
+    gc.collect()
     dist.destroy_process_group()
 
 

@@ -138,6 +138,15 @@ def peer_fault_mode(fault, timeout_s):
             i += 1
     except RuntimeError as e:
         print("RAISED %.2f %s" % (time.monotonic() - last_ok, e), flush=True)
+    # The NCCL call under the failed op returns too: at once for a dead
+    # peer; for a hung one at the CPU NCCL backend's own timeout, which the
+    # backend set to the group's (its default is 300 s).
+    pg = dist.distributed_c10d._get_default_group()
+    raised = time.monotonic()
+    while pg.nccl_call_in_flight and time.monotonic() - raised < 60:
+        time.sleep(0.05)
+    print("RETURNED %.2f in_flight=%s" % (time.monotonic() - raised,
+                                         pg.nccl_call_in_flight), flush=True)
     # Later ops fail at once (the group is in error), even barrier.
     start = time.monotonic()
     expect_error("after the fault", lambda: dist.barrier(),

@@ -11,6 +11,7 @@ shows the same bit-identity for every float dtype gloo has.
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -36,10 +37,23 @@ def torchrun(backend, out, env=None):
            "--backend", backend, "--out", out]
     e = dict(os.environ, PITSTOP_CPU_NCCL_STORE_DIR=out)
     e.update(env or {})
-    r = subprocess.run(cmd, env=e, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, "torchrun %s exit %d:\n%s\n%s" % (
-        backend, r.returncode, r.stdout[-5000:], r.stderr[-8000:])
+    # Its own session, so that a hang can be shown and ended as a whole.
+    p = subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    try:
+        log, _ = p.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        tree = subprocess.run(["ps", "-s", str(p.pid), "-o",
+                               "pid,ppid,stat,etime,wchan:20,cmd"],
+                              capture_output=True, text=True).stdout
+        os.killpg(p.pid, signal.SIGKILL)
+        log, _ = p.communicate()
+        raise AssertionError("torchrun %s still running after 300 s; its "
+                             "processes:\n%s\noutput:\n%s" % (
+                                 backend, tree, log[-8000:]))
+    assert p.returncode == 0, "torchrun %s exit %d:\n%s" % (
+        backend, p.returncode, log[-8000:])
     return [torch.load(os.path.join(out, "%s.%d.pt" % (backend, rank)))
             for rank in range(RANKS)]
 

@@ -27,7 +27,9 @@ Module API:
     create_process_group(store, rank, world_size, timeout)
                                   the creator registered with
                                   torch.distributed.Backend.register_backend
-    ProcessGroupPitstopNccl       the C++ class (a torch ProcessGroup)
+    ProcessGroupPitstopNccl       the C++ class (a torch ProcessGroup);
+                                  properties timeout, nccl_version,
+                                  nccl_call_in_flight
     nccl_version() -> int         ncclGetVersion, e.g. 22809
     nccl_library() -> str         path of the loaded libnccl.so.2
     nccl_bindings() -> dict       NCCL function -> file its calls reach
