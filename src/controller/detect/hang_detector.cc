@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "src/controller/detect/frozen_members.h"
 #include "src/controller/detect/mismatch.h"
 #include "src/controller/detect/open_proxy_ops.h"
 #include "src/controller/detect/robust_stats.h"
@@ -16,13 +17,6 @@
 
 namespace pitstop::controller {
 namespace {
-
-// How summaries name a communicator: its name, or its hash when the
-// application gave it none.
-std::string CommLabel(const CommState& comm) {
-  return comm.comm_name.empty() ? absl::StrFormat("comm %x", comm.comm_hash)
-                                : comm.comm_name;
-}
 
 bool IsP2p(int32_t func) {
   return func == v1::COLL_FUNC_SEND || func == v1::COLL_FUNC_RECV ||
@@ -439,7 +433,15 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
     values["timeout_ns"] = static_cast<double>(timeout);
     values["max_enqueued_seq"] = static_cast<double>(max_enqueued);
     values["members_without_progress"] = unreported;
-    if (behind.empty() && !stalled.empty()) {
+    // A member whose whole process went silent explains the hang before
+    // anything else: it can take part in nothing, and the members that
+    // wait for it (behind it in the ring, or short of what it held up)
+    // would otherwise be named for it.
+    const std::set<int32_t> frozen = FrozenMembers(fp, judged);
+    if (!frozen.empty()) {
+      BuildFrozenMemberHang(*comm, fp, frozen, stuck, &f);
+      e->set_text(f.summary());
+    } else if (behind.empty() && !stalled.empty()) {
       FillFaultHeader(*comm, v1::FAULT_CLASS_NON_COMM_HANG, "hang", &f);
       std::string who;
       for (int32_t r : stalled) {
