@@ -5,7 +5,8 @@
 #   pitstop-controller       /usr/bin/pitstop-controller, its unit, controller.yaml
 #   pitstopctl               /usr/bin/pitstopctl, /usr/bin/pitstop (analyze, replay)
 #   libnccl-profiler-pitstop the in-process library, the NCCL tuner, the Slurm TaskProlog
-#   python3-pitstop          the trainer library (when python/pitstop exists)
+#   python3-pitstop          the trainer library (when python/pitstop exists),
+#                            its gRPC stubs and the torch backend extension
 #
 # Units and /etc files have absolute destinations: packages (and a root
 # `cmake --install`) put them where systemd and operators look. The units'
@@ -58,12 +59,37 @@ install(FILES deploy/grafana/pitstop-dashboard.json
         DESTINATION share/pitstop/grafana COMPONENT controller)
 
 set(_components agent controller ctl profiler)
+set(_py_dest lib/python3/dist-packages)
 if(EXISTS ${PROJECT_SOURCE_DIR}/python/pitstop)
-  # The trainer library (issue #16), pure Python.
-  install(DIRECTORY python/pitstop DESTINATION lib/python3/dist-packages
+  # The trainer library (issue #16).
+  install(DIRECTORY python/pitstop DESTINATION ${_py_dest}
           COMPONENT python PATTERN "__pycache__" EXCLUDE)
+  # Its generated stubs of trainer.proto (pitstop.v1): without them the
+  # installed TrainerClient cannot reach the agent.
+  if(PITSTOP_PY_GEN_DIR)
+    install(DIRECTORY ${PITSTOP_PY_GEN_DIR}/pitstop/v1
+            DESTINATION ${_py_dest}/pitstop COMPONENT python
+            PATTERN "__pycache__" EXCLUDE)
+  endif()
+  # The torch backend (issue #28, src/torch_backend): pitstop.torch.
+  # _nccl_backend beside pitstop/torch/nccl_backend.py. Never the CPU NCCL
+  # backend: users point LD_LIBRARY_PATH at a libnccl.so.2 (docs/pytorch.md).
+  if(PITSTOP_TORCH_BACKEND_TARGET)
+    install(TARGETS ${PITSTOP_TORCH_BACKEND_TARGET}
+            LIBRARY DESTINATION ${_py_dest}/pitstop/torch COMPONENT python)
+  endif()
   list(APPEND _components python)
 endif()
+
+# What tools/build-packages.sh builds: every target the packages install.
+add_custom_target(pitstop_packages)
+add_dependencies(pitstop_packages pitstop-agent pitstop-controller pitstopctl
+                 pitstop nccl-profiler-pitstop nccl-tuner-pitstop)
+foreach(_t pitstop_py_proto ${PITSTOP_TORCH_BACKEND_TARGET})
+  if(TARGET ${_t})
+    add_dependencies(pitstop_packages ${_t})
+  endif()
+endforeach()
 
 # --- Debian packages ----------------------------------------------------------
 set(CPACK_GENERATOR "DEB")
@@ -102,10 +128,31 @@ set(CPACK_DEBIAN_PROFILER_PACKAGE_SECTION "libs")
 set(CPACK_COMPONENT_PROFILER_DESCRIPTION
     "pitstop in-process library (NCCL profiler plugin)\n Loaded by NCCL through NCCL_PROFILER_PLUGIN or LD_PRELOAD; records\n collective timings and streams them to pitstop-agent. Includes a Slurm\n TaskProlog that sets NCCL_PROFILER_PLUGIN and PITSTOP_JOB_ID, and the\n NCCL tuner libnccl-tuner-pitstop.so (NCCL_TUNER_PLUGIN=pitstop) that\n applies the controller's flow plan.")
 set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME "python3-pitstop")
-set(CPACK_DEBIAN_PYTHON_PACKAGE_ARCHITECTURE "all")
-set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS "python3")
+set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION "python")
+if(PITSTOP_TORCH_BACKEND_TARGET)
+  # The extension: this architecture, this CPython (its file name carries
+  # the ABI tag) and this libtorch's C++ ABI. Its DT_NEEDED libnccl.so.2
+  # belongs to no Debian package (NVIDIA's NCCL, or the CPU backend of a
+  # pitstop build), so dpkg-shlibdeps cannot run: the libraries it links
+  # are listed here (readelf -d; tests/deploy/package_test.py checks them).
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_SHLIBDEPS OFF)
+  set(_py ${PITSTOP_TORCH_BACKEND_PYTHON})     # e.g. 3.11
+  set(_torch ${PITSTOP_TORCH_BACKEND_TORCH})   # e.g. 1.13
+  string(REGEX REPLACE "^([0-9]+)\\.([0-9]+)$" "\\2" _py_minor ${_py})
+  string(REGEX REPLACE "^([0-9]+)\\.([0-9]+)$" "\\1" _py_major ${_py})
+  string(REGEX REPLACE "^([0-9]+)\\.([0-9]+)$" "\\2" _torch_minor ${_torch})
+  string(REGEX REPLACE "^([0-9]+)\\.([0-9]+)$" "\\1" _torch_major ${_torch})
+  math(EXPR _py_next "${_py_minor} + 1")
+  math(EXPR _torch_next "${_torch_minor} + 1")
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS
+      "python3 (>= ${_py}~), python3 (<< ${_py_major}.${_py_next}), python3-torch (>= ${_torch}), python3-torch (<< ${_torch_major}.${_torch_next}~), libtorch${_torch}, libabsl20220623, libc6 (>= 2.34), libstdc++6 (>= 12), libgcc-s1, python3-grpcio, python3-protobuf")
+else()
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_ARCHITECTURE "all")
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS
+      "python3, python3-grpcio, python3-protobuf")
+endif()
 set(CPACK_COMPONENT_PYTHON_DESCRIPTION
-    "pitstop trainer library for Python\n Lets training code talk to pitstop (trainer side of migration and\n local SGD).")
+    "pitstop trainer library for Python\n Lets training code talk to pitstop (trainer side of migration and\n local SGD, multi-LoRA). pitstop.torch.nccl_backend registers the\n pitstop_nccl torch.distributed backend, whose collectives call the\n NCCL C API of the libnccl.so.2 on the loader path: a test and demo\n component for machines without a GPU (with GPUs keep torch's nccl).")
 
 # Maintainer scripts: the pitstop user/group and the units.
 foreach(daemon agent controller)

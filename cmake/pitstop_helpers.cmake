@@ -18,11 +18,33 @@ function(pitstop_cc_library)
   target_link_libraries(${P_NAME} PUBLIC ${P_DEPS})
 endfunction()
 
+# In the TSan build, links `target` (an executable) with the definitions of
+# absl::Mutex / absl::CondVar (and gRPC's ScheduleOnDone) that tell TSan how
+# Debian's Abseil and gRPC synchronise, and exports them so that libgrpc's and
+# libgpr's calls reach them (src/common/tsan_grpc_sync.cc). Nothing in other
+# builds.
+function(pitstop_tsan_grpc_sync target)
+  if(TARGET pitstop_tsan_grpc_sync)
+    target_link_libraries(${target} PRIVATE pitstop_tsan_grpc_sync)
+    target_link_options(${target} PRIVATE
+      "LINKER:--export-dynamic-symbol=_ZN4absl7debian35Mutex*"
+      "LINKER:--export-dynamic-symbol=_ZN4absl7debian37CondVar*"
+      "LINKER:--export-dynamic-symbol=_ZN4grpc8internal18ServerCallbackCall*"
+      "LINKER:--export-dynamic-symbol=grpc_call_start_batch"
+      "LINKER:--export-dynamic-symbol=grpc_completion_queue_next"
+      "LINKER:--export-dynamic-symbol=grpc_completion_queue_pluck"
+      "LINKER:--export-dynamic-symbol=_Z14grpc_cq_end_op*"
+      "LINKER:--export-dynamic-symbol=_ZN4grpc6Server23UnrefWithPossibleNotifyEv"
+      "LINKER:--export-dynamic-symbol=_ZN4grpc6Server18UnrefAndWaitLockedEv")
+  endif()
+endfunction()
+
 function(pitstop_cc_binary)
   cmake_parse_arguments(P "" "NAME" "SRCS;DEPS" ${ARGN})
   add_executable(${P_NAME} ${P_SRCS})
   target_include_directories(${P_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR})
   target_link_libraries(${P_NAME} PRIVATE ${P_DEPS})
+  pitstop_tsan_grpc_sync(${P_NAME})
 endfunction()
 
 function(pitstop_cc_test)
@@ -30,6 +52,7 @@ function(pitstop_cc_test)
   add_executable(${P_NAME} ${P_SRCS})
   target_include_directories(${P_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR})
   target_link_libraries(${P_NAME} PRIVATE ${P_DEPS} GTest::gmock GTest::gtest_main)
+  pitstop_tsan_grpc_sync(${P_NAME})
   if(NOT P_TIMEOUT)
     set(P_TIMEOUT 120)
   endif()

@@ -3,7 +3,8 @@
 # in-process library and the NCCL tuner (docs/deploy.md):
 #   build/packages/pitstop-agent_<v>_amd64.deb, pitstop-controller_...,
 #   pitstopctl_..., libnccl-profiler-pitstop_..., python3-pitstop_... (when
-#   python/pitstop exists), and
+#   python/pitstop exists; with the torch backend when libtorch-dev is
+#   installed), and
 #   build/packages/libnccl-profiler-pitstop-<v>-linux-<arch>.tar.gz
 # Uses the default build (build/, the same as tools/test.sh), so it costs
 # only the packaging on top of a build. Install on a node with
@@ -20,9 +21,10 @@ out=$(cd "$out" && pwd)
 if ((build)); then
   tools/install-deps.sh
   cmake --preset default ${PITSTOP_CMAKE_ARGS:-}
+  # pitstop_packages (cmake/packaging.cmake): the daemons, tools, the
+  # library and tuner, the Python stubs and the torch backend extension.
   cmake --build --preset default -j "${PITSTOP_JOBS:-$(nproc)}" \
-    --target pitstop-agent pitstop-controller pitstopctl pitstop \
-    nccl-profiler-pitstop nccl-tuner-pitstop
+    --target pitstop_packages
 fi
 
 echo "build-packages: Debian packages -> $out"

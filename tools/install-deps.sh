@@ -27,6 +27,16 @@ PACKAGES=(
   libgloo-dev
   # Certificates checked before a SIGHUP reload (src/common/tls_reloader.cc)
   libssl-dev
+  # The torch backend over the NCCL C API (src/torch_backend, issue #28): a c10d
+  # extension built against Debian's libtorch (same version as python3-torch),
+  # its pybind11 bindings and the Python headers
+  libtorch-dev pybind11-dev python3-dev
+  # The torch job's corpus (tools/torch-job, docs/pytorch.md): 2.6 MB of
+  # fortune cookies, plain text under /usr/share/games/fortunes
+  fortunes
+  # systemd-analyze: the unit file tests (agent, controller) verify and rate
+  # deploy/*.service; .ci/run does not accept them skipped
+  systemd
 )
 
 missing=()

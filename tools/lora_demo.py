@@ -52,7 +52,6 @@ SAMPLES_WINDOW_SKIP = 10
 
 
 def worker(a):
-    import datetime
     import logging
 
     import torch
@@ -62,14 +61,12 @@ def worker(a):
     from pitstop.torch import lora_model as lm
     from pitstop.torch.multi_lora import MultiLoraTrainer, PipelineFailed
     from pitstop.torch.placement import compute_placement
-    from trainer_demo import load_corpus
+    from trainer_demo import init_backend, load_corpus
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="rank%d %%(message)s" % a.rank)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method="file://" + a.init,
-                            rank=a.rank, world_size=a.world,
-                            timeout=datetime.timedelta(seconds=120))
+    init_backend(a.backend, a.init, a.rank, a.world, timeout_s=120)
     text = load_corpus()
     chars = sorted(set(text))
     idx = {c: i for i, c in enumerate(chars)}
@@ -131,13 +128,17 @@ def worker(a):
 
 
 def run_job(args, daemons, tmp, name, slow_rank, force_move=""):
-    from trainer_demo import run_ranks
+    from trainer_demo import backend_env, run_ranks
+    build = os.path.abspath(args.build)
     flags = ["--job", name, "--slow-rank", str(slow_rank), "--force-move",
              force_move] + model_flags(args)
     if daemons is not None:
         flags += ["--socket", daemons.socket]
     res = run_ranks(__file__, args.world, tmp, name, flags,
-                    args.run_timeout_s, "lora_demo")
+                    args.run_timeout_s, "lora_demo",
+                    env=lambda r: backend_env(
+                        build, args.backend, name, r,
+                        daemons.shm_socket if daemons else ""))
     job = {}
     if daemons is not None:
         time.sleep(1.5)  # the last reports reach the controller
@@ -152,7 +153,8 @@ def model_flags(args):
             "--micro-batches", str(args.micro_batches), "--lr", str(args.lr),
             "--slow-from", str(args.slow_from),
             "--device-ms-per-block", str(args.device_ms_per_block),
-            "--probe-every", str(args.probe_every)]
+            "--probe-every", str(args.probe_every),
+            "--backend", args.backend]
 
 
 def throughput(res, first_step):
@@ -302,6 +304,13 @@ def add_model_args(p):
     p.add_argument("--probe-every", type=int, default=5,
                    help="an excluded rank times one block every N steps "
                    "(default 5)")
+    p.add_argument("--backend", choices=("pitstop_nccl", "gloo"),
+                   default="gloo",
+                   help="the pipeline's point-to-point and agreement "
+                   "collectives: pitstop_nccl (the NCCL C API over the "
+                   "build's CPU NCCL backend, the pitstop library preloaded: "
+                   "NCCL telemetry reaches the controller; not measured "
+                   "yet) or gloo (default)")
 
 
 def check_args(ap, args):

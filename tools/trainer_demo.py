@@ -2,9 +2,16 @@
 """The local-SGD demo of tools/trainer-demo.sh (docs/policies.md).
 
 A small GPT-style character-level language model trained on the text of
-/usr/share/common-licenses by 4 processes (torch.distributed, gloo) through
-pitstop.torch.EDiT, with a real pitstop-controller and pitstop-agent on
-loopback. Runs with the same token budget:
+/usr/share/common-licenses by 4 processes through pitstop.torch.EDiT, with
+a real pitstop-controller and pitstop-agent on loopback. With --backend
+pitstop_nccl the collectives go through the NCCL C API (the CPU NCCL
+backend as libnccl.so.2 and the pitstop library LD_PRELOADed, streaming
+every collective to the agent), so the controller finds the half-speed rank
+from NCCL telemetry and that confirmed straggler fault is what switches the
+job (--slow-signal confirmed-faults); --backend gloo (the default, on which
+docs/policies.md's numbers were measured) has no telemetry: the step
+reports' stragglers switch it. Runs with the same
+token budget:
 
   healthy      no slow rank, sync policy AUTO   (pitstop must not switch)
   slow-sync    rank 3 at half speed, policy OFF (synchronous throughout)
@@ -49,6 +56,60 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 CORPUS_DIR = "/usr/share/common-licenses"
 
 from trainer_demo_report import median_step, report, summary  # noqa: E402
+
+
+# --- the collectives' backend ---------------------------------------------------
+BACKENDS = ("pitstop_nccl", "gloo")
+
+
+def backend_env(build, backend, job, rank, shm_socket="", host="demo-node"):
+    """Environment of one rank. pitstop_nccl: the CPU NCCL backend of the
+    build as libnccl.so.2 and, with an agent (`shm_socket`, its
+    shared-memory socket), the pitstop library LD_PRELOADed, reporting as
+    `host` and job `job` -- the trainers' job id, so the controller's
+    faults and the step reports name the same job. RANK / LOCAL_RANK tell
+    the library the rank (torchrun sets them; the demos start ranks
+    themselves). gloo: nothing."""
+    if backend != "pitstop_nccl":
+        return {}
+    lib = os.path.join(build, "src/nccl/cpu/lib")
+    env = {"LD_LIBRARY_PATH": lib + (":" + os.environ["LD_LIBRARY_PATH"]
+                                     if os.environ.get("LD_LIBRARY_PATH")
+                                     else ""),
+           "PITSTOP_JOB_ID": job, "RANK": str(rank), "LOCAL_RANK": str(rank)}
+    if shm_socket:
+        env.update({
+            "LD_PRELOAD": os.path.join(build,
+                                       "plugin/libnccl-profiler-pitstop.so"),
+            "PITSTOP_AGENT_SOCKET": shm_socket, "PITSTOP_HOST": host})
+    return env
+
+
+def backend_missing(build, backend):
+    """What pitstop_nccl needs from the build and lacks (empty: ok)."""
+    if backend != "pitstop_nccl":
+        return []
+    need = ["src/nccl/cpu/lib/libnccl.so.2",
+            "plugin/libnccl-profiler-pitstop.so"]
+    gen = os.path.join(build, "python/pitstop/torch")
+    missing = [os.path.join(build, n) for n in need
+               if not os.path.exists(os.path.join(build, n))]
+    if not (os.path.isdir(gen) and any(f.startswith("_nccl_backend.")
+                                       for f in os.listdir(gen))):
+        missing.append(os.path.join(gen, "_nccl_backend.*.so"))
+    return missing
+
+
+def init_backend(backend, init, rank, world, timeout_s=300):
+    """init_process_group on a FileStore (`init`), either backend."""
+    import datetime
+
+    import torch.distributed as dist
+    if backend == "pitstop_nccl":
+        import pitstop.torch.nccl_backend  # noqa: F401 (registers it)
+    dist.init_process_group(backend, init_method="file://" + init,
+                            rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout_s))
 
 
 # --- data and model -----------------------------------------------------------
@@ -217,8 +278,7 @@ def worker(args):
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="rank%d %%(message)s" % args.rank)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method="file://" + args.init,
-                            rank=args.rank, world_size=args.world)
+    init_backend(args.backend, args.init, args.rank, args.world)
     text = load_corpus()
     chars = sorted(set(text))
     idx = {c: i for i, c in enumerate(chars)}
@@ -237,7 +297,12 @@ def worker(args):
                 outer_momentum=args.outer_momentum,
                 lr_lambda=lr_schedule(args),
                 min_sync_steps=args.min_sync_steps,
-                switch_timeout_s=10.0)
+                switch_timeout_s=10.0,
+                # The control exchange on gloo: the pitstop_nccl communicator
+                # carries the gradient all-reduce only, whose late rank the
+                # straggler detector needs in (nearly) every collective.
+                control_group=(dist.new_group(backend="gloo")
+                               if args.backend != "gloo" else None))
     gen = torch.Generator().manual_seed(1000 + args.rank)
     tokens_per_step = args.batch * args.block
     budget = args.budget_steps * args.world * tokens_per_step
@@ -360,6 +425,8 @@ class Daemons:
             self.port = int(f.read().strip())
         self.controller = "127.0.0.1:%d" % self.port
         self.socket = os.path.join(self.tmp, "agent.sock")
+        # The library's socket: the agent's default pairing.
+        self.shm_socket = os.path.join(self.tmp, "agent-shm.sock")
         agent = [os.path.join(self.build, "src/agent/pitstop-agent"),
                  "--ingest-socket", self.socket, "--controller",
                  self.controller, "--metrics-address", "", "--batch-ms",
@@ -391,11 +458,12 @@ class Daemons:
                     p.kill()
 
 
-def run_ranks(script, world, tmp, name, flags, timeout_s, prog):
+def run_ranks(script, world, tmp, name, flags, timeout_s, prog, env=None):
     """Starts `world` ranks of `script` ("worker" subcommand, --rank,
-    --world, --init, --out plus `flags`), waits for all (killing all when
-    one fails: the run exits naming its log) and returns their JSON
-    outputs in rank order. Shared by the local-SGD and multi-LoRA demos."""
+    --world, --init, --out plus `flags`; `env(rank)`: more environment),
+    waits for all (killing all when one fails: the run exits naming its
+    log) and returns their JSON outputs in rank order. Shared by the
+    local-SGD and multi-LoRA demos."""
     init = os.path.join(tmp, name + ".store")
     procs, outs = [], []
     logf = open(os.path.join(tmp, name + ".log"), "w")
@@ -405,7 +473,9 @@ def run_ranks(script, world, tmp, name, flags, timeout_s, prog):
         cmd = [sys.executable, os.path.abspath(script), "worker",
                "--rank", str(r), "--world", str(world), "--init", init,
                "--out", out] + list(flags)
-        procs.append(subprocess.Popen(cmd, stdout=logf, stderr=logf))
+        procs.append(subprocess.Popen(
+            cmd, stdout=logf, stderr=logf,
+            env=dict(os.environ, **(env(r) if env else {}))))
     for p in procs:
         if p.wait(timeout=timeout_s) != 0:
             for q in procs:
@@ -419,11 +489,15 @@ def run_ranks(script, world, tmp, name, flags, timeout_s, prog):
 
 
 def run_job(args, daemons, tmp, name, slow_rank, extra=()):
+    build = os.path.abspath(args.build)
     res = run_ranks(__file__, args.world, tmp, name,
                     ["--job", name, "--socket",
                      daemons.socket if daemons else "",
                      "--slow-rank", str(slow_rank)] + model_flags(args) +
-                    list(extra), args.run_timeout_s, "trainer_demo")
+                    list(extra), args.run_timeout_s, "trainer_demo",
+                    env=lambda r: backend_env(
+                        build, args.backend, name, r,
+                        daemons.shm_socket if daemons else ""))
     losses = {}
     for r in res:
         losses.update({int(i): v for i, v in r["eval_part"].items()})
@@ -492,25 +566,30 @@ def model_flags(args):
             "--eval-batch", str(args.eval_batch),
             "--period-ms", str(args.period_ms),
             "--outer-lr", str(args.outer_lr),
-            "--outer-momentum", str(args.outer_momentum)]
+            "--outer-momentum", str(args.outer_momentum),
+            "--backend", args.backend]
 
 
 def local_sgd(args):
     build = os.path.abspath(args.build)
-    for b in ["src/controller/pitstop-controller", "src/agent/pitstop-agent",
-              "tools/pitstopctl/pitstopctl", "python/pitstop/v1/trainer_pb2.py"]:
-        if not os.path.exists(os.path.join(build, b)):
-            sys.exit("trainer_demo: %s missing; build first: cmake --preset "
-                     "default && cmake --build --preset default" %
-                     os.path.join(build, b))
+    missing = [os.path.join(build, b) for b in [
+        "src/controller/pitstop-controller", "src/agent/pitstop-agent",
+        "tools/pitstopctl/pitstopctl", "python/pitstop/v1/trainer_pb2.py"]
+        if not os.path.exists(os.path.join(build, b))]
+    missing += backend_missing(build, args.backend)
+    if missing:
+        sys.exit("trainer_demo: %s missing; build first: cmake --preset "
+                 "default && cmake --build --preset default" %
+                 ", ".join(missing))
     os.environ["PITSTOP_PY_GEN"] = os.path.join(build, "python")
     tmp = tempfile.mkdtemp(prefix="pitstop-demo-")
     log = open(os.path.join(tmp, "daemons.log"), "w")
     daemons = Daemons(build, tmp, log)
-    print("trainer-demo: %d ranks, GPT %d layers x %d, budget %d steps x %d "
-          "ranks x %d tokens; logs in %s" %
-          (args.world, args.layers, args.embd, args.budget_steps, args.world,
-           args.batch * args.block, tmp), flush=True)
+    print("trainer-demo: %d ranks on %s, GPT %d layers x %d, budget %d "
+          "steps x %d ranks x %d tokens, the switch on %s; logs in %s" %
+          (args.world, args.backend, args.layers, args.embd,
+           args.budget_steps, args.world, args.batch * args.block,
+           args.slow_signal, tmp), flush=True)
     given = {k: getattr(args, k) > 0
              for k in ("period_ms", "slow_persist_s", "eval_every_s")}
     settle(args, given, calibrate(args, tmp), "calibration runs")
@@ -544,7 +623,8 @@ def local_sgd(args):
                             str(args.slow_persist_s), "--healthy-s",
                             str(args.healthy_s), "--local-mode", "timed",
                             "--period-ms", str(args.period_ms),
-                            "--apply-lead-steps", "3", *timed)
+                            "--apply-lead-steps", "3", "--slow-signal",
+                            args.slow_signal, *timed)
             res, job = run_job(args, daemons, tmp, name, slow)
             results[name] = (kind, res, job)
             summary(name, res, job)
@@ -610,6 +690,13 @@ def add_model_args(p):
                    "slowed rank (DeviceTime); 0: CPU only, as rounds 1-4")
     p.add_argument("--outer-lr", type=float, default=1.0)
     p.add_argument("--outer-momentum", type=float, default=0.5)
+    p.add_argument("--backend", choices=BACKENDS, default="gloo",
+                   help="the collectives' backend: pitstop_nccl (the NCCL C "
+                   "API over the build's CPU NCCL backend, the pitstop "
+                   "library preloaded: NCCL telemetry reaches the "
+                   "controller; the switch then waits for its confirmed "
+                   "straggler fault) or gloo (default: no telemetry, the step "
+                   "reports' stragglers switch; the measured setting)")
 
 
 def main():
@@ -640,6 +727,13 @@ def main():
     d.add_argument("--calibrate-steps", type=int, default=30)
     d.add_argument("--healthy-s", type=int, default=120)
     d.add_argument("--run-timeout-s", type=int, default=900)
+    d.add_argument("--slow-signal", default="",
+                   choices=["", "confirmed-faults", "steps-or-faults"],
+                   help="what switches the job (the sync policy's "
+                   "slow_signal): confirmed-faults (a straggler the "
+                   "controller confirmed from NCCL telemetry; the default "
+                   "with --backend pitstop_nccl) or steps-or-faults (step "
+                   "reports too; the default with gloo)")
     d.add_argument("--keep", action="store_true", help="keep the logs")
     d.add_argument("--runs", default="healthy,slow-sync,slow-auto",
                    help="which runs (all three for the summary line)")
@@ -686,6 +780,12 @@ def check_args(ap, args):
     if args.budget_steps < 1 or args.device_ms < 0 or args.slow_factor < 1:
         bad.append("--budget-steps >= 1, --device-ms >= 0 and "
                    "--slow-factor >= 1 are required")
+    if not args.slow_signal:
+        args.slow_signal = ("confirmed-faults" if args.backend == "pitstop_nccl"
+                            else "steps-or-faults")
+    elif args.slow_signal == "confirmed-faults" and args.backend == "gloo":
+        bad.append("--slow-signal confirmed-faults needs --backend "
+                   "pitstop_nccl (gloo's collectives send no telemetry)")
     if bad:
         ap.error("; ".join(bad))
 

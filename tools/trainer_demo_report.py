@@ -45,15 +45,28 @@ def summary(name, res, job, quiet=False):
     if quiet:
         return overhead, len(sent)
     print("%-10s wall %6.1f s, steps per rank %s, outer syncs %d, final loss "
-          "%.4f at %d tokens, switches %s, controller decisions sent %d, "
+          "%.4f at %d tokens, switches %s, controller decisions sent %d%s, "
           "report overhead %.3f%% of step time (%d reports sent, %d dropped)"
           "%s" %
           (name, r0["wall_s"], steps, r0["outer_syncs"], r0["evals"][-1][2],
            r0["evals"][-1][1], [(s[0], s[1], s[2]) for s in r0["switches"]],
-           len(sent), 100 * overhead, sum(r["reports_sent"] for r in res),
+           len(sent), trigger_text(sent), 100 * overhead,
+           sum(r["reports_sent"] for r in res),
            sum(r["reports_dropped"] for r in res), host_bound_text(res)),
           flush=True)
     return overhead, len(sent)
+
+
+def trigger_text(sent):
+    """What made the controller switch: the faults its first sent
+    decision names (a straggler confirmed from NCCL telemetry), or the
+    step reports' stragglers."""
+    if not sent:
+        return ""
+    faults = sent[0].get("fault_ids", [])
+    if faults:
+        return " (trigger: fault %s)" % ",".join(faults)
+    return " (trigger: step-time stragglers)"
 
 
 def host_bound_text(res):

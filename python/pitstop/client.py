@@ -7,8 +7,20 @@ deadline) and collects the directives in the answer. With no agent (socket
 missing, agent down, stubs not generated) training runs unchanged: the
 client says so once, drops reports, and retries every few seconds.
 
-Thread-safety: ``report``, ``take_directives``, ``set_state`` and ``close``
-may be called from any thread.
+Profile requests (a torch.profiler window the controller asks of this
+trainer when its rank, or a peer it is compared with, is the suspect of a
+slow-rank fault) arrive in the same answers: ``take_profile_requests()``
+hands them to the training loop (pitstop.torch.profiling.StepProfiler runs
+them) and ``send_profile()`` queues the summary for the next request.
+
+Socket: ``socket=``, else ``$PITSTOP_TRAINER_SOCKET``, else
+``$PITSTOP_AGENT_SOCKET`` -- which, for the in-process library preloaded
+into the same process, names the agent's *shared-memory* socket
+(``...-shm.sock``); the client then talks to the agent's gRPC socket next
+to it (``...-shm.sock`` -> ``....sock``, the agent's default pairing).
+
+Thread-safety: ``report``, ``take_directives``, ``take_profile_requests``,
+``send_profile``, ``set_state`` and ``close`` may be called from any thread.
 """
 
 import collections
@@ -20,6 +32,9 @@ import time
 log = logging.getLogger("pitstop")
 
 DEFAULT_SOCKET = "/run/pitstop/agent.sock"
+# Answers to profile requests held while the agent is away (the oldest are
+# dropped beyond) and profile requests waiting for the training loop.
+MAX_PENDING_PROFILES = 4
 # The agent's limit on steps per ReportSteps request (kMaxStepsPerReport in
 # src/controller/trainers/trainer_policy.h; the agent checks the same).
 MAX_STEPS_PER_REQUEST = 4096
@@ -65,6 +80,41 @@ class Directive:
                  self.period_ms, self.apply_at_step, self.reason))
 
 
+class ProfileRequest:
+    """A torch.profiler window the controller asks of this trainer
+    (trainer.proto ProfileRequest)."""
+
+    __slots__ = ("request_id", "steps", "max_ops", "max_duration_ms",
+                 "reason")
+
+    def __init__(self, request_id, steps, max_ops=64, max_duration_ms=20000,
+                 reason=""):
+        self.request_id = int(request_id)
+        self.steps = int(steps)
+        self.max_ops = int(max_ops)
+        self.max_duration_ms = int(max_duration_ms)
+        self.reason = reason
+
+    def __repr__(self):
+        return ("ProfileRequest(id=%d, steps=%d, max_ops=%d, "
+                "max_duration_ms=%d, reason=%r)" %
+                (self.request_id, self.steps, self.max_ops,
+                 self.max_duration_ms, self.reason))
+
+
+def default_socket():
+    """The agent's gRPC socket for step reports (see the module doc)."""
+    s = os.environ.get("PITSTOP_TRAINER_SOCKET")
+    if s:
+        return s
+    s = os.environ.get("PITSTOP_AGENT_SOCKET")
+    if not s:
+        return DEFAULT_SOCKET
+    if s.endswith("-shm.sock"):
+        return s[:-len("-shm.sock")] + ".sock"
+    return s
+
+
 def _placement(d):
     if not d.HasField("placement"):
         return None
@@ -90,8 +140,7 @@ class TrainerClient:
         self.job_id = job_id
         self.global_rank = int(global_rank)
         self.world_size = int(world_size)
-        self.socket = socket or os.environ.get("PITSTOP_AGENT_SOCKET",
-                                               DEFAULT_SOCKET)
+        self.socket = socket or default_socket()
         self.flush_interval_s = flush_interval_s
         self._queue = collections.deque(maxlen=max_queue)
         self._lock = threading.Lock()
@@ -102,6 +151,9 @@ class TrainerClient:
         self._mode = MODES["sync"]
         self._seen_directive = 0
         self._inbox = []
+        self._profile_inbox = []   # ProfileRequest, for the training loop
+        self._profiles_out = []    # ProfileResult messages to send
+        self._profile_ids = set()  # request ids received (each taken once)
         self._connected = None  # None: not tried yet
         self.refused = 0  # reports the agent answered with a refusal
         self._nan_logged = False
@@ -146,6 +198,25 @@ class TrainerClient:
         with self._lock:
             out, self._inbox = self._inbox, []
         return out
+
+    def take_profile_requests(self):
+        """Profile requests received since the last call (oldest first)."""
+        with self._lock:
+            out, self._profile_inbox = self._profile_inbox, []
+        return out
+
+    def send_profile(self, request_id, first_step=0, steps=0, wall_s=0.0,
+                     ops=(), error=""):
+        """Queues the answer to profile request `request_id` for the next
+        request to the agent. ops: (name, calls, self_cpu_s, total_cpu_s)
+        tuples; error: why nothing was captured. Never blocks."""
+        item = (int(request_id), int(first_step), int(steps), float(wall_s),
+                tuple((str(n)[:256], int(c), float(s), float(t))
+                      for n, c, s, t in ops), str(error)[:1024])
+        with self._lock:
+            self._profiles_out.append(item)
+            del self._profiles_out[:-MAX_PENDING_PROFILES]
+        self._wake.set()
 
     def set_state(self, mode=None):
         with self._lock:
@@ -206,6 +277,20 @@ class TrainerClient:
             req.current_mode = self._mode
             req.seen_directive_id = self._seen_directive
             req.dropped_reports = self._dropped
+            profiles = list(self._profiles_out)
+        for rid, first, steps, wall, ops, error in profiles:
+            p = req.profiles.add()
+            p.request_id = rid
+            p.first_step = first
+            p.steps = steps
+            p.wall_ns = int(wall * 1e9)
+            p.error = error
+            for name, calls, self_s, total_s in ops:
+                o = p.ops.add()
+                o.name = name
+                o.calls = calls
+                o.self_cpu_ns = int(self_s * 1e9)
+                o.total_cpu_ns = int(total_s * 1e9)
         for step, start, wall, phases, mode, tokens, loss, lora in items:
             s = req.steps.add()
             s.step = step
@@ -253,6 +338,8 @@ class TrainerClient:
         except self._grpc.RpcError as e:
             if e.code() in self._refusals:
                 self._refused(e, len(chunk))
+                # A refused answer would be refused again: dropped too.
+                self._answered_profiles(req, self._pb.ReportStepsResponse())
                 return True
             with self._lock:
                 self._dropped += unsent
@@ -267,6 +354,7 @@ class TrainerClient:
             log.info("pitstop: agent at unix:%s reachable again", self.socket)
         self._connected = True
         self._sent += len(chunk)
+        self._answered_profiles(req, resp)
         self.controller_connected = resp.controller_connected
         new = []
         for d in resp.directives:
@@ -280,6 +368,23 @@ class TrainerClient:
                         self._seen_directive = d.directive_id
                         self._inbox.append(d)
         return True
+
+    def _answered_profiles(self, req, resp):
+        """After a request the agent took: the profile answers it carried
+        are delivered; the profile requests in its answer wait for the
+        training loop."""
+        sent = {p.request_id for p in req.profiles}
+        with self._lock:
+            self._profiles_out = [p for p in self._profiles_out
+                                  if p[0] not in sent]
+            for r in resp.profile_requests:
+                if r.request_id in self._profile_ids:
+                    continue
+                self._profile_ids.add(r.request_id)
+                self._profile_inbox.append(ProfileRequest(
+                    r.request_id, r.steps, r.max_ops, r.max_duration_ms,
+                    r.reason))
+                del self._profile_inbox[:-MAX_PENDING_PROFILES]
 
     def _refused(self, error, n):
         """The agent answered and refused the request (a report it cannot

@@ -199,7 +199,10 @@ void AgentCore::FillBatch(size_t max_summaries, v1::ConnectRequest* out) {
     Collect(s->joiner.get());
     s->joiner->SnapshotProgress(&progress);
   }
-  for (auto& p : progress) *out->add_progress() = std::move(p);
+  for (auto& p : progress) {
+    p.set_process_silent_ns(ledger_.SilentNs(p.pid()));
+    *out->add_progress() = std::move(p);
+  }
   buffer_.Drain(max_summaries, out);
   *out->mutable_counters() = Counters();
   out->mutable_counters()->set_rank_records_sent(sent);

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,24 @@ constexpr int kSweepMs = 500;
 constexpr int kOutOfFdsPauseMs = 100;
 
 int OpenReserve() { return open("/dev/null", O_RDONLY | O_CLOEXEC); }
+
+// The inode of the socket descriptor `fd` of this process names now, from
+// /proc/self/fd; 0 when it is closed or names something else. Not fstat():
+// gRPC owns a descriptor once it is handed over and closes it on its own
+// threads, and another thread (a metrics scrape's accept) may get the number
+// again at any moment, so the listener never calls a descriptor function on
+// a number it no longer owns; it reads the process's descriptor table.
+ino_t SocketInodeOf(int fd) {
+  char path[32];
+  std::snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+  char target[64];
+  const ssize_t n = readlink(path, target, sizeof(target) - 1);
+  if (n <= 0) return 0;
+  target[n] = '\0';
+  unsigned long long inode = 0;
+  if (std::sscanf(target, "socket:[%llu]", &inode) != 1) return 0;
+  return static_cast<ino_t>(inode);
+}
 
 }  // namespace
 
@@ -175,8 +194,7 @@ void IngestListener::ShedWithReserve() {
 
 void IngestListener::Sweep() {
   for (auto it = live_.begin(); it != live_.end();) {
-    struct stat st;
-    if (fstat(it->first, &st) != 0 || st.st_ino != it->second) {
+    if (SocketInodeOf(it->first) != it->second) {
       live_.erase(it++);
     } else {
       ++it;

@@ -16,7 +16,8 @@
 // gRPC owns and closes every descriptor handed over. To know how many are
 // still open, the listener remembers (fd, inode) of each and, every 500 ms
 // and when the cap is reached, forgets those whose fd is closed or now
-// names another file.
+// names another file, reading /proc/self/fd (never calling a descriptor
+// function on a number gRPC may have closed and another thread reused).
 //
 // Thread-safe: one thread of its own; stats() from any thread.
 #ifndef PITSTOP_AGENT_INGEST_LISTENER_H_

@@ -23,6 +23,7 @@ void ProcessLedger::Hello(uint64_t stream, const shm::HelloFrame& hello) {
     it = entries_.emplace(key, std::move(e)).first;
   }
   Entry& e = it->second;
+  e.heard_ns = clock_->MonotonicNanos();
   ++e.connections;
   e.ended_ns = 0;
   e.rec.set_ended(false);
@@ -44,6 +45,7 @@ void ProcessLedger::Counters(uint64_t stream, const shm::Counters& counters) {
   MutexLock lock(&mu_);
   Entry* e = Find(stream);
   if (e == nullptr) return;
+  e->heard_ns = clock_->MonotonicNanos();
   // Cumulative on the process's side: a smaller value is a reordering or
   // a lie, never a reset (a restarted process has a new key).
   e->rec.set_records_produced(
@@ -54,8 +56,29 @@ void ProcessLedger::Counters(uint64_t stream, const shm::Counters& counters) {
 
 void ProcessLedger::RecordsRead(uint64_t stream, uint64_t n) {
   MutexLock lock(&mu_);
-  if (Entry* e = Find(stream))
+  if (Entry* e = Find(stream)) {
     e->rec.set_records_read(e->rec.records_read() + n);
+    e->heard_ns = clock_->MonotonicNanos();
+  }
+}
+
+uint64_t ProcessLedger::SilentNs(uint32_t pid) const {
+  MutexLock lock(&mu_);
+  const uint64_t now = clock_->MonotonicNanos();
+  uint64_t silent = 0;
+  bool live = false;
+  // Several entries share a pid only when pids were reused: the live one
+  // (connected) counts; with two live ones (cannot happen in one pid
+  // namespace) the one heard last.
+  for (auto it = entries_.lower_bound(Key{pid, 0});
+       it != entries_.end() && it->first.first == pid; ++it) {
+    const Entry& e = it->second;
+    if (e.connections == 0 || e.heard_ns == 0) continue;
+    const uint64_t s = now > e.heard_ns ? now - e.heard_ns : 0;
+    silent = live ? std::min(silent, s) : s;
+    live = true;
+  }
+  return silent;
 }
 
 void ProcessLedger::Closed(uint64_t stream) {

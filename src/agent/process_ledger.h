@@ -13,8 +13,11 @@
 // full; past that a new process is not accounted (counted in
 // `untracked()`).
 //
+// It also knows when each process was last heard from (SilentNs: a process
+// stopped whole sends no heartbeat).
+//
 // Thread-safe: the ingest thread calls Hello/Counters/RecordsRead/Closed,
-// the upstream thread Snapshot.
+// the upstream thread Snapshot and SilentNs.
 #ifndef PITSTOP_AGENT_PROCESS_LEDGER_H_
 #define PITSTOP_AGENT_PROCESS_LEDGER_H_
 
@@ -49,6 +52,11 @@ class ProcessLedger {
   // The connection ended.
   void Closed(uint64_t stream);
 
+  // How long nothing was heard from live process `pid` (no hello,
+  // heartbeat, goodbye or record) on the agent's clock, in ns; 0 when no
+  // connected process has that pid (or it is not accounted).
+  uint64_t SilentNs(uint32_t pid) const;
+
   // One entry per known process (drops expired ended ones first). Also
   // returns the sum of records_before + records_read over them and over
   // the processes forgotten before (AgentCounters.rank_records_sent).
@@ -62,6 +70,7 @@ class ProcessLedger {
     v1::ProcessRecords rec;
     int connections = 0;
     uint64_t ended_ns = 0;  // monotonic, when connections fell to 0
+    uint64_t heard_ns = 0;  // monotonic, the last frame or record read
   };
   Entry* Find(uint64_t stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes room for one entry; false if every entry is a live process.

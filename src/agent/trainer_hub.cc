@@ -56,6 +56,37 @@ absl::Status ValidateReport(const v1::ReportStepsRequest& r) {
           absl::StrCat("steps[", i, "].loss: NaN"));
     }
   }
+  return ValidateProfiles(r);
+}
+
+absl::Status ValidateProfiles(const v1::ReportStepsRequest& r) {
+  if (r.profiles_size() > TrainerHub::kMaxProfilesPerReport) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("profiles: ", r.profiles_size(), " answers, at most ",
+                     TrainerHub::kMaxProfilesPerReport, " per call"));
+  }
+  for (int i = 0; i < r.profiles_size(); ++i) {
+    const v1::ProfileResult& p = r.profiles(i);
+    if (p.request_id() == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("profiles[", i, "].request_id: required"));
+    }
+    if (p.steps() > TrainerHub::kMaxProfileSteps ||
+        p.ops_size() > static_cast<int>(TrainerHub::kMaxProfileOps)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "profiles[", i, "]: ", p.steps(), " steps / ", p.ops_size(),
+          " ops, at most ", TrainerHub::kMaxProfileSteps, " / ",
+          TrainerHub::kMaxProfileOps));
+    }
+    for (int j = 0; j < p.ops_size(); ++j) {
+      if (p.ops(j).name().empty() ||
+          p.ops(j).name().size() > TrainerHub::kMaxProfileOpNameBytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "profiles[", i, "].ops[", j, "].name: required, at most ",
+            TrainerHub::kMaxProfileOpNameBytes, " bytes"));
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -82,6 +113,13 @@ absl::StatusOr<v1::ReportStepsResponse> TrainerHub::Report(
       it->second.directive_id() > request.seen_directive_id()) {
     *resp.add_directives() = it->second;
   }
+  auto prof = profiles_.find(
+      {request.trainer().job_id(), request.trainer().global_rank()});
+  if (prof != profiles_.end()) {
+    *resp.add_profile_requests() = std::move(prof->second);
+    profiles_.erase(prof);
+    counters_.profile_requests++;
+  }
   resp.set_controller_connected(connected_);
   return resp;
 }
@@ -104,6 +142,29 @@ void TrainerHub::OnDirective(const v1::TrainerDirective& d) {
                d.job_id(), d.directive_id(), v1::SyncMode_Name(d.mode()),
                d.apply_at_step(), d.reason());
   }
+}
+
+void TrainerHub::OnProfileRequest(const v1::ProfileRequest& r) {
+  MutexLock lock(&mu_);
+  const std::pair<std::string, int32_t> key{r.job_id(), r.global_rank()};
+  const bool valid =
+      !r.job_id().empty() && r.job_id().size() <= kMaxJobIdBytes &&
+      r.global_rank() >= 0 && r.global_rank() < kMaxRanks &&
+      r.request_id() != 0 && r.steps() >= 1 && r.steps() <= kMaxProfileSteps &&
+      r.max_ops() >= 1 && r.max_ops() <= kMaxProfileOps;
+  if (!valid ||
+      (!profiles_.contains(key) && profiles_.size() >= kMaxProfileRequests)) {
+    counters_.profile_requests_dropped++;
+    Logger("agent.trainer")
+        ->warn("job {} rank {}: profile request {} dropped ({})", r.job_id(),
+               r.global_rank(), r.request_id(),
+               valid ? "too many waiting" : "invalid");
+    return;
+  }
+  profiles_[key] = r;
+  Logger("agent.trainer")
+      ->info("job {} rank {}: profile request {} ({} steps): {}", r.job_id(),
+             r.global_rank(), r.request_id(), r.steps(), r.reason());
 }
 
 void TrainerHub::SetControllerConnected(bool connected) {

@@ -270,6 +270,8 @@ void UpstreamClient::HandleCommand(const v1::AgentCommand& cmd) {
     pong_ = cmd.command_id();
   } else if (cmd.has_trainer_directive() && options_.trainer) {
     options_.trainer->OnDirective(cmd.trainer_directive());
+  } else if (cmd.has_trainer_profile() && options_.trainer) {
+    options_.trainer->OnProfileRequest(cmd.trainer_profile());
   }
   cv_.SignalAll();
 }

@@ -43,6 +43,9 @@ absl::Status Controller::Init() {
       std::make_unique<TrainerPolicyService>(TrainerPolicyService::Options{
           options_.clock, store_.get(), options_.leadership, links_.get(),
           options_.sync, options_.lora});
+  TrainerProfileService::Options profiles = options_.profiles;
+  profiles.clock = options_.clock;
+  profiles_ = std::make_unique<TrainerProfileService>(profiles);
   PlanningService::Options po;
   po.planner = options_.planning;
   po.planner.clock = options_.clock;
@@ -213,10 +216,11 @@ void Controller::RunCycle() {
   }
   // Stored without the ingest lock: batches keep being joined meanwhile.
   ingest_->ForgetFaults(faults_->StoreCycleFaults(r.faults));
-  // The trainer policies (sync, then multi-LoRA) on one read of the open
-  // faults.
+  // The trainer policies (sync, then multi-LoRA) and the trainer profiles
+  // on one read of the open faults, taken while trainers report.
+  absl::StatusOr<std::vector<v1::Fault>> open = std::vector<v1::Fault>();
   if (trainers_->Active()) {
-    absl::StatusOr<std::vector<v1::Fault>> open = faults_->OpenFaults();
+    open = faults_->OpenFaults();
     if (open.ok()) {
       trainers_->RunCycle(*open);
     } else {
@@ -226,6 +230,20 @@ void Controller::RunCycle() {
     }
   }
   migration_->RunCycle();
+  if (open.ok()) RunTrainerProfiles(*open);
+}
+
+void Controller::RunTrainerProfiles(const std::vector<v1::Fault>& open) {
+  TrainerProfileService::CycleOut out = profiles_->RunCycle(open);
+  for (const TrainerProfileService::Attach& a : out.profiles) {
+    (void)faults_->AttachTrainerProfile(a.fault_id, a.profile);
+  }
+  for (const TrainerProfileService::Request& r : out.requests) {
+    v1::AgentCommand cmd;
+    *cmd.mutable_trainer_profile() = r.request;
+    // An agent that is not connected: the capture's deadline says so.
+    (void)nodes_->Send(r.host, std::move(cmd));
+  }
 }
 
 }  // namespace pitstop::controller

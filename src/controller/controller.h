@@ -7,11 +7,13 @@
 //   trainers/   TrainerPolicyService local SGD and multi-LoRA
 //   migration/  MigrationService     standby migration, policy ACT
 //   planning/   PlanningService      the live C4P flow plan
+//   profiling/  TrainerProfileService torch.profiler diffs of slow ranks
 // This class owns them and the store, runs the detection loop, and is the
 // only place that knows how they connect: an agent stream touches nodes,
 // then ingest, then migration; a joined batch's parts for the other
 // services (AfterJoin); the cycle (nodes shed, ingest detects, faults
-// stored, trainer policies, migration); a new term (BecomeLeader).
+// stored, trainer policies, migration, trainer profiles); a new term
+// (BecomeLeader).
 //
 // Locks: cycle_mu_ serialises detection cycles and term changes; it guards
 // no service's data and is the only lock held while services are called.
@@ -43,6 +45,7 @@
 #include "src/controller/nodes/command_sink.h"
 #include "src/controller/nodes/node_service.h"
 #include "src/controller/planning/planning_service.h"
+#include "src/controller/profiling/trainer_profiles.h"
 #include "src/controller/trainers/trainer_policy_service.h"
 
 namespace pitstop::controller {
@@ -67,6 +70,8 @@ class Controller final : public LeadershipListener {
     ControllerMetrics* metrics = nullptr;  // optional, not owned
     SyncPolicyEngine::Options sync;        // per-job local-SGD switch policy
     LoraPolicyEngine::Options lora;        // per-job multi-LoRA rescheduling
+    // torch.profiler diffs of slow ranks (its clock is `clock`).
+    TrainerProfileService::Options profiles;
     std::string version = "0.1.0";
     // Hosts tracked at once (docs/reliability.md); a new host beyond it is
     // refused (RESOURCE_EXHAUSTED) after expiring the gone ones.
@@ -174,6 +179,7 @@ class Controller final : public LeadershipListener {
   TrainerPolicyService& trainers() { return *trainers_; }
   MigrationService& migration() { return *migration_; }
   PlanningService& planning() { return *planning_; }
+  TrainerProfileService& profiles() { return *profiles_; }
 
  private:
   class Links;  // the small interfaces the services get (controller_links.cc)
@@ -182,6 +188,9 @@ class Controller final : public LeadershipListener {
   // Creates the services that need the store's contents or can fail.
   absl::Status Init();
   void Loop();
+  // The cycle's part for the trainer profiles: captures asked of the
+  // agents, finished diffs stored on their faults (FaultService).
+  void RunTrainerProfiles(const std::vector<v1::Fault>& open);
 
   const Options options_;
   const std::unique_ptr<FaultStore> store_;
@@ -193,6 +202,8 @@ class Controller final : public LeadershipListener {
   std::unique_ptr<PlanningService> planning_;
   std::unique_ptr<MigrationService> migration_;
   std::unique_ptr<IngestService> ingest_;
+  // Thread-safe itself (a leaf lock of its own; nothing is called under it).
+  std::unique_ptr<TrainerProfileService> profiles_;
 
   // Serialises detection cycles (the loop, tests) and term changes: a new
   // leader does not replace the engine under a running cycle.

@@ -2,7 +2,30 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace pitstop::controller {
+namespace {
+
+// The batch's trainer reports' answers to profile requests; the first error
+// names its report ("trainer_reports[i]: ...").
+absl::Status ProfileAnswers(TrainerProfileService* profiles,
+                            const std::string& host,
+                            const v1::ConnectRequest& batch) {
+  for (int i = 0; i < batch.trainer_reports_size(); ++i) {
+    absl::Status s = profiles->OnReport(host, batch.trainer_reports(i));
+    if (s.ok()) continue;
+    // FAILED_PRECONDITION is reserved for a superseded session.
+    const absl::StatusCode code = absl::IsFailedPrecondition(s)
+                                      ? absl::StatusCode::kInvalidArgument
+                                      : s.code();
+    return absl::Status(
+        code, absl::StrCat("trainer_reports[", i, "]: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status Controller::Links::Joined(uint64_t session,
                                        const std::string& host,
@@ -14,6 +37,7 @@ absl::Status Controller::Links::Joined(uint64_t session,
   };
   keep(std::move(engine_status));
   keep(c_->trainers_->OnReports(host, batch));
+  keep(ProfileAnswers(c_->profiles_.get(), host, batch));
   c_->planning_->ObserveBatch(host, batch);
   keep(c_->migration_->OnBatch(host, batch));
   return first;

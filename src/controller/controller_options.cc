@@ -80,6 +80,15 @@ absl::Status ControllerOptions::Validate() const {
                     absl::StrCat("must be a finite number > 0, got ",
                                  sync_straggler_min_effect));
   }
+  if (trainer_profile_steps > 64) {
+    return KeyError("trainer_profile.steps",
+                    absl::StrCat("at most 64, got ", trainer_profile_steps));
+  }
+  if (trainer_profile_timeout_s < 1 || trainer_profile_timeout_s > 600) {
+    return KeyError(
+        "trainer_profile.timeout_s",
+        absl::StrCat("must be in [1, 600], got ", trainer_profile_timeout_s));
+  }
   if (absl::StatusOr<v1::SyncSettings> s = DefaultSyncSettings(); !s.ok()) {
     return s.status();
   }
@@ -98,7 +107,21 @@ absl::Status ControllerOptions::Validate() const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<v1::SlowSignal> ControllerOptions::ParseSlowSignal(
+    const char* key, const std::string& v) {
+  if (v == "steps_or_faults") return v1::SLOW_SIGNAL_STEPS_OR_FAULTS;
+  if (v == "confirmed_faults") return v1::SLOW_SIGNAL_CONFIRMED_FAULTS;
+  return KeyError(key, absl::StrCat("expected steps_or_faults or "
+                                    "confirmed_faults, got '",
+                                    v, "'"));
+}
+
 absl::StatusOr<v1::LoraPolicy> ControllerOptions::DefaultLoraPolicy() const {
+  if (absl::StatusOr<v1::SlowSignal> s =
+          ParseSlowSignal("lora.slow_signal", lora_slow_signal);
+      !s.ok()) {
+    return s.status();
+  }
   if (lora_policy == "off") return v1::LORA_POLICY_OFF;
   if (lora_policy == "advise") return v1::LORA_POLICY_ADVISE;
   if (lora_policy == "auto") return v1::LORA_POLICY_AUTO;
@@ -144,6 +167,10 @@ absl::StatusOr<v1::SyncSettings> ControllerOptions::DefaultSyncSettings()
   s.set_period_steps(sync_period_steps);
   s.set_timed_period_steps(sync_timed_period_steps);
   s.set_apply_lead_steps(5);
+  absl::StatusOr<v1::SlowSignal> signal =
+      ParseSlowSignal("sync.slow_signal", sync_slow_signal);
+  if (!signal.ok()) return signal.status();
+  s.set_slow_signal(*signal);
   if (absl::Status st = ValidateSyncSettings(s); !st.ok()) {
     const std::string msg =
         absl::StrReplaceAll(st.message(), {{"settings.", "sync."}});
@@ -259,10 +286,25 @@ void RegisterControllerOptions(ConfigSchema* s, ControllerOptions* o) {
          "the job's measured step time at the switch; 0 = sync.period_ms");
   s->Add("sync.straggler_min_effect", &o->sync_straggler_min_effect,
          "step-time straggler: compute >= (1 + this) x the other ranks'");
+  s->Add("sync.slow_signal", &o->sync_slow_signal,
+         "what makes a job slow for the local-SGD switch: steps_or_faults "
+         "(step-time stragglers or open slow faults) or confirmed_faults "
+         "(only slow faults confirmed from the job's NCCL telemetry)");
   s->Add("lora.policy", &o->lora_policy,
          "default multi-LoRA rescheduling policy: off, advise (record and "
          "publish the placement it would move to) or auto (move when the "
          "gain beats the cost)");
+  s->Add("trainer_profile.steps", &o->trainer_profile_steps,
+         "a confirmed slow-rank fault of a job whose trainers run the "
+         "pitstop trainer library gets a torch.profiler diff of the suspect "
+         "against a healthy peer over this many steps (at most 64); 0 = off");
+  s->Add("trainer_profile.timeout_s", &o->trainer_profile_timeout_s,
+         "longest a trainer captures for it (s); the answer may take 15 s "
+         "more before the fault says it has none");
+  s->Add("lora.slow_signal", &o->lora_slow_signal,
+         "what makes a stage slow for multi-LoRA rescheduling: "
+         "steps_or_faults (measured speed or an open NON_COMM_SLOW fault) "
+         "or confirmed_faults (only a confirmed NON_COMM_SLOW fault)");
   s->Add("detection.z_threshold", &o->z_threshold,
          "default policy: robust z-score threshold; 0 = 3.5");
 }

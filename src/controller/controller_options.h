@@ -54,8 +54,17 @@ struct ControllerOptions {
   uint32_t sync_period_steps = 8;
   uint32_t sync_timed_period_steps = 0;  // 0: sync_period_ms
   double sync_straggler_min_effect = 0.3;
+  // What the trainer policies take as slow: "steps_or_faults" (step
+  // reports or open slow faults) or "confirmed_faults" (only faults the
+  // detection engine confirmed from NCCL telemetry).
+  std::string sync_slow_signal = "steps_or_faults";
   // Default multi-LoRA rescheduling policy (src/controller/trainers/lora/).
   std::string lora_policy = "advise";
+  std::string lora_slow_signal = "steps_or_faults";
+  // torch.profiler diffs of slow ranks (src/controller/profiling/): steps
+  // per capture (0 = off) and how long a trainer may capture.
+  uint32_t trainer_profile_steps = 5;
+  uint32_t trainer_profile_timeout_s = 20;
   // Standby migration (docs/migration.md): phase timeouts, the switch
   // point's margin and what a restart does with unfinished migrations.
   uint32_t migrate_prepare_timeout_s = 120;
@@ -71,6 +80,9 @@ struct ControllerOptions {
   // The default SyncSettings; InvalidArgument naming the key.
   absl::StatusOr<v1::SyncSettings> DefaultSyncSettings() const;
   absl::StatusOr<v1::LoraPolicy> DefaultLoraPolicy() const;
+  // sync.slow_signal / lora.slow_signal (`key`) as the enum.
+  static absl::StatusOr<v1::SlowSignal> ParseSlowSignal(const char* key,
+                                                        const std::string& v);
 
   v1::JobPolicy DefaultPolicy() const;
   // Checks values the schema's types cannot: detection.cycle_ms > 0, the

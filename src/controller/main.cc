@@ -101,6 +101,10 @@ pc::Controller::Options ControllerOptionsOf(const pc::ControllerOptions& o,
   co.sync.defaults = *o.DefaultSyncSettings();  // validated
   co.sync.straggler_min_effect = o.sync_straggler_min_effect;
   co.lora.defaults.set_policy(*o.DefaultLoraPolicy());
+  co.lora.defaults.set_slow_signal(
+      *o.ParseSlowSignal("lora.slow_signal", o.lora_slow_signal));  // validated
+  co.profiles.steps = o.trainer_profile_steps;                      // validated
+  co.profiles.capture_timeout = absl::Seconds(o.trainer_profile_timeout_s);
   co.migrate.prepare_timeout =
       absl::Seconds(std::max<uint32_t>(o.migrate_prepare_timeout_s, 1));
   co.migrate.switch_timeout =

@@ -29,7 +29,7 @@ namespace fs = std::filesystem;
 
 constexpr const char* kBuildSubdirs[] = {
     "src/agent",        "src/controller", "src/trainer", "src/sim",
-    "tools/pitstopctl", "tools/pitstop",  "plugin"};
+    "tools/pitstopctl", "tools/pitstop",  "plugin",      "src/nccl/cpu/lib"};
 
 bool IsFile(const std::string& path) {
   struct stat st;

@@ -36,8 +36,9 @@ namespace pitstop::sim {
 //   1. $PITSTOP_BIN_DIR/<name> and $PITSTOP_BIN_DIR/<build-tree subdir>/<name>;
 //   2. each ancestor directory D of the running executable:
 //      D/<build-tree subdir>/<name>, then D/<name>.
-// Build-tree subdirs: src/agent, src/controller, src/sim, tools/pitstopctl,
-// tools/pitstop, plugin. NotFound names every place tried.
+// Build-tree subdirs: src/agent, src/controller, src/trainer, src/sim,
+// tools/pitstopctl, tools/pitstop, plugin, src/nccl/cpu/lib (the CPU NCCL
+// backend's libnccl.so.2). NotFound names every place tried.
 absl::StatusOr<std::string> FindPitstopBinary(const std::string& name);
 
 struct LocalClusterOptions {

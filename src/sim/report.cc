@@ -14,7 +14,9 @@ std::string StateName(v1::FaultState s) {
   return n.size() > 12 ? n.substr(12) : n;  // FAULT_STATE_
 }
 
-void PrintFault(const ObservedFault& o, std::ostream& out) {
+}  // namespace
+
+void PrintObservedFault(const ObservedFault& o, std::ostream& out) {
   const v1::Fault& f = o.fault;
   out << absl::StrFormat("  %s  %s (%s), first seen at t=%.1f s\n",
                          f.fault_id(), ShortClassName(f.fault_class()),
@@ -36,8 +38,6 @@ void PrintFault(const ObservedFault& o, std::ostream& out) {
     out << "    evidence: " << e.text() << "\n";
   }
 }
-
-}  // namespace
 
 // The pitstopctl path as a user can type it from the current directory
 // (relative when it is below it); bare "pitstopctl" when it is not found.
@@ -71,7 +71,7 @@ void PrintReport(const RunResult& result, const ReportOptions& options,
   }
   out << "\n== pitstop found ==\n";
   if (result.faults.empty()) out << "  no fault\n";
-  for (const ObservedFault& o : result.faults) PrintFault(o, out);
+  for (const ObservedFault& o : result.faults) PrintObservedFault(o, out);
   out << "\n== score ==\n";
   for (const TruthScore& ts : result.score.truths) {
     if (!ts.scored) continue;

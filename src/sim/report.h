@@ -21,6 +21,10 @@ struct ReportOptions {
 // (relative when it is below it); bare "pitstopctl" when it is not found.
 std::string PitstopctlCommand();
 
+// One fault as the report's "== pitstop found ==" lists it: id, class,
+// state, when first seen, summary, suspects, victims, evidence (first 4).
+void PrintObservedFault(const ObservedFault& o, std::ostream& out);
+
 void PrintReport(const RunResult& result, const ReportOptions& options,
                  std::ostream& out);
 

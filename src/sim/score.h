@@ -20,6 +20,9 @@ namespace pitstop::sim {
 struct ObservedFault {
   v1::Fault fault;
   int64_t first_seen_ns = 0;
+  // When the stream first showed it confirmed (the controller had set
+  // confirmed_unix_ns); -1: not seen so.
+  int64_t confirmed_seen_ns = -1;
 };
 
 struct TruthScore {

@@ -5,12 +5,12 @@
 
 namespace pitstop::agent::testing {
 
-FakeRank::FakeRank(const std::string& socket_path)
+FakeRank::FakeRank(const std::string& socket_path, bool wait_for_ready)
     : channel_(CreateChannel("unix:" + socket_path)),
       stub_(v1::Telemetry::NewStub(channel_)) {
   // Wait for the connection rather than failing fast on a transient
   // connect failure (slow sanitizer builds under load).
-  ctx_.set_wait_for_ready(true);
+  ctx_.set_wait_for_ready(wait_for_ready);
   stream_ = stub_->StreamTelemetry(&ctx_);
   reader_ = std::thread([this] {
     v1::StreamTelemetryResponse resp;

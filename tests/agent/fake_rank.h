@@ -20,7 +20,10 @@ namespace pitstop::agent::testing {
 class FakeRank {
  public:
   // Opens a stream to unix:`socket_path` (does not send anything yet).
-  explicit FakeRank(const std::string& socket_path);
+  // With `wait_for_ready` (the default) the stream waits out transient
+  // connect failures; without it the stream fails if the first connection
+  // attempt does, as a plain gRPC client's does.
+  explicit FakeRank(const std::string& socket_path, bool wait_for_ready = true);
   ~FakeRank();  // Cancel() if still open
 
   // False when the stream is broken.

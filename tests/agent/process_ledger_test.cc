@@ -47,6 +47,31 @@ TEST(ProcessLedgerTest, FirstHelloIsTheBaseAndReadsAddUpOverConnections) {
   EXPECT_EQ(sent, 542u);
 }
 
+// A process stopped whole (SIGSTOP, a debugger) sends no heartbeat; its
+// peers blocked in a collective still do. SilentNs is how long nothing came
+// from it: any frame or record read resets it; unknown and ended processes
+// are 0.
+TEST(ProcessLedgerTest, SilenceIsTheTimeSinceTheLastFrameOrRecord) {
+  FakeClock clock;
+  ProcessLedger l(&clock);
+  EXPECT_EQ(l.SilentNs(7), 0u);  // unknown
+  l.Hello(1, HelloOf(7, 100, 0));
+  l.Hello(2, HelloOf(8, 100, 0));
+  clock.Advance(absl::Seconds(2));
+  l.Counters(2, {20, 0});  // 8's heartbeat
+  EXPECT_EQ(l.SilentNs(7), 2'000'000'000u);
+  EXPECT_EQ(l.SilentNs(8), 0u);
+  clock.Advance(absl::Milliseconds(1500));
+  EXPECT_EQ(l.SilentNs(7), 3'500'000'000u);
+  EXPECT_EQ(l.SilentNs(8), 1'500'000'000u);
+  l.RecordsRead(1, 3);  // 7 wrote records again
+  EXPECT_EQ(l.SilentNs(7), 0u);
+  clock.Advance(absl::Seconds(5));
+  l.Closed(2);  // 8 ended: not silent, gone
+  EXPECT_EQ(l.SilentNs(8), 0u);
+  EXPECT_EQ(l.SilentNs(7), 5'000'000'000u);
+}
+
 TEST(ProcessLedgerTest, RestartedProcessIsNewAndEndedOnesExpire) {
   FakeClock clock;
   ProcessLedger l(&clock);

@@ -97,6 +97,71 @@ TEST(TrainerHubTest, QueuesForUpstreamAndReturnsUnseenDirective) {
   EXPECT_EQ(resp->directives_size(), 0);
 }
 
+v1::ProfileRequest MakeProfileRequest(const std::string& job, int rank,
+                                      uint64_t id) {
+  v1::ProfileRequest r;
+  r.set_request_id(id);
+  r.set_job_id(job);
+  r.set_global_rank(rank);
+  r.set_steps(5);
+  r.set_max_ops(32);
+  r.set_max_duration_ms(20000);
+  r.set_reason("fault F3");
+  return r;
+}
+
+TEST(TrainerHubTest, ProfileRequestGoesOnceToItsTrainer) {
+  TrainerHub hub(true);
+  hub.OnProfileRequest(MakeProfileRequest("j", 2, 7));
+  // Another rank, another job: nothing for them.
+  EXPECT_EQ(hub.Report(MakeReport("j", 1, 1))->profile_requests_size(), 0);
+  EXPECT_EQ(hub.Report(MakeReport("k", 2, 1))->profile_requests_size(), 0);
+  absl::StatusOr<v1::ReportStepsResponse> r = hub.Report(MakeReport("j", 2, 1));
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->profile_requests_size(), 1);
+  EXPECT_EQ(r->profile_requests(0).request_id(), 7u);
+  EXPECT_EQ(hub.Report(MakeReport("j", 2, 1))->profile_requests_size(), 0);
+  // A newer request for the same trainer replaces one still waiting.
+  hub.OnProfileRequest(MakeProfileRequest("j", 2, 8));
+  hub.OnProfileRequest(MakeProfileRequest("j", 2, 9));
+  r = hub.Report(MakeReport("j", 2, 0));
+  ASSERT_EQ(r->profile_requests_size(), 1);
+  EXPECT_EQ(r->profile_requests(0).request_id(), 9u);
+  // Invalid requests are dropped and counted.
+  v1::ProfileRequest bad = MakeProfileRequest("j", 2, 10);
+  bad.set_steps(1000);
+  hub.OnProfileRequest(bad);
+  bad = MakeProfileRequest("", 2, 11);
+  hub.OnProfileRequest(bad);
+  EXPECT_EQ(hub.Report(MakeReport("j", 2, 0))->profile_requests_size(), 0);
+  EXPECT_EQ(hub.counters().profile_requests, 2u);
+  EXPECT_EQ(hub.counters().profile_requests_dropped, 2u);
+  // The trainer's answer goes upstream with its report, as it came.
+  v1::ReportStepsRequest answer = MakeReport("j", 2, 0);
+  v1::ProfileResult* p = answer.add_profiles();
+  p->set_request_id(9);
+  p->set_steps(5);
+  p->add_ops()->set_name("aten::mm");
+  ASSERT_TRUE(hub.Report(answer).ok());
+  v1::ConnectRequest batch;
+  hub.FillBatch(&batch);
+  int answers = 0;
+  for (const auto& t : batch.trainer_reports()) answers += t.profiles_size();
+  EXPECT_EQ(answers, 1);
+  // Answers beyond the limits are refused, naming the field.
+  p->set_steps(65);
+  EXPECT_THAT(std::string(hub.Report(answer).status().message()),
+              ::testing::StartsWith("profiles[0]"));
+  p->set_steps(5);
+  p->mutable_ops(0)->set_name(std::string(300, 'x'));
+  EXPECT_THAT(std::string(hub.Report(answer).status().message()),
+              ::testing::StartsWith("profiles[0].ops[0].name"));
+  p->mutable_ops(0)->set_name("aten::mm");
+  p->set_request_id(0);
+  EXPECT_THAT(std::string(hub.Report(answer).status().message()),
+              ::testing::StartsWith("profiles[0].request_id"));
+}
+
 TEST(TrainerHubTest, BoundedQueueDropsOldestAndNoUpstreamDropsAll) {
   TrainerHub hub(true);
   const int per = TrainerHub::kMaxStepsPerReport;

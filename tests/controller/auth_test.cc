@@ -102,6 +102,25 @@ std::vector<MethodInfo> AllMethods(std::set<std::string>* services) {
   return out;
 }
 
+// A status a handler itself returns: OK or an application error about the
+// request or the controller's state. The transport's and security's codes
+// (UNAVAILABLE, DEADLINE_EXCEEDED, UNAUTHENTICATED, PERMISSION_DENIED,
+// CANCELLED, UNKNOWN, INTERNAL) are not.
+bool IsHandlerAnswer(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::OK:
+    case grpc::INVALID_ARGUMENT:
+    case grpc::NOT_FOUND:
+    case grpc::ALREADY_EXISTS:
+    case grpc::FAILED_PRECONDITION:
+    case grpc::OUT_OF_RANGE:
+    case grpc::RESOURCE_EXHAUSTED:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // One call of any method with one request message; returns its status.
 // A stream the server keeps open for `open_after` counts as accepted (OK).
 grpc::Status CallRaw(const std::shared_ptr<grpc::Channel>& channel,
@@ -206,8 +225,17 @@ class AuthTest : public ::testing::Test {
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
     target_ = absl::StrCat("127.0.0.1:", server_->port());
+    // The same core served without security: what each handler answers a
+    // request when nothing stands in front of it.
+    auto plain = ControllerServer::Start(core_.get(), "127.0.0.1:0");
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    plain_server_ = std::move(*plain);
+    plain_channel_ =
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", plain_server_->port()),
+                            grpc::InsecureChannelCredentials());
   }
   void TearDown() override {
+    plain_server_.reset();
     server_.reset();
     core_.reset();
   }
@@ -260,6 +288,8 @@ class AuthTest : public ::testing::Test {
   std::unique_ptr<Authorizer> auth_;
   std::unique_ptr<ControllerServer> server_;
   std::string target_;
+  std::unique_ptr<ControllerServer> plain_server_;
+  std::shared_ptr<grpc::Channel> plain_channel_;
 };
 
 std::string* AuthTest::dir_ = nullptr;
@@ -333,6 +363,14 @@ TEST_F(AuthTest, EveryRpcRefusedWithoutTheRightIdentity) {
     // Agents register as the host their identity names (node1).
     const std::string request =
         needed == Role::kAgent ? Registration("node1") : std::string();
+    // The handler's own answer to this request, from the unsecured server.
+    // It must be the handler's (OK or its application error), never a
+    // transport or security failure.
+    const grpc::Status handler =
+        CallRaw(plain_channel_, Identity{}, m, request, absl::Seconds(1));
+    EXPECT_TRUE(IsHandlerAnswer(handler.error_code()))
+        << m.full << " without security: " << handler.error_code() << " "
+        << handler.error_message();
     for (const Identity& who : ids) {
       const bool allowed = Allowed(who.role, needed);
       const grpc::Status s =
@@ -340,10 +378,16 @@ TEST_F(AuthTest, EveryRpcRefusedWithoutTheRightIdentity) {
                   allowed ? absl::Seconds(1) : absl::Seconds(15));
       const bool refused = s.error_code() == grpc::PERMISSION_DENIED;
       if (allowed) {
+        // Allowed means the call reached the handler and got its answer:
+        // UNAVAILABLE, DEADLINE_EXCEEDED or UNAUTHENTICATED would mean it
+        // never got there.
+        const bool passed = s.error_code() == handler.error_code();
         ++c.allowed;
-        c.allowed_passed += !refused;
-        EXPECT_FALSE(refused)
-            << m.full << " as " << who.label << ": " << s.error_message();
+        c.allowed_passed += passed;
+        EXPECT_TRUE(passed)
+            << m.full << " as " << who.label << ": " << s.error_code() << " "
+            << s.error_message() << "; the handler answers "
+            << handler.error_code() << " " << handler.error_message();
       } else if (who.role == Role::kNone) {
         ++c.no_creds;
         c.no_creds_refused += refused;

@@ -1,5 +1,6 @@
 // Hang detection (non-comm, comm) and process death on deterministic
 // RankProgress inputs, Flight Recorder style (no kernel timers).
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/controller/engine_test_base.h"
@@ -250,6 +251,94 @@ TEST_F(HangTest, CommHangWithEveryProxyOpOpenNamesNoLink) {
   Cycle(absl::Seconds(6));
   ASSERT_EQ(Latest().size(), 1u);
   EXPECT_EQ(Latest()[0].suspects_size(), 0);
+}
+
+// A process stopped whole (SIGSTOP, a debugger) inside the collective, as
+// in `pitstop sim --scenario torch-hang` when the stop lands there: every
+// member entered it and none completes, which alone read as a comm hang
+// with no one to blame. Its agent has heard nothing from it (no heartbeat)
+// while the peers' processes, blocked in the same collective, still send.
+TEST_F(HangTest, ProcessFrozenInsideTheCollectiveIsTheSuspect) {
+  SimJob job(0xCD, 4, 2);
+  job.Register(engine_.get());
+  for (int32_t r = 0; r < 4; ++r) {
+    v1::RankProgress p = job.Progress(r, 10, 9);
+    p.set_oldest_incomplete_seq(10);
+    p.set_oldest_incomplete_age_ns(1);
+    p.set_process_silent_ns(r == 3 ? 6'000'000'000 : 400'000'000);
+    ASSERT_TRUE(engine_->AddProgress(job.HostOf(r), p).ok());
+  }
+  Cycle(absl::Seconds(6));
+  ASSERT_EQ(Latest().size(), 1u);
+  const v1::Fault f = Latest()[0];
+  EXPECT_EQ(f.fault_class(), v1::FAULT_CLASS_NON_COMM_HANG);
+  EXPECT_EQ(SuspectGlobals(f), std::set<int32_t>{3});
+  EXPECT_EQ(f.suspects(0).level(), v1::SUSPECT_LEVEL_PROCESS);
+  EXPECT_EQ(f.suspects(0).host(), "node1");
+  EXPECT_EQ(VictimGlobals(f), (std::set<int32_t>{0, 1, 2}));
+  EXPECT_EQ(f.evidence(0).values().at("process_silent_ns/rank3"), 6e9);
+  EXPECT_THAT(f.summary(), ::testing::HasSubstr("went silent"));
+  Cycle(absl::Seconds(5));
+  EXPECT_EQ(Latest()[0].state(), v1::FAULT_STATE_CONFIRMED);
+}
+
+// The stop came late in the ring all-reduce: ranks 0 and 1 had finished
+// it, rank 2 waits for rank 3's last chunk. That read as a completion stall
+// naming ranks 2 and 3 (GPU level, "silent divergence"); rank 2's process
+// still heartbeats, rank 3's sends nothing: only rank 3 is the suspect.
+TEST_F(HangTest, FrozenProcessIsNamedNotTheRankWaitingForIt) {
+  SimJob job(0xD0, 4, 2);
+  job.Register(engine_.get());
+  for (int32_t r = 0; r < 4; ++r) {
+    const bool done = r < 2;
+    v1::RankProgress p = job.Progress(r, 41, done ? 41 : 40);
+    if (!done) {
+      p.set_oldest_incomplete_seq(41);
+      p.set_oldest_incomplete_age_ns(1);
+    }
+    p.set_process_silent_ns(r == 3 ? 6'000'000'000 : 300'000'000);
+    ASSERT_TRUE(engine_->AddProgress(job.HostOf(r), p).ok());
+  }
+  // Ranks 0 and 1 go on into seq 42 and wait there.
+  for (int32_t r = 0; r < 2; ++r) {
+    v1::RankProgress p = job.Progress(r, 42, 41);
+    p.set_oldest_incomplete_seq(42);
+    p.set_oldest_incomplete_age_ns(1);
+    p.set_process_silent_ns(300'000'000);
+    ASSERT_TRUE(engine_->AddProgress(job.HostOf(r), p).ok());
+  }
+  Cycle(absl::Seconds(6));
+  ASSERT_EQ(Latest().size(), 1u) << Latest()[0].DebugString();
+  const v1::Fault f = Latest()[0];
+  EXPECT_EQ(f.fault_class(), v1::FAULT_CLASS_NON_COMM_HANG);
+  EXPECT_EQ(SuspectGlobals(f), std::set<int32_t>{3});
+  EXPECT_EQ(f.suspects(0).level(), v1::SUSPECT_LEVEL_PROCESS);
+  EXPECT_THAT(f.summary(), ::testing::HasSubstr("went silent"));
+}
+
+// A silence every member shares says nothing about any one of them, and
+// one shorter than three missed heartbeats is a loaded machine: both stay
+// the comm hang they were.
+TEST_F(HangTest, SilenceOfEveryoneOrBriefNamesNoProcess) {
+  for (const uint64_t hash : {0xCEu, 0xCFu}) {
+    SimJob job(hash, 4, 2, absl::StrCat("job", hash));
+    job.Register(engine_.get());
+    for (int32_t r = 0; r < 4; ++r) {
+      v1::RankProgress p = job.Progress(r, 10, 9);
+      p.set_oldest_incomplete_seq(10);
+      p.set_oldest_incomplete_age_ns(1);
+      const bool everyone = hash == 0xCE;
+      p.set_process_silent_ns(everyone ? 8'000'000'000
+                                       : (r == 3 ? 2'500'000'000 : 0));
+      ASSERT_TRUE(engine_->AddProgress(job.HostOf(r), p).ok());
+    }
+  }
+  Cycle(absl::Seconds(6));
+  ASSERT_EQ(Latest().size(), 2u);
+  for (const v1::Fault& f : Latest()) {
+    EXPECT_EQ(f.fault_class(), v1::FAULT_CLASS_COMM_HANG) << f.comm_hash();
+    EXPECT_EQ(f.suspects_size(), 0) << f.comm_hash();
+  }
 }
 
 // NCCL samples the activation mask when an operation starts: the stuck one

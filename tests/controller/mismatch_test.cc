@@ -74,6 +74,33 @@ TEST_F(MismatchTest, RankInAnotherFunctionIsNamedWithWhatItIssued) {
   EXPECT_EQ(Latest()[0].state(), v1::FAULT_STATE_RESOLVED);
 }
 
+// A communicator the job gave no name (NCCL's commName is optional; the
+// torch backend over the NCCL C API sets none) is named by its hash, as the
+// hang summaries name it: before, the summary read "the members of  issued".
+TEST_F(MismatchTest, UnnamedCommunicatorIsNamedByItsHash) {
+  SimJob job(0xD5, 4, 2);
+  for (const v1::NodeRegistration& reg : job.Nodes()) {
+    ASSERT_TRUE(engine_->AddNode(reg).ok());
+  }
+  for (int32_t r = 0; r < 4; ++r) {
+    v1::CommunicatorInfo info = job.Info(r);
+    info.clear_comm_name();
+    ASSERT_TRUE(engine_->AddCommunicator(job.HostOf(r), info).ok());
+  }
+  for (int32_t r = 0; r < 4; ++r) {
+    const bool odd = r == 3;
+    Report(job, r, v1::COLL_FUNC_ALL_REDUCE, odd ? 41 : 42, 41, 137216,
+           v1::DATA_TYPE_FLOAT32);
+    Report(job, r, v1::COLL_FUNC_ALL_GATHER, odd ? 1 : 0, 0, 1,
+           v1::DATA_TYPE_FLOAT32);
+  }
+  Cycle(absl::Seconds(6));
+  ASSERT_EQ(Latest().size(), 1u);
+  EXPECT_EQ(Latest()[0].fault_class(), v1::FAULT_CLASS_MISMATCH);
+  EXPECT_THAT(Latest()[0].summary(),
+              HasSubstr("the members of comm d5 issued different"));
+}
+
 // Same function and sequence number, another element count: every member
 // entered the collective and none completes, which alone reads as a comm
 // hang; the sizes say it is the job's bug.

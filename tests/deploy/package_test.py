@@ -11,7 +11,9 @@ into a temporary directory, then:
     files, the pitstop user and group, `systemd-analyze verify` on the
     installed units, starts the installed daemons with the installed default
     configuration (on loopback, temporary paths) and stops them with SIGTERM,
-    and runs the installed Slurm TaskProlog.
+    and runs the installed Slurm TaskProlog, and (python3-pitstop with the
+    torch backend) runs a 2-rank all-reduce on the installed
+    pitstop.torch.nccl_backend outside the source tree.
 Not root: the static checks run, then exit 77 (skipped) saying why.
 """
 import os
@@ -43,6 +45,11 @@ EXPECTED = {
         "/usr/lib/x86_64-linux-gnu/libnccl-tuner-pitstop.so",
         "/usr/share/pitstop/slurm/pitstop-task-prolog.sh"],
 }
+PY = "/usr/lib/python3/dist-packages/pitstop"
+PYTHON_FILES = [f"{PY}/__init__.py", f"{PY}/client.py",
+                f"{PY}/torch/__init__.py", f"{PY}/torch/nccl_backend.py"]
+# Built when libtorch-dev & co. are installed (src/torch_backend).
+TORCH_BACKEND_SO = "_nccl_backend.cpython-311-x86_64-linux-gnu.so"
 CONFFILES = {
     "pitstop-agent": ["/etc/pitstop/agent.yaml", "/etc/default/pitstop-agent"],
     "pitstop-controller": ["/etc/pitstop/controller.yaml",
@@ -83,12 +90,87 @@ def check_static(src, out):
             assert {"postinst", "prerm", "postrm"} <= set(scripts), (deb, scripts)
         if name != "python3-pitstop":
             assert "libc6" in depends, f"{deb}: Depends not computed: {depends!r}"
+        else:
+            check_python_package(os.path.join(out, deb), files, depends)
         print(f"{deb}: {len(files)} files, Depends: {depends[:70]}...", flush=True)
     want = set(EXPECTED)
     if os.path.isdir(os.path.join(src, "python/pitstop")):
         want.add("python3-pitstop")
     assert want <= set(names), f"packages {sorted(names)}, expected {sorted(want)}"
     return names
+
+
+def torch_backend_built():
+    binary = os.environ["PITSTOP_BINARY_DIR"]
+    return os.path.exists(os.path.join(binary, "python/pitstop/torch",
+                                       TORCH_BACKEND_SO))
+
+
+def check_python_package(deb, files, depends):
+    """The trainer library, its stubs and (when built) the torch backend;
+    the extension's Depends are listed by hand (no dpkg-shlibdeps: its
+    libnccl.so.2 is in no package), so check them against readelf."""
+    for f in PYTHON_FILES:
+        assert f in files, f"{deb}: {f} missing; has {files}"
+    if not torch_backend_built():
+        return
+    so = f"{PY}/torch/{TORCH_BACKEND_SO}"
+    assert so in files, f"{deb}: {so} missing"
+    assert f"{PY}/v1/trainer_pb2.py" in files, f"{deb}: no generated stubs"
+    for want in ("python3-torch (>= 1.13)", "python3-torch (<< 1.14~)",
+                 "libtorch1.13", "python3 (<< 3.12)"):
+        assert want in depends, f"{deb}: Depends lacks {want}: {depends}"
+    tmp = tempfile.mkdtemp()
+    try:
+        r = run(["dpkg-deb", "-x", deb, tmp])
+        assert r.returncode == 0, r.stderr
+        dyn = run(["readelf", "-d", tmp + so]).stdout
+    finally:
+        shutil.rmtree(tmp)
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(\S+)\]", dyn)
+    assert "libnccl.so.2" in needed, needed
+    assert "RPATH" not in dyn and "RUNPATH" not in dyn, dyn
+    # Every other library it links is named in Depends by its package.
+    owners = {"libtorch.so.1.13": "libtorch1.13",
+              "libtorch_cpu.so.1.13": "libtorch1.13",
+              "libc10.so.1.13": "libtorch1.13", "libc.so.6": "libc6",
+              "libstdc++.so.6": "libstdc++6", "libgcc_s.so.1": "libgcc-s1"}
+    for lib in needed:
+        if lib == "libnccl.so.2":
+            continue
+        pkg = "libabsl20220623" if lib.startswith("libabsl_") else owners.get(lib)
+        assert pkg and pkg in depends, f"{deb}: {lib} needs {pkg} in {depends}"
+
+
+def check_installed_torch_backend(tmp):
+    """The installed backend, as a user runs it: system Python, no source
+    tree on the path, libnccl.so.2 = the CPU backend of this build."""
+    script = os.path.join(tmp, "allreduce.py")
+    with open(script, "w") as f:
+        f.write(
+            "import os, sys, torch, torch.distributed as dist\n"
+            "import pitstop.torch.nccl_backend as nb\n"
+            "assert nb.__file__.startswith('/usr/lib/python3/dist-packages'), nb.__file__\n"
+            "rank = int(sys.argv[1])\n"
+            "dist.init_process_group('pitstop_nccl', init_method='file://' + sys.argv[2],\n"
+            "                        rank=rank, world_size=2)\n"
+            "t = torch.full((4,), float(rank + 1))\n"
+            "dist.all_reduce(t)\n"
+            "assert t.tolist() == [3.0] * 4, t\n"
+            "print('ok', nb.nccl_library())\n")
+    lib = os.path.join(os.environ["PITSTOP_BINARY_DIR"], "src/nccl/cpu/lib")
+    env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": lib,
+           "PITSTOP_CPU_NCCL_STORE_DIR": tmp, "OMP_NUM_THREADS": "1"}
+    store = os.path.join(tmp, "store")
+    procs = [subprocess.Popen(["/usr/bin/python3", script, str(r), store],
+                              cwd=tmp, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+             for r in range(2)]
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0 and "ok " + lib in out, out
+    print("installed pitstop.torch.nccl_backend: 2-rank all-reduce ok",
+          flush=True)
 
 
 def check_tarball(out):
@@ -183,6 +265,11 @@ def check_installed(src, names, tmp):
             "libnccl-profiler-pitstop.so") in r.stdout, r.stdout
     print("installed daemons ran with the default configs; TaskProlog ok",
           flush=True)
+    if "python3-pitstop" in names:
+        for f in PYTHON_FILES:
+            assert os.path.exists(f), f"python3-pitstop: {f} not installed"
+        if torch_backend_built():
+            check_installed_torch_backend(tmp)
 
 
 def main():

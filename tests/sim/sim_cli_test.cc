@@ -114,6 +114,9 @@ TEST(SimCliTest, FlagsARunIgnoresAreErrors) {
       {"-s nic-degraded --steps 900", "--steps"},
       {"--quick", "--quick"},
       {"--bench --nodes 3", "--nodes"},
+      {"-s torch-hang --duration-s 5", "--duration-s"},
+      {"-s torch-straggler --steps 9", "--steps"},
+      {"-s crash --backend gloo", "--backend"},
   };
   for (const auto& c : cases) {
     std::string out;

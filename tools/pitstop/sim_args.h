@@ -11,6 +11,8 @@
 namespace pitstop::tool {
 
 inline constexpr char kDefaultSimScenario[] = "degraded-node-migration";
+// The torch scenarios' process-group backend (--backend).
+inline constexpr char kDefaultTorchBackend[] = "pitstop_nccl";
 
 struct SimArgs {
   std::string scenario = kDefaultSimScenario;
@@ -31,6 +33,9 @@ struct SimArgs {
   // The migration scenarios' knobs as given; only those the command line
   // set count (EffectiveMigrationOptions), the rest are each scenario's.
   sim::MigrationScenarioOptions migration;
+  // The torch scenarios' --backend (--nodes and --ranks-per-node are read
+  // from `migration`).
+  std::string torch_backend = kDefaultTorchBackend;
 };
 
 }  // namespace pitstop::tool

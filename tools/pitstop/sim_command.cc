@@ -27,11 +27,13 @@
 #include "src/sim/runner.h"
 #include "src/sim/scenario.h"
 #include "src/sim/timeline.h"
+#include "src/sim/torch_scenario.h"
 #include "tools/pitstop/commands.h"
 #include "tools/pitstop/sim_args.h"
 #include "tools/pitstop/sim_flags.h"
 #include "tools/pitstop/sim_interrupt.h"
 #include "tools/pitstop/sim_migration_command.h"
+#include "tools/pitstop/sim_torch_command.h"
 
 namespace pitstop::tool {
 namespace {
@@ -39,7 +41,8 @@ namespace {
 // NotFound naming every scenario --scenario takes, when `name` is none.
 absl::Status CheckScenarioName(const std::string& name) {
   std::error_code ec;
-  if (IsMigrationScenario(name) || std::filesystem::is_regular_file(name, ec) ||
+  if (IsMigrationScenario(name) || sim::IsTorchScenario(name) ||
+      std::filesystem::is_regular_file(name, ec) ||
       !sim::BuiltinScenarioText(name).empty()) {
     return absl::OkStatus();
   }
@@ -48,6 +51,7 @@ absl::Status CheckScenarioName(const std::string& name) {
     return absl::NotFoundError(absl::StrCat("no scenario file ", name));
   }
   std::vector<std::string> known = MigrationScenarioNames();
+  for (const auto& [n, about] : sim::TorchScenarios()) known.push_back(n);
   for (const std::string& n : sim::BuiltinScenarioNames()) known.push_back(n);
   return absl::NotFoundError(absl::StrCat(
       "no scenario '", name, "' (built-in: ", absl::StrJoin(known, ", "),
@@ -77,6 +81,7 @@ absl::StatusOr<sim::Scenario> ResolveScenario(const SimArgs& a) {
 
 int ListScenarios() {
   ListMigrationScenarios(std::cout);
+  ListTorchScenarios(std::cout);
   for (const std::string& name : sim::BuiltinScenarioNames()) {
     auto s = sim::BuiltinScenario(name);
     std::cout << name << "\n    "
@@ -151,6 +156,9 @@ int PrintScenario(const SimArgs& a, const CLI::App& cmd) {
   if (IsMigrationScenario(a.scenario)) {
     return PrintMigrationScenario(a, cmd, std::cout);
   }
+  if (sim::IsTorchScenario(a.scenario)) {
+    return PrintTorchScenario(a, cmd, std::cout);
+  }
   auto s = ResolveScenario(a);
   if (!s.ok()) {
     std::cerr << "pitstop sim: " << s.status().message() << "\n";
@@ -185,8 +193,9 @@ int RunSimCommand(const SimArgs& a, const CLI::App& cmd) {
   }
   if (a.print) return PrintScenario(a, cmd);
   if (a.bench) return RunBench(a);
-  return IsMigrationScenario(a.scenario) ? RunMigration(a, cmd)
-                                         : RunEmulated(a, cmd);
+  if (IsMigrationScenario(a.scenario)) return RunMigration(a, cmd);
+  if (sim::IsTorchScenario(a.scenario)) return RunTorch(a, cmd);
+  return RunEmulated(a, cmd);
 }
 
 constexpr char kSimDescription[] =
@@ -200,6 +209,9 @@ constexpr char kSimDescription[] =
     "at full speed and its weights are bit-identical to an undisturbed run. "
     "standby-migration (an operator asks for the move) and "
     "node-failure-migration (node1's processes die) run the same job. The "
+    "torch scenarios (torch-straggler, torch-hang, torch-crash, "
+    "torch-desync, torch-healthy) run a real PyTorch DDP job under torchrun "
+    "with the library LD_PRELOADed and make the fault for real. The "
     "detection scenarios (nic-degraded, straggler, ...; --list) drive "
     "emulated ranks through the real library and daemons with faults "
     "injected on schedule, print what pitstop found, score it against what "
@@ -215,12 +227,14 @@ void AddScenarioOptions(CLI::App* cmd, SimArgs* a) {
                 "print the scenario and exit: a detection scenario's YAML "
                 "(resolved), a migration scenario's settings");
   cmd->add_option("--seed", a->seed,
-                  "detection scenarios: override the scenario's random seed");
+                  "detection scenarios: override the scenario's random seed; "
+                  "torch scenarios: the job's seed (default 1)");
   cmd->add_option(
       "--duration-s", a->duration_s,
       "detection scenarios: override the run length (s); a scenario of "
       "deceptive normals only (soak) repeats its schedule to fill it: "
-      "--scenario soak --duration-s 3600 is the one-hour soak");
+      "--scenario soak --duration-s 3600 is the one-hour soak; "
+      "torch-healthy: seconds of training (default: 100 steps)");
   cmd->add_option("--timeline", a->timeline,
                   "detection scenarios: Perfetto/Chrome trace JSON to write; "
                   "empty = none")
@@ -264,6 +278,7 @@ void AddSimCommand(CLI::App* app, int* exit_code) {
   AddScenarioOptions(cmd, &a);
   AddRunOptions(cmd, &a);
   AddMigrationOptions(cmd, &a);
+  AddTorchOptions(cmd, &a);
   AddBenchOptions(cmd, &a);
   cmd->callback([exit_code, cmd] { *exit_code = RunSimCommand(a, *cmd); });
 }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "src/sim/torch_scenario.h"
 #include "tools/pitstop/sim_migration_command.h"
 
 namespace pitstop::tool {
@@ -17,9 +18,12 @@ enum SimMode : unsigned {
   kDegradedNode = 2,    // degraded-node-migration
   kOtherMigration = 4,  // standby-migration, node-failure-migration
   kBench = 8,
+  kTorchHealthy = 16,  // torch-healthy
+  kTorchFault = 32,    // torch-straggler, torch-hang, ...
 };
 constexpr unsigned kMigration = kDegradedNode | kOtherMigration;
-constexpr unsigned kScenarioRun = kEmulated | kMigration;
+constexpr unsigned kTorch = kTorchHealthy | kTorchFault;
+constexpr unsigned kScenarioRun = kEmulated | kMigration | kTorch;
 
 constexpr char kForEmulated[] =
     "the emulated-rank detection scenarios (nic-degraded, straggler, ...; "
@@ -28,6 +32,18 @@ constexpr char kForMigration[] =
     "the migration scenarios (degraded-node-migration, standby-migration, "
     "node-failure-migration)";
 constexpr char kForScenarioRun[] = "a scenario run, not --bench";
+constexpr char kForTorch[] =
+    "the torch scenarios (torch-straggler, torch-hang, torch-crash, "
+    "torch-desync, torch-healthy)";
+constexpr char kForSeed[] =
+    "the emulated-rank detection scenarios, YAML scenario files and the "
+    "torch scenarios";
+constexpr char kForDuration[] =
+    "the emulated-rank detection scenarios, YAML scenario files and "
+    "torch-healthy";
+constexpr char kForNodes[] =
+    "the migration scenarios (degraded-node-migration, standby-migration, "
+    "node-failure-migration) and the torch scenarios";
 
 struct FlagRule {
   const char* flag;
@@ -39,20 +55,21 @@ struct FlagRule {
 constexpr FlagRule kFlagRules[] = {
     {"--scenario", kScenarioRun, kForScenarioRun},
     {"--print", kScenarioRun, kForScenarioRun},
-    {"--seed", kEmulated, kForEmulated},
-    {"--duration-s", kEmulated, kForEmulated},
+    {"--seed", kEmulated | kTorch, kForSeed},
+    {"--duration-s", kEmulated | kTorchHealthy, kForDuration},
     {"--timeline", kEmulated, kForEmulated},
     {"--controller-config", kEmulated, kForEmulated},
     {"--keep-running", kScenarioRun, kForScenarioRun},
     {"--work-dir", kScenarioRun, kForScenarioRun},
     {"--keep-work-dir", kScenarioRun, kForScenarioRun},
-    {"--nodes", kMigration, kForMigration},
-    {"--ranks-per-node", kMigration, kForMigration},
+    {"--nodes", kMigration | kTorch, kForNodes},
+    {"--ranks-per-node", kMigration | kTorch, kForNodes},
     {"--steps", kMigration, kForMigration},
     {"--migrate-after-step", kMigration, kForMigration},
     {"--switch-margin", kMigration, kForMigration},
     {"--compute-ms", kMigration, kForMigration},
     {"--slow-factor", kDegradedNode, "degraded-node-migration only"},
+    {"--backend", kTorch, kForTorch},
     {"--quick", kBench, "--bench only"},
     {"--bench-out", kBench, "--bench only"},
 };
@@ -60,6 +77,8 @@ constexpr FlagRule kFlagRules[] = {
 unsigned ModeOf(const SimArgs& a) {
   if (a.bench) return kBench;
   if (a.scenario == "degraded-node-migration") return kDegradedNode;
+  if (a.scenario == "torch-healthy") return kTorchHealthy;
+  if (sim::IsTorchScenario(a.scenario)) return kTorchFault;
   return IsMigrationScenario(a.scenario) ? kOtherMigration : kEmulated;
 }
 

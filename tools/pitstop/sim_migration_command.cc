@@ -113,13 +113,16 @@ void AddMigrationOptions(CLI::App* cmd, SimArgs* a) {
   cmd->add_option("--nodes", m->nodes,
                   absl::StrCat("migration scenarios: training nodes, one "
                                "standby added (",
-                               DefaultText(d.nodes, o.nodes), ")"))
+                               DefaultText(d.nodes, o.nodes),
+                               "); torch scenarios: nodes, one torchrun "
+                               "each (default: 2)"))
       ->check(CLI::Range(2, 64));
   cmd->add_option(
          "--ranks-per-node", m->ranks_per_node,
          absl::StrCat("migration scenarios: trainer processes per "
                       "node (",
-                      DefaultText(d.ranks_per_node, o.ranks_per_node), ")"))
+                      DefaultText(d.ranks_per_node, o.ranks_per_node),
+                      "); torch scenarios: ranks per torchrun (default: 2)"))
       ->check(CLI::Range(1, 64));
   cmd->add_option("--steps", m->steps,
                   absl::StrCat("migration scenarios: SGD steps of the job (",

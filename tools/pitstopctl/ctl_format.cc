@@ -154,6 +154,44 @@ void PrintFaultDetails(const v1::Fault& f, std::ostream& out) {
       out << "        " << k << " = " << absl::StrFormat("%.6g", v) << "\n";
     }
   }
+  if (f.has_trainer_profile()) PrintTrainerProfile(f.trainer_profile(), out);
+}
+
+void PrintTrainerProfile(const v1::TrainerProfile& p, std::ostream& out) {
+  out << "    - " << p.text() << "\n"
+      << "        ("
+      << ShortEnum(v1::TrainerProfileState_Name(p.state()),
+                   "TRAINER_PROFILE_STATE_")
+      << "; asked " << Age(p.requested_unix_ns());
+  if (p.finished_unix_ns()) out << ", finished " << Age(p.finished_unix_ns());
+  out << ")\n";
+  auto table = [&out](const char* who,
+                      const google::protobuf::RepeatedPtrField<
+                          v1::TrainerProfileOp>& ops,
+                      int32_t a, int32_t b, bool suspect_first) {
+    if (ops.empty()) return;
+    out << absl::StrFormat("        %s (ms per step, rank %d vs rank %d):\n",
+                           who, a, b);
+    for (const v1::TrainerProfileOp& op : ops) {
+      const double sa =
+          suspect_first ? op.suspect_self_ms() : op.peer_self_ms();
+      const double sb =
+          suspect_first ? op.peer_self_ms() : op.suspect_self_ms();
+      const double ta =
+          suspect_first ? op.suspect_total_ms() : op.peer_total_ms();
+      const double tb =
+          suspect_first ? op.peer_total_ms() : op.suspect_total_ms();
+      const double ca = suspect_first ? op.suspect_calls() : op.peer_calls();
+      const double cb = suspect_first ? op.peer_calls() : op.suspect_calls();
+      out << absl::StrFormat(
+          "          %-40s self %8.2f vs %8.2f  total %8.2f vs %8.2f  calls "
+          "%.1f vs %.1f\n",
+          op.name(), sa, sb, ta, tb, ca, cb);
+    }
+  };
+  table("suspect spends more", p.ops(), p.suspect_rank(), p.peer_rank(), true);
+  table("peer spends more", p.peer_ops(), p.peer_rank(), p.suspect_rank(),
+        false);
 }
 
 }  // namespace pitstop::ctl

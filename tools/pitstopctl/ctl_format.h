@@ -38,10 +38,18 @@ std::string SuspectList(const v1::Fault& f);
 // "AUTO timed" / "ADVISE sync->timed": a job's sync policy and mode
 // (sync_commands.cc).
 std::string SyncSummary(const v1::Job& j);
+// The trainer policies' --slow-signal values ("steps-or-faults",
+// "confirmed-faults"; UNSPECIFIED for anything else) and back ("-" for
+// UNSPECIFIED) (sync_commands.cc).
+v1::SlowSignal ParseSlowSignalFlag(const std::string& v);
+std::string SlowSignalText(v1::SlowSignal s);
 
 void PrintFaultTable(const std::vector<v1::Fault>& faults, std::ostream& out);
 // Multi-line details: summary, suspects, victims, evidence with numbers.
 void PrintFaultDetails(const v1::Fault& f, std::ostream& out);
+// Fault.trainer_profile (a slow rank's torch.profiler diff) as evidence
+// lines with the ops of both sides.
+void PrintTrainerProfile(const v1::TrainerProfile& p, std::ostream& out);
 
 }  // namespace pitstop::ctl
 

@@ -50,7 +50,8 @@ void PrintLora(const v1::JobLora& l) {
             << " of median speed for " << s.slow_persist_s() << " s, horizon "
             << s.horizon_s() << " s, move " << s.move_s_per_layer()
             << " s/layer, min gain "
-            << absl::StrFormat("%.0f%%", 100 * s.min_gain()) << ")\n"
+            << absl::StrFormat("%.0f%%", 100 * s.min_gain()) << ", slow signal "
+            << SlowSignalText(s.slow_signal()) << ")\n"
             << "  lora trainers " << l.trainers() << ", step " << l.last_step()
             << ", reports " << l.reports() << ", moves applied "
             << l.moves_applied() << ", measured "
@@ -86,8 +87,11 @@ void PrintLora(const v1::JobLora& l) {
                       ? absl::StrCat("sent as directive ", d.directive_id(),
                                      " (apply at step ", d.apply_at_step(), ")")
                       : std::string("advised only"))
-              << ": " << PlacementLine(d.to())
-              << "\n      evidence: " << d.evidence().text() << "\n";
+              << ": " << PlacementLine(d.to());
+    if (!d.fault_ids().empty()) {
+      std::cout << "\n      faults: " << absl::StrJoin(d.fault_ids(), ",");
+    }
+    std::cout << "\n      evidence: " << d.evidence().text() << "\n";
   }
 }
 
@@ -122,7 +126,7 @@ void AddLoraCommands(CLI::App* app, GlobalOptions* g, int* rc) {
         return "";
       },
       "> 0");
-  static std::string policy;
+  static std::string policy, slow_signal;
   static uint32_t slow_s = 0, horizon_s = 0, lead = 0, max_pipelines = 0;
   static double effect = 0, move_s = 0, min_gain = 0;
   CLI::App* set = app->add_subcommand(
@@ -159,6 +163,11 @@ void AddLoraCommands(CLI::App* app, GlobalOptions* g, int* rc) {
                   "most pipelines (data-parallel replicas, adapters split "
                   "between them) a placement may have (default 1)")
       ->check(CLI::Range(1, 64));
+  set->add_option("--slow-signal", slow_signal,
+                  "what makes a stage slow: steps-or-faults (measured speed "
+                  "or an open NON_COMM_SLOW fault) or confirmed-faults (only "
+                  "a NON_COMM_SLOW fault confirmed from NCCL telemetry)")
+      ->check(CLI::IsMember({"steps-or-faults", "confirmed-faults"}));
   set->callback([g, rc] {
     v1::SetLoraPolicyRequest req;
     req.set_job_id(job);
@@ -173,6 +182,7 @@ void AddLoraCommands(CLI::App* app, GlobalOptions* g, int* rc) {
     s->set_min_gain(min_gain);
     s->set_apply_lead_steps(lead);
     s->set_max_pipelines(max_pipelines);
+    s->set_slow_signal(ParseSlowSignalFlag(slow_signal));
     v1::SetLoraPolicyResponse r;
     if ((*rc = Call(*g, &v1::Controller::Stub::SetLoraPolicy, req, &r))) {
       return;
@@ -188,7 +198,7 @@ void AddLoraCommands(CLI::App* app, GlobalOptions* g, int* rc) {
               << ", min_gain " << o.min_gain() << ", slow_min_effect "
               << o.slow_min_effect() << ", apply_lead_steps "
               << o.apply_lead_steps() << ", max_pipelines " << o.max_pipelines()
-              << "\n";
+              << ", slow signal " << SlowSignalText(o.slow_signal()) << "\n";
   });
 }
 

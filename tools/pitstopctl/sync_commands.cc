@@ -18,6 +18,23 @@ std::string SyncModeShort(v1::SyncMode m) {
              : ShortEnum(v1::SyncMode_Name(m), "SYNC_MODE_");
 }
 
+v1::SlowSignal ParseSlowSignalFlag(const std::string& v) {
+  if (v == "steps-or-faults") return v1::SLOW_SIGNAL_STEPS_OR_FAULTS;
+  if (v == "confirmed-faults") return v1::SLOW_SIGNAL_CONFIRMED_FAULTS;
+  return v1::SLOW_SIGNAL_UNSPECIFIED;
+}
+
+std::string SlowSignalText(v1::SlowSignal s) {
+  switch (s) {
+    case v1::SLOW_SIGNAL_STEPS_OR_FAULTS:
+      return "steps-or-faults";
+    case v1::SLOW_SIGNAL_CONFIRMED_FAULTS:
+      return "confirmed-faults";
+    default:
+      return "-";
+  }
+}
+
 std::string SyncSummary(const v1::Job& j) {
   const v1::JobSync& s = j.sync();
   std::string out =
@@ -56,7 +73,7 @@ void PrintJob(const v1::Job& j) {
             << " (slow_persist_s " << st.slow_persist_s() << ", healthy_s "
             << st.healthy_s() << ", local mode "
             << SyncModeShort(st.local_mode()) << ", period " << PeriodText(st)
-            << ")\n";
+            << ", slow signal " << SlowSignalText(st.slow_signal()) << ")\n";
   if (s.trainers() == 0) {
     std::cout << "  no trainer reports steps (python/pitstop)\n";
     return;
@@ -95,8 +112,11 @@ void PrintJob(const v1::Job& j) {
                       ? absl::StrCat("sent as directive ", d.directive_id(),
                                      " (apply at step ", d.apply_at_step(), ")")
                       : std::string("advised only"))
-              << ": " << d.reason()
-              << "\n      evidence: " << d.evidence().text();
+              << ": " << d.reason();
+    if (!d.fault_ids().empty()) {
+      std::cout << "\n      faults: " << absl::StrJoin(d.fault_ids(), ",");
+    }
+    std::cout << "\n      evidence: " << d.evidence().text();
     for (const auto& [k, v] : d.evidence().values()) {
       std::cout << " " << k << "=" << absl::StrFormat("%.4g", v);
     }
@@ -124,7 +144,7 @@ void AddSyncCommands(CLI::App* app, GlobalOptions* g, int* rc) {
     if (r.job().has_lora()) PrintLora(r.job().lora());
   });
 
-  static std::string policy, local_mode;
+  static std::string policy, local_mode, slow_signal;
   static uint32_t slow_s = 0, healthy_s = 0, period_ms = 0, period_steps = 0,
                   lead = 0, timed_steps = 0;
   CLI::App* set = app->add_subcommand(
@@ -150,6 +170,11 @@ void AddSyncCommands(CLI::App* app, GlobalOptions* g, int* rc) {
                   "--period-ms)");
   set->add_option("--apply-lead-steps", lead,
                   "apply at the last reported step + this");
+  set->add_option("--slow-signal", slow_signal,
+                  "what makes the job slow: steps-or-faults (step-time "
+                  "stragglers or open slow faults) or confirmed-faults "
+                  "(only slow faults confirmed from NCCL telemetry)")
+      ->check(CLI::IsMember({"steps-or-faults", "confirmed-faults"}));
   set->callback([g, rc] {
     v1::SetSyncPolicyRequest req;
     req.set_job_id(job);
@@ -165,6 +190,7 @@ void AddSyncCommands(CLI::App* app, GlobalOptions* g, int* rc) {
     s->set_period_steps(period_steps);
     s->set_apply_lead_steps(lead);
     s->set_timed_period_steps(timed_steps);
+    s->set_slow_signal(ParseSlowSignalFlag(slow_signal));
     v1::SetSyncPolicyResponse r;
     if ((*rc = Call(*g, &v1::Controller::Stub::SetSyncPolicy, req, &r))) {
       return;
@@ -179,7 +205,7 @@ void AddSyncCommands(CLI::App* app, GlobalOptions* g, int* rc) {
               << ", slow_persist_s " << o.slow_persist_s() << ", healthy_s "
               << o.healthy_s() << ", local mode "
               << SyncModeShort(o.local_mode()) << ", period " << PeriodText(o)
-              << "\n";
+              << ", slow signal " << SlowSignalText(o.slow_signal()) << "\n";
   });
 }
 

@@ -78,6 +78,7 @@ import torch.distributed as dist
 
 from pitstop.client import MODES, Directive, TrainerClient
 from pitstop.torch.penalty import PseudoGradientPenalty
+from pitstop.torch.profiling import StepProfiler
 from pitstop.torch.switch import CONTROL_LEN, SwitchAgreement
 
 log = logging.getLogger("pitstop")
@@ -128,7 +129,8 @@ class EDiT:
                  penalty=True, penalty_args=None, job_id=None, client=None,
                  switch_timeout_s=30.0, control_every=1, clock=time.monotonic,
                  weight_by_steps=True, norm_per_step=True, lr_lambda=None,
-                 min_sync_steps=0, timed_fit=True, group=None):
+                 min_sync_steps=0, timed_fit=True, group=None,
+                 control_group=None):
         if mode not in MODES:
             raise ValueError("mode: one of %s, got %r" % (sorted(MODES), mode))
         if period_steps <= 0 or period_ms <= 0:
@@ -136,6 +138,14 @@ class EDiT:
         self.model = model
         self.optimizer = optimizer
         self.group = group
+        # The small control exchange of every sync step (switch agreement,
+        # stop vote) on its own group when given (e.g. gloo beside an NCCL
+        # data group): the data group then carries only the gradient and
+        # outer-sync collectives, whose late rank the controller's
+        # straggler detector sees in every one (a second collective right
+        # after the gradient all-reduce has a random last arriver).
+        self.control_group = control_group if control_group is not None \
+            else group
         self.rank = dist.get_rank(group)
         self.world = dist.get_world_size(group)
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -166,6 +176,8 @@ class EDiT:
         self.client = client
         if self.client is None and job_id:
             self.client = TrainerClient(job_id, self.rank, self.world)
+        # The controller's torch.profiler windows (a slow-rank fault).
+        self.profiler = StepProfiler(self.client) if self.client else None
         self.step_no = 0
         self.local_steps = 0
         self.outer_syncs = 0
@@ -196,6 +208,8 @@ class EDiT:
         self._phases = {}
         self._t0 = time.perf_counter()
         self._start_ns = time.time_ns()
+        if self.profiler is not None:
+            self.profiler.begin_step(self.step_no + 1)
 
     @contextlib.contextmanager
     def phase(self, name):
@@ -262,6 +276,8 @@ class EDiT:
             if decision is not None:
                 self._act(decision)
         self._report(tokens, loss)
+        if self.profiler is not None:
+            self.profiler.end_step()
         self._t0 = None
 
     @property
@@ -294,6 +310,8 @@ class EDiT:
             g["lr"] = base * f
 
     def close(self):
+        if self.profiler is not None:
+            self.profiler.close()
         if self.client is not None:
             self.client.close()
 
@@ -384,7 +402,7 @@ class EDiT:
                [1.0 if self._stop_vote else 0.0] + list(extra))
         t = torch.tensor(vec, dtype=torch.float64)
         out = [torch.zeros_like(t) for _ in range(self.world)]
-        dist.all_gather(out, t, group=self.group)
+        dist.all_gather(out, t, group=self.control_group)
         return [o.tolist() for o in out]
 
     def _poll(self):

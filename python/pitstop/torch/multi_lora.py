@@ -45,6 +45,7 @@ from pitstop.torch.placement import (Placement,  # noqa: F401
                                      placement_from_directive,
                                      validate_placement)
 from pitstop.torch.switch import SwitchAgreement
+from pitstop.torch.profiling import StepProfiler
 
 log = logging.getLogger("pitstop")
 
@@ -82,6 +83,8 @@ class MultiLoraTrainer:
         self.costs = lm.layer_costs(cfg)
         self.placement = placement
         self.agreement = SwitchAgreement(timeout_s=agreement_timeout_s)
+        # The controller's torch.profiler windows (a slow-rank fault).
+        self.profiler = StepProfiler(client) if client is not None else None
         self.step_no = 0          # completed steps (every adapter)
         self.moves = []           # (step, placement dict, reason, n, s)
         self.abandoned = []
@@ -264,6 +267,8 @@ class MultiLoraTrainer:
         n_mb = 0
         span = self.span
         probe = None
+        if self.profiler is not None:
+            self.profiler.begin_step(self.step_no + 1)
         if span is not None:
             try:
                 n_mb = self._pipeline_step(t)
@@ -282,6 +287,8 @@ class MultiLoraTrainer:
             self.busy_s += t["forward"] + t["backward"] + t["optimizer"]
             self.stage_wall_s += wall
         self._report(start_ns, wall, t, n_mb, span, probe)
+        if self.profiler is not None:
+            self.profiler.end_step()
         self._agree()
         return {k: v[self.step_no] for k, v in self.losses.items()
                 if self.step_no in v}

@@ -89,6 +89,9 @@ struct RankProgressState {
   // different collectives at one point are a mismatch (mismatch.h).
   uint64_t oldest_incomplete_count = 0;
   int32_t oldest_incomplete_datatype = 0;
+  // How long the agent had heard nothing from the rank's process at its
+  // latest report (0: heard, or unknown): frozen_members.h.
+  uint64_t process_silent_ns = 0;
   // In-flight proxy bytes per (peer, channel, is_send), now and before.
   std::map<std::tuple<int32_t, uint32_t, bool>, std::pair<uint64_t, uint64_t>>
       in_flight;

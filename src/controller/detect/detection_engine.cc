@@ -389,6 +389,7 @@ absl::Status EngineImpl::AddProgress(absl::string_view host,
   }
   rs.oldest_incomplete_seq = oldest;
   rs.oldest_incomplete_age_ns = p.oldest_incomplete_age_ns();
+  rs.process_silent_ns = p.process_silent_ns();
   rs.oldest_incomplete_count = oldest >= 0 ? p.oldest_incomplete_count() : 0;
   rs.oldest_incomplete_datatype =
       oldest >= 0 && v1::DataType_IsValid(p.oldest_incomplete_datatype())

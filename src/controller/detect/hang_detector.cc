@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "src/controller/detect/frozen_members.h"
 #include "src/controller/detect/mismatch.h"
 #include "src/controller/detect/open_proxy_ops.h"
 #include "src/controller/detect/robust_stats.h"
@@ -16,13 +17,6 @@
 
 namespace pitstop::controller {
 namespace {
-
-// How summaries name a communicator: its name, or its hash when the
-// application gave it none.
-std::string CommLabel(const CommState& comm) {
-  return comm.comm_name.empty() ? absl::StrFormat("comm %x", comm.comm_hash)
-                                : comm.comm_name;
-}
 
 bool IsP2p(int32_t func) {
   return func == v1::COLL_FUNC_SEND || func == v1::COLL_FUNC_RECV ||
@@ -549,7 +543,14 @@ void RaiseHang(const CommState& comm, const FuncProgress& fp,
   values["timeout_ns"] = static_cast<double>(timeout);
   values["max_enqueued_seq"] = static_cast<double>(h.max_enqueued);
   values["members_without_progress"] = unreported;
-  if (behind.empty() && !st.ranks.empty()) {
+  // A member whose whole process went silent explains the hang before
+  // anything else: it can take part in nothing, and the members that wait
+  // for it (behind it in the ring, or short of what it held up) would
+  // otherwise be named for it.
+  const std::set<int32_t> frozen = FrozenMembers(fp, j.ranks);
+  if (!frozen.empty()) {
+    BuildFrozenMemberHang(comm, fp, frozen, h.stuck, &f);
+  } else if (behind.empty() && !st.ranks.empty()) {
     BuildStalledHang(comm, fp, h, j.ranks, st, &f);
   } else if (!behind.empty()) {
     BuildBehindHang(comm, fp, h, behind, &f);

@@ -38,6 +38,11 @@ struct HangClear {
 // members' completions have not advanced for longer than the timeout (engine
 // clock, or the oldest-incomplete age the agents report, whichever is
 // longer):
+//   - first, after a mismatch (below): if the process of some judged
+//     members went silent (no record or heartbeat for 3 s, RankProgress.
+//     process_silent_ns) while others' did not, NON_COMM_HANG naming those
+//     at PROCESS level: a process stopped or frozen, often inside the
+//     collective (frozen_members.h);
 //   - members that never enqueued N are suspects (NON_COMM_HANG, RANK level),
 //     the others victims;
 //   - members whose completions stopped below what another member

@@ -187,7 +187,7 @@ void BuildMismatchFault(const CommState& comm, const Mismatch& m,
       "mismatch: the members of %s issued different collectives at one "
       "point and wait for each other (an application desync, not a hardware "
       "fault), blocked %.1f s: %s, where %s %zu rank(s) issued %s",
-      comm.comm_name, stuck_ns / 1e9, who,
+      CommLabel(comm), stuck_ns / 1e9, who,
       m.tie ? "(no majority) the other" : "the other", major.ranks.size(),
       Describe(major.op)));
   e->set_text(f->summary());

@@ -49,6 +49,11 @@ void FillFaultHeader(const CommState& comm, v1::FaultClass fault_class,
   fault->set_detector(detector);
 }
 
+std::string CommLabel(const CommState& comm) {
+  return comm.comm_name.empty() ? absl::StrFormat("comm %x", comm.comm_hash)
+                                : comm.comm_name;
+}
+
 std::string DescribeRank(const CommState& comm, int32_t rank) {
   std::string out = absl::StrCat("rank ", rank);
   const Member* mp = comm.FindMember(rank);

@@ -29,6 +29,10 @@ void AddVictims(const CommState& comm, const std::set<int32_t>& exclude,
 void FillFaultHeader(const CommState& comm, v1::FaultClass fault_class,
                      const std::string& detector, v1::Fault* fault);
 
+// How summaries name a communicator: its name, or "comm <hash hex>" when
+// the application gave it none.
+std::string CommLabel(const CommState& comm);
+
 // "rank 12 (global 12, host node3 GPU 4)" for summaries.
 std::string DescribeRank(const CommState& comm, int32_t rank);
 

@@ -6,6 +6,7 @@
 #include "pitstop/logging.h"
 #include "src/controller/controller_metrics.h"
 #include "src/controller/ha/leadership.h"
+#include "src/controller/profiling/trainer_profiles.h"
 #include "src/controller/store/fault_store.h"
 
 namespace pitstop::controller {
@@ -145,6 +146,23 @@ void FaultService::MarkMitigating(v1::Fault f, const std::string& why) {
     ServiceLock lock(&mu_);
     Notify(v1::WatchFaultsResponse::CHANGE_UPDATED, *stored);
   }
+}
+
+bool FaultService::AttachTrainerProfile(const std::string& fault_id,
+                                        const v1::TrainerProfile& profile) {
+  ServiceLock writes(&write_mu_);
+  absl::StatusOr<v1::Fault> f =
+      StoreTrainerProfile(options_.store, fault_id, profile);
+  if (!f.ok() || f->trainer_profile().state() != profile.state()) {
+    Logger("controller.profiling")
+        ->warn("fault {}: profile not stored ({}): {}", fault_id,
+               f.ok() ? "fault resolved" : f.status().ToString(),
+               profile.text());
+    return false;
+  }
+  ServiceLock lock(&mu_);
+  Notify(v1::WatchFaultsResponse::CHANGE_UPDATED, *f);
+  return true;
 }
 
 void FaultService::Notify(v1::WatchFaultsResponse::Change change,

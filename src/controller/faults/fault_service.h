@@ -83,6 +83,12 @@ class FaultService {
   // migration moved the job off the fault's host); stored and watchers
   // told. Other states are left.
   void MarkMitigating(v1::Fault fault, const std::string& why);
+  // A trainer profile (src/controller/profiling/) stored on its fault
+  // (StoreTrainerProfile, in order with the other fault writes) and the
+  // watchers told. False, logged, when the fault did not take it (unknown,
+  // resolved, or a store error).
+  bool AttachTrainerProfile(const std::string& fault_id,
+                            const v1::TrainerProfile& profile);
 
   // --- the fault event stream ----------------------------------------------
   using WatchFn = std::function<void(const v1::WatchFaultsResponse&)>;

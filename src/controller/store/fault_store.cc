@@ -46,6 +46,11 @@ v1::Fault MergeUpsert(const v1::Fault* old, const v1::Fault& fault,
   if (next.confirmed_unix_ns() == 0) {
     next.set_confirmed_unix_ns(old->confirmed_unix_ns());
   }
+  // The detection engine's updates carry no trainer profile
+  // (src/controller/profiling/): the one attached stays.
+  if (!next.has_trainer_profile() && old->has_trainer_profile()) {
+    *next.mutable_trainer_profile() = old->trainer_profile();
+  }
   return next;
 }
 

@@ -29,6 +29,12 @@ bool SlowClass(v1::FaultClass c) {
   return c == v1::FAULT_CLASS_NON_COMM_SLOW || c == v1::FAULT_CLASS_COMM_SLOW;
 }
 
+// Confirmed by the detection engine at some point (an operator's
+// acknowledgement or a mitigation keeps the confirmation).
+bool Confirmed(const v1::Fault& f) {
+  return f.confirmed_unix_ns() != 0 || f.state() == v1::FAULT_STATE_CONFIRMED;
+}
+
 }  // namespace
 
 v1::SyncSettings DefaultSyncSettings() {
@@ -40,6 +46,7 @@ v1::SyncSettings DefaultSyncSettings() {
   s.set_period_steps(8);
   s.set_period_ms(2000);
   s.set_apply_lead_steps(5);
+  s.set_slow_signal(v1::SLOW_SIGNAL_STEPS_OR_FAULTS);
   return s;
 }
 
@@ -60,6 +67,10 @@ absl::Status ValidateSyncSettings(const v1::SyncSettings& s) {
         s.slow_persist_s() > kMaxPolicySeconds ? "settings.slow_persist_s"
                                                : "settings.healthy_s",
         ": at most ", kMaxPolicySeconds, " (a week)"));
+  }
+  if (!v1::SlowSignal_IsValid(s.slow_signal())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("settings.slow_signal: unknown value ", s.slow_signal()));
   }
   if (s.period_steps() > 1'000'000) {
     return absl::InvalidArgumentError("settings.period_steps: at most 1000000");
@@ -92,6 +103,9 @@ v1::SyncSettings ResolveSyncSettings(const v1::SyncSettings& s,
   if (r.apply_lead_steps() == 0) r.set_apply_lead_steps(d.apply_lead_steps());
   if (r.timed_period_steps() == 0) {
     r.set_timed_period_steps(d.timed_period_steps());
+  }
+  if (r.slow_signal() == v1::SLOW_SIGNAL_UNSPECIFIED) {
+    r.set_slow_signal(d.slow_signal());
   }
   return r;
 }
@@ -211,7 +225,9 @@ v1::Evidence SyncPolicyEngine::MakeEvidence(const Job& job, int64_t now) const {
         base > 0 ? ms / base : 0;
   }
   if (!job.slow_faults.empty()) {
-    parts.push_back(absl::StrCat("open slow faults ",
+    parts.push_back(absl::StrCat(job.faults_confirmed_only
+                                     ? "confirmed slow faults (NCCL telemetry) "
+                                     : "open slow faults ",
                                  absl::StrJoin(job.slow_faults, ", ")));
   }
   (*e.mutable_values())["median_compute_ms"] = job.median_ms;
@@ -277,27 +293,38 @@ std::vector<SyncPolicyEngine::Outgoing> SyncPolicyEngine::Evaluate(
   std::vector<Outgoing> out;
   const int64_t now = clock_->MonotonicNanos();
   for (auto& [id, job] : jobs_) {
+    const v1::SyncSettings s = Settings(id);
+    job.faults_confirmed_only =
+        s.slow_signal() == v1::SLOW_SIGNAL_CONFIRMED_FAULTS;
     job.slow_faults.clear();
     for (const v1::Fault& f : open_faults) {
       if (f.job_id() == id && SlowClass(f.fault_class()) &&
-          f.state() != v1::FAULT_STATE_RESOLVED) {
+          f.state() != v1::FAULT_STATE_RESOLVED &&
+          (!job.faults_confirmed_only || Confirmed(f))) {
         job.slow_faults.push_back(f.fault_id());
       }
     }
-    const v1::SyncSettings s = Settings(id);
     if (s.policy() == v1::SYNC_POLICY_OFF) {
       job.slow_since_ns = job.healthy_since_ns = 0;
       job.target = job.reported;
       continue;
     }
     Judge(job, now);
-    const bool slow = !job.stragglers.empty() || !job.slow_faults.empty();
+    // With confirmed faults as the signal, step-time stragglers do not
+    // trigger a switch, but they still keep a switched job from going back:
+    // in local SGD the slow rank no longer holds the others in a
+    // collective, so its NCCL fault resolves while it is as slow as before.
+    const bool slow = !job.slow_faults.empty() ||
+                      (!job.faults_confirmed_only && !job.stragglers.empty());
+    const bool healthy = job.slow_faults.empty() && job.stragglers.empty();
     if (slow) {
       job.healthy_since_ns = 0;
       if (job.slow_since_ns == 0) job.slow_since_ns = now;
-    } else {
+    } else if (healthy) {
       job.slow_since_ns = 0;
       if (job.healthy_since_ns == 0) job.healthy_since_ns = now;
+    } else {
+      job.slow_since_ns = job.healthy_since_ns = 0;
     }
     if (job.target == v1::SYNC_MODE_UNSPECIFIED) job.target = job.reported;
     if (job.target == v1::SYNC_MODE_UNSPECIFIED) continue;  // no mode yet
@@ -357,6 +384,7 @@ void SyncPolicyEngine::Decide(const std::string& id, Job& job, int64_t now,
   d.set_policy(s.policy());
   d.set_reason(reason);
   *d.mutable_evidence() = MakeEvidence(job, now);
+  for (const std::string& f : job.slow_faults) d.add_fault_ids(f);
   if (to == v1::SYNC_MODE_TIMED) {
     (*d.mutable_evidence()->mutable_values())["period_ms"] = period_ms;
   }

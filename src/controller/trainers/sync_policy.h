@@ -10,9 +10,12 @@
 //    ranks' medians is slow. This finds stragglers in jobs whose collectives
 //    the NCCL plugin cannot see (CPU, gloo).
 //  * slow condition = step-time stragglers or open NON_COMM_SLOW /
-//    COMM_SLOW faults of the job.
+//    COMM_SLOW faults of the job; with settings.slow_signal
+//    CONFIRMED_FAULTS only such faults the detection engine confirmed from
+//    the job's NCCL telemetry (the decision names them: fault_ids).
 //  * SYNC -> local (settings.local_mode) once the slow condition held for
-//    slow_persist_s; local -> SYNC once the job was healthy for healthy_s.
+//    slow_persist_s; local -> SYNC once the job was healthy (no slow fault
+//    and no step-time straggler, whatever the signal) for healthy_s.
 //
 // OFF: nothing computed. ADVISE (default): the decision is recorded and
 // published (JobSync.target_mode, decisions), nothing is sent. AUTO: the
@@ -123,6 +126,8 @@ class SyncPolicyEngine {
     int64_t healthy_since_ns = 0;
     std::vector<int32_t> stragglers;
     std::vector<std::string> slow_faults;
+    // settings.slow_signal is SLOW_SIGNAL_CONFIRMED_FAULTS (this cycle).
+    bool faults_confirmed_only = false;
     double median_ms = 0;
     std::map<int32_t, double> rank_ms;
     std::deque<v1::SyncDecision> decisions;

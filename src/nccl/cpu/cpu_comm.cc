@@ -14,7 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gloo/allgather.h"
-#include "gloo/allreduce.h"
 #include "gloo/barrier.h"
 #include "gloo/broadcast.h"
 #include "gloo/common/error.h"
@@ -27,6 +26,7 @@
 #include "gloo/types.h"
 #include "pitstop/status_macros.h"
 #include "src/nccl/cpu/reduce_ops.h"
+#include "src/nccl/cpu/ring_allreduce.h"
 
 namespace pitstop::cpunccl {
 namespace {
@@ -52,15 +52,24 @@ constexpr size_t kIdDirOffset = 16;  // magic (8) + nonce (8)
 // Slot prefix of point-to-point transfers (gloo's collectives use 0x01..0x08).
 constexpr uint8_t kP2pSlotPrefix = 0x40;
 constexpr size_t kHostBytes = 64;
+// What each rank tells the others at init: host name, then the address of
+// its ring listener.
+constexpr size_t kInitRecordBytes = kHostBytes + sizeof(sockaddr_storage);
 
-// One TCP device per process, shared by all communicators (gloo allows it).
+// One TCP device per process, shared by all communicators (gloo allows it),
+// and the address it binds, which the ring connections bind too.
 // Address: $PITSTOP_CPU_NCCL_HOST, else the interface in
-// $NCCL_SOCKET_IFNAME, else loopback.
-std::shared_ptr<gloo::transport::Device> Device() {
+// $NCCL_SOCKET_IFNAME, else loopback. Throws like gloo if it cannot be
+// resolved.
+struct LocalDevice {
+  std::shared_ptr<gloo::transport::Device> device;
+  sockaddr_storage address;
+};
+const LocalDevice& Local() {
   static std::mutex mu;
-  static std::shared_ptr<gloo::transport::Device>* device = nullptr;
+  static LocalDevice* local = nullptr;
   std::lock_guard<std::mutex> lock(mu);
-  if (device == nullptr) {
+  if (local == nullptr) {
     gloo::transport::tcp::attr attr;
     const char* host = std::getenv("PITSTOP_CPU_NCCL_HOST");
     const char* iface = std::getenv("NCCL_SOCKET_IFNAME");
@@ -71,10 +80,12 @@ std::shared_ptr<gloo::transport::Device> Device() {
     } else {
       attr.hostname = "127.0.0.1";
     }
-    device = new std::shared_ptr<gloo::transport::Device>(
-        gloo::transport::tcp::CreateDevice(attr));
+    const gloo::transport::tcp::attr resolved =
+        gloo::transport::tcp::CreateDeviceAttr(attr);
+    local = new LocalDevice{gloo::transport::tcp::CreateDevice(attr),
+                            resolved.ai_addr};
   }
-  return *device;
+  return *local;
 }
 
 uint64_t Mix(uint64_t h, uint64_t v) {
@@ -226,6 +237,7 @@ absl::Status CpuComm::Guard(const char* what, F&& body) {
 // communicator makes each peer's next or pending transfer with this rank fail
 // at once, so the error spreads through the communicator in milliseconds.
 void CpuComm::CloseConnections() {
+  if (ring_ != nullptr) ring_->Close();
   if (context_ == nullptr) return;
   try {
     context_->closeConnections();
@@ -249,7 +261,7 @@ absl::StatusOr<std::unique_ptr<CpuComm>> CpuComm::Create(
 }
 
 absl::Status CpuComm::Connect() {
-  std::vector<char> hosts(kHostBytes * size());
+  std::vector<char> records(kInitRecordBytes * size());
   absl::Status st = Guard("communicator init", [&] {
     file_store_ =
         std::make_shared<gloo::rendezvous::FileStore>(options_.store_dir);
@@ -257,28 +269,42 @@ absl::Status CpuComm::Connect() {
                                                              *file_store_);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank(), size());
     ctx->setTimeout(options_.timeout);
-    auto dev = Device();
+    const LocalDevice& local = Local();
+    std::shared_ptr<gloo::transport::Device> dev = local.device;
     ctx->connectFullMesh(*store_, dev);
     context_ = ctx;
+    std::vector<char> mine(kInitRecordBytes, 0);
+    if (size() > 1) {
+      auto ring = RingTransport::Listen(local.address);
+      if (!ring.ok()) throw gloo::IoException(ring.status().ToString());
+      ring_ = std::move(*ring);
+      std::memcpy(mine.data() + kHostBytes, &ring_->listen_address(),
+                  sizeof(sockaddr_storage));
+    }
     // Which ranks share a host: n_nodes for the profiler, the local rank
     // for ncclCommCuDevice.
     std::string me = HostName();
     me.resize(kHostBytes - 1);
-    std::vector<char> mine(kHostBytes, 0);
     std::memcpy(mine.data(), me.data(), me.size());
     gloo::AllgatherOptions ag(context_);
-    ag.setInput(mine.data(), kHostBytes);
-    ag.setOutput(hosts.data(), hosts.size());
+    ag.setInput(mine.data(), kInitRecordBytes);
+    ag.setOutput(records.data(), records.size());
     ag.setTag(NextTag());
     gloo::allgather(ag);
   });
   if (!st.ok()) return st;
-  std::vector<std::string> names;
-  for (int r = 0; r < size(); ++r) {
-    std::string h(hosts.data() + r * kHostBytes);
-    if (r < rank() && h == std::string(hosts.data() + rank() * kHostBytes)) {
-      ++local_rank_;
+  if (size() > 1) {
+    if (st = ConnectRing(records); !st.ok()) {
+      return Failed("communicator init", st);
     }
+  }
+  std::vector<std::string> names;
+  auto host = [&](int r) {
+    return std::string(records.data() + r * kInitRecordBytes);
+  };
+  for (int r = 0; r < size(); ++r) {
+    const std::string h = host(r);
+    if (r < rank() && h == host(rank())) ++local_rank_;
     if (std::find(names.begin(), names.end(), h) == names.end()) {
       names.push_back(h);
     }
@@ -289,6 +315,25 @@ absl::Status CpuComm::Connect() {
   profiler_ =
       CommProfiler::Init(comm_hash(), options_.name, size(), rank(), n_nodes_);
   return absl::OkStatus();
+}
+
+// The ring all-reduce's connections: to rank - 1, from rank + 1.
+absl::Status CpuComm::ConnectRing(const std::vector<char>& records) {
+  const int left = (rank() + size() - 1) % size();
+  const int right = (rank() + 1) % size();
+  sockaddr_storage left_address;
+  std::memcpy(&left_address,
+              records.data() + left * kInitRecordBytes + kHostBytes,
+              sizeof(left_address));
+  return ring_->Connect(left_address, left, right, rank(), comm_hash(),
+                        options_.timeout);
+}
+
+absl::Status CpuComm::Failed(const char* what, const absl::Status& st) {
+  const absl::Status failed(st.code(), absl::StrCat(what, ": ", st.message()));
+  SetError(failed);
+  CloseConnections();
+  return failed;
 }
 
 uint64_t CpuComm::NextSeq(const char* func) {
@@ -305,18 +350,28 @@ absl::Status CpuComm::AllReduce(const void* send, void* recv, size_t count,
   const size_t es = DataTypeSize(type);
   if (fn == nullptr || es == 0) return Unsupported(type, op);
   if (count == 0) return absl::OkStatus();
+  if (absl::Status e = error(); !e.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("AllReduce: communicator is in error: ", e.message()));
+  }
   if (send != recv) std::memmove(recv, send, count * es);
-  absl::Status st = Guard("AllReduce", [&] {
-    if (size() == 1) return;
-    gloo::AllreduceOptions o(context_);
-    o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-    SetTypedOutput(o, recv, count, es);
-    o.setReduceFunction(fn);
-    o.setTag(NextTag());
-    gloo::allreduce(o);
-  });
-  if (st.ok() && op == ncclAvg) DivideInPlace(recv, count, type, size());
-  return st;
+  if (size() > 1) {
+    RingAllReduceArgs a;
+    a.buf = recv;
+    a.count = count;
+    a.element_bytes = es;
+    a.fn = fn;
+    a.datatype = static_cast<uint32_t>(type);
+    a.op = static_cast<uint32_t>(op);
+    a.seq = n_allreduces_++;
+    a.rank = rank();
+    a.n_ranks = size();
+    if (absl::Status st = RingAllReduce(*ring_, a, &ring_scratch_); !st.ok()) {
+      return Failed("AllReduce", st);
+    }
+  }
+  if (op == ncclAvg) DivideInPlace(recv, count, type, size());
+  return absl::OkStatus();
 }
 
 absl::Status CpuComm::AllGather(const void* send, void* recv, size_t send_count,

@@ -5,9 +5,13 @@
 //
 // Every operation runs synchronously on the calling thread and returns when
 // this rank's part is complete (the "stream" of the NCCL API is ignored).
-// Reductions are deterministic: gloo's ring reduces each chunk in a fixed
-// rank order, so the same inputs give bit-identical outputs run to run and
-// on every rank.
+// All-reduce (and reduce-scatter, built on it) runs gloo's ring over the
+// communicator's own ring connections (ring_allreduce.h, ring_transport.h:
+// gloo's pairs stall a small all-reduce for a scheduler tick on a loaded
+// machine); the other collectives and send/receive use gloo's pairs.
+// Reductions are deterministic: the ring reduces each chunk in a fixed rank
+// order, so the same inputs give bit-identical outputs run to run and on
+// every rank.
 //
 // A dead or silent peer never blocks for longer than the communicator's
 // timeout: gloo raises an I/O error when a peer's connection closes and a
@@ -32,6 +36,7 @@
 #include "pitstop/sync.h"
 #include "src/nccl/cpu/nccl_api.h"
 #include "src/nccl/cpu/profiler_hook.h"
+#include "src/nccl/cpu/ring_transport.h"
 
 namespace gloo {
 class Context;
@@ -121,9 +126,13 @@ class CpuComm {
  private:
   explicit CpuComm(const CommOptions& options);
   absl::Status Connect();
+  absl::Status ConnectRing(const std::vector<char>& addresses);
   uint32_t NextTag() { return tag_++; }
   template <typename F>
   absl::Status Guard(const char* what, F&& body);
+  // An operation's failure: the communicator is in error from now on and
+  // its connections are closed.
+  absl::Status Failed(const char* what, const absl::Status& st);
   void CloseConnections();
 
   CommOptions options_;
@@ -131,6 +140,9 @@ class CpuComm {
   std::shared_ptr<gloo::rendezvous::Store> store_;
   std::shared_ptr<gloo::Context> context_;
   std::unique_ptr<CommProfiler> profiler_;
+  std::unique_ptr<RingTransport> ring_;  // null for a single rank
+  std::vector<char> ring_scratch_;
+  uint64_t n_allreduces_ = 0;
   int local_rank_ = 0;
   int n_nodes_ = 1;
   uint32_t tag_ = 1;

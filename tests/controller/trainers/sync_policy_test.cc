@@ -239,6 +239,76 @@ TEST_F(SyncPolicyTest, OpenSlowFaultCountsAndOffDoesNothing) {
   EXPECT_EQ(other.State("j")->decisions_size(), 0);
 }
 
+// slow_signal CONFIRMED_FAULTS (issue #28): the step reports' stragglers
+// are the trainers' own signal and never trigger; a NON_COMM_SLOW fault the
+// detection engine confirmed (from NCCL telemetry) does, and the decision
+// names it.
+TEST_F(SyncPolicyTest, ConfirmedFaultsSignalSwitchesOnTheFaultAlone) {
+  v1::SyncSettings st;
+  st.set_policy(v1::SYNC_POLICY_AUTO);
+  st.set_slow_signal(v1::SLOW_SIGNAL_CONFIRMED_FAULTS);
+  ASSERT_TRUE(engine_.SetSettings("j", st).ok());
+  EXPECT_EQ(State().settings().slow_signal(), v1::SLOW_SIGNAL_CONFIRMED_FAULTS);
+  // Rank 3 computes twice as long for 40 s: a step-time straggler, no
+  // switch.
+  for (int i = 0; i < 40; ++i) Second(4, /*slow=*/3);
+  EXPECT_EQ(State().step_stragglers_size(), 1);
+  EXPECT_TRUE(all_sent_.empty());
+  EXPECT_EQ(State().decisions_size(), 0);
+  EXPECT_EQ(State().slow_since_unix_ns(), 0u);
+  // A suspected (not yet confirmed) straggler fault does not count either.
+  v1::Fault f;
+  f.set_fault_id("F9");
+  f.set_job_id("j");
+  f.set_fault_class(v1::FAULT_CLASS_NON_COMM_SLOW);
+  f.set_state(v1::FAULT_STATE_SUSPECTED);
+  faults_.push_back(f);
+  for (int i = 0; i < 15; ++i) Second(4, 3);
+  EXPECT_TRUE(all_sent_.empty());
+  // Confirmed: slow from now on, switched after slow_persist_s (10 s).
+  faults_[0].set_state(v1::FAULT_STATE_CONFIRMED);
+  faults_[0].set_confirmed_unix_ns(1);
+  for (int i = 0; i < 9; ++i) Second(4, 3);
+  EXPECT_TRUE(all_sent_.empty());
+  for (int i = 0; i < 3 && all_sent_.empty(); ++i) Second(4, 3);
+  ASSERT_EQ(all_sent_.size(), 1u);
+  EXPECT_EQ(all_sent_[0].directive.mode(), v1::SYNC_MODE_TIMED);
+  const v1::SyncDecision d = State().decisions(0);
+  ASSERT_EQ(d.fault_ids_size(), 1);
+  EXPECT_EQ(d.fault_ids(0), "F9");
+  EXPECT_THAT(d.evidence().text(),
+              HasSubstr("confirmed slow faults (NCCL telemetry) F9"));
+  EXPECT_THAT(all_sent_[0].directive.reason(), HasSubstr("F9"));
+  // Switched, the fault resolves (the slow rank no longer holds the others
+  // in a collective) but rank 3 is as slow as before: the job stays local.
+  faults_.clear();
+  for (int i = 0; i < 60; ++i) Second(4, 3, 2.0, v1::SYNC_MODE_TIMED);
+  EXPECT_EQ(all_sent_.size(), 1u);
+  EXPECT_EQ(State().healthy_since_unix_ns(), 0u);
+  // Healthy for healthy_s (30 s): back to sync.
+  for (int i = 0; i < 40 && all_sent_.size() == 1; ++i) {
+    Second(4, -1, 2.0, v1::SYNC_MODE_TIMED);
+  }
+  ASSERT_EQ(all_sent_.size(), 2u);
+  EXPECT_EQ(all_sent_[1].directive.mode(), v1::SYNC_MODE_SYNC);
+}
+
+TEST_F(SyncPolicyTest, StepsOrFaultsSignalNamesTheOpenFaultsToo) {
+  SetPolicy(v1::SYNC_POLICY_AUTO);
+  EXPECT_EQ(State().settings().slow_signal(), v1::SLOW_SIGNAL_STEPS_OR_FAULTS);
+  v1::Fault f;
+  f.set_fault_id("F3");
+  f.set_job_id("j");
+  f.set_fault_class(v1::FAULT_CLASS_NON_COMM_SLOW);
+  f.set_state(v1::FAULT_STATE_SUSPECTED);
+  faults_.push_back(f);
+  for (int i = 0; i < 12 && all_sent_.empty(); ++i) Second(4);
+  ASSERT_EQ(all_sent_.size(), 1u);
+  ASSERT_EQ(State().decisions(0).fault_ids_size(), 1);
+  EXPECT_THAT(State().decisions(0).evidence().text(),
+              HasSubstr("open slow faults F3"));
+}
+
 TEST_F(SyncPolicyTest, AutoResendsWhenTrainersDidNotApply) {
   SetPolicy(v1::SYNC_POLICY_AUTO);
   for (int i = 0; i < 20 && all_sent_.empty(); ++i) Second(4, 3);
@@ -270,6 +340,10 @@ TEST_F(SyncPolicyTest, ValidationNamesTheField) {
   s.set_policy(static_cast<v1::SyncPolicy>(42));
   EXPECT_THAT(std::string(engine_.SetSettings("j", s).status().message()),
               StartsWith("settings.policy"));
+  s.Clear();
+  s.set_slow_signal(static_cast<v1::SlowSignal>(9));
+  EXPECT_THAT(std::string(engine_.SetSettings("j", s).status().message()),
+              StartsWith("settings.slow_signal"));
   EXPECT_THAT(
       std::string(
           engine_.SetSettings("", v1::SyncSettings()).status().message()),

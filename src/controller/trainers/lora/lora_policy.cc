@@ -27,6 +27,7 @@ v1::LoraSettings DefaultLoraSettings() {
   s.set_apply_lead_steps(3);
   s.set_min_gain(0.1);
   s.set_max_pipelines(1);
+  s.set_slow_signal(v1::SLOW_SIGNAL_STEPS_OR_FAULTS);
   return s;
 }
 
@@ -61,6 +62,10 @@ absl::Status ValidateLoraSettings(const v1::LoraSettings& s) {
   if (s.max_pipelines() > 64) {
     return absl::InvalidArgumentError("settings.max_pipelines: at most 64");
   }
+  if (!v1::SlowSignal_IsValid(s.slow_signal())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("settings.slow_signal: unknown value ", s.slow_signal()));
+  }
   return absl::OkStatus();
 }
 
@@ -73,6 +78,9 @@ v1::LoraSettings ResolveLoraSettings(const v1::LoraSettings& s,
   if (r.horizon_s() == 0) r.set_horizon_s(d.horizon_s());
   if (r.move_s_per_layer() == 0) r.set_move_s_per_layer(d.move_s_per_layer());
   if (r.apply_lead_steps() == 0) r.set_apply_lead_steps(d.apply_lead_steps());
+  if (r.slow_signal() == v1::SLOW_SIGNAL_UNSPECIFIED) {
+    r.set_slow_signal(d.slow_signal());
+  }
   if (r.min_gain() == 0) r.set_min_gain(d.min_gain());
   if (r.max_pipelines() == 0) r.set_max_pipelines(d.max_pipelines());
   return r;
@@ -349,12 +357,20 @@ bool LoraPolicyEngine::MeasureSpeeds(Job& job, int64_t now,
 void LoraPolicyEngine::FindSlowRanks(const std::string& id, Job& job,
                                      const std::vector<v1::Fault>& open_faults,
                                      Evaluation* e) {
+  // With confirmed faults as the signal, a measured speed never makes a
+  // rank slow (the speeds still place the layers).
+  const bool confirmed_only =
+      e->s.slow_signal() == v1::SLOW_SIGNAL_CONFIRMED_FAULTS;
   for (const auto& [r, sp] : e->speeds) {
-    if (sp < (1 - e->s.slow_min_effect()) * e->median) e->slow.insert(r);
+    if (!confirmed_only && sp < (1 - e->s.slow_min_effect()) * e->median) {
+      e->slow.insert(r);
+    }
   }
   v1::JobLora& v = job.view;
   for (const v1::Fault& f : open_faults) {
-    if (f.job_id() != id || f.fault_class() != v1::FAULT_CLASS_NON_COMM_SLOW) {
+    if (f.job_id() != id || f.fault_class() != v1::FAULT_CLASS_NON_COMM_SLOW ||
+        (confirmed_only && f.confirmed_unix_ns() == 0 &&
+         f.state() != v1::FAULT_STATE_CONFIRMED)) {
       continue;
     }
     v.add_slow_faults(f.fault_id());
@@ -522,6 +538,7 @@ void LoraPolicyEngine::Decide(const std::string& id, Job& job,
   d.set_current_samples_per_s(e.current->samples_per_s);
   d.set_estimated_samples_per_s(e.proposed->estimate.samples_per_s);
   d.set_move_cost_s(e.move_cost_s);
+  for (const std::string& f : v.slow_faults()) d.add_fault_ids(f);
   DecisionEvidence(job.last_seen, *e.proposed, e.speeds, e.median, e.slow,
                    e.moved, e.move_cost_s, e.current->samples_per_s, v,
                    d.mutable_evidence());

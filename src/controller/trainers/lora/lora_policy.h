@@ -10,7 +10,9 @@
 //    times one block on a fixed micro-batch every few steps), else the
 //    speed it last had;
 //  * slow ranks: speed < (1 - slow_min_effect) x the median rank's, or
-//    named by an open NON_COMM_SLOW fault of the job;
+//    named by an open NON_COMM_SLOW fault of the job; with
+//    settings.slow_signal CONFIRMED_FAULTS only named by such a fault the
+//    detection engine confirmed (decisions list them: fault_ids);
 //  * the placement for these speeds (placement.h) and its estimated
 //    throughput against the current placement's; moving is worth it when
 //    the gain over horizon_s beats the samples lost while moving

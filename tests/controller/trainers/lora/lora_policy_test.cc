@@ -266,6 +266,50 @@ TEST_F(LoraPolicyTest, NonCommSlowFaultIsEvidence) {
   EXPECT_FALSE(s.has_proposed());  // measured speeds are even: no gain
 }
 
+// slow_signal CONFIRMED_FAULTS (issue #28): the measured half speed alone
+// moves nothing; a confirmed NON_COMM_SLOW fault naming the rank (from
+// NCCL telemetry) does, its placement from the measured speeds, and the
+// decision names the fault.
+TEST_F(LoraPolicyTest, ConfirmedFaultsSignalMovesOnTheFaultAlone) {
+  v1::LoraSettings st;
+  st.set_policy(v1::LORA_POLICY_AUTO);
+  st.set_slow_signal(v1::SLOW_SIGNAL_CONFIRMED_FAULTS);
+  ASSERT_TRUE(engine_.SetSettings("lora-job", st).ok());
+  for (int i = 0; i < 4; ++i) {
+    Steps(kEven, 3, 3, 0.5e6);
+    EXPECT_TRUE(Cycle().empty());
+    clock_.Advance(absl::Seconds(3));
+  }
+  EXPECT_EQ(State().slow_ranks_size(), 0);
+  EXPECT_FALSE(State().has_proposed());
+  v1::Fault f;
+  f.set_fault_id("F4");
+  f.set_job_id("lora-job");
+  f.set_fault_class(v1::FAULT_CLASS_NON_COMM_SLOW);
+  f.set_state(v1::FAULT_STATE_SUSPECTED);
+  f.add_suspects()->set_global_rank(3);
+  Steps(kEven, 3, 3, 0.5e6);
+  EXPECT_TRUE(engine_.Evaluate({f}).empty());
+  EXPECT_EQ(State().slow_ranks_size(), 0);  // not confirmed yet
+  f.set_state(v1::FAULT_STATE_CONFIRMED);
+  f.set_confirmed_unix_ns(1);
+  Steps(kEven, 3, 3, 0.5e6);
+  EXPECT_TRUE(engine_.Evaluate({f}).empty());
+  ASSERT_EQ(State().slow_ranks_size(), 1);
+  EXPECT_EQ(State().slow_ranks(0), 3);
+  ExpectStages(State().proposed(), kBalanced);
+  clock_.Advance(absl::Seconds(6));
+  Steps(kEven, 2, 3, 0.5e6);
+  std::vector<LoraPolicyEngine::Outgoing> out = engine_.Evaluate({f});
+  ASSERT_EQ(out.size(), 1u);
+  ExpectStages(out[0].directive.placement(), kBalanced);
+  const v1::LoraDecision d = State().decisions(0);
+  ASSERT_EQ(d.fault_ids_size(), 1);
+  EXPECT_EQ(d.fault_ids(0), "F4");
+  EXPECT_NE(d.evidence().text().find("faults F4"), std::string::npos)
+      << d.evidence().text();
+}
+
 TEST_F(LoraPolicyTest, BadSettingsAndUnknownJobs) {
   v1::LoraSettings s;
   s.set_min_gain(-1);
@@ -275,6 +319,11 @@ TEST_F(LoraPolicyTest, BadSettingsAndUnknownJobs) {
   s.set_slow_min_effect(1.5);
   EXPECT_NE(engine_.SetSettings("j", s).status().message().find(
                 "settings.slow_min_effect"),
+            std::string::npos);
+  s.set_slow_min_effect(0);
+  s.set_slow_signal(static_cast<v1::SlowSignal>(7));
+  EXPECT_NE(engine_.SetSettings("j", s).status().message().find(
+                "settings.slow_signal"),
             std::string::npos);
   EXPECT_EQ(engine_.SetSettings("", v1::LoraSettings()).status().code(),
             absl::StatusCode::kInvalidArgument);
