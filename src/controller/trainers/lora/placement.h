@@ -2,8 +2,8 @@
 // rank holds, from measured per-rank speed and per-layer cost.
 //
 // The same computation as python/pitstop/torch/placement.py (both are
-// tested against tests/controller/trainers/lora/placement_cases.json). A stage on
-// rank r holding layers [b, e) takes sum(layer_costs[b..e)) / speed(r)
+// tested against tests/controller/trainers/lora/placement_cases.json). A stage
+// on rank r holding layers [b, e) takes sum(layer_costs[b..e)) / speed(r)
 // seconds per micro-batch; a step of `micro_batches` micro-batches takes
 // about sum(stage times) + (micro_batches - 1) * max(stage times) (fill and
 // drain once, then one micro-batch per bottleneck interval).
