@@ -87,9 +87,13 @@ TEST(SimCliRunTest, MigrationHintsShowFinishedMigrationsAndRerunKeepsFlags) {
   const std::string pitstop = PitstopBinary();
   if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
   std::string out;
+  // --compute-ms: with no emulated GPU time a step of 2 ranks over the CPU
+  // NCCL backend's ring takes about 1 ms, and the 300 steps after the
+  // request ended the job before PREPARE reached the agents.
   FILE* p =
       popen((pitstop + " sim -s standby-migration --nodes 2 --ranks-per-node 1 "
-                       "--steps 400 --migrate-after-step 100 -q 2>&1")
+                       "--steps 400 --migrate-after-step 100 --compute-ms 5 "
+                       "-q 2>&1")
                 .c_str(),
             "r");
   ASSERT_NE(p, nullptr);
@@ -103,7 +107,7 @@ TEST(SimCliRunTest, MigrationHintsShowFinishedMigrationsAndRerunKeepsFlags) {
   EXPECT_THAT(out,
               HasSubstr(" sim --scenario standby-migration --quiet --nodes 2 "
                         "--ranks-per-node 1 --steps 400 --migrate-after-step "
-                        "100\n"));
+                        "100 --compute-ms 5\n"));
 }
 
 TEST(SimCliRunTest, SigintToTheToolStopsTheRun) {
