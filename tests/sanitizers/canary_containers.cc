@@ -5,6 +5,7 @@
 // frame of the report is the library's, compiled into pitstop: a
 // suppression naming those namespaces would hide every race on pitstop's
 // own state (docs/testing.md).
+#include <string>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
@@ -32,6 +33,7 @@ class RankTable {
     MutexLock lock(&mu_);
     ranks_by_pid_[pid] = pid % 8;
     info_.add_global_ranks(pid);
+    last_host_ = kHosts[pid % 2];
   }
   // Planted: the lock is forgotten (and the static check with it, as a
   // hurried change might do). A reader: the race is on the table's size,
@@ -42,11 +44,22 @@ class RankTable {
   void AddToProtoForgettingTheLock(int pid) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     info_.add_global_ranks(pid);
   }
+  // A std::string member: at -O1 GCC compiles the assignment into the
+  // canary (basic_string::_M_assign is the top frame); unoptimised, the
+  // same copy runs inside libstdc++.so (docs/testing.md, "Suppressions").
+  void SetHostForgettingTheLock(int pid) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    last_host_ = kHosts[pid % 2];
+  }
 
  private:
   Mutex mu_;
   absl::flat_hash_map<int, int> ranks_by_pid_ ABSL_GUARDED_BY(mu_);
   v1::CommunicatorInfo info_ ABSL_GUARDED_BY(mu_);
+  // Longer than the small-string buffer: assignment copies on the heap.
+  static inline const std::string kHosts[2] = {
+      "node-with-a-name-longer-than-sso-0",
+      "node-with-a-name-longer-than-sso-1"};
+  std::string last_host_ ABSL_GUARDED_BY(mu_);
 };
 
 // One thread adds under the lock, the other calls `forgetful`.
@@ -76,6 +89,12 @@ int MapRace() {
 int ProtoRace() {
   RankTable table;
   TwoThreads(&table, [&](int pid) { table.AddToProtoForgettingTheLock(pid); });
+  return 0;
+}
+
+int StringRace() {
+  RankTable table;
+  TwoThreads(&table, [&](int pid) { table.SetHostForgettingTheLock(pid); });
   return 0;
 }
 

@@ -52,13 +52,15 @@ int main(int argc, char** argv) {
   if (shape == "reactor-race") rc = ReactorRace();
   if (shape == "map-race") rc = MapRace();
   if (shape == "proto-race") rc = ProtoRace();
+  if (shape == "string-race") rc = StringRace();
   if (shape == "plugin-thread-race" && argc > 2) rc = PluginThreadRace(argv[2]);
   if (shape == "handler-leak") rc = HandlerLeak();
   if (shape == "reactor-leak") rc = ReactorLeak();
   if (rc == -1) {
     std::fprintf(stderr,
                  "usage: %s sync-handler-race | reactor-race | map-race | "
-                 "proto-race | plugin-thread-race LIBRARY | handler-leak | "
+                 "proto-race | string-race | plugin-thread-race LIBRARY | "
+                 "handler-leak | "
                  "reactor-leak\n",
                  argv[0]);
     return 2;

@@ -29,6 +29,8 @@ int MapRace();
 // A protobuf repeated field (header-only RepeatedField<int>) filled from two
 // threads, one of them without the lock.
 int ProtoRace();
+// A std::string member behind the same forgotten lock.
+int StringRace();
 // The in-process library's shape: a shared library, dlopen'ed like NCCL
 // loads the profiler plugin, whose own thread reads what the caller's thread
 // writes without an atomic. `library`: path of the canary library.

@@ -135,6 +135,12 @@ TEST(SanitizerCanary, RaceOnProtobufFieldBehindForgottenLockIsReported) {
              {"AddToProtoForgettingTheLock"});
 }
 
+TEST(SanitizerCanary, RaceOnStringBehindForgottenLockIsReported) {
+  // The top frame is libstdc++'s basic_string code, compiled into the
+  // canary at the TSan build's -O1.
+  ExpectRace({"string-race"}, {}, {"SetHostForgettingTheLock"});
+}
+
 TEST(SanitizerCanary, RaceWithInProcessLibraryThreadIsReported) {
   ExpectRace({"plugin-thread-race", PITSTOP_SANITIZER_CANARY_LIBRARY},
              {"canary_library.cc"},
