@@ -58,6 +58,8 @@ const char* NcclResultName(ncclResult_t result) {
       return "ncclRemoteError";
     case ncclInProgress:
       return "ncclInProgress";
+    case ncclNumResults:
+      break;
   }
   return "unknown ncclResult_t";
 }
