@@ -20,11 +20,15 @@
 // host's ranks migrated to it; the agents never answer (NullSink), so the
 // migration stays PREPARING for the whole run (its prepare timeout is far
 // longer). Its phase is read at the end of each mode and printed; a run whose
-// migration left PREPARING fails (exit 1). --mode runs one mode only (lock,
-// inbox, copy, floor), so the old and the new binary can be run in turns.
+// migration left PREPARING fails (exit 1). --standby 2: the same migration
+// started by policy ACT instead of by hand (job "bench" ACT, a CONFIRMED GPU
+// fault of the last host in the store when the controller starts), so the
+// fault stays CONFIRMED while its migration runs, as in production. --mode runs
+// one mode only (lock, inbox, copy, floor), so the old and the new binary can
+// be run in turns.
 //
 //   controller_ingest_bench --ranks 2048 --seconds 5 [--cycles 0] [--writer 0]
-//       [--standby 0|1] [--mode all|lock|inbox|copy|floor]
+//       [--standby 0|1|2] [--mode all|lock|inbox|copy|floor]
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,12 +39,14 @@
 #include <cstring>
 #include <filesystem>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "src/controller/controller.h"
+#include "src/controller/store/fault_store.h"
 
 namespace pitstop::controller {
 namespace {
@@ -76,8 +82,53 @@ double Pct(std::vector<double> v, double p) {
 // tell their costs apart).
 bool g_cycles = true;
 bool g_writer = true;
-// --standby: a standby node and a migration in progress (issue #30).
-bool g_standby = false;
+// --standby: a standby node and a migration in progress (issue #30), 2:
+// started by policy ACT.
+int g_standby = 0;
+
+// --standby 2: a CONFIRMED GPU fault of `host` in job "bench", stored
+// before the controller opens the store (as after a restart).
+void SeedHardwareFault(const std::string& db, const std::string& host) {
+  absl::StatusOr<std::unique_ptr<FaultStore>> store = FaultStore::Open(db);
+  if (!store.ok()) {
+    std::fprintf(stderr, "%s: %s\n", db.c_str(),
+                 store.status().ToString().c_str());
+    std::exit(1);
+  }
+  v1::Fault f;
+  f.set_fault_id("F1");
+  f.set_job_id("bench");
+  f.set_state(v1::FAULT_STATE_CONFIRMED);
+  f.set_fault_class(v1::FAULT_CLASS_NON_COMM_SLOW);
+  f.set_summary(absl::StrCat("GPU 2 of ", host, " is slow (bench)"));
+  v1::Suspect* s = f.add_suspects();
+  s->set_level(v1::SUSPECT_LEVEL_GPU);
+  s->set_host(host);
+  s->set_gpu_index(2);
+  bool ignored = false;
+  if (absl::StatusOr<v1::Fault> st = (*store)->Upsert(f, &ignored); !st.ok()) {
+    std::fprintf(stderr, "seeding F1: %s\n", st.status().ToString().c_str());
+    std::exit(1);
+  }
+}
+
+// --standby 2: job "bench" ACT; the next cycle migrates the seeded fault's
+// host. The migration, or "" when none started within 10 s.
+std::string WaitForPolicyMigration(Controller* core) {
+  v1::JobPolicy act;
+  act.set_mode(v1::POLICY_MODE_ACT);
+  if (auto p = core->ingest().SetPolicy("bench", act); !p.ok()) {
+    std::fprintf(stderr, "policy ACT: %s\n", p.status().ToString().c_str());
+    std::exit(1);
+  }
+  for (int i = 0; i < 200; ++i) {
+    std::vector<v1::Migration> ms =
+        core->migration().ListMigrations("", /*include_finished=*/true);
+    if (!ms.empty()) return ms[0].migration_id();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return "";
+}
 
 // Registers standby node "spare0" and migrates `leaver`'s ranks to it; the
 // migration waits in PREPARING for answers that never come. Exits on error.
@@ -93,6 +144,15 @@ std::string StartMigration(Controller* core, NullSink* sink,
   if (!session.ok()) {
     std::fprintf(stderr, "standby: %s\n", session.status().ToString().c_str());
     std::exit(1);
+  }
+  if (g_standby == 2) {
+    const std::string id = WaitForPolicyMigration(core);
+    if (id.empty()) {
+      std::fprintf(stderr, "policy ACT started no migration of %s\n",
+                   leaver.c_str());
+      std::exit(1);
+    }
+    return id;
   }
   v1::MigrateNodeRequest req;
   req.set_host(leaver);
@@ -113,6 +173,9 @@ Result Run(bool off_lock, bool join_off_lock, bool detect_off_lock, bool quiet,
   std::filesystem::remove(db);
   std::filesystem::remove(db + "-wal");
   std::filesystem::remove(db + "-shm");
+  const int32_t hosts = ranks / 8;
+  auto host_of = [](int32_t g) { return absl::StrCat("node", g / 8); };
+  if (g_standby == 2) SeedHardwareFault(db, host_of((hosts - 1) * 8));
   Controller::Options o;
   o.db_path = db;
   // `quiet`: no cycle and no writer, only the streams themselves (the
@@ -133,8 +196,6 @@ Result Run(bool off_lock, bool join_off_lock, bool detect_off_lock, bool quiet,
   // The engine benchmark's layout (docs/benchmarks.md): per host one
   // tensor-parallel communicator of its 8 ranks, per GPU index one
   // data-parallel communicator across all hosts.
-  const int32_t hosts = ranks / 8;
-  auto host_of = [](int32_t g) { return absl::StrCat("node", g / 8); };
   NullSink sink;
   std::vector<uint64_t> sessions;
   for (int32_t h = 0; h < hosts; ++h) {
@@ -349,10 +410,11 @@ int Main(int argc, char** argv) {
       only == "all" ||
       std::any_of(std::begin(kModeList), std::end(kModeList),
                   [&](const Mode& m) { return only == m.key; });
-  if (ranks < 16 || ranks % 8 != 0 || seconds < 1 || !known_mode) {
+  if (ranks < 16 || ranks % 8 != 0 || seconds < 1 || !known_mode ||
+      g_standby < 0 || g_standby > 2) {
     std::fprintf(stderr,
                  "usage: %s --ranks N (multiple of 8) --seconds S "
-                 "[--cycles 0|1] [--writer 0|1] [--standby 0|1] "
+                 "[--cycles 0|1] [--writer 0|1] [--standby 0|1|2] "
                  "[--mode all|lock|inbox|copy|floor]\n",
                  argv[0]);
     return 2;
@@ -365,7 +427,10 @@ int Main(int argc, char** argv) {
       "%d ranks (%d hosts, 8 ranks each), %d s per mode, cycle 100 ms, "
       "db %s (synchronous=FULL)%s\n",
       ranks, ranks / 8, seconds, db.c_str(),
-      g_standby ? ", a standby node and a migration in progress" : "");
+      g_standby == 0   ? ""
+      : g_standby == 1 ? ", a standby node and a migration in progress"
+                       : ", a standby node and a migration in progress "
+                         "(policy ACT)");
   std::printf(
       "| mode | batches | p50 ms | p99 ms | p99.9 ms | max ms | joined p50 ms "
       "| joined p99 ms | joined max ms | queued | syncs | open faults | "
