@@ -3,7 +3,7 @@
 
 Issue #30's ingest target: batch accepted and joined within 5 ms at p99 at
 16,384 ranks, without and with a standby node registered and a migration in
-progress (--standby 1), the old binary (one ControllerCore) against the new
+progress (--standby 1; 2: started by policy ACT), the old binary (one ControllerCore) against the new
 one (services), in one run. Each round runs, for --standby 0 then 1, the old
 binary then the new one (A B A B ...), one mode each (--mode, default the
 default configuration: inbox, detectors on a copy off the lock), so a drift of
@@ -32,6 +32,9 @@ COLUMNS = [
     "collectives joined", "errors", "last cycle"
 ]
 SHOWN = ["p50", "p99", "joined p50", "joined p99", "joined max"]
+# --standby: 0 none, 1 a standby and a migration started by hand, 2 the same
+# started by policy ACT.
+STANDBY = {0: "no", 1: "by hand", 2: "policy ACT"}
 
 
 def run_once(binary, args, standby):
@@ -39,7 +42,7 @@ def run_once(binary, args, standby):
         binary, "--ranks", str(args.ranks), "--seconds",
         str(args.seconds), "--mode", args.mode, "--standby",
         str(standby)
-    ]
+    ] + args.extra.split()
     load = os.getloadavg()[0]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True, timeout=args.seconds * 10 + 120)
@@ -72,6 +75,8 @@ def main():
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--mode", default="copy")
+    ap.add_argument("--extra", default="",
+                    help="more flags for both, e.g. '--writer 0'")
     ap.add_argument("--standby", default="0,1",
                     help="configurations to run, comma-separated")
     args = ap.parse_args()
@@ -79,10 +84,12 @@ def main():
         if not os.access(b, os.X_OK):
             sys.exit(f"--old/--new: {b} is not an executable")
     configs = [int(s) for s in args.standby.split(",")]
+    if any(s not in STANDBY for s in configs):
+        sys.exit(f"--standby: {args.standby} is not a list of 0, 1, 2")
     runs = {(s, w): [] for s in configs for w in ("old", "new")}
     bad = []
-    print(f"{args.ranks} ranks, {args.seconds} s, mode {args.mode}, "
-          f"{args.rounds} rounds (old then new)")
+    print(f"{args.ranks} ranks, {args.seconds} s, mode {args.mode} "
+          f"{args.extra}, {args.rounds} rounds (old then new)")
     print("| round | standby + migration | build | load | " +
           " | ".join(f"{c} ms" for c in SHOWN) + " | migration |")
     print("|---" * (5 + len(SHOWN)) + "|")
@@ -92,7 +99,7 @@ def main():
                 res = run_once(binary, args, s)
                 runs[(s, who)].append(res)
                 row = res["row"] or {}
-                print(f"| {r} | {'yes' if s else 'no'} | {who} | "
+                print(f"| {r} | {STANDBY[s]} | {who} | "
                       f"{res['load']:.1f} | " +
                       " | ".join(row.get(c, "-") for c in SHOWN) +
                       f" | {res['migration'] or '-'} |", flush=True)
@@ -116,7 +123,7 @@ def main():
             pairs = ", ".join(f"{b / a:.2f}" if a > 0 else "-"
                               for a, b in zip(o, n))
             ratio = f"{mn / mo:.2f}" if mo > 0 else "-"
-            print(f"| {'yes' if s else 'no'} | {c} ms | {mo:.3f} | "
+            print(f"| {STANDBY[s]} | {c} ms | {mo:.3f} | "
                   f"{mn:.3f} | {ratio} | {pairs} |")
     if bad:
         print("\nINVALID runs:\n  " + "\n  ".join(bad))
