@@ -87,8 +87,8 @@ int Fabric::AddSwitch(NodeKind kind, std::string name, int source_line) {
 int Fabric::AddCable(int a, int b, LinkKind kind, double gbps,
                      int source_line) {
   const int id = static_cast<int>(links_.size());
-  links_.push_back(FabricLink{a, b, kind, gbps, gbps, source_line, -1, -1});
-  links_.push_back(FabricLink{b, a, kind, gbps, gbps, source_line, -1, -1});
+  links_.push_back(FabricLink{a, b, kind, source_line, gbps, gbps, -1, -1});
+  links_.push_back(FabricLink{b, a, kind, source_line, gbps, gbps, -1, -1});
   out_[a].push_back(id);
   out_[b].push_back(id + 1);
   if (kind == LinkKind::kNic) {

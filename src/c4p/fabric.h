@@ -40,15 +40,18 @@ struct FabricLink {
   int src = -1;
   int dst = -1;
   LinkKind kind = LinkKind::kFabric;
+  int source_line = 0;      // line of the file that declared it (0: none)
   double nominal_gbps = 0;  // as built / read from the file
   double gbps = 0;          // effective (degraded or Cora-measured)
-  int source_line = 0;      // line of the file that declared it (0: none)
   // Port numbers on each end where the file names them (InfiniBand
   // discovery); -1 otherwise. A named port makes LinkName "A[3]->B[19]", so
   // parallel cables between two switches have names of their own.
   int src_port = -1;
   int dst_port = -1;
 };
+// The planner reads links in its innermost loop: no padding beyond the
+// 40 bytes the link had before ports were added.
+static_assert(sizeof(FabricLink) == 40);
 
 struct FabricHost {
   std::string name;

@@ -207,5 +207,70 @@ TEST(PublishedFabricsTest, Edr96MalformedInputNamesFileAndLine) {
       << f.status();
 }
 
+// SimAI's AlibabaHPN dual-ToR dual-plane fabric (made by SimAI's generator
+// with --dp): each NIC has two ports to two ToRs in two planes that never
+// meet. The reader makes each GPU's NIC a two-port NIC; the plan uses both
+// ports; when one port, or one plane's ToR, degrades, the re-plan moves the
+// flows to the other.
+constexpr char kDualPlane[] =
+    "AlibabaHPN_64g_8gps_DualToR_DualPlane_200Gbps_H100.txt";
+
+struct PortBytes {
+  double first = 0, second = 0;
+};
+
+PortBytes NicPortBytes(const Fabric& f, const std::vector<double>& bytes,
+                       int gpu) {
+  const std::vector<int>& up = f.nic_uplinks(gpu);
+  return {bytes[up[0]], bytes[up[1]]};
+}
+
+TEST(PublishedFabricsTest, DualPlaneNicsUseBothPortsAndLeaveADegradedOne) {
+  const std::string text = SharedTopologyText(kDualPlane);
+  SKIP_WITHOUT(text, kDualPlane);
+  auto f = LoadFabric(SharedTopology(kDualPlane).string(), ClosCsvOptions{});
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->gpu_count(), 64);
+  const int g0 = f->FindNode("host0/gpu0");
+  ASSERT_EQ(f->nic_uplinks(g0).size(), 2u);
+  const int tor_a = f->tor_of_uplink(f->nic_uplinks(g0)[0]);
+  const int tor_b = f->tor_of_uplink(f->nic_uplinks(g0)[1]);
+  EXPECT_EQ(f->Distance(tor_a, f->tor_index(tor_b)), -1);  // two planes
+  auto gpus = PlaceJob(*f, 64, Placement::kPacked, 1);
+  ASSERT_TRUE(gpus.ok());
+  int channels = 0;
+  std::vector<Flow> flows = BuildRingFlows(*f, *gpus, RingSpec{}, &channels);
+  Planner planner(&*f, &flows, PlannerOptions{});
+  FlowPlan plan = planner.Plan(1);
+  std::vector<double> bytes = Planner::LinkBytes(*f, flows, plan);
+  // Every NIC sends on both ports (two channels per NIC, one per port).
+  for (const FabricHost& h : f->hosts()) {
+    for (int g : h.gpus) {
+      const PortBytes p = NicPortBytes(*f, bytes, g);
+      EXPECT_GT(p.first, 0) << f->node(g).name;
+      EXPECT_EQ(p.first, p.second) << f->node(g).name;
+    }
+  }
+  // host0/nic0's plane-A port at a quarter: its flow leaves it.
+  const int port_a = f->nic_uplinks(g0)[0];
+  std::vector<int> changed = {port_a, port_a ^ 1};
+  for (int l : changed) f->SetCapacity(l, f->link(l).nominal_gbps * 0.25);
+  Planner::ReplanStats stats;
+  FlowPlan after = planner.Replan(plan, changed, 2, &stats);
+  EXPECT_GT(stats.crossing, 0);
+  EXPECT_GT(stats.moved, 0);
+  bytes = Planner::LinkBytes(*f, flows, after);
+  EXPECT_EQ(NicPortBytes(*f, bytes, g0).first, 0);
+  // The whole plane-A ToR of rail 0 degraded: every flow on it moves to
+  // plane B (its own rail-0 ToR).
+  f->ResetCapacities();
+  auto tor_links = f->FindLinks(f->node(tor_a).name);
+  ASSERT_TRUE(tor_links.ok()) << tor_links.status();
+  for (int l : *tor_links) f->SetCapacity(l, f->link(l).nominal_gbps * 0.25);
+  FlowPlan plane = planner.Replan(plan, *tor_links, 3, &stats);
+  bytes = Planner::LinkBytes(*f, flows, plane);
+  for (int l : f->out_links(tor_a)) EXPECT_EQ(bytes[l], 0) << f->LinkName(l);
+}
+
 }  // namespace
 }  // namespace pitstop::c4p
