@@ -7,7 +7,9 @@
 #
 #   tools/plan-scale-bench.sh OLD_DRIVER NEW_DRIVER [REPS] [--plan|--replan]
 #
-# A driver is tools/plan-scale-bench/plan_scale_bench.cc built in a tree
+# "refused": that build could not read the fabric (the previous reader
+# refused Alibaba's published data). A driver is
+# tools/plan-scale-bench/plan_scale_bench.cc built in a tree
 # (build/tools/plan-scale-bench/pitstop-plan-scale-bench); build it in a
 # checkout of the previous revision to compare against it.
 set -euo pipefail
@@ -42,9 +44,11 @@ for c in "${cases[@]}"; do
   : >"$tmp/b"
   for ((i = 0; i < REPS; i++)); do
     # shellcheck disable=SC2086
-    "$OLD" "$topo" --placement "$place" $extra --reps 1 | grep summary >>"$tmp/a"
+    "$OLD" "$topo" --placement "$place" $extra --reps 1 2>"$tmp/a.err" |
+      grep summary >>"$tmp/a" || true
     # shellcheck disable=SC2086
-    "$NEW" "$topo" --placement "$place" $extra --reps 1 | grep summary >>"$tmp/b"
+    "$NEW" "$topo" --placement "$place" $extra --reps 1 2>"$tmp/b.err" |
+      grep summary >>"$tmp/b" || true
   done
   /usr/bin/python3 - "$topo${extra:+ $extra}" "$place" "$tmp/a" "$tmp/b" <<'PY'
 import json, statistics, sys
@@ -53,14 +57,16 @@ def load(p):
     return [json.loads(l) for l in open(p)]
 a, b = load(a_path), load(b_path)
 def med(rows, k):
-    return statistics.median(r[k] for r in rows)
+    return statistics.median(r[k] for r in rows) if rows else None
 def pair(k, fmt):
     x, y = med(a, k), med(b, k)
-    ratio = f" ({x / y:.2f}x)" if y > 0 else ""
-    return f"{fmt.format(x)} / {fmt.format(y)}" + (ratio if "wall" in k else "")
+    show = lambda v: "refused" if v is None else fmt.format(v)
+    ratio = f" ({x / y:.2f}x)" if x is not None and y else ""
+    return f"{show(x)} / {show(y)}" + (ratio if "wall" in k else "")
 name = name.replace("../shared/data/topology/", "")
 print(f"| {name} | {place} | {pair('plan_wall_ms', '{:.0f}')} | "
       f"{pair('plan_cpu_ms', '{:.0f}')} | {pair('replan_wall_ms', '{:.1f}')} | "
-      f"{pair('replan_cpu_ms', '{:.1f}')} | {b[-1]['moved']}/{b[-1]['crossing']} |")
+      f"{pair('replan_cpu_ms', '{:.1f}')} | "
+      + (f"{b[-1]['moved']}/{b[-1]['crossing']}" if b else "-") + " |")
 PY
 done

@@ -23,6 +23,28 @@ bool ParseWithSuffix(absl::string_view text, absl::string_view suffix,
   return absl::SimpleAtod(text, out) && *out >= 0;
 }
 
+// Adds the servers as hosts ("host<N>"), each with the first line naming
+// one of its GPUs; returns the first line naming each id (what errors about
+// it point at).
+std::vector<int> AddSimAiHosts(const SimAiFile& f, Fabric* fab) {
+  std::vector<int> first_line(f.total_nodes, 0);
+  for (const SimAiLink& l : f.links) {
+    for (int end : {l.src, l.dst}) {
+      if (first_line[end] == 0) first_line[end] = l.line;
+    }
+  }
+  for (int h = 0; h < f.gpus / f.gpus_per_server; ++h) {
+    int line = 0;
+    for (int g = h * f.gpus_per_server; g < (h + 1) * f.gpus_per_server; ++g) {
+      if (first_line[g] > 0 && (line == 0 || first_line[g] < line)) {
+        line = first_line[g];
+      }
+    }
+    fab->AddHost(absl::StrCat("host", h), line);
+  }
+  return first_line;
+}
+
 }  // namespace
 
 absl::StatusOr<SimAiFile> ParseSimAi(const std::string& text,
@@ -101,22 +123,7 @@ absl::StatusOr<Fabric> FabricFromSimAi(const SimAiFile& f,
   Fabric fab;
   fab.source = source;
   const int hosts = f.gpus / f.gpus_per_server;
-  // The first line naming each id: what errors about it point at.
-  std::vector<int> first_line(f.total_nodes, 0);
-  for (const SimAiLink& l : f.links) {
-    for (int end : {l.src, l.dst}) {
-      if (first_line[end] == 0) first_line[end] = l.line;
-    }
-  }
-  for (int h = 0; h < hosts; ++h) {
-    int line = 0;
-    for (int g = h * f.gpus_per_server; g < (h + 1) * f.gpus_per_server; ++g) {
-      if (first_line[g] > 0 && (line == 0 || first_line[g] < line)) {
-        line = first_line[g];
-      }
-    }
-    fab.AddHost(absl::StrCat("host", h), line);
-  }
+  const std::vector<int> first_line = AddSimAiHosts(f, &fab);
   std::vector<int> node_of(f.total_nodes, -1);
   for (int g = 0; g < f.gpus; ++g) {
     node_of[g] = fab.AddGpu(g / f.gpus_per_server);

@@ -7,6 +7,12 @@
 //
 //   pitstop-plan-scale-bench SPEC [--placement packed|scattered]
 //       [--ranks N] [--qps Q] [--reps N] [--degrade-busiest F]
+//       [--evaluate 1]
+//
+// --evaluate 1: instead, one line with what `pitstop plan -o json` reports
+// of the same job (c4p::Evaluate: ECMP over 100 crc32 seeds, the plan, the
+// bound, healthy and after the re-plan), for the targets table of
+// docs/planning.md on every real description.
 //
 // SPEC as `pitstop plan --topology`. Exit 2 on a usage or input error.
 // tools/plan-scale-bench.sh runs two builds of it side by side.
@@ -21,6 +27,7 @@
 #include <vector>
 
 #include "src/c4p/ecmp.h"
+#include "src/c4p/evaluate.h"
 #include "src/c4p/fabric_io.h"
 #include "src/c4p/flows.h"
 #include "src/c4p/planner.h"
@@ -35,6 +42,7 @@ struct Args {
   int qps = 1;
   int reps = 5;
   double degrade = 0.25;
+  bool evaluate = false;
 };
 
 double CpuMs() {
@@ -64,6 +72,8 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       a->reps = std::max(1, std::atoi(v.c_str()));
     } else if (k == "--degrade-busiest") {
       a->degrade = std::atof(v.c_str());
+    } else if (k == "--evaluate") {
+      a->evaluate = v == "1";
     } else {
       return false;
     }
@@ -128,21 +138,47 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "plan-scale-bench: %s\n",
+               std::string(s.message()).c_str());
+  return 2;
+}
+
+// What `pitstop plan -o json` reports, in one line.
+int RunEvaluate(const Args& a, Fabric* fab) {
+  EvalOptions o;
+  o.ranks = a.ranks;
+  o.placement = a.placement;
+  o.ring.qps_per_connection = a.qps;
+  o.pin_ports = false;  // ports do not change completion times
+  o.degrade_busiest = a.degrade;
+  absl::StatusOr<EvalReport> r = Evaluate(fab, o);
+  if (!r.ok()) return Fail(r.status());
+  const Evaluation& h = r->healthy;
+  std::printf(
+      "{\"ecmp_p50_ms\": %.3f, \"ecmp_p99_ms\": %.3f, \"planned_ms\": %.3f, "
+      "\"bound_ms\": %.3f, \"network_flows\": %d, \"degraded\": %s, "
+      "\"recovery\": %.3f, \"moved\": %d, \"ecmp_p50_degraded_ms\": %.3f, "
+      "\"planned_degraded_ms\": %.3f, \"warnings\": %zu}\n",
+      1e3 * h.ecmp.completion_s_p50, 1e3 * h.ecmp.completion_s_p99,
+      1e3 * h.planned.completion_s, 1e3 * h.bound.completion_s,
+      r->network_flows, r->degraded ? "true" : "false", r->recovery, r->moved,
+      1e3 * r->after.ecmp.completion_s_p50, 1e3 * r->after.planned.completion_s,
+      fab->warnings().size());
+  return 0;
+}
+
 int Run(const Args& a) {
   absl::StatusOr<Fabric> fab = LoadFabric(a.spec, ClosCsvOptions{});
-  if (!fab.ok()) {
-    std::fprintf(stderr, "plan-scale-bench: %s\n",
-                 std::string(fab.status().message()).c_str());
-    return 2;
+  if (!fab.ok()) return Fail(fab.status());
+  for (const std::string& w : fab->warnings()) {
+    std::fprintf(stderr, "warning: %s\n", w.c_str());
   }
+  if (a.evaluate) return RunEvaluate(a, &*fab);
   const int ranks = a.ranks > 0 ? a.ranks : fab->gpu_count();
   absl::StatusOr<std::vector<int>> place =
       PlaceJob(*fab, ranks, a.placement, 1);
-  if (!place.ok()) {
-    std::fprintf(stderr, "plan-scale-bench: %s\n",
-                 std::string(place.status().message()).c_str());
-    return 2;
-  }
+  if (!place.ok()) return Fail(place.status());
   RingSpec ring;
   ring.qps_per_connection = a.qps;
   int channels = 0;
@@ -179,7 +215,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: pitstop-plan-scale-bench SPEC [--placement "
                  "packed|scattered] [--ranks N] [--qps Q] [--reps N] "
-                 "[--degrade-busiest F]\n");
+                 "[--degrade-busiest F] [--evaluate 1]\n");
     return 2;
   }
   return pitstop::c4p::Run(a);
