@@ -32,6 +32,7 @@ void PlanWatcher::Poll(double at_s,
                                        p.degraded_links().end());
   e.degraded_links.assign(degraded.begin(), degraded.end());
   for (const v1::PlannedFlow& f : p.planned_flows()) {
+    for (const std::string& l : f.path()) e.link_bytes[l] += f.bytes();
     if (!f.moved()) continue;
     bool off = true;
     for (const std::string& l : f.path()) off &= degraded.count(l) == 0;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct PlanEpoch {
   // Moved flows whose new path crosses none of the plan's degraded links.
   uint32_t moved_off_degraded = 0;
   std::vector<std::string> degraded_links;
+  // Bytes per collective the epoch's planned flows put on each link, by
+  // link name (what a re-plan takes off a degraded link).
+  std::map<std::string, double> link_bytes;
 };
 
 struct TunerTableView {

@@ -3,12 +3,12 @@
 #include "src/controller/planning/live_planner.h"
 
 #include <algorithm>
-#include <cctype>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "pitstop/logging.h"
 #include "src/c4p/plan_codec.h"
+#include "src/controller/planning/flow_inputs.h"
 
 namespace pitstop::controller {
 namespace {
@@ -48,11 +48,9 @@ absl::StatusOr<std::unique_ptr<LivePlanner>> LivePlanner::Create(
 LivePlanner::LivePlanner(Options options, c4p::Fabric fabric)
     : options_(std::move(options)),
       base_(std::move(fabric)),
+      hosts_(base_),
       work_(base_),
       cora_(options_.cora) {
-  for (size_t h = 0; h < base_.hosts().size(); ++h) {
-    host_index_[base_.hosts()[h].name] = static_cast<int>(h);
-  }
   MutexLock lock(&mu_);
   gbps_.reserve(base_.links().size());
   for (const c4p::FabricLink& l : base_.links()) gbps_.push_back(l.gbps);
@@ -66,23 +64,8 @@ const std::vector<std::string>& LivePlanner::fabric_warnings() const {
   return base_.warnings();
 }
 
-int LivePlanner::HostIndex(const std::string& host) const {
-  auto it = host_index_.find(host);
-  if (it != host_index_.end()) return it->second;
-  // "node7" -> "host7": a cluster's hosts in the generated fabric's order.
-  size_t i = host.size();
-  while (i > 0 && std::isdigit(static_cast<unsigned char>(host[i - 1]))) --i;
-  if (i == host.size() || host.size() - i > 6) return -1;
-  it = host_index_.find(absl::StrCat("host", host.substr(i)));
-  if (it != host_index_.end()) return it->second;
-  // A fabric read from a file whose hosts have other names (hashed ids,
-  // "node018"): "node7" is the fabric's host 7, in the reader's order.
-  const int n = std::stoi(host.substr(i));
-  return n < static_cast<int>(base_.hosts().size()) ? n : -1;
-}
-
 int LivePlanner::GpuOf(const Member& m) const {
-  const int h = HostIndex(m.host);
+  const int h = hosts_.Find(m.host);
   if (h < 0 || m.device < 0) return -1;
   const std::vector<int>& gpus = base_.hosts()[h].gpus;
   return m.device < static_cast<int>(gpus.size()) ? gpus[m.device] : -1;
@@ -117,7 +100,9 @@ void LivePlanner::ObserveSummary(const std::string& host,
   const absl::Time now = options_.clock->Now();
   uint64_t nic_bytes = 0;
   uint64_t nic_busy = 0;
-  for (const v1::ConnectionSummary& c : s.connections()) {
+  const std::vector<double> bytes = ConnectionBytes(s, cs.n_ranks);
+  for (int i = 0; i < s.connections_size(); ++i) {
+    const v1::ConnectionSummary& c = s.connections(i);
     if (!c.is_send() || c.peer_rank() < 0) continue;
     const ConnKey key{s.comm_hash(), s.rank(), c.peer_rank(),
                       static_cast<int>(c.channel_id())};
@@ -132,14 +117,14 @@ void LivePlanner::ObserveSummary(const std::string& host,
       job.changed = now;
       ++job.version;
     }
-    if (!added && it->second.bytes <= 0 && c.bytes() > 0) {
+    if (!added && it->second.bytes <= 0 && bytes[i] > 0) {
       // Sized only now (the first summaries of a job can carry no bytes):
       // a plan made without its load is re-made in full once this settles.
       job.dirty = true;
       job.changed = now;
       ++job.version;
     }
-    it->second.bytes = static_cast<double>(c.bytes());
+    it->second.bytes = bytes[i];
     it->second.throughput_bps = c.throughput_bps();
     auto peer = cs.members.find(c.peer_rank());
     if (peer != cs.members.end() && peer->second.host != host) {

@@ -36,6 +36,7 @@
 #include "src/c4p/fabric_io.h"
 #include "src/c4p/nic_capacity.h"
 #include "src/c4p/planner.h"
+#include "src/controller/planning/flow_inputs.h"
 #include "src/controller/store/fault_store.h"
 
 namespace pitstop::controller {
@@ -184,7 +185,6 @@ class LivePlanner {
   LivePlanner(Options options, c4p::Fabric fabric);
   // Fabric GPU of a member; -1 when its host or device is not on the fabric.
   int GpuOf(const Member& m) const;
-  int HostIndex(const std::string& host) const;
   void ObserveSummary(const std::string& host, const v1::CollectiveSummary& s)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Links named by a COMM_SLOW fault's first suspect (empty: none).
@@ -228,7 +228,7 @@ class LivePlanner {
   const Options options_;
   // Topology and nominal capacities; never changes (name lookups).
   const c4p::Fabric base_;
-  std::map<std::string, int> host_index_;  // fabric host by name
+  const FabricHostIndex hosts_;  // after base_
 
   Mutex run_mu_;                               // serialises Run()
   c4p::Fabric work_ ABSL_GUARDED_BY(run_mu_);  // effective capacities
