@@ -5,7 +5,10 @@
 #include <cstdio>
 #include <fstream>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "pitstop/bounded_file.h"
 #include "pitstop/logging.h"
 #include "pitstop/status_macros.h"
 #include "pitstop/tls.h"
@@ -35,8 +38,12 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   a->undelivered_file_ = options.ingest_socket + ".undelivered";
   {
     uint64_t before = 0;
-    std::ifstream in(a->undelivered_file_);
-    if (in >> before && before > 0) {
+    // A count: a few bytes; anything else (a FIFO, a huge file) is ignored.
+    absl::StatusOr<std::string> text =
+        ReadRegularFile(a->undelivered_file_, "ingest.socket", 64);
+    if (text.ok() &&
+        absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &before) &&
+        before > 0) {
       a->core_->AddUndelivered(before);
       Logger("agent")->warn(
           "the previous agent on this socket stopped with {} summaries/events "

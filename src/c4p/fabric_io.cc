@@ -1,10 +1,8 @@
 #include "src/c4p/fabric_io.h"
 
 #include <deque>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -12,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "pitstop/bounded_file.h"
 
 namespace pitstop::c4p {
 namespace {
@@ -28,13 +27,9 @@ absl::Status LineError(const std::string& source, int line,
       absl::StrCat(source, ":", line, ": ", what));
 }
 
-absl::StatusOr<std::string> ReadWhole(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+// A SimAI file of 100k GPUs is ~10 MB; 256 MiB is far beyond any fabric
+// the planner can evaluate.
+constexpr uint64_t kMaxFabricFileBytes = uint64_t{256} << 20;
 
 }  // namespace
 
@@ -412,7 +407,8 @@ absl::StatusOr<Fabric> LoadFabric(const std::string& what,
     if (!g.ok()) return g.status();
     return GenerateFabric(*g);
   }
-  absl::StatusOr<std::string> text = ReadWhole(what);
+  absl::StatusOr<std::string> text =
+      ReadRegularFile(what, "fabric", kMaxFabricFileBytes);
   if (!text.ok()) return text.status();
   const std::string first = text->substr(0, text->find('\n'));
   if (absl::EndsWith(what, ".csv") ||
