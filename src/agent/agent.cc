@@ -132,10 +132,14 @@ void Agent::RunTicker(absl::Duration period) {
       if (tick_stop_) return;
     }
     if (upstream_ == nullptr) core_->Poll();
+    // Both sockets: the shared-memory one refuses over its own cap too.
+    uint64_t refused =
+        shm_ingest_ != nullptr ? shm_ingest_->stats().refused : 0;
     if (ingest_ != nullptr) {
       const IngestListener::Stats l = ingest_->listener_stats();
-      core_->SetConnectionsRefused(l.refused_cap + l.refused_fds);
+      refused += l.refused_cap + l.refused_fds;
     }
+    core_->SetConnectionsRefused(refused);
     core_->SetPidRefused(
         (ingest_ != nullptr ? ingest_->pid_refusals() : 0) +
         (shm_ingest_ != nullptr ? shm_ingest_->stats().pid_refused : 0));

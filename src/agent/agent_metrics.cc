@@ -74,7 +74,8 @@ AgentMetrics::AgentMetrics()
               "65536 records in one message)");
   connections_refused_ =
       counter("pitstop_agent_connections_refused_total",
-              "Rank connections closed at once (ingest.max_connections "
+              "Rank connections closed at once on either socket "
+              "(ingest.max_connections or ingest.shm_max_connections "
               "reached, or out of file descriptors)");
   pid_refused_ = counter(
       "pitstop_agent_pid_refused_total",
