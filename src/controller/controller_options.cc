@@ -19,6 +19,17 @@ absl::Status KeyError(absl::string_view key, absl::string_view what) {
       "): ", what));
 }
 
+// Ranges of the daemon's own timings (issue #33); the policy defaults are
+// held to JobPolicy's ranges by Validate().
+void BoundControllerOptions(ConfigSchema* s) {
+  s->Bound({{"detection.cycle_ms", 1, 600'000},
+            {"node_grace_s", 1, 86'400},
+            {"shutdown_grace_ms", 0, 600'000},
+            {"agent_silence_ms", 0, 3'600'000},
+            {"migrate.prepare_timeout_s", 1, 86'400},
+            {"migrate.switch_timeout_s", 1, 86'400}});
+}
+
 }  // namespace
 
 TlsFiles ControllerOptions::Tls() const {
@@ -326,14 +337,7 @@ void RegisterControllerOptions(ConfigSchema* s, ControllerOptions* o) {
          "or confirmed_faults (only a confirmed NON_COMM_SLOW fault)");
   s->Add("detection.z_threshold", &o->z_threshold,
          "default policy: robust z-score threshold; 0 = 3.5");
-  // Ranges of the daemon's own timings (issue #33); the policy defaults
-  // are held to JobPolicy's ranges by Validate().
-  s->Bound({{"detection.cycle_ms", 1, 600'000},
-            {"node_grace_s", 1, 86'400},
-            {"shutdown_grace_ms", 0, 600'000},
-            {"agent_silence_ms", 0, 3'600'000},
-            {"migrate.prepare_timeout_s", 1, 86'400},
-            {"migrate.switch_timeout_s", 1, 86'400}});
+  BoundControllerOptions(s);
 }
 
 }  // namespace pitstop::controller
