@@ -3,6 +3,8 @@
 #  - clang-format (Google base, .clang-format) on every tracked C++ file: fatal.
 #  - no function in shipped code over 120 lines
 #    (tools/check-function-size.py): fatal.
+#  - no class in src/controller with more than 30 public methods
+#    (tools/check-class-size.py): fatal.
 #  - clang-tidy (.clang-tidy) on the C++ sources changed by the last commit
 #    (or since BASE if given): findings are printed; errors are fatal.
 # Usage: tools/check-style.sh [BASE_REV]
@@ -22,6 +24,7 @@ if ((${#bad[@]})); then
 fi
 echo "check-style: clang-format clean on ${#files[@]} files"
 /usr/bin/python3 tools/check-function-size.py
+/usr/bin/python3 tools/check-class-size.py
 
 base=${1:-HEAD~1}
 if ! git rev-parse -q --verify "$base" >/dev/null; then

@@ -4,8 +4,12 @@
 # fabrics of 1,024 and 8,192 GPUs, healthy and with the plan's busiest
 # switch-to-switch link at a quarter of its capacity. Prints a Markdown table.
 #
-#   tools/plan-bench.sh [build/tools/pitstop/pitstop] [--quick | --large | --replan]
+#   tools/plan-bench.sh [build/tools/pitstop/pitstop] [--quick | --large | --replan | --real]
 #
+# --real: every real description in ../shared/data/topology (Alibaba's
+# published three-tier data at 1,024 GPUs, the ibnetdiscover output, SimAI's
+# AlibabaHPN dual- and single-plane, Spectrum-X and DCN+ fabrics), packed
+# and scattered.
 # QPs per connection: `pitstop plan`'s default, --qps auto (1 unless the
 # re-plan recovers < 90% of the healthy bound and 2, 4 or 8 QPs lift it;
 # the last column says what was chosen: NCCL_IB_QPS_PER_CONNECTION).
@@ -36,6 +40,18 @@ cases=(
 )
 if [[ "$QUICK" == "--quick" ]]; then cases=("${cases[@]:0:11}"); fi
 if [[ "$QUICK" == "--large" ]]; then cases=("${cases[@]:11}"); fi
+if [[ "$QUICK" == "--real" ]]; then
+  cases=()
+  for t in "lingjun_topo_slice.csv|--ranks 1024" "ibnetdiscover_edr96.topo|" \
+    "AlibabaHPN_64g_8gps_DualToR_DualPlane_200Gbps_H100.txt|" \
+    "AlibabaHPN_64g_8gps_DualToR_SinglePlane_200Gbps_H100.txt|" \
+    "Spectrum-X_64g_8gps_400Gbps_H100.txt|" \
+    "DCN+SingleToR_64g_8gps_400Gbps_H100.txt|"; do
+    for place in packed scattered; do
+      cases+=("$SHARED/${t%%|*}|$place|${t#*|}")
+    done
+  done
+fi
 if [[ "$QUICK" == "--replan" ]]; then
   cases=()
   for c in \

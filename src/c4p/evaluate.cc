@@ -227,6 +227,7 @@ absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
   EvalReport rep;
   rep.fabric = fabric->description;
   rep.assumptions = fabric->assumptions();
+  rep.warnings = fabric->warnings();
   rep.ranks = o.ranks > 0 ? o.ranks : fabric->gpu_count();
   rep.seeds = o.seeds;
   rep.hash = o.hash;

@@ -64,6 +64,7 @@ struct Evaluation {
 struct EvalReport {
   std::string fabric;
   std::vector<std::string> assumptions;
+  std::vector<std::string> warnings;  // Fabric::warnings()
   int ranks = 0;
   int hosts = 0;
   int channels = 0;

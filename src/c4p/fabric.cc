@@ -5,6 +5,7 @@
 #include <deque>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
@@ -47,8 +48,8 @@ int Fabric::AddNode(FabricNode n) {
   return id;
 }
 
-int Fabric::AddHost(std::string name) {
-  hosts_.push_back(FabricHost{std::move(name), {}, -1});
+int Fabric::AddHost(std::string name, int source_line) {
+  hosts_.push_back(FabricHost{std::move(name), {}, -1, source_line});
   return static_cast<int>(hosts_.size()) - 1;
 }
 
@@ -75,18 +76,19 @@ int Fabric::AddNvSwitch(int host, std::string name) {
   return id;
 }
 
-int Fabric::AddSwitch(NodeKind kind, std::string name) {
+int Fabric::AddSwitch(NodeKind kind, std::string name, int source_line) {
   FabricNode n;
   n.kind = kind;
   n.name = std::move(name);
+  n.source_line = source_line;
   return AddNode(std::move(n));
 }
 
 int Fabric::AddCable(int a, int b, LinkKind kind, double gbps,
                      int source_line) {
   const int id = static_cast<int>(links_.size());
-  links_.push_back(FabricLink{a, b, kind, gbps, gbps, source_line});
-  links_.push_back(FabricLink{b, a, kind, gbps, gbps, source_line});
+  links_.push_back(FabricLink{a, b, kind, source_line, gbps, gbps, -1, -1});
+  links_.push_back(FabricLink{b, a, kind, source_line, gbps, gbps, -1, -1});
   out_[a].push_back(id);
   out_[b].push_back(id + 1);
   if (kind == LinkKind::kNic) {
@@ -94,6 +96,13 @@ int Fabric::AddCable(int a, int b, LinkKind kind, double gbps,
     if (nodes_[b].kind == NodeKind::kGpu) nic_up_[b].push_back(id + 1);
   }
   return id;
+}
+
+void Fabric::SetCablePorts(int link, int a_port, int b_port) {
+  links_[link].src_port = a_port;
+  links_[link].dst_port = b_port;
+  links_[link ^ 1].src_port = b_port;
+  links_[link ^ 1].dst_port = a_port;
 }
 
 absl::Status Fabric::Finalize() {
@@ -128,7 +137,7 @@ absl::Status Fabric::Finalize() {
       }
     }
   }
-  return absl::OkStatus();
+  return Check();
 }
 
 std::vector<int> Fabric::GpusInOrder() const {
@@ -159,14 +168,22 @@ int Fabric::Downlink(int tor, int gpu) const {
 
 std::string Fabric::LinkName(int link) const {
   const FabricLink& l = links_[link];
-  auto end = [&](int n) {
+  auto end = [&](int n, int port) {
     const FabricNode& f = nodes_[n];
     if (l.kind == LinkKind::kNic && f.kind == NodeKind::kGpu) {
-      return absl::StrCat(hosts_[f.host].name, "/nic", f.local);
+      return absl::StrCat(hosts_[f.host].name, "/nic", f.local,
+                          port >= 0 ? absl::StrCat("[", port, "]") : "");
     }
-    return f.name;
+    return port >= 0 ? absl::StrCat(f.name, "[", port, "]") : f.name;
   };
-  return absl::StrCat(end(l.src), "->", end(l.dst));
+  return absl::StrCat(end(l.src, l.src_port), "->", end(l.dst, l.dst_port));
+}
+
+std::string Fabric::Where(int line) const {
+  const std::string& src = source.empty() ? description : source;
+  if (line > 0)
+    return absl::StrCat(src.empty() ? "fabric" : src, ":", line, ": ");
+  return absl::StrCat(src.empty() ? "fabric" : src, ": ");
 }
 
 int Fabric::FindNode(const std::string& name) const {
@@ -182,21 +199,41 @@ int Fabric::FindNode(const std::string& name) const {
   return -1;
 }
 
+namespace {
+
+// "name" or "name[port]" (a port as LinkName writes it).
+struct LinkEnd {
+  int node = -1;
+  int port = -1;  // -1: any
+};
+
+}  // namespace
+
 absl::StatusOr<std::vector<int>> Fabric::FindLinks(
     const std::string& spec) const {
+  auto end_of = [&](const std::string& s) {
+    LinkEnd e{FindNode(s), -1};
+    if (e.node >= 0 || s.empty() || s.back() != ']') return e;
+    const size_t open = s.rfind('[');
+    int port = -1;
+    if (open == std::string::npos || open == 0 ||
+        !absl::SimpleAtoi(s.substr(open + 1, s.size() - open - 2), &port)) {
+      return e;
+    }
+    return LinkEnd{FindNode(s.substr(0, open)), port};
+  };
   std::vector<int> out;
   auto between = [&](const std::string& a, const std::string& b,
                      bool both) -> absl::Status {
-    const int na = FindNode(a), nb = FindNode(b);
-    if (na < 0 || nb < 0) {
-      return absl::NotFoundError(absl::StrCat(
-          "link '", spec, "': no node named '", na < 0 ? a : b, "'"));
-    }
-    for (int l : out_[na]) {
-      if (links_[l].dst == nb) {
-        out.push_back(l);
-        if (both) out.push_back(l ^ 1);
+    const LinkEnd ea = end_of(a), eb = end_of(b);
+    for (int l : out_[ea.node]) {
+      const FabricLink& fl = links_[l];
+      if (fl.dst != eb.node || (ea.port >= 0 && fl.src_port != ea.port) ||
+          (eb.port >= 0 && fl.dst_port != eb.port)) {
+        continue;
       }
+      out.push_back(l);
+      if (both) out.push_back(l ^ 1);
     }
     if (out.empty()) {
       return absl::NotFoundError(absl::StrCat("link '", spec, "': ", a, " and ",
@@ -214,34 +251,34 @@ absl::StatusOr<std::vector<int>> Fabric::FindLinks(
       if (pos == 0) continue;
       const std::string a = spec.substr(0, pos);
       const std::string b = spec.substr(pos + sv.size());
-      if (FindNode(a) < 0 || FindNode(b) < 0) continue;
+      if (end_of(a).node < 0 || end_of(b).node < 0) continue;
       absl::Status s = between(a, b, sv != "->");
       if (!s.ok()) return s;
       return out;
     }
     if (sv == "->" && spec.find(sv) != std::string::npos) break;
   }
-  if (FindNode(spec) < 0) {
+  const LinkEnd whole = end_of(spec);
+  if (whole.node < 0) {
     for (const char* sep : {"<->", "->", "-"}) {
       const size_t pos = spec.find(sep);
       if (pos == std::string::npos || pos == 0) continue;
       // Report the first side that names nothing.
       const std::string a = spec.substr(0, pos);
       const std::string b = spec.substr(pos + strlen(sep));
-      return absl::NotFoundError(absl::StrCat(
-          "link '", spec, "': no node named '", FindNode(a) < 0 ? a : b, "'"));
+      return absl::NotFoundError(absl::StrCat("link '", spec,
+                                              "': no node named '",
+                                              end_of(a).node < 0 ? a : b, "'"));
     }
-  }
-  const int n = FindNode(spec);
-  if (n < 0) {
     return absl::NotFoundError(absl::StrCat(
         "'", spec,
         "' names no link, NIC or switch (links are 'A->B' or 'A-B', NICs "
         "'hostN/nicK')"));
   }
-  const bool nic = nodes_[n].kind == NodeKind::kGpu;
-  for (int l : out_[n]) {
+  const bool nic = nodes_[whole.node].kind == NodeKind::kGpu;
+  for (int l : out_[whole.node]) {
     if (nic && links_[l].kind != LinkKind::kNic) continue;
+    if (whole.port >= 0 && links_[l].src_port != whole.port) continue;
     out.push_back(l);
     out.push_back(l ^ 1);
   }

@@ -31,23 +31,33 @@ const char* LinkKindName(LinkKind k);
 struct FabricNode {
   std::string name;  // "host3/gpu2", "tor18", "agg4", "core9"
   NodeKind kind = NodeKind::kGpu;
-  int host = -1;   // GPUs and NVSwitches
-  int local = -1;  // GPU index inside its host (= its NIC's rail)
+  int host = -1;        // GPUs and NVSwitches
+  int local = -1;       // GPU index inside its host (= its NIC's rail)
+  int source_line = 0;  // line of the file that declared it (0: none)
 };
 
 struct FabricLink {
   int src = -1;
   int dst = -1;
   LinkKind kind = LinkKind::kFabric;
+  int source_line = 0;      // line of the file that declared it (0: none)
   double nominal_gbps = 0;  // as built / read from the file
   double gbps = 0;          // effective (degraded or Cora-measured)
-  int source_line = 0;      // line of the file that declared it (0: none)
+  // Port numbers on each end where the file names them (InfiniBand
+  // discovery); -1 otherwise. A named port makes LinkName "A[3]->B[19]", so
+  // parallel cables between two switches have names of their own.
+  int src_port = -1;
+  int dst_port = -1;
 };
+// The planner reads links in its innermost loop: no padding beyond the
+// 40 bytes the link had before ports were added.
+static_assert(sizeof(FabricLink) == 40);
 
 struct FabricHost {
   std::string name;
   std::vector<int> gpus;  // node ids, by local index
   int nvswitch = -1;      // node id, -1 when the host has none
+  int source_line = 0;    // line of the file that declared it (0: none)
 };
 
 class Fabric {
@@ -55,14 +65,21 @@ class Fabric {
   Fabric() = default;
 
   // --- building ------------------------------------------------------------
-  int AddHost(std::string name);
+  int AddHost(std::string name, int source_line = 0);
   int AddGpu(int host);  // named "<host>/gpu<local>"
   int AddNvSwitch(int host, std::string name);
-  int AddSwitch(NodeKind kind, std::string name);
+  int AddSwitch(NodeKind kind, std::string name, int source_line = 0);
   // One cable: returns the id of the src->dst direction (dst->src is id+1).
   int AddCable(int a, int b, LinkKind kind, double gbps, int source_line = 0);
-  // Computes tiers and per-ToR routing. Fails when a GPU cannot reach some
-  // ToR that another GPU hangs off (a disconnected fabric), naming both.
+  // Ports of the cable `link` (the id AddCable returned) on its a and b end.
+  void SetCablePorts(int link, int a_port, int b_port);
+  // Computes tiers and per-ToR routing, then checks that the fabric can
+  // carry a job (fabric_check.cc): InvalidArgument naming the element and
+  // the line of `source` that declared it for a host without a network
+  // uplink (when there are several hosts), hosts that share no connected
+  // part of the fabric (a tier with no path) or a link of zero bandwidth.
+  // What is merely unusual (mixed link speeds within a tier, oversubscribed
+  // ToRs, hosts with different NIC counts) is added to warnings().
   absl::Status Finalize();
 
   // --- reading -------------------------------------------------------------
@@ -110,10 +127,23 @@ class Fabric {
   // What a file left open and the reader assumed (printed by the CLI).
   std::vector<std::string>& assumptions() { return assumptions_; }
   const std::vector<std::string>& assumptions() const { return assumptions_; }
+  // What the reader left out or found unusual but usable (printed by the CLI
+  // as warnings, logged by the live planner).
+  std::vector<std::string>& warnings() { return warnings_; }
+  const std::vector<std::string>& warnings() const { return warnings_; }
   std::string description;  // one line: "SimAI file X: 2 hosts x 8 GPUs ..."
+  std::string source;       // the file (or spec) read; errors name it
 
  private:
   int AddNode(FabricNode n);
+  // fabric_check.cc
+  absl::Status Check();
+  absl::Status CheckReach() const;
+  absl::Status NoPath(int gpu_a, int gpu_b) const;
+  void WarnMixedSpeeds();
+  void WarnOversubscribed();
+  // "source:line: " (or "source: " without a line).
+  std::string Where(int line) const;
 
   std::vector<FabricNode> nodes_;
   std::vector<FabricLink> links_;
@@ -125,6 +155,7 @@ class Fabric {
   std::vector<int16_t> dist_;  // [tor index][node]
   std::unordered_map<std::string, int> by_name_;
   std::vector<std::string> assumptions_;
+  std::vector<std::string> warnings_;
   int gpu_count_ = 0;
 };
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "pitstop/bounded_file.h"
+#include "src/c4p/fabric_read_util.h"
 
 namespace pitstop::c4p {
 namespace {
@@ -21,15 +22,31 @@ bool ParseWithSuffix(absl::string_view text, absl::string_view suffix,
   return absl::SimpleAtod(text, out) && *out >= 0;
 }
 
-absl::Status LineError(const std::string& source, int line,
-                       const std::string& what) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(source, ":", line, ": ", what));
-}
-
 // A SimAI file of 100k GPUs is ~10 MB; 256 MiB is far beyond any fabric
 // the planner can evaluate.
 constexpr uint64_t kMaxFabricFileBytes = uint64_t{256} << 20;
+
+// Adds the servers as hosts ("host<N>"), each with the first line naming
+// one of its GPUs; returns the first line naming each id (what errors about
+// it point at).
+std::vector<int> AddSimAiHosts(const SimAiFile& f, Fabric* fab) {
+  std::vector<int> first_line(f.total_nodes, 0);
+  for (const SimAiLink& l : f.links) {
+    for (int end : {l.src, l.dst}) {
+      if (first_line[end] == 0) first_line[end] = l.line;
+    }
+  }
+  for (int h = 0; h < f.gpus / f.gpus_per_server; ++h) {
+    int line = 0;
+    for (int g = h * f.gpus_per_server; g < (h + 1) * f.gpus_per_server; ++g) {
+      if (first_line[g] > 0 && (line == 0 || first_line[g] < line)) {
+        line = first_line[g];
+      }
+    }
+    fab->AddHost(absl::StrCat("host", h), line);
+  }
+  return first_line;
+}
 
 }  // namespace
 
@@ -107,8 +124,9 @@ absl::StatusOr<SimAiFile> ParseSimAi(const std::string& text,
 absl::StatusOr<Fabric> FabricFromSimAi(const SimAiFile& f,
                                        const std::string& source) {
   Fabric fab;
+  fab.source = source;
   const int hosts = f.gpus / f.gpus_per_server;
-  for (int h = 0; h < hosts; ++h) fab.AddHost(absl::StrCat("host", h));
+  const std::vector<int> first_line = AddSimAiHosts(f, &fab);
   std::vector<int> node_of(f.total_nodes, -1);
   for (int g = 0; g < f.gpus; ++g) {
     node_of[g] = fab.AddGpu(g / f.gpus_per_server);
@@ -154,6 +172,7 @@ absl::StatusOr<Fabric> FabricFromSimAi(const SimAiFile& f,
       q.push_back(n);
     }
   }
+  std::vector<int> unreached;
   for (int id = f.gpus; id < f.total_nodes; ++id) {
     if (nvswitch_ids.count(id)) {
       auto h = nvswitch_host.find(id);
@@ -162,14 +181,17 @@ absl::StatusOr<Fabric> FabricFromSimAi(const SimAiFile& f,
       continue;
     }
     auto t = tier.find(id);
-    if (t == tier.end()) continue;  // an unconnected switch id
+    if (t == tier.end()) {  // no path to a GPU: left out, said
+      unreached.push_back(id);
+      continue;
+    }
     const NodeKind kind = t->second == 1   ? NodeKind::kTor
                           : t->second == 2 ? NodeKind::kAgg
                                            : NodeKind::kCore;
     const char* prefix = t->second == 1   ? "tor"
                          : t->second == 2 ? "spine"
                                           : "core";
-    node_of[id] = fab.AddSwitch(kind, absl::StrCat(prefix, id));
+    node_of[id] = fab.AddSwitch(kind, absl::StrCat(prefix, id), first_line[id]);
   }
   for (const SimAiLink& l : f.links) {
     const int a = node_of[l.src], b = node_of[l.dst];
@@ -200,208 +222,19 @@ absl::StatusOr<Fabric> FabricFromSimAi(const SimAiFile& f,
     fab.assumptions().push_back(
         "some hosts have no NVSwitch links; their GPUs talk over the network");
   }
-  absl::Status s = fab.Finalize();
-  if (!s.ok()) return s;
-  return fab;
-}
-
-namespace {
-
-// The rows of a three-tier CSV (ip,DSW,PSW,ASW) and the switch hierarchy
-// they state, with the line that first said each relation.
-struct ClosRows {
-  struct Row {
-    std::string ip, dsw, psw, asw;
-    int line;
-  };
-  std::vector<Row> rows;
-  std::set<std::string> ips;
-  std::map<std::string, std::string> tor_pod, pod_core;
-  std::map<std::string, int> tor_line, pod_line;
-};
-
-// The header's column of each name (-1 when absent).
-struct ClosColumns {
-  int ip = -1, dsw = -1, psw = -1, asw = -1;
-};
-
-ClosColumns FindColumns(const std::vector<std::string>& head) {
-  ClosColumns c;
-  for (size_t i = 0; i < head.size(); ++i) {
-    const std::string h =
-        absl::AsciiStrToLower(absl::StripAsciiWhitespace(head[i]));
-    if (h == "ip") c.ip = static_cast<int>(i);
-    if (h == "dsw") c.dsw = static_cast<int>(i);
-    if (h == "psw") c.psw = static_cast<int>(i);
-    if (h == "asw") c.asw = static_cast<int>(i);
+  if (!unreached.empty()) {
+    fab.warnings().push_back(absl::StrCat(
+        source, ":2: ", unreached.size(),
+        " switch id(s) without a cable, left out (first: ", unreached[0], ")"));
   }
-  return c;
-}
-
-// One data row into `out`: InvalidArgument naming the line for a wrong
-// column count, an empty field, a repeated host, or an ASW (PSW group)
-// placed under two different PSW groups (DSWs).
-absl::Status AddClosRow(const std::string& source, int line,
-                        absl::string_view raw, size_t columns,
-                        const ClosColumns& col, ClosRows* out) {
-  std::vector<std::string> c = absl::StrSplit(raw, ',');
-  if (c.size() != columns) {
-    return LineError(
-        source, line,
-        absl::StrCat("expected ", columns, " columns, got ", c.size()));
-  }
-  ClosRows::Row r{std::string(absl::StripAsciiWhitespace(c[col.ip])),
-                  std::string(absl::StripAsciiWhitespace(c[col.dsw])),
-                  std::string(absl::StripAsciiWhitespace(c[col.psw])),
-                  std::string(absl::StripAsciiWhitespace(c[col.asw])), line};
-  if (r.ip.empty() || r.dsw.empty() || r.psw.empty() || r.asw.empty()) {
-    return LineError(source, line, "an empty ip, DSW, PSW or ASW");
-  }
-  if (!out->ips.insert(r.ip).second) {
-    return LineError(source, line, absl::StrCat("host ", r.ip, " repeated"));
-  }
-  auto [tp, fresh_tor] = out->tor_pod.emplace(r.asw, r.psw);
-  if (!fresh_tor && tp->second != r.psw) {
-    return LineError(
-        source, line,
-        absl::StrCat("ASW ", r.asw, " is in PSW group ", tp->second,
-                     " on line ", out->tor_line[r.asw], ", here in ", r.psw));
-  }
-  out->tor_line.emplace(r.asw, line);
-  auto [pc, fresh_pod] = out->pod_core.emplace(r.psw, r.dsw);
-  if (!fresh_pod && pc->second != r.dsw) {
-    return LineError(source, line,
-                     absl::StrCat("PSW group ", r.psw, " is under DSW ",
-                                  pc->second, " on line ", out->pod_line[r.psw],
-                                  ", here under ", r.dsw));
-  }
-  out->pod_line.emplace(r.psw, line);
-  out->rows.push_back(std::move(r));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<ClosRows> ReadClosRows(const std::string& text,
-                                      const std::string& source) {
-  std::vector<std::string> lines = absl::StrSplit(text, '\n');
-  std::vector<std::string> head = absl::StrSplit(lines[0], ',');
-  const ClosColumns col = FindColumns(head);
-  if (col.ip < 0 || col.dsw < 0 || col.psw < 0 || col.asw < 0) {
-    return LineError(source, 1,
-                     "expected a header naming the columns ip,DSW,PSW,ASW");
-  }
-  ClosRows out;
-  for (size_t i = 1; i < lines.size(); ++i) {
-    const absl::string_view raw = absl::StripAsciiWhitespace(lines[i]);
-    if (raw.empty() || raw[0] == '#') continue;
-    const int line = static_cast<int>(i) + 1;
-    if (absl::Status s = AddClosRow(source, line, raw, head.size(), col, &out);
-        !s.ok()) {
-      return s;
-    }
-  }
-  if (out.rows.empty()) return LineError(source, 1, "no hosts");
-  return out;
-}
-
-// Aggregation switches: aggs_per_pod per PSW group. Core: one plane per
-// agg index, cores_per_agg cores in it, shared by every pod (the DSW groups
-// are kept as names only; see assumptions). Returns the ToRs by name.
-std::map<std::string, int> AddClosSwitches(const ClosRows& in,
-                                           const ClosCsvOptions& o,
-                                           Fabric* fab) {
-  std::map<std::string, std::vector<int>> pod_aggs;
-  std::vector<std::vector<int>> planes(o.aggs_per_pod);
-  for (int p = 0; p < o.aggs_per_pod; ++p) {
-    for (int c = 0; c < o.cores_per_agg; ++c) {
-      planes[p].push_back(
-          fab->AddSwitch(NodeKind::kCore, absl::StrCat("core", p, ".", c)));
-    }
-  }
-  for (const auto& [pod, core] : in.pod_core) {
-    for (int a = 0; a < o.aggs_per_pod; ++a) {
-      const int agg =
-          fab->AddSwitch(NodeKind::kAgg, absl::StrCat(pod, "/agg", a));
-      pod_aggs[pod].push_back(agg);
-      for (int c : planes[a]) {
-        fab->AddCable(agg, c, LinkKind::kFabric, o.agg_uplink_gbps,
-                      in.pod_line.at(pod));
-      }
-    }
-  }
-  std::map<std::string, int> tors;
-  for (const auto& [asw, pod] : in.tor_pod) {
-    const int t = fab->AddSwitch(NodeKind::kTor, asw);
-    tors[asw] = t;
-    for (int agg : pod_aggs[pod]) {
-      fab->AddCable(t, agg, LinkKind::kFabric, o.tor_uplink_gbps,
-                    in.tor_line.at(asw));
-    }
-  }
-  return tors;
-}
-
-// What the CSV does not say and the model assumes.
-void AddClosAssumptions(const ClosRows& in, const ClosCsvOptions& o,
-                        Fabric* fab) {
-  auto& a = fab->assumptions();
-  a.push_back(absl::StrCat("each host has ", o.gpus_per_host, " GPUs, one ",
-                           o.nic_gbps,
-                           " Gbps NIC each, all on the host's ASW "
-                           "(--gpus-per-host, --nic-gbps)"));
-  a.push_back(absl::StrCat("each PSW group is ", o.aggs_per_pod,
-                           " aggregation switches; every ASW has one ",
-                           o.tor_uplink_gbps,
-                           " Gbps uplink to each (--aggs-per-pod, "
-                           "--tor-uplink-gbps)"));
-  a.push_back(absl::StrCat("aggregation switch k of every pod has one ",
-                           o.agg_uplink_gbps, " Gbps uplink to each of ",
-                           o.cores_per_agg,
-                           " cores of core plane k (--cores-per-agg, "
-                           "--agg-uplink-gbps)"));
-  std::set<std::string> dsw;
-  for (const auto& [p, c] : in.pod_core) dsw.insert(c);
-  if (dsw.size() > 1) {
-    a.push_back(
-        "several DSW groups: modelled as one shared core layer (the file "
-        "does not say how DSW groups interconnect)");
-  }
-}
-
-}  // namespace
-
-absl::StatusOr<Fabric> ParseClosCsv(const std::string& text,
-                                    const std::string& source,
-                                    const ClosCsvOptions& o) {
-  if (o.gpus_per_host <= 0 || o.aggs_per_pod <= 0 || o.cores_per_agg <= 0) {
-    return absl::InvalidArgumentError(
-        "gpus per host, aggs per pod and cores per agg must be positive");
-  }
-  absl::StatusOr<ClosRows> in = ReadClosRows(text, source);
-  if (!in.ok()) return in.status();
-  Fabric fab;
-  std::map<std::string, int> tors = AddClosSwitches(*in, o, &fab);
-  for (const ClosRows::Row& r : in->rows) {
-    const int h = fab.AddHost(r.ip);
-    const int nvs = fab.AddNvSwitch(h, absl::StrCat(r.ip, "/nvswitch"));
-    for (int g = 0; g < o.gpus_per_host; ++g) {
-      const int gpu = fab.AddGpu(h);
-      fab.AddCable(gpu, nvs, LinkKind::kNvLink, o.nvlink_gbps, r.line);
-      fab.AddCable(gpu, tors[r.asw], LinkKind::kNic, o.nic_gbps, r.line);
-    }
-  }
-  fab.description = absl::StrCat(
-      "three-tier CSV ", source, ": ", in->rows.size(), " hosts x ",
-      o.gpus_per_host, " GPUs, ", tors.size(), " ToRs (ASW), ",
-      in->pod_core.size(), " pods (PSW groups) of ", o.aggs_per_pod, " aggs, ",
-      o.aggs_per_pod * o.cores_per_agg, " cores");
-  AddClosAssumptions(*in, o, &fab);
   absl::Status s = fab.Finalize();
   if (!s.ok()) return s;
   return fab;
 }
 
 absl::StatusOr<Fabric> LoadFabric(const std::string& what,
-                                  const ClosCsvOptions& csv_options) {
+                                  const ClosCsvOptions& csv_options,
+                                  const IbOptions& ib_options) {
   if (absl::StartsWith(what, "gen:")) {
     absl::StatusOr<GeneratorOptions> g = ParseGeneratorSpec(what);
     if (!g.ok()) return g.status();
@@ -414,6 +247,21 @@ absl::StatusOr<Fabric> LoadFabric(const std::string& what,
   if (absl::EndsWith(what, ".csv") ||
       absl::StartsWithIgnoreCase(absl::StripAsciiWhitespace(first), "ip,")) {
     return ParseClosCsv(*text, what, csv_options);
+  }
+  if (LooksLikeIbnetdiscover(*text)) {
+    IbHostMap hosts;
+    if (!ib_options.host_map.empty()) {
+      absl::StatusOr<std::string> m =
+          ReadRegularFile(ib_options.host_map, "--ib-host-map");
+      if (!m.ok()) return m.status();
+      absl::StatusOr<IbHostMap> parsed =
+          ParseIbHostMap(*m, ib_options.host_map);
+      if (!parsed.ok()) return parsed.status();
+      hosts = std::move(*parsed);
+    }
+    absl::StatusOr<IbFile> ib = ParseIbnetdiscover(*text, what);
+    if (!ib.ok()) return ib.status();
+    return FabricFromIbnetdiscover(*ib, what, hosts, ib_options);
   }
   absl::StatusOr<SimAiFile> f = ParseSimAi(*text, what);
   if (!f.ok()) return f.status();

@@ -14,6 +14,7 @@
 //   many switches a group has nor how fast anything is: those come from
 //   ClosCsvOptions (flags of `pitstop plan`) and are listed in
 //   Fabric::assumptions().
+// - InfiniBand discovery output (ibnetdiscover.h).
 // - Generators of rail-optimised or plain leaf/spine and three-tier fabrics
 //   of any size ("gen:" specs, see ParseGeneratorSpec).
 //
@@ -27,6 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "src/c4p/fabric.h"
+#include "src/c4p/ibnetdiscover.h"
 
 namespace pitstop::c4p {
 
@@ -96,9 +98,10 @@ absl::StatusOr<GeneratorOptions> ParseGeneratorSpec(const std::string& spec);
 absl::StatusOr<Fabric> GenerateFabric(const GeneratorOptions& options);
 
 // `what` is a "gen:" spec, a .csv file (or one whose first line starts with
-// "ip,") or a SimAI file.
+// "ip,"), ibnetdiscover output (ibnetdiscover.h) or a SimAI file.
 absl::StatusOr<Fabric> LoadFabric(const std::string& what,
-                                  const ClosCsvOptions& csv_options);
+                                  const ClosCsvOptions& csv_options,
+                                  const IbOptions& ib_options = {});
 
 }  // namespace pitstop::c4p
 

@@ -3,6 +3,7 @@
 
 #include "gtest/gtest.h"
 #include "src/c4p/fabric_io.h"
+#include "tests/c4p/shared_topology.h"
 
 namespace pitstop::c4p {
 namespace {
@@ -24,12 +25,6 @@ constexpr char kTiny[] =
     "6 9 400Gbps 0.001ms 0\n"
     "7 8 400Gbps 0.001ms 0\n"
     "7 9 400Gbps 0.001ms 0\n";
-
-std::filesystem::path SharedTopology(const std::string& name) {
-  const char* src = std::getenv("PITSTOP_SOURCE_DIR");
-  return std::filesystem::path(src ? src : ".") / ".." / "shared" / "data" /
-         "topology" / name;
-}
 
 TEST(FabricTest, SimAiTiersAndRouting) {
   auto f = ParseSimAi(kTiny, "tiny.txt");
@@ -111,17 +106,18 @@ TEST(FabricTest, ClosCsvBuildsThreeTiersAndSaysWhatItAssumed) {
       "ASW-1\n",
       "d.csv", dashed);
   ASSERT_TRUE(d.ok()) << d.status();
-  auto l = d->FindLinks("ASW-0-PSW-0/agg1");
+  auto l = d->FindLinks("PSW-0/ASW-0-PSW-0/agg1");
   ASSERT_TRUE(l.ok()) << l.status();
   EXPECT_EQ(l->size(), 2u);
-  auto one = d->FindLinks("ASW-1->PSW-1/agg0");
+  auto one = d->FindLinks("PSW-1/ASW-1->PSW-1/agg0");
   ASSERT_TRUE(one.ok()) << one.status();
   EXPECT_EQ(one->size(), 1u);
-  EXPECT_FALSE(d->FindLinks("ASW-0-PSW-1/agg1").ok());  // not cabled
-  auto unknown = d->FindLinks("ASW-0-nosuch");
+  EXPECT_FALSE(d->FindLinks("PSW-0/ASW-0-PSW-1/agg1").ok());  // not cabled
+  auto unknown = d->FindLinks("PSW-0/ASW-0-nosuch");
   ASSERT_FALSE(unknown.ok());
   EXPECT_FALSE(fab->assumptions().empty());
-  const int asw0 = fab->FindNode("asw0"), asw2 = fab->FindNode("asw2");
+  const int asw0 = fab->FindNode("psw0/asw0"),
+            asw2 = fab->FindNode("psw1/asw2");
   ASSERT_GE(asw0, 0);
   // asw0 -> asw2 crosses pods: up to an agg (4 choices), then a core.
   EXPECT_EQ(fab->Distance(asw0, fab->tor_index(asw2)), 4);
@@ -135,18 +131,69 @@ TEST(FabricTest, ClosCsvErrorsNameFileAndLine) {
   auto no_header = ParseClosCsv("10.0.0.1,a,b,c\n", "h.csv", o);
   ASSERT_FALSE(no_header.ok());
   EXPECT_NE(no_header.status().message().find("h.csv:1:"), std::string::npos);
-  auto moved_tor =
-      ParseClosCsv("ip,DSW,PSW,ASW\n1,d,p0,a0\n2,d,p1,a0\n", "m.csv", o);
-  ASSERT_FALSE(moved_tor.ok());
-  EXPECT_NE(moved_tor.status().message().find("m.csv:3:"), std::string::npos)
-      << moved_tor.status();
+  // Nothing left to place: refused.
   auto short_row = ParseClosCsv("ip,DSW,PSW,ASW\n1,d,p0\n", "s.csv", o);
   ASSERT_FALSE(short_row.ok());
-  EXPECT_NE(short_row.status().message().find("s.csv:2:"), std::string::npos);
-  auto repeated =
-      ParseClosCsv("ip,DSW,PSW,ASW\n1,d,p,a\n1,d,p,a\n", "r.csv", o);
-  ASSERT_FALSE(repeated.ok());
-  EXPECT_NE(repeated.status().message().find("r.csv:3:"), std::string::npos);
+  EXPECT_NE(short_row.status().message().find("s.csv:1:"), std::string::npos)
+      << short_row.status();
+}
+
+// In Alibaba's published data an ASW name is scoped by its PSW group: the
+// same name under two groups is two switches, not an error.
+TEST(FabricTest, ClosCsvScopesAswNamesByTheirPswGroup) {
+  ClosCsvOptions o;
+  o.gpus_per_host = 1;
+  auto f = ParseClosCsv("ip,DSW,PSW,ASW\n1,d,p0,a0\n2,d,p1,a0\n", "m.csv", o);
+  ASSERT_TRUE(f.ok()) << f.status();
+  const int a = f->FindNode("p0/a0"), b = f->FindNode("p1/a0");
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(f->FindNode("a0"), -1);
+  // Two ToRs in two pods: four hops apart.
+  EXPECT_EQ(f->Distance(a, f->tor_index(b)), 4);
+  // A PSW name under two DSWs is two pods, named DSW/PSW.
+  auto g = ParseClosCsv("ip,DSW,PSW,ASW\n1,d0,p,a\n2,d1,p,a\n", "g.csv", o);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_GE(g->FindNode("d0/p/a"), 0);
+  EXPECT_GE(g->FindNode("d1/p/agg0"), 0);
+}
+
+// Rows that cannot place a host are left out and reported by line; the
+// file is not refused.
+TEST(FabricTest, ClosCsvLeavesOutIncompleteRowsNamingTheirLines) {
+  ClosCsvOptions o;
+  o.gpus_per_host = 1;
+  auto f = ParseClosCsv(
+      "ip,DSW,PSW,ASW\n"
+      "1,d,p,a\n"  // 2
+      "2,d,p\n"    // 3: a column short
+      "3,d,,a\n"   // 4: no PSW
+      "1,d,p,a\n"  // 5: the same row again
+      "4,d,p,a\n"  // 6
+      "5,d,p,a\n"  // 7: host 5 placed twice ...
+      "5,d,p,b\n"  // 8: ... at another ASW
+      ",d,p,a\n",  // 9: no ip
+      "i.csv", o);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->hosts().size(), 2u);  // 1 and 4
+  EXPECT_EQ(f->hosts()[0].name, "1");
+  EXPECT_EQ(f->hosts()[1].name, "4");
+  std::string all;
+  for (const std::string& w : f->warnings()) all += w + "\n";
+  EXPECT_NE(all.find("1 row left out, with fewer than the header's 4 "
+                     "columns: line 3"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("incomplete (an empty DSW, PSW or ASW): line 4"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("repeating an earlier row: line 5"), std::string::npos)
+      << all;
+  EXPECT_NE(all.find("at two different switches: lines 7, 8"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("without an ip: line 9"), std::string::npos) << all;
 }
 
 TEST(FabricTest, GeneratedLeafSpineAndThreeTierHaveTheAskedShape) {

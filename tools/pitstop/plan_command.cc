@@ -4,6 +4,7 @@
 //   pitstop plan --topology ../shared/data/topology/Rail_Opti_...txt
 //   pitstop plan --topology gen:leafspine,gpus=1024 --placement scattered
 //   pitstop plan --topology hosts.csv --aggs-per-pod 8 --ranks 512
+//   pitstop plan --topology fabric.topo (ibnetdiscover output)
 //   pitstop plan --topology gen:3tier,gpus=8192 --degrade tor0.0-pod0/agg3=0.25
 //
 // Exit codes: 0 evaluated, 2 usage or input error.
@@ -41,6 +42,7 @@ struct PlanArgs {
   std::string sim = "steady";
   std::string algo = "ring";
   c4p::ClosCsvOptions csv;
+  c4p::IbOptions ib;
 };
 
 bool ParseBytes(const std::string& s, double* out) {
@@ -91,6 +93,7 @@ nlohmann::json QpsJson(const c4p::QpsChoice& c) {
 nlohmann::json ReportJson(const c4p::EvalReport& r) {
   nlohmann::json j = {{"fabric", r.fabric},
                       {"assumptions", r.assumptions},
+                      {"warnings", r.warnings},
                       {"ranks", r.ranks},
                       {"hosts", r.hosts},
                       {"channels", r.channels},
@@ -125,6 +128,9 @@ void PrintTable(const c4p::EvalReport& r, const c4p::QpsChoice& qps) {
   std::cout << r.fabric << "\n";
   for (const std::string& a : r.assumptions) {
     std::cout << "  assumed: " << a << "\n";
+  }
+  for (const std::string& w : r.warnings) {
+    std::cout << "  warning: " << w << "\n";
   }
   std::cout << absl::StrFormat(
       "all-reduce over %d ranks on %d hosts, %d channels: %d flows (%d "
@@ -251,7 +257,7 @@ int RunPlan(const PlanArgs& a) {
     }
     o.degrade.emplace_back(d.substr(0, eq), frac);
   }
-  absl::StatusOr<c4p::Fabric> fabric = c4p::LoadFabric(a.topology, a.csv);
+  absl::StatusOr<c4p::Fabric> fabric = c4p::LoadFabric(a.topology, a.csv, a.ib);
   if (!fabric.ok()) {
     std::cerr << "pitstop plan: " << fabric.status().message() << "\n";
     return 2;
@@ -362,6 +368,12 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
                   "aggregation -> core link speed");
   csv->add_option("--nvlink-gbps", args->csv.nvlink_gbps,
                   "GPU <-> NVSwitch speed");
+  auto* ib = cmd->add_option_group("ibnetdiscover",
+                                   "what InfiniBand discovery leaves open");
+  ib->add_option("--ib-host-map", args->ib.host_map,
+                 "file of '<guid> <host>' lines naming the host of HCAs "
+                 "whose node description does not (default: the first word "
+                 "of the description)");
   cmd->callback([args, exit_code] { *exit_code = RunPlan(*args); });
 }
 

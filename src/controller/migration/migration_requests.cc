@@ -357,6 +357,19 @@ void MigrationService::ActOnFaults() {
     }
     wanted.emplace_back(*f, host);
   }
+  // A fault already migrated for, or whose job is migrating now, needs
+  // nothing (the loop below skips it too): dropped before the communicators
+  // are read, a snapshot of every member under the ingest lock (~10 ms at
+  // 16,384 ranks) that every cycle took while a policy migration ran.
+  {
+    ServiceLock lock(&mu_);
+    if (!manager_) return;
+    std::erase_if(wanted, [this](const auto& w) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      // Called right here, with mu_ held.
+      return manager_->HasForFault(w.first.fault_id()) ||
+             manager_->Busy(w.first.job_id());
+    });
+  }
   if (wanted.empty()) return;
   const std::vector<v1::Communicator> comms =
       options_.detection->Communicators();

@@ -62,6 +62,10 @@ const std::string& LivePlanner::fabric_description() const {
   return base_.description;
 }
 
+const std::vector<std::string>& LivePlanner::fabric_warnings() const {
+  return base_.warnings();
+}
+
 int LivePlanner::HostIndex(const std::string& host) const {
   auto it = host_index_.find(host);
   if (it != host_index_.end()) return it->second;
@@ -70,7 +74,11 @@ int LivePlanner::HostIndex(const std::string& host) const {
   while (i > 0 && std::isdigit(static_cast<unsigned char>(host[i - 1]))) --i;
   if (i == host.size() || host.size() - i > 6) return -1;
   it = host_index_.find(absl::StrCat("host", host.substr(i)));
-  return it == host_index_.end() ? -1 : it->second;
+  if (it != host_index_.end()) return it->second;
+  // A fabric read from a file whose hosts have other names (hashed ids,
+  // "node018"): "node7" is the fabric's host 7, in the reader's order.
+  const int n = std::stoi(host.substr(i));
+  return n < static_cast<int>(base_.hosts().size()) ? n : -1;
 }
 
 int LivePlanner::GpuOf(const Member& m) const {

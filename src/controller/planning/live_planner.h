@@ -113,6 +113,8 @@ class LivePlanner {
                                            bool summary_only);
   v1::ListLinksResponse ListLinks(const v1::ListLinksRequest& request);
   const std::string& fabric_description() const;
+  // What the fabric's reader left out or found unusual (logged at start).
+  const std::vector<std::string>& fabric_warnings() const;
 
   // A follower's answer (docs/ha.md: reads answer from the durable store):
   // the job's plan as the leader saved it (FaultStore::Plans, plans/JOB),

@@ -34,6 +34,9 @@ absl::StatusOr<std::unique_ptr<PlanningService>> PlanningService::Create(
                                      p.status().message()));
   }
   Logger("planner")->info("flow planning on: {}", (*p)->fabric_description());
+  for (const std::string& w : (*p)->fabric_warnings()) {
+    Logger("planner")->warn("fabric: {}", w);
+  }
   return std::unique_ptr<PlanningService>(
       new PlanningService(std::move(options), std::move(*p)));
 }

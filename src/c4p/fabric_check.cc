@@ -1,0 +1,235 @@
+// Fabric::Check: can the fabric carry a job, and what about it is unusual.
+//
+// Refused (InvalidArgument naming the element and the line that declared
+// it): a link of zero bandwidth, a host without a network uplink or a GPU
+// without a NIC while the host's others have one (the ring model sends each
+// rail through its own GPU's NIC), and hosts that share no connected part of
+// the fabric (a ToR without uplinks, tiers with no path between them).
+// Warned: link speeds that differ within a tier, ToRs with less uplink than
+// downlink capacity, hosts with different NIC counts.
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "src/c4p/fabric.h"
+
+namespace pitstop::c4p {
+namespace {
+
+// Connected parts of the switch graph over fabric (switch-to-switch) links.
+std::vector<int> SwitchComponents(const Fabric& f) {
+  std::vector<int> comp(f.nodes().size(), -1);
+  int next = 0;
+  std::vector<int> stack;
+  for (size_t n = 0; n < f.nodes().size(); ++n) {
+    const NodeKind k = f.node(static_cast<int>(n)).kind;
+    if (k == NodeKind::kGpu || k == NodeKind::kNvSwitch || comp[n] >= 0) {
+      continue;
+    }
+    comp[n] = next;
+    stack.push_back(static_cast<int>(n));
+    while (!stack.empty()) {
+      const int at = stack.back();
+      stack.pop_back();
+      for (int l : f.out_links(at)) {
+        const FabricLink& fl = f.link(l);
+        if (fl.kind != LinkKind::kFabric || comp[fl.dst] >= 0) continue;
+        comp[fl.dst] = next;
+        stack.push_back(fl.dst);
+      }
+    }
+    ++next;
+  }
+  return comp;
+}
+
+bool HasFabricLink(const Fabric& f, int node) {
+  for (int l : f.out_links(node)) {
+    if (f.link(l).kind == LinkKind::kFabric) return true;
+  }
+  return false;
+}
+
+std::string Gbps(double v) { return absl::StrCat(v, " Gbps"); }
+
+}  // namespace
+
+absl::Status Fabric::Check() {
+  for (size_t l = 0; l < links_.size(); l += 2) {
+    if (!(links_[l].nominal_gbps > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(links_[l].source_line), "link ",
+                       LinkName(static_cast<int>(l)), " has a bandwidth of ",
+                       links_[l].nominal_gbps, " Gbps: it can carry nothing"));
+    }
+  }
+  if (hosts_.size() < 2) return absl::OkStatus();  // nothing crosses hosts
+  // Hosts and GPUs without a NIC.
+  std::set<size_t> nic_counts;
+  for (const FabricHost& h : hosts_) {
+    std::vector<std::string> without;
+    for (int g : h.gpus) {
+      if (nic_up_[g].empty()) without.push_back(nodes_[g].name);
+    }
+    if (!without.empty() && without.size() == h.gpus.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Where(h.source_line), "host ", h.name,
+          " has no network uplink (none of its ", h.gpus.size(),
+          " GPU(s) has a NIC linked to a switch): no other host can reach it"));
+    }
+    if (!without.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Where(h.source_line), "host ", h.name, ": ",
+          absl::StrJoin(without, ", "), " ha", without.size() > 1 ? "ve" : "s",
+          " no NIC while the host's other GPUs have one (the planner sends "
+          "each rail through its own GPU's NIC)"));
+    }
+    nic_counts.insert(h.gpus.size());
+  }
+  absl::Status reach = CheckReach();
+  if (!reach.ok()) return reach;
+  if (nic_counts.size() > 1) {
+    warnings_.push_back(absl::StrCat("hosts have between ", *nic_counts.begin(),
+                                     " and ", *nic_counts.rbegin(),
+                                     " NICs: rings enter each host at rail "
+                                     "channel % its NIC count"));
+  }
+  WarnMixedSpeeds();
+  WarnOversubscribed();
+  return absl::OkStatus();
+}
+
+absl::Status Fabric::CheckReach() const {
+  const std::vector<int> comp = SwitchComponents(*this);
+  // Per rail (a ring's inter-host hop goes from a rail's NIC to the next
+  // host's same-rail NIC): each NIC's set of connected parts its ports land
+  // in; NICs with the same set are checked once.
+  std::map<int, std::map<std::vector<int>, int>> by_rail;
+  for (const FabricHost& h : hosts_) {
+    for (int g : h.gpus) {
+      std::vector<int> parts;
+      for (int l : nic_up_[g]) parts.push_back(comp[links_[l].dst]);
+      std::sort(parts.begin(), parts.end());
+      parts.erase(std::unique(parts.begin(), parts.end()), parts.end());
+      by_rail[nodes_[g].local].emplace(std::move(parts), g);
+    }
+  }
+  for (const auto& [rail, sets] : by_rail) {
+    if (sets.size() > 4096) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Where(0), sets.size(), " disconnected groups of rail-", rail,
+          " NICs: the fabric's switches are not linked into one network"));
+    }
+    for (auto a = sets.begin(); a != sets.end(); ++a) {
+      for (auto b = std::next(a); b != sets.end(); ++b) {
+        std::vector<int> common;
+        std::set_intersection(a->first.begin(), a->first.end(),
+                              b->first.begin(), b->first.end(),
+                              std::back_inserter(common));
+        if (common.empty()) return NoPath(a->second, b->second);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Fabric::NoPath(int gpu_a, int gpu_b) const {
+  auto nic = [&](int g) {
+    return absl::StrCat(hosts_[nodes_[g].host].name, "/nic", nodes_[g].local);
+  };
+  const int ta = links_[nic_up_[gpu_a][0]].dst;
+  const int tb = links_[nic_up_[gpu_b][0]].dst;
+  // Name the switch without uplinks if either side has one.
+  for (auto [t, here, there] :
+       {std::tuple{tb, gpu_b, gpu_a}, std::tuple{ta, gpu_a, gpu_b}}) {
+    if (!HasFabricLink(*this, t)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(nodes_[t].source_line), "switch ", nodes_[t].name,
+                       " has no uplink: ", nic(here), " below it cannot reach ",
+                       nic(there)));
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      Where(nodes_[tb].source_line), "no path between switch ", nodes_[ta].name,
+      " (", nic(gpu_a), ", line ", nodes_[ta].source_line, ") and switch ",
+      nodes_[tb].name, " (", nic(gpu_b),
+      "): the tiers above them are not connected"));
+}
+
+void Fabric::WarnMixedSpeeds() {
+  // Links grouped by tier (the kinds of their two ends, and the link kind).
+  using Tier = std::pair<int, std::pair<int, int>>;
+  std::map<Tier, std::map<double, std::vector<int>>> by_tier;
+  for (size_t l = 0; l < links_.size(); l += 2) {
+    const FabricLink& fl = links_[l];
+    const int a = static_cast<int>(nodes_[fl.src].kind);
+    const int b = static_cast<int>(nodes_[fl.dst].kind);
+    by_tier[{static_cast<int>(fl.kind), {std::min(a, b), std::max(a, b)}}]
+           [fl.nominal_gbps]
+               .push_back(static_cast<int>(l));
+  }
+  for (const auto& [tier, speeds] : by_tier) {
+    if (speeds.size() < 2) continue;
+    auto mode = speeds.begin();
+    size_t total = 0;
+    for (auto it = speeds.begin(); it != speeds.end(); ++it) {
+      total += it->second.size();
+      if (it->second.size() > mode->second.size()) mode = it;
+    }
+    std::vector<std::string> odd;
+    size_t n_odd = 0;
+    for (const auto& [gbps, ls] : speeds) {
+      if (gbps == mode->first) continue;
+      n_odd += ls.size();
+      for (int l : ls) {
+        if (odd.size() < 4) {
+          odd.push_back(absl::StrCat(
+              LinkName(l),
+              links_[l].source_line > 0
+                  ? absl::StrCat(" (line ", links_[l].source_line, ")")
+                  : "",
+              " at ", Gbps(gbps)));
+        }
+      }
+    }
+    warnings_.push_back(absl::StrCat(
+        n_odd, " of ", total, " ",
+        NodeKindName(static_cast<NodeKind>(tier.second.first)), "-",
+        NodeKindName(static_cast<NodeKind>(tier.second.second)),
+        " links do not run at the tier's ", Gbps(mode->first), ": ",
+        absl::StrJoin(odd, ", "), n_odd > odd.size() ? ", ..." : "",
+        " (planned at their own speed)"));
+  }
+}
+
+void Fabric::WarnOversubscribed() {
+  int over = 0;
+  double worst = 1;
+  int worst_tor = -1;
+  for (int t : tors_) {
+    double up = 0, down = 0;
+    for (int l : out_[t]) {
+      (links_[l].kind == LinkKind::kFabric ? up : down) +=
+          links_[l].nominal_gbps;
+    }
+    if (up <= 0 || up >= down * 0.999) continue;
+    ++over;
+    if (down / up > worst) {
+      worst = down / up;
+      worst_tor = t;
+    }
+  }
+  if (over == 0) return;
+  warnings_.push_back(absl::StrCat(
+      over, " of ", tors_.size(),
+      " ToRs have less uplink than downlink capacity (up to ",
+      absl::StrFormat("%.2f", worst), ":1 at ", nodes_[worst_tor].name,
+      "): traffic leaving them is limited there"));
+}
+
+}  // namespace pitstop::c4p

@@ -1,0 +1,275 @@
+// Three-tier Clos CSV in the layout of Alibaba's published cluster topology
+// (alibaba-lingjun-dataset-2023 data/topo.csv): header `ip,DSW,PSW,ASW` (any
+// order), one row per host.
+//
+// Names are scoped by their parent: an ASW name is one switch only within its
+// PSW group (S2 under P8 and S2 under P12 are two switches), and a PSW name
+// within its DSW. ToRs are named "<pod>/<ASW>", pods "<PSW>", or "<DSW>/<PSW>"
+// when the same PSW name appears under several DSWs. Rows that cannot place a
+// host (wrong column count, an empty field, a host placed twice at different
+// switches) are left out and reported with their line numbers; a repeat of
+// an identical row is left out too. Only a file without a header or without
+// any complete row is refused.
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "src/c4p/fabric_io.h"
+#include "src/c4p/fabric_read_util.h"
+
+namespace pitstop::c4p {
+namespace {
+
+struct ClosRow {
+  std::string ip, dsw, psw, asw;
+  int line = 0;
+};
+
+// The header's column of each name (-1 when absent).
+struct ClosColumns {
+  int ip = -1, dsw = -1, psw = -1, asw = -1;
+};
+
+ClosColumns FindColumns(const std::vector<std::string>& head) {
+  ClosColumns c;
+  for (size_t i = 0; i < head.size(); ++i) {
+    const std::string h =
+        absl::AsciiStrToLower(absl::StripAsciiWhitespace(head[i]));
+    if (h == "ip") c.ip = static_cast<int>(i);
+    if (h == "dsw") c.dsw = static_cast<int>(i);
+    if (h == "psw") c.psw = static_cast<int>(i);
+    if (h == "asw") c.asw = static_cast<int>(i);
+  }
+  return c;
+}
+
+// Rows that place a host, and the lines left out by reason.
+struct ClosRows {
+  std::vector<ClosRow> rows;
+  std::map<std::string, std::vector<int>> left_out;
+};
+
+// Why a raw row cannot place a host ("" when it can).
+std::string IncompleteWhy(const std::vector<std::string>& c, size_t columns,
+                          const ClosColumns& col, ClosRow* r) {
+  if (c.size() != columns) {
+    return absl::StrCat("with ", c.size() < columns ? "fewer" : "more",
+                        " than the header's ", columns, " columns");
+  }
+  r->ip = std::string(absl::StripAsciiWhitespace(c[col.ip]));
+  r->dsw = std::string(absl::StripAsciiWhitespace(c[col.dsw]));
+  r->psw = std::string(absl::StripAsciiWhitespace(c[col.psw]));
+  r->asw = std::string(absl::StripAsciiWhitespace(c[col.asw]));
+  if (r->ip.empty()) return "without an ip";
+  if (r->dsw.empty() || r->psw.empty() || r->asw.empty()) {
+    return "incomplete (an empty DSW, PSW or ASW)";
+  }
+  return "";
+}
+
+// Leaves out repeats: an identical row again, or a host placed at two
+// different switches (both rows: the file does not say which is right).
+void DropRepeatedHosts(ClosRows* in) {
+  std::map<std::string, size_t> first;
+  std::set<std::string> contradicted;
+  std::vector<bool> keep(in->rows.size(), true);
+  for (size_t i = 0; i < in->rows.size(); ++i) {
+    const ClosRow& r = in->rows[i];
+    auto [it, fresh] = first.emplace(r.ip, i);
+    if (fresh) continue;
+    const ClosRow& f = in->rows[it->second];
+    keep[i] = false;
+    if (std::tie(f.dsw, f.psw, f.asw) == std::tie(r.dsw, r.psw, r.asw)) {
+      in->left_out["repeating an earlier row"].push_back(r.line);
+    } else {
+      contradicted.insert(r.ip);
+      in->left_out["placing a host at two different switches"].push_back(
+          r.line);
+    }
+  }
+  std::vector<ClosRow> kept;
+  for (size_t i = 0; i < in->rows.size(); ++i) {
+    if (!keep[i]) continue;
+    if (contradicted.count(in->rows[i].ip)) {
+      in->left_out["placing a host at two different switches"].push_back(
+          in->rows[i].line);
+      continue;
+    }
+    kept.push_back(std::move(in->rows[i]));
+  }
+  in->rows = std::move(kept);
+}
+
+absl::StatusOr<ClosRows> ReadClosRows(const std::string& text,
+                                      const std::string& source) {
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  std::vector<std::string> head = absl::StrSplit(lines[0], ',');
+  const ClosColumns col = FindColumns(head);
+  if (col.ip < 0 || col.dsw < 0 || col.psw < 0 || col.asw < 0) {
+    return LineError(source, 1,
+                     "expected a header naming the columns ip,DSW,PSW,ASW");
+  }
+  ClosRows out;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const absl::string_view raw = absl::StripAsciiWhitespace(lines[i]);
+    if (raw.empty() || raw[0] == '#') continue;
+    ClosRow r;
+    r.line = static_cast<int>(i) + 1;
+    const std::string why =
+        IncompleteWhy(absl::StrSplit(raw, ','), head.size(), col, &r);
+    if (!why.empty()) {
+      out.left_out[why].push_back(r.line);
+      continue;
+    }
+    out.rows.push_back(std::move(r));
+  }
+  DropRepeatedHosts(&out);
+  if (out.rows.empty()) {
+    return LineError(source, 1, "no row places a host (every row left out)");
+  }
+  for (auto& [why, ls] : out.left_out) std::sort(ls.begin(), ls.end());
+  return out;
+}
+
+// The switch hierarchy with names scoped by parent, and the line that first
+// named each switch.
+struct ClosTree {
+  using Pod = std::pair<std::string, std::string>;  // DSW, PSW
+  using Tor = std::tuple<std::string, std::string, std::string>;
+  std::map<Pod, std::string> pod_name;
+  std::map<Pod, int> pod_line;
+  std::map<Tor, std::string> tor_name;
+  std::map<Tor, int> tor_line;
+  std::set<std::string> dsw;
+};
+
+ClosTree BuildTree(const ClosRows& in) {
+  ClosTree t;
+  std::map<std::string, std::set<std::string>> psw_dsws;
+  for (const ClosRow& r : in.rows) {
+    psw_dsws[r.psw].insert(r.dsw);
+    t.dsw.insert(r.dsw);
+  }
+  for (const ClosRow& r : in.rows) {
+    const ClosTree::Pod pod{r.dsw, r.psw};
+    const std::string name =
+        psw_dsws[r.psw].size() > 1 ? absl::StrCat(r.dsw, "/", r.psw) : r.psw;
+    if (t.pod_name.emplace(pod, name).second) t.pod_line[pod] = r.line;
+    const ClosTree::Tor tor{r.dsw, r.psw, r.asw};
+    if (t.tor_name.emplace(tor, absl::StrCat(name, "/", r.asw)).second) {
+      t.tor_line[tor] = r.line;
+    }
+  }
+  return t;
+}
+
+// Aggregation switches: aggs_per_pod per pod. Core: one plane per agg index,
+// cores_per_agg cores in it, shared by every pod (the DSW groups are kept as
+// names only; see assumptions). Returns the ToRs' node ids.
+std::map<ClosTree::Tor, int> AddClosSwitches(const ClosTree& in,
+                                             const ClosCsvOptions& o,
+                                             Fabric* fab) {
+  std::map<ClosTree::Pod, std::vector<int>> pod_aggs;
+  std::vector<std::vector<int>> planes(o.aggs_per_pod);
+  for (int p = 0; p < o.aggs_per_pod; ++p) {
+    for (int c = 0; c < o.cores_per_agg; ++c) {
+      planes[p].push_back(
+          fab->AddSwitch(NodeKind::kCore, absl::StrCat("core", p, ".", c)));
+    }
+  }
+  for (const auto& [pod, name] : in.pod_name) {
+    const int line = in.pod_line.at(pod);
+    for (int a = 0; a < o.aggs_per_pod; ++a) {
+      const int agg =
+          fab->AddSwitch(NodeKind::kAgg, absl::StrCat(name, "/agg", a), line);
+      pod_aggs[pod].push_back(agg);
+      for (int c : planes[a]) {
+        fab->AddCable(agg, c, LinkKind::kFabric, o.agg_uplink_gbps, line);
+      }
+    }
+  }
+  std::map<ClosTree::Tor, int> tors;
+  for (const auto& [tor, name] : in.tor_name) {
+    const int line = in.tor_line.at(tor);
+    const int t = fab->AddSwitch(NodeKind::kTor, name, line);
+    tors[tor] = t;
+    for (int agg : pod_aggs[{std::get<0>(tor), std::get<1>(tor)}]) {
+      fab->AddCable(t, agg, LinkKind::kFabric, o.tor_uplink_gbps, line);
+    }
+  }
+  return tors;
+}
+
+// What the CSV does not say and the model assumes.
+void AddClosAssumptions(const ClosTree& in, const ClosCsvOptions& o,
+                        Fabric* fab) {
+  auto& a = fab->assumptions();
+  a.push_back(
+      "switch names are scoped by their parent group: a ToR is named "
+      "<PSW>/<ASW> (S2 under P8 is P8/S2, another switch than P12/S2)");
+  a.push_back(absl::StrCat("each host has ", o.gpus_per_host, " GPUs, one ",
+                           o.nic_gbps,
+                           " Gbps NIC each, all on the host's ASW "
+                           "(--gpus-per-host, --nic-gbps)"));
+  a.push_back(absl::StrCat("each PSW group is ", o.aggs_per_pod,
+                           " aggregation switches; every ASW has one ",
+                           o.tor_uplink_gbps,
+                           " Gbps uplink to each (--aggs-per-pod, "
+                           "--tor-uplink-gbps)"));
+  a.push_back(absl::StrCat("aggregation switch k of every pod has one ",
+                           o.agg_uplink_gbps, " Gbps uplink to each of ",
+                           o.cores_per_agg,
+                           " cores of core plane k (--cores-per-agg, "
+                           "--agg-uplink-gbps)"));
+  if (in.dsw.size() > 1) {
+    a.push_back(
+        "several DSW groups: modelled as one shared core layer (the file "
+        "does not say how DSW groups interconnect)");
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Fabric> ParseClosCsv(const std::string& text,
+                                    const std::string& source,
+                                    const ClosCsvOptions& o) {
+  if (o.gpus_per_host <= 0 || o.aggs_per_pod <= 0 || o.cores_per_agg <= 0) {
+    return absl::InvalidArgumentError(
+        "gpus per host, aggs per pod and cores per agg must be positive");
+  }
+  absl::StatusOr<ClosRows> in = ReadClosRows(text, source);
+  if (!in.ok()) return in.status();
+  const ClosTree tree = BuildTree(*in);
+  Fabric fab;
+  fab.source = source;
+  std::map<ClosTree::Tor, int> tors = AddClosSwitches(tree, o, &fab);
+  for (const ClosRow& r : in->rows) {
+    const int h = fab.AddHost(r.ip, r.line);
+    const int nvs = fab.AddNvSwitch(h, absl::StrCat(r.ip, "/nvswitch"));
+    const int tor = tors.at({r.dsw, r.psw, r.asw});
+    for (int g = 0; g < o.gpus_per_host; ++g) {
+      const int gpu = fab.AddGpu(h);
+      fab.AddCable(gpu, nvs, LinkKind::kNvLink, o.nvlink_gbps, r.line);
+      fab.AddCable(gpu, tor, LinkKind::kNic, o.nic_gbps, r.line);
+    }
+  }
+  fab.description = absl::StrCat(
+      "three-tier CSV ", source, ": ", in->rows.size(), " hosts x ",
+      o.gpus_per_host, " GPUs, ", tors.size(), " ToRs (ASW), ",
+      tree.pod_name.size(), " pods (PSW groups) of ", o.aggs_per_pod, " aggs, ",
+      o.aggs_per_pod * o.cores_per_agg, " cores");
+  AddClosAssumptions(tree, o, &fab);
+  for (const auto& [why, lines] : in->left_out) {
+    fab.warnings().push_back(LeftOutWarning(source, why, lines));
+  }
+  absl::Status s = fab.Finalize();
+  if (!s.ok()) return s;
+  return fab;
+}
+
+}  // namespace pitstop::c4p

@@ -1,0 +1,248 @@
+// The planner's fabric from parsed ibnetdiscover output (ibnetdiscover.h).
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "src/c4p/fabric_read_util.h"
+#include "src/c4p/ibnetdiscover.h"
+
+namespace pitstop::c4p {
+namespace {
+
+// One cable, kept once: the two ends ordered (node index, port).
+struct IbCable {
+  int a = 0, a_port = 0, b = 0, b_port = 0;
+  double gbps = 0;
+  std::string rate;
+  int line = 0;
+};
+
+using End = std::pair<int, int>;  // node index, port
+
+// Each cable once; both ends must name each other. Speeds that differ
+// between the two ends keep the lower (warned).
+absl::StatusOr<std::vector<IbCable>> Cables(const IbFile& f,
+                                            const std::string& source,
+                                            std::vector<std::string>* warn) {
+  std::map<End, std::pair<End, int>> peer_of;  // end -> (peer end, line)
+  std::map<std::pair<End, End>, IbCable> cables;
+  for (size_t n = 0; n < f.nodes.size(); ++n) {
+    for (const IbPort& p : f.nodes[n].links) {
+      const End here{static_cast<int>(n), p.port};
+      const End there{f.by_id.at(p.peer), p.peer_port};
+      if (here == there) return LineError(source, p.line, "a port to itself");
+      for (auto [x, y] : {std::pair{here, there}, std::pair{there, here}}) {
+        auto [it, fresh] = peer_of.emplace(x, std::pair{y, p.line});
+        if (!fresh && it->second.first != y) {
+          return LineError(source, p.line,
+                           absl::StrCat(f.nodes[x.first].id, "[", x.second,
+                                        "] is cabled to ", f.nodes[y.first].id,
+                                        "[", y.second, "] here but to ",
+                                        f.nodes[it->second.first.first].id, "[",
+                                        it->second.first.second, "] on line ",
+                                        it->second.second));
+        }
+      }
+      const auto key = std::minmax(here, there);
+      auto [c, fresh] = cables.emplace(
+          key, IbCable{key.first.first, key.first.second, key.second.first,
+                       key.second.second, p.gbps, p.rate, p.line});
+      if (!fresh && c->second.gbps != p.gbps) {
+        warn->push_back(absl::StrCat(
+            source, ":", p.line, ": the two ends of ", f.nodes[n].id, "[",
+            p.port, "] report ", c->second.rate, " (line ", c->second.line,
+            ") and ", p.rate, ": planned at the lower"));
+        if (p.gbps < c->second.gbps) {
+          c->second.gbps = p.gbps;
+          c->second.rate = p.rate;
+        }
+      }
+    }
+  }
+  std::vector<IbCable> out;
+  out.reserve(cables.size());
+  for (auto& [k, c] : cables) out.push_back(c);
+  std::sort(out.begin(), out.end(),
+            [](const IbCable& x, const IbCable& y) { return x.line < y.line; });
+  return out;
+}
+
+// Host of each HCA (node index -> host name).
+std::map<int, std::string> HostNames(const IbFile& f, const IbHostMap& map,
+                                     std::vector<std::string>* warn) {
+  std::map<int, std::string> out;
+  std::map<std::string, std::vector<int>> by_desc;
+  for (size_t n = 0; n < f.nodes.size(); ++n) {
+    const IbNode& node = f.nodes[n];
+    if (node.type != 'H') continue;
+    std::vector<uint64_t> guids = {node.guid};
+    for (const IbPort& p : node.links) guids.push_back(p.guid);
+    for (uint64_t g : guids) {
+      auto it = map.find(g);
+      if (it != map.end()) {
+        out[static_cast<int>(n)] = it->second;
+        break;
+      }
+    }
+    if (!out.count(static_cast<int>(n))) {
+      by_desc[node.description].push_back(static_cast<int>(n));
+    }
+  }
+  for (const auto& [desc, ns] : by_desc) {
+    std::vector<std::string> w = absl::StrSplit(desc, ' ', absl::SkipEmpty());
+    // Several HCAs with one same description (or none): the description
+    // names no host ("MT4123 ConnectX6 ..." before the driver set it).
+    const bool named = !w.empty() && ns.size() == 1;
+    for (int n : ns) out[n] = named ? w[0] : f.nodes[n].id;
+    if (!named) {
+      warn->push_back(
+          absl::StrCat(ns.size(), " HCA(s) with the description \"", desc,
+                       "\" are named by their id (", f.nodes[ns[0]].id,
+                       ", ...): give a GUID-to-host map to name their hosts"));
+    }
+  }
+  return out;
+}
+
+// Tier of each switch: 1 next to an HCA, then BFS upwards; 0 unreached.
+std::vector<int> SwitchTiers(const IbFile& f,
+                             const std::vector<IbCable>& cables) {
+  std::vector<int> tier(f.nodes.size(), 0);
+  std::vector<std::vector<int>> adj(f.nodes.size());
+  std::deque<int> q;
+  for (const IbCable& c : cables) {
+    adj[c.a].push_back(c.b);
+    adj[c.b].push_back(c.a);
+    for (auto [x, y] : {std::pair{c.a, c.b}, std::pair{c.b, c.a}}) {
+      if (f.nodes[x].type == 'H' && f.nodes[y].type == 'S' && tier[y] == 0) {
+        tier[y] = 1;
+        q.push_back(y);
+      }
+    }
+  }
+  while (!q.empty()) {
+    const int s = q.front();
+    q.pop_front();
+    for (int n : adj[s]) {
+      if (f.nodes[n].type != 'S' || tier[n] != 0) continue;
+      tier[n] = tier[s] + 1;
+      q.push_back(n);
+    }
+  }
+  return tier;
+}
+
+// Switches by node index, named by their description when it is unique and
+// by their id otherwise.
+std::map<int, int> AddSwitches(const IbFile& f, const std::vector<int>& tier,
+                               Fabric* fab) {
+  std::map<std::string, int> desc_count;
+  for (const IbNode& n : f.nodes) ++desc_count[n.description];
+  std::map<int, int> out;
+  for (size_t n = 0; n < f.nodes.size(); ++n) {
+    if (f.nodes[n].type != 'S' || tier[n] == 0) continue;
+    const IbNode& s = f.nodes[n];
+    const bool by_desc = !s.description.empty() &&
+                         desc_count[s.description] == 1 &&
+                         s.description.find(' ') == std::string::npos;
+    const NodeKind kind = tier[n] == 1   ? NodeKind::kTor
+                          : tier[n] == 2 ? NodeKind::kAgg
+                                         : NodeKind::kCore;
+    out[static_cast<int>(n)] =
+        fab->AddSwitch(kind, by_desc ? s.description : s.id, s.line);
+  }
+  return out;
+}
+
+// Hosts in name order, each HCA one GPU (HCAs of a host in description
+// order); an NVSwitch where a host has several. Returns HCA -> GPU node.
+std::map<int, int> AddHosts(const IbFile& f,
+                            const std::map<int, std::string>& host_of,
+                            const IbOptions& o, Fabric* fab) {
+  std::map<std::string, std::vector<int>> hcas;
+  for (const auto& [n, h] : host_of) hcas[h].push_back(n);
+  std::map<int, int> gpu_of;
+  for (auto& [name, ns] : hcas) {
+    std::sort(ns.begin(), ns.end(), [&](int x, int y) {
+      return std::tie(f.nodes[x].description, f.nodes[x].id) <
+             std::tie(f.nodes[y].description, f.nodes[y].id);
+    });
+    const int h = fab->AddHost(name, f.nodes[ns[0]].line);
+    const int nvs = ns.size() > 1
+                        ? fab->AddNvSwitch(h, absl::StrCat(name, "/nvswitch"))
+                        : -1;
+    for (int n : ns) {
+      gpu_of[n] = fab->AddGpu(h);
+      if (nvs >= 0) {
+        fab->AddCable(gpu_of[n], nvs, LinkKind::kNvLink, o.nvlink_gbps,
+                      f.nodes[n].line);
+      }
+    }
+  }
+  return gpu_of;
+}
+
+}  // namespace
+
+absl::StatusOr<Fabric> FabricFromIbnetdiscover(const IbFile& f,
+                                               const std::string& source,
+                                               const IbHostMap& map,
+                                               const IbOptions& o) {
+  Fabric fab;
+  fab.source = source;
+  absl::StatusOr<std::vector<IbCable>> cables =
+      Cables(f, source, &fab.warnings());
+  if (!cables.ok()) return cables.status();
+  const std::vector<int> tier = SwitchTiers(f, *cables);
+  const std::map<int, int> gpu_of =
+      AddHosts(f, HostNames(f, map, &fab.warnings()), o, &fab);
+  std::map<int, int> node_of = AddSwitches(f, tier, &fab);
+  node_of.insert(gpu_of.begin(), gpu_of.end());
+  int left_out = 0;
+  for (const IbCable& c : *cables) {
+    auto a = node_of.find(c.a), b = node_of.find(c.b);
+    if (a == node_of.end() || b == node_of.end()) {
+      ++left_out;  // a router, or a switch no HCA reaches
+      continue;
+    }
+    const bool nic = f.nodes[c.a].type == 'H' || f.nodes[c.b].type == 'H';
+    if (f.nodes[c.a].type == 'H' && f.nodes[c.b].type == 'H') {
+      return LineError(source, c.line,
+                       "two HCAs cabled back to back (no switch between "
+                       "them): not a fabric the planner routes");
+    }
+    const int id =
+        fab.AddCable(a->second, b->second,
+                     nic ? LinkKind::kNic : LinkKind::kFabric, c.gbps, c.line);
+    fab.SetCablePorts(id, c.a_port, c.b_port);
+  }
+  int switches = 0, routers = 0;
+  for (size_t n = 0; n < f.nodes.size(); ++n) {
+    switches += f.nodes[n].type == 'S';
+    routers += f.nodes[n].type == 'R';
+  }
+  if (left_out > 0) {
+    fab.warnings().push_back(
+        absl::StrCat(source, ": ", left_out, " cable(s) of ", routers,
+                     " router(s) or of switches no HCA reaches left out"));
+  }
+  fab.description =
+      absl::StrCat("ibnetdiscover ", source, ": ", fab.hosts().size(),
+                   " hosts, ", gpu_of.size(), " HCAs, ", switches,
+                   " switches, ", cables->size() - left_out, " cables");
+  fab.assumptions().push_back(
+      "each HCA serves one GPU (a host with k HCAs is k GPUs, one rail each; "
+      "ibnetdiscover does not list GPUs)");
+  fab.assumptions().push_back(
+      "link capacity is the data rate of its trained width and speed "
+      "(4xEDR 100 Gbps, 4xDDR 16, 4xHDR 200, 4xNDR 400)");
+  absl::Status s = fab.Finalize();
+  if (!s.ok()) return s;
+  return fab;
+}
+
+}  // namespace pitstop::c4p

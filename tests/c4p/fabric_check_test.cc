@@ -1,0 +1,149 @@
+// Fabric::Finalize's check: a fabric that cannot carry a job is refused
+// naming the element and the line; one that is merely unusual loads with a
+// warning.
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "src/c4p/fabric_io.h"
+#include "src/c4p/ibnetdiscover.h"
+#include "tests/c4p/shared_topology.h"
+
+namespace pitstop::c4p {
+namespace {
+
+// Two servers of two GPUs: NVSwitches 4 and 5, rail ToRs 6 and 7, spines 8
+// and 9 (line numbers in comments).
+constexpr char kHead[] = "10 2 2 4 ";
+const std::vector<std::string> kLinks = {
+    "0 4 900Gbps 0.000025ms 0",  // 3
+    "1 4 900Gbps 0.000025ms 0",  // 4
+    "2 5 900Gbps 0.000025ms 0",  // 5
+    "3 5 900Gbps 0.000025ms 0",  // 6
+    "0 6 200Gbps 0.001ms 0",     // 7
+    "1 7 200Gbps 0.001ms 0",     // 8
+    "2 6 200Gbps 0.001ms 0",     // 9
+    "3 7 200Gbps 0.001ms 0",     // 10
+    "6 8 400Gbps 0.001ms 0",     // 11
+    "6 9 400Gbps 0.001ms 0",     // 12
+    "7 8 400Gbps 0.001ms 0",     // 13
+    "7 9 400Gbps 0.001ms 0",     // 14
+};
+
+// The SimAI text with links replaced (line -> text, "" drops the line).
+absl::StatusOr<Fabric> Tiny(
+    const std::vector<std::pair<int, std::string>>& edits) {
+  std::vector<std::string> links = kLinks;
+  for (const auto& [line, text] : edits) links[line - 3] = text;
+  std::vector<std::string> kept;
+  for (const std::string& l : links) {
+    if (!l.empty()) kept.push_back(l);
+  }
+  const std::string text =
+      absl::StrCat(kHead, kept.size(), " H20\n", "4 5 6 7 8 9\n",
+                   absl::StrJoin(kept, "\n"), "\n");
+  auto f = ParseSimAi(text, "tiny.txt");
+  if (!f.ok()) return f.status();
+  return FabricFromSimAi(*f, "tiny.txt");
+}
+
+void ExpectRefused(const absl::StatusOr<Fabric>& f,
+                   const std::vector<std::string>& parts) {
+  ASSERT_FALSE(f.ok());
+  for (const std::string& p : parts) {
+    EXPECT_NE(f.status().message().find(p), std::string::npos)
+        << "'" << p << "' not in: " << f.status();
+  }
+}
+
+TEST(FabricCheckTest, ZeroBandwidthIsRefusedNamingTheLinkAndLine) {
+  ExpectRefused(Tiny({{12, "6 9 0Gbps 0.001ms 0"}}),
+                {"tiny.txt:12:", "tor6->spine9", "bandwidth of 0"});
+}
+
+TEST(FabricCheckTest, HostWithoutUplinkIsRefusedNamingTheHost) {
+  // host1's GPUs 2 and 3 lose their NIC cables (lines 9, 10).
+  ExpectRefused(Tiny({{9, ""}, {10, ""}}),
+                {"tiny.txt:5:", "host host1 has no network uplink"});
+  // Only GPU 3 loses its NIC: the ring cannot leave through rail 1 there.
+  ExpectRefused(Tiny({{10, ""}}), {"host host1", "host1/gpu1 has no NIC"});
+}
+
+TEST(FabricCheckTest, ToRWithoutUplinkIsRefusedNamingTheSwitch) {
+  // Both hosts' rail-1 NICs on tor7: tor7 needs no uplink for them.
+  EXPECT_TRUE(Tiny({{13, ""}, {14, ""}}).ok());
+  // host1's rail-1 NIC on tor6: host0's (on tor7) cannot reach it.
+  ExpectRefused(Tiny({{10, "3 6 200Gbps 0.001ms 0"}, {13, ""}, {14, ""}}),
+                {"tiny.txt:8:", "switch tor7 has no uplink",
+                 "host0/nic1 below it cannot reach host1/nic1"});
+}
+
+TEST(FabricCheckTest, TiersWithNoPathBetweenThemAreRefused) {
+  // Each ToR reaches only its own spine: rail 0 and rail 1 never meet, and
+  // each host has both rails, so hosts still share a part: accepted.
+  auto split = Tiny({{12, ""}, {13, ""}});
+  EXPECT_TRUE(split.ok()) << split.status();
+  // host0 only on ToR 6 and host1 only on ToR 7, and the ToRs on different
+  // spines: no path between the hosts.
+  ExpectRefused(
+      Tiny({{8, "1 6 200Gbps 0.001ms 0"},
+            {9, "2 7 200Gbps 0.001ms 0"},
+            {12, ""},
+            {13, ""}}),
+      {"tiny.txt:9: no path between switch tor6 (host0/nic0, line 7)",
+       "switch tor7 (host1/nic0)", "the tiers above them are not connected"});
+}
+
+TEST(FabricCheckTest, UnusualButUsableLoadsWithWarnings) {
+  // One uplink at a quarter speed, and ToR 7 with less uplink capacity
+  // than its NICs: both usable.
+  auto f = Tiny({{14, "7 9 100Gbps 0.001ms 0"}});
+  ASSERT_TRUE(f.ok()) << f.status();
+  const std::string w = absl::StrJoin(f->warnings(), "\n");
+  EXPECT_NE(w.find("1 of 4 tor-agg links do not run at the tier's 400 Gbps: "
+                   "tor7->spine9 (line 14) at 100 Gbps"),
+            std::string::npos)
+      << w;
+  auto healthy = Tiny({});
+  ASSERT_TRUE(healthy.ok());
+  EXPECT_TRUE(healthy->warnings().empty())
+      << absl::StrJoin(healthy->warnings(), "\n");
+  auto thin =
+      Tiny({{13, "7 8 100Gbps 0.001ms 0"}, {14, "7 9 100Gbps 0.001ms 0"}});
+  ASSERT_TRUE(thin.ok()) << thin.status();
+  EXPECT_NE(absl::StrJoin(thin->warnings(), "\n")
+                .find("1 of 2 ToRs have less uplink than downlink capacity "
+                      "(up to 2.00:1 at tor7)"),
+            std::string::npos)
+      << absl::StrJoin(thin->warnings(), "\n");
+}
+
+// Cables down in a real fabric: a leaf whose spine cables are all gone.
+TEST(FabricCheckTest, Edr96LeafWithItsUplinksDownIsRefusedNamingIt) {
+  const std::string text = SharedTopologyText("ibnetdiscover_edr96.topo");
+  if (text.empty()) {
+    GTEST_SKIP() << "../shared/data/topology is absent";
+  }
+  // Leaf ec8480's ports 1-12 go to the spines (lines 53-64); drop them and
+  // the spines' lines naming ec8480.
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  for (int i = 52; i < 64; ++i) lines[i] = "";
+  for (std::string& l : lines) {
+    if (!l.empty() && l[0] == '[' &&
+        absl::StrContains(l, "\"S-ec0d9a0300ec8480\"")) {
+      l = "";
+    }
+  }
+  const std::string cut = absl::StrJoin(lines, "\n");
+  auto ib = ParseIbnetdiscover(cut, "edr.topo");
+  ASSERT_TRUE(ib.ok()) << ib.status();
+  auto f = FabricFromIbnetdiscover(*ib, "edr.topo", {}, IbOptions{});
+  ExpectRefused(f, {"edr.topo:52:", "switch S-ec0d9a0300ec8480 has no uplink"});
+}
+
+}  // namespace
+}  // namespace pitstop::c4p

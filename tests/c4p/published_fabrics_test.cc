@@ -1,0 +1,276 @@
+// The planner's readers on fabric descriptions as operators publish them
+// (../shared/data/topology): Alibaba's three-tier topology data and a real
+// ibnetdiscover output of an EDR fat tree.
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "src/c4p/fabric_io.h"
+#include "src/c4p/flows.h"
+#include "src/c4p/ibnetdiscover.h"
+#include "src/c4p/planner.h"
+#include "tests/c4p/shared_topology.h"
+
+namespace pitstop::c4p {
+namespace {
+
+constexpr char kLingjun[] = "lingjun_topo_slice.csv";
+constexpr char kEdr96[] = "ibnetdiscover_edr96.topo";
+
+#define SKIP_WITHOUT(text, name)                                               \
+  if ((text).empty()) {                                                        \
+    GTEST_SKIP() << "../shared/data/topology is absent (no " << (name) << ")"; \
+  }
+
+std::string AllWarnings(const Fabric& f) {
+  return absl::StrJoin(f.warnings(), "\n");
+}
+
+// Line `n` (1-based) of `text` replaced by `with`.
+std::string WithLine(const std::string& text, int n, const std::string& with) {
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  lines[n - 1] = with;
+  return absl::StrJoin(lines, "\n");
+}
+
+TEST(PublishedFabricsTest, LingjunSliceLoadsWithAswNamesScopedByPsw) {
+  const std::string text = SharedTopologyText(kLingjun);
+  SKIP_WITHOUT(text, kLingjun);
+  auto f = ParseClosCsv(text, kLingjun, ClosCsvOptions{});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->hosts().size(), 239u);  // one per data row
+  EXPECT_EQ(f->gpu_count(), 239 * 8);
+  // S2 under P8 (8 hosts) and S2 under P12 (4 hosts) are two switches.
+  const int p8 = f->FindNode("P8/S2"), p12 = f->FindNode("P12/S2");
+  ASSERT_GE(p8, 0);
+  ASSERT_GE(p12, 0);
+  EXPECT_NE(p8, p12);
+  auto nics_below = [&](int tor) {
+    int n = 0;
+    for (int l : f->out_links(tor)) n += f->link(l).kind == LinkKind::kNic;
+    return n;
+  };
+  EXPECT_EQ(nics_below(p8), 8 * 8);
+  EXPECT_EQ(nics_below(p12), 4 * 8);
+  EXPECT_EQ(f->tor_count(), 54);  // distinct (PSW, ASW) pairs of the file
+  // Hosts keep their hashed ids; the first row is line 2.
+  EXPECT_EQ(f->hosts()[0].name.size(), 64u);
+  EXPECT_EQ(f->hosts()[0].source_line, 2);
+}
+
+TEST(PublishedFabricsTest, LingjunRowsMadeIncompleteAreLeftOutByLine) {
+  std::string text = SharedTopologyText(kLingjun);
+  SKIP_WITHOUT(text, kLingjun);
+  // Line 5 loses its ASW, line 9 its last column, as in rows of the full
+  // published file that lack a field.
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  lines[4] = lines[4].substr(0, lines[4].rfind(',') + 1);
+  lines[8] = lines[8].substr(0, lines[8].rfind(','));
+  auto f = ParseClosCsv(absl::StrJoin(lines, "\n"), kLingjun, ClosCsvOptions{});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->hosts().size(), 237u);
+  const std::string w = AllWarnings(*f);
+  EXPECT_NE(w.find("empty DSW, PSW or ASW): line 5"), std::string::npos) << w;
+  EXPECT_NE(w.find("columns: line 9"), std::string::npos) << w;
+}
+
+TEST(PublishedFabricsTest, Edr96ReadsSwitchesHcasPortsAndSpeeds) {
+  const std::string text = SharedTopologyText(kEdr96);
+  SKIP_WITHOUT(text, kEdr96);
+  auto f = LoadFabric(SharedTopology(kEdr96).string(), ClosCsvOptions{});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->hosts().size(), 96u);  // one HCA each
+  EXPECT_EQ(f->gpu_count(), 96);
+  EXPECT_EQ(f->tor_count(), 4);  // the 4 leaves
+  int aggs = 0, fabric_cables = 0, nic_cables = 0;
+  for (const FabricNode& n : f->nodes()) aggs += n.kind == NodeKind::kAgg;
+  for (size_t l = 0; l < f->links().size(); l += 2) {
+    fabric_cables += f->link(l).kind == LinkKind::kFabric;
+    nic_cables += f->link(l).kind == LinkKind::kNic;
+  }
+  EXPECT_EQ(aggs, 2);                   // the 2 spines
+  EXPECT_EQ(fabric_cables, 4 * 2 * 6);  // 6 cables per leaf-spine pair
+  EXPECT_EQ(nic_cables, 96);
+  // Hosts by node description, "controller mlx5_0" included.
+  for (const char* h :
+       {"node018", "gpu001", "bee01", "login01", "controller"}) {
+    EXPECT_GE(f->FindNode(std::string(h) + "/gpu0"), 0) << h;
+  }
+  // node018's HCA is on port 1 of leaf ec8240 (line 11).
+  auto up = f->FindLinks("node018/nic0");
+  ASSERT_TRUE(up.ok()) << up.status();
+  EXPECT_EQ(f->LinkName((*up)[0]), "node018/nic0[1]->S-ec0d9a0300ec8240[1]");
+  EXPECT_EQ(f->link((*up)[0]).source_line, 11);
+  EXPECT_EQ(f->link((*up)[0]).nominal_gbps, 100);  // 4xEDR
+  // The one cable that trained at 4xDDR: 16 Gbps, named by its ports.
+  auto ddr = f->FindLinks("S-ec0d9a0300ec8480[11]-S-ec0d9a0300ec8200[11]");
+  ASSERT_TRUE(ddr.ok()) << ddr.status();
+  ASSERT_EQ(ddr->size(), 2u);
+  EXPECT_EQ(f->link((*ddr)[0]).nominal_gbps, 16);
+  EXPECT_NE(AllWarnings(*f).find("S-ec0d9a0300ec8480[11]"), std::string::npos)
+      << AllWarnings(*f);
+  // Leaf to leaf: 2 spines x 6 parallel cables = 12 ECMP next hops.
+  const int leaf_a = f->FindNode("S-ec0d9a0300ec8240");
+  const int leaf_b = f->FindNode("S-ec0d9a0300ec8480");
+  std::vector<int> hops;
+  f->NextHops(leaf_a, f->tor_index(leaf_b), &hops);
+  EXPECT_EQ(hops.size(), 12u);
+}
+
+// The planner reads link speeds: the DDR cable carries less than any of
+// its EDR siblings between the same two switches.
+TEST(PublishedFabricsTest, Edr96PlanLoadsTheDdrCableLess) {
+  const std::string text = SharedTopologyText(kEdr96);
+  SKIP_WITHOUT(text, kEdr96);
+  auto f = LoadFabric(SharedTopology(kEdr96).string(), ClosCsvOptions{});
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto gpus = PlaceJob(*f, 96, Placement::kScattered, 7);
+  ASSERT_TRUE(gpus.ok()) << gpus.status();
+  RingSpec spec;
+  spec.channels = 16;
+  int channels = 0;
+  std::vector<Flow> flows = BuildRingFlows(*f, *gpus, spec, &channels);
+  Planner planner(&*f, &flows, PlannerOptions{});
+  const FlowPlan plan = planner.Plan(1);
+  const std::vector<double> bytes = Planner::LinkBytes(*f, flows, plan);
+  auto siblings = f->FindLinks("S-ec0d9a0300ec8480->S-ec0d9a0300ec8200");
+  ASSERT_TRUE(siblings.ok()) << siblings.status();
+  ASSERT_EQ(siblings->size(), 6u);
+  double ddr = -1, edr_max = 0;
+  for (int l : *siblings) {
+    if (f->link(l).nominal_gbps == 16) {
+      ddr = bytes[l];
+    } else {
+      edr_max = std::max(edr_max, bytes[l]);
+    }
+  }
+  ASSERT_GE(ddr, 0);
+  EXPECT_GT(edr_max, 0);
+  EXPECT_LT(ddr, edr_max);
+}
+
+TEST(PublishedFabricsTest, Edr96HostsFromAGuidMap) {
+  const std::string text = SharedTopologyText(kEdr96);
+  SKIP_WITHOUT(text, kEdr96);
+  auto ib = ParseIbnetdiscover(text, kEdr96);
+  ASSERT_TRUE(ib.ok()) << ib.status();
+  // The controller's HCA by its node GUID, node018's by its port GUID.
+  auto map = ParseIbHostMap(
+      "# guid host\n0x506b4b030043f9e2 ctl01\n506b4b03003fa9b6 n18\n", "m");
+  ASSERT_TRUE(map.ok()) << map.status();
+  auto f = FabricFromIbnetdiscover(*ib, kEdr96, *map, IbOptions{});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_GE(f->FindNode("ctl01/gpu0"), 0);
+  EXPECT_GE(f->FindNode("n18/gpu0"), 0);
+  EXPECT_EQ(f->FindNode("controller/gpu0"), -1);
+  auto bad = ParseIbHostMap("0x12 a\nzz b\n", "hosts.map");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("hosts.map:2:"), std::string::npos);
+}
+
+TEST(PublishedFabricsTest, Edr96MalformedInputNamesFileAndLine) {
+  const std::string text = SharedTopologyText(kEdr96);
+  SKIP_WITHOUT(text, kEdr96);
+  auto expect_error = [](const std::string& t, const std::string& where) {
+    auto r = ParseIbnetdiscover(t, "edr.topo");
+    ASSERT_FALSE(r.ok()) << where;
+    EXPECT_NE(r.status().message().find(where), std::string::npos)
+        << r.status();
+  };
+  // An unknown speed on line 11, a garbled port line, a stray line.
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  expect_error(
+      WithLine(text, 11, absl::StrReplaceAll(lines[10], {{"4xEDR", "4xZZZ"}})),
+      "edr.topo:11: no link width and speed");
+  expect_error(WithLine(text, 12, "[2]\t\"H-506b4b03003fa9aa\"(oops"),
+               "edr.topo:12:");
+  expect_error(WithLine(text, 13, "garbage"), "edr.topo:13:");
+  // Cut after the switch blocks: the HCAs named there have no block.
+  expect_error(text.substr(0, text.find("\nCa\t")), "has no block");
+  // Two ends that disagree: node019's HCA says it is on port 2 (node020's),
+  // the switch that it is on port 36.
+  auto r = ParseIbnetdiscover(
+      absl::StrReplaceAll(
+          text, {{"\"S-ec0d9a0300ec8240\"[36]", "\"S-ec0d9a0300ec8240\"[2]"}}),
+      "edr.topo");
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto f = FabricFromIbnetdiscover(*r, "edr.topo", {}, IbOptions{});
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find(
+                "edr.topo:239: H-506b4b03003fa98a[1] is cabled to "
+                "S-ec0d9a0300ec8240[2] here but to S-ec0d9a0300ec8240[36] on "
+                "line 46"),
+            std::string::npos)
+      << f.status();
+}
+
+// SimAI's AlibabaHPN dual-ToR dual-plane fabric (made by SimAI's generator
+// with --dp): each NIC has two ports to two ToRs in two planes that never
+// meet. The reader makes each GPU's NIC a two-port NIC; the plan uses both
+// ports; when one port, or one plane's ToR, degrades, the re-plan moves the
+// flows to the other.
+constexpr char kDualPlane[] =
+    "AlibabaHPN_64g_8gps_DualToR_DualPlane_200Gbps_H100.txt";
+
+struct PortBytes {
+  double first = 0, second = 0;
+};
+
+PortBytes NicPortBytes(const Fabric& f, const std::vector<double>& bytes,
+                       int gpu) {
+  const std::vector<int>& up = f.nic_uplinks(gpu);
+  return {bytes[up[0]], bytes[up[1]]};
+}
+
+TEST(PublishedFabricsTest, DualPlaneNicsUseBothPortsAndLeaveADegradedOne) {
+  const std::string text = SharedTopologyText(kDualPlane);
+  SKIP_WITHOUT(text, kDualPlane);
+  auto f = LoadFabric(SharedTopology(kDualPlane).string(), ClosCsvOptions{});
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->gpu_count(), 64);
+  const int g0 = f->FindNode("host0/gpu0");
+  ASSERT_EQ(f->nic_uplinks(g0).size(), 2u);
+  const int tor_a = f->tor_of_uplink(f->nic_uplinks(g0)[0]);
+  const int tor_b = f->tor_of_uplink(f->nic_uplinks(g0)[1]);
+  EXPECT_EQ(f->Distance(tor_a, f->tor_index(tor_b)), -1);  // two planes
+  auto gpus = PlaceJob(*f, 64, Placement::kPacked, 1);
+  ASSERT_TRUE(gpus.ok());
+  int channels = 0;
+  std::vector<Flow> flows = BuildRingFlows(*f, *gpus, RingSpec{}, &channels);
+  Planner planner(&*f, &flows, PlannerOptions{});
+  FlowPlan plan = planner.Plan(1);
+  std::vector<double> bytes = Planner::LinkBytes(*f, flows, plan);
+  // Every NIC sends on both ports (two channels per NIC, one per port).
+  for (const FabricHost& h : f->hosts()) {
+    for (int g : h.gpus) {
+      const PortBytes p = NicPortBytes(*f, bytes, g);
+      EXPECT_GT(p.first, 0) << f->node(g).name;
+      EXPECT_EQ(p.first, p.second) << f->node(g).name;
+    }
+  }
+  // host0/nic0's plane-A port at a quarter: its flow leaves it.
+  const int port_a = f->nic_uplinks(g0)[0];
+  std::vector<int> changed = {port_a, port_a ^ 1};
+  for (int l : changed) f->SetCapacity(l, f->link(l).nominal_gbps * 0.25);
+  Planner::ReplanStats stats;
+  FlowPlan after = planner.Replan(plan, changed, 2, &stats);
+  EXPECT_GT(stats.crossing, 0);
+  EXPECT_GT(stats.moved, 0);
+  bytes = Planner::LinkBytes(*f, flows, after);
+  EXPECT_EQ(NicPortBytes(*f, bytes, g0).first, 0);
+  // The whole plane-A ToR of rail 0 degraded: every flow on it moves to
+  // plane B (its own rail-0 ToR).
+  f->ResetCapacities();
+  auto tor_links = f->FindLinks(f->node(tor_a).name);
+  ASSERT_TRUE(tor_links.ok()) << tor_links.status();
+  for (int l : *tor_links) f->SetCapacity(l, f->link(l).nominal_gbps * 0.25);
+  FlowPlan plane = planner.Replan(plan, *tor_links, 3, &stats);
+  bytes = Planner::LinkBytes(*f, flows, plane);
+  for (int l : f->out_links(tor_a)) EXPECT_EQ(bytes[l], 0) << f->LinkName(l);
+}
+
+}  // namespace
+}  // namespace pitstop::c4p
