@@ -1,5 +1,7 @@
 #include "src/c4p/fabric_read_util.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
