@@ -155,6 +155,13 @@ v1::CommunicatorInfo Member(uint64_t comm, const std::string& job, int32_t rank,
   return info;
 }
 
+v1::ConnectRequest BothMembers(uint64_t comm, const std::string& job) {
+  v1::ConnectRequest b;
+  *b.add_communicators() = Member(comm, job, 0, 100);
+  *b.add_communicators() = Member(comm, job, 1, 101);
+  return b;
+}
+
 void AddCollectives(v1::ConnectRequest* b, uint64_t comm, uint64_t first,
                     int n) {
   for (int i = 0; i < n; ++i) {

@@ -80,6 +80,8 @@ v1::NodeRegistration Registration(const std::string& host);
 // Member `rank` (process `pid`) of a 2-rank communicator of `job`.
 v1::CommunicatorInfo Member(uint64_t comm, const std::string& job, int32_t rank,
                             uint32_t pid);
+// Both members (pids 100, 101) of a 2-rank communicator of `job`.
+v1::ConnectRequest BothMembers(uint64_t comm, const std::string& job);
 // Both ranks' summaries of collectives [first, first + n) of `comm`.
 void AddCollectives(v1::ConnectRequest* b, uint64_t comm, uint64_t first,
                     int n);

@@ -58,43 +58,50 @@ double Claims(const AgentDaemon& a, const std::string& what) {
                      absl::StrCat("what=\"", what, "\""));
 }
 
-TEST(LocalClaimsTest, ALocalProcessCannotForgeADeathInAnotherJob) {
-  TempDir dir;
-  ControllerDaemon c(dir);
-  ASSERT_TRUE(c.ok());
-  const std::string sock = dir.file("a.sock");
-  AgentDaemon agent(dir, sock, c.target(), "node-a");
-  ASSERT_TRUE(agent.ok()) << agent.log();
+// A controller and an agent on "node-a" with its socket at `sock_`.
+class LocalClaimsTest : public ::testing::Test {
+ protected:
+  TempDir dir_;
+  const std::string sock_ = dir_.file("a.sock");
+  ControllerDaemon c_{dir_};
+  AgentDaemon agent_{dir_, sock_, c_.target(), "node-a"};
+  void SetUp() override {
+    ASSERT_TRUE(c_.ok());
+    ASSERT_TRUE(agent_.ok()) << agent_.log();
+  }
+};
+
+TEST_F(LocalClaimsTest, ALocalProcessCannotForgeADeathInAnotherJob) {
   auto victim0 =
-      Rank(dir, "v0", sock, "victim", "victim", kVictimComm, 0, 0, "hold");
+      Rank(dir_, "v0", sock_, "victim", "victim", kVictimComm, 0, 0, "hold");
   auto victim1 =
-      Rank(dir, "v1", sock, "victim", "victim", kVictimComm, 1, 1, "hold");
-  ASSERT_TRUE(Eventually([&] { return c.Joined(kVictimComm) > 20; }))
-      << c.log() << agent.log();
+      Rank(dir_, "v1", sock_, "victim", "victim", kVictimComm, 1, 1, "hold");
+  ASSERT_TRUE(Eventually([&] { return c_.Joined(kVictimComm) > 20; }))
+      << c_.log() << agent_.log();
 
   // From another job's environment, claiming the victim's job, rank and
   // global rank 0; then from the victim's environment (same uid, a copied
   // environment), claiming rank 1 a victim process holds. Both then drop
   // their streams as a crash would.
   auto other_job =
-      Rank(dir, "m0", sock, "mallory", "victim", kVictimComm, 0, 0, "drop");
+      Rank(dir_, "m0", sock_, "mallory", "victim", kVictimComm, 0, 0, "drop");
   auto held_rank =
-      Rank(dir, "m1", sock, "victim", "victim", kVictimComm, 1, 1, "drop");
+      Rank(dir_, "m1", sock_, "victim", "victim", kVictimComm, 1, 1, "drop");
   // They exit either way (a refused stream fails their next send).
-  EXPECT_GE(other_job->Wait(), 0) << ReadFile(dir.file("m0.err"));
-  EXPECT_GE(held_rank->Wait(), 0) << ReadFile(dir.file("m1.err"));
-  const uint64_t joined = c.Joined(kVictimComm);
+  EXPECT_GE(other_job->Wait(), 0) << ReadFile(dir_.file("m0.err"));
+  EXPECT_GE(held_rank->Wait(), 0) << ReadFile(dir_.file("m1.err"));
+  const uint64_t joined = c_.Joined(kVictimComm);
   // Agent batches every 200 ms, controller cycles every 500 ms: a forged
   // death took under 2 s before the fix.
   absl::SleepFor(absl::Seconds(3));
-  EXPECT_TRUE(c.Faults("victim", v1::FAULT_CLASS_PROCESS_DIED).empty())
-      << c.Faults("victim", v1::FAULT_CLASS_PROCESS_DIED)[0].DebugString();
-  EXPECT_GT(c.Joined(kVictimComm), joined + 20);
+  EXPECT_TRUE(c_.Faults("victim", v1::FAULT_CLASS_PROCESS_DIED).empty())
+      << c_.Faults("victim", v1::FAULT_CLASS_PROCESS_DIED)[0].DebugString();
+  EXPECT_GT(c_.Joined(kVictimComm), joined + 20);
   EXPECT_TRUE(Eventually([&] {
-    return Claims(agent, "job") >= 1 && Claims(agent, "rank") >= 1;
-  })) << agent::testing::HttpGet(agent.metrics_port(), "/metrics");
-  std::cout << "refused claims: job " << Claims(agent, "job") << ", rank "
-            << Claims(agent, "rank") << "\n";
+    return Claims(agent_, "job") >= 1 && Claims(agent_, "rank") >= 1;
+  })) << agent::testing::HttpGet(agent_.metrics_port(), "/metrics");
+  std::cout << "refused claims: job " << Claims(agent_, "job") << ", rank "
+            << Claims(agent_, "rank") << "\n";
 
   // The victim's real death is found as without the attack.
   const int dead_pid = victim1->pid();
@@ -102,31 +109,22 @@ TEST(LocalClaimsTest, ALocalProcessCannotForgeADeathInAnotherJob) {
   victim1->Wait();
   std::vector<v1::Fault> died;
   ASSERT_TRUE(Eventually([&] {
-    died = c.Faults("victim", v1::FAULT_CLASS_PROCESS_DIED);
+    died = c_.Faults("victim", v1::FAULT_CLASS_PROCESS_DIED);
     return !died.empty();
-  })) << c.log();
+  })) << c_.log();
   ASSERT_GE(died[0].suspects_size(), 1);
   EXPECT_EQ(died[0].suspects(0).pid(), static_cast<uint32_t>(dead_pid));
   EXPECT_EQ(died[0].suspects(0).host(), "node-a");
 }
 
-TEST(LocalClaimsTest, AnUncredentialedFloodStaysOnItsHost) {
-  TempDir dir;
-  ControllerDaemon c(dir);
-  ASSERT_TRUE(c.ok());
-  const std::string sock = dir.file("a.sock");
-  AgentDaemon agent(dir, sock, c.target(), "node-a");
-  ASSERT_TRUE(agent.ok()) << agent.log();
-  controller::testing::TestAgent good(c.target(), Registration("good-node"));
-  v1::ConnectRequest members;
-  *members.add_communicators() = Member(0x600D, "good", 0, 100);
-  *members.add_communicators() = Member(0x600D, "good", 1, 101);
-  ASSERT_TRUE(good.Send(members));
+TEST_F(LocalClaimsTest, AnUncredentialedFloodStaysOnItsHost) {
+  controller::testing::TestAgent good(c_.target(), Registration("good-node"));
+  ASSERT_TRUE(good.Send(BothMembers(0x600D, "good")));
 
   // Any local process may write to the socket: communicators listing 2^20
   // ranks, one per message (3 MB each, under the agent's 4 MiB).
   {
-    FakeRank flood(sock);
+    FakeRank flood(sock_);
     v1::StreamTelemetryRequest hello =
         agent::testing::MakeHello(getpid(), -1, 0xF100, 0, 1 << 20);
     hello.mutable_hello()->set_job_id("flood");
@@ -143,9 +141,9 @@ TEST(LocalClaimsTest, AnUncredentialedFloodStaysOnItsHost) {
     size_t peak = 0;
     // Joined in order: the last communicator known means all were seen.
     EXPECT_TRUE(Eventually([&] {
-      peak = std::max(peak, RssOf(c.process().pid()));
-      return c.Communicator(0xF103).comm_hash() != 0;
-    })) << c.log();
+      peak = std::max(peak, RssOf(c_.process().pid()));
+      return c_.Communicator(0xF103).comm_hash() != 0;
+    })) << c_.log();
     (void)flood.Close();
     std::cout << "controller peak RSS under the local flood: " << (peak >> 20)
               << " MiB\n";
@@ -154,19 +152,17 @@ TEST(LocalClaimsTest, AnUncredentialedFloodStaysOnItsHost) {
 
   // Another host's job: a communicator made after the flood, every
   // collective joined.
-  v1::ConnectRequest after;
-  *after.add_communicators() = Member(0x600E, "good", 0, 100);
-  *after.add_communicators() = Member(0x600E, "good", 1, 101);
+  v1::ConnectRequest after = BothMembers(0x600E, "good");
   AddCollectives(&after, 0x600E, 0, 50);
   ASSERT_TRUE(good.Send(after));
-  EXPECT_TRUE(Eventually([&] { return c.Joined(0x600E) >= 50; }))
-      << "joined " << c.Joined(0x600E) << " of 50\n"
-      << c.log();
-  EXPECT_EQ(c.Joined(0x600E), 50u);
-  EXPECT_LT(RssOf(c.process().pid()), kControllerRssBound);
+  EXPECT_TRUE(Eventually([&] { return c_.Joined(0x600E) >= 50; }))
+      << "joined " << c_.Joined(0x600E) << " of 50\n"
+      << c_.log();
+  EXPECT_EQ(c_.Joined(0x600E), 50u);
+  EXPECT_LT(RssOf(c_.process().pid()), kControllerRssBound);
   // Each list refused and counted.
   EXPECT_TRUE(Eventually([&] {
-    return MetricValue(c.metrics_port(), "pitstop_controller_refused_total",
+    return MetricValue(c_.metrics_port(), "pitstop_controller_refused_total",
                        "what=\"members_per_host\"") >= 3;
   }));
   (void)good.Close();

@@ -10,6 +10,7 @@
 //     another host holds, or reporting that rank's death is refused and
 //     counted; nothing is stored under another host's name.
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -58,23 +59,26 @@ v1::ConnectRequest Flood(uint64_t first_comm, int comms, int32_t ranks,
   return b;
 }
 
+int FloodLists() {
+  const char* n = std::getenv("PITSTOP_FLOOD_LISTS");
+  return n != nullptr ? std::atoi(n) : 3;
+}
+
 TEST(TenantBudgetTest, OneHostFloodUsesUpItsOwnShareOnly) {
   TempDir dir;
   ControllerDaemon c(dir);
   ASSERT_TRUE(c.ok());
   TestAgent good(c.target(), Registration("good-node"));
-  v1::ConnectRequest members;
-  *members.add_communicators() = Member(kGood, "good", 0, 100);
-  *members.add_communicators() = Member(kGood, "good", 1, 101);
-  ASSERT_TRUE(good.Send(members));
+  ASSERT_TRUE(good.Send(BothMembers(kGood, "good")));
   ASSERT_TRUE(JoinAll(&c, &good, kGood, 0, 20, 20)) << c.log();
 
   size_t peak = 0;
   {
     TestAgent evil(c.target(), Registration("evil-node"));
     // Issue #33's bomb, smaller: 3 communicators listing 2^20 ranks each
-    // (9.4 MB). Before, 2 of them filled the cluster's 2^21 members.
-    ASSERT_TRUE(evil.Send(Flood(0xE000, 3, 1 << 20, "evil")));
+    // (9.4 MB; PITSTOP_FLOOD_LISTS=15 sends the issue's 47 MB). Before, 2
+    // of them filled the cluster's 2^21 members.
+    ASSERT_TRUE(evil.Send(Flood(0xE000, FloodLists(), 1 << 20, "evil")));
     // Then communicators that fit, until the host's share is used up:
     // 65 x 4096 members is one communicator more than 2^18.
     ASSERT_TRUE(evil.Send(Flood(0xF000, 65, 4096, "evil-2")));
@@ -87,10 +91,7 @@ TEST(TenantBudgetTest, OneHostFloodUsesUpItsOwnShareOnly) {
   }
   // The good host's communicator made after the flood gets its members and
   // every collective of both communicators is joined.
-  v1::ConnectRequest after;
-  *after.add_communicators() = Member(kGoodAfter, "good", 0, 100);
-  *after.add_communicators() = Member(kGoodAfter, "good", 1, 101);
-  ASSERT_TRUE(good.Send(after));
+  ASSERT_TRUE(good.Send(BothMembers(kGoodAfter, "good")));
   EXPECT_TRUE(JoinAll(&c, &good, kGoodAfter, 0, 50, 50))
       << "joined " << c.Joined(kGoodAfter) << " of 50\n"
       << c.log();
