@@ -17,6 +17,7 @@
 #define PITSTOP_CONFIG_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -56,6 +57,18 @@ class ConfigSchema {
   void Add(std::string_view key, std::vector<std::string>* field,
            std::string help);
 
+  // Holds the numeric field of `key` (added before) to [lo, hi], from the
+  // YAML file and from its flag alike: "c.yaml:4:3: key 'batch_ms'
+  // (--batch-ms): must be in [1, 60000], got '0'". The range is shown in
+  // --help. Call before Parse() / RegisterFlags().
+  void Bound(std::string_view key, double lo, double hi);
+  struct Range {
+    const char* key;
+    double lo;
+    double hi;
+  };
+  void Bound(std::initializer_list<Range> ranges);
+
   // Parses argv: `--config FILE` is loaded first, then flags given on the
   // command line override it. Returns InvalidArgument naming the file, line
   // and key (or the flag) on bad input; kExit after printing --help.
@@ -69,7 +82,9 @@ class ConfigSchema {
   // Loads YAML text; `source_name` is used in error messages.
   absl::Status LoadYamlString(std::string_view yaml,
                               std::string_view source_name);
-  // Loads a YAML file; NotFound if it cannot be read.
+  // Loads a YAML file through ReadRegularFile (pitstop/bounded_file.h):
+  // NotFound if it does not exist; InvalidArgument naming --config for a
+  // directory, FIFO or device, or a file over kMaxFlagFileBytes.
   absl::Status LoadYamlFile(const std::string& path);
 
   // The path given with --config, empty if none.
@@ -84,6 +99,7 @@ class ConfigSchema {
                    uint64_t*, double*, std::vector<std::string>*>;
   struct Entry;
   void AddEntry(std::string_view key, FieldPtr field, std::string help);
+  static absl::Status SetChecked(const Entry& e, const std::string& text);
 
   std::string program_;
   std::string description_;

@@ -25,9 +25,11 @@ struct TlsFiles {
   bool enabled() const { return !ca.empty() || !cert.empty() || !key.empty(); }
 };
 
-// Checks that ca, cert and key are all set and each is a readable PEM file;
-// InvalidArgument naming `what` and the file otherwise ("tls.cert: cannot
-// read /etc/pitstop/x.pem: No such file or directory").
+// Checks that ca, cert and key are all set and each is a readable PEM file,
+// read through ReadRegularFile (pitstop/bounded_file.h: regular files of at
+// most kMaxFlagFileBytes); InvalidArgument naming `what` and the file
+// otherwise ("tls.cert: /etc/pitstop/x.pem: cannot open: No such file or
+// directory").
 absl::Status ValidateTlsFiles(const TlsFiles& files, const std::string& what,
                               bool need_identity = true);
 
@@ -57,9 +59,6 @@ PeerCertificate PeerCertificateOf(const grpc::AuthContext& auth);
 // True when `address` ("host:port", "[::1]:port", "unix:...") binds only
 // this machine: loopback IPs, "localhost", or a Unix socket.
 bool IsLoopbackAddress(const std::string& address);
-
-// Reads a whole file; InvalidArgument naming it on failure.
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path);
 
 }  // namespace pitstop
 

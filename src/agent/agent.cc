@@ -5,7 +5,10 @@
 #include <cstdio>
 #include <fstream>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "pitstop/bounded_file.h"
 #include "pitstop/logging.h"
 #include "pitstop/status_macros.h"
 #include "pitstop/tls.h"
@@ -35,8 +38,12 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   a->undelivered_file_ = options.ingest_socket + ".undelivered";
   {
     uint64_t before = 0;
-    std::ifstream in(a->undelivered_file_);
-    if (in >> before && before > 0) {
+    // A count: a few bytes; anything else (a FIFO, a huge file) is ignored.
+    absl::StatusOr<std::string> text =
+        ReadRegularFile(a->undelivered_file_, "ingest.socket", 64);
+    if (text.ok() &&
+        absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &before) &&
+        before > 0) {
       a->core_->AddUndelivered(before);
       Logger("agent")->warn(
           "the previous agent on this socket stopped with {} summaries/events "
@@ -125,10 +132,14 @@ void Agent::RunTicker(absl::Duration period) {
       if (tick_stop_) return;
     }
     if (upstream_ == nullptr) core_->Poll();
+    // Both sockets: the shared-memory one refuses over its own cap too.
+    uint64_t refused =
+        shm_ingest_ != nullptr ? shm_ingest_->stats().refused : 0;
     if (ingest_ != nullptr) {
       const IngestListener::Stats l = ingest_->listener_stats();
-      core_->SetConnectionsRefused(l.refused_cap + l.refused_fds);
+      refused += l.refused_cap + l.refused_fds;
     }
+    core_->SetConnectionsRefused(refused);
     core_->SetPidRefused(
         (ingest_ != nullptr ? ingest_->pid_refusals() : 0) +
         (shm_ingest_ != nullptr ? shm_ingest_->stats().pid_refused : 0));

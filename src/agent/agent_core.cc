@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "pitstop/status_macros.h"
+
 namespace pitstop::agent {
 
 AgentCore::AgentCore(Clock* clock, AgentCoreOptions options,
@@ -15,7 +17,7 @@ AgentCore::AgentCore(Clock* clock, AgentCoreOptions options,
 
 AgentCore::~AgentCore() = default;
 
-uint64_t AgentCore::OpenStream(CommandSink* sink) {
+uint64_t AgentCore::OpenStream(CommandSink* sink, const ProcessIdentity& who) {
   auto slot = std::make_shared<Slot>();
   RankJoinerOptions join = options_.join;
   join.host = options_.host;
@@ -24,6 +26,7 @@ uint64_t AgentCore::OpenStream(CommandSink* sink) {
     slot->joiner = std::make_unique<RankJoiner>(clock_, join);
   }
   slot->sink = sink;
+  slot->who = who;
   MutexLock lock(&mu_);
   const uint64_t id = next_stream_++;
   slots_[id] = std::move(slot);
@@ -68,13 +71,27 @@ absl::Status AgentCore::OnMessage(uint64_t stream,
       return absl::InvalidArgumentError(
           "hello: missing on the first message of the stream");
     }
+    if (req.has_hello()) {
+      const v1::ProcessHello& h = req.hello();
+      RETURN_IF_ERROR(tenants_.Hello(stream, slot->who, h.pid(), h.job_id(),
+                                     h.global_rank()));
+    }
     slot->got_first = true;
+    // Records for ranks this process may not report for are dropped (the
+    // copy is made only then).
+    const v1::StreamTelemetryRequest* in = &req;
+    v1::StreamTelemetryRequest filtered;
+    if (tenants_.NeedsFilter(stream, req)) {
+      filtered = req;
+      tenants_.Filter(stream, &filtered);
+      in = &filtered;
+    }
     RankJoiner* j = slot->joiner.get();
     const uint64_t lost_before = j->stats().batches_lost;
     const uint64_t records_before = j->stats().records;
     const uint64_t refused_before =
         j->stats().invalid_records + j->stats().records_over_cap;
-    absl::Status st = j->Add(stream, req);
+    absl::Status st = j->Add(stream, *in);
     if (!st.ok()) return st;
     j->Poll();
     records_.fetch_add(j->stats().records - records_before,
@@ -129,6 +146,7 @@ void AgentCore::CloseStream(uint64_t stream) {
     slot->joiner->EndStream(stream, stopping);
     Collect(slot->joiner.get());
   }
+  tenants_.Closed(stream);
   // Bound the per-process drop table: past kMaxDropPids, a closing
   // process's count moves into the base sum (a reconnect of that pid would
   // then count its cumulative drops again).
@@ -300,6 +318,11 @@ void AgentCore::PublishMetrics(bool upstream_connected,
   t.connections_refused = connections_refused_.load();
   t.undelivered = undelivered_.load();
   t.pid_refused = pid_refused_.load();
+  const LocalTenants::Stats claims = tenants_.stats();
+  t.job_claims_refused = claims.jobs_refused;
+  t.rank_claims_refused = claims.ranks_refused;
+  t.comm_claims_refused = claims.comms_refused;
+  t.claim_tables_full = claims.tables_full;
   metrics_->SetTotals(t);
 }
 

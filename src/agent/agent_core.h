@@ -22,6 +22,7 @@
 #include "pitstop/v1/agent.pb.h"
 #include "pitstop/v1/telemetry.pb.h"
 #include "src/agent/agent_metrics.h"
+#include "src/agent/local_tenants.h"
 #include "src/agent/process_ledger.h"
 #include "src/agent/rank_joiner.h"
 #include "src/agent/upstream_buffer.h"
@@ -73,10 +74,15 @@ class AgentCore {
   ~AgentCore();
 
   // A rank stream connected; `sink` stays valid until CloseStream returns.
-  uint64_t OpenStream(CommandSink* sink);
+  // `who`: its process as the kernel knows it (unknown when the server does
+  // not check: ingest.verify_pid off).
+  uint64_t OpenStream(CommandSink* sink, const ProcessIdentity& who = {});
   // One message of a stream. InvalidArgument naming the field for protocol
-  // violations (first message without hello, second hello, ...): the
-  // caller ends the stream with that status.
+  // violations (first message without hello, second hello, ...),
+  // PermissionDenied for a hello claiming a job or rank its process may
+  // not (LocalTenants): the caller ends the stream with that status.
+  // Communicators and ops for ranks the process may not report for are
+  // dropped (counted).
   absl::Status OnMessage(uint64_t stream,
                          const v1::StreamTelemetryRequest& request);
   // The stream ended (cleanly or not). Idempotent.
@@ -113,6 +119,7 @@ class AgentCore {
   UpstreamBuffer* buffer() { return &buffer_; }
   // Records per local process (shared-memory ingest), in every batch.
   ProcessLedger* process_ledger() { return &ledger_; }
+  LocalTenants::Stats tenant_stats() const { return tenants_.stats(); }
   v1::AgentCounters Counters();
   uint32_t connected_ranks();
   uint64_t rank_deaths() const { return deaths_.load(); }
@@ -137,6 +144,7 @@ class AgentCore {
     std::string job_id ABSL_GUARDED_BY(mu);  // from the hello
     int32_t global_rank ABSL_GUARDED_BY(mu) = -1;
     CommandSink* sink = nullptr;
+    ProcessIdentity who;
   };
   std::shared_ptr<Slot> FindSlot(uint64_t stream);
   // Moves what `joiner` emitted into the buffer and metrics.
@@ -147,6 +155,7 @@ class AgentCore {
   AgentMetrics* const metrics_;
   UpstreamBuffer buffer_;
   ProcessLedger ledger_;
+  LocalTenants tenants_;
   std::atomic<RankMigrationListener*> migration_listener_{nullptr};
   Mutex mu_;
   uint64_t next_stream_ ABSL_GUARDED_BY(mu_) = 1;

@@ -74,12 +74,26 @@ AgentMetrics::AgentMetrics()
               "65536 records in one message)");
   connections_refused_ =
       counter("pitstop_agent_connections_refused_total",
-              "Rank connections closed at once (ingest.max_connections "
+              "Rank connections closed at once on either socket "
+              "(ingest.max_connections or ingest.shm_max_connections "
               "reached, or out of file descriptors)");
   pid_refused_ = counter(
       "pitstop_agent_pid_refused_total",
       "Rank connections refused: their hello claimed another process's pid "
       "than the connected one (SO_PEERCRED, ingest.verify_pid)");
+  auto& claims =
+      prometheus::BuildCounter()
+          .Name("pitstop_agent_claims_refused_total")
+          .Help(
+              "Local processes' claims refused (the agent trusts the "
+              "kernel, not the message): a job the process does not "
+              "belong to, a rank another process holds, a communicator "
+              "of another job, or the agent's tables full")
+          .Register(*registry_);
+  job_claims_refused_ = &claims.Add({{"what", "job"}});
+  rank_claims_refused_ = &claims.Add({{"what", "rank"}});
+  comm_claims_refused_ = &claims.Add({{"what", "communicator"}});
+  claim_tables_full_ = &claims.Add({{"what", "table"}});
   undelivered_ = counter("pitstop_agent_undelivered_total",
                          "Summaries and lifecycle events accepted and not "
                          "delivered to the controller");
@@ -151,6 +165,12 @@ void AgentMetrics::SetTotals(const Totals& t) {
           last_.connections_refused);
   advance(undelivered_, t.undelivered, last_.undelivered);
   advance(pid_refused_, t.pid_refused, last_.pid_refused);
+  advance(job_claims_refused_, t.job_claims_refused, last_.job_claims_refused);
+  advance(rank_claims_refused_, t.rank_claims_refused,
+          last_.rank_claims_refused);
+  advance(comm_claims_refused_, t.comm_claims_refused,
+          last_.comm_claims_refused);
+  advance(claim_tables_full_, t.claim_tables_full, last_.claim_tables_full);
   plugin_dropped_->Set(static_cast<double>(t.plugin_dropped));
   queued_->Set(static_cast<double>(t.queued_summaries));
   connected_ranks_->Set(t.connected_ranks);

@@ -72,6 +72,13 @@ class AgentMetrics {
     // Rank connections refused for claiming another process's pid
     // (ingest.verify_pid, docs/reliability.md "The agent's sockets").
     uint64_t pid_refused = 0;
+    // Claims of local processes refused (LocalTenants, docs/reliability.md
+    // "Trust model"): another job, a rank another process holds, a
+    // communicator of another job, the agent's tables full.
+    uint64_t job_claims_refused = 0;
+    uint64_t rank_claims_refused = 0;
+    uint64_t comm_claims_refused = 0;
+    uint64_t claim_tables_full = 0;
   };
   // Publishes cumulative totals (counters advance by the difference).
   void SetTotals(const Totals& totals);
@@ -114,6 +121,11 @@ class AgentMetrics {
   prometheus::Counter* records_refused_;
   prometheus::Counter* connections_refused_;
   prometheus::Counter* pid_refused_;
+  // pitstop_agent_claims_refused_total{what="job|rank|communicator|table"}
+  prometheus::Counter* job_claims_refused_;
+  prometheus::Counter* rank_claims_refused_;
+  prometheus::Counter* comm_claims_refused_;
+  prometheus::Counter* claim_tables_full_;
   prometheus::Counter* undelivered_;
 };
 

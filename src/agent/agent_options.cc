@@ -1,6 +1,7 @@
 #include "src/agent/agent_options.h"
 
 #include "absl/strings/str_cat.h"
+#include "pitstop/address.h"
 #include "pitstop/tls.h"
 #include "src/agent/upstream_client.h"
 
@@ -88,6 +89,18 @@ void RegisterAgentOptions(ConfigSchema* s, AgentOptions* o) {
   s->Add("log.level", &o->log_level,
          "trace, debug, info, warn, error, critical, off");
   s->Add("log.file", &o->log_file, "Log file; empty = stderr");
+  // Ranges (issue #33): 0 or huge values silently became something else
+  // (an idle timeout of 0 s shed live ranks after 1 s; seconds x 1000
+  // overflowed). The library heartbeats every second, so an idle timeout
+  // under 3 s would shed healthy ranks.
+  s->Bound({{"ingest.shm_idle_timeout_s", 3, 86'400},
+            {"ingest.shm_max_connections", 1, 65'536},
+            {"ingest.max_connections", 1, 65'536},
+            {"batch_ms", 1, 600'000},
+            {"buffer.summaries", 1, 10'000'000},
+            {"upstream.backoff_max_ms", 1, 3'600'000},
+            {"join.max_open_ops", 1, 16'777'216},
+            {"join.incomplete_timeout_s", 1, 86'400}});
 }
 
 }  // namespace pitstop::agent
@@ -97,6 +110,7 @@ namespace pitstop::agent {
 absl::Status ValidateAgentOptions(const AgentOptions& o,
                                   const std::string& config_path) {
   const std::string where = config_path.empty() ? "" : config_path + ": ";
+  // Options built in code (tests, embedders) skip the schema's ranges.
   auto at_least_one = [&](const char* key, uint64_t v) -> absl::Status {
     if (v >= 1) return absl::OkStatus();
     return absl::InvalidArgumentError(
@@ -117,6 +131,22 @@ absl::Status ValidateAgentOptions(const AgentOptions& o,
       !st.ok()) {
     return st;
   }
+  if (!o.host.empty()) {
+    if (absl::Status st = ValidateHostName(o.host, "key 'host' (--host)");
+        !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, st.message()));
+    }
+  }
+  if (!o.metrics_address.empty()) {
+    if (absl::Status st =
+            ValidateAddress(o.metrics_address,
+                            "key 'metrics.address' (--metrics-address)",
+                            {.allow_port_zero = true})
+                .status();
+        !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, st.message()));
+    }
+  }
   if (absl::Status st = ValidateControllerAddress(o.controller); !st.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, "key 'controller' (--controller): ", st.message()));
@@ -133,7 +163,13 @@ absl::Status ValidateAgentOptions(const AgentOptions& o,
   const TlsFiles tls{o.tls_ca, o.tls_cert, o.tls_key};
   if (tls.enabled()) {
     if (absl::Status st = ValidateTlsFiles(tls, "tls"); !st.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, st.message()));
+      // "tls.ca: /dev/zero: ..." -> "key 'tls.ca' (--tls-ca): /dev/zero: ...".
+      const std::string msg(st.message());
+      const size_t colon = msg.find(": ");
+      const std::string key = msg.substr(0, colon);
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "key '", key, "' (", ConfigSchema::FlagForKey(key),
+          "): ", msg.substr(colon + 2)));
     }
   }
   return absl::OkStatus();

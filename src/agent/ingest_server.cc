@@ -37,7 +37,8 @@ class IngestReactor final : public grpc::ServerBidiReactor<Req, Resp>,
   IngestReactor(AgentCore* core, std::optional<PeerCred> peer,
                 std::atomic<uint64_t>* pid_refusals)
       : core_(core), peer_(peer), pid_refusals_(pid_refusals) {
-    id_ = core_->OpenStream(this);
+    id_ = core_->OpenStream(
+        this, peer_ ? IdentifyProcess(*peer_) : ProcessIdentity{});
     StartRead(&req_);
   }
 

@@ -107,6 +107,17 @@ int main(int argc, char** argv) {
   Notify("READY=1");
   int sig = 0;
   while ((sig = (*signals)->Wait(absl::Seconds(1))) == 0) {
+    // A refused registration is a configuration error: exit 2 (usage), as
+    // for a bad flag, rather than retry forever.
+    const pitstop::agent::UpstreamClient* up = (*agent)->upstream();
+    if (absl::Status st = up != nullptr ? up->refused() : absl::OkStatus();
+        !st.ok()) {
+      std::fprintf(stderr, "pitstop-agent: %s\n",
+                   std::string(st.message()).c_str());
+      Notify("STOPPING=1");
+      (*agent)->Stop();
+      return 2;
+    }
   }
   logger->info("signal {}: shutting down", sig);
   Notify("STOPPING=1");

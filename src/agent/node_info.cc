@@ -4,24 +4,24 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "pitstop/bounded_file.h"
 
 namespace pitstop::agent {
 namespace fs = std::filesystem;
 namespace {
 
+// A sysfs attribute under node.sysfs_root (a page; 64 KiB at most). "" when
+// absent, unreadable or not a regular file (a FIFO planted there never blocks).
 std::string ReadSmallFile(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) return "";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return std::string(absl::StripAsciiWhitespace(ss.str()));
+  absl::StatusOr<std::string> text =
+      ReadRegularFile(p.string(), "node.sysfs_root", 64 << 10);
+  if (!text.ok()) return "";
+  return std::string(absl::StripAsciiWhitespace(*text));
 }
 
 std::vector<fs::path> Children(const fs::path& dir) {

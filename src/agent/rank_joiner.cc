@@ -276,7 +276,9 @@ void RankJoiner::AddCommunicators(uint64_t stream, Stream* s,
       continue;
     }
     v1::CommunicatorInfo info = ev.info();
-    if (info.host().empty()) info.set_host(host);
+    // The agent names its own host: a process on it cannot report for
+    // another (offline, without options_.host, the record's own is kept).
+    if (!options_.host.empty() || info.host().empty()) info.set_host(host);
     if (info.pid() == 0) info.set_pid(s->hello.pid());
     if (info.job_id().empty()) info.set_job_id(s->hello.job_id());
     const int32_t g = s->hello.global_rank();

@@ -246,7 +246,9 @@ struct ShmIngestServer::Loop {
     if (memfd < 0) return Malformed(c, "hello", off, "no ring memfd attached");
     if (!MapRing(c, memfd, h, off)) return false;
     c->counters_ = h.counters;
-    c->stream_ = s->handler_->Open(c);
+    c->stream_ = s->handler_->Open(c, s->options_.verify_pid
+                                          ? IdentifyProcess(c->peer_cred_)
+                                          : ProcessIdentity{});
     c->opened_ = true;
     s->handler_->OnHello(c->stream_, h);
     s->handler_->OnCounters(c->stream_, h.counters);

@@ -40,8 +40,9 @@ namespace pitstop::agent {
 class ShmStreamHandler {
  public:
   virtual ~ShmStreamHandler() = default;
-  // A process said hello; `sink` stays valid until Close returns.
-  virtual uint64_t Open(CommandSink* sink) = 0;
+  // A process said hello; `sink` stays valid until Close returns. `who`:
+  // the process as the kernel knows it (unknown without verify_pid).
+  virtual uint64_t Open(CommandSink* sink, const ProcessIdentity& who) = 0;
   // One message read from the ring. An error closes the connection.
   virtual absl::Status OnMessage(uint64_t stream,
                                  const v1::StreamTelemetryRequest& request) = 0;
@@ -69,7 +70,9 @@ class ShmStreamHandler {
 class AgentCoreHandler : public ShmStreamHandler {
  public:
   explicit AgentCoreHandler(AgentCore* core) : core_(core) {}
-  uint64_t Open(CommandSink* sink) override { return core_->OpenStream(sink); }
+  uint64_t Open(CommandSink* sink, const ProcessIdentity& who) override {
+    return core_->OpenStream(sink, who);
+  }
   absl::Status OnMessage(uint64_t stream,
                          const v1::StreamTelemetryRequest& request) override {
     return core_->OnMessage(stream, request);

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "pitstop/address.h"
 #include "pitstop/grpc_util.h"
 #include "pitstop/leader_hint.h"
 #include "pitstop/logging.h"
@@ -62,21 +63,7 @@ absl::Status ValidateControllerAddress(const std::string& address) {
     }
     return absl::OkStatus();
   }
-  if (absl::StartsWith(address, "unix:")) {
-    if (address.size() > 5) return absl::OkStatus();
-  } else {
-    const size_t colon = address.rfind(':');
-    int port = 0;
-    if (colon != std::string::npos && colon > 0 &&
-        address.find_first_of(" \t/") == std::string::npos &&
-        absl::SimpleAtoi(address.substr(colon + 1), &port) && port > 0 &&
-        port < 65536) {
-      return absl::OkStatus();
-    }
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "controller: expected host:port (port 1..65535) or unix:PATH, got '",
-      address, "'"));
+  return ValidateAddress(address, "controller", {.allow_unix = true}).status();
 }
 
 UpstreamClient::UpstreamClient(UpstreamOptions options, AgentCore* core)
@@ -114,6 +101,11 @@ bool UpstreamClient::WaitFor(absl::Duration d, bool wake_on_backlog) {
   }
 }
 
+absl::Status UpstreamClient::refused() const {
+  MutexLock lock(&mu_);
+  return refused_;
+}
+
 void UpstreamClient::Ack(const v1::MigrationAck& ack) {
   MutexLock lock(&mu_);
   migration_acks_.push_back(ack);
@@ -138,6 +130,15 @@ void UpstreamClient::Run() {
     {
       MutexLock lock(&mu_);
       if (stop_) return;
+      if (last_code_ == grpc::StatusCode::INVALID_ARGUMENT ||
+          last_code_ == grpc::StatusCode::PERMISSION_DENIED) {
+        refused_ =
+            absl::Status(static_cast<absl::StatusCode>(last_code_),
+                         absl::StrCat("controller ", target,
+                                      " refused this agent: ", last_error_));
+        log->error("{}; not retrying", std::string(refused_.message()));
+        return;
+      }
     }
     // Only a stream that actually worked for a while resets the backoff.
     // With several controllers a stream the leader accepted counts: a
@@ -329,6 +330,7 @@ bool UpstreamClient::SendBatches(
 absl::Duration UpstreamClient::RunStream(const std::string& address) {
   auto log = Logger("agent.upstream");
   last_error_.clear();
+  last_code_ = grpc::StatusCode::OK;
   std::shared_ptr<grpc::Channel> channel = ConnectChannel(address);
   if (channel == nullptr) return absl::ZeroDuration();
   auto stub = v1::AgentLink::NewStub(channel);
@@ -346,6 +348,7 @@ absl::Duration UpstreamClient::RunStream(const std::string& address) {
     log->warn("controller {}: registration failed: {} {}", address,
               static_cast<int>(st.error_code()), st.error_message());
     last_error_ = st.error_message();
+    last_code_ = st.error_code();
     return absl::ZeroDuration();
   }
   const absl::Time connected_at = SteadyNow();
@@ -396,6 +399,7 @@ absl::Duration UpstreamClient::RunStream(const std::string& address) {
     log->warn("controller stream ended: {} {}",
               static_cast<int>(st.error_code()), st.error_message());
     last_error_ = st.error_message();
+    last_code_ = st.error_code();
   }
   return up;
 }

@@ -84,6 +84,12 @@ class UpstreamClient {
   // thread; does not block.
   void Ack(const v1::MigrationAck& ack);
   uint64_t connects() const { return connects_.load(); }
+  // Not OK once the controller refused this agent for good: its
+  // registration was INVALID_ARGUMENT (a bad host name, ...) or
+  // PERMISSION_DENIED (a certificate or token that may not speak for
+  // registration.host). Retrying cannot help, so the client stops and the
+  // agent exits (main.cc) instead of retrying forever. Any thread.
+  absl::Status refused() const;
   // Commands received again after they were applied (the controller
   // re-sends what it has no ack for to a reconnected stream): acked again,
   // not applied again.
@@ -127,9 +133,11 @@ class UpstreamClient {
   std::atomic<uint64_t> connects_{0};
   std::atomic<uint64_t> duplicates_{0};
   std::string last_error_;  // how the last stream ended (Run's thread only)
-  Mutex mu_;
+  int last_code_ = 0;       // its grpc::StatusCode (Run's thread only)
+  mutable Mutex mu_;
   CondVar cv_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status refused_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> acks_ ABSL_GUARDED_BY(mu_);
   uint64_t pong_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<v1::MigrationAck> migration_acks_ ABSL_GUARDED_BY(mu_);

@@ -1,10 +1,8 @@
 #include "src/c4p/fabric_io.h"
 
 #include <deque>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -12,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "pitstop/bounded_file.h"
 #include "src/c4p/fabric_read_util.h"
 
 namespace pitstop::c4p {
@@ -22,6 +21,10 @@ bool ParseWithSuffix(absl::string_view text, absl::string_view suffix,
   if (!absl::ConsumeSuffix(&text, suffix)) return false;
   return absl::SimpleAtod(text, out) && *out >= 0;
 }
+
+// A SimAI file of 100k GPUs is ~10 MB; 256 MiB is far beyond any fabric
+// the planner can evaluate.
+constexpr uint64_t kMaxFabricFileBytes = uint64_t{256} << 20;
 
 // Adds the servers as hosts ("host<N>"), each with the first line naming
 // one of its GPUs; returns the first line naming each id (what errors about
@@ -237,7 +240,8 @@ absl::StatusOr<Fabric> LoadFabric(const std::string& what,
     if (!g.ok()) return g.status();
     return GenerateFabric(*g);
   }
-  absl::StatusOr<std::string> text = ReadWhole(what);
+  absl::StatusOr<std::string> text =
+      ReadRegularFile(what, "fabric", kMaxFabricFileBytes);
   if (!text.ok()) return text.status();
   const std::string first = text->substr(0, text->find('\n'));
   if (absl::EndsWith(what, ".csv") ||
@@ -247,7 +251,8 @@ absl::StatusOr<Fabric> LoadFabric(const std::string& what,
   if (LooksLikeIbnetdiscover(*text)) {
     IbHostMap hosts;
     if (!ib_options.host_map.empty()) {
-      absl::StatusOr<std::string> m = ReadWhole(ib_options.host_map);
+      absl::StatusOr<std::string> m =
+          ReadRegularFile(ib_options.host_map, "--ib-host-map");
       if (!m.ok()) return m.status();
       absl::StatusOr<IbHostMap> parsed =
           ParseIbHostMap(*m, ib_options.host_map);

@@ -1,7 +1,6 @@
 #include "src/c4p/fabric_read_util.h"
 
-#include <fstream>
-#include <sstream>
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -12,14 +11,6 @@ absl::Status LineError(const std::string& source, int line,
                        const std::string& what) {
   return absl::InvalidArgumentError(
       absl::StrCat(source, ":", line, ": ", what));
-}
-
-absl::StatusOr<std::string> ReadWhole(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 std::string LeftOutWarning(const std::string& source, const std::string& why,

@@ -1,6 +1,6 @@
 // Helpers shared by the fabric readers (fabric_io.cc, fabric_csv.cc,
-// ibnetdiscover.cc): errors naming file and line, reading a whole file, and
-// summarising the lines a reader left out.
+// ibnetdiscover.cc): errors naming file and line and summarising the lines
+// a reader left out.
 #ifndef PITSTOP_SRC_C4P_FABRIC_READ_UTIL_H_
 #define PITSTOP_SRC_C4P_FABRIC_READ_UTIL_H_
 
@@ -15,9 +15,6 @@ namespace pitstop::c4p {
 // InvalidArgument "source:line: what".
 absl::Status LineError(const std::string& source, int line,
                        const std::string& what);
-
-// The file's bytes; NotFound naming the path when it cannot be read.
-absl::StatusOr<std::string> ReadWhole(const std::string& path);
 
 // "source: 3 rows left out, <why>: lines 5, 9, 12" (at most 20 line
 // numbers, then how many more).

@@ -4,10 +4,9 @@
 
 #include <CLI/CLI.hpp>
 #include <charconv>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <type_traits>
@@ -17,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "pitstop/bounded_file.h"
 #include "pitstop/status_macros.h"
 
 namespace pitstop {
@@ -26,6 +26,10 @@ struct ConfigSchema::Entry {
   FieldPtr field;
   std::string help;
   CLI::Option* option = nullptr;
+  // Set by Bound(): the value must lie in [lo, hi].
+  bool bounded = false;
+  double lo = 0;
+  double hi = 0;
 };
 
 namespace {
@@ -96,6 +100,19 @@ struct ScalarSetter {
   }
 };
 
+// The value of a numeric field as a double; nullopt for other fields.
+struct NumericValue {
+  std::optional<double> operator()(std::string*) const { return {}; }
+  std::optional<double> operator()(bool*) const { return {}; }
+  std::optional<double> operator()(std::vector<std::string>*) const {
+    return {};
+  }
+  template <typename T>
+  std::optional<double> operator()(T* f) const {
+    return static_cast<double>(*f);
+  }
+};
+
 struct DefaultPrinter {
   std::string operator()(std::string* f) const { return *f; }
   std::string operator()(bool* f) const { return *f ? "true" : "false"; }
@@ -113,17 +130,27 @@ std::string Where(absl::string_view source, const YAML::Mark& mark) {
   return absl::StrCat(source, ":", mark.line + 1, ":", mark.column + 1);
 }
 
-// Flattens a YAML mapping into dotted keys, remembering each node.
-void Flatten(const YAML::Node& node, const std::string& prefix,
-             std::vector<std::pair<std::string, YAML::Node>>* out) {
+// Flattens a YAML mapping into dotted keys, remembering each node. A key
+// given twice in one mapping is refused: yaml-cpp keeps both and the later
+// one would silently win.
+absl::Status Flatten(const YAML::Node& node, const std::string& prefix,
+                     absl::string_view source,
+                     std::vector<std::pair<std::string, YAML::Node>>* out) {
   if (node.IsMap()) {
+    std::set<std::string> seen;
     for (const auto& kv : node) {
       const std::string key = kv.first.as<std::string>();
-      Flatten(kv.second, prefix.empty() ? key : prefix + "." + key, out);
+      const std::string full = prefix.empty() ? key : prefix + "." + key;
+      if (!seen.insert(key).second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Where(source, kv.first.Mark()), ": duplicate key '", full, "'"));
+      }
+      RETURN_IF_ERROR(Flatten(kv.second, full, source, out));
     }
-    return;
+    return absl::OkStatus();
   }
   out->emplace_back(prefix, node);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -170,6 +197,34 @@ void ConfigSchema::Add(std::string_view k, std::vector<std::string>* f,
   AddEntry(k, f, std::move(h));
 }
 
+// Sets the field from text, then holds it to the entry's bounds.
+absl::Status ConfigSchema::SetChecked(const Entry& e, const std::string& text) {
+  if (absl::Status s = std::visit(ScalarSetter{text}, e.field); !s.ok()) {
+    return s;
+  }
+  if (!e.bounded) return absl::OkStatus();
+  const std::optional<double> v = std::visit(NumericValue{}, e.field);
+  if (v.has_value() && (*v < e.lo || *v > e.hi)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("must be in [", e.lo, ", ", e.hi, "], got '", text, "'"));
+  }
+  return absl::OkStatus();
+}
+
+void ConfigSchema::Bound(std::string_view key, double lo, double hi) {
+  for (Entry& e : entries_) {
+    if (e.key != key) continue;
+    e.bounded = true;
+    e.lo = lo;
+    e.hi = hi;
+    e.help = absl::StrCat(e.help, " [", lo, "..", hi, "]");
+  }
+}
+
+void ConfigSchema::Bound(std::initializer_list<Range> ranges) {
+  for (const Range& r : ranges) Bound(r.key, r.lo, r.hi);
+}
+
 absl::Status ConfigSchema::LoadYamlString(std::string_view yaml,
                                           std::string_view source_name) {
   const absl::string_view source(source_name.data(), source_name.size());
@@ -187,7 +242,7 @@ absl::Status ConfigSchema::LoadYamlString(std::string_view yaml,
   }
   std::vector<std::pair<std::string, YAML::Node>> flat;
   try {
-    Flatten(root, "", &flat);
+    RETURN_IF_ERROR(Flatten(root, "", source, &flat));
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(Where(source, e.mark), ": ", e.msg));
@@ -219,38 +274,22 @@ absl::Status ConfigSchema::LoadYamlString(std::string_view yaml,
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": key '", key, "': expected a value"));
     }
-    absl::Status s = std::visit(ScalarSetter{text}, it->field);
+    absl::Status s = SetChecked(*it, text);
     if (!s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": key '", key, "': ", s.message()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": key '", key, "' (", FlagForKey(key), "): ", s.message()));
     }
   }
   return absl::OkStatus();
 }
 
 absl::Status ConfigSchema::LoadYamlFile(const std::string& path) {
-  // A directory opens as an ifstream and reads as empty: the daemon would
-  // start with defaults instead of the configuration it was pointed at.
-  std::error_code ec;
-  const std::filesystem::file_status st = std::filesystem::status(path, ec);
-  if (!ec && std::filesystem::exists(st) &&
-      !std::filesystem::is_regular_file(st)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": not a regular file (--config takes a YAML file, got a ",
-        std::filesystem::is_directory(st) ? "directory" : "special file", ")"));
-  }
-  std::ifstream in(path);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat(
-        path, ": cannot open config file: ", std::strerror(errno)));
-  }
-  std::stringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": cannot read config file"));
-  }
-  return LoadYamlString(buf.str(), path);
+  // A directory would read as empty and the daemon start with defaults
+  // instead of the configuration it was pointed at; a FIFO or /dev/zero
+  // would never end.
+  absl::StatusOr<std::string> text = ReadRegularFile(path, "--config");
+  if (!text.ok()) return text.status();
+  return LoadYamlString(*text, path);
 }
 
 void ConfigSchema::RegisterFlags(CLI::App* app) {
@@ -285,7 +324,7 @@ absl::Status ConfigSchema::Apply() {
     // option ("--controller ''") is the empty string.
     std::string text = results.empty() ? std::string() : results.back();
     if (text.empty() && std::holds_alternative<bool*>(e.field)) text = "true";
-    absl::Status s = std::visit(ScalarSetter{text}, e.field);
+    absl::Status s = SetChecked(e, text);
     if (!s.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("flag ", FlagForKey(e.key), ": ", s.message()));

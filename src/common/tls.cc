@@ -5,30 +5,15 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
+#include "pitstop/bounded_file.h"
 
 namespace pitstop {
-
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
-  }
-  std::ostringstream out;
-  out << in.rdbuf();
-  if (in.bad()) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot read ", path));
-  }
-  return out.str();
-}
 
 namespace {
 
@@ -38,11 +23,8 @@ absl::Status CheckPem(const std::string& key, const std::string& path,
     return absl::InvalidArgumentError(
         absl::StrCat(key, ": required when TLS is configured"));
   }
-  absl::StatusOr<std::string> text = ReadSmallFile(path);
-  if (!text.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(key, ": ", text.status().message()));
-  }
+  absl::StatusOr<std::string> text = ReadRegularFile(path, key);
+  if (!text.ok()) return absl::InvalidArgumentError(text.status().message());
   if (!absl::StrContains(*text, marker)) {
     return absl::InvalidArgumentError(absl::StrCat(
         key, ": ", path, " is not a PEM file (no '", marker, "')"));
@@ -91,11 +73,13 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> TlsClientCredentials(
     return s;
   }
   grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = *ReadSmallFile(files.ca);
+  absl::StatusOr<std::string> ca = ReadRegularFile(files.ca, "tls.ca");
+  if (!ca.ok()) return ca.status();
+  ssl.pem_root_certs = std::move(*ca);
   if (!files.cert.empty()) {
-    absl::StatusOr<std::string> cert = ReadSmallFile(files.cert);
+    absl::StatusOr<std::string> cert = ReadRegularFile(files.cert, "tls.cert");
     if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = ReadSmallFile(files.key);
+    absl::StatusOr<std::string> key = ReadRegularFile(files.key, "tls.key");
     if (!key.ok()) return key.status();
     ssl.pem_cert_chain = std::move(*cert);
     ssl.pem_private_key = std::move(*key);

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpc/grpc.h"
+#include "pitstop/bounded_file.h"
 
 namespace pitstop {
 namespace {
@@ -154,11 +155,9 @@ absl::StatusOr<ReloadableServerTls::Pem> ReloadableServerTls::Read(
       {&files_.key, &pem.key}};
   const char* names[] = {"tls.ca", "tls.cert", "tls.key"};
   for (int i = 0; i < 3; ++i) {
-    absl::StatusOr<std::string> text = ReadSmallFile(*parts[i].first);
-    if (!text.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(names[i], ": ", text.status().message()));
-    }
+    absl::StatusOr<std::string> text =
+        ReadRegularFile(*parts[i].first, names[i]);
+    if (!text.ok()) return absl::InvalidArgumentError(text.status().message());
     *parts[i].second = std::move(*text);
   }
   absl::StatusOr<CertificateSummary> s =

@@ -181,6 +181,8 @@ Controller::InputStats Controller::input_stats() {
   s.processes_refused = n.processes_refused;
   s.members_refused = i.members_refused;
   s.comms_refused = i.comms_refused;
+  s.foreign_claims_refused = i.claims_refused;
+  s.foreign_deaths_refused = i.deaths_refused;
   s.batches_queued = i.batches_queued;
   return s;
 }

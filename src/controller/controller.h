@@ -120,8 +120,13 @@ class Controller final : public LeadershipListener {
     uint64_t sessions_superseded = 0;
     uint64_t streams_shed = 0;  // silent streams closed after node_grace
     uint64_t nodes_expired = 0;
-    uint64_t members_refused = 0;    // engine budget max_members
-    uint64_t comms_refused = 0;      // engine budget max_comms_per_host
+    uint64_t members_refused = 0;  // engine budgets max_members*
+    uint64_t comms_refused = 0;    // engine budgets max_comms*
+    // Records an agent sent for another host's members, and deaths it
+    // reported of ranks a live process on another host holds
+    // (docs/reliability.md, "Trust model").
+    uint64_t foreign_claims_refused = 0;
+    uint64_t foreign_deaths_refused = 0;
     uint64_t batches_queued = 0;     // agent batches that did not wait
     uint64_t processes_refused = 0;  // max_tracked_processes
   };

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "pitstop/address.h"
 #include "pitstop/tls.h"
 #include "src/controller/detect/detection_engine.h"
 #include "src/controller/trainers/sync_policy.h"
@@ -16,6 +17,17 @@ absl::Status KeyError(absl::string_view key, absl::string_view what) {
       "key '", key, "' (",
       ConfigSchema::FlagForKey(std::string_view(key.data(), key.size())),
       "): ", what));
+}
+
+// Ranges of the daemon's own timings (issue #33); the policy defaults are
+// held to JobPolicy's ranges by Validate().
+void BoundControllerOptions(ConfigSchema* s) {
+  s->Bound({{"detection.cycle_ms", 1, 600'000},
+            {"node_grace_s", 1, 86'400},
+            {"shutdown_grace_ms", 0, 600'000},
+            {"agent_silence_ms", 0, 3'600'000},
+            {"migrate.prepare_timeout_s", 1, 86'400},
+            {"migrate.switch_timeout_s", 1, 86'400}});
 }
 
 }  // namespace
@@ -55,6 +67,24 @@ absl::Status ControllerOptions::Validate() const {
                     "temporary database, lost at restart)");
   }
   if (listen.empty()) return KeyError("listen", "must be host:port");
+  // gRPC would bind port 99999 as 34463, civetweb 999.1.1.1 as 231.1.1.1.
+  if (absl::Status s =
+          ValidateAddress(listen, "key 'listen' (--listen)",
+                          {.allow_port_zero = true, .allow_unix = true})
+              .status();
+      !s.ok()) {
+    return s;
+  }
+  if (!metrics_address.empty()) {
+    if (absl::Status s =
+            ValidateAddress(metrics_address,
+                            "key 'metrics_address' (--metrics-address)",
+                            {.allow_port_zero = true})
+                .status();
+        !s.ok()) {
+      return s;
+    }
+  }
   if (absl::Status s = ValidateTrust(); !s.ok()) return s;
   if (cycle_ms == 0) return KeyError("detection.cycle_ms", "must be > 0");
   if (!(planning_suspect_share > 0 && planning_suspect_share < 1)) {
@@ -307,6 +337,7 @@ void RegisterControllerOptions(ConfigSchema* s, ControllerOptions* o) {
          "or confirmed_faults (only a confirmed NON_COMM_SLOW fault)");
   s->Add("detection.z_threshold", &o->z_threshold,
          "default policy: robust z-score threshold; 0 = 3.5");
+  BoundControllerOptions(s);
 }
 
 }  // namespace pitstop::controller

@@ -95,7 +95,7 @@ absl::StatusOr<ImportedJob> ReadFlightRecorder(
     const std::vector<std::string>& files, const ImportOptions& options) {
   std::vector<FlightRecorderDump> dumps;
   for (const std::string& f : files) {
-    ASSIGN_OR_RETURN(std::string bytes, ReadInputFile(f));
+    ASSIGN_OR_RETURN(std::string bytes, ReadInputFile(f, options.limits));
     ASSIGN_OR_RETURN(FlightRecorderDump d, ParseFlightRecorderDump(bytes, f));
     dumps.push_back(std::move(d));
   }
@@ -109,7 +109,7 @@ absl::StatusOr<ImportedJob> ReadKineto(const std::vector<std::string>& files,
                                        const ImportOptions& options) {
   std::vector<KinetoTrace> traces;
   for (const std::string& f : files) {
-    ASSIGN_OR_RETURN(auto in, InputStream::Open(f));
+    ASSIGN_OR_RETURN(auto in, InputStream::Open(f, options.limits));
     std::function<void(uint64_t, uint64_t)> progress;
     if (options.progress) {
       progress = [&](uint64_t done, uint64_t total) {
@@ -131,7 +131,7 @@ absl::StatusOr<ImportedJob> ReadInspector(const std::vector<std::string>& files,
                                           const ImportOptions& options) {
   std::vector<InspectorFile> logs;
   for (const std::string& f : files) {
-    ASSIGN_OR_RETURN(auto in, InputStream::Open(f));
+    ASSIGN_OR_RETURN(auto in, InputStream::Open(f, options.limits));
     ASSIGN_OR_RETURN(InspectorFile l, ParseInspectorFile(in.get(), f));
     logs.push_back(std::move(l));
   }
@@ -251,8 +251,9 @@ absl::StatusOr<ImportedJob> ImportPaths(const std::vector<std::string>& paths,
   // communicator creation (nccl_log_reader.h).
   std::vector<NcclLog> nccl_logs;
   for (const std::string& f : sorted.logs) {
-    ASSIGN_OR_RETURN(auto in, InputStream::Open(f));
+    ASSIGN_OR_RETURN(auto in, InputStream::Open(f, options.limits));
     ASSIGN_OR_RETURN(NcclLog l, ParseNcclLog(&in->stream(), f));
+    RETURN_IF_ERROR(in->status());  // a decompression cap ends the stream
     nccl_logs.push_back(std::move(l));
   }
   if (sorted.files.empty() && !nccl_logs.empty()) {

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "src/importers/imported_job.h"
+#include "src/importers/input_file.h"
 
 namespace pitstop::importers {
 
@@ -29,6 +30,8 @@ struct ImportOptions {
   // Kineto: kernels of one communicator on different ranks are the same
   // collective when their ends are this close (µs).
   double kineto_match_tolerance_us = 500;
+  // Caps on what each input file may decompress to.
+  DecompressLimits limits;
   // Progress lines for long work ("reading x: 120/800 MB"); may be null.
   std::function<void(const std::string&)> progress;
 };

@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "pitstop/bounded_file.h"
 
 namespace pitstop::importers {
 namespace {
@@ -56,9 +58,11 @@ class MemorySource final : public ByteSource {
 // starts with the gzip magic.
 class DecodingBuf final : public std::streambuf {
  public:
-  DecodingBuf(std::unique_ptr<ByteSource> source, std::string name)
+  DecodingBuf(std::unique_ptr<ByteSource> source, std::string name,
+              const DecompressLimits& limits)
       : source_(std::move(source)),
         name_(std::move(name)),
+        limits_(limits),
         in_(kBufferBytes),
         out_(kBufferBytes) {
     setg(out_.data(), out_.data(), out_.data());
@@ -75,12 +79,33 @@ class DecodingBuf final : public std::streambuf {
     if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
     if (!status_.ok()) return traits_type::eof();
     size_t n = Fill();
-    if (n == 0) return traits_type::eof();
+    if (n == 0 || !WithinLimits()) return traits_type::eof();
     setg(out_.data(), out_.data(), out_.data() + n);
     return traits_type::to_int_type(*gptr());
   }
 
  private:
+  // Checks the decompressed total against the caps once a chunk is out; the
+  // chunk (64 KiB at most) is not handed on when a cap is passed.
+  bool WithinLimits() {
+    const uint64_t in = std::max<uint64_t>(consumed(), 1);
+    const char* what = nullptr;
+    if (decompressed_ > limits_.max_bytes) {
+      what = "size";
+    } else if (gzip_ && decompressed_ > DecompressLimits::kRatioGrace &&
+               decompressed_ / in > limits_.max_ratio) {
+      what = "ratio";
+    }
+    if (what == nullptr) return true;
+    status_ = absl::ResourceExhaustedError(absl::StrCat(
+        name_, ": decompression ", what,
+        " limit hit at compressed byte offset ", consumed(), " (",
+        decompressed_, " bytes out; limits: ", limits_.max_bytes,
+        " bytes, ratio ", limits_.max_ratio,
+        ":1; pitstop analyze --max-input-mib / --max-gzip-ratio raise them)"));
+    return false;
+  }
+
   // Refills the compressed buffer; false at end of input.
   bool ReadMore() {
     std::string error;
@@ -169,6 +194,7 @@ class DecodingBuf final : public std::streambuf {
 
   std::unique_ptr<ByteSource> source_;
   std::string name_;
+  DecompressLimits limits_;
   std::vector<char> in_;
   std::vector<char> out_;
   z_stream z_;
@@ -184,8 +210,10 @@ class DecodingBuf final : public std::streambuf {
 class InputStreamImpl final : public InputStream {
  public:
   InputStreamImpl(std::unique_ptr<ByteSource> source, std::string name,
-                  uint64_t size)
-      : buf_(std::move(source), std::move(name)), stream_(&buf_), size_(size) {}
+                  uint64_t size, const DecompressLimits& limits)
+      : buf_(std::move(source), std::move(name), limits),
+        stream_(&buf_),
+        size_(size) {}
 
   std::istream& stream() override { return stream_; }
   absl::Status status() const override { return buf_.status(); }
@@ -198,8 +226,8 @@ class InputStreamImpl final : public InputStream {
   uint64_t size_;
 };
 
-absl::StatusOr<std::string> Drain(InputStream* in, absl::string_view name,
-                                  uint64_t max_bytes) {
+// The stream enforces the limits; out never holds more than max_bytes.
+absl::StatusOr<std::string> Drain(InputStream* in) {
   std::string out;
   std::vector<char> chunk(kBufferBytes);
   while (true) {
@@ -207,10 +235,6 @@ absl::StatusOr<std::string> Drain(InputStream* in, absl::string_view name,
     std::streamsize got = in->stream().gcount();
     if (got <= 0) break;
     out.append(chunk.data(), static_cast<size_t>(got));
-    if (out.size() > max_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          name, ": more than ", max_bytes, " bytes after decompression"));
-    }
   }
   if (!in->status().ok()) return in->status();
   return out;
@@ -219,42 +243,42 @@ absl::StatusOr<std::string> Drain(InputStream* in, absl::string_view name,
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<InputStream>> InputStream::Open(
-    const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
+    const std::string& path, const DecompressLimits& limits) {
+  // A FIFO or a device named on the command line is refused, not read
+  // forever.
+  absl::StatusOr<RegularFile> file = RegularFile::Open(path, "");
+  if (!file.ok()) return file.status();
+  const uint64_t size = file->size();
+  FILE* f = fdopen(file->fd(), "rb");
   if (f == nullptr) {
-    int err = errno;
-    std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(err));
-    return err == ENOENT ? absl::NotFoundError(msg)
-                         : absl::InvalidArgumentError(msg);
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
   }
-  uint64_t size = 0;
-  if (std::fseek(f, 0, SEEK_END) == 0) {
-    long end = std::ftell(f);
-    if (end > 0) size = static_cast<uint64_t>(end);
-    std::fseek(f, 0, SEEK_SET);
-  }
+  file->Release();
   return std::unique_ptr<InputStream>(
-      new InputStreamImpl(std::make_unique<FileSource>(f), path, size));
+      new InputStreamImpl(std::make_unique<FileSource>(f), path, size, limits));
 }
 
-std::unique_ptr<InputStream> InputStream::FromMemory(absl::string_view data,
-                                                     absl::string_view name) {
+std::unique_ptr<InputStream> InputStream::FromMemory(
+    absl::string_view data, absl::string_view name,
+    const DecompressLimits& limits) {
   return std::make_unique<InputStreamImpl>(std::make_unique<MemorySource>(data),
-                                           std::string(name), data.size());
+                                           std::string(name), data.size(),
+                                           limits);
 }
 
 absl::StatusOr<std::string> ReadInputFile(const std::string& path,
-                                          uint64_t max_bytes) {
-  auto in = InputStream::Open(path);
+                                          const DecompressLimits& limits) {
+  auto in = InputStream::Open(path, limits);
   if (!in.ok()) return in.status();
-  return Drain(in->get(), path, max_bytes);
+  return Drain(in->get());
 }
 
 absl::StatusOr<std::string> MaybeGunzip(absl::string_view data,
                                         absl::string_view name,
-                                        uint64_t max_bytes) {
-  std::unique_ptr<InputStream> in = InputStream::FromMemory(data, name);
-  return Drain(in.get(), name, max_bytes);
+                                        const DecompressLimits& limits) {
+  std::unique_ptr<InputStream> in = InputStream::FromMemory(data, name, limits);
+  return Drain(in.get());
 }
 
 }  // namespace pitstop::importers

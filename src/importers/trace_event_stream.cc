@@ -158,6 +158,9 @@ absl::StatusOr<uint64_t> StreamTraceEvents(
   try {
     ok = json::sax_parse(in->stream(), &sax, json::input_format_t::json, true);
   } catch (const std::exception& e) {
+    // A read error or decompression cap ends the input mid-document: the
+    // cause, not the parser's complaint about the end.
+    if (!in->status().ok()) return in->status();
     return absl::InvalidArgumentError(absl::StrCat(file, ": ", e.what()));
   }
   if (!in->status().ok()) return in->status();

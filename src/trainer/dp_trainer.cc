@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "pitstop/bounded_file.h"
 #include "pitstop/status_macros.h"
 #include "pitstop/trainer.h"
 #include "src/nccl/cpu/nccl_functions.h"
@@ -316,10 +317,10 @@ absl::Status SaveCheckpoint(const std::string& path, const TrainOptions& o,
 
 absl::StatusOr<TrainState> LoadCheckpoint(const std::string& path,
                                           const TrainOptions& o) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  const std::string data((std::istreambuf_iterator<char>(f)),
-                         std::istreambuf_iterator<char>());
+  // The trainer's MLPs are kilobytes to megabytes; 1 GiB bounds a wrong
+  // path (a FIFO, /dev/zero, a huge file) without limiting real use.
+  ASSIGN_OR_RETURN(const std::string data,
+                   ReadRegularFile(path, "--resume", uint64_t{1} << 30));
   if (data.size() < 8 || std::memcmp(data.data(), kCheckpointMagic, 8) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": offset 0: not a pitstop-dp-trainer checkpoint"));

@@ -35,7 +35,9 @@ bool WaitUntil(const std::function<bool()>& pred) {
 
 class Recorder : public ShmStreamHandler {
  public:
-  uint64_t Open(CommandSink*) override { return ++opened; }
+  uint64_t Open(CommandSink*, const ProcessIdentity&) override {
+    return ++opened;
+  }
   absl::Status OnMessage(uint64_t,
                          const v1::StreamTelemetryRequest& r) override {
     ops += r.ops_size();

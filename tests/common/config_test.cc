@@ -1,5 +1,7 @@
 #include "pitstop/config.h"
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -157,6 +159,60 @@ TEST_F(ConfigTest, EmptyFileKeepsDefaults) {
 TEST(ConfigSchemaTest, FlagForKey) {
   EXPECT_EQ(ConfigSchema::FlagForKey("ingest.socket_path"),
             "--ingest-socket-path");
+}
+
+// Issue #33: yaml-cpp keeps both entries of a repeated key and the later
+// one silently won.
+TEST_F(ConfigTest, DuplicateKeyIsRefusedWithLine) {
+  const std::string path =
+      WriteFile("upstream:\n  batch_ms: 5\n  batch_ms: 7\n");
+  absl::StatusOr<ConfigParse> r = Parse({"--config", path});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr(path + ":3:3"));
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("duplicate key 'upstream.batch_ms'"));
+  const std::string top = WriteFile("deep: true\nratio: 1\ndeep: false\n");
+  r = Parse({"--config", top});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr(top + ":3:1"));
+  EXPECT_THAT(r.status().message(), HasSubstr("duplicate key 'deep'"));
+}
+
+TEST_F(ConfigTest, BoundRefusesOutOfRangeFromFileAndFlag) {
+  schema_.Bound("upstream.batch_ms", 1, 60000);
+  schema_.Bound("ratio", 0, 1);
+  absl::StatusOr<ConfigParse> r = Parse({"--upstream-batch-ms", "0"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("--upstream-batch-ms"));
+  EXPECT_THAT(r.status().message(), HasSubstr("must be in [1, 60000]"));
+  r = Parse({"--ratio", "1.5"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("--ratio"));
+  ASSERT_TRUE(Parse({"--upstream-batch-ms", "60000", "--ratio", "1"}).ok());
+  EXPECT_EQ(opts_.batch_ms, 60000u);
+  // Last: the schema keeps --config for later Parse() calls.
+  const std::string path = WriteFile("upstream:\n  batch_ms: 60001\n");
+  r = Parse({"--config", path});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr(path + ":2:13"));
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("'upstream.batch_ms' (--upstream-batch-ms)"));
+}
+
+// Issue #33: --config refuses what is not a regular file by name, and a
+// FIFO without a writer does not block the open.
+TEST_F(ConfigTest, ConfigMustBeARegularFile) {
+  absl::StatusOr<ConfigParse> r = Parse({"--config", "/dev/zero"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("--config: /dev/zero: not a regular file (a "
+                        "character device)"));
+  const std::string fifo = WriteFile("") + ".fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  files_.push_back(fifo);
+  r = Parse({"--config", fifo});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("not a regular file (a FIFO)"));
 }
 
 }  // namespace

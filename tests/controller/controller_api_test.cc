@@ -365,9 +365,11 @@ TEST_F(ControllerApiTest, AgentRecordsWithHugeRanksAreSkipped) {
   *bad.add_progress() = p;
   *bad.add_communicators() = job.Info(0);  // valid: must still be used
   ASSERT_TRUE(agents_[0]->Send(bad));
+  // Rank 1 lives on node1: its own agent reports it (issue #33).
+  agents_.push_back(std::make_unique<TestAgent>(target_, job.Nodes()[1]));
   v1::ConnectRequest good;
   *good.add_communicators() = job.Info(1);
-  ASSERT_TRUE(agents_[0]->Send(good));
+  ASSERT_TRUE(agents_[1]->Send(good));
   ASSERT_TRUE(WaitUntil([&] {
     auto comms = core_->ingest().Communicators("");
     return comms.size() == 1 && comms[0].members_size() == 2 &&
@@ -379,6 +381,7 @@ TEST_F(ControllerApiTest, AgentRecordsWithHugeRanksAreSkipped) {
   // Returns once the open agent stream is cancelled (it did not wedge).
   server_->Shutdown(absl::Milliseconds(100));
   EXPECT_FALSE(agents_[0]->Close().ok());
+  EXPECT_FALSE(agents_[1]->Close().ok());
 }
 
 // An agent whose stream closed (or that went silent) leaves stale progress

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -305,21 +306,24 @@ TEST_F(CoreHardeningTest, AdoptedHangKeepsStateHistoryAndAge) {
   Open(db);
   SimJob job(0xAB, 4, 2);
   SimJob acked(0xAC, 4, 2, "job2", 4);
-  std::vector<uint64_t> sessions;
+  std::map<std::string, uint64_t> sessions;  // by host
   RecordingSink sink;
   auto connect_and_report = [&] {
     sessions.clear();
-    for (const v1::NodeRegistration& reg : job.Nodes()) {
-      auto s = core_->AgentConnected(reg, &sink);
-      ASSERT_TRUE(s.ok()) << s.status();
-      sessions.push_back(*s);
+    for (const SimJob* j : {&job, &acked}) {
+      for (const v1::NodeRegistration& reg : j->Nodes()) {
+        auto s = core_->AgentConnected(reg, &sink);
+        ASSERT_TRUE(s.ok()) << s.status();
+        sessions[reg.host()] = *s;
+      }
     }
     for (const SimJob* j : {&job, &acked}) {
       for (int32_t r = 0; r < 4; ++r) {
         v1::ConnectRequest b;
         *b.add_communicators() = j->Info(r);
         *b.add_progress() = j->Progress(r, r == 3 ? 9 : 10, 9);
-        ASSERT_TRUE(core_->AgentBatch(sessions[r / 2], b).ok());
+        // Each host's agent reports its own ranks (issue #33).
+        ASSERT_TRUE(core_->AgentBatch(sessions[j->HostOf(r)], b).ok());
       }
     }
   };

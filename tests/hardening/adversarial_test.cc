@@ -35,6 +35,7 @@
 #include "tests/agent/process_util.h"
 #include "tests/agent/test_util.h"
 #include "tests/controller/test_agent.h"
+#include "tests/hardening/daemons.h"
 
 namespace pitstop {
 namespace {
@@ -52,16 +53,7 @@ constexpr absl::Duration kStorm = absl::Seconds(8);
 constexpr size_t kControllerRssBound = size_t{512} << 20;
 constexpr size_t kAgentRssBound = size_t{512} << 20;
 
-size_t RssOf(int pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) {
-      return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
-    }
-  }
-  return 0;
-}
+using hardening::RssOf;
 
 uint64_t Seed() {
   const char* s = std::getenv("PITSTOP_FUZZ_SEED");

@@ -14,7 +14,9 @@ namespace pitstop::emu {
 // The agent's real shared-memory ingest server with a handler that keeps
 // what arrives.
 struct TelemetryReceiver::Impl final : public agent::ShmStreamHandler {
-  uint64_t Open(agent::CommandSink* sink) override {
+  uint64_t Open(agent::CommandSink* sink,
+                const agent::ProcessIdentity& who) override {
+    (void)who;  // the receiver keeps what arrives from any process
     MutexLock lock(&mu);
     streams.emplace_back();
     const uint64_t id = streams.size();

@@ -105,6 +105,32 @@ TEST(InputFileTest, GzipRoundTripAndPlainPassThrough) {
   EXPECT_EQ(*MaybeGunzip("plain", "mem"), "plain");
 }
 
+// Issue #33: a gzip bomb is refused at the caps, naming the file and the
+// compressed offset, before the memory is spent.
+TEST(InputFileTest, DecompressionCapsStopABomb) {
+  const std::string zeros(8 << 20, '\0');
+  const std::string bomb = Gzip(zeros);  // ~1000:1
+  absl::StatusOr<std::string> r = MaybeGunzip(bomb, "bomb.gz");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(r.status().message(), HasSubstr("bomb.gz: decompression ratio"));
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("limit hit at compressed byte offset"));
+  // The ratio is checked once 1 MiB is out: the refusal comes early.
+  DecompressLimits size_only{.max_bytes = 2 << 20, .max_ratio = 1 << 20};
+  r = MaybeGunzip(bomb, "bomb.gz", size_only);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("decompression size limit"));
+  // Within both caps it inflates; an uncompressed input is held to the size.
+  DecompressLimits loose{.max_bytes = 8 << 20, .max_ratio = 1 << 20};
+  r = MaybeGunzip(bomb, "bomb.gz", loose);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->size(), zeros.size());
+  EXPECT_FALSE(MaybeGunzip(zeros, "plain", size_only).ok());
+  // A small file of repeated text stays under the ratio grace.
+  EXPECT_TRUE(MaybeGunzip(Gzip(std::string(512 << 10, 'a')), "small").ok());
+}
+
 TEST(ImporterTest, MalformedJsonNamesFileAndByte) {
   TempDir dir;
   std::string good = KinetoTrace(0, 1, {{1000, 50}});

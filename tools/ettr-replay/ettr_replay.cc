@@ -22,13 +22,14 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
+
+#include "pitstop/bounded_file.h"
 
 namespace {
 
@@ -144,15 +145,17 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  std::ifstream in(trace);
-  if (!in) {
-    std::fprintf(stderr, "pitstop-ettr-replay: cannot open %s\n",
-                 trace.c_str());
+  // A fault trace is kilobytes; 256 MiB bounds a wrong path.
+  absl::StatusOr<std::string> text =
+      pitstop::ReadRegularFile(trace, "--trace", uint64_t{256} << 20);
+  if (!text.ok()) {
+    std::fprintf(stderr, "pitstop-ettr-replay: %s\n",
+                 std::string(text.status().message()).c_str());
     return 2;
   }
   nlohmann::json events;
   try {
-    in >> events;
+    events = nlohmann::json::parse(*text);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pitstop-ettr-replay: %s: %s\n", trace.c_str(),
                  e.what());

@@ -26,6 +26,8 @@ struct AnalyzeArgs {
   double tolerance_us = 500;
   bool quiet = false;
   bool verbose = false;
+  uint64_t max_input_mib = importers::DecompressLimits{}.max_bytes >> 20;
+  uint64_t max_gzip_ratio = importers::DecompressLimits{}.max_ratio;
 };
 
 int RunAnalyze(const AnalyzeArgs& a) {
@@ -33,6 +35,8 @@ int RunAnalyze(const AnalyzeArgs& a) {
   opts.job_id = a.job_id;
   opts.ranks_per_node = a.ranks_per_node;
   opts.kineto_match_tolerance_us = a.tolerance_us;
+  opts.limits.max_bytes = a.max_input_mib << 20;
+  opts.limits.max_ratio = a.max_gzip_ratio;
   if (!a.quiet) {
     opts.progress = [](const std::string& line) {
       std::cerr << "pitstop analyze: " << line << "\n";
@@ -102,6 +106,16 @@ void AddAnalyzeCommand(CLI::App* app, int* exit_code) {
                   "Kineto: kernels of different ranks are one collective when "
                   "their ends are this close (default 500 us)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-input-mib", args->max_input_mib,
+                  "Most bytes one input file may decompress to, in MiB "
+                  "(a gzip bomb stops here)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--max-gzip-ratio", args->max_gzip_ratio,
+                  "Most decompressed bytes per compressed byte of a gzip "
+                  "input, once 1 MiB is out (traces compress 10-20:1)")
+      ->check(CLI::Range(uint64_t{2}, uint64_t{1} << 20))
+      ->capture_default_str();
   cmd->add_flag("-v,--verbose", args->verbose,
                 "List every fault (also those without suspects) and every "
                 "note");

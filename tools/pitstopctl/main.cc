@@ -7,7 +7,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "pitstop/address.h"
 #include "pitstop/cli_errors.h"
+#include "pitstop/leader_hint.h"
 #include "tools/pitstopctl/commands.h"
 #include "tools/pitstopctl/exit_codes.h"
 
@@ -28,6 +30,17 @@ int main(int argc, char** argv) {
          "--controller", g.controller,
          "controller address host:port, or several comma-separated (the "
          "leader is followed; env PITSTOP_CONTROLLER)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            for (const std::string& a : pitstop::SplitControllerList(text)) {
+              absl::Status s = pitstop::ValidateAddress(a, "--controller",
+                                                        {.allow_unix = true})
+                                   .status();
+              if (!s.ok()) return std::string(s.message());
+            }
+            return std::string();
+          },
+          "HOST:PORT[,...]"))
       ->capture_default_str();
   app.add_option("--ca", g.ca,
                  "PEM CA file: talk TLS and verify the controller with it "

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "pitstop/bounded_file.h"
 #include "pitstop/logging.h"
 #include "pitstop/tls.h"
 
@@ -122,11 +123,9 @@ absl::StatusOr<std::unique_ptr<Authorizer>> Authorizer::Create(
 
 absl::Status Authorizer::Reload() {
   if (options_.tokens_file.empty()) return absl::OkStatus();
-  absl::StatusOr<std::string> text = ReadSmallFile(options_.tokens_file);
-  if (!text.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("auth.tokens_file: ", text.status().message()));
-  }
+  absl::StatusOr<std::string> text = ReadRegularFile(
+      options_.tokens_file, "auth.tokens_file (--auth-tokens-file)");
+  if (!text.ok()) return absl::InvalidArgumentError(text.status().message());
   absl::StatusOr<std::vector<TokenEntry>> tokens =
       ParseTokens(*text, options_.tokens_file);
   if (!tokens.ok()) return tokens.status();

@@ -24,6 +24,9 @@ namespace pitstop::controller {
 // refined by later ones.
 struct Member {
   bool known = false;  // some report named this rank
+  // Host id (HostIds) whose report created this member: its members share
+  // (and that of its summaries in open joins) is charged.
+  uint32_t payer = 0;
   int32_t global_rank = -1;
   std::string host;
   uint32_t pid = 0;
@@ -136,8 +139,9 @@ struct CommState {
   // Members with `dead` set (AddLifecycle; a death is never undone), so a
   // cycle need not walk every member of every comm to find none.
   uint32_t dead_members = 0;
-  // Host whose report created this state (its per-host budget is charged).
-  std::string owner_host;
+  // Host whose report created this state (its communicators share is
+  // charged), as a HostIds id.
+  uint32_t owner = 0;
   // Engine clock of the last input naming this communicator (expiry).
   int64_t last_input_ns = 0;
   // Engine clock when this state was created (generations: a comm created

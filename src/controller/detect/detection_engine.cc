@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "pitstop/status_macros.h"
 #include "src/controller/detect/comm_slow_detector.h"
 #include "src/controller/detect/engine_impl.h"
 #include "src/controller/detect/hang_detector.h"
@@ -46,6 +47,19 @@ EngineImpl::EngineImpl(Clock* clock, Options options)
     : clock_(clock),
       options_(std::move(options)),
       default_policy_(ResolvePolicy(options_.default_policy)),
+      member_budget_("max_members",
+                     {options_.max_members, options_.max_members_per_host,
+                      options_.max_members_per_job},
+                     &host_ids_),
+      comm_budget_("max_comms",
+                   {options_.max_comms, options_.max_comms_per_host,
+                    options_.max_comms_per_job},
+                   &host_ids_),
+      join_budget_(
+          "max_join_entries",
+          {options_.max_join_entries, options_.max_join_entries_per_host,
+           options_.max_join_entries_per_job},
+          &host_ids_),
       tracker_(clock, options_.fault_id_prefix, options_.first_fault_number) {}
 
 absl::Status EngineImpl::AddNode(const v1::NodeRegistration& registration) {
@@ -76,16 +90,23 @@ void EngineImpl::AssignNic(Member* m) const {
   }
 }
 
-bool EngineImpl::ChargeMember() {
-  if (stats_.ranks >= options_.max_members) {
-    ++stats_.members_refused;
-    return false;
-  }
-  ++stats_.ranks;
-  return true;
+void EngineImpl::CountRefusals() {
+  const auto& m = member_budget_.refusals();
+  const auto& c = comm_budget_.refusals();
+  const auto& j = join_budget_.refusals();
+  stats_.members_refused = member_budget_.refused();
+  stats_.members_refused_host = m.host;
+  stats_.members_refused_job = m.job;
+  stats_.comms_refused = comm_budget_.refused();
+  stats_.comms_refused_host = c.host;
+  stats_.comms_refused_job = c.job;
+  stats_.summaries_refused = join_budget_.refused();
+  stats_.summaries_refused_host = j.host;
+  stats_.summaries_refused_job = j.job;
 }
 
 CommState* EngineImpl::GetOrCreateComm(uint64_t hash, absl::string_view host,
+                                       absl::string_view job,
                                        absl::Status* status) {
   const int64_t now = clock_->MonotonicNanos();
   auto it = comms_.find(hash);
@@ -96,18 +117,17 @@ CommState* EngineImpl::GetOrCreateComm(uint64_t hash, absl::string_view host,
       ++stats_.records_for_retired_comms;
       return nullptr;
     }
-    uint32_t& owned = comms_per_host_[std::string(host)];
-    if (owned >= options_.max_comms_per_host) {
-      ++stats_.comms_refused;
-      *status = absl::ResourceExhaustedError(absl::StrCat(
-          "comm_hash: host ", host.substr(0, 64), " already has ", owned,
-          " communicators (budget max_comms_per_host); record refused"));
+    const uint32_t owner = host_ids_.Id(host);
+    if (absl::Status s = comm_budget_.Charge(owner, job, 1); !s.ok()) {
+      CountRefusals();
+      *status = absl::ResourceExhaustedError(
+          absl::StrCat("comm_hash: communicators: ", s.message()));
       return nullptr;
     }
-    ++owned;
     it = comms_.try_emplace(hash).first;
     it->second.comm_hash = hash;
-    it->second.owner_host = std::string(host);
+    it->second.owner = owner;
+    it->second.job_id = std::string(job);
     it->second.created_ns = now;
     if (auto a = adopted_hangs_.find(hash); a != adopted_hangs_.end()) {
       const int64_t now_unix = absl::ToUnixNanos(clock_->Now());
@@ -138,27 +158,80 @@ void EngineImpl::ExpireComms(int64_t now_ns) {
 }
 
 void EngineImpl::EraseComm(std::map<uint64_t, CommState>::iterator it) {
-  stats_.ranks -= std::min<uint32_t>(stats_.ranks, it->second.members.size());
-  for (const auto& [key, join] : it->second.pending) {
-    stats_.join_entries -=
-        std::min<uint64_t>(stats_.join_entries, join.duration_ns.size());
+  const CommState& c = it->second;
+  for (const auto& [key, join] : c.pending) ReleaseJoinEntries(c, join);
+  for (const auto& [rank, m] : c.members) {
+    member_budget_.Release(m.payer, c.job_id, 1);
   }
-  auto owner = comms_per_host_.find(it->second.owner_host);
-  if (owner != comms_per_host_.end() && --owner->second == 0) {
-    comms_per_host_.erase(owner);
-  }
+  stats_.ranks = static_cast<uint32_t>(member_budget_.used());
+  comm_budget_.Release(c.owner, c.job_id, 1);
   comms_.erase(it);
+}
+
+void EngineImpl::ReleaseJoinEntries(const CommState& c, const Join& join) {
+  for (const auto& [rank, d] : join.duration_ns) {
+    const Member* m = c.FindMember(rank);
+    join_budget_.Release(m != nullptr ? m->payer : 0, c.job_id, 1);
+  }
+  stats_.join_entries = join_budget_.used();
+}
+
+absl::Status EngineImpl::SetCommJob(CommState* c, const std::string& job) {
+  if (job.empty() || job == c->job_id) return absl::OkStatus();
+  if (!c->job_id.empty()) {
+    ++stats_.claims_refused;
+    return absl::PermissionDeniedError(absl::StrCat(
+        "job_id: communicator ", absl::Hex(c->comm_hash), " belongs to job '",
+        c->job_id.substr(0, 64), "', not '", job.substr(0, 64), "'"));
+  }
+  uint64_t entries = 0;
+  for (const auto& [key, join] : c->pending) {
+    entries += join.duration_ns.size();
+  }
+  comm_budget_.MoveJob(c->job_id, job, 1);
+  member_budget_.MoveJob(c->job_id, job, c->members.size());
+  join_budget_.MoveJob(c->job_id, job, entries);
+  c->job_id = job;
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::ForeignHolder(const CommState& c, int32_t rank,
+                                       const Member& m,
+                                       absl::string_view host) {
+  // A member moves to another host only once its process ended there or
+  // that host's agent is gone (a rank restarted elsewhere).
+  if (!m.known || m.host.empty() || m.host == host || m.dead || m.exited ||
+      lost_hosts_.count(m.host) > 0) {
+    return absl::OkStatus();
+  }
+  ++stats_.claims_refused;
+  return absl::PermissionDeniedError(absl::StrCat(
+      "rank: member ", rank, " of communicator ", absl::Hex(c.comm_hash),
+      " is held by a live process on host ", m.host.substr(0, 64), "; host ",
+      host.substr(0, 64), " may report only for its own ranks"));
 }
 
 absl::Status EngineImpl::NoteMember(CommState* c, int32_t rank,
                                     int32_t global_rank, absl::string_view host,
                                     uint32_t pid, int32_t cuda_device) {
-  if (!c->members.contains(rank) && !ChargeMember()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("rank: the controller holds ", options_.max_members,
-                     " members (budget max_members); record refused"));
+  // (A btree's iterators, end() too, do not survive an insertion: `fresh`
+  // is decided before MemberAt.)
+  auto existing = c->members.find(rank);
+  const bool fresh = existing == c->members.end();
+  if (!fresh && !host.empty()) {
+    RETURN_IF_ERROR(ForeignHolder(*c, rank, existing->second, host));
+  }
+  const uint32_t payer = host_ids_.Id(host);
+  if (fresh) {
+    if (absl::Status s = member_budget_.Charge(payer, c->job_id, 1); !s.ok()) {
+      CountRefusals();
+      return absl::ResourceExhaustedError(
+          absl::StrCat("rank: members: ", s.message()));
+    }
+    stats_.ranks = static_cast<uint32_t>(member_budget_.used());
   }
   Member& m = c->MemberAt(rank);
+  if (fresh) m.payer = payer;
   const bool changed = !m.known || (!host.empty() && m.host != host) ||
                        (cuda_device >= 0 && m.cuda_device != cuda_device);
   const std::string& now_on = host.empty() ? m.host : std::string(host);
@@ -196,12 +269,32 @@ absl::Status EngineImpl::AddCommunicator(absl::string_view host,
         absl::StrCat("communicator.rank: ", info.rank(), " not in [0, n_ranks ",
                      info.n_ranks(), ")"));
   }
+  if (info.n_ranks() > 0 && info.global_ranks_size() > info.n_ranks()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("communicator.global_ranks: ", info.global_ranks_size(),
+                     " entries for n_ranks ", info.n_ranks()));
+  }
+  // The reporting agent's identity decides where a member lives: a record
+  // naming another host is a claim for ranks this agent does not hold.
+  if (!info.host().empty() && info.host() != host) {
+    ++stats_.claims_refused;
+    return absl::PermissionDeniedError(absl::StrCat(
+        "communicator.host: ", info.host().substr(0, 64),
+        " is not the "
+        "reporting host ",
+        host.substr(0, 64), "; an agent reports for its own host only"));
+  }
   absl::Status status;
-  CommState* cp = GetOrCreateComm(info.comm_hash(), host, &status);
+  CommState* cp =
+      GetOrCreateComm(info.comm_hash(), host, info.job_id(), &status);
   if (cp == nullptr) return status;
   CommState& c = *cp;
+  RETURN_IF_ERROR(SetCommJob(&c, info.job_id()));
+  // A claim of another host's live member changes nothing of the comm.
+  if (auto it = c.members.find(info.rank()); it != c.members.end()) {
+    RETURN_IF_ERROR(ForeignHolder(c, info.rank(), it->second, host));
+  }
   if (!info.comm_name().empty()) c.comm_name = info.comm_name();
-  if (!info.job_id().empty()) c.job_id = info.job_id();
   if (info.parent_comm_hash() != 0)
     c.parent_comm_hash = info.parent_comm_hash();
   if (info.n_ranks() > 0) {
@@ -209,25 +302,41 @@ absl::Status EngineImpl::AddCommunicator(absl::string_view host,
     c.n_ranks = info.n_ranks();
     c.n_ranks_known = true;
   }
-  const std::string reporter(info.host().empty() ? host : info.host());
   const int32_t global = info.rank() < info.global_ranks_size()
                              ? info.global_ranks(info.rank())
                              : -1;
-  if (absl::Status s = NoteMember(&c, info.rank(), global, reporter, info.pid(),
-                                  info.cuda_device());
-      !s.ok()) {
-    return s;
+  RETURN_IF_ERROR(NoteMember(&c, info.rank(), global, host, info.pid(),
+                             info.cuda_device()));
+  if (info.pid() != 0) config_.Created(std::string(host), info.pid());
+  return NoteGlobalRanks(&c, info, host);
+}
+
+absl::Status EngineImpl::NoteGlobalRanks(CommState* c,
+                                         const v1::CommunicatorInfo& info,
+                                         absl::string_view host) {
+  // Every entry names a member (memory follows the entries received), all
+  // charged to the host that sent the list: a list longer than its share
+  // is refused whole, never left half-stored.
+  const int n = std::min(info.global_ranks_size(), c->ExpectedRanks());
+  uint64_t fresh = 0;
+  for (int r = 0; r < n; ++r) {
+    if (info.global_ranks(r) >= 0 && !c->members.contains(r)) ++fresh;
   }
-  if (info.pid() != 0) config_.Created(reporter, info.pid());
-  // Every entry names a member (memory follows the entries received).
-  for (int r = 0; r < info.global_ranks_size() && r < c.ExpectedRanks(); ++r) {
-    if (info.global_ranks(r) < 0) continue;
-    auto it = c.members.find(r);
-    if (it == c.members.end()) {
-      if (!ChargeMember()) break;
-      it = c.members.try_emplace(r).first;
+  const uint32_t payer = host_ids_.Id(host);
+  if (fresh > 0) {
+    if (absl::Status s = member_budget_.Charge(payer, c->job_id, fresh);
+        !s.ok()) {
+      CountRefusals();
+      return absl::ResourceExhaustedError(
+          absl::StrCat("communicator.global_ranks: members: ", s.message()));
     }
-    if (it->second.global_rank != info.global_ranks(r)) ++c.generation;
+    stats_.ranks = static_cast<uint32_t>(member_budget_.used());
+  }
+  for (int r = 0; r < n; ++r) {
+    if (info.global_ranks(r) < 0) continue;
+    auto [it, added] = c->members.try_emplace(r);
+    if (added) it->second.payer = payer;
+    if (it->second.global_rank != info.global_ranks(r)) ++c->generation;
     it->second.global_rank = info.global_ranks(r);
   }
   return absl::OkStatus();
@@ -246,7 +355,7 @@ absl::Status EngineImpl::AddSummary(absl::string_view host,
         absl::StrCat("summary.func: unknown value ", s.func()));
   }
   absl::Status status;
-  CommState* cp = GetOrCreateComm(s.comm_hash(), host, &status);
+  CommState* cp = GetOrCreateComm(s.comm_hash(), host, "", &status);
   if (cp == nullptr) return status;
   CommState& c = *cp;
   if (c.n_ranks_known && s.rank() >= c.n_ranks) {
@@ -269,12 +378,17 @@ absl::Status EngineImpl::AddSummary(absl::string_view host,
       return absl::OkStatus();
     }
   }
-  if (stats_.join_entries >= options_.max_join_entries) {
-    ++stats_.summaries_refused;
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "summary: ", stats_.join_entries,
-        " summaries held in open joins (budget max_join_entries); refused"));
+  if (it != c.pending.end() && it->second.duration_ns.contains(s.rank())) {
+    return absl::OkStatus();  // duplicate
   }
+  const Member* member = c.FindMember(s.rank());
+  if (absl::Status st = join_budget_.Charge(member->payer, c.job_id, 1);
+      !st.ok()) {
+    CountRefusals();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("summary: summaries held in open joins: ", st.message()));
+  }
+  stats_.join_entries = join_budget_.used();
   if (it == c.pending.end()) {
     it = c.pending.emplace(key, Join{}).first;
     it->second.first_seen_ns = clock_->MonotonicNanos();
@@ -283,12 +397,8 @@ absl::Status EngineImpl::AddSummary(absl::string_view host,
   Join& j = it->second;
   const uint64_t d =
       s.kernel_duration_ns() ? s.kernel_duration_ns() : s.proxy_duration_ns();
-  if (!j.duration_ns.try_emplace(s.rank(), d ? static_cast<int64_t>(d) : -1)
-           .second) {
-    return absl::OkStatus();  // duplicate
-  }
+  j.duration_ns.try_emplace(s.rank(), d ? static_cast<int64_t>(d) : -1);
   ++j.n_reported;
-  ++stats_.join_entries;
   j.bytes = std::max<uint64_t>(j.bytes, s.bytes());
   for (int i = 0; i < s.connections_size() && i < kMaxConnectionsPerRecord;
        ++i) {
@@ -313,8 +423,7 @@ absl::Status EngineImpl::AddSummary(absl::string_view host,
 void EngineImpl::Fold(CommState* c, std::pair<int32_t, uint64_t> key) {
   auto it = c->pending.find(key);
   FoldJoin(c, key.first, it->second);
-  stats_.join_entries -=
-      std::min<uint64_t>(stats_.join_entries, it->second.duration_ns.size());
+  ReleaseJoinEntries(*c, it->second);
   c->pending.erase(it);
   ++c->collectives_joined;
   ++stats_.collectives_joined;
@@ -332,8 +441,7 @@ void EngineImpl::EvictJoins(CommState* c, int64_t now_ns) {
       const bool old = now_ns - it->second.first_seen_ns > horizon;
       const bool over = c->pending.size() > options_.max_pending_joins_per_comm;
       if (!old && !over) break;
-      stats_.join_entries -= std::min<uint64_t>(stats_.join_entries,
-                                                it->second.duration_ns.size());
+      ReleaseJoinEntries(*c, it->second);
       c->pending.erase(it);
       ++stats_.incomplete_dropped;
       int64_t& wm =
@@ -357,7 +465,7 @@ absl::Status EngineImpl::AddProgress(absl::string_view host,
         absl::StrCat("progress.func: unknown value ", p.func()));
   }
   absl::Status status;
-  CommState* cp = GetOrCreateComm(p.comm_hash(), host, &status);
+  CommState* cp = GetOrCreateComm(p.comm_hash(), host, "", &status);
   if (cp == nullptr) return status;
   CommState& c = *cp;
   if (c.n_ranks_known && p.rank() >= c.n_ranks) {
@@ -417,8 +525,8 @@ absl::Status EngineImpl::AddLifecycle(absl::string_view host,
     if (copy.pid() == 0) copy.set_pid(l.pid());
     if (copy.job_id().empty()) copy.set_job_id(l.job_id());
     if (absl::Status s = AddCommunicator(host, copy); !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("lifecycle.communicators: ", s.message()));
+      return absl::Status(
+          s.code(), absl::StrCat("lifecycle.communicators: ", s.message()));
     }
   }
   if (l.kind() == v1::RankLifecycle::KIND_COMM_INIT_FAILED) {
@@ -430,6 +538,7 @@ absl::Status EngineImpl::AddLifecycle(absl::string_view host,
     return absl::OkStatus();
   }
   const bool died = l.kind() == v1::RankLifecycle::KIND_DIED;
+  if (died) RETURN_IF_ERROR(ForeignDeath(host, l));
   const int64_t now = clock_->MonotonicNanos();
   for (auto& [hash, c] : comms_) {
     for (auto& [rank, m] : c.members) {
@@ -443,6 +552,28 @@ absl::Status EngineImpl::AddLifecycle(absl::string_view host,
     }
   }
   if (died) RaiseProcessDied(host, l);
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::ForeignDeath(absl::string_view host,
+                                      const v1::RankLifecycle& l) {
+  if (l.global_rank() < 0 || l.job_id().empty()) return absl::OkStatus();
+  for (const auto& [hash, c] : comms_) {
+    if (c.job_id != l.job_id()) continue;
+    for (const auto& [rank, m] : c.members) {
+      if (m.global_rank != l.global_rank() || !m.known || m.host.empty() ||
+          m.host == host || m.dead || m.exited ||
+          lost_hosts_.count(m.host) > 0) {
+        continue;
+      }
+      ++stats_.deaths_refused;
+      return absl::PermissionDeniedError(
+          absl::StrCat("lifecycle.global_rank: ", l.global_rank(), " of job '",
+                       l.job_id().substr(0, 64), "' is a live process on host ",
+                       m.host.substr(0, 64), "; host ", host.substr(0, 64),
+                       " may report deaths of its own processes only"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -472,6 +603,32 @@ void EngineImpl::NodeBack(absl::string_view host) { SetNodeLost(host, false); }
 
 void EngineImpl::ForgetNode(absl::string_view host) {
   nodes_.erase(std::string(host));
+  // Its share is given back at the next cycle's start (only a cycle's start
+  // erases from comms_): ForgetHosts.
+  forgotten_hosts_.insert(host_ids_.Id(host));
+}
+
+void EngineImpl::ForgetHosts() {
+  // The communicators only a forgotten host reported go (they would expire
+  // anyway, comm_expiry after its last report); those other hosts report
+  // keep their members until they expire.
+  if (forgotten_hosts_.empty()) return;
+  for (auto it = comms_.begin(); it != comms_.end();) {
+    const CommState& c = it->second;
+    bool only_owner = forgotten_hosts_.contains(c.owner);
+    const std::string& owner = host_ids_.Name(c.owner);
+    for (const auto& [rank, m] : c.members) {
+      if (!only_owner) break;
+      only_owner = m.host.empty() || m.host == owner;
+    }
+    auto next = std::next(it);
+    if (only_owner && nodes_.count(owner) == 0) {
+      ++stats_.comms_expired;
+      EraseComm(it);
+    }
+    it = next;
+  }
+  forgotten_hosts_.clear();
 }
 
 void EngineImpl::SetNodeLost(absl::string_view host, bool lost) {

@@ -123,16 +123,32 @@ struct EngineStats {
   uint32_t communicators = 0;
   uint32_t ranks = 0;  // distinct (comm, rank) members known
   uint64_t cycles = 0;
-  uint64_t members_refused = 0;  // records refused by max_members
-  uint64_t comms_refused = 0;    // records refused by max_comms_per_host
-  uint64_t comms_expired = 0;    // forgotten after comm_expiry without input
+  // Records refused by a budget's share (Options: max_members*,
+  // max_comms*, max_join_entries*), all shares together, and of them those
+  // refused by a host's or a job's share (the rest: the cluster ceiling).
+  uint64_t members_refused = 0;
+  uint64_t members_refused_host = 0;
+  uint64_t members_refused_job = 0;
+  uint64_t comms_refused = 0;
+  uint64_t comms_refused_host = 0;
+  uint64_t comms_refused_job = 0;
+  uint64_t comms_expired = 0;  // forgotten after comm_expiry without input
   // Forgotten as an earlier generation of a job, or replaced by a committed
   // migration (generations.cc).
   uint64_t comms_retired = 0;
   // Records for a communicator RetireComms retired, ignored.
   uint64_t records_for_retired_comms = 0;
-  uint64_t summaries_refused = 0;  // beyond max_join_entries
-  uint64_t join_entries = 0;       // summaries held in open joins now
+  uint64_t summaries_refused = 0;  // beyond a max_join_entries share
+  uint64_t summaries_refused_host = 0;
+  uint64_t summaries_refused_job = 0;
+  // Records a host sent for another host (docs/reliability.md, "Trust
+  // model"): naming another host, a member another live host holds, or
+  // another job for a communicator whose job is known; refused.
+  uint64_t claims_refused = 0;
+  // Deaths refused: the dead process's global rank is held by a live member
+  // of its job on another host.
+  uint64_t deaths_refused = 0;
+  uint64_t join_entries = 0;  // summaries held in open joins now
   // Hang verdicts of a cycle dropped because the communicator's members
   // changed between BeginCycle and FinishCycle; judged again on the live
   // state (FinishCycle).
@@ -180,15 +196,23 @@ class DetectionEngine {
     absl::Duration join_horizon = absl::Seconds(30);
     // How long deep profiling is requested for.
     absl::Duration deep_profiling_duration = absl::Seconds(30);
-    // Budgets (docs/reliability.md): distinct (communicator, rank) members
-    // over all communicators, and communicators created by one host's
-    // reports. Beyond them a record is refused (ResourceExhausted naming
-    // the budget) and counted in EngineStats.
+    // Budgets with owners (docs/reliability.md, "Trust model"): each is
+    // shared per host and per job under a cluster ceiling
+    // (tenant_budget.h). A member (communicator, rank) is charged to the
+    // host whose report created it, a communicator to the host that
+    // created it, a summary held in an open join to its member's host; all
+    // to the communicator's job. A record that would take its host, its job
+    // or the cluster past its share is refused (ResourceExhausted naming
+    // the share) and counted in EngineStats; the others keep theirs.
     uint64_t max_members = uint64_t{1} << 21;
+    uint64_t max_members_per_host = uint64_t{1} << 18;
+    uint64_t max_members_per_job = uint64_t{1} << 20;
+    uint32_t max_comms = 1 << 18;
     uint32_t max_comms_per_host = 16384;
-    // Summaries held in open joins over all communicators; beyond it a
-    // summary that would open or grow a join is refused.
+    uint32_t max_comms_per_job = 65536;
     uint64_t max_join_entries = uint64_t{1} << 22;
+    uint64_t max_join_entries_per_host = uint64_t{1} << 20;
+    uint64_t max_join_entries_per_job = uint64_t{1} << 21;
     // A communicator no input named for this long is forgotten (ended jobs
     // must not hold budget forever). Zero keeps them.
     absl::Duration comm_expiry = absl::Hours(1);
@@ -212,8 +236,12 @@ class DetectionEngine {
   // InvalidArgument (naming the field) when host is empty.
   virtual absl::Status AddNode(const v1::NodeRegistration& registration) = 0;
   // Membership. InvalidArgument for comm_hash 0, rank outside [0, kMaxRanks),
-  // n_ranks outside [0, kMaxRanks], rank >= n_ranks; ResourceExhausted
-  // beyond the budgets of Options (nothing stored).
+  // n_ranks outside [0, kMaxRanks], rank >= n_ranks, more global_ranks than
+  // n_ranks; ResourceExhausted beyond the budgets of Options (nothing
+  // stored); PermissionDenied (counted in claims_refused) when `info.host`
+  // names another host than `host`, the rank is held by a live member on
+  // another host, or info.job_id is not the communicator's known job.
+  // Members are stored with `host`, the reporting agent's identity.
   virtual absl::Status AddCommunicator(absl::string_view host,
                                        const v1::CommunicatorInfo& info) = 0;
   // One rank's part of one collective; joined across members by (comm_hash,
@@ -231,7 +259,9 @@ class DetectionEngine {
   // STREAM_OPENED / CLEAN_EXIT / DIED of one process, matched to members by
   // (host, pid); its `communicators` are added as membership. DIED raises a
   // PROCESS_DIED fault at once; CLEAN_EXIT removes the process from hang
-  // detection. InvalidArgument for an empty host.
+  // detection. InvalidArgument for an empty host; PermissionDenied
+  // (deaths_refused) for a DIED whose global rank a live member of its job
+  // on another host holds.
   virtual absl::Status AddLifecycle(absl::string_view host,
                                     const v1::RankLifecycle& lifecycle) = 0;
 
@@ -242,7 +272,9 @@ class DetectionEngine {
   virtual void NodeLost(absl::string_view host) = 0;
   virtual void NodeBack(absl::string_view host) = 0;
   // The node is gone for good (expired by the controller): its
-  // registration is dropped. Its communicators expire on their own.
+  // registration is dropped, and at the next cycle's start the
+  // communicators only it reported are forgotten (its budget shares given
+  // back); the others expire on their own.
   virtual void ForgetNode(absl::string_view host) = 0;
 
   // --- policy -----------------------------------------------------------

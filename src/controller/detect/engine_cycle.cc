@@ -167,13 +167,13 @@ std::unique_ptr<CycleWork> EngineImpl::BeginCycle(
   work->hook = options_.detect_hook;
   int64_t now = clock_->MonotonicNanos();
   ExpireComms(now);
+  ForgetHosts();
   RetireOldGenerations();
   RetireReplacedComms();
   config_.Raise(&tracker_);
-  // Only ExpireComms, RetireOldGenerations and RetireReplacedComms erase
-  // from comms_ (above);
-  // inputs fed by between_comms may insert, which keeps the std::map's
-  // iterators valid.
+  // Only ExpireComms, ForgetHosts, RetireOldGenerations and
+  // RetireReplacedComms erase from comms_ (above); inputs fed by
+  // between_comms may insert, which keeps the std::map's iterators valid.
   for (auto it = comms_.begin(); it != comms_.end(); ++it) {
     if (between_comms) {
       between_comms();

@@ -16,6 +16,7 @@
 #include "src/controller/detect/detection_engine.h"
 #include "src/controller/detect/fault_tracker.h"
 #include "src/controller/detect/straggler_detector.h"
+#include "src/controller/detect/tenant_budget.h"
 
 namespace pitstop::controller {
 
@@ -56,19 +57,36 @@ class EngineImpl final : public DetectionEngine {
 
  private:
   // Updates member `rank` of `c` from a report by `host`. ResourceExhausted
-  // (nothing stored) when a new member would pass max_members.
+  // (nothing stored) when a new member would pass a members share;
+  // PermissionDenied when a live member on another host holds the rank
+  // (ForeignHolder).
   absl::Status NoteMember(CommState* c, int32_t rank, int32_t global_rank,
                           absl::string_view host, uint32_t pid,
                           int32_t cuda_device);
-  // Counts one more member against max_members; false (and counted as
-  // refused) when the budget is used up.
-  bool ChargeMember();
-  // The communicator `hash`, created (charged to `host`) if new; nullptr
-  // with *status set when `host` used up max_comms_per_host.
+  // PermissionDenied (counted) when `m` is held by a live process on
+  // another host than `host`: an agent reports for its own host only.
+  absl::Status ForeignHolder(const CommState& c, int32_t rank, const Member& m,
+                             absl::string_view host);
+  // The communicator `hash`, created (charged to `host` and `job`) if new;
+  // nullptr with *status set when a communicators share is used up.
   CommState* GetOrCreateComm(uint64_t hash, absl::string_view host,
-                             absl::Status* status);
+                             absl::string_view job, absl::Status* status);
+  // `c` learns its job: its units move from the "" job to `job`.
+  // PermissionDenied (counted) when it has another job already.
+  absl::Status SetCommJob(CommState* c, const std::string& job);
+  // AddCommunicator's global_ranks: the members it names, charged to
+  // `host` all at once (a list its share cannot hold is refused whole).
+  absl::Status NoteGlobalRanks(CommState* c, const v1::CommunicatorInfo& info,
+                               absl::string_view host);
+  // Budget refusals into stats_ (after a Charge).
+  void CountRefusals();
+  // A summary of `rank` left an open join of `c`: its share is given back.
+  void ReleaseJoinEntries(const CommState& c, const Join& join);
   // Forgets communicators without input for options_.comm_expiry.
   void ExpireComms(int64_t now_ns);
+  // Forgets the communicators only a host ForgetNode named reported (a
+  // cycle's start): their shares are given back.
+  void ForgetHosts();
   // GPU i <-> NIC i when the node has as many NICs as GPUs, else the only
   // NIC, else unknown.
   void AssignNic(Member* m) const;
@@ -109,6 +127,10 @@ class EngineImpl final : public DetectionEngine {
                            const v1::JobPolicy& policy, int64_t now_ns,
                            std::string* root_key);
   void RequestProfiling(CommState* c, int64_t now_ns, CycleResult* result);
+  // PermissionDenied (deaths_refused) when the dead process's global rank
+  // is a live member of its job on another host.
+  absl::Status ForeignDeath(absl::string_view host,
+                            const v1::RankLifecycle& lifecycle);
   void RaiseProcessDied(absl::string_view host,
                         const v1::RankLifecycle& lifecycle);
   // generations.cc: a death of a job whose PROCESS_DIED fault (first death
@@ -135,7 +157,14 @@ class EngineImpl final : public DetectionEngine {
   std::map<uint64_t, CommState> comms_;
   absl::flat_hash_map<std::string, v1::NodeRegistration> nodes_;
   std::set<std::string> lost_hosts_;  // NodeLost without NodeBack
-  absl::flat_hash_map<std::string, uint32_t> comms_per_host_;
+  // Budgets with owners (tenant_budget.h): members, communicators and
+  // summaries in open joins, per host and per job.
+  HostIds host_ids_;
+  TenantBudget member_budget_;
+  TenantBudget comm_budget_;
+  TenantBudget join_budget_;
+  // Host ids ForgetNode named since the last cycle's start.
+  absl::flat_hash_set<uint32_t> forgotten_hosts_;
   // Hang faults open at the last stop: comm -> func -> (seq, hang start in
   // unix ns), handed to the comm's state when it appears.
   std::map<uint64_t, std::map<int32_t, std::pair<int64_t, int64_t>>>

@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "pitstop/bounded_file.h"
 #include "pitstop/grpc_util.h"
 
 namespace pitstop::controller::ha {
@@ -43,14 +42,9 @@ EtcdKv FromProto(const mvccpb::KeyValue& kv) {
 // cannot be read or holds no PEM block.
 absl::StatusOr<std::string> ReadPem(absl::string_view key,
                                     const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in.is_open()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(key, ": cannot read ", path));
-  }
-  std::stringstream buf;
-  buf << in.rdbuf();
-  std::string pem = buf.str();
+  absl::StatusOr<std::string> text = ReadRegularFile(path, key);
+  if (!text.ok()) return absl::InvalidArgumentError(text.status().message());
+  std::string pem = std::move(*text);
   if (pem.find("-----BEGIN ") == std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat(key, ": ", path, " is not PEM"));

@@ -1,7 +1,10 @@
 #include "src/controller/ha/ha_controller.h"
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "pitstop/address.h"
 #include "pitstop/logging.h"
 
 namespace pitstop::controller::ha {
@@ -15,6 +18,24 @@ absl::Status HaOptions::Validate(const std::string& listen) const {
   if (lease_ttl_s < 1 || lease_ttl_s > 60) {
     return absl::InvalidArgumentError(
         "ha.lease_ttl_s (--ha-lease-ttl-s): must be 1..60");
+  }
+  for (absl::string_view ep : absl::StrSplit(etcd_endpoints, ',')) {
+    if (absl::Status s =
+            ValidateAddress(absl::StripAsciiWhitespace(ep),
+                            "ha.etcd_endpoints (--ha-etcd-endpoints)")
+                .status();
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (!advertise.empty()) {
+    if (absl::Status s =
+            ValidateAddress(advertise, "ha.advertise (--ha-advertise)",
+                            {.allow_port_zero = true})
+                .status();
+        !s.ok()) {
+      return s;
+    }
   }
   const std::string& self = advertise.empty() ? listen : advertise;
   if (absl::StartsWith(self, "0.0.0.0:") || absl::StartsWith(self, "[::]:") ||

@@ -94,13 +94,36 @@ void IngestService::AfterCycle(const CycleResult& r) {
   if (options_.metrics) {
     options_.metrics->ObserveCycle(absl::ToDoubleSeconds(r.cycle_time));
     options_.metrics->AddCollectivesJoined(joined - last_joined_);
-    options_.metrics->Refused("members",
-                              stats.members_refused - members_refused_);
-    options_.metrics->Refused("communicators",
-                              stats.comms_refused - comms_refused_);
+  }
+  // refused_total{what}: the cluster ceilings under their old names, the
+  // shares of hosts and jobs beside them, and claims for other hosts.
+  const std::pair<const char*, uint64_t> refused[] = {
+      {"members", stats.members_refused - stats.members_refused_host -
+                      stats.members_refused_job},
+      {"members_per_host", stats.members_refused_host},
+      {"members_per_job", stats.members_refused_job},
+      {"communicators", stats.comms_refused - stats.comms_refused_host -
+                            stats.comms_refused_job},
+      {"communicators_per_host", stats.comms_refused_host},
+      {"communicators_per_job", stats.comms_refused_job},
+      {"summaries", stats.summaries_refused - stats.summaries_refused_host -
+                        stats.summaries_refused_job},
+      {"summaries_per_host", stats.summaries_refused_host},
+      {"summaries_per_job", stats.summaries_refused_job},
+      {"foreign_claims", stats.claims_refused},
+      {"foreign_deaths", stats.deaths_refused},
+  };
+  for (const auto& [what, total] : refused) {
+    uint64_t& last = refused_last_[what];
+    if (options_.metrics && total > last) {
+      options_.metrics->Refused(what, static_cast<double>(total - last));
+    }
+    last = total;
   }
   members_refused_ = stats.members_refused;
   comms_refused_ = stats.comms_refused;
+  claims_refused_ = stats.claims_refused;
+  deaths_refused_ = stats.deaths_refused;
   last_joined_ = joined;
 }
 
@@ -112,6 +135,9 @@ void IngestService::Reset(std::unique_ptr<DetectionEngine> engine) {
   last_joined_ = 0;
   members_refused_ = 0;
   comms_refused_ = 0;
+  claims_refused_ = 0;
+  deaths_refused_ = 0;
+  refused_last_.clear();
 }
 
 void IngestService::CloseSessions() {
@@ -191,6 +217,8 @@ IngestService::Stats IngestService::stats() {
   s.batches_queued = batches_queued_;
   s.members_refused = members_refused_;
   s.comms_refused = comms_refused_;
+  s.claims_refused = claims_refused_;
+  s.deaths_refused = deaths_refused_;
   const EngineStats st = engine_->stats();
   s.communicators = st.communicators;
   s.collectives_joined = st.collectives_joined;

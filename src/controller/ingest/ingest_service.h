@@ -84,9 +84,13 @@ class IngestService {
   };
   // What ingest and detection counted.
   struct Stats {
-    uint64_t batches_queued = 0;   // agent batches that did not wait
-    uint64_t members_refused = 0;  // engine budget max_members
-    uint64_t comms_refused = 0;    // engine budget max_comms_per_host
+    uint64_t batches_queued = 0;  // agent batches that did not wait
+    // Engine budgets (every share: cluster, host, job).
+    uint64_t members_refused = 0;
+    uint64_t comms_refused = 0;
+    // Records for another host's members, deaths of another host's ranks.
+    uint64_t claims_refused = 0;
+    uint64_t deaths_refused = 0;
     uint32_t communicators = 0;
     uint64_t collectives_joined = 0;
     double last_cycle_ms = 0;
@@ -223,6 +227,10 @@ class IngestService {
   uint64_t batches_queued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t members_refused_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t comms_refused_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t claims_refused_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t deaths_refused_ ABSL_GUARDED_BY(mu_) = 0;
+  // Engine refusals already added to refused_total{what}, by what.
+  std::map<std::string, uint64_t> refused_last_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pitstop::controller

@@ -9,7 +9,9 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::string_view bytes(reinterpret_cast<const char*>(data), size);
-  auto plain = pitstop::importers::MaybeGunzip(bytes, "fuzz", 64 << 20);
+  auto plain = pitstop::importers::MaybeGunzip(
+      bytes, "fuzz",
+      pitstop::importers::DecompressLimits{.max_bytes = 64 << 20});
   if (!plain.ok()) return 0;
   auto dump = pitstop::importers::ParseFlightRecorderDump(*plain, "_dump_0");
   if (!dump.ok()) return 0;

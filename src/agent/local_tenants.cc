@@ -1,0 +1,302 @@
+#include "src/agent/local_tenants.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace pitstop::agent {
+namespace {
+
+// /proc files are small; a larger one is cut (environ: the job variables
+// of a launcher come early, and a process cannot make the agent read more).
+constexpr size_t kMaxProcFileBytes = 256 << 10;
+
+std::string ReadProcFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string out;
+  std::array<char, 16384> buf;
+  while (out.size() < kMaxProcFileBytes) {
+    const ssize_t n = read(fd, buf.data(), buf.size());
+    if (n <= 0) break;
+    out.append(buf.data(), static_cast<size_t>(n));
+  }
+  close(fd);
+  if (out.size() > kMaxProcFileBytes) out.resize(kMaxProcFileBytes);
+  return out;
+}
+
+// "job_4711" of a Slurm cgroup path (".../job_4711/step_0/..."), or "".
+std::string SlurmJobOf(absl::string_view cgroup_file) {
+  for (absl::string_view line : absl::StrSplit(cgroup_file, '\n')) {
+    for (absl::string_view part : absl::StrSplit(line, '/')) {
+      absl::string_view digits = part;
+      uint64_t id = 0;
+      if (absl::ConsumePrefix(&digits, "job_") &&
+          absl::SimpleAtoi(digits, &id)) {
+        return std::string(part);
+      }
+    }
+  }
+  return "";
+}
+
+// The jobs the library may name from this environment (plugin/config.cc
+// takes the first of these that is set and not empty; any of them is
+// accepted, so a launcher that sets one more after another is not refused).
+std::vector<std::string> JobsOfEnvironment(absl::string_view environ) {
+  const absl::string_view names[] = {
+      "PITSTOP_JOB_ID=", "SLURM_JOB_ID=", "TORCHELASTIC_RUN_ID="};
+  std::vector<std::string> jobs;
+  for (absl::string_view var : absl::StrSplit(environ, '\0')) {
+    for (absl::string_view name : names) {
+      if (absl::StartsWith(var, name) && var.size() > name.size()) {
+        jobs.emplace_back(var.substr(name.size()));
+      }
+    }
+  }
+  return jobs;
+}
+
+std::string Quoted(absl::string_view s) {
+  return absl::StrCat("'", s.substr(0, 64), "'");
+}
+
+}  // namespace
+
+ProcessIdentity IdentifyProcess(const PeerCred& cred,
+                                const std::string& proc_root) {
+  ProcessIdentity id;
+  if (cred.pid <= 0) return id;
+  id.known = true;
+  id.pid = cred.pid;
+  id.uid = cred.uid;
+  const std::string dir = absl::StrCat(proc_root, "/", cred.pid, "/");
+  id.cgroup_job = SlurmJobOf(ReadProcFile(dir + "cgroup"));
+  id.env_jobs = JobsOfEnvironment(ReadProcFile(dir + "environ"));
+  return id;
+}
+
+absl::Status LocalTenants::CheckJob(const ProcessIdentity& who,
+                                    const std::string& job) {
+  if (!who.env_jobs.empty() &&
+      std::find(who.env_jobs.begin(), who.env_jobs.end(), job) ==
+          who.env_jobs.end()) {
+    std::string named;
+    for (const std::string& j : who.env_jobs) {
+      absl::StrAppend(&named, named.empty() ? "" : ", ", Quoted(j));
+    }
+    return absl::PermissionDeniedError(absl::StrCat(
+        "hello.job_id ", Quoted(job),
+        " is not a job the process's environment names (", named, ")"));
+  }
+  // No job named: nothing to protect but the ranks (checked apart).
+  if (job.empty()) return absl::OkStatus();
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) {
+    if (jobs_.size() >= kMaxLocalJobs && !MakeRoomForJob()) {
+      ++stats_.tables_full;
+      return absl::PermissionDeniedError(
+          absl::StrCat("hello.job_id: ", kMaxLocalJobs,
+                       " jobs have processes on this node; refused"));
+    }
+    // The first process of a job fixes its identity on this node.
+    Job& j = jobs_[job];
+    j.uid = who.uid;
+    j.cgroup_job = who.cgroup_job;
+    j.last_used = ++tick_;
+    return absl::OkStatus();
+  }
+  Job& j = it->second;
+  if (who.uid != j.uid || who.cgroup_job != j.cgroup_job) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "hello.job_id ", Quoted(job), " belongs to uid ", j.uid,
+        j.cgroup_job.empty() ? "" : absl::StrCat(" in Slurm ", j.cgroup_job),
+        "; the process is uid ", who.uid,
+        who.cgroup_job.empty() ? ""
+                               : absl::StrCat(" in Slurm ", who.cgroup_job)));
+  }
+  j.last_used = ++tick_;
+  return absl::OkStatus();
+}
+
+bool LocalTenants::MakeRoomForJob() {
+  auto oldest = jobs_.end();
+  for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
+    if (it->second.processes > 0) continue;
+    if (oldest == jobs_.end() ||
+        it->second.last_used < oldest->second.last_used) {
+      oldest = it;
+    }
+  }
+  if (oldest == jobs_.end()) return false;
+  jobs_.erase(oldest);
+  return true;
+}
+
+absl::Status LocalTenants::Hello(uint64_t stream, const ProcessIdentity& who,
+                                 uint32_t hello_pid, const std::string& job,
+                                 int32_t global_rank) {
+  ProcessIdentity as = who;
+  if (!as.known) as.pid = static_cast<pid_t>(hello_pid);
+  const uint64_t holder = static_cast<uint64_t>(as.pid);
+  MutexLock lock(&mu_);
+  absl::Status st = CheckJob(as, job);
+  if (!st.ok()) {
+    ++stats_.jobs_refused;
+    return st;
+  }
+  auto hit = holders_.find(holder);
+  if (hit != holders_.end() && hit->second.job != job) {
+    ++stats_.jobs_refused;
+    return absl::PermissionDeniedError(
+        absl::StrCat("hello.job_id ", Quoted(job), ": process ", holder,
+                     " already reports for job ", Quoted(hit->second.job)));
+  }
+  if (global_rank >= 0) {
+    auto g = global_holders_.find(std::pair(job, global_rank));
+    if (g != global_holders_.end() && g->second != holder) {
+      ++stats_.ranks_refused;
+      return absl::PermissionDeniedError(absl::StrCat(
+          "hello.global_rank ", global_rank, " of job ", Quoted(job),
+          " is held by process ", g->second, " on this node"));
+    }
+    if (g == global_holders_.end() && held() >= kMaxHeldRanks) {
+      ++stats_.tables_full;
+      return absl::PermissionDeniedError(
+          absl::StrCat("hello.global_rank: ", kMaxHeldRanks,
+                       " ranks are held on this node; refused"));
+    }
+  }
+  Holder& h = holders_[holder];
+  if (h.streams++ == 0) {
+    h.job = job;
+    ++jobs_[job].processes;
+  }
+  if (global_rank >= 0) {
+    global_holders_[std::pair(job, global_rank)] = holder;
+    h.global_ranks.insert(global_rank);
+  }
+  Stream& s = streams_[stream];
+  s.holder = holder;
+  s.job = job;
+  return absl::OkStatus();
+}
+
+bool LocalTenants::ClaimRank(Stream* s, const RankKey& key) {
+  if (s->held.contains(key)) return true;
+  auto c = comm_jobs_.find(key.first);
+  if (c != comm_jobs_.end() && c->second.first != s->job) {
+    ++stats_.comms_refused;
+    return false;
+  }
+  auto r = rank_holders_.find(key);
+  if (r != rank_holders_.end()) {
+    if (r->second != s->holder) {
+      ++stats_.ranks_refused;
+      return false;
+    }
+  } else {
+    if (held() >= kMaxHeldRanks) {
+      ++stats_.tables_full;
+      return false;
+    }
+    rank_holders_[key] = s->holder;
+    holders_[s->holder].ranks.insert(key);
+    auto& [job, n] = comm_jobs_[key.first];
+    job = s->job;
+    ++n;
+  }
+  s->held.insert(key);
+  return true;
+}
+
+bool LocalTenants::NeedsFilter(uint64_t stream,
+                               const v1::StreamTelemetryRequest& req) {
+  MutexLock lock(&mu_);
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return false;
+  const Stream& s = it->second;
+  for (const v1::CommunicatorEvent& ev : req.communicators()) {
+    if (!ev.info().job_id().empty() && ev.info().job_id() != s.job) {
+      return true;
+    }
+    if (!s.held.contains(RankKey(ev.info().comm_hash(), ev.info().rank()))) {
+      return true;
+    }
+  }
+  for (const v1::OpRecord& op : req.ops()) {
+    if (!s.held.contains(RankKey(op.comm_hash(), op.rank()))) return true;
+  }
+  return false;
+}
+
+bool LocalTenants::Filter(uint64_t stream, v1::StreamTelemetryRequest* req) {
+  MutexLock lock(&mu_);
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return false;
+  Stream& s = it->second;
+  bool changed = false;
+  auto* comms = req->mutable_communicators();
+  const int n_comms = comms->size();
+  comms->erase(
+      std::remove_if(comms->begin(), comms->end(),
+                     [&](const v1::CommunicatorEvent& ev) {
+                       const v1::CommunicatorInfo& info = ev.info();
+                       if (!info.job_id().empty() && info.job_id() != s.job) {
+                         ++stats_.comms_refused;
+                         return true;
+                       }
+                       return !ClaimRank(
+                           &s, RankKey(info.comm_hash(), info.rank()));
+                     }),
+      comms->end());
+  changed |= comms->size() != n_comms;
+  auto* ops = req->mutable_ops();
+  const int n_ops = ops->size();
+  ops->erase(std::remove_if(ops->begin(), ops->end(),
+                            [&](const v1::OpRecord& op) {
+                              return !ClaimRank(
+                                  &s, RankKey(op.comm_hash(), op.rank()));
+                            }),
+             ops->end());
+  changed |= ops->size() != n_ops;
+  return changed;
+}
+
+void LocalTenants::Closed(uint64_t stream) {
+  MutexLock lock(&mu_);
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) return;
+  const uint64_t holder = it->second.holder;
+  streams_.erase(it);
+  auto h = holders_.find(holder);
+  if (h == holders_.end() || --h->second.streams > 0) return;
+  // The process's last stream: its ranks are free for whoever comes next
+  // (the same rank restarted).
+  for (int32_t g : h->second.global_ranks) {
+    global_holders_.erase(std::pair(h->second.job, g));
+  }
+  for (const RankKey& key : h->second.ranks) {
+    rank_holders_.erase(key);
+    auto c = comm_jobs_.find(key.first);
+    if (c != comm_jobs_.end() && --c->second.second == 0) comm_jobs_.erase(c);
+  }
+  auto j = jobs_.find(h->second.job);
+  if (j != jobs_.end() && j->second.processes > 0) --j->second.processes;
+  holders_.erase(h);
+}
+
+LocalTenants::Stats LocalTenants::stats() const {
+  MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace pitstop::agent

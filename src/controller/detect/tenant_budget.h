@@ -1,0 +1,89 @@
+// Shares of one budget of the detection engine (members, communicators,
+// summaries in open joins) between tenants (docs/reliability.md, "Trust
+// model"). Every unit is charged to a host and a job; a charge is refused
+// when it would take the host past its share, the job past its share, or
+// the cluster past its ceiling. So a host (or a job) that floods the
+// controller uses up its own share, and the others keep theirs.
+//
+// Hosts are interned (HostIds): a charge names its host by its id, so a
+// member carries 4 bytes of owner instead of a string.
+//
+// Not thread-safe: the engine's caller serialises it (like the engine).
+#ifndef PITSTOP_CONTROLLER_DETECT_TENANT_BUDGET_H_
+#define PITSTOP_CONTROLLER_DETECT_TENANT_BUDGET_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace pitstop::controller {
+
+// host name <-> small id, for every host the engine charged (ids are never
+// reused: at most one per host that ever reported, and hosts are bounded by
+// the controller's max_hosts).
+class HostIds {
+ public:
+  uint32_t Id(absl::string_view host);
+  const std::string& Name(uint32_t id) const { return names_[id]; }
+
+ private:
+  std::vector<std::string> names_;
+  absl::flat_hash_map<std::string, uint32_t> ids_;
+};
+
+class TenantBudget {
+ public:
+  struct Limits {
+    uint64_t total = 0;     // the cluster's ceiling
+    uint64_t per_host = 0;  // one host's share
+    uint64_t per_job = 0;   // one job's share ("" counts as a job)
+  };
+  // Charges each share refused, cumulative.
+  struct Refusals {
+    uint64_t host = 0;
+    uint64_t job = 0;
+    uint64_t total = 0;
+  };
+
+  // `option` ("max_members") names the budget in refusals; its shares are
+  // `option`_per_host and `option`_per_job. `hosts` names the ids (not
+  // owned, outlives this).
+  TenantBudget(std::string option, Limits limits, const HostIds* hosts);
+
+  // Charges `n` units to (host, job) when every share allows it. Otherwise
+  // charges nothing, counts the refusal and returns ResourceExhausted naming
+  // the share ("host h holds 262144 (its share, max_members_per_host);
+  // refused").
+  absl::Status Charge(uint32_t host, absl::string_view job, uint64_t n);
+  // Gives `n` units of (host, job) back.
+  void Release(uint32_t host, absl::string_view job, uint64_t n);
+  // Moves `n` units of a job to another (a communicator learned its job):
+  // never refused, the units exist already.
+  void MoveJob(absl::string_view from, absl::string_view to, uint64_t n);
+
+  uint64_t used() const { return used_; }
+  uint64_t host_used(uint32_t host) const;
+  uint64_t job_used(absl::string_view job) const;
+  const Refusals& refusals() const { return refusals_; }
+  uint64_t refused() const {
+    return refusals_.host + refusals_.job + refusals_.total;
+  }
+  const Limits& limits() const { return limits_; }
+
+ private:
+  const std::string option_;
+  const Limits limits_;
+  const HostIds* const hosts_;
+  uint64_t used_ = 0;
+  absl::flat_hash_map<uint32_t, uint64_t> by_host_;
+  absl::flat_hash_map<std::string, uint64_t> by_job_;
+  Refusals refusals_;
+};
+
+}  // namespace pitstop::controller
+
+#endif  // PITSTOP_CONTROLLER_DETECT_TENANT_BUDGET_H_
