@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -67,6 +68,22 @@ std::vector<std::string> JobsOfEnvironment(absl::string_view environ) {
 
 std::string Quoted(absl::string_view s) {
   return absl::StrCat("'", s.substr(0, 64), "'");
+}
+
+// Removes the elements marked in `drop`, keeping the others' order;
+// returns how many were removed.
+template <typename T>
+int EraseMarked(google::protobuf::RepeatedPtrField<T>* field,
+                const std::vector<bool>& drop) {
+  int kept = 0;
+  for (int i = 0; i < field->size(); ++i) {
+    if (drop[i]) continue;
+    if (kept != i) field->SwapElements(kept, i);
+    ++kept;
+  }
+  const int removed = field->size() - kept;
+  field->DeleteSubrange(kept, removed);
+  return removed;
 }
 
 }  // namespace
@@ -243,31 +260,27 @@ bool LocalTenants::Filter(uint64_t stream, v1::StreamTelemetryRequest* req) {
   auto it = streams_.find(stream);
   if (it == streams_.end()) return false;
   Stream& s = it->second;
-  bool changed = false;
+  // Plain loops, not remove_if with lambdas: clang's lock analysis does not
+  // see that a lambda runs under mu_.
   auto* comms = req->mutable_communicators();
-  const int n_comms = comms->size();
-  comms->erase(
-      std::remove_if(comms->begin(), comms->end(),
-                     [&](const v1::CommunicatorEvent& ev) {
-                       const v1::CommunicatorInfo& info = ev.info();
-                       if (!info.job_id().empty() && info.job_id() != s.job) {
-                         ++stats_.comms_refused;
-                         return true;
-                       }
-                       return !ClaimRank(
-                           &s, RankKey(info.comm_hash(), info.rank()));
-                     }),
-      comms->end());
-  changed |= comms->size() != n_comms;
+  std::vector<bool> drop(comms->size(), false);
+  for (int i = 0; i < comms->size(); ++i) {
+    const v1::CommunicatorInfo& info = comms->Get(i).info();
+    if (!info.job_id().empty() && info.job_id() != s.job) {
+      ++stats_.comms_refused;
+      drop[i] = true;
+    } else {
+      drop[i] = !ClaimRank(&s, RankKey(info.comm_hash(), info.rank()));
+    }
+  }
+  bool changed = EraseMarked(comms, drop) > 0;
   auto* ops = req->mutable_ops();
-  const int n_ops = ops->size();
-  ops->erase(std::remove_if(ops->begin(), ops->end(),
-                            [&](const v1::OpRecord& op) {
-                              return !ClaimRank(
-                                  &s, RankKey(op.comm_hash(), op.rank()));
-                            }),
-             ops->end());
-  changed |= ops->size() != n_ops;
+  drop.assign(ops->size(), false);
+  for (int i = 0; i < ops->size(); ++i) {
+    const v1::OpRecord& op = ops->Get(i);
+    drop[i] = !ClaimRank(&s, RankKey(op.comm_hash(), op.rank()));
+  }
+  changed |= EraseMarked(ops, drop) > 0;
   return changed;
 }
 

@@ -155,9 +155,26 @@ void CollectExits(const Plan& plan,
 
 // The last flow plan, each node's tuner table, and which epoch each host
 // acked.
+bool EveryHostAckedTheNewestEpoch(const v1::FlowPlan& plan) {
+  for (const v1::FlowPlanHost& h : plan.hosts()) {
+    if (h.epoch_acked() != h.epoch_sent()) return false;
+  }
+  return true;
+}
+
 void ReportPlans(const LocalCluster& cluster, int64_t start_ns,
                  PlanWatcher* plans, const Say& say, RunResult* result) {
+  // A host acks a directive with its agent's next batch; on a loaded
+  // machine the last one can still be on its way after the drain. Wait for
+  // it (bounded: a host that never acks is reported as such).
+  constexpr int64_t kAckWaitNs = 10'000'000'000;
+  const int64_t deadline = MonotonicNowNs() + kAckWaitNs;
   plans->Poll((MonotonicNowNs() - start_ns) / 1e9, say);
+  while (!EveryHostAckedTheNewestEpoch(plans->last()) &&
+         MonotonicNowNs() < deadline) {
+    usleep(200'000);
+    plans->Poll((MonotonicNowNs() - start_ns) / 1e9, say);
+  }
   result->plan_epochs = plans->epochs();
   result->final_plan = plans->last();
   for (int i = 0; i < cluster.nodes(); ++i) {
