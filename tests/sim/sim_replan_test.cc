@@ -18,15 +18,21 @@
 namespace pitstop::sim {
 namespace {
 
+// Progress on stderr, and a drain long enough for the last directive's ack
+// (it comes with an agent's batch).
+RunOptions ReplanRunOptions() {
+  RunOptions opts;
+  opts.progress = [](const std::string& line) { std::cerr << line << "\n"; };
+  opts.progress_period_s = 5;
+  opts.drain_s = 3;
+  return opts;
+}
+
 TEST(SimReplan, LinkDegradesAndTheControllerReplansLive) {
   auto s = BuiltinScenario("ci-replan");
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_FALSE(s->fabric.empty());
-  RunOptions opts;
-  opts.progress = [](const std::string& line) { std::cerr << line << "\n"; };
-  opts.progress_period_s = 5;
-  opts.drain_s = 3;  // the last directive's ack comes with a batch
-  auto r = RunScenario(*s, opts);
+  auto r = RunScenario(*s, ReplanRunOptions());
   ASSERT_TRUE(r.ok()) << r.status();
   for (const std::string& e : (*r)->rank_errors) ADD_FAILURE() << e;
   const RunResult& run = **r;
@@ -137,11 +143,7 @@ TEST_P(SimReplanOnFabric, OperatorMarkMovesFlowsOffTheDegradedLinks) {
   }
   auto s = ParseScenario(ScenarioYaml(c, fabric), c.name);
   ASSERT_TRUE(s.ok()) << s.status();
-  RunOptions opts;
-  opts.progress = [](const std::string& line) { std::cerr << line << "\n"; };
-  opts.progress_period_s = 5;
-  opts.drain_s = 3;  // the last directive's ack comes with a batch
-  auto r = RunScenario(*s, opts);
+  auto r = RunScenario(*s, ReplanRunOptions());
   ASSERT_TRUE(r.ok()) << r.status();
   for (const std::string& e : (*r)->rank_errors) ADD_FAILURE() << e;
   const RunResult& run = **r;
