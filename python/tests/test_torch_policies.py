@@ -231,8 +231,10 @@ def test_throttled_rank_fault_gets_a_torch_profiler_diff(daemons, tmp_path):
     faults = [f for f in job_faults(addr, "prof-job")
               if f["fault_class"] == "FAULT_CLASS_NON_COMM_SLOW"]
     assert faults, open(log).read()[-4000:]
-    # Every straggler fault names the throttled rank; one capture per
-    # fault and one per job at a time: the first confirmed one has it.
+    # Every straggler fault names the throttled rank. A suspect is profiled
+    # once per 10 minutes: should its fault resolve while both trainers run
+    # under the profiler and be raised again, the new fault is not asked
+    # again, so exactly one fault carries a capture.
     assert {f["suspects"][0]["global_rank"] for f in faults} == {1}, faults
     profiled = [f for f in faults if f.get("trainer_profile")]
     assert len(profiled) == 1, (faults, open(log).read()[-4000:])

@@ -170,5 +170,31 @@ TEST(TenantShareTest, RecordsForAnotherHostAreRefusedAndCounted) {
   EXPECT_TRUE(e->AddCommunicator("a", Comm(1, "j", 0, 0, 2)).ok());
 }
 
+TEST(TenantShareTest, AHostHoldingNoMemberCannotResizeACommunicator) {
+  FakeClock clock;
+  auto e = Engine(&clock);
+  for (const std::string job : {"j", ""}) {
+    const uint64_t hash = job.empty() ? 2 : 1;
+    ASSERT_TRUE(e->AddCommunicator("b", Comm(hash, job, 0, 0, 2)).ok());
+    ASSERT_TRUE(e->AddCommunicator("b", Comm(hash, job, 1, 0, 2)).ok());
+    // A record of a fresh rank that would make the communicator 2^20
+    // ranks wide: no collective of b's two ranks would ever join again.
+    absl::Status s =
+        e->AddCommunicator("a", Comm(hash, job, kMaxRanks - 1, 0, kMaxRanks));
+    EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+    EXPECT_THAT(s.message(), HasSubstr("may not resize it to 1048576"));
+    v1::Communicator c;
+    ASSERT_TRUE(e->GetCommunicator(hash, &c));
+    EXPECT_EQ(c.n_ranks(), 2);
+    EXPECT_EQ(c.members_size(), 2);
+  }
+  EXPECT_EQ(e->stats().claims_refused, 2u);
+  // A host holding a live member may report another size.
+  ASSERT_TRUE(e->AddCommunicator("b", Comm(1, "j", 2, 0, 4)).ok());
+  // Once b's agent is gone, another host may report the communicator anew.
+  e->NodeLost("b");
+  EXPECT_TRUE(e->AddCommunicator("a", Comm(1, "j", 3, 0, 8)).ok());
+}
+
 }  // namespace
 }  // namespace pitstop::controller

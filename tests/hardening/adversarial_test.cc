@@ -214,11 +214,16 @@ v1::NodeRegistration RandomRegistration(std::mt19937_64& rng) {
   return reg;
 }
 
+// The well-behaved job's communicator (GoodJob below).
+constexpr uint64_t kGoodComm = 0x600D;
+
 v1::ConnectRequest RandomBatch(std::mt19937_64& rng) {
   v1::ConnectRequest b;
   for (int i = 0, n = rng() % 200; i < n; ++i) {  // the memory bomb
     v1::CommunicatorInfo* info = b.add_communicators();
-    info->set_comm_hash(1 + rng() % 100'000);
+    // The first claims the good job's communicator: its size must not
+    // change under the ranks that hold it (2 ranks, not 2^20).
+    info->set_comm_hash(i == 0 ? kGoodComm : 1 + rng() % 100'000);
     info->set_n_ranks(rng() % 2 ? 1 << 20 : AbsurdRank(rng));
     info->set_rank(AbsurdRank(rng));
     for (int g = 0, k = rng() % 16 == 0 ? 20'000 : 0; g < k; ++g) {
@@ -300,7 +305,7 @@ class GoodJob {
     for (auto& r : ranks_) (void)r->Close();
   }
   bool broken() const { return broken_.load(); }
-  static constexpr uint64_t kComm = 0x600D;
+  static constexpr uint64_t kComm = kGoodComm;
 
  private:
   std::vector<std::unique_ptr<FakeRank>> ranks_;

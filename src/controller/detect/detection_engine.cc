@@ -211,6 +211,33 @@ absl::Status EngineImpl::ForeignHolder(const CommState& c, int32_t rank,
       host.substr(0, 64), " may report only for its own ranks"));
 }
 
+absl::Status EngineImpl::ForeignResize(const CommState& c, int32_t n_ranks,
+                                       absl::string_view host) {
+  if (!c.n_ranks_known || n_ranks <= 0 || n_ranks == c.n_ranks) {
+    return absl::OkStatus();
+  }
+  // A communicator's size is fixed when it is created; a different size
+  // from a host that holds none of its live members would stall the join
+  // of every later collective for the hosts that do (their records could
+  // never complete the new size).
+  const Member* foreign = nullptr;
+  for (const auto& [rank, m] : c.members) {
+    if (!m.known || m.host.empty() || m.dead || m.exited ||
+        lost_hosts_.count(m.host) > 0) {
+      continue;
+    }
+    if (m.host == host) return absl::OkStatus();
+    if (foreign == nullptr) foreign = &m;
+  }
+  if (foreign == nullptr) return absl::OkStatus();
+  ++stats_.claims_refused;
+  return absl::PermissionDeniedError(absl::StrCat(
+      "n_ranks: communicator ", absl::Hex(c.comm_hash), " has ", c.n_ranks,
+      " ranks, held by live processes on host ", foreign->host.substr(0, 64),
+      "; host ", host.substr(0, 64),
+      ", which holds none of them, may not resize it to ", n_ranks));
+}
+
 absl::Status EngineImpl::NoteMember(CommState* c, int32_t rank,
                                     int32_t global_rank, absl::string_view host,
                                     uint32_t pid, int32_t cuda_device) {
@@ -294,6 +321,7 @@ absl::Status EngineImpl::AddCommunicator(absl::string_view host,
   if (auto it = c.members.find(info.rank()); it != c.members.end()) {
     RETURN_IF_ERROR(ForeignHolder(c, info.rank(), it->second, host));
   }
+  RETURN_IF_ERROR(ForeignResize(c, info.n_ranks(), host));
   if (!info.comm_name().empty()) c.comm_name = info.comm_name();
   if (info.parent_comm_hash() != 0)
     c.parent_comm_hash = info.parent_comm_hash();

@@ -67,6 +67,11 @@ class EngineImpl final : public DetectionEngine {
   // another host than `host`: an agent reports for its own host only.
   absl::Status ForeignHolder(const CommState& c, int32_t rank, const Member& m,
                              absl::string_view host);
+  // PermissionDenied (counted in claims_refused) when `host`, holding no
+  // live member of `c` while another host does, reports a size other than
+  // its known one.
+  absl::Status ForeignResize(const CommState& c, int32_t n_ranks,
+                             absl::string_view host);
   // The communicator `hash`, created (charged to `host` and `job`) if new;
   // nullptr with *status set when a communicators share is used up.
   CommState* GetOrCreateComm(uint64_t hash, absl::string_view host,

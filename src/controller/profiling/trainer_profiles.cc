@@ -286,16 +286,29 @@ v1::ProfileRequest TrainerProfileService::MakeRequest(const Capture& c,
   return r;
 }
 
-void TrainerProfileService::MaybeStart(const v1::Fault& f, int64_t now,
-                                       CycleOut* out) {
+int32_t TrainerProfileService::SuspectToProfile(const v1::Fault& f,
+                                                int64_t now) const {
   if (f.fault_class() != v1::FAULT_CLASS_NON_COMM_SLOW ||
       f.state() == v1::FAULT_STATE_RESOLVED || !Confirmed(f) ||
       f.has_trainer_profile() || done_faults_.contains(f.fault_id()) ||
       in_flight_.contains(f.fault_id()) || busy_jobs_.contains(f.job_id()) ||
       in_flight_.size() >= options_.max_in_flight) {
-    return;
+    return -1;
   }
   const int32_t suspect = SuspectRank(f);
+  if (suspect < 0) return -1;
+  auto last = profiled_at_.find({f.job_id(), suspect});
+  if (last != profiled_at_.end() &&
+      now - last->second <
+          absl::ToInt64Nanoseconds(options_.suspect_interval)) {
+    return -1;
+  }
+  return suspect;
+}
+
+void TrainerProfileService::MaybeStart(const v1::Fault& f, int64_t now,
+                                       CycleOut* out) {
+  const int32_t suspect = SuspectToProfile(f, now);
   if (suspect < 0) return;
   const Trainer* st = FindTrainer(f.job_id(), suspect, now);
   if (st == nullptr) return;  // no trainer library on the suspect's rank
@@ -332,6 +345,10 @@ void TrainerProfileService::MaybeStart(const v1::Fault& f, int64_t now,
   by_request_[c.suspect.request_id] = f.fault_id();
   by_request_[c.peer.request_id] = f.fault_id();
   busy_jobs_.insert(f.job_id());
+  const int64_t interval = absl::ToInt64Nanoseconds(options_.suspect_interval);
+  std::erase_if(profiled_at_,
+                [&](const auto& e) { return now - e.second >= interval; });
+  profiled_at_[{f.job_id(), suspect}] = now;
   stats_.requested++;
   Logger("controller.profiling")->info("fault {}: {}", f.fault_id(), p.text());
   in_flight_.emplace(f.fault_id(), std::move(c));

@@ -16,7 +16,9 @@
 // (Fault.trainer_profile; StoreTrainerProfile).
 //
 // Bounded: one capture per fault (a fault that carries a profile is never
-// asked again), one capture per job and at most max_in_flight at once;
+// asked again) and per suspect within suspect_interval (a later fault
+// naming the same rank is left without one), one capture per job and at
+// most max_in_flight at once;
 // steps, ops and capture time capped. A trainer that has not answered by
 // the deadline leaves the fault with a NO_ANSWER profile naming it.
 //
@@ -74,6 +76,12 @@ class TrainerProfileService {
     absl::Duration trainer_max_age = absl::Seconds(30);
     size_t max_trainers = 1 << 16;
     size_t max_remembered_faults = 4096;
+    // A suspect profiled for one fault is not profiled again for a later
+    // fault of its job within this. Each capture costs both trainers steps
+    // under the profiler, and the peer's profiler overhead can itself hide
+    // the straggler long enough for its fault to resolve and be raised
+    // anew: without this, every such flap would ask again.
+    absl::Duration suspect_interval = absl::Minutes(10);
     // An op is in the diff when one side spends at least this much more per
     // step than the other, and at least min_ratio times as much.
     double min_excess_ms = 0.5;
@@ -145,6 +153,11 @@ class TrainerProfileService {
   // no suspect, on another host when there is one; -1 when none.
   int32_t PickPeer(const v1::Fault& fault, int32_t suspect, int64_t now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The suspect rank to profile for `fault`, or -1 when it does not
+  // qualify (class, state, already profiled, busy, or its suspect profiled
+  // within suspect_interval).
+  int32_t SuspectToProfile(const v1::Fault& fault, int64_t now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts a capture for `fault` when it qualifies.
   void MaybeStart(const v1::Fault& fault, int64_t now, CycleOut* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -176,6 +189,10 @@ class TrainerProfileService {
   std::set<std::string> busy_jobs_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> done_faults_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> done_order_ ABSL_GUARDED_BY(mu_);
+  // (job, suspect rank) -> when its last capture started; entries older
+  // than suspect_interval are dropped as captures start.
+  std::map<std::pair<std::string, int32_t>, int64_t> profiled_at_
+      ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   Stats stats_ ABSL_GUARDED_BY(mu_);
 };

@@ -278,6 +278,33 @@ TEST_F(TrainerProfilesTest, OneCapturePerJobAndOnlyWithTrainers) {
   EXPECT_TRUE(fresh.RunCycle({done}).requests.empty());
 }
 
+TEST_F(TrainerProfilesTest, SuspectProfiledRecentlyIsNotAskedAgain) {
+  Reports();
+  ASSERT_EQ(service_.RunCycle({Straggler("F3", 3, true)}).requests.size(), 2u);
+  // F3's capture ends (nobody answered); the straggler's fault resolves and
+  // a new one names the same rank: its diff is not asked again so soon.
+  clock_.Advance(absl::Seconds(16));
+  Reports();
+  TrainerProfileService::CycleOut out =
+      service_.RunCycle({Straggler("F7", 3, true)});
+  ASSERT_EQ(out.profiles.size(), 1u);
+  EXPECT_EQ(out.profiles[0].fault_id, "F3");
+  EXPECT_TRUE(out.requests.empty());
+  // Another suspect of the job is profiled at once.
+  out = service_.RunCycle({Straggler("F7", 3, true), Straggler("F8", 1, true)});
+  ASSERT_EQ(out.requests.size(), 2u);
+  EXPECT_EQ(out.requests[0].request.global_rank(), 1);
+  // Past the interval, rank 3 is asked again in the cycle that ends F8's
+  // expired capture.
+  clock_.Advance(absl::Minutes(10));
+  Reports();
+  out = service_.RunCycle({Straggler("F7", 3, true)});
+  ASSERT_EQ(out.profiles.size(), 2u);  // F8's NO_ANSWER, F7's REQUESTED
+  ASSERT_EQ(out.requests.size(), 2u);
+  EXPECT_EQ(out.requests[0].request.global_rank(), 3);
+  EXPECT_EQ(service_.stats().requested, 3u);
+}
+
 TEST(TrainerProfileStoreTest, ProfileSurvivesTheEnginesUpdates) {
   absl::StatusOr<std::unique_ptr<FaultStore>> store =
       FaultStore::Open(":memory:");
