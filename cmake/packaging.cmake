@@ -151,6 +151,15 @@ else()
   set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS
       "python3, python3-grpcio, python3-protobuf")
 endif()
+# CPack names a control file after its file: the prerm goes in as prerm.
+configure_file(deploy/debian/python3-pitstop-prerm.in
+               ${PROJECT_BINARY_DIR}/debian/python3-pitstop/prerm COPYONLY
+               FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE
+                                GROUP_READ GROUP_EXECUTE
+                                WORLD_READ WORLD_EXECUTE)
+set(CPACK_DEBIAN_PYTHON_PACKAGE_CONTROL_EXTRA
+    "${PROJECT_BINARY_DIR}/debian/python3-pitstop/prerm")
+set(CPACK_DEBIAN_PYTHON_PACKAGE_CONTROL_STRICT_PERMISSION TRUE)
 set(CPACK_COMPONENT_PYTHON_DESCRIPTION
     "pitstop trainer library for Python\n Lets training code talk to pitstop (trainer side of migration and\n local SGD, multi-LoRA). pitstop.torch.nccl_backend registers the\n pitstop_nccl torch.distributed backend, whose collectives call the\n NCCL C API of the libnccl.so.2 on the loader path: a test and demo\n component for machines without a GPU (with GPUs keep torch's nccl).")
 

@@ -92,6 +92,7 @@ def check_static(src, out):
             assert "libc6" in depends, f"{deb}: Depends not computed: {depends!r}"
         else:
             check_python_package(os.path.join(out, deb), files, depends)
+            assert "prerm" in scripts, (deb, scripts)  # its byte code goes
         print(f"{deb}: {len(files)} files, Depends: {depends[:70]}...", flush=True)
     want = set(EXPECTED)
     if os.path.isdir(os.path.join(src, "python/pitstop")):
@@ -297,6 +298,11 @@ def main():
             if added:
                 r = run(["dpkg", "--purge", *added])
                 assert r.returncode == 0, r.stdout + r.stderr
+                # Nothing left behind, byte code included (prerm).
+                if "python3-pitstop" in added:
+                    assert not os.path.exists(PY), sorted(
+                        os.path.join(d, f) for d, _, fs in os.walk(PY)
+                        for f in fs)
         print("PASS")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
