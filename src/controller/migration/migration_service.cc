@@ -50,12 +50,19 @@ absl::Status MigrationService::Load() {
               mig.state() == v1::MIGRATION_STATE_COMMITTED) {
             outbox_.push_back(Committed{mig});
             ++queued_;
+            NoteMigratedOff(mig);
           }
           v1::WatchMigrationsResponse resp;
           resp.set_change(change);
           *resp.mutable_migration() = mig;
           watchers_.Notify(mig.job_id(), resp);
         });
+    // The hosts jobs were moved off, from the stored history (oldest
+    // first); commits of this term update it as they happen.
+    migrated_off_.clear();
+    for (const v1::Migration& m : manager_->List("", true)) {
+      if (m.state() == v1::MIGRATION_STATE_COMMITTED) NoteMigratedOff(m);
+    }
     // A new term: the previous term's client watches missed what happened
     // in between; their clients watch again here.
     const size_t n = watchers_.ending_count();
@@ -74,6 +81,7 @@ absl::Status MigrationService::Load() {
 void MigrationService::StepDown(const std::string& why) {
   ServiceLock lock(&mu_);
   manager_.reset();  // the next leader drives them from the store
+  migrated_off_.clear();
   connected_.clear();
   outbox_.clear();
   Applied(queued_);  // dropped: nobody waits for them
@@ -296,18 +304,19 @@ void MigrationService::Finished(const v1::Migration& m) {
   MitigateMigratedFaults();
 }
 
+void MigrationService::NoteMigratedOff(const v1::Migration& m) {
+  migrated_off_[{m.job_id(), m.leaver_host()}] = MigratedOffNote(m);
+  migrated_off_.erase({m.job_id(), m.joiner_host()});
+}
+
 void MigrationService::MitigateMigratedFaults() {
-  // (job, host) -> note, for each host a committed migration moved its job
-  // off and no later one moved it back onto (List is oldest first).
+  // A copy of the (job, host) index, not of the migration history: this
+  // runs every cycle, and the history only grows.
   std::map<std::pair<std::string, std::string>, std::string> off;
   {
     ServiceLock lock(&mu_);
     if (!manager_) return;
-    for (const v1::Migration& m : manager_->List("", true)) {
-      if (m.state() != v1::MIGRATION_STATE_COMMITTED) continue;
-      off[{m.job_id(), m.leaver_host()}] = MigratedOffNote(m);
-      off.erase({m.job_id(), m.joiner_host()});
-    }
+    off = migrated_off_;
   }
   if (off.empty()) return;
   absl::StatusOr<std::vector<v1::Fault>> open = options_.faults->OpenFaults();

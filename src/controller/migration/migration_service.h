@@ -36,9 +36,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -201,6 +203,9 @@ class MigrationService {
   // (and not back to) becomes MITIGATING: a hand-started migration names no
   // fault, and a fault may be stored after the commit.
   void MitigateMigratedFaults();
+  // Notes a committed migration in migrated_off_.
+  void NoteMigratedOff(const v1::Migration& m)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Policy ACT (RunCycle).
   void ActOnFaults();
 
@@ -213,6 +218,10 @@ class MigrationService {
   uint64_t next_watcher_ ABSL_GUARDED_BY(mu_) = 1;
   std::set<std::string> connected_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> act_refused_ ABSL_GUARDED_BY(mu_);  // logged once
+  // (job, host) -> why, for each host a committed migration moved its job
+  // off and no later one moved it back onto; kept as migrations commit.
+  std::map<std::pair<std::string, std::string>, std::string> migrated_off_
+      ABSL_GUARDED_BY(mu_);
   std::vector<Effect> outbox_ ABSL_GUARDED_BY(mu_);
   uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // effects ever queued
   bool flushing_ ABSL_GUARDED_BY(mu_) = false;

@@ -427,5 +427,44 @@ TEST_F(MigrationApiTest, CommitMitigatesTheJobsFaultsThatBlameTheLeaver) {
   EXPECT_EQ(f2->state(), v1::FAULT_STATE_CONFIRMED);
 }
 
+TEST_F(MigrationApiTest, RestartedControllerStillMitigatesTheLeaversFaults) {
+  StartController();
+  StartJob(/*standbys=*/1);
+  v1::MigrateNodeResponse r;
+  grpc::Status s = Migrate("node0", "", &r);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const std::string id = r.migration().migration_id();
+  for (const char* host : {"node0", "node1", "spare0"}) {
+    Answer(host, v1::MigrationDirective::PHASE_PREPARE);
+  }
+  WaitState(id, v1::MIGRATION_STATE_SWITCHING);
+  Answer("node1", v1::MigrationDirective::PHASE_SWITCH_AT);
+  Answer("spare0", v1::MigrationDirective::PHASE_SWITCH_AT);
+  WaitState(id, v1::MIGRATION_STATE_COMMITTED);
+  agents_.clear();
+  server_.reset();
+  core_.reset();
+  // A fault blaming the leaver, stored while no controller ran: the next
+  // one knows from the stored history that job1 left node0.
+  {
+    auto store = FaultStore::Open(Db());
+    ASSERT_TRUE(store.ok()) << store.status();
+    v1::Fault f;
+    f.set_fault_id("F9");
+    f.set_job_id("job1");
+    f.set_state(v1::FAULT_STATE_CONFIRMED);
+    f.set_fault_class(v1::FAULT_CLASS_PROCESS_DIED);
+    f.add_suspects()->set_host("node0");
+    bool ignored = false;
+    ASSERT_TRUE((*store)->Upsert(f, &ignored).ok());
+  }
+  StartController();
+  core_->RunCycle();
+  auto f9 = core_->faults().Fault("F9");
+  ASSERT_TRUE(f9.ok());
+  EXPECT_EQ(f9->state(), v1::FAULT_STATE_MITIGATING);
+  EXPECT_THAT(f9->resolution_note(), HasSubstr(id));
+}
+
 }  // namespace
 }  // namespace pitstop::controller::testing
