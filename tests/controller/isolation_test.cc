@@ -120,6 +120,23 @@ TEST(IsolationTest, NoForgedDeathInAnotherJob) {
   EXPECT_EQ(e->stats().deaths_refused, 5u);
 }
 
+// A death reported after its communicator was retired (a migration
+// replaced it, a new generation formed) is still its host's own.
+TEST(IsolationTest, ADeathAfterItsCommunicatorWasRetiredIsKnown) {
+  FakeClock clock;
+  auto e = Engine(&clock);
+  StartVictim(e.get());
+  e->RetireComms({1}, "migration committed");
+  e->RunCycle();
+  v1::Communicator c;
+  ASSERT_FALSE(e->GetCommunicator(1, &c));
+  EXPECT_TRUE(e->AddLifecycle("b", Died("victim", 100, 0)).ok());
+  EXPECT_TRUE(
+      absl::IsPermissionDenied(e->AddLifecycle("c", Died("victim", 101, 1))));
+  clock.Advance(absl::Milliseconds(500));
+  EXPECT_EQ(Count(e->RunCycle(), v1::FAULT_CLASS_PROCESS_DIED), 1);
+}
+
 // F3: host b's agent reconnects within the grace; its live ranks stay its
 // own meanwhile.
 TEST(IsolationTest, RanksMoveOnlyOnceTheirHostIsGoneForTheGrace) {

@@ -182,6 +182,7 @@ void EngineImpl::ExpireComms(int64_t now_ns) {
 
 void EngineImpl::EraseComm(std::map<uint64_t, CommState>::iterator it) {
   const CommState& c = it->second;
+  NoteDeparted(c);
   for (const auto& [key, join] : c.pending) ReleaseJoinEntries(c, join);
   for (const auto& [rank, m] : c.members) {
     member_budget_.Release(m.payer, c.job_id, 1);

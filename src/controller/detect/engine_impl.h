@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -142,10 +143,13 @@ class EngineImpl final : public DetectionEngine {
   std::vector<uint64_t> HeldComms(absl::string_view host, uint32_t pid) const;
   // Whether (host, pid) is a dead member of some communicator.
   bool DiedBefore(absl::string_view host, uint32_t pid) const;
+  // EraseComm: the live members of `c` into departed_.
+  void NoteDeparted(const CommState& c);
   // PermissionDenied (deaths_refused) unless `lifecycle`, a DIED, is of a
   // process of its job on `host`: a live member of one of `held` (the
-  // communicators it held before the record) of that job, or a process
-  // whose communicator creation failed; and its global rank is no live
+  // communicators it held before the record) of that job, of a
+  // communicator of that job erased since (departed_), or a process whose
+  // communicator creation failed; and its global rank is no live
   // member of its job on another host (ForeignRank).
   absl::Status CheckDeath(absl::string_view host,
                           const v1::RankLifecycle& lifecycle,
@@ -190,6 +194,13 @@ class EngineImpl final : public DetectionEngine {
     int64_t since_ns = 0;
   };
   std::map<std::string, LostHost> lost_hosts_;
+  // (host, pid) -> job of the live members of erased communicators
+  // (retired by a migration or a new generation, expired, forgotten): a
+  // death reported after its communicator went is still its host's own.
+  // At most kMaxDeparted, the oldest forgotten first.
+  static constexpr size_t kMaxDeparted = 65536;
+  std::map<std::pair<std::string, uint32_t>, std::string> departed_;
+  std::deque<std::pair<std::string, uint32_t>> departed_order_;
   // Budgets with owners (tenant_budget.h): members, communicators and
   // summaries in open joins, per host and per job.
   HostIds host_ids_;

@@ -161,6 +161,19 @@ bool EngineImpl::DiedBefore(absl::string_view host, uint32_t pid) const {
   return false;
 }
 
+void EngineImpl::NoteDeparted(const CommState& c) {
+  for (const auto& [rank, m] : c.members) {
+    if (m.pid == 0 || m.host.empty() || m.dead || m.exited) continue;
+    auto [it, fresh] = departed_.try_emplace({m.host, m.pid}, c.job_id);
+    if (!fresh) continue;
+    departed_order_.push_back(it->first);
+    if (departed_order_.size() > kMaxDeparted) {
+      departed_.erase(departed_order_.front());
+      departed_order_.pop_front();
+    }
+  }
+}
+
 absl::Status EngineImpl::AddLifecycle(absl::string_view host,
                                       const v1::RankLifecycle& l) {
   if (host.empty()) return absl::InvalidArgumentError("host: empty");
@@ -211,6 +224,10 @@ absl::Status EngineImpl::CheckDeath(absl::string_view host,
   // A process whose communicator creation failed is known by that record
   // (checked by ForeignRank when it came); its death joins that fault.
   bool known = config_.Failed(host, l.pid());
+  if (auto d = departed_.find({std::string(host), l.pid()});
+      d != departed_.end()) {
+    known = known || l.job_id().empty() || d->second == l.job_id();
+  }
   for (uint64_t hash : held) {
     if (known) break;
     auto it = comms_.find(hash);
