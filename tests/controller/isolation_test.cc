@@ -171,6 +171,24 @@ TEST(IsolationTest, RanksMoveOnlyOnceTheirHostIsGoneForTheGrace) {
   EXPECT_EQ(c.members(0).host(), "c");
 }
 
+// A rank past a communicator's known size, in a record that names no size,
+// is refused: it was a foothold from which its host could then resize the
+// communicator (AdversarialInputTest's storm made the good job's 2-rank
+// communicator 2^20 ranks wide that way, and no collective joined again).
+TEST(IsolationTest, NoFootholdPastACommunicatorsSize) {
+  FakeClock clock;
+  auto e = Engine(&clock);
+  StartVictim(e.get());
+  absl::Status s = e->AddCommunicator("c", Comm(1, "victim", 7, 0));
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  s = e->AddCommunicator("c", Comm(1, "victim", 7, 1 << 20));
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  v1::Communicator c;
+  ASSERT_TRUE(e->GetCommunicator(1, &c));
+  EXPECT_EQ(c.n_ranks(), 2);
+  EXPECT_EQ(c.members_size(), 2);
+}
+
 // F5: five hosts running none of victim's ranks claim members of victim.
 TEST(IsolationTest, FiveHostsCannotFillAnotherJobsShare) {
   FakeClock clock;

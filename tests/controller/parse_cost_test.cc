@@ -96,6 +96,21 @@ TEST(ParseCostTest, EmptyEntriesAreCountedAtTheirParsedSize) {
   EXPECT_GT(estimate / wire.size() * (8 << 20), kMaxParsedBatchBytes);
 }
 
+// A packed list costs its elements, whatever their varints' lengths (a
+// list of -1, 10 bytes each on the wire, is 4 bytes each parsed).
+TEST(ParseCostTest, PackedListsCostTheirElements) {
+  v1::ConnectRequest b;
+  v1::CommunicatorInfo* info = b.add_communicators();
+  for (int i = 0; i < 100'000; ++i) info->add_global_ranks(i % 2 ? -1 : i);
+  std::string wire;
+  const uint64_t estimate = Estimate(b, &wire);
+  const uint64_t parsed = Parsed(wire);
+  std::cout << "packed list: " << wire.size() << " bytes on the wire, "
+            << parsed << " parsed, " << estimate << " estimated\n";
+  EXPECT_GE(estimate, parsed);
+  EXPECT_LT(estimate, 2 * parsed);
+}
+
 TEST(ParseCostTest, MalformedBytesAreInvalid) {
   const std::string wire = "\x1a\x7f\x01";  // a summary of 127 bytes: 1 sent
   google::protobuf::io::ArrayInputStream in(wire.data(),

@@ -1,5 +1,6 @@
 #include "src/controller/api/parse_cost.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/container/flat_hash_map.h"
@@ -73,10 +74,61 @@ class CostWalker {
       in_->PopLimit(limit);
       return true;
     }
-    // Packed scalars: at most 8 bytes parsed per wire byte.
-    const bool packed = f != nullptr && f->is_packable();
-    bytes_ += packed ? uint64_t{len} * 8 : len + kFieldHeader;
+    if (f != nullptr && f->is_packable()) return Packed(f, len);
+    bytes_ += len + kFieldHeader;  // a string, bytes or unknown field
     return in_->Skip(static_cast<int>(len));
+  }
+
+  // Packed scalars: their element count times the element's size, twice
+  // (a RepeatedField grows by doubling; a varint's count is the number of
+  // its last bytes, high bit clear).
+  bool Packed(const pb::FieldDescriptor* f, uint32_t len) {
+    const int wire = WireSize(f);
+    const uint64_t element = ElementSize(f);
+    if (wire > 0) {  // fixed32 / fixed64 / float / double
+      bytes_ += uint64_t{len} / wire * element * 2 + kFieldHeader;
+      return in_->Skip(static_cast<int>(len));
+    }
+    uint64_t count = 0;
+    char chunk[4096];
+    while (len > 0) {
+      const uint32_t n = std::min<uint32_t>(len, sizeof(chunk));
+      if (!in_->ReadRaw(chunk, static_cast<int>(n))) return false;
+      for (uint32_t i = 0; i < n; ++i) count += (chunk[i] & 0x80) == 0;
+      len -= n;
+    }
+    bytes_ += count * element * 2 + kFieldHeader;
+    return true;
+  }
+
+  // Bytes of one fixed-size element on the wire; 0 for varints.
+  static int WireSize(const pb::FieldDescriptor* f) {
+    switch (f->type()) {
+      case pb::FieldDescriptor::TYPE_FIXED32:
+      case pb::FieldDescriptor::TYPE_SFIXED32:
+      case pb::FieldDescriptor::TYPE_FLOAT:
+        return 4;
+      case pb::FieldDescriptor::TYPE_FIXED64:
+      case pb::FieldDescriptor::TYPE_SFIXED64:
+      case pb::FieldDescriptor::TYPE_DOUBLE:
+        return 8;
+      default:
+        return 0;
+    }
+  }
+
+  // Bytes of one element parsed (RepeatedField<T>).
+  static uint64_t ElementSize(const pb::FieldDescriptor* f) {
+    switch (f->cpp_type()) {
+      case pb::FieldDescriptor::CPPTYPE_BOOL:
+        return 1;
+      case pb::FieldDescriptor::CPPTYPE_INT64:
+      case pb::FieldDescriptor::CPPTYPE_UINT64:
+      case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+        return 8;
+      default:
+        return 4;
+    }
   }
 
   uint64_t ObjectSize(const pb::Descriptor* d) {

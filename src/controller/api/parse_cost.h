@@ -10,9 +10,10 @@
 // allocates nothing: each nested message counts its prototype's
 // SpaceUsedLong() plus two pointer slots when repeated (a RepeatedPtrField
 // grows by doubling), strings and unknown fields their length plus a
-// header, packed scalars 8 bytes per wire byte, unpacked repeated scalars 8
-// bytes each. It is an upper estimate for the messages pitstop sends (a
-// busy agent's batch: docs/reliability.md, "Parse cost").
+// header, packed scalars twice their element count times the element's size,
+// unpacked repeated scalars 8 bytes each. It is an upper estimate for the
+// messages pitstop sends (a busy agent's batch: docs/reliability.md, "Parse
+// cost").
 //
 // Thread-safe (no state).
 #ifndef PITSTOP_CONTROLLER_API_PARSE_COST_H_

@@ -238,6 +238,13 @@ absl::Status EngineImpl::AddCommunicator(absl::string_view host,
       GetOrCreateComm(info.comm_hash(), host, info.job_id(), &status);
   if (cp == nullptr) return status;
   CommState& c = *cp;
+  if (info.n_ranks() <= 0 && c.n_ranks_known && info.rank() >= c.n_ranks) {
+    // A member past the known size would be a foothold from which its
+    // host could resize another host's communicator (ForeignResize lets a
+    // host holding a live member do that).
+    return absl::InvalidArgumentError(absl::StrCat(
+        "communicator.rank: ", info.rank(), " >= n_ranks ", c.n_ranks));
+  }
   RETURN_IF_ERROR(SetCommJob(&c, info.job_id()));
   // A claim of another host's live member changes nothing of the comm.
   if (auto it = c.members.find(info.rank()); it != c.members.end()) {
