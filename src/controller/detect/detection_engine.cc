@@ -38,6 +38,32 @@ uint64_t HostJobShare(uint64_t per_host_job, uint64_t per_job) {
   return per_host_job != 0 ? per_host_job : std::max<uint64_t>(1, per_job / 16);
 }
 
+// A communicator record's own fields: InvalidArgument naming the field.
+absl::Status CheckInfo(const v1::CommunicatorInfo& info) {
+  if (info.comm_hash() == 0) {
+    return absl::InvalidArgumentError("communicator.comm_hash: 0");
+  }
+  if (info.n_ranks() < 0 || info.n_ranks() > kMaxRanks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("communicator.n_ranks: ", info.n_ranks(), " not in [0, ",
+                     kMaxRanks, "]"));
+  }
+  if (absl::Status s = CheckRank("communicator.rank", info.rank()); !s.ok()) {
+    return s;
+  }
+  if (info.n_ranks() > 0 && info.rank() >= info.n_ranks()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("communicator.rank: ", info.rank(), " not in [0, n_ranks ",
+                     info.n_ranks(), ")"));
+  }
+  if (info.n_ranks() > 0 && info.global_ranks_size() > info.n_ranks()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("communicator.global_ranks: ", info.global_ranks_size(),
+                     " entries for n_ranks ", info.n_ranks()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DetectionEngine>> DetectionEngine::Create(
@@ -202,27 +228,7 @@ void EngineImpl::ReleaseJoinEntries(const CommState& c, const Join& join) {
 
 absl::Status EngineImpl::AddCommunicator(absl::string_view host,
                                          const v1::CommunicatorInfo& info) {
-  if (info.comm_hash() == 0) {
-    return absl::InvalidArgumentError("communicator.comm_hash: 0");
-  }
-  if (info.n_ranks() < 0 || info.n_ranks() > kMaxRanks) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("communicator.n_ranks: ", info.n_ranks(), " not in [0, ",
-                     kMaxRanks, "]"));
-  }
-  if (absl::Status s = CheckRank("communicator.rank", info.rank()); !s.ok()) {
-    return s;
-  }
-  if (info.n_ranks() > 0 && info.rank() >= info.n_ranks()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("communicator.rank: ", info.rank(), " not in [0, n_ranks ",
-                     info.n_ranks(), ")"));
-  }
-  if (info.n_ranks() > 0 && info.global_ranks_size() > info.n_ranks()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("communicator.global_ranks: ", info.global_ranks_size(),
-                     " entries for n_ranks ", info.n_ranks()));
-  }
+  RETURN_IF_ERROR(CheckInfo(info));
   // The reporting agent's identity decides where a member lives: a record
   // naming another host is a claim for ranks this agent does not hold.
   if (!info.host().empty() && info.host() != host) {
@@ -266,37 +272,6 @@ absl::Status EngineImpl::AddCommunicator(absl::string_view host,
                              info.cuda_device()));
   if (info.pid() != 0) config_.Created(std::string(host), info.pid());
   return NoteGlobalRanks(&c, info, host);
-}
-
-absl::Status EngineImpl::NoteGlobalRanks(CommState* c,
-                                         const v1::CommunicatorInfo& info,
-                                         absl::string_view host) {
-  // Every entry names a member (memory follows the entries received), all
-  // charged to the host that sent the list: a list longer than its share
-  // is refused whole, never left half-stored.
-  const int n = std::min(info.global_ranks_size(), c->ExpectedRanks());
-  uint64_t fresh = 0;
-  for (int r = 0; r < n; ++r) {
-    if (info.global_ranks(r) >= 0 && !c->members.contains(r)) ++fresh;
-  }
-  const uint32_t payer = host_ids_.Id(host);
-  if (fresh > 0) {
-    if (absl::Status s = member_budget_.Charge(payer, c->job_id, fresh);
-        !s.ok()) {
-      CountRefusals();
-      return absl::ResourceExhaustedError(
-          absl::StrCat("communicator.global_ranks: members: ", s.message()));
-    }
-    stats_.ranks = static_cast<uint32_t>(member_budget_.used());
-  }
-  for (int r = 0; r < n; ++r) {
-    if (info.global_ranks(r) < 0) continue;
-    auto [it, added] = c->members.try_emplace(r);
-    if (added) it->second.payer = payer;
-    if (it->second.global_rank != info.global_ranks(r)) ++c->generation;
-    it->second.global_rank = info.global_ranks(r);
-  }
-  return absl::OkStatus();
 }
 
 absl::Status EngineImpl::AddSummary(absl::string_view host,

@@ -135,6 +135,37 @@ absl::Status EngineImpl::SetCommJob(CommState* c, const std::string& job) {
   return absl::OkStatus();
 }
 
+absl::Status EngineImpl::NoteGlobalRanks(CommState* c,
+                                         const v1::CommunicatorInfo& info,
+                                         absl::string_view host) {
+  // Every entry names a member (memory follows the entries received), all
+  // charged to the host that sent the list: a list longer than its share
+  // is refused whole, never left half-stored.
+  const int n = std::min(info.global_ranks_size(), c->ExpectedRanks());
+  uint64_t fresh = 0;
+  for (int r = 0; r < n; ++r) {
+    if (info.global_ranks(r) >= 0 && !c->members.contains(r)) ++fresh;
+  }
+  const uint32_t payer = host_ids_.Id(host);
+  if (fresh > 0) {
+    if (absl::Status s = member_budget_.Charge(payer, c->job_id, fresh);
+        !s.ok()) {
+      CountRefusals();
+      return absl::ResourceExhaustedError(
+          absl::StrCat("communicator.global_ranks: members: ", s.message()));
+    }
+    stats_.ranks = static_cast<uint32_t>(member_budget_.used());
+  }
+  for (int r = 0; r < n; ++r) {
+    if (info.global_ranks(r) < 0) continue;
+    auto [it, added] = c->members.try_emplace(r);
+    if (added) it->second.payer = payer;
+    if (it->second.global_rank != info.global_ranks(r)) ++c->generation;
+    it->second.global_rank = info.global_ranks(r);
+  }
+  return absl::OkStatus();
+}
+
 std::vector<uint64_t> EngineImpl::HeldComms(absl::string_view host,
                                             uint32_t pid) const {
   std::vector<uint64_t> held;
