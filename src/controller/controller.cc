@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "pitstop/logging.h"
 #include "src/controller/controller_links.h"
+#include "src/controller/controller_metrics.h"
 #include "src/controller/store/fault_store.h"
 
 namespace pitstop::controller {
@@ -159,6 +160,11 @@ absl::Status Controller::AgentBatch(uint64_t session,
   return got.get();
 }
 
+void Controller::BatchRefused() {
+  batches_refused_.fetch_add(1);
+  if (options_.metrics) options_.metrics->Refused("batch_parse_cost", 1);
+}
+
 void Controller::AgentDisconnected(uint64_t session) {
   // Detection first: the stream's last batches are joined (and their
   // counters counted) while the session is still the node's.
@@ -184,6 +190,7 @@ Controller::InputStats Controller::input_stats() {
   s.foreign_claims_refused = i.claims_refused;
   s.foreign_deaths_refused = i.deaths_refused;
   s.batches_queued = i.batches_queued;
+  s.batches_refused = batches_refused_.load();
   return s;
 }
 

@@ -24,6 +24,7 @@
 #ifndef PITSTOP_CONTROLLER_CONTROLLER_H_
 #define PITSTOP_CONTROLLER_CONTROLLER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -129,6 +130,9 @@ class Controller final : public LeadershipListener {
     uint64_t foreign_deaths_refused = 0;
     uint64_t batches_queued = 0;     // agent batches that did not wait
     uint64_t processes_refused = 0;  // max_tracked_processes
+    // AgentLink batches refused unparsed: their parse cost passed
+    // kMaxParsedBatchBytes (api/parse_cost.h).
+    uint64_t batches_refused = 0;
   };
 
   // Opens the store (Internal naming the path on failure) and loads drains,
@@ -155,6 +159,9 @@ class Controller final : public LeadershipListener {
   // The same, waiting for the batch's status (tests, tools).
   absl::Status AgentBatch(uint64_t session, const v1::ConnectRequest& batch);
   void AgentDisconnected(uint64_t session);
+  // A stream's batch was refused before it was parsed (too costly):
+  // counted in InputStats and refused_total{what="batch_parse_cost"}.
+  void BatchRefused();
   InputStats input_stats();
 
   // One detection cycle now (the loop calls this every cycle_period):
@@ -198,6 +205,7 @@ class Controller final : public LeadershipListener {
   void RunTrainerProfiles(const std::vector<v1::Fault>& open);
 
   const Options options_;
+  std::atomic<uint64_t> batches_refused_{0};
   const std::unique_ptr<FaultStore> store_;
   const uint64_t start_unix_ns_;
   const std::unique_ptr<Links> links_;

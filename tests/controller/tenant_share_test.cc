@@ -41,6 +41,11 @@ std::unique_ptr<DetectionEngine> Engine(Clock* clock) {
   o.max_join_entries = 1000;
   o.max_join_entries_per_host = 4;
   o.max_join_entries_per_job = 1000;
+  // A host's share of one job as large as its whole share: these tests
+  // are about the host's and the job's (isolation_test.cc: the former).
+  o.max_members_per_host_job = o.max_members_per_host;
+  o.max_comms_per_host_job = o.max_comms_per_host;
+  o.max_join_entries_per_host_job = o.max_join_entries_per_host;
   auto e = DetectionEngine::Create(clock, o);
   EXPECT_TRUE(e.ok());
   return std::move(*e);
@@ -164,9 +169,10 @@ TEST(TenantShareTest, RecordsForAnotherHostAreRefusedAndCounted) {
   v1::Communicator c;
   ASSERT_TRUE(e->GetCommunicator(1, &c));
   for (const auto& m : c.members()) EXPECT_NE(m.host(), "c");
-  // Once host b's agent is gone, its rank may be reported from elsewhere
-  // (a rank restarted on another node).
+  // Once host b's agent is gone (for the handover grace), its rank may be
+  // reported from elsewhere (a rank restarted on another node).
   e->NodeLost("b");
+  clock.Advance(DetectionEngine::Options().handover_grace);
   EXPECT_TRUE(e->AddCommunicator("a", Comm(1, "j", 0, 0, 2)).ok());
 }
 
@@ -191,8 +197,10 @@ TEST(TenantShareTest, AHostHoldingNoMemberCannotResizeACommunicator) {
   EXPECT_EQ(e->stats().claims_refused, 2u);
   // A host holding a live member may report another size.
   ASSERT_TRUE(e->AddCommunicator("b", Comm(1, "j", 2, 0, 4)).ok());
-  // Once b's agent is gone, another host may report the communicator anew.
+  // Once b's agent is gone (for the handover grace), another host may
+  // report the communicator anew.
   e->NodeLost("b");
+  clock.Advance(DetectionEngine::Options().handover_grace);
   EXPECT_TRUE(e->AddCommunicator("a", Comm(1, "j", 3, 0, 8)).ok());
 }
 

@@ -53,7 +53,7 @@ grpc::ServerUnaryReactor* ControllerService::GetJob(
       ctx, Take(s_.controller->Job(req->job_id()), resp->mutable_job()));
 }
 
-grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 AgentLinkService::Connect(grpc::CallbackServerContext* ctx) {
   if (auth_ == nullptr) return NewAgentStreamReactor(controller_);
   absl::StatusOr<Caller> caller =

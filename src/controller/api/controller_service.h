@@ -143,12 +143,16 @@ class ControllerService final : public v1::Controller::CallbackService {
 };
 
 // AgentLink.Connect: a stream touches the node registry, ingest and
-// migration (Controller::AgentConnected, SubmitAgentBatch).
-class AgentLinkService final : public v1::AgentLink::CallbackService {
+// migration (Controller::AgentConnected, SubmitAgentBatch). Raw: the
+// stream reads the bytes of each batch and parses them only when their
+// parse cost is bounded (parse_cost.h).
+class AgentLinkService final
+    : public v1::AgentLink::WithRawCallbackMethod_Connect<
+          v1::AgentLink::Service> {
  public:
   explicit AgentLinkService(Controller* controller, Authorizer* auth = nullptr)
       : controller_(controller), auth_(auth) {}
-  grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>* Connect(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Connect(
       grpc::CallbackServerContext* ctx) override;
 
  private:

@@ -5,9 +5,12 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
+#include "grpcpp/support/proto_buffer_reader.h"
 #include "pitstop/grpc_util.h"
 #include "pitstop/logging.h"
 #include "pitstop/sync.h"
+#include "src/controller/api/parse_cost.h"
 #include "src/controller/api/write_queue.h"
 #include "src/controller/controller.h"
 #include "src/controller/faults/fault_service.h"
@@ -59,15 +62,22 @@ using MigrationWatchReactor =
     ClientWatchReactor<MigrationService, v1::WatchMigrationsResponse>;
 
 class AgentStreamReactor final
-    : public grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>,
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
       public CommandSink {
  public:
   AgentStreamReactor(Controller* controller, AgentStreamAuth auth)
       : controller_(controller), auth_(std::move(auth)), out_(this) {
-    StartRead(&request_);
+    StartRead(&wire_);
   }
   void Send(const v1::ConnectResponse& response) override {
-    out_.Enqueue(response);
+    grpc::ByteBuffer bytes;
+    bool own = false;
+    if (!grpc::SerializationTraits<v1::ConnectResponse>::Serialize(response,
+                                                                   &bytes, &own)
+             .ok()) {
+      return;  // cannot happen for a message we built
+    }
+    out_.Enqueue(bytes);
   }
   void Close(const absl::Status& why) override {
     closed_.store(true);
@@ -82,6 +92,7 @@ class AgentStreamReactor final
     // An exception must not escape into gRPC: the stream would never
     // finish and server shutdown would wait for it forever.
     try {
+      if (!Parse()) return;
       HandleRequest();
     } catch (const std::exception& e) {
       Logger("controller")
@@ -107,6 +118,40 @@ class AgentStreamReactor final
   }
 
  private:
+  // The batch in wire_ into request_, when its parse cost is bounded
+  // (parse_cost.h); else the stream ends and false.
+  bool Parse() {
+    request_.Clear();
+    grpc::ProtoBufferReader reader(&wire_);
+    absl::StatusOr<uint64_t> cost =
+        ParsedBytes(v1::ConnectRequest::descriptor(), &reader);
+    if (cost.ok() && *cost > kMaxParsedBatchBytes) {
+      controller_->BatchRefused();
+      Logger("controller")
+          ->warn(
+              "agent {}: batch of {} bytes would take ~{} MiB parsed: "
+              "refused, stream ended",
+              host_, wire_.Length(), *cost >> 20);
+      out_.Finish(grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("ConnectRequest of ", wire_.Length(),
+                       " bytes would take ~", *cost >> 20,
+                       " MiB parsed, more than the controller's ",
+                       kMaxParsedBatchBytes >> 20, " MiB per batch")));
+      return false;
+    }
+    grpc::Status st =
+        cost.ok() ? grpc::SerializationTraits<v1::ConnectRequest>::Deserialize(
+                        &wire_, &request_)
+                  : ToGrpcStatus(cost.status());
+    if (!st.ok()) {
+      out_.Finish(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, st.error_message()));
+      return false;
+    }
+    return true;
+  }
+
   // After OnDone and the last batch's completion, whichever comes last.
   void End() {
     if (session_ != 0) controller_->AgentDisconnected(session_);
@@ -191,15 +236,16 @@ class AgentStreamReactor final
     }
     // Not after Finish (a cancel or a Close on another thread).
     (void)out_.UnlessFinished([this] {
-      request_.Clear();
-      StartRead(&request_);
+      wire_.Clear();
+      StartRead(&wire_);
     });
   }
 
   Controller* const controller_;
   const AgentStreamAuth auth_;
-  WriteQueue<AgentStreamReactor, v1::ConnectResponse> out_;
-  v1::ConnectRequest request_;
+  WriteQueue<AgentStreamReactor, grpc::ByteBuffer> out_;
+  grpc::ByteBuffer wire_;       // the batch read
+  v1::ConnectRequest request_;  // parsed from wire_ (Parse)
   uint64_t session_ = 0;
   std::atomic<bool> closed_{false};
   uint64_t invalid_batches_ = 0;
@@ -228,10 +274,10 @@ grpc::ServerWriteReactor<v1::WatchFaultsResponse>* NewRefusedWatchReactor(
       why);
 }
 
-grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 NewRefusedAgentStreamReactor(const absl::Status& why) {
   return new RefusedReactor<
-      grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>>(why);
+      grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>(why);
 }
 
 grpc::ServerWriteReactor<v1::WatchMigrationsResponse>*
@@ -252,12 +298,12 @@ grpc::ServerWriteReactor<v1::WatchMigrationsResponse>* NewMigrationWatchReactor(
                                    request.include_existing());
 }
 
-grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 NewAgentStreamReactor(Controller* controller) {
   return new AgentStreamReactor(controller, AgentStreamAuth{});
 }
 
-grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 NewAgentStreamReactor(Controller* controller, AgentStreamAuth auth) {
   return new AgentStreamReactor(controller, std::move(auth));
 }

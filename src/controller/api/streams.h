@@ -24,9 +24,12 @@ grpc::ServerWriteReactor<v1::WatchMigrationsResponse>* NewMigrationWatchReactor(
 
 // AgentLink.Connect: the first message must carry `registration`
 // (INVALID_ARGUMENT otherwise); later batches feed the controller; commands
-// from it are written back (the reactor is the stream's CommandSink).
+// from it are written back (the reactor is the stream's CommandSink). Reads
+// and writes serialized messages: a batch whose parse cost passes
+// kMaxParsedBatchBytes (parse_cost.h) ends the stream unparsed with
+// RESOURCE_EXHAUSTED, counted in refused_total{what="batch_parse_cost"}.
 // Deletes itself when done.
-grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 NewAgentStreamReactor(Controller* controller);
 
 // An authenticated agent stream: its registration.host must be one the
@@ -37,7 +40,7 @@ struct AgentStreamAuth {
   const grpc::CallbackServerContext* ctx = nullptr;
   Caller caller;
 };
-grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 NewAgentStreamReactor(Controller* controller, AgentStreamAuth auth);
 
 // Streams refused before they start: finish at once with `why`.
@@ -45,7 +48,7 @@ grpc::ServerWriteReactor<v1::WatchFaultsResponse>* NewRefusedWatchReactor(
     const absl::Status& why);
 grpc::ServerWriteReactor<v1::WatchMigrationsResponse>*
 NewRefusedMigrationWatchReactor(const absl::Status& why);
-grpc::ServerBidiReactor<v1::ConnectRequest, v1::ConnectResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 NewRefusedAgentStreamReactor(const absl::Status& why);
 
 }  // namespace pitstop::controller

@@ -2,6 +2,7 @@
 // engine_snapshots.cc.
 #include <algorithm>
 #include <iterator>
+#include <limits>
 #include <set>
 #include <utility>
 
@@ -31,6 +32,38 @@ absl::Status CheckRank(absl::string_view field, int64_t rank) {
   return absl::OkStatus();
 }
 
+// A host's share of one job: Options' *_per_host_job, or a 16th of the
+// job's share when 0.
+uint64_t HostJobShare(uint64_t per_host_job, uint64_t per_job) {
+  return per_host_job != 0 ? per_host_job : std::max<uint64_t>(1, per_job / 16);
+}
+
+// A communicator record's own fields: InvalidArgument naming the field.
+absl::Status CheckInfo(const v1::CommunicatorInfo& info) {
+  if (info.comm_hash() == 0) {
+    return absl::InvalidArgumentError("communicator.comm_hash: 0");
+  }
+  if (info.n_ranks() < 0 || info.n_ranks() > kMaxRanks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("communicator.n_ranks: ", info.n_ranks(), " not in [0, ",
+                     kMaxRanks, "]"));
+  }
+  if (absl::Status s = CheckRank("communicator.rank", info.rank()); !s.ok()) {
+    return s;
+  }
+  if (info.n_ranks() > 0 && info.rank() >= info.n_ranks()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("communicator.rank: ", info.rank(), " not in [0, n_ranks ",
+                     info.n_ranks(), ")"));
+  }
+  if (info.n_ranks() > 0 && info.global_ranks_size() > info.n_ranks()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("communicator.global_ranks: ", info.global_ranks_size(),
+                     " entries for n_ranks ", info.n_ranks()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DetectionEngine>> DetectionEngine::Create(
@@ -49,16 +82,22 @@ EngineImpl::EngineImpl(Clock* clock, Options options)
       default_policy_(ResolvePolicy(options_.default_policy)),
       member_budget_("max_members",
                      {options_.max_members, options_.max_members_per_host,
-                      options_.max_members_per_job},
+                      options_.max_members_per_job,
+                      HostJobShare(options_.max_members_per_host_job,
+                                   options_.max_members_per_job)},
                      &host_ids_),
       comm_budget_("max_comms",
                    {options_.max_comms, options_.max_comms_per_host,
-                    options_.max_comms_per_job},
+                    options_.max_comms_per_job,
+                    HostJobShare(options_.max_comms_per_host_job,
+                                 options_.max_comms_per_job)},
                    &host_ids_),
       join_budget_(
           "max_join_entries",
           {options_.max_join_entries, options_.max_join_entries_per_host,
-           options_.max_join_entries_per_job},
+           options_.max_join_entries_per_job,
+           HostJobShare(options_.max_join_entries_per_host_job,
+                        options_.max_join_entries_per_job)},
           &host_ids_),
       tracker_(clock, options_.fault_id_prefix, options_.first_fault_number) {}
 
@@ -67,6 +106,13 @@ absl::Status EngineImpl::AddNode(const v1::NodeRegistration& registration) {
     return absl::InvalidArgumentError("registration.host: empty");
   }
   nodes_[registration.host()] = registration;
+  // A forgotten host that registers again is back (NodeBack is only called
+  // for hosts the controller still remembers).
+  if (auto it = lost_hosts_.find(registration.host());
+      it != lost_hosts_.end() &&
+      it->second.since_ns == std::numeric_limits<int64_t>::min()) {
+    NodeBack(registration.host());
+  }
   for (auto& [hash, c] : comms_) {
     for (auto& [rank, m] : c.members) {
       if (m.host != registration.host()) continue;
@@ -97,12 +143,15 @@ void EngineImpl::CountRefusals() {
   stats_.members_refused = member_budget_.refused();
   stats_.members_refused_host = m.host;
   stats_.members_refused_job = m.job;
+  stats_.members_refused_host_job = m.host_job;
   stats_.comms_refused = comm_budget_.refused();
   stats_.comms_refused_host = c.host;
   stats_.comms_refused_job = c.job;
+  stats_.comms_refused_host_job = c.host_job;
   stats_.summaries_refused = join_budget_.refused();
   stats_.summaries_refused_host = j.host;
   stats_.summaries_refused_job = j.job;
+  stats_.summaries_refused_host_job = j.host_job;
 }
 
 CommState* EngineImpl::GetOrCreateComm(uint64_t hash, absl::string_view host,
@@ -159,6 +208,7 @@ void EngineImpl::ExpireComms(int64_t now_ns) {
 
 void EngineImpl::EraseComm(std::map<uint64_t, CommState>::iterator it) {
   const CommState& c = it->second;
+  NoteDeparted(c);
   for (const auto& [key, join] : c.pending) ReleaseJoinEntries(c, join);
   for (const auto& [rank, m] : c.members) {
     member_budget_.Release(m.payer, c.job_id, 1);
@@ -176,131 +226,9 @@ void EngineImpl::ReleaseJoinEntries(const CommState& c, const Join& join) {
   stats_.join_entries = join_budget_.used();
 }
 
-absl::Status EngineImpl::SetCommJob(CommState* c, const std::string& job) {
-  if (job.empty() || job == c->job_id) return absl::OkStatus();
-  if (!c->job_id.empty()) {
-    ++stats_.claims_refused;
-    return absl::PermissionDeniedError(absl::StrCat(
-        "job_id: communicator ", absl::Hex(c->comm_hash), " belongs to job '",
-        c->job_id.substr(0, 64), "', not '", job.substr(0, 64), "'"));
-  }
-  uint64_t entries = 0;
-  for (const auto& [key, join] : c->pending) {
-    entries += join.duration_ns.size();
-  }
-  comm_budget_.MoveJob(c->job_id, job, 1);
-  member_budget_.MoveJob(c->job_id, job, c->members.size());
-  join_budget_.MoveJob(c->job_id, job, entries);
-  c->job_id = job;
-  return absl::OkStatus();
-}
-
-absl::Status EngineImpl::ForeignHolder(const CommState& c, int32_t rank,
-                                       const Member& m,
-                                       absl::string_view host) {
-  // A member moves to another host only once its process ended there or
-  // that host's agent is gone (a rank restarted elsewhere).
-  if (!m.known || m.host.empty() || m.host == host || m.dead || m.exited ||
-      lost_hosts_.count(m.host) > 0) {
-    return absl::OkStatus();
-  }
-  ++stats_.claims_refused;
-  return absl::PermissionDeniedError(absl::StrCat(
-      "rank: member ", rank, " of communicator ", absl::Hex(c.comm_hash),
-      " is held by a live process on host ", m.host.substr(0, 64), "; host ",
-      host.substr(0, 64), " may report only for its own ranks"));
-}
-
-absl::Status EngineImpl::ForeignResize(const CommState& c, int32_t n_ranks,
-                                       absl::string_view host) {
-  if (!c.n_ranks_known || n_ranks <= 0 || n_ranks == c.n_ranks) {
-    return absl::OkStatus();
-  }
-  // A communicator's size is fixed when it is created; a different size
-  // from a host that holds none of its live members would stall the join
-  // of every later collective for the hosts that do (their records could
-  // never complete the new size).
-  const Member* foreign = nullptr;
-  for (const auto& [rank, m] : c.members) {
-    if (!m.known || m.host.empty() || m.dead || m.exited ||
-        lost_hosts_.count(m.host) > 0) {
-      continue;
-    }
-    if (m.host == host) return absl::OkStatus();
-    if (foreign == nullptr) foreign = &m;
-  }
-  if (foreign == nullptr) return absl::OkStatus();
-  ++stats_.claims_refused;
-  return absl::PermissionDeniedError(absl::StrCat(
-      "n_ranks: communicator ", absl::Hex(c.comm_hash), " has ", c.n_ranks,
-      " ranks, held by live processes on host ", foreign->host.substr(0, 64),
-      "; host ", host.substr(0, 64),
-      ", which holds none of them, may not resize it to ", n_ranks));
-}
-
-absl::Status EngineImpl::NoteMember(CommState* c, int32_t rank,
-                                    int32_t global_rank, absl::string_view host,
-                                    uint32_t pid, int32_t cuda_device) {
-  // (A btree's iterators, end() too, do not survive an insertion: `fresh`
-  // is decided before MemberAt.)
-  auto existing = c->members.find(rank);
-  const bool fresh = existing == c->members.end();
-  if (!fresh && !host.empty()) {
-    RETURN_IF_ERROR(ForeignHolder(*c, rank, existing->second, host));
-  }
-  const uint32_t payer = host_ids_.Id(host);
-  if (fresh) {
-    if (absl::Status s = member_budget_.Charge(payer, c->job_id, 1); !s.ok()) {
-      CountRefusals();
-      return absl::ResourceExhaustedError(
-          absl::StrCat("rank: members: ", s.message()));
-    }
-    stats_.ranks = static_cast<uint32_t>(member_budget_.used());
-  }
-  Member& m = c->MemberAt(rank);
-  if (fresh) m.payer = payer;
-  const bool changed = !m.known || (!host.empty() && m.host != host) ||
-                       (cuda_device >= 0 && m.cuda_device != cuda_device);
-  const std::string& now_on = host.empty() ? m.host : std::string(host);
-  const bool unreachable = !now_on.empty() && lost_hosts_.count(now_on) > 0;
-  if (changed || unreachable != m.unreachable ||
-      (global_rank >= 0 && m.global_rank != global_rank) ||
-      (pid != 0 && m.pid != pid)) {
-    ++c->generation;  // a cycle's copy of this comm is stale
-  }
-  m.known = true;
-  if (global_rank >= 0) m.global_rank = global_rank;
-  if (!host.empty()) m.host = std::string(host);
-  m.unreachable = unreachable;
-  if (pid != 0) m.pid = pid;
-  if (cuda_device >= 0) m.cuda_device = cuda_device;
-  if (changed) AssignNic(&m);
-  return absl::OkStatus();
-}
-
 absl::Status EngineImpl::AddCommunicator(absl::string_view host,
                                          const v1::CommunicatorInfo& info) {
-  if (info.comm_hash() == 0) {
-    return absl::InvalidArgumentError("communicator.comm_hash: 0");
-  }
-  if (info.n_ranks() < 0 || info.n_ranks() > kMaxRanks) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("communicator.n_ranks: ", info.n_ranks(), " not in [0, ",
-                     kMaxRanks, "]"));
-  }
-  if (absl::Status s = CheckRank("communicator.rank", info.rank()); !s.ok()) {
-    return s;
-  }
-  if (info.n_ranks() > 0 && info.rank() >= info.n_ranks()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("communicator.rank: ", info.rank(), " not in [0, n_ranks ",
-                     info.n_ranks(), ")"));
-  }
-  if (info.n_ranks() > 0 && info.global_ranks_size() > info.n_ranks()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("communicator.global_ranks: ", info.global_ranks_size(),
-                     " entries for n_ranks ", info.n_ranks()));
-  }
+  RETURN_IF_ERROR(CheckInfo(info));
   // The reporting agent's identity decides where a member lives: a record
   // naming another host is a claim for ranks this agent does not hold.
   if (!info.host().empty() && info.host() != host) {
@@ -316,6 +244,13 @@ absl::Status EngineImpl::AddCommunicator(absl::string_view host,
       GetOrCreateComm(info.comm_hash(), host, info.job_id(), &status);
   if (cp == nullptr) return status;
   CommState& c = *cp;
+  if (info.n_ranks() <= 0 && c.n_ranks_known && info.rank() >= c.n_ranks) {
+    // A member past the known size would be a foothold from which its
+    // host could resize another host's communicator (ForeignResize lets a
+    // host holding a live member do that).
+    return absl::InvalidArgumentError(absl::StrCat(
+        "communicator.rank: ", info.rank(), " >= n_ranks ", c.n_ranks));
+  }
   RETURN_IF_ERROR(SetCommJob(&c, info.job_id()));
   // A claim of another host's live member changes nothing of the comm.
   if (auto it = c.members.find(info.rank()); it != c.members.end()) {
@@ -337,37 +272,6 @@ absl::Status EngineImpl::AddCommunicator(absl::string_view host,
                              info.cuda_device()));
   if (info.pid() != 0) config_.Created(std::string(host), info.pid());
   return NoteGlobalRanks(&c, info, host);
-}
-
-absl::Status EngineImpl::NoteGlobalRanks(CommState* c,
-                                         const v1::CommunicatorInfo& info,
-                                         absl::string_view host) {
-  // Every entry names a member (memory follows the entries received), all
-  // charged to the host that sent the list: a list longer than its share
-  // is refused whole, never left half-stored.
-  const int n = std::min(info.global_ranks_size(), c->ExpectedRanks());
-  uint64_t fresh = 0;
-  for (int r = 0; r < n; ++r) {
-    if (info.global_ranks(r) >= 0 && !c->members.contains(r)) ++fresh;
-  }
-  const uint32_t payer = host_ids_.Id(host);
-  if (fresh > 0) {
-    if (absl::Status s = member_budget_.Charge(payer, c->job_id, fresh);
-        !s.ok()) {
-      CountRefusals();
-      return absl::ResourceExhaustedError(
-          absl::StrCat("communicator.global_ranks: members: ", s.message()));
-    }
-    stats_.ranks = static_cast<uint32_t>(member_budget_.used());
-  }
-  for (int r = 0; r < n; ++r) {
-    if (info.global_ranks(r) < 0) continue;
-    auto [it, added] = c->members.try_emplace(r);
-    if (added) it->second.payer = payer;
-    if (it->second.global_rank != info.global_ranks(r)) ++c->generation;
-    it->second.global_rank = info.global_ranks(r);
-  }
-  return absl::OkStatus();
 }
 
 absl::Status EngineImpl::AddSummary(absl::string_view host,
@@ -545,66 +449,6 @@ absl::Status EngineImpl::AddProgress(absl::string_view host,
   return absl::OkStatus();
 }
 
-absl::Status EngineImpl::AddLifecycle(absl::string_view host,
-                                      const v1::RankLifecycle& l) {
-  if (host.empty()) return absl::InvalidArgumentError("host: empty");
-  for (const v1::CommunicatorInfo& info : l.communicators()) {
-    v1::CommunicatorInfo copy = info;
-    if (copy.pid() == 0) copy.set_pid(l.pid());
-    if (copy.job_id().empty()) copy.set_job_id(l.job_id());
-    if (absl::Status s = AddCommunicator(host, copy); !s.ok()) {
-      return absl::Status(
-          s.code(), absl::StrCat("lifecycle.communicators: ", s.message()));
-    }
-  }
-  if (l.kind() == v1::RankLifecycle::KIND_COMM_INIT_FAILED) {
-    config_.Add(host, l);
-    return absl::OkStatus();
-  }
-  if (l.kind() != v1::RankLifecycle::KIND_DIED &&
-      l.kind() != v1::RankLifecycle::KIND_CLEAN_EXIT) {
-    return absl::OkStatus();
-  }
-  const bool died = l.kind() == v1::RankLifecycle::KIND_DIED;
-  if (died) RETURN_IF_ERROR(ForeignDeath(host, l));
-  const int64_t now = clock_->MonotonicNanos();
-  for (auto& [hash, c] : comms_) {
-    for (auto& [rank, m] : c.members) {
-      if (m.host == host && m.pid == l.pid() && l.pid() != 0 &&
-          !(died ? m.dead : m.exited)) {
-        (died ? m.dead : m.exited) = true;
-        if (died) ++c.dead_members;
-        ++c.generation;
-        if (died && m.died_ns == 0) m.died_ns = now;
-      }
-    }
-  }
-  if (died) RaiseProcessDied(host, l);
-  return absl::OkStatus();
-}
-
-absl::Status EngineImpl::ForeignDeath(absl::string_view host,
-                                      const v1::RankLifecycle& l) {
-  if (l.global_rank() < 0 || l.job_id().empty()) return absl::OkStatus();
-  for (const auto& [hash, c] : comms_) {
-    if (c.job_id != l.job_id()) continue;
-    for (const auto& [rank, m] : c.members) {
-      if (m.global_rank != l.global_rank() || !m.known || m.host.empty() ||
-          m.host == host || m.dead || m.exited ||
-          lost_hosts_.count(m.host) > 0) {
-        continue;
-      }
-      ++stats_.deaths_refused;
-      return absl::PermissionDeniedError(
-          absl::StrCat("lifecycle.global_rank: ", l.global_rank(), " of job '",
-                       l.job_id().substr(0, 64), "' is a live process on host ",
-                       m.host.substr(0, 64), "; host ", host.substr(0, 64),
-                       " may report deaths of its own processes only"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<v1::JobPolicy> EngineImpl::SetJobPolicy(
     absl::string_view job_id, const v1::JobPolicy& policy) {
   if (job_id.empty()) return absl::InvalidArgumentError("job_id: empty");
@@ -623,56 +467,6 @@ v1::JobPolicy EngineImpl::GetJobPolicy(absl::string_view job_id) const {
 
 void EngineImpl::ForgetFault(absl::string_view fault_id) {
   tracker_.Forget(fault_id);
-}
-
-void EngineImpl::NodeLost(absl::string_view host) { SetNodeLost(host, true); }
-
-void EngineImpl::NodeBack(absl::string_view host) { SetNodeLost(host, false); }
-
-void EngineImpl::ForgetNode(absl::string_view host) {
-  nodes_.erase(std::string(host));
-  // Its share is given back at the next cycle's start (only a cycle's start
-  // erases from comms_): ForgetHosts.
-  forgotten_hosts_.insert(host_ids_.Id(host));
-}
-
-void EngineImpl::ForgetHosts() {
-  // The communicators only a forgotten host reported go (they would expire
-  // anyway, comm_expiry after its last report); those other hosts report
-  // keep their members until they expire.
-  if (forgotten_hosts_.empty()) return;
-  for (auto it = comms_.begin(); it != comms_.end();) {
-    const CommState& c = it->second;
-    bool only_owner = forgotten_hosts_.contains(c.owner);
-    const std::string& owner = host_ids_.Name(c.owner);
-    for (const auto& [rank, m] : c.members) {
-      if (!only_owner) break;
-      only_owner = m.host.empty() || m.host == owner;
-    }
-    auto next = std::next(it);
-    if (only_owner && nodes_.count(owner) == 0) {
-      ++stats_.comms_expired;
-      EraseComm(it);
-    }
-    it = next;
-  }
-  forgotten_hosts_.clear();
-}
-
-void EngineImpl::SetNodeLost(absl::string_view host, bool lost) {
-  if (lost) {
-    lost_hosts_.insert(std::string(host));
-  } else {
-    lost_hosts_.erase(std::string(host));
-  }
-  for (auto& [hash, c] : comms_) {
-    for (auto& [rank, m] : c.members) {
-      if (m.host == host && m.unreachable != lost) {
-        m.unreachable = lost;
-        ++c.generation;
-      }
-    }
-  }
 }
 
 void EngineImpl::AdoptOpenFaults(const std::vector<v1::Fault>& faults) {

@@ -125,13 +125,16 @@ struct EngineStats {
   uint64_t cycles = 0;
   // Records refused by a budget's share (Options: max_members*,
   // max_comms*, max_join_entries*), all shares together, and of them those
-  // refused by a host's or a job's share (the rest: the cluster ceiling).
+  // refused by a host's, a job's or a host's share of one job (the rest:
+  // the cluster ceiling).
   uint64_t members_refused = 0;
   uint64_t members_refused_host = 0;
   uint64_t members_refused_job = 0;
+  uint64_t members_refused_host_job = 0;
   uint64_t comms_refused = 0;
   uint64_t comms_refused_host = 0;
   uint64_t comms_refused_job = 0;
+  uint64_t comms_refused_host_job = 0;
   uint64_t comms_expired = 0;  // forgotten after comm_expiry without input
   // Forgotten as an earlier generation of a job, or replaced by a committed
   // migration (generations.cc).
@@ -141,13 +144,18 @@ struct EngineStats {
   uint64_t summaries_refused = 0;  // beyond a max_join_entries share
   uint64_t summaries_refused_host = 0;
   uint64_t summaries_refused_job = 0;
+  uint64_t summaries_refused_host_job = 0;
   // Records a host sent for another host (docs/reliability.md, "Trust
   // model"): naming another host, a member another live host holds, or
   // another job for a communicator whose job is known; refused.
   uint64_t claims_refused = 0;
-  // Deaths refused: the dead process's global rank is held by a live member
-  // of its job on another host.
+  // Deaths refused (no forged PROCESS_DIED): the process was no live member
+  // of a communicator of its job on the reporting host before its death
+  // record, or its global rank is held by a live member of its job on
+  // another host that may not be taken over yet (Options::handover_grace);
+  // and communicator creation failures naming such a rank.
   uint64_t deaths_refused = 0;
+
   uint64_t join_entries = 0;  // summaries held in open joins now
   // Hang verdicts of a cycle dropped because the communicator's members
   // changed between BeginCycle and FinishCycle; judged again on the live
@@ -204,18 +212,33 @@ class DetectionEngine {
     // to the communicator's job. A record that would take its host, its job
     // or the cluster past its share is refused (ResourceExhausted naming
     // the share) and counted in EngineStats; the others keep theirs.
+    // A host's share of one job (*_per_host_job; 0: a 16th of the job's
+    // share, at least 1): a job's share takes 16 hosts to fill, and with
+    // the defaults a communicator of 65536 ranks still fits the share of
+    // the host that reports it first. Records of no job are their host's
+    // own (host, "") bucket.
     uint64_t max_members = uint64_t{1} << 21;
     uint64_t max_members_per_host = uint64_t{1} << 18;
     uint64_t max_members_per_job = uint64_t{1} << 20;
+    uint64_t max_members_per_host_job = 0;
     uint32_t max_comms = 1 << 18;
     uint32_t max_comms_per_host = 16384;
     uint32_t max_comms_per_job = 65536;
+    uint32_t max_comms_per_host_job = 0;
     uint64_t max_join_entries = uint64_t{1} << 22;
     uint64_t max_join_entries_per_host = uint64_t{1} << 20;
     uint64_t max_join_entries_per_job = uint64_t{1} << 21;
+    uint64_t max_join_entries_per_host_job = 0;
     // A communicator no input named for this long is forgotten (ended jobs
     // must not hold budget forever). Zero keeps them.
     absl::Duration comm_expiry = absl::Hours(1);
+    // A host whose agent session ended (NodeLost) keeps its members this
+    // long: only then may another host report them (a rank restarted
+    // elsewhere) or their deaths. A silent agent (NodeSilent) and an agent
+    // that reconnects within the grace keep theirs (issue #33: another
+    // host's death record for a live rank was accepted while its owner was
+    // disconnected 0.5 s). ForgetNode gives them up at once.
+    absl::Duration handover_grace = absl::Seconds(30);
     // Called by CycleWork::Detect() before the detectors run (tests hold a
     // cycle there to show what may happen meanwhile). Empty: nothing.
     std::function<void()> detect_hook;
@@ -259,20 +282,31 @@ class DetectionEngine {
   // STREAM_OPENED / CLEAN_EXIT / DIED of one process, matched to members by
   // (host, pid); its `communicators` are added as membership. DIED raises a
   // PROCESS_DIED fault at once; CLEAN_EXIT removes the process from hang
-  // detection. InvalidArgument for an empty host; PermissionDenied
-  // (deaths_refused) for a DIED whose global rank a live member of its job
-  // on another host holds.
+  // detection; a DIED of a process already dead changes nothing.
+  // InvalidArgument for an empty host. PermissionDenied, nothing raised
+  // (deaths_refused), for a DIED of a process that was no live member of a
+  // communicator of its job on `host` before this record (the record's own
+  // `communicators` do not count: a host reports deaths of the processes it
+  // is known to hold, or of those whose creation failed), or whose global
+  // rank a live member of its job on another host holds;
+  // and (also deaths_refused) for a COMM_INIT_FAILED naming such a rank.
   virtual absl::Status AddLifecycle(absl::string_view host,
                                     const v1::RankLifecycle& lifecycle) = 0;
 
-  // The agent of `host` is gone (stream closed, or silent): the hang
+  // The agent session of `host` ended (stream closed or shed): the hang
   // detectors treat the ranks on it as unreported (neither suspects nor
   // waited for) until NodeBack(host), and hang faults say that the node's
-  // agent is unreachable. Idempotent.
+  // agent is unreachable. Once Options::handover_grace passed without
+  // NodeBack, other hosts may report its members. Idempotent (the grace
+  // counts from the first call).
   virtual void NodeLost(absl::string_view host) = 0;
+  // The agent of `host` is connected but sent nothing for a while: its
+  // ranks are unreachable as for NodeLost, but stay its own.
+  virtual void NodeSilent(absl::string_view host) = 0;
   virtual void NodeBack(absl::string_view host) = 0;
   // The node is gone for good (expired by the controller): its
-  // registration is dropped, and at the next cycle's start the
+  // registration is dropped, its members may be reported by other hosts at
+  // once, and at the next cycle's start the
   // communicators only it reported are forgotten (its budget shares given
   // back); the others expire on their own.
   virtual void ForgetNode(absl::string_view host) = 0;

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -47,6 +48,7 @@ class EngineImpl final : public DetectionEngine {
   void RetireComms(const std::vector<uint64_t>& comm_hashes,
                    absl::string_view why) override;
   void NodeLost(absl::string_view host) override;
+  void NodeSilent(absl::string_view host) override;
   void NodeBack(absl::string_view host) override;
   void ForgetNode(absl::string_view host) override;
   std::vector<v1::Communicator> Communicators() const override;
@@ -64,7 +66,8 @@ class EngineImpl final : public DetectionEngine {
                           absl::string_view host, uint32_t pid,
                           int32_t cuda_device);
   // PermissionDenied (counted) when `m` is held by a live process on
-  // another host than `host`: an agent reports for its own host only.
+  // another host than `host` that may not be taken over yet (MayTakeOver):
+  // an agent reports for its own host only.
   absl::Status ForeignHolder(const CommState& c, int32_t rank, const Member& m,
                              absl::string_view host);
   // PermissionDenied (counted in claims_refused) when `host`, holding no
@@ -132,10 +135,31 @@ class EngineImpl final : public DetectionEngine {
                            const v1::JobPolicy& policy, int64_t now_ns,
                            std::string* root_key);
   void RequestProfiling(CommState* c, int64_t now_ns, CycleResult* result);
-  // PermissionDenied (deaths_refused) when the dead process's global rank
-  // is a live member of its job on another host.
-  absl::Status ForeignDeath(absl::string_view host,
-                            const v1::RankLifecycle& lifecycle);
+  // ownership.cc. Whether another host may report the members of `host`:
+  // its session ended (NodeLost) handover_grace ago, or it was forgotten.
+  // A silent or briefly disconnected agent keeps its own.
+  bool MayTakeOver(absl::string_view host) const;
+  // The communicators in which (host, pid) is a live member.
+  std::vector<uint64_t> HeldComms(absl::string_view host, uint32_t pid) const;
+  // Whether (host, pid) is a dead member of some communicator.
+  bool DiedBefore(absl::string_view host, uint32_t pid) const;
+  // EraseComm: the live members of `c` into departed_.
+  void NoteDeparted(const CommState& c);
+  // PermissionDenied (deaths_refused) unless `lifecycle`, a DIED, is of a
+  // process of its job on `host`: a live member of one of `held` (the
+  // communicators it held before the record) of that job, of a
+  // communicator of that job erased since (departed_), or a process whose
+  // communicator creation failed; and its global rank is no live
+  // member of its job on another host (ForeignRank).
+  absl::Status CheckDeath(absl::string_view host,
+                          const v1::RankLifecycle& lifecycle,
+                          const std::vector<uint64_t>& held);
+  // PermissionDenied (counted in *refused) when the global rank
+  // `lifecycle` names is a live member of its job on another host that may
+  // not be taken over.
+  absl::Status ForeignRank(absl::string_view host,
+                           const v1::RankLifecycle& lifecycle,
+                           uint64_t* refused);
   void RaiseProcessDied(absl::string_view host,
                         const v1::RankLifecycle& lifecycle);
   // generations.cc: a death of a job whose PROCESS_DIED fault (first death
@@ -153,7 +177,8 @@ class EngineImpl final : public DetectionEngine {
   // cycle's start erases from comms_) and resolves their hang faults.
   void RetireReplacedComms();
   void EraseComm(std::map<uint64_t, CommState>::iterator it);
-  void SetNodeLost(absl::string_view host, bool lost);
+  // Marks the members of `host` unreachable (or reachable again).
+  void SetUnreachable(absl::string_view host, bool lost);
 
   Clock* const clock_;
   const Options options_;
@@ -161,7 +186,21 @@ class EngineImpl final : public DetectionEngine {
   std::map<std::string, v1::JobPolicy> policies_;
   std::map<uint64_t, CommState> comms_;
   absl::flat_hash_map<std::string, v1::NodeRegistration> nodes_;
-  std::set<std::string> lost_hosts_;  // NodeLost without NodeBack
+  // Hosts NodeLost, NodeSilent or ForgetNode named since their last
+  // NodeBack: unreachable. `ended`: the session ended at `since_ns` (engine
+  // clock); forgotten hosts have since_ns = INT64_MIN.
+  struct LostHost {
+    bool ended = false;
+    int64_t since_ns = 0;
+  };
+  std::map<std::string, LostHost> lost_hosts_;
+  // (host, pid) -> job of the live members of erased communicators
+  // (retired by a migration or a new generation, expired, forgotten): a
+  // death reported after its communicator went is still its host's own.
+  // At most kMaxDeparted, the oldest forgotten first.
+  static constexpr size_t kMaxDeparted = 65536;
+  std::map<std::pair<std::string, uint32_t>, std::string> departed_;
+  std::deque<std::pair<std::string, uint32_t>> departed_order_;
   // Budgets with owners (tenant_budget.h): members, communicators and
   // summaries in open joins, per host and per job.
   HostIds host_ids_;

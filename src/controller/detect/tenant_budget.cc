@@ -41,18 +41,33 @@ uint64_t TenantBudget::job_used(absl::string_view job) const {
   return it == by_job_.end() ? 0 : it->second;
 }
 
+uint64_t TenantBudget::host_job_used(uint32_t host,
+                                     absl::string_view job) const {
+  auto it = by_host_job_.find(std::make_pair(host, std::string(job)));
+  return it == by_host_job_.end() ? 0 : it->second;
+}
+
 absl::Status TenantBudget::Charge(uint32_t host, absl::string_view job,
                                   uint64_t n) {
   const uint64_t h = host_used(host);
+  const uint64_t hj = host_job_used(host, job);
   const uint64_t j = job_used(job);
+  const absl::string_view name =
+      absl::string_view(hosts_->Name(host)).substr(0, 64);
   if (h + n > limits_.per_host) {
     ++refusals_.host;
     return absl::ResourceExhaustedError(absl::StrCat(
-        "host ", absl::string_view(hosts_->Name(host)).substr(0, 64), " holds ",
-        h, " of ", limits_.per_host, " (its share, ", option_, "_per_host); ",
-        n, " more refused"));
+        "host ", name, " holds ", h, " of ", limits_.per_host, " (its share, ",
+        option_, "_per_host); ", n, " more refused"));
   }
-  if (j + n > limits_.per_job) {
+  if (hj + n > limits_.per_host_job) {
+    ++refusals_.host_job;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "host ", name, " holds ", hj, " of job '", job.substr(0, 64), "' of ",
+        limits_.per_host_job, " (its share of one job, ", option_,
+        "_per_host_job); ", n, " more refused"));
+  }
+  if (!job.empty() && j + n > limits_.per_job) {
     ++refusals_.job;
     return absl::ResourceExhaustedError(absl::StrCat(
         "job '", job.substr(0, 64), "' holds ", j, " of ", limits_.per_job,
@@ -66,21 +81,25 @@ absl::Status TenantBudget::Charge(uint32_t host, absl::string_view job,
   }
   used_ += n;
   by_host_[host] += n;
-  by_job_[job] += n;
+  by_host_job_[std::make_pair(host, std::string(job))] += n;
+  if (!job.empty()) by_job_[job] += n;
   return absl::OkStatus();
 }
 
 void TenantBudget::Release(uint32_t host, absl::string_view job, uint64_t n) {
   used_ -= std::min(used_, n);
   Take(&by_host_, host, n);
-  Take(&by_job_, job, n);
+  Take(&by_host_job_, std::make_pair(host, std::string(job)), n);
+  if (!job.empty()) Take(&by_job_, std::string(job), n);
 }
 
-void TenantBudget::MoveJob(absl::string_view from, absl::string_view to,
-                           uint64_t n) {
+void TenantBudget::MoveJob(uint32_t host, absl::string_view from,
+                           absl::string_view to, uint64_t n) {
   if (n == 0 || from == to) return;
-  Take(&by_job_, from, n);
-  by_job_[to] += n;
+  Take(&by_host_job_, std::make_pair(host, std::string(from)), n);
+  by_host_job_[std::make_pair(host, std::string(to))] += n;
+  if (!from.empty()) Take(&by_job_, std::string(from), n);
+  if (!to.empty()) by_job_[to] += n;
 }
 
 }  // namespace pitstop::controller

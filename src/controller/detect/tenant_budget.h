@@ -1,9 +1,13 @@
 // Shares of one budget of the detection engine (members, communicators,
 // summaries in open joins) between tenants (docs/reliability.md, "Trust
 // model"). Every unit is charged to a host and a job; a charge is refused
-// when it would take the host past its share, the job past its share, or
-// the cluster past its ceiling. So a host (or a job) that floods the
-// controller uses up its own share, and the others keep theirs.
+// when it would take the host past its share, the host past its share of
+// that one job, the job past its share, or the cluster past its ceiling. So
+// a host (or a job) that floods the controller uses up its own share, and
+// the others keep theirs; a job's share takes per_job / per_host_job hosts
+// to fill (issue #33: 5 hosts running none of a job's ranks filled its
+// share). Units of no job ("") are each host's own: the (host, "") bucket,
+// bounded by per_host_job, never one bucket shared by every id-less job.
 //
 // Hosts are interned (HostIds): a charge names its host by its id, so a
 // member carries 4 bytes of owner instead of a string.
@@ -14,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -40,12 +45,15 @@ class TenantBudget {
   struct Limits {
     uint64_t total = 0;     // the cluster's ceiling
     uint64_t per_host = 0;  // one host's share
-    uint64_t per_job = 0;   // one job's share ("" counts as a job)
+    uint64_t per_job = 0;   // one job's share (job "": see per_host_job)
+    // One host's share of one job; of job "", the host's whole bucket.
+    uint64_t per_host_job = 0;
   };
   // Charges each share refused, cumulative.
   struct Refusals {
     uint64_t host = 0;
     uint64_t job = 0;
+    uint64_t host_job = 0;
     uint64_t total = 0;
   };
 
@@ -61,16 +69,20 @@ class TenantBudget {
   absl::Status Charge(uint32_t host, absl::string_view job, uint64_t n);
   // Gives `n` units of (host, job) back.
   void Release(uint32_t host, absl::string_view job, uint64_t n);
-  // Moves `n` units of a job to another (a communicator learned its job):
-  // never refused, the units exist already.
-  void MoveJob(absl::string_view from, absl::string_view to, uint64_t n);
+  // Moves `n` units of `host` from a job to another (a communicator learned
+  // its job): never refused, the units exist already.
+  void MoveJob(uint32_t host, absl::string_view from, absl::string_view to,
+               uint64_t n);
 
   uint64_t used() const { return used_; }
   uint64_t host_used(uint32_t host) const;
+  // 0 for job "" (each host's "" units are in host_job_used).
   uint64_t job_used(absl::string_view job) const;
+  uint64_t host_job_used(uint32_t host, absl::string_view job) const;
   const Refusals& refusals() const { return refusals_; }
   uint64_t refused() const {
-    return refusals_.host + refusals_.job + refusals_.total;
+    return refusals_.host + refusals_.job + refusals_.host_job +
+           refusals_.total;
   }
   const Limits& limits() const { return limits_; }
 
@@ -80,7 +92,8 @@ class TenantBudget {
   const HostIds* const hosts_;
   uint64_t used_ = 0;
   absl::flat_hash_map<uint32_t, uint64_t> by_host_;
-  absl::flat_hash_map<std::string, uint64_t> by_job_;
+  absl::flat_hash_map<std::string, uint64_t> by_job_;  // never ""
+  absl::flat_hash_map<std::pair<uint32_t, std::string>, uint64_t> by_host_job_;
   Refusals refusals_;
 };
 

@@ -50,7 +50,10 @@ void IngestService::MarkSilent() {
   const uint64_t silence = absl::ToInt64Nanoseconds(options_.agent_silence);
   for (auto& [host, e] : liveness_) {
     if (e.session != 0 && !e.lost && now - e.last_seen_unix_ns > silence) {
-      NodeLost(host, &e);
+      // Unreachable, but its ranks stay its own: only an ended session
+      // (and a grace) lets another host report them.
+      e.lost = true;
+      engine_->NodeSilent(host);
       Logger("controller")
           ->warn(
               "agent {} silent for {} ms: its ranks are not judged until it "
@@ -99,17 +102,23 @@ void IngestService::AfterCycle(const CycleResult& r) {
   // shares of hosts and jobs beside them, and claims for other hosts.
   const std::pair<const char*, uint64_t> refused[] = {
       {"members", stats.members_refused - stats.members_refused_host -
-                      stats.members_refused_job},
+                      stats.members_refused_job -
+                      stats.members_refused_host_job},
       {"members_per_host", stats.members_refused_host},
       {"members_per_job", stats.members_refused_job},
+      {"members_per_host_job", stats.members_refused_host_job},
       {"communicators", stats.comms_refused - stats.comms_refused_host -
-                            stats.comms_refused_job},
+                            stats.comms_refused_job -
+                            stats.comms_refused_host_job},
       {"communicators_per_host", stats.comms_refused_host},
       {"communicators_per_job", stats.comms_refused_job},
+      {"communicators_per_host_job", stats.comms_refused_host_job},
       {"summaries", stats.summaries_refused - stats.summaries_refused_host -
-                        stats.summaries_refused_job},
+                        stats.summaries_refused_job -
+                        stats.summaries_refused_host_job},
       {"summaries_per_host", stats.summaries_refused_host},
       {"summaries_per_job", stats.summaries_refused_job},
+      {"summaries_per_host_job", stats.summaries_refused_host_job},
       {"foreign_claims", stats.claims_refused},
       {"foreign_deaths", stats.deaths_refused},
   };

@@ -91,7 +91,7 @@ void IngestService::SessionsGone(
     if (it == liveness_.end() || it->second.session != session) continue;
     sessions_.erase(session);
     it->second.session = 0;
-    if (!it->second.lost) NodeLost(host, &it->second);
+    NodeLost(host, &it->second);  // also when it was silent before
   }
   for (const std::string& host : forgotten) {
     engine_->ForgetNode(host);

@@ -161,7 +161,7 @@ class IngestService {
   struct Liveness {
     uint64_t session = 0;  // 0 = not connected
     uint64_t last_seen_unix_ns = 0;
-    bool lost = false;  // the engine was told NodeLost
+    bool lost = false;  // the engine was told NodeLost or NodeSilent
   };
   // A batch joined under the lock, waiting for its completion.
   struct Joined {

@@ -404,7 +404,7 @@ TEST_F(MigrationApiTest, CommitMitigatesTheJobsFaultsThatBlameTheLeaver) {
   v1::RankLifecycle* l = death.add_lifecycle();
   l->set_kind(v1::RankLifecycle::KIND_DIED);
   l->set_job_id("job1");
-  l->set_pid(4242);
+  l->set_pid(job_.PidOf(0));  // node0's rank 0 (its communicator retired)
   l->set_global_rank(0);
   ASSERT_TRUE(agents_["node0"]->Send(death));
   std::string late_id;

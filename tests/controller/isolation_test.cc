@@ -1,0 +1,231 @@
+// Issue #33, round 17 (the attacker's findings F2, F3, F5 on the engine,
+// FakeClock): a host with a valid certificate may not forge a death in
+// another job, take over a live host's ranks while that host is only
+// briefly away, or fill another job's share of the budgets
+// (docs/reliability.md, "Trust model").
+#include <memory>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "pitstop/clock.h"
+#include "src/controller/detect/detection_engine.h"
+
+namespace pitstop::controller {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Member `rank` (pid 100 + rank) of `hash` in `job`; global rank `global`
+// when >= 0, else none; `listed` global ranks listed.
+v1::CommunicatorInfo Comm(uint64_t hash, const std::string& job, int32_t rank,
+                          int32_t n_ranks, int32_t global = -1,
+                          int32_t listed = 0) {
+  v1::CommunicatorInfo info;
+  info.set_comm_hash(hash);
+  info.set_job_id(job);
+  info.set_rank(rank);
+  info.set_n_ranks(n_ranks);
+  info.set_pid(100 + rank);
+  for (int32_t g = 0; g < listed; ++g) info.add_global_ranks(g);
+  if (global >= 0) {
+    while (info.global_ranks_size() <= rank) info.add_global_ranks(-1);
+    info.set_global_ranks(rank, global);
+  }
+  return info;
+}
+
+v1::RankLifecycle Died(const std::string& job, uint32_t pid, int32_t global) {
+  v1::RankLifecycle l;
+  l.set_kind(v1::RankLifecycle::KIND_DIED);
+  l.set_job_id(job);
+  l.set_pid(pid);
+  l.set_global_rank(global);
+  return l;
+}
+
+std::unique_ptr<DetectionEngine> Engine(Clock* clock) {
+  DetectionEngine::Options o;
+  o.max_members = 1000;
+  o.max_members_per_host = 100;
+  o.max_members_per_job = 300;
+  o.max_comms = 100;
+  o.max_comms_per_host = 50;
+  o.max_comms_per_job = 80;
+  auto e = DetectionEngine::Create(clock, o);
+  EXPECT_TRUE(e.ok());
+  return std::move(*e);
+}
+
+// `victim` runs on host b: communicator 1, ranks 0 and 1 (pids 100, 101,
+// global ranks 0 and 1).
+void StartVictim(DetectionEngine* e) {
+  ASSERT_TRUE(e->AddCommunicator("b", Comm(1, "victim", 0, 2, 0)).ok());
+  ASSERT_TRUE(e->AddCommunicator("b", Comm(1, "victim", 1, 2, 1)).ok());
+}
+
+int Count(const CycleResult& r, v1::FaultClass cls) {
+  int n = 0;
+  for (const v1::Fault& f : r.faults) n += f.fault_class() == cls ? 1 : 0;
+  return n;
+}
+
+// F2: deaths of processes host c is not known to hold.
+TEST(IsolationTest, NoForgedDeathInAnotherJob) {
+  FakeClock clock;
+  auto e = Engine(&clock);
+  StartVictim(e.get());
+  // No global rank, no communicator.
+  absl::Status s = e->AddLifecycle("c", Died("victim", 7, -1));
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("no live member"));
+  // A rank no live member holds (rank 7 of a 2-rank job).
+  s = e->AddLifecycle("c", Died("victim", 7, 7));
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  // A brand-new communicator carried by the death record itself.
+  v1::RankLifecycle fresh = Died("victim", 7, 5);
+  *fresh.add_communicators() = Comm(9, "victim", 0, 2, 5);
+  s = e->AddLifecycle("c", fresh);
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  // A live process of host c, but of another job.
+  ASSERT_TRUE(e->AddCommunicator("c", Comm(10, "evil", 3, 4, 3)).ok());
+  s = e->AddLifecycle("c", Died("victim", 103, 3));
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  // A communicator creation failure naming b's live global rank 0.
+  v1::RankLifecycle failed;
+  failed.set_kind(v1::RankLifecycle::KIND_COMM_INIT_FAILED);
+  failed.set_job_id("victim");
+  failed.set_pid(8);
+  failed.set_global_rank(0);
+  s = e->AddLifecycle("c", failed);
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_EQ(e->stats().deaths_refused, 5u);
+  CycleResult r = e->RunCycle();
+  EXPECT_EQ(Count(r, v1::FAULT_CLASS_PROCESS_DIED), 0);
+  EXPECT_EQ(Count(r, v1::FAULT_CLASS_CONFIG), 0);
+
+  // The real death of b's rank 1 is one fault, reported once.
+  ASSERT_TRUE(e->AddLifecycle("b", Died("victim", 101, 1)).ok());
+  ASSERT_TRUE(e->AddLifecycle("b", Died("victim", 101, 1)).ok());
+  clock.Advance(absl::Milliseconds(500));
+  r = e->RunCycle();
+  ASSERT_EQ(Count(r, v1::FAULT_CLASS_PROCESS_DIED), 1);
+  EXPECT_EQ(r.faults[0].suspects(0).host(), "b");
+  EXPECT_EQ(r.faults[0].suspects_size(), 1);
+  // A failed creation of a rank nobody holds is host c's to report; its
+  // process's death then is part of that fault.
+  failed.set_global_rank(5);
+  ASSERT_TRUE(e->AddLifecycle("c", failed).ok());
+  ASSERT_TRUE(e->AddLifecycle("c", Died("victim", 8, 5)).ok());
+  EXPECT_EQ(e->stats().deaths_refused, 5u);
+}
+
+// A death reported after its communicator was retired (a migration
+// replaced it, a new generation formed) is still its host's own.
+TEST(IsolationTest, ADeathAfterItsCommunicatorWasRetiredIsKnown) {
+  FakeClock clock;
+  auto e = Engine(&clock);
+  StartVictim(e.get());
+  e->RetireComms({1}, "migration committed");
+  e->RunCycle();
+  v1::Communicator c;
+  ASSERT_FALSE(e->GetCommunicator(1, &c));
+  EXPECT_TRUE(e->AddLifecycle("b", Died("victim", 100, 0)).ok());
+  EXPECT_TRUE(
+      absl::IsPermissionDenied(e->AddLifecycle("c", Died("victim", 101, 1))));
+  clock.Advance(absl::Milliseconds(500));
+  EXPECT_EQ(Count(e->RunCycle(), v1::FAULT_CLASS_PROCESS_DIED), 1);
+}
+
+// F3: host b's agent reconnects within the grace; its live ranks stay its
+// own meanwhile.
+TEST(IsolationTest, RanksMoveOnlyOnceTheirHostIsGoneForTheGrace) {
+  FakeClock clock;
+  auto e = Engine(&clock);
+  StartVictim(e.get());
+  // Host c runs a process of victim too (global rank 0 in its own
+  // communicator, as a restarted rank would).
+  ASSERT_TRUE(e->AddCommunicator("c", Comm(2, "victim", 0, 1, 0)).ok());
+  e->NodeLost("b");
+  clock.Advance(absl::Milliseconds(500));
+  absl::Status s = e->AddLifecycle("c", Died("victim", 100, 0));
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("live process on host b"));
+  s = e->AddCommunicator("c", Comm(1, "victim", 0, 2, 0));
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_EQ(e->stats().deaths_refused, 1u);
+  EXPECT_EQ(e->stats().claims_refused, 1u);
+  // b comes back and goes again: the grace counts afresh.
+  e->NodeBack("b");
+  clock.Advance(absl::Seconds(40));
+  e->NodeLost("b");
+  clock.Advance(absl::Seconds(10));
+  s = e->AddCommunicator("c", Comm(1, "victim", 0, 2, 0));
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_EQ(Count(e->RunCycle(), v1::FAULT_CLASS_PROCESS_DIED), 0);
+  // Gone for the grace: a rank restarted on c may be reported from there.
+  clock.Advance(absl::Seconds(30));
+  EXPECT_TRUE(e->AddCommunicator("c", Comm(1, "victim", 0, 2, 0)).ok());
+  v1::Communicator c;
+  ASSERT_TRUE(e->GetCommunicator(1, &c));
+  EXPECT_EQ(c.members(0).host(), "c");
+}
+
+// A rank past a communicator's known size, in a record that names no size,
+// is refused: it was a foothold from which its host could then resize the
+// communicator (AdversarialInputTest's storm made the good job's 2-rank
+// communicator 2^20 ranks wide that way, and no collective joined again).
+TEST(IsolationTest, NoFootholdPastACommunicatorsSize) {
+  FakeClock clock;
+  auto e = Engine(&clock);
+  StartVictim(e.get());
+  absl::Status s = e->AddCommunicator("c", Comm(1, "victim", 7, 0));
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  s = e->AddCommunicator("c", Comm(1, "victim", 7, 1 << 20));
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  v1::Communicator c;
+  ASSERT_TRUE(e->GetCommunicator(1, &c));
+  EXPECT_EQ(c.n_ranks(), 2);
+  EXPECT_EQ(c.members_size(), 2);
+}
+
+// F5: five hosts running none of victim's ranks claim members of victim.
+TEST(IsolationTest, FiveHostsCannotFillAnotherJobsShare) {
+  FakeClock clock;
+  auto e = Engine(&clock);
+  for (int h = 0; h < 5; ++h) {
+    const std::string host = "evil" + std::to_string(h);
+    for (uint64_t k = 0; k < 4; ++k) {
+      // 4 communicators of 25 listed ranks each: the host's whole share.
+      (void)e->AddCommunicator(
+          host, Comm(100 + 10 * h + k, "victim", 0, 1024, -1, 25));
+    }
+  }
+  EXPECT_GT(e->stats().members_refused, 0u);
+  // victim's own host gets its members.
+  ASSERT_TRUE(e->AddCommunicator("b", Comm(1, "victim", 0, 2, 0, 2)).ok());
+  v1::Communicator c;
+  ASSERT_TRUE(e->GetCommunicator(1, &c));
+  EXPECT_EQ(c.members_size(), 2);
+}
+
+// F5: records of no job are each host's own bucket, not one bucket every
+// id-less job shares.
+TEST(IsolationTest, RecordsOfNoJobAreTheirHostsOwn) {
+  FakeClock clock;
+  auto e = Engine(&clock);
+  for (int h = 0; h < 5; ++h) {
+    const std::string host = "evil" + std::to_string(h);
+    for (uint64_t k = 0; k < 4; ++k) {
+      (void)e->AddCommunicator(host,
+                               Comm(100 + 10 * h + k, "", 0, 1024, -1, 25));
+    }
+  }
+  ASSERT_TRUE(e->AddCommunicator("b", Comm(1, "", 0, 2, 0, 2)).ok());
+  v1::Communicator c;
+  ASSERT_TRUE(e->GetCommunicator(1, &c));
+  EXPECT_EQ(c.members_size(), 2);
+}
+
+}  // namespace
+}  // namespace pitstop::controller
