@@ -23,7 +23,8 @@ using nlohmann::json;
 // Host of each (comm_hash, comm rank), for summaries and progress.
 using HostMap = std::map<std::pair<uint64_t, int32_t>, std::string>;
 
-absl::Status Feed(const ImportedJob& job, agent::RankJoiner* joiner,
+absl::Status Feed(const ImportedJob& job, const SeqCuts& cuts,
+                  agent::RankJoiner* joiner,
                   controller::DetectionEngine* engine, HostMap* hosts) {
   std::set<std::string> registered;
   for (size_t i = 0; i < job.ranks.size(); ++i) {
@@ -41,7 +42,8 @@ absl::Status Feed(const ImportedJob& job, agent::RankJoiner* joiner,
     for (const v1::CommunicatorInfo& c : rank.comms) {
       (*hosts)[{c.comm_hash(), c.rank()}] = rank.host;
     }
-    for (const v1::StreamTelemetryRequest& batch : ToTelemetry(job, rank)) {
+    for (const v1::StreamTelemetryRequest& batch :
+         ToTelemetry(job, rank, 4096, &cuts)) {
       RETURN_IF_ERROR(joiner->Add(i + 1, batch));
     }
   }
@@ -166,6 +168,14 @@ v1::JobPolicy ImportedJobPolicy() {
   return p;
 }
 
+LogEndOptions LogEndOptionsOf(const v1::JobPolicy& policy) {
+  LogEndOptions o;
+  o.hang_timeout_floor_ns =
+      static_cast<int64_t>(policy.hang_timeout_floor_ms()) * 1'000'000;
+  o.hang_timeout_multiplier = policy.hang_timeout_multiplier();
+  return o;
+}
+
 absl::StatusOr<AnalysisResult> AnalyzeJob(const ImportedJob& job,
                                           const AnalysisOptions& options) {
   FakeClock clock;
@@ -176,8 +186,10 @@ absl::StatusOr<AnalysisResult> AnalyzeJob(const ImportedJob& job,
   v1::JobPolicy policy = ImportedJobPolicy();
   policy.MergeFrom(options.policy);
   RETURN_IF_ERROR(engine->SetJobPolicy(job.job_id, policy).status());
+  // Records above where some rank's log merely ends are not judged.
+  LogEndReport ends = JudgeLogEnds(job, LogEndOptionsOf(policy));
   HostMap hosts;
-  RETURN_IF_ERROR(Feed(job, &joiner, engine.get(), &hosts));
+  RETURN_IF_ERROR(Feed(job, ends.cuts, &joiner, engine.get(), &hosts));
   RETURN_IF_ERROR(FeedProgress(joiner, engine.get(), &hosts));
   std::map<std::string, v1::Fault> open;
   Collect(engine->RunCycle(), &open);
@@ -195,7 +207,16 @@ absl::StatusOr<AnalysisResult> AnalyzeJob(const ImportedJob& job,
     if (r.absent) absent.push_back(r.global_rank);
   }
   result.verdict = VerdictFromFaults(result.faults, absent);
+  result.verdict.log_ends = std::move(ends.ends);
   return result;
+}
+
+bool Verdict::CannotTell() const {
+  if (fault_class != v1::FAULT_CLASS_UNSPECIFIED) return false;
+  for (const LogEnd& e : log_ends) {
+    if (e.judgement == LogEndJudgement::kCannotTell) return true;
+  }
+  return false;
 }
 
 Verdict VerdictFromFaults(const std::vector<v1::Fault>& faults,
@@ -254,7 +275,10 @@ std::string FormatVerdictTable(const ImportedJob& job,
       job.world_size > 0 ? absl::StrCat(" of ", job.world_size) : "", "\n");
   for (const std::string& w : job.warnings)
     absl::StrAppend(&out, "warning: ", w, "\n");
-  absl::StrAppend(&out, "\nVERDICT: ", ClassName(verdict.fault_class), "\n");
+  absl::StrAppend(
+      &out, "\nVERDICT: ",
+      verdict.CannotTell() ? "cannot tell" : ClassName(verdict.fault_class),
+      "\n");
   absl::StrAppend(
       &out, "  suspects: ",
       verdict.suspects.empty() ? "none" : RankRanges(verdict.suspects), "\n");
@@ -266,6 +290,7 @@ std::string FormatVerdictTable(const ImportedJob& job,
     absl::StrAppend(&out, k == 0 ? "  hung:     " : "            ",
                     verdict.hung_collectives[k], "\n");
   }
+  absl::StrAppend(&out, FormatLogEnds(verdict.log_ends, verbose));
   std::vector<const v1::Fault*> primary, secondary;
   for (const v1::Fault& f : faults) {
     (f.suspects_size() > 0 ? primary : secondary).push_back(&f);
@@ -366,6 +391,8 @@ nlohmann::json VerdictJson(const ImportedJob& job,
   v["suspects"] = verdict.suspects;
   v["victims"] = verdict.victims;
   v["hung_collectives"] = verdict.hung_collectives;
+  v["cannot_tell"] = verdict.CannotTell();
+  v["log_ends"] = LogEndsJson(verdict.log_ends);
   out["verdict"] = v;
   json fj = json::array();
   for (const v1::Fault& f : faults) {

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "pitstop/v1/controller.pb.h"
 #include "src/importers/imported_job.h"
+#include "src/importers/log_ends.h"
 
 namespace pitstop::importers {
 
@@ -27,6 +28,9 @@ namespace pitstop::importers {
 // statistics trusted after 2 collectives and verdicts from a single window
 // (an import is one snapshot, not a stream of windows).
 v1::JobPolicy ImportedJobPolicy();
+
+// The hang timeout of `policy`, for judging where logs end (log_ends.h).
+LogEndOptions LogEndOptionsOf(const v1::JobPolicy& policy);
 
 struct AnalysisOptions {
   // Zero fields take ImportedJobPolicy()'s.
@@ -47,6 +51,13 @@ struct Verdict {
   // hang fault with suspects; the most telling first (most suspects, then
   // non-comm before comm hangs, then fault number).
   std::vector<std::string> hung_collectives;
+  // Ranks whose records of a communicator end before their peers'
+  // (log_ends.h): ordinary ends and "cannot tell" are kept from detection;
+  // "stuck" ones are left to it.
+  std::vector<LogEnd> log_ends;
+  // True when no fault was found but some rank's end could not be told
+  // apart from a stop: the table says "cannot tell" instead of "none".
+  bool CannotTell() const;
 };
 
 struct AnalysisResult {
@@ -78,7 +89,8 @@ std::string FormatVerdictTable(const ImportedJob& job,
                                bool verbose = false);
 
 // The same as JSON: {"format", "job_id", "ranks", "missing_ranks",
-// "verdict": {"fault_class", "suspects", "victims", "hung_collectives"},
+// "verdict": {"fault_class", "suspects", "victims", "hung_collectives",
+// "cannot_tell", "log_ends" (LogEndsJson)},
 // "faults": [Fault as proto JSON], "warnings", "notes", "matched"}.
 nlohmann::json VerdictJson(const ImportedJob& job,
                            const std::vector<v1::Fault>& faults,

@@ -6,9 +6,25 @@
 
 namespace pitstop::importers {
 
+bool ForDetection(const ImportedOp& op, const SeqCuts* cuts) {
+  if (!op.for_detection) return false;
+  if (cuts == nullptr || op.record.kind() != v1::OP_KIND_COLLECTIVE) {
+    return true;
+  }
+  auto it = cuts->find(op.record.comm_hash());
+  return it == cuts->end() || op.record.seq_number() <= it->second;
+}
+
+void ApplySeqCuts(const SeqCuts& cuts, ImportedJob* job) {
+  for (ImportedRank& rank : job->ranks) {
+    for (ImportedOp& op : rank.ops) op.for_detection = ForDetection(op, &cuts);
+  }
+}
+
 std::vector<v1::StreamTelemetryRequest> ToTelemetry(const ImportedJob& job,
                                                     const ImportedRank& rank,
-                                                    size_t max_records) {
+                                                    size_t max_records,
+                                                    const SeqCuts* cuts) {
   std::vector<v1::StreamTelemetryRequest> out;
   max_records = std::max<size_t>(max_records, 1);
   v1::StreamTelemetryRequest first;
@@ -30,7 +46,7 @@ std::vector<v1::StreamTelemetryRequest> ToTelemetry(const ImportedJob& job,
   out.push_back(std::move(first));
   size_t in_batch = 0;
   for (const ImportedOp& op : rank.ops) {
-    if (!op.for_detection) continue;
+    if (!ForDetection(op, cuts)) continue;
     if (in_batch == max_records) {
       out.emplace_back();
       in_batch = 0;

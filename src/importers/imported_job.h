@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,14 @@ struct ImportedRank {
   // Communicator creations that failed in this process (from NCCL's log):
   // sent as the library would (StreamTelemetryRequest.init_failures).
   std::vector<v1::CommInitFailure> init_failures;
+  // When the rank's file was last written, on its node clock (ns; 0 =
+  // unknown): Inspector's latest dump_timestamp_us. Readers whose files
+  // carry no such time leave it 0 (log_ends.h then uses the latest record).
+  uint64_t log_end_ns = 0;
+  // How often the source flushed the file (ns; 0 = unknown or on demand):
+  // Inspector's dump interval, the median gap between its successive
+  // dump_timestamp_us values.
+  uint64_t flush_interval_ns = 0;
 };
 
 // A collective matched across ranks by an importer (Kineto: end times).
@@ -111,10 +120,21 @@ void AddAbsentRanks(ImportedJob* job,
 // are known) one kernel channel each; split into batches of at most
 // `max_records` ops. batch_seq counts from 1. The last batch carries no
 // goodbye (a dump says nothing about how the process ended), except for an
-// absent rank, whose single batch ends with one.
-std::vector<v1::StreamTelemetryRequest> ToTelemetry(const ImportedJob& job,
-                                                    const ImportedRank& rank,
-                                                    size_t max_records = 4096);
+// absent rank, whose single batch ends with one. Collectives of a
+// communicator in `cuts` with a sequence number above its cut are left out
+// (log_ends.h).
+using SeqCuts = std::map<uint64_t, uint64_t>;  // comm_hash -> highest seq
+std::vector<v1::StreamTelemetryRequest> ToTelemetry(
+    const ImportedJob& job, const ImportedRank& rank, size_t max_records = 4096,
+    const SeqCuts* cuts = nullptr);
+
+// True when `op` is sent to detection: ImportedOp::for_detection and not
+// above its communicator's cut.
+bool ForDetection(const ImportedOp& op, const SeqCuts* cuts);
+
+// Clears for_detection of every op above its communicator's cut (for paths
+// that send ImportedOps themselves, such as replay).
+void ApplySeqCuts(const SeqCuts& cuts, ImportedJob* job);
 
 }  // namespace pitstop::importers
 

@@ -87,6 +87,24 @@ bool Record(const json& obj, int64_t line, InspectorRecord* r) {
   return r->rank >= 0;
 }
 
+// The file's last dump time and its dump interval (the median gap between
+// successive dump times; 0 with fewer than two gaps), in ns.
+void FlushTimes(const InspectorFile& f, ImportedRank* rank) {
+  std::set<uint64_t> dumps;
+  for (const InspectorRecord& r : f.records) {
+    if (r.dump_ts_us > 0) dumps.insert(r.dump_ts_us);
+  }
+  if (dumps.empty()) return;
+  rank->log_end_ns = *dumps.rbegin() * 1000;
+  std::vector<uint64_t> gaps;
+  for (auto it = std::next(dumps.begin()); it != dumps.end(); ++it) {
+    gaps.push_back(*it - *std::prev(it));
+  }
+  if (gaps.size() < 2) return;
+  std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
+  rank->flush_interval_ns = gaps[gaps.size() / 2] * 1000;
+}
+
 }  // namespace
 
 bool LooksLikeInspector(absl::string_view head) {
@@ -215,6 +233,7 @@ absl::StatusOr<ImportedJob> BuildInspectorJob(
     ImportedRank rank;
     rank.global_rank = global[k];
     rank.file = files[k].file;
+    FlushTimes(files[k], &rank);
     std::set<uint64_t> seen;
     uint64_t op_id = 0;
     for (const InspectorRecord& r : files[k].records) {

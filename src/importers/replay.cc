@@ -385,11 +385,17 @@ absl::Status OpenStreams(
 
 }  // namespace
 
-absl::StatusOr<ReplayResult> ReplayJob(const ImportedJob& job,
+absl::StatusOr<ReplayResult> ReplayJob(const ImportedJob& imported,
                                        const ReplayOptions& options) {
   auto say = [&](const std::string& line) {
     if (options.progress) options.progress(line);
   };
+  // As in AnalyzeJob: records above where a rank's log merely ends are not
+  // sent.
+  LogEndReport ends =
+      JudgeLogEnds(imported, LogEndOptionsOf(ImportedJobPolicy()));
+  ImportedJob job = imported;
+  ApplySeqCuts(ends.cuts, &job);
   // Nodes, in order of first appearance.
   std::vector<std::string> hosts;
   std::map<std::string, int> node_of;
@@ -454,6 +460,7 @@ absl::StatusOr<ReplayResult> ReplayJob(const ImportedJob& job,
   result.speed = speed;
   result.speed_note = speed_note;
   result.work_dir = cluster->work_dir();
+  result.log_ends = std::move(ends.ends);
   for (auto& rp : replayers) rp->Stop();
   replayers.clear();
   absl::Status down = cluster->Shutdown();

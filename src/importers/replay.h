@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "pitstop/v1/controller.pb.h"
 #include "src/importers/imported_job.h"
+#include "src/importers/log_ends.h"
 
 namespace pitstop::importers {
 
@@ -56,6 +57,9 @@ struct ReplayResult {
   // Set when the requested speed was clamped to kMaxReplaySpeed.
   std::string speed_note;
   std::string work_dir;
+  // Where ranks' logs end before their peers' (log_ends.h), judged as in
+  // AnalyzeJob; records above the ends not judged stuck were not replayed.
+  std::vector<LogEnd> log_ends;
 };
 
 // Starts the daemons, replays, reads the verdict, stops everything.

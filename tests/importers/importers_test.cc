@@ -19,6 +19,7 @@
 #include "src/importers/input_file.h"
 #include "src/importers/timeline.h"
 #include "tests/importers/fr_test_util.h"
+#include "tests/importers/temp_dir.h"
 
 namespace pitstop::importers {
 namespace {
@@ -26,24 +27,6 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/pitstop-imp-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf " + path_).c_str()); }
-  std::string Write(const std::string& name, const std::string& bytes) {
-    std::string p = path_ + "/" + name;
-    std::ofstream(p, std::ios::binary) << bytes;
-    return p;
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 std::string Gzip(const std::string& data) {
   z_stream z{};

@@ -65,6 +65,7 @@ int RunReplay(const ReplayArgs& a) {
   }
   importers::Verdict verdict =
       importers::VerdictFromFaults(result->faults, absent);
+  verdict.log_ends = result->log_ends;
   if (!result->speed_note.empty()) job->notes.push_back(result->speed_note);
   // A timeline that cannot be written is an error (exit 2), but the verdict
   // is still printed.
