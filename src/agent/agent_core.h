@@ -147,6 +147,15 @@ class AgentCore {
     ProcessIdentity who;
   };
   std::shared_ptr<Slot> FindSlot(uint64_t stream);
+  // Checks a stream's message against what its process may claim
+  // (LocalTenants): `*in` is `req`, or `copy` made of it without what the
+  // process may not report (an anonymous hello's job and global rank,
+  // records for ranks it does not hold).
+  absl::Status Admit(uint64_t stream, Slot* slot,
+                     const v1::StreamTelemetryRequest& req,
+                     v1::StreamTelemetryRequest* copy,
+                     const v1::StreamTelemetryRequest** in)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot->mu);
   // Moves what `joiner` emitted into the buffer and metrics.
   void Collect(RankJoiner* joiner);
 
