@@ -338,6 +338,7 @@ void AgentCore::PublishMetrics(bool upstream_connected,
   t.connections_refused = connections_refused_.load();
   t.undelivered = undelivered_.load();
   t.pid_refused = pid_refused_.load();
+  t.messages_refused = messages_refused_.load();
   const LocalTenants::Stats claims = tenants_.stats();
   t.job_claims_refused = claims.jobs_refused;
   t.rank_claims_refused = claims.ranks_refused;

@@ -135,6 +135,8 @@ class AgentCore {
   void SetConnectionsRefused(uint64_t n) { connections_refused_.store(n); }
   // Connections refused for a pid claim (both ingest servers, cumulative).
   void SetPidRefused(uint64_t n) { pid_refused_.store(n); }
+  // Messages refused before parsing (both ingest servers, cumulative).
+  void SetMessagesRefused(uint64_t n) { messages_refused_.store(n); }
 
  private:
   struct Slot {
@@ -180,6 +182,7 @@ class AgentCore {
   std::atomic<uint64_t> records_refused_{0};
   std::atomic<uint64_t> connections_refused_{0};
   std::atomic<uint64_t> pid_refused_{0};
+  std::atomic<uint64_t> messages_refused_{0};
   std::atomic<uint64_t> undelivered_{0};
 };
 

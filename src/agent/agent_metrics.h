@@ -80,6 +80,9 @@ class AgentMetrics {
     uint64_t comm_claims_refused = 0;
     uint64_t claim_tables_full = 0;
     uint64_t job_claims_unproven = 0;
+    // Rank messages refused before parsing for their size in records
+    // (message_bound.h), on either socket.
+    uint64_t messages_refused = 0;
   };
   // Publishes cumulative totals (counters advance by the difference).
   void SetTotals(const Totals& totals);
@@ -131,6 +134,7 @@ class AgentMetrics {
   // an anonymous tenant).
   prometheus::Counter* job_claims_unproven_;
   prometheus::Counter* undelivered_;
+  prometheus::Counter* messages_refused_;
 };
 
 }  // namespace pitstop::agent
