@@ -5,15 +5,17 @@
 # another job's ring lost meanwhile. docs/reliability.md, "Bounded parsing".
 #
 #   tools/ingest-bomb.sh [BUILD_DIR]
+#   PITSTOP_AGENT=/path/to/other/pitstop-agent tools/ingest-bomb.sh  (before)
 set -euo pipefail
 build=${1:-build}
+agent_bin=${PITSTOP_AGENT:-$build/src/agent/pitstop-agent}
 dir=$(mktemp -d)
 trap 'kill $agent 2>/dev/null || true; rm -rf "$dir"' EXIT
 
 rss() { awk -v k="$2" '$1==k":" {print int($2/1024) " MiB"}' "/proc/$1/status"; }
 
 start_agent() {
-  "$build/src/agent/pitstop-agent" --ingest-socket "$dir/a.sock" \
+  "$agent_bin" --ingest-socket "$dir/a.sock" \
     --ingest-shm-socket "$dir/s.sock" --controller "" \
     --metrics-address "" --log-level warn >"$dir/agent.log" 2>&1 &
   agent=$!

@@ -10,7 +10,7 @@
 //   pitstop_ingest_bomb shm SHM_SOCKET SECONDS big|batches
 //     A hostile ring of 16 MiB (one message of 7.5M empty records: "big",
 //     or messages of 30,000: "batches"), made visible 1 s in, and another
-//     job's ring of 64 KiB taking one 4-record message every 10 ms for
+//     job's ring of 64 KiB taking one 20-record message every 10 ms for
 //     SECONDS; prints that job's messages sent and lost (no room in its
 //     ring: the agent did not read it) and its longest wait for a read.
 #include <fcntl.h>
@@ -170,7 +170,19 @@ int Shm(const std::string& socket, int seconds, bool big) {
   v1::StreamTelemetryRequest r;
   r.mutable_hello()->set_pid(static_cast<uint32_t>(getpid()));
   other.Write(r.SerializeAsString(), 0);
-  const std::string body = EmptyOps(4, false);
+  // 20 records a message (~1 KB): the 64 KiB ring holds ~0.6 s of them.
+  v1::StreamTelemetryRequest batch;
+  for (int i = 0; i < 20; ++i) {
+    v1::OpRecord* op = batch.add_ops();
+    op->set_op_id(1'000'000'000 + i);
+    op->set_comm_hash(0x0123456789ABCDEFull);
+    op->set_seq_number(1'000'000 + i);
+    op->set_count(1 << 24);
+    op->set_bytes(uint64_t{1} << 26);
+    op->set_enqueue_start_cpu_ns(1'700'000'000'000'000'000ull);
+    op->set_enqueue_stop_cpu_ns(1'700'000'000'000'000'001ull);
+  }
+  const std::string body = batch.SerializeAsString();
   int sent = 0, lost = 0;
   absl::Duration longest;
   absl::Time last_read = absl::Now();
@@ -184,7 +196,7 @@ int Shm(const std::string& socket, int seconds, bool big) {
     }
     longest = std::max(longest, absl::Now() - last_read);
     ++sent;
-    if (!other.Write(body, 4)) ++lost;
+    if (!other.Write(body, 20)) ++lost;
     absl::SleepFor(absl::Milliseconds(10));
   }
   attack.join();
