@@ -65,6 +65,13 @@ absl::StatusOr<std::string> ReadRegularFile(
     const std::string& path, absl::string_view what,
     uint64_t max_bytes = kMaxFlagFileBytes);
 
+// Opens `path` for appending (creating it, mode 0666 & ~umask) without
+// blocking and refuses anything but a regular file, as RegularFile::Open
+// does for reading: a FIFO named by --log-file would otherwise block the
+// daemon's start forever. The caller then opens the name itself (spdlog).
+absl::Status CheckAppendableRegularFile(const std::string& path,
+                                        absl::string_view what);
+
 }  // namespace pitstop
 
 #endif  // PITSTOP_BOUNDED_FILE_H_

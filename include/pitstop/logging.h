@@ -18,8 +18,10 @@ namespace pitstop {
 struct LoggingOptions {
   // trace, debug, info, warn, error, critical, off.
   std::string level = "info";
-  // Log file; empty = stderr only.
+  // Log file; empty = stderr only. Only a regular file is opened
+  // (CheckAppendableRegularFile); errors name `file_flag`.
   std::string file;
+  std::string file_flag = "--log-file";
   // Prefix every line with the program name (useful when many processes share
   // a terminal, as in `pitstop sim`).
   std::string program;

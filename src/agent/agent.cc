@@ -143,6 +143,9 @@ void Agent::RunTicker(absl::Duration period) {
     core_->SetPidRefused(
         (ingest_ != nullptr ? ingest_->pid_refusals() : 0) +
         (shm_ingest_ != nullptr ? shm_ingest_->stats().pid_refused : 0));
+    core_->SetMessagesRefused(
+        (ingest_ != nullptr ? ingest_->oversized_messages() : 0) +
+        (shm_ingest_ != nullptr ? shm_ingest_->stats().oversized : 0));
     core_->PublishMetrics(upstream_ != nullptr && upstream_->connected(),
                           upstream_ != nullptr ? upstream_->connects() : 0);
   }

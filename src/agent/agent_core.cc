@@ -57,6 +57,41 @@ void AgentCore::Collect(RankJoiner* joiner) {
   if (!comms.empty()) buffer_.PushCommunicators(&comms);
 }
 
+absl::Status AgentCore::Admit(uint64_t stream, Slot* slot,
+                              const v1::StreamTelemetryRequest& req,
+                              v1::StreamTelemetryRequest* copy,
+                              const v1::StreamTelemetryRequest** in) {
+  *in = &req;
+  if (!slot->got_first && !req.has_hello()) {
+    return absl::InvalidArgumentError(
+        "hello: missing on the first message of the stream");
+  }
+  bool copied = false;
+  if (req.has_hello()) {
+    const v1::ProcessHello& h = req.hello();
+    ASSIGN_OR_RETURN(LocalTenants::Standing standing,
+                     tenants_.Hello(stream, slot->who, h.pid(), h.job_id(),
+                                    h.global_rank()));
+    if (standing == LocalTenants::Standing::kAnonymous) {
+      // Reports for no job: what the hello claimed is not told upstream.
+      *copy = req;
+      copy->mutable_hello()->clear_job_id();
+      copy->mutable_hello()->set_global_rank(-1);
+      copied = true;
+    }
+  }
+  slot->got_first = true;
+  // Records for ranks this process may not report for are dropped (the
+  // copy is made only then).
+  if (tenants_.NeedsFilter(stream, copied ? *copy : req)) {
+    if (!copied) *copy = req;
+    tenants_.Filter(stream, copy);
+    copied = true;
+  }
+  if (copied) *in = copy;
+  return absl::OkStatus();
+}
+
 absl::Status AgentCore::OnMessage(uint64_t stream,
                                   const v1::StreamTelemetryRequest& req) {
   if (options_.on_message_for_test) options_.on_message_for_test(req);
@@ -65,27 +100,11 @@ absl::Status AgentCore::OnMessage(uint64_t stream,
     return absl::FailedPreconditionError("stream already closed");
   }
   uint32_t pid = 0;
+  const v1::StreamTelemetryRequest* in = &req;
+  v1::StreamTelemetryRequest copy;
   {
     MutexLock l(&slot->mu);
-    if (!slot->got_first && !req.has_hello()) {
-      return absl::InvalidArgumentError(
-          "hello: missing on the first message of the stream");
-    }
-    if (req.has_hello()) {
-      const v1::ProcessHello& h = req.hello();
-      RETURN_IF_ERROR(tenants_.Hello(stream, slot->who, h.pid(), h.job_id(),
-                                     h.global_rank()));
-    }
-    slot->got_first = true;
-    // Records for ranks this process may not report for are dropped (the
-    // copy is made only then).
-    const v1::StreamTelemetryRequest* in = &req;
-    v1::StreamTelemetryRequest filtered;
-    if (tenants_.NeedsFilter(stream, req)) {
-      filtered = req;
-      tenants_.Filter(stream, &filtered);
-      in = &filtered;
-    }
+    RETURN_IF_ERROR(Admit(stream, slot.get(), req, &copy, &in));
     RankJoiner* j = slot->joiner.get();
     const uint64_t lost_before = j->stats().batches_lost;
     const uint64_t records_before = j->stats().records;
@@ -102,18 +121,19 @@ absl::Status AgentCore::OnMessage(uint64_t stream,
                                    j->stats().records_over_cap - refused_before,
                                std::memory_order_relaxed);
     if (const v1::ProcessHello* h = j->hello(stream)) pid = h->pid();
-    if (req.has_hello()) {
-      slot->job_id = req.hello().job_id();
-      slot->global_rank = req.hello().global_rank();
+    if (in->has_hello()) {
+      slot->job_id = in->hello().job_id();
+      slot->global_rank = in->hello().global_rank();
     }
     Collect(j);
   }
   if (RankMigrationListener* l = migration_listener_.load()) {
-    if (req.has_hello()) {
-      l->OnRankHello(stream, req.hello().job_id(), req.hello().global_rank());
+    if (in->has_hello()) {
+      l->OnRankHello(stream, in->hello().job_id(), in->hello().global_rank());
     }
-    if (req.migration_acks_size() > 0)
-      l->OnRankAcks(stream, req.migration_acks());
+    if (in->migration_acks_size() > 0) {
+      l->OnRankAcks(stream, in->migration_acks());
+    }
   }
   if (req.has_drops()) {
     const v1::DropCounters& d = req.drops();
@@ -318,11 +338,13 @@ void AgentCore::PublishMetrics(bool upstream_connected,
   t.connections_refused = connections_refused_.load();
   t.undelivered = undelivered_.load();
   t.pid_refused = pid_refused_.load();
+  t.messages_refused = messages_refused_.load();
   const LocalTenants::Stats claims = tenants_.stats();
   t.job_claims_refused = claims.jobs_refused;
   t.rank_claims_refused = claims.ranks_refused;
   t.comm_claims_refused = claims.comms_refused;
   t.claim_tables_full = claims.tables_full;
+  t.job_claims_unproven = claims.unproven;
   metrics_->SetTotals(t);
 }
 

@@ -135,6 +135,8 @@ class AgentCore {
   void SetConnectionsRefused(uint64_t n) { connections_refused_.store(n); }
   // Connections refused for a pid claim (both ingest servers, cumulative).
   void SetPidRefused(uint64_t n) { pid_refused_.store(n); }
+  // Messages refused before parsing (both ingest servers, cumulative).
+  void SetMessagesRefused(uint64_t n) { messages_refused_.store(n); }
 
  private:
   struct Slot {
@@ -147,6 +149,15 @@ class AgentCore {
     ProcessIdentity who;
   };
   std::shared_ptr<Slot> FindSlot(uint64_t stream);
+  // Checks a stream's message against what its process may claim
+  // (LocalTenants): `*in` is `req`, or `copy` made of it without what the
+  // process may not report (an anonymous hello's job and global rank,
+  // records for ranks it does not hold).
+  absl::Status Admit(uint64_t stream, Slot* slot,
+                     const v1::StreamTelemetryRequest& req,
+                     v1::StreamTelemetryRequest* copy,
+                     const v1::StreamTelemetryRequest** in)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot->mu);
   // Moves what `joiner` emitted into the buffer and metrics.
   void Collect(RankJoiner* joiner);
 
@@ -171,6 +182,7 @@ class AgentCore {
   std::atomic<uint64_t> records_refused_{0};
   std::atomic<uint64_t> connections_refused_{0};
   std::atomic<uint64_t> pid_refused_{0};
+  std::atomic<uint64_t> messages_refused_{0};
   std::atomic<uint64_t> undelivered_{0};
 };
 

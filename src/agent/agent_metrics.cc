@@ -94,6 +94,12 @@ AgentMetrics::AgentMetrics()
   rank_claims_refused_ = &claims.Add({{"what", "rank"}});
   comm_claims_refused_ = &claims.Add({{"what", "communicator"}});
   claim_tables_full_ = &claims.Add({{"what", "table"}});
+  job_claims_unproven_ = &claims.Add({{"what", "unproven"}});
+  messages_refused_ = counter(
+      "pitstop_agent_messages_refused_total",
+      "Rank messages refused before parsing: more records and communicator "
+      "events than a batch of the library holds (the stream or connection "
+      "is ended)");
   undelivered_ = counter("pitstop_agent_undelivered_total",
                          "Summaries and lifecycle events accepted and not "
                          "delivered to the controller");
@@ -171,6 +177,9 @@ void AgentMetrics::SetTotals(const Totals& t) {
   advance(comm_claims_refused_, t.comm_claims_refused,
           last_.comm_claims_refused);
   advance(claim_tables_full_, t.claim_tables_full, last_.claim_tables_full);
+  advance(job_claims_unproven_, t.job_claims_unproven,
+          last_.job_claims_unproven);
+  advance(messages_refused_, t.messages_refused, last_.messages_refused);
   plugin_dropped_->Set(static_cast<double>(t.plugin_dropped));
   queued_->Set(static_cast<double>(t.queued_summaries));
   connected_ranks_->Set(t.connected_ranks);

@@ -79,6 +79,10 @@ class AgentMetrics {
     uint64_t rank_claims_refused = 0;
     uint64_t comm_claims_refused = 0;
     uint64_t claim_tables_full = 0;
+    uint64_t job_claims_unproven = 0;
+    // Rank messages refused before parsing for their size in records
+    // (message_bound.h), on either socket.
+    uint64_t messages_refused = 0;
   };
   // Publishes cumulative totals (counters advance by the difference).
   void SetTotals(const Totals& totals);
@@ -121,12 +125,16 @@ class AgentMetrics {
   prometheus::Counter* records_refused_;
   prometheus::Counter* connections_refused_;
   prometheus::Counter* pid_refused_;
-  // pitstop_agent_claims_refused_total{what="job|rank|communicator|table"}
+  // pitstop_agent_claims_refused_total{what="job|rank|communicator|table|unproven"}
   prometheus::Counter* job_claims_refused_;
   prometheus::Counter* rank_claims_refused_;
   prometheus::Counter* comm_claims_refused_;
   prometheus::Counter* claim_tables_full_;
+  // {what="unproven"}: a job claim no kernel evidence backs (reported as
+  // an anonymous tenant).
+  prometheus::Counter* job_claims_unproven_;
   prometheus::Counter* undelivered_;
+  prometheus::Counter* messages_refused_;
 };
 
 }  // namespace pitstop::agent

@@ -16,9 +16,11 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/support/proto_buffer_reader.h"
 #include "pitstop/grpc_util.h"
 #include "pitstop/logging.h"
 #include "pitstop/v1/telemetry.grpc.pb.h"
+#include "src/agent/message_bound.h"
 
 namespace pitstop::agent {
 namespace {
@@ -28,18 +30,55 @@ constexpr absl::Duration kStopWaitBound = absl::Seconds(5);
 using Req = v1::StreamTelemetryRequest;
 using Resp = v1::StreamTelemetryResponse;
 
-// One rank stream. Deletes itself in OnDone.
-class IngestReactor final : public grpc::ServerBidiReactor<Req, Resp>,
-                            public CommandSink {
+// A message read with more message objects than this is not kept for reuse
+// (a cleared repeated field keeps its elements allocated): the library's
+// batches are at most 4096 records.
+constexpr uint64_t kReusedObjects = 8192;
+
+// Parses `raw` into `req` once its cost is known to be bounded (issue #33
+// F7): ResourceExhausted (counted in `oversized`) past kMaxMessageObjects.
+absl::Status ParseBounded(grpc::ByteBuffer* raw, Req* req,
+                          std::atomic<uint64_t>* oversized, uint64_t* objects) {
+  MessageBound bound;
+  {
+    grpc::ProtoBufferReader reader(raw);
+    google::protobuf::io::CodedInputStream in(&reader);
+    bound = CountMessageObjects(&in, Req::descriptor(), kMaxMessageObjects,
+                                objects);
+  }
+  if (bound == MessageBound::kTooMany) {
+    oversized->fetch_add(1);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "message of more than ", kMaxMessageObjects,
+        " records and communicator events (the library sends at most 4096 "
+        "records a batch); refused before parsing"));
+  }
+  grpc::ProtoBufferReader reader(raw);
+  if (bound == MessageBound::kMalformed ||
+      !req->ParseFromZeroCopyStream(&reader)) {
+    return absl::InvalidArgumentError("not a StreamTelemetryRequest");
+  }
+  return absl::OkStatus();
+}
+
+// One rank stream. Reads raw bytes, so that what a message costs to parse
+// is bounded before it is parsed. Deletes itself in OnDone.
+class IngestReactor final
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+      public CommandSink {
  public:
   // `peer`: the connection's SO_PEERCRED (nullopt: not checked, e.g. a
   // connection that did not come through the IngestListener).
   IngestReactor(AgentCore* core, std::optional<PeerCred> peer,
-                std::atomic<uint64_t>* pid_refusals)
-      : core_(core), peer_(peer), pid_refusals_(pid_refusals) {
+                std::atomic<uint64_t>* pid_refusals,
+                std::atomic<uint64_t>* oversized)
+      : core_(core),
+        peer_(peer),
+        pid_refusals_(pid_refusals),
+        oversized_(oversized) {
     id_ = core_->OpenStream(
         this, peer_ ? IdentifyProcess(*peer_) : ProcessIdentity{});
-    StartRead(&req_);
+    StartRead(&raw_);
   }
 
   void OnReadDone(bool ok) override {
@@ -47,6 +86,18 @@ class IngestReactor final : public grpc::ServerBidiReactor<Req, Resp>,
       EndStream(grpc::Status::OK);
       return;
     }
+    uint64_t objects = 0;
+    if (absl::Status st = ParseBounded(&raw_, &req_, oversized_, &objects);
+        !st.ok()) {
+      Logger("agent.ingest")->warn("stream {}: {}", id_, st.ToString());
+      EndStream(ToGrpcStatus(st));
+      return;
+    }
+    raw_.Clear();
+    OnMessage(objects);
+  }
+
+  void OnMessage(uint64_t objects) {
     if (req_.has_hello() && peer_.has_value()) {
       // A process speaks only for itself: the hello's pid must be the
       // connected process (its ranks are attributed to that pid).
@@ -77,14 +128,23 @@ class IngestReactor final : public grpc::ServerBidiReactor<Req, Resp>,
       EndStream(ToGrpcStatus(st));
       return;
     }
-    req_.Clear();
-    StartRead(&req_);
+    if (objects > kReusedObjects) {
+      req_ = Req();  // gives the large message's memory back
+    } else {
+      req_.Clear();
+    }
+    StartRead(&raw_);
   }
 
   void SendResponse(const Resp& r) override {
+    grpc::ByteBuffer buf;
+    bool own = false;
+    if (!grpc::SerializationTraits<Resp>::Serialize(r, &buf, &own).ok()) {
+      return;
+    }
     MutexLock lock(&mu_);
     if (finishing_) return;
-    out_.push_back(r);
+    out_.push_back(std::move(buf));
     if (!writing_) {
       writing_ = true;
       StartWrite(&out_.front());
@@ -131,10 +191,12 @@ class IngestReactor final : public grpc::ServerBidiReactor<Req, Resp>,
   AgentCore* const core_;
   const std::optional<PeerCred> peer_;
   std::atomic<uint64_t>* const pid_refusals_;
+  std::atomic<uint64_t>* const oversized_;
   uint64_t id_ = 0;
+  grpc::ByteBuffer raw_;
   Req req_;
   Mutex mu_;
-  std::deque<Resp> out_ ABSL_GUARDED_BY(mu_);
+  std::deque<grpc::ByteBuffer> out_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -143,21 +205,27 @@ class IngestReactor final : public grpc::ServerBidiReactor<Req, Resp>,
 
 }  // namespace
 
-class IngestServer::Service final : public v1::Telemetry::CallbackService {
+class IngestServer::Service final
+    : public v1::Telemetry::WithRawCallbackMethod_StreamTelemetry<
+          v1::Telemetry::Service> {
  public:
   Service(AgentCore* core, const PeerCredRegistry* creds,
-          std::atomic<uint64_t>* pid_refusals)
-      : core_(core), creds_(creds), pid_refusals_(pid_refusals) {}
-  grpc::ServerBidiReactor<Req, Resp>* StreamTelemetry(
+          std::atomic<uint64_t>* pid_refusals, std::atomic<uint64_t>* oversized)
+      : core_(core),
+        creds_(creds),
+        pid_refusals_(pid_refusals),
+        oversized_(oversized) {}
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StreamTelemetry(
       grpc::CallbackServerContext* ctx) override {
     std::optional<PeerCred> peer = creds_->Lookup(ctx->peer());
-    return new IngestReactor(core_, peer, pid_refusals_);
+    return new IngestReactor(core_, peer, pid_refusals_, oversized_);
   }
 
  private:
   AgentCore* core_;
   const PeerCredRegistry* creds_;
   std::atomic<uint64_t>* pid_refusals_;
+  std::atomic<uint64_t>* oversized_;
 };
 
 absl::Status ClaimSocketPath(const std::string& path) {
@@ -277,7 +345,8 @@ absl::StatusOr<std::unique_ptr<IngestServer>> IngestServer::Create(
   s->lock_fd_ = lock_fd;
   s->socket_path_ = socket_path;
   s->core_ = core;
-  s->service_ = std::make_unique<Service>(core, &s->creds_, &s->pid_refusals_);
+  s->service_ = std::make_unique<Service>(core, &s->creds_, &s->pid_refusals_,
+                                          &s->oversized_);
   // The agent owns the listening socket (IngestListener accepts and hands
   // connections to gRPC): owner+group rw, nothing else.
   const int listen_fd = ListenUnix(socket_path);

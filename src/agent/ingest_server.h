@@ -60,6 +60,9 @@ class IngestServer {
   // Streams refused because their hello claimed another process's pid
   // than the connection's SO_PEERCRED.
   uint64_t pid_refusals() const { return pid_refusals_.load(); }
+  // Messages refused before parsing: more than kMaxMessageObjects
+  // (message_bound.h).
+  uint64_t oversized_messages() const { return oversized_.load(); }
 
  private:
   class Service;
@@ -70,6 +73,7 @@ class IngestServer {
   // Declared before service_ and listener_, which use them.
   PeerCredRegistry creds_;
   std::atomic<uint64_t> pid_refusals_{0};
+  std::atomic<uint64_t> oversized_{0};
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<IngestListener> listener_;

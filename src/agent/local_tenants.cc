@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "pitstop/status_macros.h"
 
 namespace pitstop::agent {
 namespace {
@@ -19,8 +20,10 @@ namespace {
 // of a launcher come early, and a process cannot make the agent read more).
 constexpr size_t kMaxProcFileBytes = 256 << 10;
 
-std::string ReadProcFile(const std::string& path) {
+// `ok` (if given): whether the file could be opened.
+std::string ReadProcFile(const std::string& path, bool* ok = nullptr) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (ok != nullptr) *ok = fd >= 0;
   if (fd < 0) return "";
   std::string out;
   std::array<char, 16384> buf;
@@ -66,6 +69,19 @@ std::vector<std::string> JobsOfEnvironment(absl::string_view environ) {
   return jobs;
 }
 
+// Whether what the kernel knows of `who` names `job`: its environment (or,
+// naming none, the library's fallback) or its Slurm cgroup.
+bool NamesJob(const ProcessIdentity& who, const std::string& job) {
+  if (std::find(who.env_jobs.begin(), who.env_jobs.end(), job) !=
+      who.env_jobs.end()) {
+    return true;
+  }
+  if (!who.cgroup_job.empty() && who.cgroup_job == absl::StrCat("job_", job)) {
+    return true;
+  }
+  return who.environ_read && who.env_jobs.empty() && job == kLibraryDefaultJob;
+}
+
 std::string Quoted(absl::string_view s) {
   return absl::StrCat("'", s.substr(0, 64), "'");
 }
@@ -97,12 +113,13 @@ ProcessIdentity IdentifyProcess(const PeerCred& cred,
   id.uid = cred.uid;
   const std::string dir = absl::StrCat(proc_root, "/", cred.pid, "/");
   id.cgroup_job = SlurmJobOf(ReadProcFile(dir + "cgroup"));
-  id.env_jobs = JobsOfEnvironment(ReadProcFile(dir + "environ"));
+  id.env_jobs =
+      JobsOfEnvironment(ReadProcFile(dir + "environ", &id.environ_read));
   return id;
 }
 
-absl::Status LocalTenants::CheckJob(const ProcessIdentity& who,
-                                    const std::string& job) {
+absl::StatusOr<LocalTenants::Standing> LocalTenants::CheckJob(
+    const ProcessIdentity& who, const std::string& job) {
   if (!who.env_jobs.empty() &&
       std::find(who.env_jobs.begin(), who.env_jobs.end(), job) ==
           who.env_jobs.end()) {
@@ -115,23 +132,24 @@ absl::Status LocalTenants::CheckJob(const ProcessIdentity& who,
         " is not a job the process's environment names (", named, ")"));
   }
   // No job named: nothing to protect but the ranks (checked apart).
-  if (job.empty()) return absl::OkStatus();
+  if (job.empty()) return Standing::kMember;
   auto it = jobs_.find(job);
   if (it == jobs_.end()) {
-    if (jobs_.size() >= kMaxLocalJobs && !MakeRoomForJob()) {
+    // Only a process the kernel's evidence ties to the job may fix its
+    // identity; the others report anonymously (counted).
+    if (who.known && !NamesJob(who, job)) {
+      ++stats_.unproven;
+      return Standing::kAnonymous;
+    }
+    if (jobs_.size() >= kMaxLocalJobs) {
       ++stats_.tables_full;
       return absl::PermissionDeniedError(
           absl::StrCat("hello.job_id: ", kMaxLocalJobs,
                        " jobs have processes on this node; refused"));
     }
-    // The first process of a job fixes its identity on this node.
-    Job& j = jobs_[job];
-    j.uid = who.uid;
-    j.cgroup_job = who.cgroup_job;
-    j.last_used = ++tick_;
-    return absl::OkStatus();
+    return Standing::kMember;
   }
-  Job& j = it->second;
+  const Job& j = it->second;
   if (who.uid != j.uid || who.cgroup_job != j.cgroup_job) {
     return absl::PermissionDeniedError(absl::StrCat(
         "hello.job_id ", Quoted(job), " belongs to uid ", j.uid,
@@ -140,62 +158,61 @@ absl::Status LocalTenants::CheckJob(const ProcessIdentity& who,
         who.cgroup_job.empty() ? ""
                                : absl::StrCat(" in Slurm ", who.cgroup_job)));
   }
-  j.last_used = ++tick_;
+  return Standing::kMember;
+}
+
+absl::Status LocalTenants::CheckGlobalRank(uint64_t holder,
+                                           const std::string& job,
+                                           int32_t global_rank) {
+  if (global_rank < 0) return absl::OkStatus();
+  auto g = global_holders_.find(std::pair(job, global_rank));
+  if (g != global_holders_.end() && g->second != holder) {
+    ++stats_.ranks_refused;
+    return absl::PermissionDeniedError(
+        absl::StrCat("hello.global_rank ", global_rank, " of job ", Quoted(job),
+                     " is held by process ", g->second, " on this node"));
+  }
+  if (g == global_holders_.end() && held() >= kMaxHeldRanks) {
+    ++stats_.tables_full;
+    return absl::PermissionDeniedError(
+        absl::StrCat("hello.global_rank: ", kMaxHeldRanks,
+                     " ranks are held on this node; refused"));
+  }
   return absl::OkStatus();
 }
 
-bool LocalTenants::MakeRoomForJob() {
-  auto oldest = jobs_.end();
-  for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
-    if (it->second.processes > 0) continue;
-    if (oldest == jobs_.end() ||
-        it->second.last_used < oldest->second.last_used) {
-      oldest = it;
-    }
-  }
-  if (oldest == jobs_.end()) return false;
-  jobs_.erase(oldest);
-  return true;
-}
-
-absl::Status LocalTenants::Hello(uint64_t stream, const ProcessIdentity& who,
-                                 uint32_t hello_pid, const std::string& job,
-                                 int32_t global_rank) {
+absl::StatusOr<LocalTenants::Standing> LocalTenants::Hello(
+    uint64_t stream, const ProcessIdentity& who, uint32_t hello_pid,
+    const std::string& claimed_job, int32_t claimed_global_rank) {
   ProcessIdentity as = who;
   if (!as.known) as.pid = static_cast<pid_t>(hello_pid);
   const uint64_t holder = static_cast<uint64_t>(as.pid);
   MutexLock lock(&mu_);
-  absl::Status st = CheckJob(as, job);
-  if (!st.ok()) {
+  absl::StatusOr<Standing> standing = CheckJob(as, claimed_job);
+  if (!standing.ok()) {
     ++stats_.jobs_refused;
-    return st;
+    return standing.status();
   }
+  const bool anonymous = *standing == Standing::kAnonymous;
+  const std::string job = anonymous ? "" : claimed_job;
+  const int32_t global_rank = anonymous ? -1 : claimed_global_rank;
   auto hit = holders_.find(holder);
   if (hit != holders_.end() && hit->second.job != job) {
     ++stats_.jobs_refused;
     return absl::PermissionDeniedError(
-        absl::StrCat("hello.job_id ", Quoted(job), ": process ", holder,
+        absl::StrCat("hello.job_id ", Quoted(claimed_job), ": process ", holder,
                      " already reports for job ", Quoted(hit->second.job)));
   }
-  if (global_rank >= 0) {
-    auto g = global_holders_.find(std::pair(job, global_rank));
-    if (g != global_holders_.end() && g->second != holder) {
-      ++stats_.ranks_refused;
-      return absl::PermissionDeniedError(absl::StrCat(
-          "hello.global_rank ", global_rank, " of job ", Quoted(job),
-          " is held by process ", g->second, " on this node"));
-    }
-    if (g == global_holders_.end() && held() >= kMaxHeldRanks) {
-      ++stats_.tables_full;
-      return absl::PermissionDeniedError(
-          absl::StrCat("hello.global_rank: ", kMaxHeldRanks,
-                       " ranks are held on this node; refused"));
-    }
-  }
+  RETURN_IF_ERROR(CheckGlobalRank(holder, job, global_rank));
   Holder& h = holders_[holder];
   if (h.streams++ == 0) {
     h.job = job;
-    ++jobs_[job].processes;
+    if (!job.empty()) {
+      // The first process of a job fixes its identity on this node.
+      Job& j =
+          jobs_.try_emplace(job, Job{as.uid, as.cgroup_job, 0}).first->second;
+      ++j.processes;
+    }
   }
   if (global_rank >= 0) {
     global_holders_[std::pair(job, global_rank)] = holder;
@@ -204,7 +221,7 @@ absl::Status LocalTenants::Hello(uint64_t stream, const ProcessIdentity& who,
   Stream& s = streams_[stream];
   s.holder = holder;
   s.job = job;
-  return absl::OkStatus();
+  return *standing;
 }
 
 bool LocalTenants::ClaimRank(Stream* s, const RankKey& key) {
@@ -302,8 +319,10 @@ void LocalTenants::Closed(uint64_t stream) {
     auto c = comm_jobs_.find(key.first);
     if (c != comm_jobs_.end() && --c->second.second == 0) comm_jobs_.erase(c);
   }
+  // The job's last process: its identity is released (a crashed squatter
+  // holds nothing; the job's next process proves itself again).
   auto j = jobs_.find(h->second.job);
-  if (j != jobs_.end() && j->second.processes > 0) --j->second.processes;
+  if (j != jobs_.end() && --j->second.processes == 0) jobs_.erase(j);
   holders_.erase(h);
 }
 

@@ -5,10 +5,19 @@
 // /proc (its cgroup; the job its scheduler started it in, read from its
 // environment as the library reads it: PITSTOP_JOB_ID, SLURM_JOB_ID,
 // TORCHELASTIC_RUN_ID). Its hello's claims are held against that:
-//   - job: a job's identity on this node is fixed when its first process
-//     says hello (its uid and, under Slurm, the job_N of its cgroup); a
-//     process may claim a job only with that identity, and only a job its
-//     environment (as exec'd: /proc/PID/environ) names when it names any.
+//   - job: a process may claim a job only when what the kernel knows of it
+//     names that job: its environment as exec'd (/proc/PID/environ: the
+//     library's job variables, or none of them for the library's fallback
+//     job "default") or its Slurm cgroup (job_N for job N). The first such
+//     process fixes the job's identity on this node (its uid and, under
+//     Slurm, the job_N of its cgroup) until the job's last process is gone;
+//     a later process claiming the job must have that identity. A process
+//     with no such evidence (an `env -i` one, or one whose environ the agent
+//     may not read) reports as an anonymous tenant when the job has no
+//     identity here: its hello's job and global rank are cleared (it fixes
+//     nothing, holds no global rank, and its end is no death in the job);
+//     with the job's identity (same uid and cgroup: the job's own trust
+//     domain) it is one of the job's processes.
 //   - ranks: the first process that claims a global rank of a job, or a
 //     rank of a communicator, holds it until its last stream ends; another
 //     process's claim of it is refused. A communicator belongs to the job
@@ -32,6 +41,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "pitstop/sync.h"
 #include "pitstop/v1/telemetry.pb.h"
 #include "src/agent/peer_cred.h"
@@ -48,15 +58,22 @@ struct ProcessIdentity {
   // The jobs its environment names (the values of the library's job
   // variables that are set), none when unreadable.
   std::vector<std::string> env_jobs;
+  // Whether /proc/PID/environ could be read (empty env_jobs then means the
+  // library falls back to job "default").
+  bool environ_read = false;
 };
+
+// The job the library reports when its environment names none
+// (plugin/config.cc).
+inline constexpr char kLibraryDefaultJob[] = "default";
 
 // Reads /proc/PID/cgroup and /proc/PID/environ under `proc_root` (bounded
 // reads; what cannot be read stays unknown).
 ProcessIdentity IdentifyProcess(const PeerCred& cred,
                                 const std::string& proc_root = "/proc");
 
-// Jobs whose identity is remembered on this node; beyond, the one unused
-// longest is forgotten, or a new job is refused when all have processes.
+// Jobs with an identity on this node (a job's is forgotten when its last
+// process is gone); beyond, a new job is refused.
 inline constexpr size_t kMaxLocalJobs = 4096;
 // Ranks (global ranks and communicator ranks) held on this node; beyond,
 // new claims are refused.
@@ -69,15 +86,23 @@ class LocalTenants {
     uint64_t ranks_refused = 0;  // a rank another process holds
     uint64_t comms_refused = 0;  // a communicator of another job
     uint64_t tables_full = 0;    // kMaxLocalJobs / kMaxHeldRanks
+    uint64_t unproven = 0;       // a job claim without evidence: made anonymous
+  };
+
+  // How a stream that said hello reports.
+  enum class Standing {
+    kMember,     // for the job and global rank of its hello
+    kAnonymous,  // for no job and no global rank (see the file comment)
   };
 
   // A stream of process `who` said hello for `job` with `global_rank` (-1:
   // none). PermissionDenied naming the claim when the process may not
   // (the caller ends the stream); `hello_pid` stands for the process when
-  // the kernel's word is unknown.
-  absl::Status Hello(uint64_t stream, const ProcessIdentity& who,
-                     uint32_t hello_pid, const std::string& job,
-                     int32_t global_rank);
+  // the kernel's word is unknown (then its hello is believed: the operator
+  // turned ingest.verify_pid off).
+  absl::StatusOr<Standing> Hello(uint64_t stream, const ProcessIdentity& who,
+                                 uint32_t hello_pid, const std::string& job,
+                                 int32_t global_rank);
   // Drops from `req` the communicator events and op records for ranks the
   // stream's process may not report for (counted). Returns whether it
   // changed `req`. Streams without an accepted hello: nothing is checked.
@@ -97,7 +122,6 @@ class LocalTenants {
     uid_t uid = 0;
     std::string cgroup_job;
     uint32_t processes = 0;  // holders with live streams
-    uint64_t last_used = 0;  // tick of the last hello
   };
   struct Holder {  // one process
     uint32_t streams = 0;
@@ -110,9 +134,14 @@ class LocalTenants {
     std::string job;
     absl::flat_hash_set<RankKey> held;  // this stream's claims, no lock
   };
-  absl::Status CheckJob(const ProcessIdentity& who, const std::string& job)
+  absl::StatusOr<Standing> CheckJob(const ProcessIdentity& who,
+                                    const std::string& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool MakeRoomForJob() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PermissionDenied when `global_rank` of `job` is held by another
+  // process than `holder`, or the rank table is full.
+  absl::Status CheckGlobalRank(uint64_t holder, const std::string& job,
+                               int32_t global_rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Claims (comm, rank) for the stream's process; false (counted) when
   // another process holds it or the communicator is another job's.
   bool ClaimRank(Stream* s, const RankKey& key)
@@ -122,7 +151,6 @@ class LocalTenants {
   }
 
   mutable Mutex mu_;
-  uint64_t tick_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Holder> holders_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Stream> streams_ ABSL_GUARDED_BY(mu_);

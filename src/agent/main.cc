@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   log.file = options.log_file;
   log.program = "pitstop-agent";
   if (auto st = pitstop::SetupLogging(log); !st.ok()) {
-    std::fprintf(stderr, "pitstop-agent: log.level: %s\n",
+    std::fprintf(stderr, "pitstop-agent: %s\n",
                  std::string(st.message()).c_str());
     return 2;
   }

@@ -22,6 +22,7 @@
 #include "pitstop/logging.h"
 #include "pitstop/shm_transport.h"
 #include "src/agent/ingest_server.h"
+#include "src/agent/message_bound.h"
 #include "src/agent/peer_cred.h"
 
 namespace pitstop::agent {
@@ -30,8 +31,17 @@ namespace {
 constexpr uint64_t kHelloTimeoutNs = 5'000'000'000ull;
 // Outgoing frames (activations) kept per connection while it is not read.
 constexpr size_t kMaxOutBytes = 256 * 1024;
-// Bytes read from one ring per pass, so one busy rank cannot starve others.
+// Bytes and message objects (records, communicator events) read from one
+// ring per pass, so one busy or hostile rank cannot starve the others: a
+// 16 MiB ring of empty records (2 bytes each) once took the thread 10 s
+// while another job's ring went unread (issue #33 F7). 65536 objects are
+// 16 of the library's batches, parsed in milliseconds.
 constexpr uint64_t kMaxBytesPerPass = 8ull << 20;
+constexpr uint64_t kMaxObjectsPerPass = 65536;
+constexpr uint64_t kUnbounded = ~uint64_t{0};
+// A message of more objects than this is not kept for reuse (a cleared
+// repeated field keeps its elements allocated).
+constexpr uint64_t kReusedObjects = 8192;
 // How long accepting pauses when the process is out of descriptors.
 constexpr uint64_t kOutOfFdsPauseNs = 100'000'000ull;
 
@@ -79,6 +89,7 @@ class ShmIngestServer::Conn final : public CommandSink {
   bool opened_ = false;
   bool goodbye_ = false;
   bool eof_ = false;
+  bool backlog_ = false;  // the last pass left messages in the ring
   uint64_t connected_ns_ = 0;
   uint64_t last_frame_ns_ = 0;
   shm::Counters counters_{};
@@ -105,6 +116,7 @@ struct ShmIngestServer::Loop {
   uint64_t refused_logged_ns = 0;
   uint64_t fds_logged_ns = 0;
   uint64_t accept_paused_until_ns = 0;
+  bool backlog = false;  // a ring has more to read: poll without waiting
 
   void Count(uint64_t ShmIngestStats::*field, uint64_t n = 1) {
     MutexLock lock(&s->stats_mu_);
@@ -375,8 +387,62 @@ struct ShmIngestServer::Loop {
     }
   }
 
-  // Reads messages from the ring. False: malformed (closing).
-  bool DrainRing(Conn* c, uint64_t max_bytes) {
+  // Parses and hands on one ring message of `size` bytes at `p` (ring
+  // position `pos`), its cost bounded first (issue #33 F7). Adds the
+  // message objects it held to `*objects`; `*parsed`: it was read (the
+  // read position moves past it). False: closing.
+  bool HandleRingMessage(Conn* c, const char* p, uint32_t size, uint64_t pos,
+                         uint64_t* objects, bool* parsed) {
+    uint64_t n = 0;
+    const MessageBound bound =
+        CountMessageObjects(p, size, v1::StreamTelemetryRequest::descriptor(),
+                            kMaxMessageObjects, &n);
+    if (bound == MessageBound::kTooMany) {
+      Count(&ShmIngestStats::oversized);
+      return Malformed(c, "ring message", pos,
+                       absl::StrCat("more than ", kMaxMessageObjects,
+                                    " records; refused before parsing"));
+    }
+    if (bound == MessageBound::kMalformed ||
+        !req.ParseFromArray(p, static_cast<int>(size))) {
+      return Malformed(c, "ring message", pos, "not a StreamTelemetryRequest");
+    }
+    *parsed = true;
+    *objects += n;
+    absl::Status st;
+    if (s->options_.verify_pid && req.has_hello()) {
+      // The telemetry hello inside the ring is what ranks are
+      // attributed by: it may not name another process either.
+      st = CheckClaimedPid(req.hello().pid(), c->peer_cred_);
+      if (!st.ok()) Count(&ShmIngestStats::pid_refused);
+    }
+    // An exception (out of memory) ends this stream, not the agent.
+    try {
+      if (st.ok()) st = s->handler_->OnMessage(c->stream_, req);
+    } catch (const std::bad_alloc&) {
+      st = absl::ResourceExhaustedError("agent out of memory");
+    } catch (const std::exception& e) {
+      st = absl::InternalError(absl::StrCat("agent error: ", e.what()));
+    } catch (...) {
+      st = absl::InternalError("agent error: unknown exception");
+    }
+    // A cleared repeated field keeps its elements: give a large message's
+    // memory back.
+    if (n > kReusedObjects) req = v1::StreamTelemetryRequest();
+    if (!st.ok()) {
+      Log()->warn("{} (hello pid {}): {}; closing this connection", c->peer_,
+                  c->hello_pid_, st.ToString());
+      c->eof_ = true;
+      return false;
+    }
+    return true;
+  }
+
+  // Reads messages from the ring, up to `max_bytes` and `max_objects`
+  // message objects (c->backlog_: more is waiting). False: malformed
+  // (closing).
+  bool DrainRing(Conn* c, uint64_t max_bytes, uint64_t max_objects) {
+    c->backlog_ = false;
     if (c->header_ == nullptr) return true;
     const uint64_t write =
         c->header_->write_pos.load(std::memory_order_acquire);
@@ -386,9 +452,9 @@ struct ShmIngestServer::Loop {
     }
     uint64_t pos = c->read_pos_;
     const uint64_t stop = write - pos <= max_bytes ? write : pos + max_bytes;
-    uint64_t records = 0, bytes = 0, messages = 0;
+    uint64_t records = 0, bytes = 0, messages = 0, objects = 0;
     bool ok = true;
-    while (pos < stop && ok) {
+    while (pos < stop && ok && objects < max_objects) {
       const uint64_t off = pos & (c->ring_bytes_ - 1);
       shm::MessageHeader m;
       std::memcpy(&m, c->data_ + off, sizeof(m));
@@ -402,39 +468,23 @@ struct ShmIngestServer::Loop {
                        absl::StrCat("size ", m.size, " does not fit"));
         break;
       }
-      if (!req.ParseFromArray(c->data_ + off + sizeof(m),
-                              static_cast<int>(m.size))) {
-        ok = Malformed(c, "ring message", pos, "not a StreamTelemetryRequest");
-        break;
-      }
+      bool parsed = false;
+      ok = HandleRingMessage(c, c->data_ + off + sizeof(m), m.size, pos,
+                             &objects, &parsed);
+      if (!parsed) break;
       pos += need;
       records += m.records;
       bytes += m.size;
       ++messages;
-      absl::Status st;
-      if (s->options_.verify_pid && req.has_hello()) {
-        // The telemetry hello inside the ring is what ranks are
-        // attributed by: it may not name another process either.
-        st = CheckClaimedPid(req.hello().pid(), c->peer_cred_);
-        if (!st.ok()) Count(&ShmIngestStats::pid_refused);
-      }
-      // An exception (out of memory) ends this stream, not the agent.
-      try {
-        if (st.ok()) st = s->handler_->OnMessage(c->stream_, req);
-      } catch (const std::bad_alloc&) {
-        st = absl::ResourceExhaustedError("agent out of memory");
-      } catch (const std::exception& e) {
-        st = absl::InternalError(absl::StrCat("agent error: ", e.what()));
-      } catch (...) {
-        st = absl::InternalError("agent error: unknown exception");
-      }
-      if (!st.ok()) {
-        Log()->warn("{} (hello pid {}): {}; closing this connection", c->peer_,
-                    c->hello_pid_, st.ToString());
-        c->eof_ = true;
-        ok = false;
-      }
     }
+    c->backlog_ = ok && pos < write;
+    Published(c, pos, records, bytes, messages);
+    return ok;
+  }
+
+  // Publishes what a pass read: the read position and counts.
+  void Published(Conn* c, uint64_t pos, uint64_t records, uint64_t bytes,
+                 uint64_t messages) {
     c->read_pos_ = pos;
     c->records_read_ += records;
     c->header_->records_read.store(c->records_read_, std::memory_order_release);
@@ -448,7 +498,6 @@ struct ShmIngestServer::Loop {
       s->stats_.records += records;
       s->stats_.bytes += bytes;
     }
-    return ok;
   }
 
   void CloseConn(Conn* c) {
@@ -465,6 +514,7 @@ struct ShmIngestServer::Loop {
   // One pass over every connection. Returns when the server stops.
   void Step(const std::vector<pollfd>& fds, uint64_t now) {
     const int stop = s->stop_.load();
+    backlog = false;
     for (size_t i = 0; i < conns.size(); ++i) {
       Conn* c = conns[i].get();
       if (stop != 2 && (fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR))) {
@@ -473,9 +523,14 @@ struct ShmIngestServer::Loop {
       if (stop == 2) c->eof_ = true;
       const bool ending = c->eof_ || c->goodbye_ || stop == 1;
       // At the end read the ring to its end: what was written before an
-      // exit or a crash still arrives.
+      // exit or a crash still arrives (over as many passes as it takes,
+      // each bounded like any other, unless the server stops).
       if (stop != 2 && c->opened_) {
-        DrainRing(c, ending ? ~uint64_t{0} : kMaxBytesPerPass);
+        if (stop == 1) {
+          DrainRing(c, kUnbounded, kUnbounded);
+        } else {
+          DrainRing(c, kMaxBytesPerPass, kMaxObjectsPerPass);
+        }
       }
       // Closing already (a malformed ring or frame): nothing more is read.
       const bool closing = c->eof_;
@@ -498,17 +553,23 @@ struct ShmIngestServer::Loop {
           // frames (the goodbye) and the rest of the ring were written
           // before it went, and still count.
           ReadSocket(c, now);
-          DrainRing(c, ~uint64_t{0});
+          DrainRing(c, kMaxBytesPerPass, kMaxObjectsPerPass);
         }
       } else {
         Flush(c);  // a last ack/activation is harmless
+      }
+      // An ended process's ring still holding records is read on the
+      // next passes, round-robin with the others.
+      if (c->backlog_ && stop == 0) {
+        backlog = true;
+        continue;
       }
       if (c->eof_ || c->goodbye_ || stop != 0) CloseConn(c);
     }
     // Drop closed connections.
     size_t kept = 0;
     for (auto& c : conns) {
-      if (c->eof_ || c->goodbye_ || stop != 0) continue;
+      if ((c->eof_ || c->goodbye_ || stop != 0) && !c->opened_) continue;
       conns[kept++] = std::move(c);
     }
     conns.resize(kept);
@@ -532,7 +593,7 @@ struct ShmIngestServer::Loop {
         fds.push_back({c->fd_, events, 0});
       }
       poll(fds.data(), fds.size(),
-           static_cast<int>(s->options_.poll_interval_ms));
+           backlog ? 0 : static_cast<int>(s->options_.poll_interval_ms));
       if (fds[0].revents & POLLIN) {
         uint64_t v;
         (void)!read(s->wake_fd_, &v, sizeof(v));

@@ -115,6 +115,9 @@ struct ShmIngestStats {
   uint64_t malformed = 0;
   uint64_t shed_idle = 0;
   uint64_t pid_refused = 0;  // hello.pid was not the connected process
+  // Ring messages of more than kMaxMessageObjects, refused before parsing
+  // (the connection is closed; also counted in malformed).
+  uint64_t oversized = 0;
   uint64_t messages = 0;
   uint64_t records = 0;
   uint64_t bytes = 0;

@@ -58,6 +58,36 @@ absl::StatusOr<RegularFile> RegularFile::Open(const std::string& path,
   return RegularFile(fd, static_cast<uint64_t>(st.st_size));
 }
 
+absl::Status CheckAppendableRegularFile(const std::string& path,
+                                        absl::string_view what) {
+  // O_NONBLOCK: a FIFO without a reader fails (ENXIO) instead of waiting.
+  const int fd = ::open(
+      path.c_str(),
+      O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0666);
+  struct stat st {};
+  if (fd < 0) {
+    const int err = errno;
+    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Prefix(what, path), "not a regular file (", KindOf(st.st_mode), ")"));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(Prefix(what, path), "cannot open: ", std::strerror(err)));
+  }
+  const bool fstat_ok = ::fstat(fd, &st) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!fstat_ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Prefix(what, path), "cannot stat: ", std::strerror(err)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Prefix(what, path), "not a regular file (", KindOf(st.st_mode), ")"));
+  }
+  return absl::OkStatus();
+}
+
 RegularFile::RegularFile(RegularFile&& other) noexcept
     : fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
 

@@ -1,6 +1,7 @@
 #include "pitstop/logging.h"
 
 #include "absl/strings/str_cat.h"
+#include "pitstop/bounded_file.h"
 #include "spdlog/sinks/basic_file_sink.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 
@@ -12,18 +13,24 @@ absl::Status SetupLogging(const LoggingOptions& options) {
   // from_str maps unknown names to "off"; only accept "off" when asked for.
   if (level == spdlog::level::off && options.level != "off") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "unknown log level '", options.level,
+        "--log-level: unknown log level '", options.level,
         "' (use trace, debug, info, warn, error, critical or off)"));
   }
   std::vector<spdlog::sink_ptr> sinks;
   sinks.push_back(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
   if (!options.file.empty()) {
+    if (absl::Status st =
+            CheckAppendableRegularFile(options.file, options.file_flag);
+        !st.ok()) {
+      return st;
+    }
     try {
       sinks.push_back(
           std::make_shared<spdlog::sinks::basic_file_sink_mt>(options.file));
     } catch (const spdlog::spdlog_ex& e) {
       return absl::InvalidArgumentError(
-          absl::StrCat("cannot open log file ", options.file, ": ", e.what()));
+          absl::StrCat(options.file_flag, ": cannot open log file ",
+                       options.file, ": ", e.what()));
     }
   }
   auto logger =

@@ -1,5 +1,8 @@
 #include "tests/agent/fake_rank.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "pitstop/clock.h"
 #include "pitstop/grpc_util.h"
 
@@ -60,6 +63,21 @@ std::vector<v1::ActivationCommand> FakeRank::activations() {
   return activations_;
 }
 
+namespace {
+
+// The job the library would name from this process's environment
+// (plugin/config.cc): the agent holds a hello to it (LocalTenants).
+std::string JobOfEnvironment() {
+  for (const char* name :
+       {"PITSTOP_JOB_ID", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return v;
+  }
+  return "default";
+}
+
+}  // namespace
+
 v1::StreamTelemetryRequest MakeHello(uint32_t pid, int32_t global_rank,
                                      uint64_t comm_hash, int32_t rank,
                                      int32_t n_ranks) {
@@ -67,7 +85,7 @@ v1::StreamTelemetryRequest MakeHello(uint32_t pid, int32_t global_rank,
   v1::ProcessHello* h = req.mutable_hello();
   h->set_host("rank-host");
   h->set_pid(pid);
-  h->set_job_id("job-test");
+  h->set_job_id(JobOfEnvironment());
   h->set_global_rank(global_rank);
   h->set_load_mode("emulator");
   h->set_start_cpu_ns(MonotonicNowNs());

@@ -50,7 +50,9 @@ class FakeRank {
   std::vector<v1::ActivationCommand> activations_ ABSL_GUARDED_BY(mu_);
 };
 
-// Builders for telemetry messages of one emulated rank.
+// Builders for telemetry messages of one emulated rank. The hello names
+// the job the library would from this environment (PITSTOP_JOB_ID,
+// SLURM_JOB_ID, TORCHELASTIC_RUN_ID, else "default").
 v1::StreamTelemetryRequest MakeHello(uint32_t pid, int32_t global_rank,
                                      uint64_t comm_hash, int32_t rank,
                                      int32_t n_ranks);

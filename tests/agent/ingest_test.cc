@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "src/agent/agent_core.h"
 #include "src/agent/ingest_server.h"
+#include "src/agent/message_bound.h"
 #include "tests/agent/fake_rank.h"
 #include "tests/agent/test_util.h"
 
@@ -153,6 +154,35 @@ TEST_F(IngestTest, FirstMessageWithoutHelloIsRejected) {
   grpc::Status st = rank.Close();
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(st.error_message(), HasSubstr("hello"));
+}
+
+// Issue #33 F7: a 4 MiB message of empty OpRecords (2 bytes each on the
+// wire, ~300 in memory) parsed into ~643 MB before any record cap. Its
+// records are counted before parsing and the stream ends; the agent serves
+// the next stream.
+TEST_F(IngestTest, MessageOfTooManyRecordsIsRefusedBeforeParsing) {
+  {
+    FakeRank rank(socket_);
+    ASSERT_TRUE(rank.Send(MakeHello(getpid(), 0, kComm, 0, 1)));
+    v1::StreamTelemetryRequest bomb;
+    for (uint64_t i = 0; i <= kMaxMessageObjects; ++i) bomb.add_ops();
+    rank.Send(bomb);
+    grpc::Status st = rank.Close();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(st.error_message(), HasSubstr("refused before parsing"));
+  }
+  EXPECT_EQ(server_->oversized_messages(), 1u);
+  // The hello's communicator event only: none of the bomb's records.
+  EXPECT_EQ(core_->Counters().records_ingested(), 1u);
+  // A library-sized batch is taken whole.
+  FakeRank rank(socket_);
+  v1::StreamTelemetryRequest batch = MakeHello(getpid(), 0, kComm, 0, 1);
+  AddCompleteOps(&batch, kComm, 0, 0, 4096);
+  ASSERT_TRUE(rank.Send(batch));
+  EXPECT_TRUE(
+      Eventually([&] { return core_->Counters().records_ingested() >= 4096; }));
+  EXPECT_TRUE(rank.Close().ok());
+  EXPECT_EQ(server_->oversized_messages(), 1u);
 }
 
 TEST_F(IngestTest, BrokenStreamIsReportedAsDied) {

@@ -64,44 +64,92 @@ TEST(LocalTenantsTest, AJobBelongsToTheIdentityOfItsFirstProcess) {
   LocalTenants t;
   ASSERT_TRUE(t.Hello(1, Who(100, 1000, "victim"), 100, "victim", 0).ok());
   // Its environment names another job.
-  absl::Status s = t.Hello(2, Who(200, 1000, "mallory"), 200, "victim", 5);
+  absl::Status s =
+      t.Hello(2, Who(200, 1000, "mallory"), 200, "victim", 5).status();
   EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr("environment names ('mallory')"));
   // Another user, or another Slurm job.
-  s = t.Hello(3, Who(300, 1001), 300, "victim", 5);
+  s = t.Hello(3, Who(300, 1001), 300, "victim", 5).status();
   EXPECT_THAT(s.message(), HasSubstr("belongs to uid 1000"));
-  s = t.Hello(4, Who(400, 1000, "", "job_9"), 400, "victim", 5);
+  s = t.Hello(4, Who(400, 1000, "", "job_9"), 400, "victim", 5).status();
   EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
   EXPECT_EQ(t.stats().jobs_refused, 3u);
   // The job's own second process.
   EXPECT_TRUE(t.Hello(5, Who(500, 1000, "victim"), 500, "victim", 1).ok());
-  // Once every process of the job is gone, the identity is kept.
+  // Once every process of the job is gone, its identity is released: the
+  // next process that proves the job fixes it anew.
   t.Closed(1);
   t.Closed(5);
-  EXPECT_FALSE(t.Hello(6, Who(600, 1001), 600, "victim", 0).ok());
+  EXPECT_TRUE(t.Hello(6, Who(600, 1001, "victim"), 600, "victim", 0).ok());
+  EXPECT_THAT(
+      t.Hello(7, Who(700, 1000, "victim"), 700, "victim", 1).status().message(),
+      HasSubstr("belongs to uid 1001"));
+}
+
+// Issue #33 F1: a process of another uid started with `env -i` (its
+// environment names no job) said the first hello for `victim`, fixed the
+// job's identity to its uid, forged deaths and locked the real ranks out,
+// even after it exited.
+TEST(LocalTenantsTest, AJobClaimWithoutEvidenceIsAnonymous) {
+  LocalTenants t;
+  ProcessIdentity squatter = Who(100, 65534);
+  squatter.environ_read = true;  // read: names no job
+  absl::StatusOr<LocalTenants::Standing> st =
+      t.Hello(1, squatter, 100, "victim", 7);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(*st, LocalTenants::Standing::kAnonymous);
+  EXPECT_EQ(t.stats().unproven, 1u);
+  // It fixed nothing and holds no global rank: the victim's rank (its
+  // environment names the job) is a member.
+  st = t.Hello(2, Who(200, 1000, "victim"), 200, "victim", 7);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(*st, LocalTenants::Standing::kMember);
+  // A Slurm cgroup names its job too.
+  st = t.Hello(3, Who(300, 1000, "", "job_4711"), 300, "4711", 1);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(*st, LocalTenants::Standing::kMember);
+  // Now that the job has its identity the squatter's uid is refused.
+  EXPECT_THAT(t.Hello(4, squatter, 100, "victim", 3).status().message(),
+              HasSubstr("belongs to uid 1000"));
+  // An unreadable environment proves nothing either; the same uid as the
+  // job's processes is the job's own trust domain.
+  st = t.Hello(5, Who(500, 1000), 500, "victim", 2);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(*st, LocalTenants::Standing::kMember);
+  // The library's fallback job needs a readable environment naming none.
+  ProcessIdentity plain = Who(600, 1000);
+  plain.environ_read = true;
+  EXPECT_EQ(*t.Hello(6, plain, 600, kLibraryDefaultJob, 0),
+            LocalTenants::Standing::kMember);
+  EXPECT_THAT(
+      t.Hello(7, Who(700, 1001), 700, kLibraryDefaultJob, 1).status().message(),
+      HasSubstr("belongs to uid 1000"));
+  // Unknown to the kernel (ingest.verify_pid off): the hello is believed.
+  EXPECT_EQ(*t.Hello(8, ProcessIdentity{}, 800, "other", 0),
+            LocalTenants::Standing::kMember);
 }
 
 TEST(LocalTenantsTest, ARankIsHeldByTheProcessThatClaimedItFirst) {
   LocalTenants t;
-  ASSERT_TRUE(t.Hello(1, Who(100, 1000), 100, "j", 0).ok());
+  ASSERT_TRUE(t.Hello(1, Who(100, 1000, "j"), 100, "j", 0).ok());
   v1::StreamTelemetryRequest mine = Claims(7, 0);
   EXPECT_TRUE(t.NeedsFilter(1, mine));
   EXPECT_FALSE(t.Filter(1, &mine));  // claimed, nothing dropped
   EXPECT_FALSE(t.NeedsFilter(1, Claims(7, 0)));
   // Another process: global rank 0 of j, rank 0 of comm 7 are held.
-  absl::Status s = t.Hello(2, Who(200, 1000), 200, "j", 0);
+  absl::Status s = t.Hello(2, Who(200, 1000, "j"), 200, "j", 0).status();
   EXPECT_THAT(s.message(), HasSubstr("held by process 100"));
-  ASSERT_TRUE(t.Hello(3, Who(200, 1000), 200, "j", 1).ok());
+  ASSERT_TRUE(t.Hello(3, Who(200, 1000, "j"), 200, "j", 1).ok());
   v1::StreamTelemetryRequest theirs = Claims(7, 0);
   EXPECT_TRUE(t.Filter(3, &theirs));
   EXPECT_EQ(theirs.communicators_size(), 0);
   EXPECT_EQ(theirs.ops_size(), 0);
   // A second stream of the holding process may report for it.
-  ASSERT_TRUE(t.Hello(4, Who(100, 1000), 100, "j", 0).ok());
+  ASSERT_TRUE(t.Hello(4, Who(100, 1000, "j"), 100, "j", 0).ok());
   v1::StreamTelemetryRequest again = Claims(7, 0);
   EXPECT_FALSE(t.Filter(4, &again));
   // A communicator of another job.
-  ASSERT_TRUE(t.Hello(5, Who(500, 1000), 500, "k", 0).ok());
+  ASSERT_TRUE(t.Hello(5, Who(500, 1000, "k"), 500, "k", 0).ok());
   v1::StreamTelemetryRequest other = Claims(7, 3);
   EXPECT_TRUE(t.Filter(5, &other));
   // The hello, then the communicator event and the op (each counted).

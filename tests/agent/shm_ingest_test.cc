@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "pitstop/shm_transport.h"
 #include "pitstop/sync.h"
+#include "src/agent/message_bound.h"
 #include "src/agent/shm_ingest_server.h"
 
 namespace pitstop::agent {
@@ -38,12 +39,23 @@ class Recorder : public ShmStreamHandler {
   uint64_t Open(CommandSink*, const ProcessIdentity&) override {
     return ++opened;
   }
-  absl::Status OnMessage(uint64_t,
+  absl::Status OnMessage(uint64_t stream,
                          const v1::StreamTelemetryRequest& r) override {
     ops += r.ops_size();
     ++messages;
+    if (stream < std::size(per_stream)) {
+      if (per_stream[stream]++ == 0 && stream == watched) {
+        // The watched stream's first message: how far the others got.
+        before_watched = messages - 1;
+      }
+    }
     return absl::OkStatus();
   }
+  // Messages per stream id (< 8); the server thread writes, tests read
+  // after WaitUntil.
+  std::atomic<int> per_stream[8] = {};
+  std::atomic<uint64_t> watched{0};
+  std::atomic<int> before_watched{-1};
   void Close(uint64_t) override { ++closed; }
   std::atomic<int> opened{0}, closed{0}, messages{0}, ops{0};
 };
@@ -143,6 +155,20 @@ class RawPeer {
     pos_ += shm::MessageFootprint(body.size());
     header_->write_pos.store(pos_, std::memory_order_release);
   }
+  // One message of `n` empty OpRecords (2 bytes each on the wire), made
+  // visible to the server only with `publish`.
+  void WriteEmptyOps(int n, bool publish = true) {
+    v1::StreamTelemetryRequest r;
+    for (int i = 0; i < n; ++i) r.add_ops();
+    const std::string body = r.SerializeAsString();
+    const shm::MessageHeader m{static_cast<uint32_t>(body.size()),
+                               static_cast<uint32_t>(n)};
+    char* data = static_cast<char*>(map_) + sizeof(shm::RingHeader);
+    std::memcpy(data + pos_, &m, sizeof(m));
+    std::memcpy(data + pos_ + sizeof(m), body.data(), body.size());
+    pos_ += shm::MessageFootprint(body.size());
+    if (publish) header_->write_pos.store(pos_, std::memory_order_release);
+  }
   // Stops reading: the server's next send fails with EPIPE, as when the
   // process has exited between its poll and its send.
   void ShutdownRead() { ASSERT_EQ(shutdown(fd_, SHUT_RD), 0); }
@@ -229,6 +255,53 @@ TEST_F(ShmIngestTest, GoodPeerStreamsAndMalformedPeersAreCutAlone) {
 
 // Trust (issue #15): with verify_pid a process may only speak for itself;
 // SO_PEERCRED names the connected process.
+// Issue #33 F7: a ring message of empty OpRecords (2 bytes each, ~300
+// parsed) is counted before it is parsed; past kMaxMessageObjects the
+// connection is closed and counted, nothing of the message is handed on.
+TEST_F(ShmIngestTest, RingMessageOfTooManyRecordsIsRefusedBeforeParsing) {
+  Start();
+  RawPeer bomb(path_);
+  bomb.SendHello(bomb.MakeRing(1 << 20), 1 << 20);
+  ASSERT_TRUE(WaitUntil([&] { return rec_.opened == 1; }));
+  bomb.WriteOp(0);
+  ASSERT_TRUE(WaitUntil([&] { return rec_.messages == 1; }));
+  bomb.WriteEmptyOps(static_cast<int>(kMaxMessageObjects) + 1);
+  ASSERT_TRUE(WaitUntil([&] { return bomb.ClosedByServer(); }));
+  EXPECT_EQ(server_->stats().oversized, 1u);
+  EXPECT_EQ(rec_.messages, 1);
+  EXPECT_EQ(rec_.ops, 1);
+}
+
+// Issue #33 F7: a 16 MiB ring of such messages held the server's one
+// thread for 10 s while another job's ring went unread (682 of its 1220
+// messages lost). Each pass reads at most kMaxObjectsPerPass objects of a
+// ring, round-robin: the other ring's message is read after a few of the
+// hostile ring's, not after a pass over 8 MiB of them.
+TEST_F(ShmIngestTest, OneRingCannotStarveAnother) {
+  Start();
+  RawPeer hostile(path_);
+  hostile.SendHello(hostile.MakeRing(16 << 20), 16 << 20);
+  ASSERT_TRUE(WaitUntil([&] { return rec_.opened == 1; }));
+  RawPeer other(path_);
+  other.SendHello(other.MakeRing(64 * 1024), 64 * 1024);
+  ASSERT_TRUE(WaitUntil([&] { return rec_.opened == 2; }));
+  rec_.watched = 2;
+  // 250 messages of 30000 empty records (60 KB each, 15 MB in all), made
+  // visible at once, then the other ring's one message.
+  int written = 0;
+  while (hostile.write_pos() + (64 << 10) < (16u << 20) && written < 250) {
+    hostile.WriteEmptyOps(30000, /*publish=*/false);
+    ++written;
+  }
+  hostile.SetWritePos(hostile.write_pos());
+  other.WriteOp(0);
+  ASSERT_TRUE(WaitUntil([&] { return rec_.per_stream[2] == 1; }));
+  ASSERT_TRUE(WaitUntil([&] { return rec_.per_stream[1] == written; }));
+  // Before: a pass read 8 MiB (~136 messages) of the hostile ring first.
+  EXPECT_LT(rec_.before_watched, 12) << "of " << written;
+  EXPECT_EQ(server_->stats().oversized, 0u);
+}
+
 TEST_F(ShmIngestTest, HelloClaimingAnotherPidIsRefused) {
   ShmIngestOptions o;
   o.verify_pid = true;

@@ -161,6 +161,41 @@ TEST(ConfigSchemaTest, FlagForKey) {
             "--ingest-socket-path");
 }
 
+// Issue #33 F8: yaml-cpp expands aliases while it builds its nodes; an
+// alias bomb of 644 bytes (24 levels, each naming the one before twice)
+// took 27 s and 2.6 GB. Anchors and aliases are refused before any node is
+// built, naming the file, line, column and byte offset.
+TEST_F(ConfigTest, AnchorsAndAliasesAreRefused) {
+  std::string bomb = "l0: &l0 [x, x]\n";
+  for (int i = 1; i < 12; ++i) {
+    bomb += "l" + std::to_string(i) + ": &l" + std::to_string(i) + " [*l" +
+            std::to_string(i - 1) + ", *l" + std::to_string(i - 1) + "]\n";
+  }
+  bomb += "nics: *l11\n";
+  const std::string path = WriteFile(bomb);
+  absl::StatusOr<ConfigParse> r = Parse({"--config", path});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr(path + ":1:5 (byte offset 4)"));
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("an anchor ('&' or '*'): YAML anchors and aliases are "
+                        "not accepted"));
+  // An alias alone (of an anchor the parser did not see as ours) is
+  // refused too; so is an anchor nobody uses.
+  const std::string alias = WriteFile("ratio: 1\nnics: [a, *x]\n");
+  r = Parse({"--config", alias});
+  ASSERT_FALSE(r.ok());
+  const std::string unused = WriteFile("ratio: 1\ndeep: &d true\n");
+  r = Parse({"--config", unused});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr(unused + ":2:7"));
+  EXPECT_THAT(r.status().message(), HasSubstr("an anchor"));
+  // A '&' or '*' inside a quoted value is just text.
+  const std::string quoted = WriteFile("ingest:\n  socket: \"/tmp/&*x\"\n");
+  r = Parse({"--config", quoted});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(opts_.socket, "/tmp/&*x");
+}
+
 // Issue #33: yaml-cpp keeps both entries of a repeated key and the later
 // one silently won.
 TEST_F(ConfigTest, DuplicateKeyIsRefusedWithLine) {

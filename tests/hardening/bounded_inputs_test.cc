@@ -192,6 +192,43 @@ TEST(BoundedInputsTest, DuplicateYamlKeysAreRefused) {
               HasSubstr(cfg + ":4:3: duplicate key 'detection.mode'"));
 }
 
+// Issue #33 F9: --log-file naming a FIFO blocked both daemons at start
+// (open() waited for a reader, forever).
+TEST(BoundedInputsTest, LogFileMustBeARegularFile) {
+  TempDir dir;
+  const std::string fifo = Fifo(dir);
+  for (const auto& [name, argv] : {std::pair{"ctl-log", ControllerArgs(dir)},
+                                   std::pair{"agent-log", AgentArgs(dir)}}) {
+    Outcome r = RunBinary(dir, name, With(argv, {"--log-file", fifo}));
+    EXPECT_EQ(r.exit_code, 2) << name << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr("--log-file: " + fifo +
+                                    ": not a regular file (a "
+                                    "FIFO)"));
+  }
+}
+
+// Issue #33 F8: a YAML alias bomb in --config (644 bytes, 24 levels) took
+// 27 s and 2.6 GB; anchors and aliases are refused before a node is built
+// (16 levels here: main accepted it and failed later, or not at all).
+TEST(BoundedInputsTest, YamlAliasBombIsRefused) {
+  TempDir dir;
+  const std::string cfg = dir.file("bomb.yaml");
+  {
+    std::ofstream out(cfg);
+    out << "x0: &x0 [a, a]\n";
+    for (int i = 1; i < 16; ++i) {
+      out << "x" << i << ": &x" << i << " [*x" << i - 1 << ", *x" << i - 1
+          << "]\n";
+    }
+  }
+  for (const auto& [name, argv] : {std::pair{"ctl-bomb", ControllerArgs(dir)},
+                                   std::pair{"agent-bomb", AgentArgs(dir)}}) {
+    Outcome r = RunBinary(dir, name, With(argv, {"--config", cfg}));
+    EXPECT_EQ(r.exit_code, 2) << name << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr(cfg + ":1:5 (byte offset 4): an anchor"));
+  }
+}
+
 // --host "a b" started, was refused by the controller and retried forever.
 TEST(BoundedInputsTest, BadHostNameExits2) {
   TempDir dir;

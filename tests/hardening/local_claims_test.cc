@@ -117,6 +117,37 @@ TEST_F(LocalClaimsTest, ALocalProcessCannotForgeADeathInAnotherJob) {
   EXPECT_EQ(died[0].suspects(0).host(), "node-a");
 }
 
+// Issue #33 F1: a process started with `env -i` (its environment names no
+// job, so the environment check was skipped) said the first hello for
+// `victim`, fixed the job's identity and forged a death of global rank 7 of
+// the 2-rank job by dropping its stream. Nothing the kernel knows of it
+// names the job now: it reports as an anonymous tenant (counted), fixes
+// nothing and its end is no death in `victim`.
+TEST_F(LocalClaimsTest, AProcessWithoutEvidenceCannotClaimAJob) {
+  auto squatter = std::make_unique<Process>(
+      std::vector<std::string>{
+          "/usr/bin/env", "-i",
+          BinaryPath("tests/hardening/pitstop_tenant_rank"), sock_, "victim",
+          absl::StrCat(kVictimComm + 1), "0", "2", "7", "drop"},
+      std::vector<std::string>{}, dir_.file("sq.out"), dir_.file("sq.err"));
+  EXPECT_EQ(squatter->Wait(), 0) << ReadFile(dir_.file("sq.err"));
+  auto victim0 =
+      Rank(dir_, "v0", sock_, "victim", "victim", kVictimComm, 0, 0, "hold");
+  auto victim1 =
+      Rank(dir_, "v1", sock_, "victim", "victim", kVictimComm, 1, 1, "hold");
+  ASSERT_TRUE(Eventually([&] { return c_.Joined(kVictimComm) > 20; }))
+      << c_.log() << agent_.log();
+  // A forged death took under 2 s before the fix (see above).
+  absl::SleepFor(absl::Seconds(3));
+  const std::vector<v1::Fault> died =
+      c_.Faults("victim", v1::FAULT_CLASS_PROCESS_DIED);
+  EXPECT_TRUE(died.empty()) << died[0].DebugString();
+  EXPECT_EQ(Claims(agent_, "unproven"), 1)
+      << agent::testing::HttpGet(agent_.metrics_port(), "/metrics");
+  EXPECT_TRUE(victim0->running());
+  EXPECT_TRUE(victim1->running());
+}
+
 TEST_F(LocalClaimsTest, AnUncredentialedFloodStaysOnItsHost) {
   controller::testing::TestAgent good(c_.target(), Registration("good-node"));
   ASSERT_TRUE(good.Send(BothMembers(0x600D, "good")));
