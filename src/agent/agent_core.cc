@@ -345,6 +345,7 @@ void AgentCore::PublishMetrics(bool upstream_connected,
   t.comm_claims_refused = claims.comms_refused;
   t.claim_tables_full = claims.tables_full;
   t.job_claims_unproven = claims.unproven;
+  t.job_claims_unverified = claims.unverified;
   metrics_->SetTotals(t);
 }
 

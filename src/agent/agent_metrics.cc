@@ -95,6 +95,11 @@ AgentMetrics::AgentMetrics()
   comm_claims_refused_ = &claims.Add({{"what", "communicator"}});
   claim_tables_full_ = &claims.Add({{"what", "table"}});
   job_claims_unproven_ = &claims.Add({{"what", "unproven"}});
+  job_claims_unverified_ = counter(
+      "pitstop_agent_job_claims_unverified_total",
+      "Job claims of local processes believed unchecked: the agent may not "
+      "read their environ (another uid; give the agent CAP_SYS_PTRACE) and "
+      "no Slurm cgroup names their job");
   messages_refused_ = counter(
       "pitstop_agent_messages_refused_total",
       "Rank messages refused before parsing: more records and communicator "
@@ -179,6 +184,8 @@ void AgentMetrics::SetTotals(const Totals& t) {
   advance(claim_tables_full_, t.claim_tables_full, last_.claim_tables_full);
   advance(job_claims_unproven_, t.job_claims_unproven,
           last_.job_claims_unproven);
+  advance(job_claims_unverified_, t.job_claims_unverified,
+          last_.job_claims_unverified);
   advance(messages_refused_, t.messages_refused, last_.messages_refused);
   plugin_dropped_->Set(static_cast<double>(t.plugin_dropped));
   queued_->Set(static_cast<double>(t.queued_summaries));

@@ -80,6 +80,7 @@ class AgentMetrics {
     uint64_t comm_claims_refused = 0;
     uint64_t claim_tables_full = 0;
     uint64_t job_claims_unproven = 0;
+    uint64_t job_claims_unverified = 0;
     // Rank messages refused before parsing for their size in records
     // (message_bound.h), on either socket.
     uint64_t messages_refused = 0;
@@ -133,6 +134,9 @@ class AgentMetrics {
   // {what="unproven"}: a job claim no kernel evidence backs (reported as
   // an anonymous tenant).
   prometheus::Counter* job_claims_unproven_;
+  // pitstop_agent_job_claims_unverified_total: job claims believed because
+  // the agent may not read the process's environ.
+  prometheus::Counter* job_claims_unverified_;
   prometheus::Counter* undelivered_;
   prometheus::Counter* messages_refused_;
 };

@@ -138,8 +138,14 @@ absl::StatusOr<LocalTenants::Standing> LocalTenants::CheckJob(
     // Only a process the kernel's evidence ties to the job may fix its
     // identity; the others report anonymously (counted).
     if (who.known && !NamesJob(who, job)) {
-      ++stats_.unproven;
-      return Standing::kAnonymous;
+      // An environ the agent may not read is no evidence either way (an
+      // agent without CAP_SYS_PTRACE, e.g. a non-root pod): the claim is
+      // believed, as for a pid the agent cannot see, and counted.
+      if (who.environ_read || !who.cgroup_job.empty()) {
+        ++stats_.unproven;
+        return Standing::kAnonymous;
+      }
+      ++stats_.unverified;
     }
     if (jobs_.size() >= kMaxLocalJobs) {
       ++stats_.tables_full;

@@ -87,6 +87,10 @@ class LocalTenants {
     uint64_t comms_refused = 0;  // a communicator of another job
     uint64_t tables_full = 0;    // kMaxLocalJobs / kMaxHeldRanks
     uint64_t unproven = 0;       // a job claim without evidence: made anonymous
+    // A job claim the agent could not check: it may not read the process's
+    // environ (another uid, no CAP_SYS_PTRACE) and no Slurm cgroup names a
+    // job. Believed as when the pid is not visible (docs/reliability.md).
+    uint64_t unverified = 0;
   };
 
   // How a stream that said hello reports.

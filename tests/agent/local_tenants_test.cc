@@ -129,6 +129,28 @@ TEST(LocalTenantsTest, AJobClaimWithoutEvidenceIsAnonymous) {
             LocalTenants::Standing::kMember);
 }
 
+// An agent that may not read other uids' environ (no CAP_SYS_PTRACE: a
+// non-root pod, a unit without it) has no evidence either way: the first
+// process fixes the job as before issue #33's F1 rule, and it is counted.
+TEST(LocalTenantsTest, AClaimTheAgentCannotCheckIsBelievedAndCounted) {
+  LocalTenants t;
+  absl::StatusOr<LocalTenants::Standing> st =
+      t.Hello(1, Who(100, 1000), 100, "llm-pretrain", 0);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(*st, LocalTenants::Standing::kMember);
+  EXPECT_EQ(t.stats().unverified, 1u);
+  EXPECT_EQ(t.stats().unproven, 0u);
+  // Another uid is then refused for it, as before.
+  EXPECT_THAT(
+      t.Hello(2, Who(200, 1001), 200, "llm-pretrain", 1).status().message(),
+      HasSubstr("belongs to uid 1000"));
+  // A Slurm cgroup naming another job is evidence against the claim.
+  st = t.Hello(3, Who(300, 1002, "", "job_9"), 300, "other", 0);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(*st, LocalTenants::Standing::kAnonymous);
+  EXPECT_EQ(t.stats().unproven, 1u);
+}
+
 TEST(LocalTenantsTest, ARankIsHeldByTheProcessThatClaimedItFirst) {
   LocalTenants t;
   ASSERT_TRUE(t.Hello(1, Who(100, 1000, "j"), 100, "j", 0).ok());
