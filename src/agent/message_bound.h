@@ -3,11 +3,11 @@
 // memory, so a 4 MiB gRPC message of them parsed into ~643 MB and a 16 MiB
 // shared-memory ring message into 2.5 GB, before any record cap applied).
 //
-// CountMessageObjects walks the protobuf wire format with the message's
-// descriptor and counts the message objects a parse would allocate (every
-// field of message type, at any depth), stopping as soon as the count
-// passes the limit: its own work is bounded by the bytes and the limit, and
-// it allocates nothing.
+// CountMessageObjects counts the message objects a parse would allocate
+// (every field of message type, at any depth) with the wire walk the
+// controller's batch bound uses too (pitstop/wire_cost.h), stopping as soon
+// as the count passes the limit: its own work is bounded by the bytes and
+// the limit, and it allocates nothing.
 //
 // Thread-compatible (no state).
 #ifndef PITSTOP_AGENT_MESSAGE_BOUND_H_

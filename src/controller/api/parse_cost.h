@@ -6,14 +6,11 @@
 // before: AgentLink batches whose estimate passes kMaxParsedBatchBytes are
 // refused unparsed.
 //
-// The estimate walks the wire format with the message's descriptor and
-// allocates nothing: each nested message counts its prototype's
-// SpaceUsedLong() plus two pointer slots when repeated (a RepeatedPtrField
-// grows by doubling), strings and unknown fields their length plus a
-// header, packed scalars twice their element count times the element's size,
-// unpacked repeated scalars 8 bytes each. It is an upper estimate for the
-// messages pitstop sends (a busy agent's batch: docs/reliability.md, "Parse
-// cost").
+// The estimate is the shared wire walk's (pitstop/wire_cost.h): each
+// nested message its prototype's SpaceUsedLong() plus its slot, strings
+// their length plus a header, packed scalars their elements. It is an upper
+// estimate for the messages pitstop sends (a busy agent's batch:
+// docs/reliability.md, "Parse cost").
 //
 // Thread-safe (no state).
 #ifndef PITSTOP_CONTROLLER_API_PARSE_COST_H_
