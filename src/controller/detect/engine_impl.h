@@ -139,6 +139,10 @@ class EngineImpl final : public DetectionEngine {
   // its session ended (NodeLost) handover_grace ago, or it was forgotten.
   // A silent or briefly disconnected agent keeps its own.
   bool MayTakeOver(absl::string_view host) const;
+  // Whether `m` is held by a live process on its host that no other host
+  // may take over yet (the test ForeignHolder, ForeignResize and
+  // ForeignRank share).
+  bool HeldLive(const Member& m) const;
   // The communicators in which (host, pid) is a live member.
   std::vector<uint64_t> HeldComms(absl::string_view host, uint32_t pid) const;
   // Whether (host, pid) is a dead member of some communicator.

@@ -23,15 +23,17 @@ bool EngineImpl::MayTakeOver(absl::string_view host) const {
          clock_->MonotonicNanos() - it->second.since_ns >= grace;
 }
 
+bool EngineImpl::HeldLive(const Member& m) const {
+  return m.known && !m.host.empty() && !m.dead && !m.exited &&
+         !MayTakeOver(m.host);
+}
+
 absl::Status EngineImpl::ForeignHolder(const CommState& c, int32_t rank,
                                        const Member& m,
                                        absl::string_view host) {
   // A member moves to another host only once its process ended there or
   // that host's agent is gone for good (a rank restarted elsewhere).
-  if (!m.known || m.host.empty() || m.host == host || m.dead || m.exited ||
-      MayTakeOver(m.host)) {
-    return absl::OkStatus();
-  }
+  if (m.host == host || !HeldLive(m)) return absl::OkStatus();
   ++stats_.claims_refused;
   return absl::PermissionDeniedError(absl::StrCat(
       "rank: member ", rank, " of communicator ", absl::Hex(c.comm_hash),
@@ -50,10 +52,7 @@ absl::Status EngineImpl::ForeignResize(const CommState& c, int32_t n_ranks,
   // never complete the new size).
   const Member* foreign = nullptr;
   for (const auto& [rank, m] : c.members) {
-    if (!m.known || m.host.empty() || m.dead || m.exited ||
-        MayTakeOver(m.host)) {
-      continue;
-    }
+    if (!HeldLive(m)) continue;
     if (m.host == host) return absl::OkStatus();
     if (foreign == nullptr) foreign = &m;
   }
@@ -284,8 +283,7 @@ absl::Status EngineImpl::ForeignRank(absl::string_view host,
   for (const auto& [hash, c] : comms_) {
     if (c.job_id != l.job_id()) continue;
     for (const auto& [rank, m] : c.members) {
-      if (m.global_rank != l.global_rank() || !m.known || m.host.empty() ||
-          m.host == host || m.dead || m.exited || MayTakeOver(m.host)) {
+      if (m.global_rank != l.global_rank() || m.host == host || !HeldLive(m)) {
         continue;
       }
       ++*refused;
