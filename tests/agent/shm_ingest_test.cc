@@ -129,45 +129,20 @@ class RawPeer {
             payload);
   }
   // One message with one OpRecord into the ring.
-  void WriteOp(uint64_t seq) {
-    v1::StreamTelemetryRequest r;
-    if (pos_ == 0) r.mutable_hello()->set_pid(hello_pid_);
-    r.add_ops()->set_seq_number(seq);
-    const std::string body = r.SerializeAsString();
-    const shm::MessageHeader m{static_cast<uint32_t>(body.size()), 1};
-    char* data = static_cast<char*>(map_) + sizeof(shm::RingHeader);
-    std::memcpy(data + pos_, &m, sizeof(m));
-    std::memcpy(data + pos_ + sizeof(m), body.data(), body.size());
-    pos_ += shm::MessageFootprint(body.size());
-    header_->write_pos.store(pos_, std::memory_order_release);
-  }
+  void WriteOp(uint64_t seq) { WriteOps(seq, 1); }
   // One message with `n` OpRecords (seq first..first+n-1) into the ring.
   void WriteOps(uint64_t first, int n) {
     v1::StreamTelemetryRequest r;
     if (pos_ == 0) r.mutable_hello()->set_pid(hello_pid_);
     for (int i = 0; i < n; ++i) r.add_ops()->set_seq_number(first + i);
-    const std::string body = r.SerializeAsString();
-    const shm::MessageHeader m{static_cast<uint32_t>(body.size()),
-                               static_cast<uint32_t>(n)};
-    char* data = static_cast<char*>(map_) + sizeof(shm::RingHeader);
-    std::memcpy(data + pos_, &m, sizeof(m));
-    std::memcpy(data + pos_ + sizeof(m), body.data(), body.size());
-    pos_ += shm::MessageFootprint(body.size());
-    header_->write_pos.store(pos_, std::memory_order_release);
+    Append(r.SerializeAsString(), static_cast<uint32_t>(n), true);
   }
   // One message of `n` empty OpRecords (2 bytes each on the wire), made
   // visible to the server only with `publish`.
   void WriteEmptyOps(int n, bool publish = true) {
     v1::StreamTelemetryRequest r;
     for (int i = 0; i < n; ++i) r.add_ops();
-    const std::string body = r.SerializeAsString();
-    const shm::MessageHeader m{static_cast<uint32_t>(body.size()),
-                               static_cast<uint32_t>(n)};
-    char* data = static_cast<char*>(map_) + sizeof(shm::RingHeader);
-    std::memcpy(data + pos_, &m, sizeof(m));
-    std::memcpy(data + pos_ + sizeof(m), body.data(), body.size());
-    pos_ += shm::MessageFootprint(body.size());
-    if (publish) header_->write_pos.store(pos_, std::memory_order_release);
+    Append(r.SerializeAsString(), static_cast<uint32_t>(n), publish);
   }
   // Stops reading: the server's next send fails with EPIPE, as when the
   // process has exited between its poll and its send.
@@ -187,6 +162,16 @@ class RawPeer {
   uint64_t write_pos() const { return pos_; }
 
  private:
+  // One message of `records` records into the ring at pos_ (no wrap).
+  void Append(const std::string& body, uint32_t records, bool publish) {
+    const shm::MessageHeader m{static_cast<uint32_t>(body.size()), records};
+    char* data = static_cast<char*>(map_) + sizeof(shm::RingHeader);
+    std::memcpy(data + pos_, &m, sizeof(m));
+    std::memcpy(data + pos_ + sizeof(m), body.data(), body.size());
+    pos_ += shm::MessageFootprint(body.size());
+    if (publish) header_->write_pos.store(pos_, std::memory_order_release);
+  }
+
   int fd_ = -1;
   bool connected_ = false;
   void* map_ = nullptr;
