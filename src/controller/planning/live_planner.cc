@@ -16,6 +16,10 @@ namespace {
 // Connections tracked over all jobs; beyond, new ones are not planned
 // (a 16,384-GPU job with 32 channels is 1 M send connections).
 constexpr size_t kMaxConnections = size_t{1} << 21;
+// Path directives awaiting an ack, and acks awaiting their Sent(): an
+// agent that never acks (or acks what was never sent) keeps at most this
+// many.
+constexpr size_t kMaxUnacked = 4096;
 
 }  // namespace
 
@@ -270,15 +274,27 @@ void LivePlanner::Sent(const std::string& host, uint64_t command_id,
   MutexLock lock(&mu_);
   Delivery& del = delivery_[d.job_id()][host];
   del.sent = std::max(del.sent, d.epoch());
+  if (early_acks_.erase({host, command_id}) > 0) {
+    del.acked = std::max(del.acked, d.epoch());
+    return;
+  }
   unacked_[{host, command_id}] = SentCommand{d.job_id(), d.epoch()};
   // Bounded: an agent that never acks keeps at most this many.
-  while (unacked_.size() > 4096) unacked_.erase(unacked_.begin());
+  while (unacked_.size() > kMaxUnacked) unacked_.erase(unacked_.begin());
 }
 
 void LivePlanner::Acked(const std::string& host, uint64_t command_id) {
   MutexLock lock(&mu_);
   auto it = unacked_.find({host, command_id});
-  if (it == unacked_.end()) return;
+  if (it == unacked_.end()) {
+    if (!early_acks_.insert({host, command_id}).second) return;
+    early_ack_order_.emplace_back(host, command_id);
+    while (early_ack_order_.size() > kMaxUnacked) {
+      early_acks_.erase(early_ack_order_.front());
+      early_ack_order_.pop_front();
+    }
+    return;
+  }
   Delivery& del = delivery_[it->second.job][host];
   del.acked = std::max(del.acked, it->second.epoch);
   unacked_.erase(it);

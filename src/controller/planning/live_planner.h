@@ -20,6 +20,7 @@
 
 #include <compare>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -101,7 +102,10 @@ class LivePlanner {
   // while computing.
   RunResult Run();
   // The controller sent `d` to `host`'s agent as `command_id` / the agent
-  // acked it.
+  // acked it. Either may come first: the directive is written to the
+  // agent's stream before Sent() runs, and a quick agent's ack can be
+  // joined on another thread in between; such an ack is kept (bounded)
+  // until its Sent().
   void Sent(const std::string& host, uint64_t command_id,
             const v1::PathDirective& d);
   void Acked(const std::string& host, uint64_t command_id);
@@ -251,6 +255,12 @@ class LivePlanner {
     uint64_t epoch = 0;
   };
   std::map<std::pair<std::string, uint64_t>, SentCommand> unacked_
+      ABSL_GUARDED_BY(mu_);
+  // Acks of no command Sent() yet, oldest first: a path directive's ack
+  // that overtook its Sent(), or another command's ack (activation masks
+  // share the id space), which ages out.
+  std::set<std::pair<std::string, uint64_t>> early_acks_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::pair<std::string, uint64_t>> early_ack_order_
       ABSL_GUARDED_BY(mu_);
   std::set<std::string> unplaced_logged_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> faults_marked_ ABSL_GUARDED_BY(mu_);

@@ -520,6 +520,39 @@ TEST_F(LivePlannerTest, AcksAreCountedPerHost) {
   }
 }
 
+// The directive is on the agent's stream before Sent() runs, so a quick
+// agent's ack can be joined first (CI stop 39: a host's epoch stayed
+// unacked forever). The ack still counts once Sent() comes.
+TEST_F(LivePlannerTest, AnAckThatOvertakesItsSentStillCounts) {
+  auto p = Make();
+  ASSERT_NE(p, nullptr);
+  Feed(p.get());
+  clock_.Advance(absl::Seconds(3));
+  LivePlanner::RunResult r = p->Run();
+  ASSERT_FALSE(r.directives.empty());
+  const LivePlanner::Directive& d = r.directives[0];
+  p->Acked(d.host, 7);
+  p->Acked("elsewhere", 8);  // another host's id 8 acks nothing of d.host
+  p->Sent(d.host, 7, d.directive);
+  p->Sent(d.host, 8, d.directive);
+  const v1::FlowPlan plan = *p->GetFlowPlan("job1", true);
+  for (const v1::FlowPlanHost& h : plan.hosts()) {
+    if (h.host() != d.host) continue;
+    EXPECT_EQ(h.epoch_sent(), d.directive.epoch());
+    EXPECT_EQ(h.epoch_acked(), d.directive.epoch());
+  }
+  // The early ack was used once: a resend under the same id is unacked.
+  v1::PathDirective next = d.directive;
+  next.set_epoch(d.directive.epoch() + 1);
+  p->Sent(d.host, 7, next);
+  const v1::FlowPlan resent = *p->GetFlowPlan("job1", true);
+  for (const v1::FlowPlanHost& h : resent.hosts()) {
+    if (h.host() != d.host) continue;
+    EXPECT_EQ(h.epoch_sent(), next.epoch());
+    EXPECT_EQ(h.epoch_acked(), d.directive.epoch());
+  }
+}
+
 TEST_F(LivePlannerTest, HostsOffTheFabricAreNotPlanned) {
   LivePlanner::Options o;
   o.fabric =
