@@ -264,6 +264,7 @@ struct Tally {
   int clean_false = 0, all_false = 0;
   std::map<std::string, std::vector<double>> lat_by_class;
   std::vector<std::string> misses;
+  std::vector<std::string> unobservable;  // injections no traffic crossed
   int failed = 0;
 };
 
@@ -296,6 +297,11 @@ void Count(const BenchCase& c, const RunResult& r, Tally* t) {
   t->all_false += r.score.false_faults.size();
   bool any_expected = false;
   for (const TruthScore& ts : r.score.truths) {
+    if (!ts.truth->not_observable.empty()) {
+      t->unobservable.push_back(absl::StrCat(c.label, ": injected ",
+                                             ts.truth->Describe(), "; ",
+                                             ts.truth->not_observable));
+    }
     if (!ts.scored) continue;
     any_expected = true;
     ++row.scored;
@@ -370,6 +376,11 @@ std::string Report(const Tally& t, double minutes) {
   }
   md << absl::StrFormat("- Cases that could not run: %d. Wall time %.1f min.\n",
                         t.failed, minutes);
+  if (!t.unobservable.empty()) {
+    md << "\nNot observable (no traffic crossed them; scored neither found "
+          "nor missed):\n\n";
+    for (const std::string& m : t.unobservable) md << "- " << m << "\n";
+  }
   if (!t.misses.empty()) {
     md << "\nMisses, wrong suspects and false faults:\n\n";
     for (const std::string& m : t.misses) md << "- " << m << "\n";

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "pitstop/status_macros.h"
 
 namespace pitstop::sim {
@@ -56,7 +57,8 @@ class Builder {
   void MakeRanksAndComms();
   std::vector<std::vector<int>> GroupMembers(Group g) const;
   double ComputeNs(int rank, double ms, int64_t t);
-  double LinkBps(int src, int dst, int64_t t) const;
+  // Records which link and NIC faults the connection crosses while active.
+  double LinkBps(int src, int dst, int64_t t);
   void RunCollective(int comm, const PhaseSpec& p, int step, int phase,
                      bool eval);
   // RunCollective's steps. One collective of a communicator: who arrives
@@ -79,11 +81,13 @@ class Builder {
   // A slow-collective, comm-hang or mismatch fault due at t0 (when every
   // member arrived) applies to this collective, once.
   void ApplyOneShotFaults(const CommDef& c, Collective* k);
-  void TransferTimes(const CommDef& c, const PhaseSpec& p, Collective* k) const;
+  void TransferTimes(const CommDef& c, const PhaseSpec& p, Collective* k);
   // Each arriving member's op, with its send and receive connections.
   void EmitOps(const CommDef& c, const PhaseSpec& p, int step, int phase,
                bool eval, uint64_t seq, const Collective& k);
   void MakeTruths();
+  // After the run: link and NIC faults no connection crossed.
+  void MarkUnobservable();
   FaultTruth& Truth(int index) { return plan_.truths[index]; }
 
   const Scenario& s_;
@@ -96,6 +100,7 @@ class Builder {
   std::vector<std::vector<int>> group_comms_{4};      // Group -> comm indices
   std::vector<std::map<std::string, uint64_t>> seq_;  // per comm, per func
   std::vector<bool> consumed_;                        // one-shot faults used
+  std::vector<bool> crossed_;  // link/NIC faults a connection met while active
 };
 
 std::vector<std::vector<int>> Builder::GroupMembers(Group g) const {
@@ -183,7 +188,7 @@ double Builder::ComputeNs(int rank, double ms, int64_t t) {
 }
 
 // Bytes per second available to one connection (the channels share a link).
-double Builder::LinkBps(int src, int dst, int64_t t) const {
+double Builder::LinkBps(int src, int dst, int64_t t) {
   const RankPlan& a = plan_.ranks[src];
   const RankPlan& b = plan_.ranks[dst];
   double gbps;
@@ -191,16 +196,21 @@ double Builder::LinkBps(int src, int dst, int64_t t) const {
     gbps = s_.nvlink_gbps;
   } else {
     double fa = 1, fb = 1, fl = 1;
-    for (const FaultSpec& f : s_.faults) {
+    for (size_t fi = 0; fi < s_.faults.size(); ++fi) {
+      const FaultSpec& f = s_.faults[fi];
       if (!Active(f, t)) continue;
       if (f.kind == FaultKind::kSlowNic || f.kind == FaultKind::kFlappingNic) {
-        if (f.node == a.node && f.nic == a.nic) fa = std::max(fa, f.factor);
-        if (f.node == b.node && f.nic == b.nic) fb = std::max(fb, f.factor);
+        const bool at_a = f.node == a.node && f.nic == a.nic;
+        const bool at_b = f.node == b.node && f.nic == b.nic;
+        if (at_a) fa = std::max(fa, f.factor);
+        if (at_b) fb = std::max(fb, f.factor);
+        if (at_a || at_b) crossed_[fi] = true;
       }
       if (f.kind == FaultKind::kSlowLink &&
           ((f.node == a.node && f.peer_node == b.node) ||
            (f.node == b.node && f.peer_node == a.node))) {
         fl = std::max(fl, f.factor);
+        crossed_[fi] = true;
       }
     }
     gbps = s_.nic_gbps / std::max({fa, fb, fl});
@@ -291,7 +301,7 @@ void Builder::ApplyOneShotFaults(const CommDef& c, Collective* k) {
 }
 
 void Builder::TransferTimes(const CommDef& c, const PhaseSpec& p,
-                            Collective* k) const {
+                            Collective* k) {
   const int n = k->n;
   const double per_conn_bytes =
       TrafficFactor(p.func, n) * p.bytes / s_.channels;
@@ -416,6 +426,7 @@ Plan Builder::Build() {
   t_.assign(world, 0);
   blocked_.assign(world, false);
   consumed_.assign(s_.faults.size(), false);
+  crossed_.assign(s_.faults.size(), false);
   for (const FaultSpec& f : s_.faults) {
     if (f.kind == FaultKind::kCrash) {
       auto& c = plan_.ranks[f.rank].crash_ns;
@@ -482,7 +493,38 @@ Plan Builder::Build() {
       Truth(fi).happened = Sec(s_.faults[fi].at_s) < plan_.duration_ns;
     }
   }
+  MarkUnobservable();
   return std::move(plan_);
+}
+
+// A slow link or NIC shows only in the connections that cross it: in a
+// ring, a node's ranks send to their successors only, so two nodes that
+// are neighbours in no communicator exchange nothing. Such an injection is
+// not a miss of pitstop's; say so, and why, instead of scoring it.
+void Builder::MarkUnobservable() {
+  for (size_t fi = 0; fi < s_.faults.size(); ++fi) {
+    const FaultSpec& f = s_.faults[fi];
+    const bool network = f.kind == FaultKind::kSlowLink ||
+                         f.kind == FaultKind::kSlowNic ||
+                         f.kind == FaultKind::kFlappingNic;
+    if (!network || crossed_[fi]) continue;
+    std::string& why = Truth(fi).not_observable;
+    if (Sec(f.at_s) >= plan_.duration_ns) {
+      why = absl::StrFormat("it starts at %g s, after the run's %g s", f.at_s,
+                            s_.duration_s);
+    } else if (f.kind == FaultKind::kSlowLink) {
+      why = absl::StrFormat(
+          "no connection crosses %s <-> %s while it is active: no "
+          "communicator makes a rank of one node the ring neighbour of a "
+          "rank of the other",
+          HostName(f.node), HostName(f.peer_node));
+    } else {
+      why = absl::StrFormat(
+          "no connection between nodes goes through %s's %s while it is "
+          "active: no rank there uses that NIC to reach another node",
+          HostName(f.node), NicName(f.nic));
+    }
+  }
 }
 
 }  // namespace

@@ -94,7 +94,11 @@ struct FaultTruth {
   // When it really began (hangs: when the stuck collective was entered).
   int64_t onset_ns = 0;
   int64_t end_ns = kNever;
-  bool happened = true;        // e.g. a comm hang found a collective to stop
+  bool happened = true;  // e.g. a comm hang found a collective to stop
+  // Why no traffic of the job could show this fault ("" if some did): a
+  // slow link or NIC that no connection crosses while it is active. Such a
+  // fault is scored neither found nor missed.
+  std::string not_observable;
   std::string expected_class;  // "NON_COMM_SLOW", ...
   // The culprit: a rank, a NIC (host + nic) or a node pair.
   int rank = -1;

@@ -63,6 +63,9 @@ void PrintReport(const RunResult& result, const ReportOptions& options,
     out << absl::StrFormat("  %s at t=%.1f s", t.Describe(), t.onset_ns / 1e9);
     if (!t.expect_fault) {
       out << "  [deceptive normal: no fault expected]\n";
+    } else if (!t.not_observable.empty()) {
+      out << "  [not observable: " << t.not_observable
+          << "; scored neither found nor missed]\n";
     } else if (!t.happened) {
       out << "  [did not take effect in this run]\n";
     } else {

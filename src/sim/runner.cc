@@ -254,9 +254,14 @@ absl::StatusOr<std::unique_ptr<RunResult>> RunScenario(
                    StartRanks(resolved, plan, *cluster, rank_bin, plugin,
                               scenario_path, start_ns));
   for (const FaultTruth& t : plan.truths) {
-    say(absl::StrFormat(
-        "[sim] schedule: %s%s", t.Describe(),
-        t.expect_fault ? "" : " (deceptive normal: no fault expected)"));
+    std::string note;
+    if (!t.expect_fault) {
+      note = " (deceptive normal: no fault expected)";
+    } else if (!t.not_observable.empty()) {
+      note = absl::StrCat(" (not observable: ", t.not_observable,
+                          "; scored neither found nor missed)");
+    }
+    say(absl::StrCat("[sim] schedule: ", t.Describe(), note));
   }
   PlanWatcher plans(stub.get(), resolved.job_id);
   WatchRun(resolved, plan, options, start_ns, ranks, stub.get(), &watcher,

@@ -66,7 +66,7 @@ RunScore ScoreRun(const Plan& plan, const std::vector<ObservedFault>& faults) {
   for (const FaultTruth& t : plan.truths) {
     TruthScore ts;
     ts.truth = &t;
-    ts.scored = t.expect_fault && t.happened;
+    ts.scored = t.expect_fault && t.happened && t.not_observable.empty();
     for (size_t i = 0; i < faults.size(); ++i) {
       const ObservedFault& o = faults[i];
       if (o.first_seen_ns + kOnsetSlackNs < t.onset_ns) continue;
@@ -94,7 +94,9 @@ RunScore ScoreRun(const Plan& plan, const std::vector<ObservedFault>& faults) {
         ts.fault_id = o.fault.fault_id();
       }
     }
-    if (ts.scored && !ts.detected) {
+    if (!t.not_observable.empty()) {
+      ts.note = absl::StrCat("not observable: ", t.not_observable);
+    } else if (ts.scored && !ts.detected) {
       ts.note = absl::StrCat("no ", t.expected_class, " fault after onset");
     } else if (ts.scored && !ts.localised) {
       ts.note = "found, but the first suspect is not the culprit";
