@@ -303,6 +303,8 @@ void RankJoiner::AddCommunicators(uint64_t stream, Stream* s,
       info.set_global_ranks(info.rank(), g);
     }
     if (is_end) {
+      // The controller stops expecting work of this member there.
+      info.set_finalized(ev.kind() == v1::CommunicatorEvent::KIND_FINALIZE);
       ended->push_back(info.comm_hash());  // after this batch's ops
       communicators_.push_back(std::move(info));
       continue;

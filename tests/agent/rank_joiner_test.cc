@@ -479,6 +479,31 @@ TEST_F(RankJoinerTest, FinalizeInTheBatchOfTheLastOpKeepsItsCommunicator) {
   joiner_.SnapshotProgress(&progress);
   EXPECT_TRUE(progress.empty());  // nothing expected from an ended comm
   EXPECT_FALSE(joiner_.StreamInComm(1, kComm, -1));
+  // The controller is told the member finalized it (the init was not).
+  std::vector<v1::CommunicatorInfo> comms;
+  joiner_.TakeCommunicators(&comms);
+  ASSERT_EQ(comms.size(), 2u);
+  EXPECT_FALSE(comms[0].finalized());
+  EXPECT_TRUE(comms[1].finalized());
+  EXPECT_EQ(comms[1].comm_hash(), kComm);
+  EXPECT_EQ(comms[1].rank(), 1);
+}
+
+// An aborted communicator ended in error: not a clean end to the
+// controller, whose hang (if any) stays judged.
+TEST_F(RankJoinerTest, AnAbortedCommunicatorIsNotFinalized) {
+  auto req = Hello(1, 0);
+  AddCommInit(&req, 1, 4);
+  auto* ev = req.add_communicators();
+  ev->set_kind(v1::CommunicatorEvent::KIND_ABORT);
+  ev->mutable_info()->set_comm_hash(kComm);
+  ev->mutable_info()->set_rank(1);
+  ev->mutable_info()->set_n_ranks(4);
+  ASSERT_TRUE(joiner_.Add(1, req).ok());
+  std::vector<v1::CommunicatorInfo> comms;
+  joiner_.TakeCommunicators(&comms);
+  ASSERT_EQ(comms.size(), 2u);
+  EXPECT_FALSE(comms[1].finalized());
 }
 
 TEST(BusBandwidthFactorTest, MatchesNcclDefinitions) {

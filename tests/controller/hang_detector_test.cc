@@ -436,6 +436,42 @@ TEST_F(HangTest, RankThatExitedBeforeItsPeersCollectiveIsStillNamed) {
   }
 }
 
+// Issue 31: an application destroys a communicator mid-job; its members
+// live on, and the last records of one (here rank 2's completion of seq
+// 10) never came. Once every member finalized it, nobody waits: no hang.
+// Before that, a member that finalized while its peers still wait is the
+// rank they wait for.
+TEST_F(HangTest, ACommunicatorEveryMemberDestroyedNeverLooksHung) {
+  SimJob job(0xCB, 4, 2);
+  job.Register(engine_.get());
+  for (int32_t r = 0; r < 4; ++r) Report(job, r, 10, r == 2 ? 9 : 10);
+  auto finalize = [&](int32_t r) {
+    v1::CommunicatorInfo info = job.Info(r);
+    info.set_finalized(true);
+    ASSERT_TRUE(engine_->AddCommunicator(job.HostOf(r), info).ok());
+  };
+  finalize(2);
+  for (int i = 0; i < 4; ++i) Cycle(absl::Seconds(3));
+  ASSERT_EQ(Latest().size(), 1u) << "the others still wait for rank 2";
+  EXPECT_EQ(SuspectGlobals(Latest()[0]), std::set<int32_t>{2});
+  for (int32_t r : {0, 1, 3}) finalize(r);
+  for (int i = 0; i < 4; ++i) Cycle(absl::Seconds(3));
+  for (const v1::Fault& f : Latest()) {
+    EXPECT_EQ(f.state(), v1::FAULT_STATE_RESOLVED) << f.summary();
+  }
+
+  // The same records without the finalize are a hang (the check can fail).
+  SimJob kept(0xCC, 4, 2, "job2");
+  kept.Register(engine_.get());
+  for (int32_t r = 0; r < 4; ++r) Report(kept, r, 10, r == 2 ? 9 : 10);
+  for (int i = 0; i < 4; ++i) Cycle(absl::Seconds(3));
+  bool hung = false;
+  for (const v1::Fault& f : Latest()) {
+    hung |= f.comm_hash() == 0xCCu && f.state() != v1::FAULT_STATE_RESOLVED;
+  }
+  EXPECT_TRUE(hung);
+}
+
 TEST_F(HangTest, ProcessDiedBlamesTheDeadProcessNotItsPeers) {
   SimJob job(0xC8, 4, 2);
   job.Register(engine_.get());

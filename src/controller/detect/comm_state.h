@@ -33,8 +33,13 @@ struct Member {
   int32_t cuda_device = -1;
   // Heuristic: GPU i <-> NIC i on rail-optimised nodes (see engine docs).
   std::string nic;
-  bool dead = false;         // RankLifecycle DIED
-  bool exited = false;       // RankLifecycle CLEAN_EXIT
+  bool dead = false;    // RankLifecycle DIED
+  bool exited = false;  // RankLifecycle CLEAN_EXIT
+  // CommunicatorInfo.finalized: this member's process destroyed the
+  // communicator (and may live on); judged like a member that exited.
+  bool finalized = false;
+  // Took part in the communicator and left it cleanly: exited or finalized.
+  bool Left() const { return exited || finalized; }
   bool unreachable = false;  // its node's agent is gone (NodeLost)
   int64_t died_ns = 0;       // engine clock of the DIED report; 0 = alive
   // Key of the PROCESS_DIED fault its death belongs to (deaths of one job

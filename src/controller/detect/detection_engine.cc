@@ -270,6 +270,12 @@ absl::Status EngineImpl::AddCommunicator(absl::string_view host,
                              : -1;
   RETURN_IF_ERROR(NoteMember(&c, info.rank(), global, host, info.pid(),
                              info.cuda_device()));
+  if (Member& m = c.MemberAt(info.rank()); m.finalized != info.finalized()) {
+    // A destroyed communicator's last records may never come: its member
+    // is judged like one that exited (hang_detector.cc).
+    m.finalized = info.finalized();
+    ++c.generation;
+  }
   if (info.pid() != 0) config_.Created(std::string(host), info.pid());
   return NoteGlobalRanks(&c, info, host);
 }

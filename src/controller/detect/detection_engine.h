@@ -265,6 +265,8 @@ class DetectionEngine {
   // names another host than `host`, the rank is held by a live member on
   // another host, or info.job_id is not the communicator's known job.
   // Members are stored with `host`, the reporting agent's identity.
+  // `info.finalized`: the member destroyed the communicator; it is judged
+  // like a member that exited (no hang once every member left).
   virtual absl::Status AddCommunicator(absl::string_view host,
                                        const v1::CommunicatorInfo& info) = 0;
   // One rank's part of one collective; joined across members by (comm_hash,

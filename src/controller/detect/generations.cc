@@ -138,8 +138,8 @@ void EngineImpl::RetireOldGenerations() {
     bool all_gone = true;
     bool live_moved_on = true;
     for (const auto& [r, m] : d.it->second.members) {
-      all_gone &= m.dead || m.exited;
-      if (m.dead || m.exited) continue;
+      all_gone &= m.dead || m.Left();
+      if (m.dead || m.Left()) continue;
       auto moved = newest_live_comm.find(
           std::make_pair(absl::string_view(m.host), m.pid));
       live_moved_on &= m.pid != 0 && moved != newest_live_comm.end() &&

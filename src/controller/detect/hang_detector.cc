@@ -253,6 +253,9 @@ struct Judged {
   // Members on a node whose agent is gone: their last report is stale.
   std::set<std::string> lost_hosts;
   int lost_members = 0;
+  // Every member that reported left the communicator cleanly (exited, or
+  // destroyed it): nobody waits, and a hang raised before is over.
+  bool everyone_left = false;
 };
 
 Judged JudgedMembers(const CommState& comm, int32_t n) {
@@ -278,24 +281,26 @@ Judged JudgedMembers(const CommState& comm, int32_t n) {
       if (j.ranks.count(r)) continue;
       auto m = comm.members.find(r);
       if (m != comm.members.end() &&
-          (m->second.exited || m->second.dead || m->second.unreachable)) {
+          (m->second.Left() || m->second.dead || m->second.unreachable)) {
         continue;
       }
       j.silent.insert(r);
     }
   }
-  // Members that exited cleanly stay judged while someone is still there
-  // to wait: one that left before a collective its peers wait in is the
-  // rank they wait for (a sim rank that hung and then exited read as "every
-  // member entered", a COMM_HANG). With every member gone nobody waits.
+  // Members that exited cleanly (or destroyed the communicator) stay judged
+  // while someone is still there to wait: one that left before a collective
+  // its peers wait in is the rank they wait for (a sim rank that hung and
+  // then exited read as "every member entered", a COMM_HANG). With every
+  // member gone nobody waits, whatever their last records said.
   bool anyone_left = false;
   for (int32_t r : j.ranks) {
     auto m = comm.members.find(r);
-    anyone_left |= m == comm.members.end() || !m->second.exited;
+    anyone_left |= m == comm.members.end() || !m->second.Left();
   }
+  j.everyone_left = !anyone_left && !j.ranks.empty();
   for (const auto& [r, m] : comm.members) {
     if (r >= n) break;
-    if (m.exited && !anyone_left) j.ranks.erase(r);
+    if (m.Left() && !anyone_left) j.ranks.erase(r);
     if (m.unreachable && !m.exited && !m.dead) {
       j.ranks.erase(r);
       j.lost_hosts.insert(m.host);
@@ -593,6 +598,14 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
   std::optional<std::optional<Mismatch>> mismatch;
   for (auto& [func, fp] : comm->progress) {
     if (IsP2p(func)) continue;
+    if (j.everyone_left) {
+      for (v1::FaultClass cls : kHangClasses) {
+        AddClear(clears, HangKey(*comm, func, cls),
+                 "every member left the communicator (exited, or destroyed "
+                 "it)");
+      }
+      continue;
+    }
     HangCheck h;
     h.func = func;
     if (!TrackProgress(comm, func, fp, j.ranks, now_ns, &h)) continue;
