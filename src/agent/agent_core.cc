@@ -158,12 +158,16 @@ void AgentCore::CloseStream(uint64_t stream) {
     stopping = stopping_;
   }
   uint32_t pid = 0;
+  // Only a process that reports for a job ends as a death: not one that
+  // lost its job to a process with stronger evidence, nor an anonymous
+  // tenant (LocalTenants).
+  const bool of_a_job = tenants_.ReportsForAJob(stream);
   {
     MutexLock l(&slot->mu);
     if (const v1::ProcessHello* h = slot->joiner->hello(stream)) {
       pid = h->pid();
     }
-    slot->joiner->EndStream(stream, stopping);
+    slot->joiner->EndStream(stream, stopping || !of_a_job);
     Collect(slot->joiner.get());
   }
   tenants_.Closed(stream);
@@ -194,7 +198,8 @@ std::vector<AgentCore::LocalRank> AgentCore::RanksOfJob(
   std::vector<LocalRank> out;
   for (const auto& [id, slot] : slots) {
     MutexLock l(&slot->mu);
-    if (slot->got_first && slot->job_id == job_id) {
+    if (slot->got_first && slot->job_id == job_id &&
+        !tenants_.Quarantined(id)) {
       out.push_back({id, slot->global_rank});
     }
   }
@@ -346,6 +351,8 @@ void AgentCore::PublishMetrics(bool upstream_connected,
   t.claim_tables_full = claims.tables_full;
   t.job_claims_unproven = claims.unproven;
   t.job_claims_unverified = claims.unverified;
+  t.job_claims_quarantined = claims.quarantined;
+  t.process_claims_over_cap = claims.process_over_cap;
   metrics_->SetTotals(t);
 }
 
