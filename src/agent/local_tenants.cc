@@ -167,8 +167,11 @@ absl::StatusOr<LocalTenants::Standing> LocalTenants::CheckJob(
     return Standing::kMember;
   }
   // The scheduler's word outranks a process's own: the job's holders came
-  // first on weaker evidence than this process has.
-  if (evidence > j.evidence) {
+  // first on weaker evidence than this process has. Only a scheduler's
+  // cgroup takes a job over: an environment the agent could read is no
+  // better than one it could not (an agent without CAP_SYS_PTRACE reads
+  // only its own uid's).
+  if (evidence > j.evidence && evidence >= Evidence::kScheduler) {
     *take_over = true;
     return Standing::kMember;
   }

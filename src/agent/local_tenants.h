@@ -21,13 +21,14 @@
 //     Evidence has a strength (Evidence below): a process's environment is
 //     its own choice, a Slurm cgroup is the scheduler's. A job's identity
 //     remembers the evidence that fixed it; a process with stronger
-//     evidence for the job (its cgroup is the job's, or it is in a
-//     scheduler cgroup at all where the job's holders are in none) takes
-//     the job over: the earlier holders are quarantined (their ranks are
-//     released, their later records dropped, their end is no death in the
-//     job; counted). So an environment-only claimant that came first can
-//     neither lock out nor forge deaths of a job whose ranks the kernel
-//     proves on this node; among equal evidence the first still holds.
+//     evidence for the job, from a scheduler's cgroup (its cgroup is the
+//     job's, or it is in a Slurm job's cgroup at all where the job's
+//     holders are in none) takes the job over: the earlier holders are
+//     quarantined (their ranks are released, their later records dropped, their
+//     end is no death in the job; counted). So an environment-only claimant
+//     that came first can neither lock out nor forge deaths of a job whose
+//     ranks the kernel proves on this node; among equal evidence the first
+//     still holds.
 //   - ranks: the first process that claims a global rank of a job, or a
 //     rank of a communicator, holds it until its last stream ends; another
 //     process's claim of it is refused. A communicator belongs to the job

@@ -248,6 +248,14 @@ TEST(LocalTenantsTest, AScheduledProcessOutranksAnUnscheduledOne) {
       plain.Hello(2, Who(200, 1001, "j"), 200, "j", 1).status().message(),
       HasSubstr("belongs to uid 1000"));
   EXPECT_EQ(plain.stats().quarantined, 0u);
+  // Nor does a readable environment outrank one the agent could not read
+  // (a non-root agent reads its own uid's only).
+  LocalTenants pod;
+  ASSERT_TRUE(pod.Hello(1, Who(100, 1000), 100, "j", 0).ok());
+  EXPECT_EQ(pod.stats().unverified, 1u);
+  EXPECT_THAT(pod.Hello(2, Who(200, 4470, "j"), 200, "j", 1).status().message(),
+              HasSubstr("belongs to uid 1000"));
+  EXPECT_EQ(pod.stats().quarantined, 0u);
 }
 
 // N3 through the agent's core: the quarantined squatter's dropped stream is
