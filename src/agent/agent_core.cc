@@ -230,17 +230,20 @@ void AgentCore::FillBatch(size_t max_summaries, v1::ConnectRequest* out) {
   std::vector<v1::ProcessRecords> processes;
   const uint64_t sent = ledger_.Snapshot(&processes);
   for (auto& p : processes) *out->add_process_records() = std::move(p);
-  std::vector<std::shared_ptr<Slot>> slots;
+  std::vector<std::pair<uint64_t, std::shared_ptr<Slot>>> slots;
   {
     MutexLock lock(&mu_);
-    for (auto& [id, s] : slots_) slots.push_back(s);
+    slots.assign(slots_.begin(), slots_.end());
   }
   std::vector<v1::RankProgress> progress;
-  for (auto& s : slots) {
+  for (auto& [id, s] : slots) {
+    // A quarantined process (LocalTenants) reports nothing more: its
+    // stalled progress would read as a hang in the job it lost.
+    const bool quarantined = tenants_.Quarantined(id);
     MutexLock l(&s->mu);
     s->joiner->Poll();
     Collect(s->joiner.get());
-    s->joiner->SnapshotProgress(&progress);
+    if (!quarantined) s->joiner->SnapshotProgress(&progress);
   }
   for (auto& p : progress) {
     p.set_process_silent_ns(ledger_.SilentNs(p.pid()));
@@ -267,12 +270,13 @@ void AgentCore::Poll() {
 }
 
 void AgentCore::AllCommunicators(std::vector<v1::CommunicatorInfo>* out) {
-  std::vector<std::shared_ptr<Slot>> slots;
+  std::vector<std::pair<uint64_t, std::shared_ptr<Slot>>> slots;
   {
     MutexLock lock(&mu_);
-    for (auto& [id, s] : slots_) slots.push_back(s);
+    slots.assign(slots_.begin(), slots_.end());
   }
-  for (auto& s : slots) {
+  for (auto& [id, s] : slots) {
+    if (tenants_.Quarantined(id)) continue;  // as in FillBatch
     MutexLock l(&s->mu);
     s->joiner->AllCommunicators(out);
   }

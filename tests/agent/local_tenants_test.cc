@@ -279,6 +279,20 @@ TEST(LocalTenantsTest, AQuarantinedProcessEndsAsNoDeathInTheJob) {
       core.OpenStream(nullptr, Who(200, 1000, "4711", "job_4711"));
   ASSERT_TRUE(core.OnMessage(real, hello(200, 7)).ok());
   EXPECT_TRUE(core.RanksOfJob("4711").size() == 1);
+  // While it lives, its stalled progress and communicators are not
+  // reported either (they would read as a hang of the job's rank 7).
+  v1::ConnectRequest live;
+  core.FillBatch(1000, &live);
+  std::vector<uint32_t> reporting;
+  for (const v1::RankProgress& p : live.progress()) {
+    reporting.push_back(p.pid());
+  }
+  EXPECT_THAT(reporting, ::testing::Each(200u));
+  EXPECT_FALSE(reporting.empty());
+  std::vector<v1::CommunicatorInfo> comms;
+  core.AllCommunicators(&comms);
+  ASSERT_EQ(comms.size(), 1u);
+  EXPECT_EQ(comms[0].pid(), 200u);
   core.CloseStream(squatter);
   core.CloseStream(real);
   v1::ConnectRequest batch;
