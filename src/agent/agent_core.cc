@@ -158,12 +158,16 @@ void AgentCore::CloseStream(uint64_t stream) {
     stopping = stopping_;
   }
   uint32_t pid = 0;
+  // Only a process that reports for a job ends as a death: not one that
+  // lost its job to a process with stronger evidence, nor an anonymous
+  // tenant (LocalTenants).
+  const bool of_a_job = tenants_.ReportsForAJob(stream);
   {
     MutexLock l(&slot->mu);
     if (const v1::ProcessHello* h = slot->joiner->hello(stream)) {
       pid = h->pid();
     }
-    slot->joiner->EndStream(stream, stopping);
+    slot->joiner->EndStream(stream, stopping || !of_a_job);
     Collect(slot->joiner.get());
   }
   tenants_.Closed(stream);
@@ -194,7 +198,8 @@ std::vector<AgentCore::LocalRank> AgentCore::RanksOfJob(
   std::vector<LocalRank> out;
   for (const auto& [id, slot] : slots) {
     MutexLock l(&slot->mu);
-    if (slot->got_first && slot->job_id == job_id) {
+    if (slot->got_first && slot->job_id == job_id &&
+        !tenants_.Quarantined(id)) {
       out.push_back({id, slot->global_rank});
     }
   }
@@ -225,17 +230,20 @@ void AgentCore::FillBatch(size_t max_summaries, v1::ConnectRequest* out) {
   std::vector<v1::ProcessRecords> processes;
   const uint64_t sent = ledger_.Snapshot(&processes);
   for (auto& p : processes) *out->add_process_records() = std::move(p);
-  std::vector<std::shared_ptr<Slot>> slots;
+  std::vector<std::pair<uint64_t, std::shared_ptr<Slot>>> slots;
   {
     MutexLock lock(&mu_);
-    for (auto& [id, s] : slots_) slots.push_back(s);
+    slots.assign(slots_.begin(), slots_.end());
   }
   std::vector<v1::RankProgress> progress;
-  for (auto& s : slots) {
+  for (auto& [id, s] : slots) {
+    // A quarantined process (LocalTenants) reports nothing more: its
+    // stalled progress would read as a hang in the job it lost.
+    const bool quarantined = tenants_.Quarantined(id);
     MutexLock l(&s->mu);
     s->joiner->Poll();
     Collect(s->joiner.get());
-    s->joiner->SnapshotProgress(&progress);
+    if (!quarantined) s->joiner->SnapshotProgress(&progress);
   }
   for (auto& p : progress) {
     p.set_process_silent_ns(ledger_.SilentNs(p.pid()));
@@ -262,12 +270,13 @@ void AgentCore::Poll() {
 }
 
 void AgentCore::AllCommunicators(std::vector<v1::CommunicatorInfo>* out) {
-  std::vector<std::shared_ptr<Slot>> slots;
+  std::vector<std::pair<uint64_t, std::shared_ptr<Slot>>> slots;
   {
     MutexLock lock(&mu_);
-    for (auto& [id, s] : slots_) slots.push_back(s);
+    slots.assign(slots_.begin(), slots_.end());
   }
-  for (auto& s : slots) {
+  for (auto& [id, s] : slots) {
+    if (tenants_.Quarantined(id)) continue;  // as in FillBatch
     MutexLock l(&s->mu);
     s->joiner->AllCommunicators(out);
   }
@@ -346,6 +355,8 @@ void AgentCore::PublishMetrics(bool upstream_connected,
   t.claim_tables_full = claims.tables_full;
   t.job_claims_unproven = claims.unproven;
   t.job_claims_unverified = claims.unverified;
+  t.job_claims_quarantined = claims.quarantined;
+  t.process_claims_over_cap = claims.process_over_cap;
   metrics_->SetTotals(t);
 }
 

@@ -95,6 +95,8 @@ AgentMetrics::AgentMetrics()
   comm_claims_refused_ = &claims.Add({{"what", "communicator"}});
   claim_tables_full_ = &claims.Add({{"what", "table"}});
   job_claims_unproven_ = &claims.Add({{"what", "unproven"}});
+  job_claims_quarantined_ = &claims.Add({{"what", "quarantined"}});
+  process_claims_over_cap_ = &claims.Add({{"what", "process"}});
   job_claims_unverified_ = counter(
       "pitstop_agent_job_claims_unverified_total",
       "Job claims of local processes believed unchecked: the agent may not "
@@ -186,6 +188,10 @@ void AgentMetrics::SetTotals(const Totals& t) {
           last_.job_claims_unproven);
   advance(job_claims_unverified_, t.job_claims_unverified,
           last_.job_claims_unverified);
+  advance(job_claims_quarantined_, t.job_claims_quarantined,
+          last_.job_claims_quarantined);
+  advance(process_claims_over_cap_, t.process_claims_over_cap,
+          last_.process_claims_over_cap);
   advance(messages_refused_, t.messages_refused, last_.messages_refused);
   plugin_dropped_->Set(static_cast<double>(t.plugin_dropped));
   queued_->Set(static_cast<double>(t.queued_summaries));

@@ -81,6 +81,8 @@ class AgentMetrics {
     uint64_t claim_tables_full = 0;
     uint64_t job_claims_unproven = 0;
     uint64_t job_claims_unverified = 0;
+    uint64_t job_claims_quarantined = 0;
+    uint64_t process_claims_over_cap = 0;
     // Rank messages refused before parsing for their size in records
     // (message_bound.h), on either socket.
     uint64_t messages_refused = 0;
@@ -126,7 +128,7 @@ class AgentMetrics {
   prometheus::Counter* records_refused_;
   prometheus::Counter* connections_refused_;
   prometheus::Counter* pid_refused_;
-  // pitstop_agent_claims_refused_total{what="job|rank|communicator|table|unproven"}
+  // pitstop_agent_claims_refused_total{what="job|rank|communicator|table|unproven|quarantined|process"}
   prometheus::Counter* job_claims_refused_;
   prometheus::Counter* rank_claims_refused_;
   prometheus::Counter* comm_claims_refused_;
@@ -137,6 +139,11 @@ class AgentMetrics {
   // pitstop_agent_job_claims_unverified_total: job claims believed because
   // the agent may not read the process's environ.
   prometheus::Counter* job_claims_unverified_;
+  // {what="quarantined"}: processes whose job a process with stronger
+  // kernel evidence took over; {what="process"}: ranks beyond one
+  // process's share (kMaxRanksPerProcess).
+  prometheus::Counter* job_claims_quarantined_;
+  prometheus::Counter* process_claims_over_cap_;
   prometheus::Counter* undelivered_;
   prometheus::Counter* messages_refused_;
 };

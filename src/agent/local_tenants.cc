@@ -69,17 +69,21 @@ std::vector<std::string> JobsOfEnvironment(absl::string_view environ) {
   return jobs;
 }
 
-// Whether what the kernel knows of `who` names `job`: its environment (or,
-// naming none, the library's fallback) or its Slurm cgroup.
-bool NamesJob(const ProcessIdentity& who, const std::string& job) {
-  if (std::find(who.env_jobs.begin(), who.env_jobs.end(), job) !=
-      who.env_jobs.end()) {
-    return true;
-  }
+// How strongly what the kernel knows of `who` names `job`: its Slurm
+// cgroup, its environment (or, naming none, the library's fallback) from
+// inside a Slurm cgroup or outside any.
+LocalTenants::Evidence EvidenceFor(const ProcessIdentity& who,
+                                   const std::string& job) {
+  using Evidence = LocalTenants::Evidence;
   if (!who.cgroup_job.empty() && who.cgroup_job == absl::StrCat("job_", job)) {
-    return true;
+    return Evidence::kCgroup;
   }
-  return who.environ_read && who.env_jobs.empty() && job == kLibraryDefaultJob;
+  const bool env =
+      std::find(who.env_jobs.begin(), who.env_jobs.end(), job) !=
+          who.env_jobs.end() ||
+      (who.environ_read && who.env_jobs.empty() && job == kLibraryDefaultJob);
+  if (!env) return Evidence::kUnverified;
+  return who.cgroup_job.empty() ? Evidence::kEnvironment : Evidence::kScheduler;
 }
 
 std::string Quoted(absl::string_view s) {
@@ -119,7 +123,8 @@ ProcessIdentity IdentifyProcess(const PeerCred& cred,
 }
 
 absl::StatusOr<LocalTenants::Standing> LocalTenants::CheckJob(
-    const ProcessIdentity& who, const std::string& job) {
+    const ProcessIdentity& who, const std::string& job, bool* take_over) {
+  *take_over = false;
   if (!who.env_jobs.empty() &&
       std::find(who.env_jobs.begin(), who.env_jobs.end(), job) ==
           who.env_jobs.end()) {
@@ -133,11 +138,13 @@ absl::StatusOr<LocalTenants::Standing> LocalTenants::CheckJob(
   }
   // No job named: nothing to protect but the ranks (checked apart).
   if (job.empty()) return Standing::kMember;
+  const Evidence evidence =
+      who.known ? EvidenceFor(who, job) : Evidence::kUnverified;
   auto it = jobs_.find(job);
   if (it == jobs_.end()) {
     // Only a process the kernel's evidence ties to the job may fix its
     // identity; the others report anonymously (counted).
-    if (who.known && !NamesJob(who, job)) {
+    if (who.known && evidence == Evidence::kUnverified) {
       // An environ the agent may not read is no evidence either way (an
       // agent without CAP_SYS_PTRACE, e.g. a non-root pod): the claim is
       // believed, as for a pid the agent cannot see, and counted.
@@ -156,15 +163,55 @@ absl::StatusOr<LocalTenants::Standing> LocalTenants::CheckJob(
     return Standing::kMember;
   }
   const Job& j = it->second;
-  if (who.uid != j.uid || who.cgroup_job != j.cgroup_job) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "hello.job_id ", Quoted(job), " belongs to uid ", j.uid,
-        j.cgroup_job.empty() ? "" : absl::StrCat(" in Slurm ", j.cgroup_job),
-        "; the process is uid ", who.uid,
-        who.cgroup_job.empty() ? ""
-                               : absl::StrCat(" in Slurm ", who.cgroup_job)));
+  if (who.uid == j.uid && who.cgroup_job == j.cgroup_job) {
+    return Standing::kMember;
   }
-  return Standing::kMember;
+  // The scheduler's word outranks a process's own: the job's holders came
+  // first on weaker evidence than this process has. Only a scheduler's
+  // cgroup takes a job over: an environment the agent could read is no
+  // better than one it could not (an agent without CAP_SYS_PTRACE reads
+  // only its own uid's).
+  if (evidence > j.evidence && evidence >= Evidence::kScheduler) {
+    *take_over = true;
+    return Standing::kMember;
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "hello.job_id ", Quoted(job), " belongs to uid ", j.uid,
+      j.cgroup_job.empty() ? "" : absl::StrCat(" in Slurm ", j.cgroup_job),
+      "; the process is uid ", who.uid,
+      who.cgroup_job.empty() ? ""
+                             : absl::StrCat(" in Slurm ", who.cgroup_job)));
+}
+
+void LocalTenants::Release(uint64_t holder) {
+  auto h = holders_.find(holder);
+  if (h == holders_.end()) return;
+  for (int32_t g : h->second.global_ranks) {
+    global_holders_.erase(std::pair(h->second.job, g));
+  }
+  for (const RankKey& key : h->second.ranks) {
+    rank_holders_.erase(key);
+    auto c = comm_jobs_.find(key.first);
+    if (c != comm_jobs_.end() && --c->second.second == 0) comm_jobs_.erase(c);
+  }
+  h->second.global_ranks.clear();
+  h->second.ranks.clear();
+}
+
+void LocalTenants::Quarantine(const std::string& job) {
+  for (auto& [holder, h] : holders_) {
+    if (h.job != job) continue;
+    Release(holder);
+    h.job.clear();  // a later hello of it for `job` is refused
+    ++stats_.quarantined;
+  }
+  for (auto& [id, s] : streams_) {
+    if (s.job != job) continue;
+    s.job.clear();
+    s.held.clear();
+    s.quarantined = true;
+  }
+  jobs_.erase(job);
 }
 
 absl::Status LocalTenants::CheckGlobalRank(uint64_t holder,
@@ -177,6 +224,17 @@ absl::Status LocalTenants::CheckGlobalRank(uint64_t holder,
     return absl::PermissionDeniedError(
         absl::StrCat("hello.global_rank ", global_rank, " of job ", Quoted(job),
                      " is held by process ", g->second, " on this node"));
+  }
+  if (g == global_holders_.end()) {
+    auto h = holders_.find(holder);
+    if (h != holders_.end() &&
+        h->second.global_ranks.size() + h->second.ranks.size() >=
+            kMaxRanksPerProcess) {
+      ++stats_.process_over_cap;
+      return absl::PermissionDeniedError(
+          absl::StrCat("hello.global_rank: process ", holder, " holds ",
+                       kMaxRanksPerProcess, " ranks on this node; refused"));
+    }
   }
   if (g == global_holders_.end() && held() >= kMaxHeldRanks) {
     ++stats_.tables_full;
@@ -194,11 +252,13 @@ absl::StatusOr<LocalTenants::Standing> LocalTenants::Hello(
   if (!as.known) as.pid = static_cast<pid_t>(hello_pid);
   const uint64_t holder = static_cast<uint64_t>(as.pid);
   MutexLock lock(&mu_);
-  absl::StatusOr<Standing> standing = CheckJob(as, claimed_job);
+  bool take_over = false;
+  absl::StatusOr<Standing> standing = CheckJob(as, claimed_job, &take_over);
   if (!standing.ok()) {
     ++stats_.jobs_refused;
     return standing.status();
   }
+  if (take_over) Quarantine(claimed_job);
   const bool anonymous = *standing == Standing::kAnonymous;
   const std::string job = anonymous ? "" : claimed_job;
   const int32_t global_rank = anonymous ? -1 : claimed_global_rank;
@@ -215,8 +275,11 @@ absl::StatusOr<LocalTenants::Standing> LocalTenants::Hello(
     h.job = job;
     if (!job.empty()) {
       // The first process of a job fixes its identity on this node.
-      Job& j =
-          jobs_.try_emplace(job, Job{as.uid, as.cgroup_job, 0}).first->second;
+      const Evidence evidence =
+          as.known ? EvidenceFor(as, job) : Evidence::kUnverified;
+      Job& j = jobs_.try_emplace(job, Job{as.uid, as.cgroup_job, 0, evidence})
+                   .first->second;
+      j.evidence = std::max(j.evidence, evidence);
       ++j.processes;
     }
   }
@@ -231,6 +294,10 @@ absl::StatusOr<LocalTenants::Standing> LocalTenants::Hello(
 }
 
 bool LocalTenants::ClaimRank(Stream* s, const RankKey& key) {
+  if (s->quarantined) {  // it lost its job: reports for nothing
+    ++stats_.ranks_refused;
+    return false;
+  }
   if (s->held.contains(key)) return true;
   auto c = comm_jobs_.find(key.first);
   if (c != comm_jobs_.end() && c->second.first != s->job) {
@@ -244,12 +311,17 @@ bool LocalTenants::ClaimRank(Stream* s, const RankKey& key) {
       return false;
     }
   } else {
+    Holder& h = holders_[s->holder];
+    if (h.ranks.size() + h.global_ranks.size() >= kMaxRanksPerProcess) {
+      ++stats_.process_over_cap;
+      return false;
+    }
     if (held() >= kMaxHeldRanks) {
       ++stats_.tables_full;
       return false;
     }
     rank_holders_[key] = s->holder;
-    holders_[s->holder].ranks.insert(key);
+    h.ranks.insert(key);
     auto& [job, n] = comm_jobs_[key.first];
     job = s->job;
     ++n;
@@ -317,19 +389,24 @@ void LocalTenants::Closed(uint64_t stream) {
   if (h == holders_.end() || --h->second.streams > 0) return;
   // The process's last stream: its ranks are free for whoever comes next
   // (the same rank restarted).
-  for (int32_t g : h->second.global_ranks) {
-    global_holders_.erase(std::pair(h->second.job, g));
-  }
-  for (const RankKey& key : h->second.ranks) {
-    rank_holders_.erase(key);
-    auto c = comm_jobs_.find(key.first);
-    if (c != comm_jobs_.end() && --c->second.second == 0) comm_jobs_.erase(c);
-  }
+  Release(holder);
   // The job's last process: its identity is released (a crashed squatter
   // holds nothing; the job's next process proves itself again).
   auto j = jobs_.find(h->second.job);
   if (j != jobs_.end() && --j->second.processes == 0) jobs_.erase(j);
   holders_.erase(h);
+}
+
+bool LocalTenants::ReportsForAJob(uint64_t stream) const {
+  MutexLock lock(&mu_);
+  auto it = streams_.find(stream);
+  return it != streams_.end() && !it->second.job.empty();
+}
+
+bool LocalTenants::Quarantined(uint64_t stream) const {
+  MutexLock lock(&mu_);
+  auto it = streams_.find(stream);
+  return it != streams_.end() && it->second.quarantined;
 }
 
 LocalTenants::Stats LocalTenants::stats() const {

@@ -18,6 +18,17 @@
 //     nothing, holds no global rank, and its end is no death in the job);
 //     with the job's identity (same uid and cgroup: the job's own trust
 //     domain) it is one of the job's processes.
+//     Evidence has a strength (Evidence below): a process's environment is
+//     its own choice, a Slurm cgroup is the scheduler's. A job's identity
+//     remembers the evidence that fixed it; a process with stronger
+//     evidence for the job, from a scheduler's cgroup (its cgroup is the
+//     job's, or it is in a Slurm job's cgroup at all where the job's
+//     holders are in none) takes the job over: the earlier holders are
+//     quarantined (their ranks are released, their later records dropped, their
+//     end is no death in the job; counted). So an environment-only claimant
+//     that came first can neither lock out nor forge deaths of a job whose
+//     ranks the kernel proves on this node; among equal evidence the first
+//     still holds.
 //   - ranks: the first process that claims a global rank of a job, or a
 //     rank of a communicator, holds it until its last stream ends; another
 //     process's claim of it is refused. A communicator belongs to the job
@@ -78,6 +89,16 @@ inline constexpr size_t kMaxLocalJobs = 4096;
 // Ranks (global ranks and communicator ranks) held on this node; beyond,
 // new claims are refused.
 inline constexpr size_t kMaxHeldRanks = size_t{1} << 20;
+// Ranks (global ranks and communicator ranks) one process may hold, so that
+// no process fills the node's table for the others (issue #33 N5). A real
+// process drives at most the node's GPUs (8, 16 with ncclCommInitAll) in
+// each of its communicators, and a large 5-D parallel job makes a few
+// dozen communicators per rank: 4096 is over ten times that, and the
+// agent's own cap on a stream's live communicators (kMaxCommsPerStream).
+// Beyond it a claim is refused (counted {what="process"}). kMaxHeldRanks
+// holds 256 processes at this cap: filling the node's table now takes that
+// many processes, not one (no per-uid share is kept; docs/reliability.md).
+inline constexpr size_t kMaxRanksPerProcess = 4096;
 
 class LocalTenants {
  public:
@@ -91,6 +112,20 @@ class LocalTenants {
     // environ (another uid, no CAP_SYS_PTRACE) and no Slurm cgroup names a
     // job. Believed as when the pid is not visible (docs/reliability.md).
     uint64_t unverified = 0;
+    // Processes of a job whose identity a process with stronger evidence
+    // took over: their claims are dropped (see the file comment).
+    uint64_t quarantined = 0;
+    // A rank beyond kMaxRanksPerProcess of one process.
+    uint64_t process_over_cap = 0;
+  };
+
+  // How strongly what the kernel knows ties a process to the job it
+  // claims, weakest first.
+  enum class Evidence {
+    kUnverified,   // nothing the agent could read names the job
+    kEnvironment,  // its environment (the process's own choice)
+    kScheduler,    // its environment, from inside a Slurm job cgroup
+    kCgroup,       // its Slurm cgroup is the job's (job_N for job N)
   };
 
   // How a stream that said hello reports.
@@ -117,6 +152,15 @@ class LocalTenants {
   // The stream ended: when it was its process's last, the process's ranks
   // are free.
   void Closed(uint64_t stream);
+  // Whether the stream's process lost its job to a process with stronger
+  // evidence (its end is then no death in the job).
+  bool Quarantined(uint64_t stream) const;
+  // Whether the stream reports for a job: an accepted hello naming one, and
+  // not quarantined since. An anonymous tenant, a hello naming no job or a
+  // refused one reports for none, and its end is no death (issue #33 N6:
+  // 40 anonymous processes dropped without goodbye were 40 PROCESS_DIED
+  // faults of job '').
+  bool ReportsForAJob(uint64_t stream) const;
 
   Stats stats() const;
 
@@ -125,7 +169,8 @@ class LocalTenants {
   struct Job {
     uid_t uid = 0;
     std::string cgroup_job;
-    uint32_t processes = 0;  // holders with live streams
+    uint32_t processes = 0;                     // holders with live streams
+    Evidence evidence = Evidence::kUnverified;  // of the process that fixed it
   };
   struct Holder {  // one process
     uint32_t streams = 0;
@@ -136,11 +181,18 @@ class LocalTenants {
   struct Stream {
     uint64_t holder = 0;  // pid (or the hello's when unknown)
     std::string job;
+    bool quarantined = false;           // every later record is dropped
     absl::flat_hash_set<RankKey> held;  // this stream's claims, no lock
   };
+  // `take_over` (set): the job's identity is another's, fixed by weaker
+  // evidence than `who` has; the caller quarantines its holders.
   absl::StatusOr<Standing> CheckJob(const ProcessIdentity& who,
-                                    const std::string& job)
+                                    const std::string& job, bool* take_over)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Quarantines every process of `job` and forgets the job's identity.
+  void Quarantine(const std::string& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees what `holder` holds (global ranks, communicator ranks).
+  void Release(uint64_t holder) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PermissionDenied when `global_rank` of `job` is held by another
   // process than `holder`, or the rank table is full.
   absl::Status CheckGlobalRank(uint64_t holder, const std::string& job,

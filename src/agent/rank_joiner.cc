@@ -1,8 +1,11 @@
 #include "src/agent/rank_joiner.h"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "pitstop/logging.h"
 #include "src/agent/join_state.h"
@@ -592,12 +595,46 @@ void RankJoiner::TakeCommunicators(std::vector<v1::CommunicatorInfo>* out) {
   communicators_.clear();
 }
 
+namespace {
+
+// What SnapshotProgress needs of a (comm, rank, func)'s open ops: its
+// oldest incomplete op and the highest sequence number that started.
+struct OpenOfKey {
+  const JoinOp* oldest = nullptr;
+  uint64_t started = 0;
+};
+using ProgressKey = std::tuple<uint64_t, int32_t, int>;
+
+// The stream's incomplete ops by key, in one pass over them (issue #33 N2:
+// a scan of every op per key was O(keys x ops) under the stream's lock).
+absl::flat_hash_map<ProgressKey, OpenOfKey> IndexOpenOps(
+    const RankJoiner::Stream& s) {
+  absl::flat_hash_map<ProgressKey, OpenOfKey> index;
+  for (const auto& [op_id, op] : s.ops) {
+    if (!op.has_record || op.completed) continue;
+    const v1::OpRecord& r = op.record;
+    OpenOfKey& k =
+        index[ProgressKey(r.comm_hash(), r.rank(), static_cast<int>(r.func()))];
+    if (op.channels > 0 || !op.conns.empty()) {
+      k.started = std::max(k.started, r.seq_number());
+    }
+    if (k.oldest == nullptr || op.creation < k.oldest->creation) k.oldest = &op;
+  }
+  return index;
+}
+
+}  // namespace
+
 void RankJoiner::SnapshotProgress(std::vector<v1::RankProgress>* out) const {
   const int64_t now = clock_->MonotonicNanos();
   for (const auto& [sid, sp] : streams_) {
     const Stream& s = *sp;
+    const absl::flat_hash_map<ProgressKey, OpenOfKey> open = IndexOpenOps(s);
+    // (comm, rank) pairs that enqueued something.
+    absl::flat_hash_set<std::pair<uint64_t, int32_t>> active;
     for (const auto& [key, p] : s.progress) {
       const auto& [comm, rank, func] = key;
+      active.emplace(comm, rank);
       v1::RankProgress& rp = out->emplace_back();
       rp.set_comm_hash(comm);
       rp.set_rank(rank);
@@ -611,27 +648,17 @@ void RankJoiner::SnapshotProgress(std::vector<v1::RankProgress>* out) const {
       rp.set_pid(p.pid != 0 ? p.pid : s.hello.pid());
       rp.set_func(static_cast<v1::CollFunc>(func));
       rp.set_last_enqueued_seq(p.last_enqueued_seq);
-      uint64_t started = p.last_started_seq;
       rp.set_last_completed_seq(p.last_completed_seq);
       rp.set_last_enqueue_cpu_ns(p.last_enqueue_cpu_ns);
       rp.set_last_completion_cpu_ns(p.last_completion_cpu_ns);
       rp.set_now_cpu_ns(now);
       // Oldest incomplete op of this (comm, rank, func) and its proxy
       // progress so far.
-      const JoinOp* oldest = nullptr;
-      for (const auto& [op_id, op] : s.ops) {
-        if (!op.has_record || op.completed) continue;
-        const v1::OpRecord& r = op.record;
-        if (r.comm_hash() != comm || r.rank() != rank ||
-            static_cast<int>(r.func()) != func) {
-          continue;
-        }
-        if (op.channels > 0 || !op.conns.empty()) {
-          started = std::max(started, r.seq_number());
-        }
-        if (oldest == nullptr || op.creation < oldest->creation) oldest = &op;
-      }
-      rp.set_last_started_seq(started);
+      auto o = open.find(key);
+      const JoinOp* oldest = o == open.end() ? nullptr : o->second.oldest;
+      rp.set_last_started_seq(
+          o == open.end() ? p.last_started_seq
+                          : std::max(p.last_started_seq, o->second.started));
       if (oldest != nullptr) {
         rp.set_oldest_incomplete_seq(oldest->record.seq_number());
         rp.set_oldest_incomplete_count(oldest->record.count());
@@ -646,11 +673,7 @@ void RankJoiner::SnapshotProgress(std::vector<v1::RankProgress>* out) const {
     // reported too (func UNSPECIFIED, no sequence numbers): a rank that
     // never reaches the first collective is a non-comm-hang suspect.
     for (const auto& [hash, info] : s.comms) {
-      bool any = false;
-      for (const auto& [key, p] : s.progress) {
-        any |= std::get<0>(key) == hash && std::get<1>(key) == info.rank();
-      }
-      if (any) continue;
+      if (active.contains(std::pair(hash, info.rank()))) continue;
       v1::RankProgress& rp = out->emplace_back();
       rp.set_comm_hash(hash);
       rp.set_rank(info.rank());

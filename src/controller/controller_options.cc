@@ -1,5 +1,7 @@
 #include "src/controller/controller_options.h"
 
+#include <sys/stat.h>
+
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +19,21 @@ absl::Status KeyError(absl::string_view key, absl::string_view what) {
       "key '", key, "' (",
       ConfigSchema::FlagForKey(std::string_view(key.data(), key.size())),
       "): ", what));
+}
+
+// Why an existing `path` cannot be the database, or "" (absent: SQLite
+// creates it). A FIFO, device or directory made SQLite fail with an I/O
+// error that named no flag.
+std::string NotADatabaseFile(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return "";
+  const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                     : S_ISFIFO(st.st_mode) ? "a FIFO"
+                     : S_ISCHR(st.st_mode)  ? "a character device"
+                     : S_ISBLK(st.st_mode)  ? "a block device"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : "a special file";
+  return absl::StrCat(path, ": not a regular file (", kind, ")");
 }
 
 // Ranges of the daemon's own timings (issue #33); the policy defaults are
@@ -65,6 +82,9 @@ absl::Status ControllerOptions::Validate() const {
     return KeyError("db",
                     "must name the database file (an empty path would be a "
                     "temporary database, lost at restart)");
+  }
+  if (std::string why = NotADatabaseFile(db); !why.empty()) {
+    return KeyError("db", why);
   }
   if (listen.empty()) return KeyError("listen", "must be host:port");
   // gRPC would bind port 99999 as 34463, civetweb 999.1.1.1 as 231.1.1.1.

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/unknown_field_set.h"
@@ -68,6 +69,54 @@ TEST(JoinerLimitsTest, EvictionUnderFloodIsNotQuadratic) {
   }
   EXPECT_EQ(j.stats().summaries + j.open_ops(), 240'000u);
   EXPECT_GT(j.stats().ops_evicted, 100'000u);
+}
+
+// Issue #33 N2: SnapshotProgress, called under the stream's lock for every
+// upstream batch (5 per second), scanned every open op for every
+// (comm, rank, func) key and every key for every communicator. A local
+// process with no credential sent op records for 65,536 made-up
+// (comm, rank) pairs (3 messages, ~1 MB): each snapshot took seconds, the
+// agent stalled and its node was marked unreachable. Now a snapshot indexes
+// the open ops once: 20 snapshots here took minutes before (the ctest
+// TIMEOUT of this test fails it), milliseconds now.
+TEST(JoinerLimitsTest, SnapshotProgressIsLinearInKeysAndOpenOps) {
+  FakeClock clock;
+  RankJoiner j(&clock);
+  ASSERT_TRUE(j.Add(1, Hello()).ok());
+  uint64_t id = 1;
+  for (int m = 0; m < 4; ++m) {
+    v1::StreamTelemetryRequest req;
+    req.set_batch_seq(m + 2);
+    for (int i = 0; i < 16'384; ++i, ++id) {
+      v1::OpRecord* r = req.add_ops();
+      r->set_op_id(id);
+      r->set_comm_hash(0xF000 + (id >> 10));
+      r->set_rank(static_cast<int32_t>(id & 1023));
+      r->set_func(v1::COLL_FUNC_ALL_REDUCE);
+      r->set_seq_number(id);
+    }
+    // Communicators whose rank enqueued nothing (the members loop).
+    for (int c = 0; c < 1023; ++c) {
+      v1::CommunicatorInfo* info = req.add_communicators()->mutable_info();
+      info->set_comm_hash(0xC000'0000 + m * 1024 + c);
+      info->set_rank(0);
+      info->set_n_ranks(2);
+    }
+    ASSERT_TRUE(j.Add(1, req).ok());
+  }
+  ASSERT_EQ(j.open_ops(), 65'536u);
+  for (int round = 0; round < 20; ++round) {
+    std::vector<v1::RankProgress> progress;
+    j.SnapshotProgress(&progress);
+    // One per key, one per communicator of Hello() and above.
+    ASSERT_EQ(progress.size(), 65'536u + 1 + 4 * 1023);
+    // Each key's only op is its oldest incomplete one.
+    for (const v1::RankProgress& p : progress) {
+      if (p.func() == v1::COLL_FUNC_UNSPECIFIED) continue;
+      ASSERT_EQ(p.oldest_incomplete_seq(),
+                ((p.comm_hash() - 0xF000) << 10) | p.rank());
+    }
+  }
 }
 
 TEST(JoinerLimitsTest, MessageBeyondTheRecordCapIsDroppedAndCounted) {

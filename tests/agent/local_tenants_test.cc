@@ -4,6 +4,7 @@
 // are in tests/hardening/local_claims_test.cc.
 #include "src/agent/local_tenants.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -11,6 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pitstop/clock.h"
+#include "src/agent/agent_core.h"
 #include "tests/agent/test_util.h"
 
 namespace pitstop::agent {
@@ -182,6 +185,199 @@ TEST(LocalTenantsTest, ARankIsHeldByTheProcessThatClaimedItFirst) {
   t.Closed(4);
   v1::StreamTelemetryRequest restarted = Claims(7, 0);
   EXPECT_FALSE(t.Filter(3, &restarted));
+}
+
+// Issue #33 N3: a process of another uid set SLURM_JOB_ID=4711 in its own
+// environment (in no Slurm cgroup), said the first hello for job 4711 and
+// so held the job: the real rank in cgroup job_4711 was refused ("belongs
+// to uid 65534") and the squatter's dropped stream was a death in 4711.
+TEST(LocalTenantsTest, ACgroupProvenProcessTakesAJobFromAnEnvironmentClaim) {
+  LocalTenants t;
+  ASSERT_EQ(*t.Hello(1, Who(100, 65534, "4711"), 100, "4711", 7),
+            LocalTenants::Standing::kMember);
+  v1::StreamTelemetryRequest squatted = Claims(0x4711, 0);
+  EXPECT_FALSE(t.Filter(1, &squatted));  // held, before the real rank came
+  // The real rank: the scheduler put it in the job's cgroup.
+  absl::StatusOr<LocalTenants::Standing> st =
+      t.Hello(2, Who(200, 1000, "4711", "job_4711"), 200, "4711", 7);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(*st, LocalTenants::Standing::kMember);
+  EXPECT_EQ(t.stats().quarantined, 1u);
+  EXPECT_TRUE(t.Quarantined(1));
+  EXPECT_FALSE(t.Quarantined(2));
+  // The squatter's ranks went with its job: the real rank holds them, the
+  // squatter's later records are dropped, and it cannot claim the job again.
+  v1::StreamTelemetryRequest real = Claims(0x4711, 0);
+  EXPECT_FALSE(t.Filter(2, &real));
+  v1::StreamTelemetryRequest more = Claims(0x4711, 1);
+  EXPECT_TRUE(t.Filter(1, &more));
+  EXPECT_EQ(more.communicators_size() + more.ops_size(), 0);
+  EXPECT_THAT(
+      t.Hello(3, Who(100, 65534, "4711"), 100, "4711", 3).status().message(),
+      HasSubstr("belongs to uid 1000 in Slurm job_4711"));
+  EXPECT_THAT(
+      t.Hello(4, Who(400, 65534, "4711"), 400, "4711", 3).status().message(),
+      HasSubstr("belongs to uid 1000 in Slurm job_4711"));
+  // The squatter's end frees nothing of the job's.
+  t.Closed(1);
+  EXPECT_THAT(t.Hello(5, Who(500, 1000, "4711", "job_4711"), 500, "4711", 7)
+                  .status()
+                  .message(),
+              HasSubstr("held by process 200"));
+}
+
+// The PITSTOP_JOB_ID variant: the job's name is the library's, its real
+// ranks run inside a Slurm job's cgroup; a process in none that named the
+// job first yields to them. Among equal evidence the first still holds.
+TEST(LocalTenantsTest, AScheduledProcessOutranksAnUnscheduledOne) {
+  LocalTenants t;
+  ASSERT_TRUE(t.Hello(1, Who(100, 65534, "victim"), 100, "victim", 7).ok());
+  absl::StatusOr<LocalTenants::Standing> st =
+      t.Hello(2, Who(200, 1000, "victim", "job_4711"), 200, "victim", 7);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_TRUE(t.Quarantined(1));
+  // Another Slurm job's process naming the job is refused, not promoted.
+  EXPECT_THAT(t.Hello(3, Who(300, 1001, "victim", "job_9"), 300, "victim", 1)
+                  .status()
+                  .message(),
+              HasSubstr("belongs to uid 1000 in Slurm job_4711"));
+  // Without cgroups only the uid tells processes apart: first come holds.
+  LocalTenants plain;
+  ASSERT_TRUE(plain.Hello(1, Who(100, 1000, "j"), 100, "j", 0).ok());
+  EXPECT_THAT(
+      plain.Hello(2, Who(200, 1001, "j"), 200, "j", 1).status().message(),
+      HasSubstr("belongs to uid 1000"));
+  EXPECT_EQ(plain.stats().quarantined, 0u);
+  // Nor does a readable environment outrank one the agent could not read
+  // (a non-root agent reads its own uid's only).
+  LocalTenants pod;
+  ASSERT_TRUE(pod.Hello(1, Who(100, 1000), 100, "j", 0).ok());
+  EXPECT_EQ(pod.stats().unverified, 1u);
+  EXPECT_THAT(pod.Hello(2, Who(200, 4470, "j"), 200, "j", 1).status().message(),
+              HasSubstr("belongs to uid 1000"));
+  EXPECT_EQ(pod.stats().quarantined, 0u);
+}
+
+// N3 through the agent's core: the quarantined squatter's dropped stream is
+// no death in the job; the real rank's is.
+TEST(LocalTenantsTest, AQuarantinedProcessEndsAsNoDeathInTheJob) {
+  AgentCoreOptions options;
+  options.host = "node-a";
+  AgentCore core(Clock::Real(), options, nullptr);
+  auto hello = [](uint32_t pid, int32_t global_rank) {
+    v1::StreamTelemetryRequest req = Claims(0x4711, global_rank);
+    v1::ProcessHello* h = req.mutable_hello();
+    h->set_pid(pid);
+    h->set_job_id("4711");
+    h->set_global_rank(global_rank);
+    h->set_start_unix_ns(1);
+    return req;
+  };
+  const uint64_t squatter = core.OpenStream(nullptr, Who(100, 65534, "4711"));
+  ASSERT_TRUE(core.OnMessage(squatter, hello(100, 7)).ok());
+  const uint64_t real =
+      core.OpenStream(nullptr, Who(200, 1000, "4711", "job_4711"));
+  ASSERT_TRUE(core.OnMessage(real, hello(200, 7)).ok());
+  EXPECT_TRUE(core.RanksOfJob("4711").size() == 1);
+  // While it lives, its stalled progress and communicators are not
+  // reported either (they would read as a hang of the job's rank 7).
+  v1::ConnectRequest live;
+  core.FillBatch(1000, &live);
+  std::vector<uint32_t> reporting;
+  for (const v1::RankProgress& p : live.progress()) {
+    reporting.push_back(p.pid());
+  }
+  EXPECT_THAT(reporting, ::testing::Each(200u));
+  EXPECT_FALSE(reporting.empty());
+  std::vector<v1::CommunicatorInfo> comms;
+  core.AllCommunicators(&comms);
+  ASSERT_EQ(comms.size(), 1u);
+  EXPECT_EQ(comms[0].pid(), 200u);
+  core.CloseStream(squatter);
+  core.CloseStream(real);
+  v1::ConnectRequest batch;
+  core.FillBatch(1000, &batch);
+  std::vector<uint32_t> died;
+  for (const v1::RankLifecycle& l : batch.lifecycle()) {
+    if (l.kind() == v1::RankLifecycle::KIND_DIED) died.push_back(l.pid());
+  }
+  EXPECT_THAT(died, ::testing::ElementsAre(200u));
+}
+
+// Issue #33 N6: 40 anonymous processes (`env -i`: their claim of a job is
+// cleared) each reporting a made-up communicator, dropped without goodbye,
+// were 40 RankLifecycle DIED and so 40 PROCESS_DIED faults of job ''. A
+// process that reports for no job ends as no death; a member's still does.
+TEST(LocalTenantsTest, AProcessOfNoJobEndsAsNoDeath) {
+  AgentCoreOptions options;
+  options.host = "node-a";
+  AgentCore core(Clock::Real(), options, nullptr);
+  auto hello = [](uint32_t pid, const std::string& job, int32_t global_rank,
+                  uint64_t comm) {
+    v1::StreamTelemetryRequest req = Claims(comm, 0);
+    req.mutable_communicators(0)->mutable_info()->set_n_ranks(2);
+    v1::ProcessHello* h = req.mutable_hello();
+    h->set_pid(pid);
+    h->set_job_id(job);
+    h->set_global_rank(global_rank);
+    h->set_start_unix_ns(1);
+    return req;
+  };
+  std::vector<uint64_t> streams;
+  for (uint32_t i = 0; i < 40; ++i) {
+    ProcessIdentity anonymous = Who(1000 + i, 65534);
+    anonymous.environ_read = true;  // `env -i`: names no job
+    // Half claim a job (made anonymous), half name none.
+    const uint64_t s = core.OpenStream(nullptr, anonymous);
+    ASSERT_TRUE(core.OnMessage(s, hello(1000 + i, i % 2 ? "victim" : "",
+                                        static_cast<int32_t>(i), 0xA000 + i))
+                    .ok());
+    streams.push_back(s);
+  }
+  const uint64_t member = core.OpenStream(nullptr, Who(200, 1000, "victim"));
+  ASSERT_TRUE(core.OnMessage(member, hello(200, "victim", 0, 0x600D)).ok());
+  for (uint64_t s : streams) core.CloseStream(s);
+  core.CloseStream(member);
+  v1::ConnectRequest batch;
+  core.FillBatch(1000, &batch);
+  std::vector<uint32_t> died;
+  for (const v1::RankLifecycle& l : batch.lifecycle()) {
+    if (l.kind() == v1::RankLifecycle::KIND_DIED) died.push_back(l.pid());
+  }
+  EXPECT_THAT(died, ::testing::ElementsAre(200u));
+  EXPECT_EQ(core.rank_deaths(), 1u);
+}
+
+// Issue #33 N5: one process's made-up (comm, rank) claims filled the node's
+// table (kMaxHeldRanks); every later process was refused. A process holds
+// at most kMaxRanksPerProcess ranks; the others are untouched.
+TEST(LocalTenantsTest, OneProcessCannotFillTheNodesRankTable) {
+  LocalTenants t;
+  ASSERT_TRUE(t.Hello(1, Who(100, 65534), 100, "", -1).ok());
+  size_t kept = 0;
+  size_t sent = 0;
+  for (size_t base = 0; base < kMaxHeldRanks + 4096; base += 32768) {
+    sent += 32768;
+    v1::StreamTelemetryRequest flood;
+    for (size_t i = base; i < base + 32768; ++i) {
+      v1::OpRecord* op = flood.add_ops();
+      op->set_comm_hash(0xF100 + (i >> 10));
+      op->set_rank(static_cast<int32_t>(i & 1023));
+    }
+    t.Filter(1, &flood);
+    kept += static_cast<size_t>(flood.ops_size());
+  }
+  EXPECT_EQ(kept, kMaxRanksPerProcess);
+  EXPECT_EQ(t.stats().process_over_cap, sent - kMaxRanksPerProcess);
+  EXPECT_EQ(t.stats().tables_full, 0u);
+  // Another process still claims its global rank and its ranks.
+  ASSERT_TRUE(t.Hello(2, Who(200, 1000, "victim"), 200, "victim", 0).ok());
+  v1::StreamTelemetryRequest mine = Claims(0x600D, 0);
+  EXPECT_FALSE(t.Filter(2, &mine));
+  // A process's streams share its cap: a new hello's global rank too.
+  ASSERT_TRUE(t.Hello(3, Who(100, 65534), 100, "", -1).ok());
+  v1::StreamTelemetryRequest again = Claims(0xF0F0, 0);
+  EXPECT_TRUE(t.Filter(3, &again));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // (docs/reliability.md, "Trust model").
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -225,6 +226,40 @@ TEST(IsolationTest, RecordsOfNoJobAreTheirHostsOwn) {
   v1::Communicator c;
   ASSERT_TRUE(e->GetCommunicator(1, &c));
   EXPECT_EQ(c.members_size(), 2);
+}
+
+// Issue #33 N6: 40 processes of no job (anonymous tenants, each with a
+// communicator of its own) dropped without goodbye were 40 PROCESS_DIED
+// CONFIRMED faults of job ''. Deaths of no job fold per host like one
+// job's deaths do: one fault per host and episode.
+TEST(IsolationTest, DeathsOfNoJobFoldIntoOneFaultPerHost) {
+  FakeClock clock;
+  // The default budgets: the test engine's share of a host and job is 5.
+  auto created = DetectionEngine::Create(&clock, DetectionEngine::Options{});
+  ASSERT_TRUE(created.ok());
+  std::unique_ptr<DetectionEngine> e = std::move(*created);
+  for (int i = 0; i < 40; ++i) {
+    v1::CommunicatorInfo c = Comm(500 + i, "", 0, 2);
+    c.set_pid(1000 + i);
+    absl::Status s = e->AddCommunicator("evil", c);
+    ASSERT_TRUE(s.ok()) << i << " " << s;
+  }
+  v1::CommunicatorInfo other = Comm(600, "", 0, 2);
+  other.set_pid(2000);
+  ASSERT_TRUE(e->AddCommunicator("c", other).ok());
+  for (int i = 0; i < 40; ++i) {
+    ASSERT_TRUE(e->AddLifecycle("evil", Died("", 1000 + i, -1)).ok());
+  }
+  ASSERT_TRUE(e->AddLifecycle("c", Died("", 2000, -1)).ok());
+  clock.Advance(absl::Milliseconds(500));
+  const CycleResult r = e->RunCycle();
+  ASSERT_EQ(Count(r, v1::FAULT_CLASS_PROCESS_DIED), 2);
+  for (const v1::Fault& f : r.faults) {
+    if (f.suspects(0).host() != "evil") continue;
+    EXPECT_EQ(f.suspects_size(), 16);  // kMaxFoldedSuspects
+    EXPECT_THAT(f.summary(),
+                HasSubstr("39 more process(es) of no job on evil"));
+  }
 }
 
 }  // namespace

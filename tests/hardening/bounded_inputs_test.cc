@@ -126,6 +126,21 @@ TEST(BoundedInputsTest, FileFlagsRefuseDevicesAndFifos) {
   }
 }
 
+// --db naming a FIFO or a device exited 1 with SQLite's I/O error, which
+// named no flag.
+TEST(BoundedInputsTest, DbRefusesSpecialFiles) {
+  TempDir dir;
+  for (const std::string& special :
+       {std::string("/dev/zero"), Fifo(dir), dir.path()}) {
+    const Outcome r = RunBinary(dir, "db",
+                                {Controller(), "--listen", "127.0.0.1:0",
+                                 "--db", special, "--metrics-address", ""});
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("key 'db' (--db): " + special +
+                                    ": not a regular file"));
+  }
+}
+
 // gRPC bound port 99999 as 34463; civetweb listened on 231.1.1.1 for
 // 999.1.1.1.
 TEST(BoundedInputsTest, AddressesAreRangeChecked) {

@@ -342,7 +342,7 @@ void EngineImpl::RaiseProcessDied(absl::string_view host,
   }
   if (FoldDeath(host, l, now)) return;
   set_key(key);
-  DeathEpisode& episode = job_deaths_[l.job_id()];
+  DeathEpisode& episode = job_deaths_[DeathEpisodeOf(host, l.job_id())];
   episode.key = key;
   episode.first_ns = now;
   episode.deaths = 1;

@@ -171,6 +171,11 @@ class EngineImpl final : public DetectionEngine {
   // a fault of its own. Returns false when no such fault is open.
   bool FoldDeath(absl::string_view host, const v1::RankLifecycle& lifecycle,
                  int64_t now_ns);
+  // The death episode a death belongs to: its job's, or for a process of
+  // no job its host's (issue #33 N6: deaths of no job were a fault each,
+  // 40 anonymous processes 40 faults).
+  static std::string DeathEpisodeOf(absl::string_view host,
+                                    absl::string_view job);
   // generations.cc: forgets communicators of an earlier generation: every
   // member dead or exited and one dead (the job was restarted or killed),
   // or a dead member while every live member is in a communicator of the
@@ -220,8 +225,9 @@ class EngineImpl final : public DetectionEngine {
   FaultTracker tracker_;
   EngineStats stats_;
   ConfigFaults config_;
-  // Per job: the PROCESS_DIED fault of its latest death episode and when
-  // (engine clock) its first death was reported.
+  // Per job (per host for processes of no job: DeathEpisodeOf): the
+  // PROCESS_DIED fault of its latest death episode and when (engine clock)
+  // its first death was reported.
   struct DeathEpisode {
     std::string key;
     int64_t first_ns = 0;

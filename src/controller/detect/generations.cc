@@ -27,10 +27,16 @@ constexpr int kMaxFoldedSuspects = 16;
 
 }  // namespace
 
+std::string EngineImpl::DeathEpisodeOf(absl::string_view host,
+                                       absl::string_view job) {
+  // A job's name is at most 256 bytes and never starts with a NUL.
+  if (job.empty()) return absl::StrCat(absl::string_view("\0", 1), host);
+  return std::string(job);
+}
+
 bool EngineImpl::FoldDeath(absl::string_view host, const v1::RankLifecycle& l,
                            int64_t now_ns) {
-  if (l.job_id().empty()) return false;
-  auto it = job_deaths_.find(l.job_id());
+  auto it = job_deaths_.find(DeathEpisodeOf(host, l.job_id()));
   if (it == job_deaths_.end()) return false;
   DeathEpisode& episode = it->second;
   if (now_ns - episode.first_ns > kDeathFoldWindowNs) return false;
@@ -76,10 +82,12 @@ bool EngineImpl::FoldDeath(absl::string_view host, const v1::RankLifecycle& l,
   const size_t cut = summary.find("; then ");
   if (cut != std::string::npos) summary.resize(cut);
   f.set_summary(absl::StrFormat(
-      "%s; then %d more process(es) of job %s ended within %.1f s (the "
+      "%s; then %d more process(es) of %s ended within %.1f s (the "
       "launcher tearing the job down or restarting it: one fault, the first "
       "death is the likely cause)",
-      summary, episode.deaths - 1, l.job_id(),
+      summary, episode.deaths - 1,
+      l.job_id().empty() ? absl::StrCat("no job on ", host)
+                         : absl::StrCat("job ", l.job_id()),
       (now_ns - episode.first_ns) / 1e9));
   tracker_.Raise(episode.key, f, v1::FAULT_STATE_CONFIRMED);
   return true;
