@@ -58,7 +58,7 @@ Planner::Cost Planner::LinkCost(int link, double bytes) const {
   // then a present-congestion penalty growing every round, scaled by the
   // link's history of being over (PathFinder).
   const double x = t / target_;
-  const double over = std::max(0.0, x - (1 + options_.target_slack));
+  const double over = std::max(0.0, x - goal_ / target_);
   return Cost{0, (1 + hist_[link]) * (x + pres_ * over)};
 }
 
@@ -220,6 +220,7 @@ FlowPlan Planner::Plan(uint64_t epoch) {
     Add(plan.paths[i], flows[i].bytes, +1);
   }
   Improve(&plan);
+  SetGoal();
   Repair(&plan);
   Negotiate(&plan);
   Repair(&plan);
