@@ -25,6 +25,14 @@ class CutCollector {
         degraded_below_(degraded_below),
         keep_sizes_(keep_sizes) {
     FindPods();
+    nic_degraded_.assign(fabric_.nodes().size(), 0);
+    host_degraded_.assign(fabric_.hosts().size(), 0);
+    for (size_t h = 0; h < fabric_.hosts().size(); ++h) {
+      for (int g : fabric_.hosts()[h].gpus) {
+        nic_degraded_[g] = NicDegraded(g);
+        host_degraded_[h] |= nic_degraded_[g];
+      }
+    }
   }
 
   void AddFlow(const Flow& f);
@@ -37,10 +45,9 @@ class CutCollector {
 
  private:
   enum : uint64_t { kOut = 1, kIn, kTorUp, kTorDown, kPodUp, kPodDown };
-  void Add(uint64_t kind, int64_t id, double bytes,
-           const std::function<std::vector<int>()>& links_fn);
+  template <typename LinksFn>
+  void Add(uint64_t kind, int64_t id, double bytes, LinksFn links_fn);
   bool NicDegraded(int gpu) const;
-  bool HostDegraded(int host);
   std::vector<int> NicLinks(int gpu, bool out, bool whole_host) const;
   std::vector<int> TorLinks(int tor, bool up) const;
   void FindPods();
@@ -50,14 +57,16 @@ class CutCollector {
   const bool keep_sizes_;
   // key (kind << 56 | id) -> cut.
   std::unordered_map<uint64_t, Cut> cuts_;
-  std::unordered_map<int, bool> host_degraded_;
+  std::vector<char> nic_degraded_;   // by node id (GPUs)
+  std::vector<char> host_degraded_;  // any NIC of the host
   // Pods: ToRs grouped by the switches above them.
   std::unordered_map<int, int> pod_of_;
   std::vector<std::vector<int>> pod_up_;
 };
 
+template <typename LinksFn>
 void CutCollector::Add(uint64_t kind, int64_t id, double bytes,
-                       const std::function<std::vector<int>()>& links_fn) {
+                       LinksFn links_fn) {
   const uint64_t key =
       (kind << 56) | (static_cast<uint64_t>(id) & ((uint64_t{1} << 56) - 1));
   auto it = cuts_.find(key);
@@ -78,14 +87,6 @@ bool CutCollector::NicDegraded(int gpu) const {
     }
   }
   return false;
-}
-
-bool CutCollector::HostDegraded(int host) {
-  auto [it, fresh] = host_degraded_.emplace(host, false);
-  if (fresh) {
-    for (int g : fabric_.hosts()[host].gpus) it->second |= NicDegraded(g);
-  }
-  return it->second;
 }
 
 std::vector<int> CutCollector::NicLinks(int gpu, bool out,
@@ -137,7 +138,7 @@ void CutCollector::FindPods() {
 
 void CutCollector::AddFlow(const Flow& f) {
   if (!f.network) return;
-  const bool sd = NicDegraded(f.src_gpu), dd = NicDegraded(f.dst_gpu);
+  const bool sd = nic_degraded_[f.src_gpu], dd = nic_degraded_[f.dst_gpu];
   // A flow of a healthy NIC stays on it; a degraded NIC's flows may move to
   // any NIC of the host. Every flow of a host with a degraded NIC crosses
   // the host's NIC links, so the host's cut holds all of them, not only
@@ -150,10 +151,10 @@ void CutCollector::AddFlow(const Flow& f) {
   }
   const int sh = fabric_.node(f.src_gpu).host,
             dh = fabric_.node(f.dst_gpu).host;
-  if (HostDegraded(sh)) {
+  if (host_degraded_[sh]) {
     Add(kOut, -1 - sh, f.bytes, [&] { return NicLinks(f.src_gpu, true, 1); });
   }
-  if (HostDegraded(dh)) {
+  if (host_degraded_[dh]) {
     Add(kIn, -1 - dh, f.bytes, [&] { return NicLinks(f.dst_gpu, false, 1); });
   }
   // ToR and pod cuts only hold for single-port NICs that stay put.

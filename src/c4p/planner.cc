@@ -75,6 +75,15 @@ bool Planner::Better(const Cost& a, const Cost& b) const {
   // Bottleneck first; among equal bottlenecks the less loaded path overall.
   if (a.max < b.max * (1 - 1e-9)) return true;
   if (b.max < a.max * (1 - 1e-9)) return false;
+  // Among equal bottlenecks keep the flow's NICs: another NIC of the host
+  // costs a forwarding hop over NVLink (PXN) that the links do not charge,
+  // and changes the communicator's NIC set. So a dual-port NIC whose port
+  // degrades sends over its other port (the other plane) rather than
+  // through a neighbour NIC that saves a few links. Not while ejecting or
+  // negotiating: their costs are all in `sum`.
+  if (a.nic_moves != b.nic_moves && eject_goal_ <= 0 && !negotiating_) {
+    return a.nic_moves < b.nic_moves;
+  }
   return a.sum < b.sum * (1 - 1e-9);
 }
 
@@ -156,7 +165,8 @@ Planner::Cost Planner::Best(const Flow& f, PlannedPath* path) {
           const double t_up = Time(up, f.bytes),
                        t_down = Time(dup ^ 1, f.bytes);
           const Cost c{std::max({t_up, t_down, mid.max}),
-                       t_up + t_down + mid.sum};
+                       t_up + t_down + mid.sum,
+                       (sg != f.src_gpu) + (dg != f.dst_gpu)};
           if (!path->links.empty() && !Better(c, best)) continue;
           best = c;
           path->links.clear();

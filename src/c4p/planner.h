@@ -112,6 +112,8 @@ class Planner {
   struct Cost {
     double max = 0;
     double sum = 0;
+    // Ends of the flow moved to another NIC of their host (Best only).
+    int nic_moves = 0;
   };
   bool Better(const Cost& a, const Cost& b) const;
   double Time(int link, double extra) const;
