@@ -19,10 +19,37 @@ NEW=$2
 REPS=${3:-3}
 WHICH=${4:-}
 SHARED=../shared/data/topology
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# Oversubscribed fabrics in the published three-tier CSV layout
+# (ip,DSW,PSW,ASW, hashed host ids), 1,024 hosts = 8,192 GPUs with the
+# reader's default assumptions (8 aggregation switches per PSW group, 8
+# cores per aggregation switch, 400 Gbps): DSW PSW-per-DSW ASW-per-PSW.
+# 2 8 16: ToRs 4:1 (32 NICs, 8 uplinks), aggregation 2:1 (16 down, 8 up);
+# 2 7 13: 5-6 hosts per ASW, flows that do not divide evenly over a tier.
+three_tier_csv() {
+  local out="$tmp/csv_$1x$2x$3.csv"
+  /usr/bin/python3 - "$1" "$2" "$3" "$out" <<'PY'
+import hashlib, sys
+d, p, a, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+asws = [(f"G{i}", f"P{j}", f"S{k}") for i in range(d) for j in range(p)
+        for k in range(a)]
+with open(out, "w") as f:
+    f.write("ip,DSW,PSW,ASW\n")
+    for h in range(1024):
+        g, ps, s = asws[h * len(asws) // 1024]
+        f.write(f"{hashlib.sha256(str(h).encode()).hexdigest()},{g},{ps},{s}\n")
+PY
+  echo "$out"
+}
 plan_cases=(
   "gen:3tier,gpus=8192|scattered|"
   "gen:leafspine,gpus=8192|scattered|"
   "gen:3tier,gpus=8192,rail=0,hosts_per_tor=4|scattered|"
+  "$(three_tier_csv 2 8 16)|scattered|"
+  "$(three_tier_csv 4 4 16)|scattered|"
+  "$(three_tier_csv 2 8 32)|scattered|"
+  "$(three_tier_csv 2 7 13)|scattered|"
 )
 replan_cases=(
   "gen:3tier,gpus=1024,tors_per_pod=16|scattered|"
@@ -34,8 +61,6 @@ replan_cases=(
 cases=()
 [[ "$WHICH" != "--replan" ]] && cases+=("${plan_cases[@]}")
 [[ "$WHICH" != "--plan" ]] && cases+=("${replan_cases[@]}")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 echo "| fabric | placement | plan wall ms A / B (A/B) | plan CPU ms A / B | re-plan wall ms A / B (A/B) | re-plan CPU ms A / B | moved/crossing |"
 echo "|---|---|---|---|---|---|---|"
 for c in "${cases[@]}"; do
@@ -64,6 +89,7 @@ def pair(k, fmt):
     ratio = f" ({x / y:.2f}x)" if x is not None and y else ""
     return f"{show(x)} / {show(y)}" + (ratio if "wall" in k else "")
 name = name.replace("../shared/data/topology/", "")
+name = name.split("/")[-1] if "/csv_" in name else name
 print(f"| {name} | {place} | {pair('plan_wall_ms', '{:.0f}')} | "
       f"{pair('plan_cpu_ms', '{:.0f}')} | {pair('replan_wall_ms', '{:.1f}')} | "
       f"{pair('replan_cpu_ms', '{:.1f}')} | "

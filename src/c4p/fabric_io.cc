@@ -232,6 +232,33 @@ absl::StatusOr<Fabric> FabricFromSimAi(const SimAiFile& f,
   return fab;
 }
 
+namespace {
+
+// A header line naming the columns ip, DSW, PSW and ASW (any order, any
+// case).
+bool LooksLikeClosCsvHeader(const std::string& line) {
+  std::set<std::string> names;
+  for (absl::string_view c : absl::StrSplit(line, ',')) {
+    names.insert(absl::AsciiStrToLower(absl::StripAsciiWhitespace(c)));
+  }
+  for (const char* need : {"ip", "dsw", "psw", "asw"}) {
+    if (names.count(need) == 0) return false;
+  }
+  return true;
+}
+
+// A first line that starts with a node count, as SimAI's does (a truncated
+// or malformed one then gets the SimAI reader's error naming what is
+// expected).
+bool LooksLikeSimAiHeader(const std::string& line) {
+  std::vector<std::string> head =
+      absl::StrSplit(line, ' ', absl::SkipWhitespace());
+  int n = 0;
+  return !head.empty() && absl::SimpleAtoi(head[0], &n);
+}
+
+}  // namespace
+
 absl::StatusOr<Fabric> LoadFabric(const std::string& what,
                                   const ClosCsvOptions& csv_options,
                                   const IbOptions& ib_options) {
@@ -243,9 +270,12 @@ absl::StatusOr<Fabric> LoadFabric(const std::string& what,
   absl::StatusOr<std::string> text =
       ReadRegularFile(what, "fabric", kMaxFabricFileBytes);
   if (!text.ok()) return text.status();
+  // A UTF-8 byte order mark (spreadsheet exports write one) is not text.
+  if (absl::StartsWith(*text, "\xEF\xBB\xBF")) text->erase(0, 3);
   const std::string first = text->substr(0, text->find('\n'));
-  if (absl::EndsWith(what, ".csv") ||
-      absl::StartsWithIgnoreCase(absl::StripAsciiWhitespace(first), "ip,")) {
+  // By content: the header names the columns in any order, whatever the
+  // file is called; a .csv without it gets the CSV reader's error.
+  if (absl::EndsWith(what, ".csv") || LooksLikeClosCsvHeader(first)) {
     return ParseClosCsv(*text, what, csv_options);
   }
   if (LooksLikeIbnetdiscover(*text)) {
@@ -262,6 +292,14 @@ absl::StatusOr<Fabric> LoadFabric(const std::string& what,
     absl::StatusOr<IbFile> ib = ParseIbnetdiscover(*text, what);
     if (!ib.ok()) return ib.status();
     return FabricFromIbnetdiscover(*ib, what, hosts, ib_options);
+  }
+  if (!LooksLikeSimAiHeader(first)) {
+    return LineError(what, 1,
+                     "unrecognised fabric format (read: a SimAI topology "
+                     "file, '<nodes> <gpus_per_server> <nvswitches> "
+                     "<switches> <links> <gpu_type>'; a three-tier CSV whose "
+                     "header names ip,DSW,PSW,ASW; ibnetdiscover output; or "
+                     "a gen:leafspine,... / gen:3tier,... spec)");
   }
   absl::StatusOr<SimAiFile> f = ParseSimAi(*text, what);
   if (!f.ok()) return f.status();

@@ -58,7 +58,7 @@ Planner::Cost Planner::LinkCost(int link, double bytes) const {
   // then a present-congestion penalty growing every round, scaled by the
   // link's history of being over (PathFinder).
   const double x = t / target_;
-  const double over = std::max(0.0, x - (1 + options_.target_slack));
+  const double over = std::max(0.0, x - goal_ / target_);
   return Cost{0, (1 + hist_[link]) * (x + pres_ * over)};
 }
 
@@ -75,6 +75,15 @@ bool Planner::Better(const Cost& a, const Cost& b) const {
   // Bottleneck first; among equal bottlenecks the less loaded path overall.
   if (a.max < b.max * (1 - 1e-9)) return true;
   if (b.max < a.max * (1 - 1e-9)) return false;
+  // Among equal bottlenecks keep the flow's NICs: another NIC of the host
+  // costs a forwarding hop over NVLink (PXN) that the links do not charge,
+  // and changes the communicator's NIC set. So a dual-port NIC whose port
+  // degrades sends over its other port (the other plane) rather than
+  // through a neighbour NIC that saves a few links. Not while ejecting or
+  // negotiating: their costs are all in `sum`.
+  if (a.nic_moves != b.nic_moves && eject_goal_ <= 0 && !negotiating_) {
+    return a.nic_moves < b.nic_moves;
+  }
   return a.sum < b.sum * (1 - 1e-9);
 }
 
@@ -156,7 +165,8 @@ Planner::Cost Planner::Best(const Flow& f, PlannedPath* path) {
           const double t_up = Time(up, f.bytes),
                        t_down = Time(dup ^ 1, f.bytes);
           const Cost c{std::max({t_up, t_down, mid.max}),
-                       t_up + t_down + mid.sum};
+                       t_up + t_down + mid.sum,
+                       (sg != f.src_gpu) + (dg != f.dst_gpu)};
           if (!path->links.empty() && !Better(c, best)) continue;
           best = c;
           path->links.clear();
@@ -220,6 +230,7 @@ FlowPlan Planner::Plan(uint64_t epoch) {
     Add(plan.paths[i], flows[i].bytes, +1);
   }
   Improve(&plan);
+  SetGoal();
   Repair(&plan);
   Negotiate(&plan);
   Repair(&plan);

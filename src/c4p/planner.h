@@ -112,12 +112,16 @@ class Planner {
   struct Cost {
     double max = 0;
     double sum = 0;
+    // Ends of the flow moved to another NIC of their host (Best only).
+    int nic_moves = 0;
   };
   bool Better(const Cost& a, const Cost& b) const;
   double Time(int link, double extra) const;
   Cost LinkCost(int link, double bytes) const;
   const std::vector<int>& Hops(int node, int tor_idx);
   double MaxTime() const;
+  // Sets target_ (the cut bound) and goal_ for Repair and Negotiate.
+  void SetGoal();
   void Negotiate(FlowPlan* plan);
   void Repair(FlowPlan* plan);
   bool Eject(FlowPlan* plan, int link, int depth, double goal);
@@ -128,6 +132,9 @@ class Planner {
   std::vector<char> locked_;
   int eject_budget_ = 0;
   double target_ = 0;  // seconds; the cut bound
+  // Seconds; links above it are over: 1% above the cut bound, or the
+  // whole-flow bound where that is higher.
+  double goal_ = 0;
   bool negotiating_ = false;
   double eject_goal_ = 0;  // > 0: count links pushed over it (ejection)
   double pres_ = 0;

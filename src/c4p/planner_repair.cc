@@ -66,11 +66,20 @@ bool Planner::Eject(FlowPlan* plan, int link, int depth, double goal) {
   return false;
 }
 
+void Planner::SetGoal() {
+  target_ = CutBound(*fabric_, *flows_, options_.degraded_below);
+  // Whole flows cannot always reach the fluid bound (a cut whose flows do
+  // not divide evenly over its links): aim at what they can reach, or the
+  // repair spends its whole budget looking for the impossible.
+  const double whole =
+      WholeFlowBound(*fabric_, *flows_, options_.degraded_below);
+  goal_ = std::max(target_ * (1 + options_.target_slack), whole * (1 + 1e-9));
+}
+
 void Planner::Repair(FlowPlan* plan) {
   const std::vector<Flow>& flows = *flows_;
-  target_ = CutBound(*fabric_, flows, options_.degraded_below);
   if (target_ <= 0) return;
-  const double goal = target_ * (1 + options_.target_slack);
+  const double goal = goal_;
   on_link_.assign(load_.size(), {});
   for (size_t i = 0; i < flows.size(); ++i) {
     if (!flows[i].network) continue;
@@ -107,9 +116,8 @@ void Planner::Repair(FlowPlan* plan) {
 
 void Planner::Negotiate(FlowPlan* plan) {
   const std::vector<Flow>& flows = *flows_;
-  target_ = CutBound(*fabric_, flows, options_.degraded_below);
   if (target_ <= 0) return;
-  const double goal = target_ * (1 + options_.target_slack);
+  const double goal = goal_;
   double best_max = MaxTime();
   FlowPlan best = *plan;
   std::fill(hist_.begin(), hist_.end(), 0);
@@ -146,8 +154,8 @@ void Planner::Negotiate(FlowPlan* plan) {
     negotiating_ = false;
     for (size_t l = 0; l < load_.size(); ++l) {
       if (load_[l] <= 0) continue;
-      const double x = Time(static_cast<int>(l), 0) / target_;
-      if (x > 1 + options_.target_slack) hist_[l] += 0.3 * (x - 1);
+      const double t = Time(static_cast<int>(l), 0);
+      if (t > goal) hist_[l] += 0.3 * (t / target_ - 1);
     }
     const double now = MaxTime();
     if (now < best_max * (1 - 1e-9)) {

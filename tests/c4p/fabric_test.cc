@@ -1,5 +1,7 @@
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <string>
 
 #include "gtest/gtest.h"
 #include "src/c4p/fabric_io.h"
@@ -247,6 +249,50 @@ TEST(FabricTest, SharedSimAiFilesLoad) {
     ASSERT_TRUE(fab.ok()) << fab.status();
     EXPECT_GE(fab->gpu_count(), 8) << name;
     EXPECT_EQ(fab->gpu_count() % 8, 0) << name;
+  }
+}
+
+// Writes `text` to a file of that name in the test's temporary directory.
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+constexpr char kCsvRows[] =
+    "h0,G0,P0,S0\nh1,G0,P0,S1\nh2,G0,P1,S0\nh3,G0,P1,S1\n";
+
+TEST(LoadFabricTest, CsvWithAByteOrderMarkIsRead) {
+  const std::string path = WriteTemp(
+      "bom.csv", std::string("\xEF\xBB\xBFip,DSW,PSW,ASW\n") + kCsvRows);
+  auto f = LoadFabric(path, ClosCsvOptions{});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->hosts().size(), 4u);
+}
+
+TEST(LoadFabricTest, CsvIsRecognisedByItsHeaderWhateverTheName) {
+  const std::string path =
+      WriteTemp("reordered.txt",
+                "ASW,ip,PSW,DSW\nS0,h0,P0,G0\nS1,h1,P0,G0\nS0,h2,P1,G0\n");
+  auto f = LoadFabric(path, ClosCsvOptions{});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->hosts().size(), 3u);
+}
+
+TEST(LoadFabricTest, AnUnrecognisedFormatSaysSoAndListsTheFormats) {
+  for (const auto& [name, text] :
+       {std::pair<std::string, std::string>{"fabric.json",
+                                            "{\"switches\": []}\n"},
+        {"fabric.dot", "digraph fabric {\n  tor0 -> spine0;\n}\n"}}) {
+    auto f = LoadFabric(WriteTemp(name, text), ClosCsvOptions{});
+    ASSERT_FALSE(f.ok()) << name;
+    const std::string m(f.status().message());
+    EXPECT_NE(m.find(name + ":1: unrecognised fabric format"),
+              std::string::npos)
+        << m;
+    for (const char* format : {"SimAI", "ip,DSW,PSW,ASW", "ibnetdiscover"}) {
+      EXPECT_NE(m.find(format), std::string::npos) << m;
+    }
   }
 }
 

@@ -272,5 +272,46 @@ TEST(PublishedFabricsTest, DualPlaneNicsUseBothPortsAndLeaveADegradedOne) {
   for (int l : f->out_links(tor_a)) EXPECT_EQ(bytes[l], 0) << f->LinkName(l);
 }
 
+// The flows of `pitstop sim` on this file (4 nodes x 2 GPUs, one channel):
+// rank 2h+1 (host h, rail 1) -> rank 2h+2 (host h+1, rail 0), planned
+// through plane A (tor73 -> spine -> tor72). With tor72 (plane A, rail 0)
+// at a quarter, each flow could reach its receiver's NIC over that NIC's
+// plane-B port (tor81 -> spine -> tor80) or the receiver's rail-1 NIC
+// inside tor73: equal bottleneck. It keeps the NIC and takes plane B (the
+// other NIC would add an uncharged NVLink hop and change the NIC set).
+TEST(PublishedFabricsTest, DualPlaneReceiverKeepsItsNicAndTakesPlaneB) {
+  const std::string text = SharedTopologyText(kDualPlane);
+  SKIP_WITHOUT(text, kDualPlane);
+  auto f = LoadFabric(SharedTopology(kDualPlane).string(), ClosCsvOptions{});
+  ASSERT_TRUE(f.ok()) << f.status();
+  std::vector<Flow> flows;
+  for (int h = 0; h < 4; ++h) {
+    Flow fl;
+    fl.id = h;
+    fl.src_gpu = f->FindNode("host" + std::to_string(h) + "/gpu1");
+    fl.dst_gpu = f->FindNode("host" + std::to_string((h + 1) % 4) + "/gpu0");
+    fl.bytes = 56 << 20;
+    fl.network = true;
+    flows.push_back(fl);
+  }
+  Planner planner(&*f, &flows, PlannerOptions{});
+  FlowPlan plan = planner.Plan(1);
+  const int tor72 = f->FindNode("tor72");
+  auto tor_links = f->FindLinks("tor72");
+  ASSERT_TRUE(tor_links.ok()) << tor_links.status();
+  for (int l : *tor_links) f->SetCapacity(l, f->link(l).nominal_gbps * 0.25);
+  Planner::ReplanStats stats;
+  FlowPlan after = planner.Replan(plan, *tor_links, 2, &stats);
+  for (const Flow& fl : flows) {
+    const PlannedPath& p = after.paths[fl.id];
+    EXPECT_EQ(p.src_gpu, fl.src_gpu);
+    EXPECT_EQ(p.dst_gpu, fl.dst_gpu);
+    // Out of the sender's plane-B port, into the receiver's plane-B port.
+    EXPECT_EQ(p.links.front(), f->nic_uplinks(fl.src_gpu)[1]);
+    EXPECT_EQ(p.links.back(), f->nic_uplinks(fl.dst_gpu)[1] ^ 1);
+    for (int l : p.links) EXPECT_NE(f->link(l).src, tor72) << f->LinkName(l);
+  }
+}
+
 }  // namespace
 }  // namespace pitstop::c4p

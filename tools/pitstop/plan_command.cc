@@ -305,8 +305,10 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
       "compare ECMP (a distribution over hash seeds), the plan and the lower "
       "bound, healthy and with degraded links (docs/planning.md).");
   cmd->add_option("--topology", args->topology,
-                  "SimAI topology file, three-tier CSV (ip,DSW,PSW,ASW) or a "
-                  "generated fabric: gen:leafspine,gpus=1024[,rail=1,"
+                  "SimAI topology file, three-tier CSV (a header naming "
+                  "ip,DSW,PSW,ASW), ibnetdiscover output (infiniband-diags; "
+                  "see --ib-host-map) or a generated fabric: "
+                  "gen:leafspine,gpus=1024[,rail=1,"
                   "hosts_per_tor=16,planes=1,nic_gbps=400,tor_uplinks=N,"
                   "uplink_gbps=G] or gen:3tier,gpus=8192[,tors_per_pod=16,"
                   "agg_uplinks=N,...]")
