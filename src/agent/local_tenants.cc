@@ -39,15 +39,31 @@ std::string ReadProcFile(const std::string& path, bool* ok = nullptr) {
 
 // "job_4711" of a Slurm cgroup path (".../job_4711/step_0/..."), or "".
 std::string SlurmJobOf(absl::string_view cgroup_file) {
+  // Only where slurmd puts a job, from the root of the hierarchy: a user
+  // with a delegated subtree (systemd's user@UID.service, rootless
+  // containers) can make a cgroup named job_N anywhere below it, never at
+  // these places, which only root creates (attacker round 18, R18-3).
+  //   cgroup v1: /slurm[_NODE]/uid_U/job_N/...
+  //   cgroup v2: /system.slice/slurmstepd.scope/job_N/...
+  auto is_job = [](absl::string_view part) {
+    absl::string_view digits = part;
+    uint64_t id = 0;
+    return absl::ConsumePrefix(&digits, "job_") &&
+           absl::SimpleAtoi(digits, &id);
+  };
   for (absl::string_view line : absl::StrSplit(cgroup_file, '\n')) {
-    for (absl::string_view part : absl::StrSplit(line, '/')) {
-      absl::string_view digits = part;
-      uint64_t id = 0;
-      if (absl::ConsumePrefix(&digits, "job_") &&
-          absl::SimpleAtoi(digits, &id)) {
-        return std::string(part);
-      }
-    }
+    // "hierarchy-id:controllers:path"; the path may itself hold ':'.
+    const std::vector<absl::string_view> fields =
+        absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (fields.size() != 3) continue;
+    const std::vector<absl::string_view> parts = absl::StrSplit(fields[2], '/');
+    if (parts.size() < 4 || !parts[0].empty()) continue;
+    const bool v1 =
+        (parts[1] == "slurm" || absl::StartsWith(parts[1], "slurm_")) &&
+        absl::StartsWith(parts[2], "uid_");
+    const bool v2 =
+        parts[1] == "system.slice" && parts[2] == "slurmstepd.scope";
+    if ((v1 || v2) && is_job(parts[3])) return std::string(parts[3]);
   }
   return "";
 }

@@ -96,6 +96,8 @@ struct ShmIngestServer::Loop {
   // A message of more objects than this is not kept for reuse (a cleared
   // repeated field keeps its elements allocated).
   static constexpr uint64_t kReusedObjects = 8192;
+  // A copy buffer larger than this is given back after its message.
+  static constexpr size_t kReusedCopyBytes = 1 << 20;
   // How long accepting pauses when the process is out of descriptors.
   static constexpr uint64_t kOutOfFdsPauseNs = 100'000'000ull;
 
@@ -109,6 +111,12 @@ struct ShmIngestServer::Loop {
   uint64_t fds_logged_ns = 0;
   uint64_t accept_paused_until_ns = 0;
   bool backlog = false;  // a ring has more to read: poll without waiting
+  // The message being read, copied out of the process's ring first: the
+  // process can still write its mapping, so bytes counted there could
+  // differ from the bytes then parsed (a double fetch: the count admitted
+  // one object and the parse found millions, or protobuf's own checks
+  // aborted the agent; attacker round 18, R18-1).
+  std::string message_copy;
 
   // shm_ingest_server.cc: connections and the poll loop.
   void Count(uint64_t ShmIngestStats::*field, uint64_t n = 1);

@@ -12,9 +12,19 @@
 
 namespace pitstop::agent {
 
-bool ShmIngestServer::Loop::HandleRingMessage(Conn* c, const char* p,
+bool ShmIngestServer::Loop::HandleRingMessage(Conn* c, const char* shared,
                                               uint32_t size, uint64_t pos,
                                               uint64_t* objects, bool* parsed) {
+  // Read the shared bytes once; count and parse the private copy only.
+  message_copy.assign(shared, size);
+  const char* p = message_copy.data();
+  // A large copy is given back once this message is handled, on every path.
+  struct GiveBack {
+    std::string* copy;
+    ~GiveBack() {
+      if (copy->capacity() > kReusedCopyBytes) std::string().swap(*copy);
+    }
+  } give_back{&message_copy};
   uint64_t n = 0;
   const MessageBound bound =
       CountMessageObjects(p, size, v1::StreamTelemetryRequest::descriptor(),

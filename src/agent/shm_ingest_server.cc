@@ -260,7 +260,7 @@ absl::StatusOr<std::unique_ptr<ShmIngestServer>> ShmIngestServer::Create(
   if (s->wake_fd_ < 0) return absl::InternalError("eventfd failed");
   ShmIngestServer* self = s.get();
   s->thread_ = std::thread([self] {
-    Loop loop{self, {}, {}, 0, 0, 0};
+    Loop loop{self, {}, {}, 0, 0, 0, false, {}};
     loop.Run();
   });
   return s;

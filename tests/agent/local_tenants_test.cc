@@ -43,6 +43,38 @@ v1::StreamTelemetryRequest Claims(uint64_t comm, int32_t rank) {
   return req;
 }
 
+// Attacker round 18, R18-3: a cgroup named job_N under a user's delegated
+// subtree is no Slurm evidence; only slurmd's own places are.
+TEST(IdentifyProcessTest, OnlySlurmdsOwnCgroupsNameASlurmJob) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"0::/system.slice/slurmstepd.scope/job_4711/step_0/user/task_0\n",
+       "job_4711"},
+      {"12:freezer:/slurm/uid_1000/job_77/step_0/task_0\n"
+       "11:memory:/slurm/uid_1000/job_77/step_0\n",
+       "job_77"},
+      {"4:cpuset:/slurm_node7/uid_1000/job_78/step_batch\n", "job_78"},
+      // Forged below a delegated subtree, or at the wrong depth.
+      {"0::/user.slice/user-65534.slice/user@65534.service/app.slice/"
+       "job_4711\n",
+       ""},
+      {"0::/user.slice/user-65534.slice/user@65534.service/system.slice/"
+       "slurmstepd.scope/job_4711\n",
+       ""},
+      {"0::/job_4711\n", ""},
+      {"0::/slurm/job_4711/step_0\n", ""},
+      {"0::/system.slice/slurmstepd.scope/step_0/job_4711\n", ""},
+  };
+  testing::TempDir proc;
+  int pid = 100;
+  for (const auto& [cgroup, job] : cases) {
+    std::filesystem::create_directories(proc.file(std::to_string(pid)));
+    std::ofstream(proc.file(std::to_string(pid) + "/cgroup")) << cgroup;
+    EXPECT_EQ(IdentifyProcess({pid, 1000, 1000}, proc.path()).cgroup_job, job)
+        << cgroup;
+    ++pid;
+  }
+}
+
 TEST(IdentifyProcessTest, ReadsTheSlurmCgroupAndTheLibrarysJobVariable) {
   testing::TempDir proc;
   std::filesystem::create_directories(proc.file("42"));

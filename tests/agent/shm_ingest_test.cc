@@ -4,14 +4,19 @@
 // are refused.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstring>
 #include <functional>
+#include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -42,6 +47,7 @@ class Recorder : public ShmStreamHandler {
   absl::Status OnMessage(uint64_t stream,
                          const v1::StreamTelemetryRequest& r) override {
     ops += r.ops_size();
+    if (r.ops_size() > max_ops) max_ops = r.ops_size();
     ++messages;
     if (stream < std::size(per_stream)) {
       if (per_stream[stream]++ == 0 && stream == watched) {
@@ -57,7 +63,7 @@ class Recorder : public ShmStreamHandler {
   std::atomic<uint64_t> watched{0};
   std::atomic<int> before_watched{-1};
   void Close(uint64_t) override { ++closed; }
-  std::atomic<int> opened{0}, closed{0}, messages{0}, ops{0};
+  std::atomic<int> opened{0}, closed{0}, messages{0}, ops{0}, max_ops{0};
 };
 
 // A process speaking the protocol by hand.
@@ -160,6 +166,15 @@ class RawPeer {
   }
   uint64_t read_pos() const { return header_->read_pos.load(); }
   uint64_t write_pos() const { return pos_; }
+  // Writes `body` as the next message without publishing it; returns where
+  // its bytes are in the ring, for the process to change them later.
+  char* WriteUnpublished(const std::string& body) {
+    char* at = static_cast<char*>(map_) + sizeof(shm::RingHeader) + pos_ +
+               sizeof(shm::MessageHeader);
+    Append(body, 0, false);
+    return at;
+  }
+  void Publish() { header_->write_pos.store(pos_, std::memory_order_release); }
 
  private:
   // One message of `records` records into the ring at pos_ (no wrap).
@@ -255,6 +270,94 @@ TEST_F(ShmIngestTest, RingMessageOfTooManyRecordsIsRefusedBeforeParsing) {
   EXPECT_EQ(server_->stats().oversized, 1u);
   EXPECT_EQ(rec_.messages, 1);
   EXPECT_EQ(rec_.ops, 1);
+}
+
+// Attacker round 18, R18-1: the process rewrites its ring message while
+// the agent reads it. Counted in the shared mapping and then parsed there,
+// one message was admitted as one object and parsed as ~40,000 records,
+// or protobuf's own check aborted the agent. Read once into a private
+// copy, what is parsed is what was counted, whatever the process writes.
+TEST_F(ShmIngestTest, RingMessageRewrittenWhileReadIsParsedAsCounted) {
+  Start();
+  // batch_seq = 0 repeated (walked by the count and by the parse, which
+  // puts time between their reads of the word after it), the word, then
+  // empty OpRecords ("0x22 0x00") past kMaxMessageObjects.
+  constexpr size_t kPrefix = 256 << 10;
+  constexpr size_t kTail = 2 * (kMaxMessageObjects + 4096);
+  std::string body;
+  for (size_t i = 0; i < kPrefix; i += 2) body.append("\x10\x00", 2);
+  const size_t word_at = body.size();
+  // A: an unknown length-delimited field 15 spanning the rest (one object).
+  const uint32_t len = 3 + kTail;
+  const char a[8] = {0x7a,
+                     static_cast<char>((len & 0x7f) | 0x80),
+                     static_cast<char>(((len >> 7) & 0x7f) | 0x80),
+                     static_cast<char>(((len >> 14) & 0x7f) | 0x80),
+                     static_cast<char>((len >> 21) & 0x7f),
+                     0,
+                     0,
+                     0};
+  // B: batch_seq, an empty OpRecord, batch_seq: the rest is OpRecords.
+  const char b[8] = {0x10, static_cast<char>(0x80), 0, 0x22, 0,
+                     0x10, static_cast<char>(0x80), 0};
+  body.append(a, sizeof(a));
+  for (size_t i = 0; i < kTail; i += 2) body.append("\x22\x00", 2);
+  // Set by the rewriting process once it runs (shared across the fork).
+  void* flag = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
+                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(flag, MAP_FAILED);
+  auto* started = new (flag) std::atomic<int>(0);
+  constexpr int kAttempts = 40;
+  int read = 0, refused = 0;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    RawPeer p(path_);
+    ASSERT_TRUE(p.connected());
+    p.SendHello(p.MakeRing(1 << 20), 1 << 20);
+    const int before = rec_.messages.load();
+    volatile char* word = p.WriteUnpublished(body) + word_at;
+    // The rewriting process: another process on the shared mapping, as an
+    // attacker is (a thread of this one would be a race of the test's own
+    // for the thread checker). It holds each version for a while (~the
+    // time a walk over the prefix takes), so that one read of the agent
+    // sees one and a later read the other; it only stores bytes until it
+    // is killed, and says once it runs.
+    started->store(0);
+    const pid_t parent = getpid();
+    const pid_t flipper = fork();
+    ASSERT_GE(flipper, 0);
+    if (flipper == 0) {
+      // Gone with the test, even if an agent that aborts takes it down.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(0);
+      // Not a holder of the server's sockets: its close must reach the peer.
+      for (int fd = 3; fd < 4096; ++fd) close(fd);
+      started->store(1);
+      for (uint64_t i = 0;; ++i) {
+        const char* w = i % 2 ? b : a;
+        for (int k = 0; k < 8; ++k) word[k] = w[k];
+        for (int spin = 0; spin < 20000; ++spin) asm volatile("" ::: "memory");
+      }
+    }
+    while (started->load() == 0) usleep(100);
+    p.Publish();
+    const bool done = WaitUntil(
+        [&] { return rec_.messages.load() > before || p.ClosedByServer(); });
+    kill(flipper, SIGKILL);
+    waitpid(flipper, nullptr, 0);
+    ASSERT_TRUE(done) << "attempt " << attempt;
+    (rec_.messages.load() > before ? read : refused) += 1;
+  }
+  munmap(flag, sizeof(std::atomic<int>));
+  // Never more records parsed than the count admitted.
+  EXPECT_LE(rec_.max_ops.load(), static_cast<int>(kMaxMessageObjects));
+  std::cerr << read << " read as one object, " << refused
+            << " refused before parsing\n";
+  // The server is up and serves a good peer.
+  RawPeer good(path_);
+  good.SendHello(good.MakeRing(64 * 1024), 64 * 1024);
+  const int ops = rec_.ops.load();
+  good.WriteOp(1);
+  EXPECT_TRUE(WaitUntil([&] { return rec_.ops.load() == ops + 1; }));
 }
 
 // Issue #33 F7: a 16 MiB ring of such messages held the server's one
