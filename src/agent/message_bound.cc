@@ -17,17 +17,9 @@ MessageBound CountMessageObjects(google::protobuf::io::CodedInputStream* in,
   options.max_objects = max;
   options.max_depth = kMaxDepth;
   WireCost cost;
-  const WireCostResult r = MeasureWireCost(in, type, options, &cost);
+  const MessageBound r = MeasureWireCost(in, type, options, &cost);
   *count = cost.objects;
-  switch (r) {
-    case WireCostResult::kWithin:
-      return MessageBound::kWithin;
-    case WireCostResult::kTooMany:
-      return MessageBound::kTooMany;
-    case WireCostResult::kMalformed:
-      break;
-  }
-  return MessageBound::kMalformed;
+  return r;
 }
 
 MessageBound CountMessageObjects(const void* data, size_t size,

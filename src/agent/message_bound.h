@@ -17,6 +17,7 @@
 
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/coded_stream.h"
+#include "pitstop/wire_cost.h"
 
 namespace pitstop::agent {
 
@@ -27,11 +28,9 @@ namespace pitstop::agent {
 // message at ~10 MB parsed.
 inline constexpr uint64_t kMaxMessageObjects = 32768;
 
-enum class MessageBound {
-  kWithin,     // count <= max
-  kTooMany,    // more than max objects: refuse without parsing
-  kMalformed,  // not this message's wire format (a parse would fail too)
-};
+// kWithin (count <= max), kTooMany (refuse without parsing), kMalformed:
+// the shared wire walk's outcome.
+using MessageBound = WireCostResult;
 
 // Counts the message objects parsing `in` (to its end or current limit) as
 // `type` would allocate. `*count` is what was counted (past `max` by one

@@ -89,9 +89,10 @@ void AddClear(std::vector<HangClear>* clears, std::string key,
   clears->push_back(HangClear{std::move(key), std::string(note)});
 }
 
-void Resolve(CommState* comm, int32_t func, std::vector<HangClear>* clears) {
+void Resolve(CommState* comm, int32_t func, std::vector<HangClear>* clears,
+             const char* why = "collectives complete again") {
   for (v1::FaultClass cls : kHangClasses) {
-    AddClear(clears, HangKey(*comm, func, cls), "collectives complete again");
+    AddClear(clears, HangKey(*comm, func, cls), why);
   }
 }
 
@@ -599,11 +600,8 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
   for (auto& [func, fp] : comm->progress) {
     if (IsP2p(func)) continue;
     if (j.everyone_left) {
-      for (v1::FaultClass cls : kHangClasses) {
-        AddClear(clears, HangKey(*comm, func, cls),
-                 "every member left the communicator (exited, or destroyed "
-                 "it)");
-      }
+      Resolve(comm, func, clears,
+              "every member left the communicator (exited, or destroyed it)");
       continue;
     }
     HangCheck h;
