@@ -117,6 +117,7 @@ absl::Status ControllerOptions::Validate() const {
   const std::pair<const char*, double> doubles[] = {
       {"detection.min_effect", min_effect},
       {"detection.hang_timeout_multiplier", hang_timeout_multiplier},
+      {"detection.hang_confirm_multiplier", hang_confirm_multiplier},
       {"detection.z_threshold", z_threshold}};
   for (const auto& [key, v] : doubles) {
     if (!std::isfinite(v) || v < 0) {
@@ -240,6 +241,7 @@ v1::JobPolicy ControllerOptions::DefaultPolicy() const {
   p.set_min_effect(min_effect);
   p.set_hang_timeout_multiplier(hang_timeout_multiplier);
   p.set_hang_timeout_floor_ms(hang_timeout_floor_ms);
+  p.set_hang_confirm_multiplier(hang_confirm_multiplier);
   p.set_warmup_collectives(warmup_collectives);
   p.set_z_threshold(z_threshold);
   return p;
@@ -293,6 +295,9 @@ void RegisterControllerOptions(ConfigSchema* s, ControllerOptions* o) {
          "default policy: hang timeout = k x recent p99; 0 = 10");
   s->Add("detection.hang_timeout_floor_ms", &o->hang_timeout_floor_ms,
          "default policy: hang timeout floor (ms); 0 = 5000");
+  s->Add("detection.hang_confirm_multiplier", &o->hang_confirm_multiplier,
+         "default policy: a hang is CONFIRMED once stuck this many hang "
+         "timeouts (SUSPECTED after one); 0 = 1.5");
   s->Add("detection.warmup_collectives", &o->warmup_collectives,
          "default policy: collectives per communicator before verdicts; "
          "0 = 20");

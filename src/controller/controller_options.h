@@ -40,6 +40,7 @@ struct ControllerOptions {
   double min_effect = 0;
   double hang_timeout_multiplier = 0;
   uint32_t hang_timeout_floor_ms = 0;
+  double hang_confirm_multiplier = 0;
   uint32_t warmup_collectives = 0;
   double z_threshold = 0;
   // Default policy mode: "observe" (record and notify) or "act" (actions

@@ -183,7 +183,13 @@ TEST_F(ControllerDaemonTest, FaultSurvivesKill9AndPitstopctlShowsIt) {
           &out),
       0)
       << out;
-  EXPECT_THAT(out, HasSubstr("max(2000 ms, 10 x p99)"));
+  EXPECT_THAT(out, HasSubstr("max(2000 ms, 10 x p99), confirmed at 1.5 x"));
+  EXPECT_EQ(
+      Ctl(target, {"policy", "set", "job1", "--hang-confirm-multiplier", "3"},
+          &out),
+      0)
+      << out;
+  EXPECT_THAT(out, HasSubstr("confirmed at 3 x"));
   EXPECT_EQ(Ctl(target,
                 {"policy", "set", "job1", "--persistence-n", "9",
                  "--persistence-m", "3"},

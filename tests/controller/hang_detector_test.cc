@@ -65,6 +65,36 @@ TEST_F(HangTest, NonCommHangBlamesRanksThatNeverEnqueued) {
   EXPECT_EQ(Latest()[0].state(), v1::FAULT_STATE_RESOLVED);
 }
 
+// CONFIRMED comes at hang_confirm_multiplier timeouts: 1.5 by default
+// (7.5 s at the 5 s floor, so a hang is confirmed within 10 s of starting
+// once the agents' reporting delay is added), and what a job's policy says.
+TEST_F(HangTest, ConfirmedAtThePolicysMultipleOfTheTimeout) {
+  SimJob fast(0xD1, 4, 4, "fast");
+  SimJob slow(0xD2, 4, 4, "slow");
+  fast.Register(engine_.get());
+  slow.Register(engine_.get());
+  v1::JobPolicy twice;
+  twice.set_hang_confirm_multiplier(2);
+  ASSERT_TRUE(engine_->SetJobPolicy("slow", twice).ok());
+  for (const SimJob* job : {&fast, &slow}) {
+    for (int32_t r = 0; r < 4; ++r) Report(*job, r, r == 3 ? 9 : 10, 9);
+  }
+  auto state_of = [&](uint64_t comm) {
+    for (const v1::Fault& f : Latest()) {
+      if (f.comm_hash() == comm) return f.state();
+    }
+    return v1::FAULT_STATE_UNSPECIFIED;
+  };
+  Cycle(absl::Seconds(6));
+  EXPECT_EQ(state_of(0xD1), v1::FAULT_STATE_SUSPECTED);
+  EXPECT_EQ(state_of(0xD2), v1::FAULT_STATE_SUSPECTED);
+  Cycle(absl::Seconds(2));  // stuck 8 s: past 1.5 x 5 s, short of 2 x 5 s
+  EXPECT_EQ(state_of(0xD1), v1::FAULT_STATE_CONFIRMED);
+  EXPECT_EQ(state_of(0xD2), v1::FAULT_STATE_SUSPECTED);
+  Cycle(absl::Seconds(2));
+  EXPECT_EQ(state_of(0xD2), v1::FAULT_STATE_CONFIRMED);
+}
+
 TEST_F(HangTest, AdaptiveTimeoutFollowsRecentDurations) {
   SimJob job(0xC4, 4, 4);
   job.Register(engine_.get());

@@ -188,6 +188,12 @@ TEST_F(CoreHardeningTest, PolicyValuesAreValidatedOnTheServer) {
       {[](v1::JobPolicy* p) { p->set_hang_timeout_floor_ms(1); },
        "policy.hang_timeout_floor_ms"},
       {[](v1::JobPolicy* p) { p->set_min_effect(1e-9); }, "policy.min_effect"},
+      {[&](v1::JobPolicy* p) { p->set_hang_confirm_multiplier(nan); },
+       "policy.hang_confirm_multiplier"},
+      {[](v1::JobPolicy* p) { p->set_hang_confirm_multiplier(0.5); },
+       "policy.hang_confirm_multiplier"},
+      {[](v1::JobPolicy* p) { p->set_hang_confirm_multiplier(11); },
+       "policy.hang_confirm_multiplier"},
   };
   for (const Case& c : cases) {
     v1::JobPolicy p;

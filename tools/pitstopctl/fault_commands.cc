@@ -195,7 +195,8 @@ void PrintPolicy(const GlobalOptions& g, const std::string& job,
             absl::StrCat(p.persistence_n(), "/", p.persistence_m()),
             absl::StrCat(p.min_effect()),
             absl::StrCat("max(", p.hang_timeout_floor_ms(), " ms, ",
-                         p.hang_timeout_multiplier(), " x p99)"),
+                         p.hang_timeout_multiplier(), " x p99), confirmed at ",
+                         p.hang_confirm_multiplier(), " x"),
             absl::StrCat(p.warmup_collectives()),
             absl::StrCat(p.z_threshold())});
   t.Print(std::cout);
@@ -219,13 +220,16 @@ void AddPolicy(CLI::App* app, GlobalOptions* g, int* rc) {
       "set", "set a job's policy; options not given take the defaults");
   put->add_option("JOB", job, "job id")->required();
   static uint32_t window_ms = 0, n = 0, m = 0, floor_ms = 0, warmup = 0;
-  static double min_effect = 0, multiplier = 0, z = 0;
+  static double min_effect = 0, multiplier = 0, confirm = 0, z = 0;
   put->add_option("--window-ms", window_ms, "detection window (ms)");
   put->add_option("--persistence-n", n, "windows that must hit");
   put->add_option("--persistence-m", m, "windows considered");
   put->add_option("--min-effect", min_effect, "minimum effect, e.g. 0.2");
   put->add_option("--hang-timeout-multiplier", multiplier, "k of k x p99");
   put->add_option("--hang-timeout-floor-ms", floor_ms, "hang timeout floor");
+  put->add_option("--hang-confirm-multiplier", confirm,
+                  "a hang is CONFIRMED once stuck this many hang timeouts "
+                  "(SUSPECTED after one; default 1.5)");
   put->add_option("--warmup-collectives", warmup,
                   "collectives before verdicts");
   put->add_option("--z-threshold", z, "robust z-score threshold");
@@ -244,6 +248,7 @@ void AddPolicy(CLI::App* app, GlobalOptions* g, int* rc) {
     p->set_min_effect(min_effect);
     p->set_hang_timeout_multiplier(multiplier);
     p->set_hang_timeout_floor_ms(floor_ms);
+    p->set_hang_confirm_multiplier(confirm);
     p->set_warmup_collectives(warmup);
     p->set_z_threshold(z);
     p->set_mode(mode == "act"       ? v1::POLICY_MODE_ACT

@@ -89,7 +89,8 @@ inline constexpr double kMaxWindowMs = 3'600'000;
 // field is not finite or, resolved, out of range (persistence_n >
 // persistence_m, window_ms outside [100 ms, 1 h], min_effect outside
 // [0.01, 100], hang_timeout_multiplier outside [1, 1000],
-// hang_timeout_floor_ms outside [100 ms, 1 day], warmup_collectives above
+// hang_timeout_floor_ms outside [100 ms, 1 day], hang_confirm_multiplier
+// outside [1, 10], warmup_collectives above
 // 10^6, z_threshold outside [0.5, 100]; docs/reliability.md).
 absl::Status ValidatePolicy(const v1::JobPolicy& policy,
                             const v1::JobPolicy& defaults = {});

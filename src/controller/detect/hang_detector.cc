@@ -112,7 +112,8 @@ void ClearOtherClasses(const CommState& comm, int32_t func, v1::FaultClass keep,
 // the other functions involved are the same fault and are cleared.
 void RaiseMismatch(CommState* comm, int32_t func, const Mismatch& m,
                    const std::set<int32_t>& judged, int64_t stuck,
-                   int64_t timeout, std::vector<HangClear>* clears,
+                   int64_t timeout, int64_t confirm_at,
+                   std::vector<HangClear>* clears,
                    std::vector<HangVerdict>* out) {
   if (m.groups[0].op.func != func) {
     for (v1::FaultClass cls : kHangClasses) {
@@ -125,8 +126,8 @@ void RaiseMismatch(CommState* comm, int32_t func, const Mismatch& m,
   ClearOtherClasses(*comm, func, v1::FAULT_CLASS_MISMATCH, clears);
   HangVerdict& v = out->emplace_back();
   v.key = HangKey(*comm, func, v1::FAULT_CLASS_MISMATCH);
-  v.state = stuck >= 2 * timeout ? v1::FAULT_STATE_CONFIRMED
-                                 : v1::FAULT_STATE_SUSPECTED;
+  v.state = stuck >= confirm_at ? v1::FAULT_STATE_CONFIRMED
+                                : v1::FAULT_STATE_SUSPECTED;
   BuildMismatchFault(*comm, m, stuck, &v.fault);
   (*v.fault.mutable_evidence(0)->mutable_values())["timeout_ns"] =
       static_cast<double>(timeout);
@@ -317,8 +318,9 @@ struct HangCheck {
   int32_t func = 0;
   int64_t min_completed = INT64_MAX;
   int64_t max_enqueued = -1;
-  int64_t seq = 0;    // min_completed + 1
-  int64_t stuck = 0;  // ns
+  int64_t seq = 0;         // min_completed + 1
+  int64_t stuck = 0;       // ns
+  int64_t confirm_at = 0;  // ns stuck at which the hang is CONFIRMED
 };
 
 // The judged members' progress of `func`: the lowest completion (its
@@ -493,10 +495,10 @@ void BuildBehindHang(const CommState& comm, const FuncProgress& fp,
 }
 
 // The verdict of a hang past its timeout: its class's key (the other hang
-// classes' keys cleared), SUSPECTED or CONFIRMED at twice the timeout, who
-// it waits for and who waits.
-void EmitHangVerdict(const CommState& comm, const HangCheck& h, int64_t timeout,
-                     const Judged& j, const std::set<int32_t>& behind,
+// classes' keys cleared), SUSPECTED, or CONFIRMED once stuck for the
+// policy's hang_confirm_multiplier timeouts, who it waits for and who waits.
+void EmitHangVerdict(const CommState& comm, const HangCheck& h, const Judged& j,
+                     const std::set<int32_t>& behind,
                      const std::set<int32_t>& stalled, v1::Fault f,
                      std::vector<HangClear>* clears,
                      std::vector<HangVerdict>* out) {
@@ -509,8 +511,8 @@ void EmitHangVerdict(const CommState& comm, const HangCheck& h, int64_t timeout,
   }
   HangVerdict& v = out->emplace_back();
   v.key = HangKey(comm, h.func, f.fault_class());
-  v.state = h.stuck >= 2 * timeout ? v1::FAULT_STATE_CONFIRMED
-                                   : v1::FAULT_STATE_SUSPECTED;
+  v.state = h.stuck >= h.confirm_at ? v1::FAULT_STATE_CONFIRMED
+                                    : v1::FAULT_STATE_SUSPECTED;
   const bool silent_hang = f.fault_class() == v1::FAULT_CLASS_PROCESS_DIED;
   if (silent_hang) {
     for (int32_t r : j.silent) v.missing.insert(RankIdentity(comm, r));
@@ -574,8 +576,7 @@ void RaiseHang(const CommState& comm, const FuncProgress& fp,
         absl::StrJoin(j.lost_hosts, ", "), " is unreachable"));
     e->set_text(f.summary());
   }
-  EmitHangVerdict(comm, h, timeout, j, behind, st.ranks, std::move(f), clears,
-                  out);
+  EmitHangVerdict(comm, h, j, behind, st.ranks, std::move(f), clears, out);
 }
 
 }  // namespace
@@ -587,12 +588,21 @@ int64_t HangTimeoutNs(const CommState& comm, const v1::JobPolicy& policy) {
       static_cast<int64_t>(policy.hang_timeout_multiplier() * p99));
 }
 
+int64_t HangConfirmAtNs(int64_t timeout_ns, const v1::JobPolicy& policy) {
+  // Resolved policies always set it; an unresolved one gets the default.
+  const double k = policy.hang_confirm_multiplier() > 0
+                       ? policy.hang_confirm_multiplier()
+                       : kDefaultHangConfirmMultiplier;
+  return static_cast<int64_t>(k * static_cast<double>(timeout_ns));
+}
+
 void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
                  std::vector<HangClear>* clears,
                  std::vector<HangVerdict>* out) {
   bool any_dead = false;
   for (const auto& [r, m] : comm->members) any_dead |= m.dead;
   const int64_t timeout = HangTimeoutNs(*comm, policy);
+  const int64_t confirm_at = HangConfirmAtNs(timeout, policy);
   const Judged j = JudgedMembers(*comm, comm->ExpectedRanks());
   if (any_dead) out->push_back(DeadCommVerdict(*comm));
   // Looked for once per comm, when a hang reaches its timeout.
@@ -618,6 +628,7 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
     }
     h.seq = h.min_completed + 1;
     h.stuck = StuckFor(fp, h.seq, now_ns);
+    h.confirm_at = confirm_at;
     if (h.stuck < timeout) {
       Resolve(comm, func, clears);
       if (h.stuck * 4 >= timeout) PendingVerdict(*comm, h, fp, j.ranks, out);
@@ -625,8 +636,8 @@ void DetectHangs(CommState* comm, const v1::JobPolicy& policy, int64_t now_ns,
     }
     if (!mismatch) mismatch = FindMismatch(*comm, j.ranks);
     if (*mismatch) {
-      RaiseMismatch(comm, func, **mismatch, j.ranks, h.stuck, timeout, clears,
-                    out);
+      RaiseMismatch(comm, func, **mismatch, j.ranks, h.stuck, timeout,
+                    confirm_at, clears, out);
       continue;
     }
     RaiseHang(*comm, fp, h, timeout, j, clears, out);

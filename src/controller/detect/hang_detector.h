@@ -24,6 +24,16 @@ inline constexpr absl::string_view kHangStartedKey = "hang_started_unix_ns";
 // recent collective durations); the floor alone without durations.
 int64_t HangTimeoutNs(const CommState& comm, const v1::JobPolicy& policy);
 
+// DefaultJobPolicy()'s hang_confirm_multiplier. 1.5 rather than 2: at the
+// 5 s floor a hang is confirmed 7.5 s after it started, inside the 10 s
+// the detection targets allow once the agents' reporting delay is added
+// (docs/controller.md).
+inline constexpr double kDefaultHangConfirmMultiplier = 1.5;
+
+// How long a hang must be stuck (ns) before it is CONFIRMED rather than
+// SUSPECTED: policy.hang_confirm_multiplier() timeouts.
+int64_t HangConfirmAtNs(int64_t timeout_ns, const v1::JobPolicy& policy);
+
 // A hang fault key whose condition no longer holds (or is now classified
 // otherwise): FaultTracker::Clear(key, note), applied by the engine when it
 // publishes the cycle (the detector itself may run on a snapshot, without

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/controller/detect/detection_engine.h"
+#include "src/controller/detect/hang_detector.h"
 
 namespace pitstop::controller {
 
@@ -17,6 +18,7 @@ v1::JobPolicy DefaultJobPolicy() {
   p.set_min_effect(0.2);
   p.set_hang_timeout_multiplier(10);
   p.set_hang_timeout_floor_ms(5000);
+  p.set_hang_confirm_multiplier(kDefaultHangConfirmMultiplier);
   p.set_warmup_collectives(20);
   p.set_z_threshold(3.5);
   return p;
@@ -40,6 +42,9 @@ v1::JobPolicy ResolveAgainst(const v1::JobPolicy& policy,
   if (p.hang_timeout_floor_ms() == 0) {
     p.set_hang_timeout_floor_ms(d.hang_timeout_floor_ms());
   }
+  if (p.hang_confirm_multiplier() == 0) {
+    p.set_hang_confirm_multiplier(d.hang_confirm_multiplier());
+  }
   if (p.warmup_collectives() == 0) {
     p.set_warmup_collectives(d.warmup_collectives());
   }
@@ -62,6 +67,7 @@ absl::Status ValidatePolicy(const v1::JobPolicy& policy,
   const std::pair<double, const char*> doubles[] = {
       {policy.min_effect(), "policy.min_effect"},
       {policy.hang_timeout_multiplier(), "policy.hang_timeout_multiplier"},
+      {policy.hang_confirm_multiplier(), "policy.hang_confirm_multiplier"},
       {policy.z_threshold(), "policy.z_threshold"}};
   for (const auto& [v, field] : doubles) {
     if (!std::isfinite(v)) {
@@ -93,6 +99,7 @@ absl::Status ValidatePolicy(const v1::JobPolicy& policy,
       {p.hang_timeout_multiplier(), 1, 1000, "policy.hang_timeout_multiplier"},
       {static_cast<double>(p.hang_timeout_floor_ms()), 100, 86'400'000,
        "policy.hang_timeout_floor_ms"},
+      {p.hang_confirm_multiplier(), 1, 10, "policy.hang_confirm_multiplier"},
       {static_cast<double>(p.warmup_collectives()), 0, 1'000'000,
        "policy.warmup_collectives"},
       {p.z_threshold(), 0.5, 100, "policy.z_threshold"},
