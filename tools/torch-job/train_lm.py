@@ -3,10 +3,13 @@
 trained on the fortune cookies of Debian's `fortunes` package.
 
 This is the job of `pitstop sim --scenario torch-*` (docs/pytorch.md): what a
-user's torchrun job looks like, nothing of pitstop inside it. pitstop comes
-from outside: the library in LD_PRELOAD, the node agent, the controller. The
-only difference between a run with and without pitstop's NCCL path is
---backend (gloo, or the c10d backend over the NCCL C API).
+user's torchrun job looks like. pitstop comes from outside: the library in
+LD_PRELOAD, the node agent, the controller. The only difference between a run
+with and without pitstop's NCCL path is --backend (gloo, or the c10d backend
+over the NCCL C API); with the latter the job also takes pitstop's migration
+step hook (pitstop.torch.migration: init_process_group, the hook, its call at
+the top of the loop), a no-op unless pitstop migrates a rank (docs/pytorch.md
+"Migrating a rank of the torch job").
 
     torchrun --nnodes 1 --nproc_per_node 2 --redirects 2 --tee 2 \\
         tools/torch-job/train_lm.py --steps 100 --out /tmp/lm
@@ -211,10 +214,15 @@ def parse_args(argv):
 
 
 def use_backend(name):
-    """Backends other than torch's own register themselves when imported."""
+    """Backends other than torch's own register themselves when imported.
+    With pitstop's backend the job also takes pitstop's migration step hook
+    (pitstop.torch.migration; a no-op unless pitstop migrates): returns
+    (init_process_group, Migration or None)."""
     if name in ("gloo", "nccl", "mpi"):
-        return
+        return dist.init_process_group, None
     import pitstop.torch.nccl_backend  # noqa: F401  registers `name`
+    from pitstop.torch import migration
+    return migration.init_process_group, migration.Migration
 
 
 def evaluate(model, batches, n, rank, stop=False):
@@ -264,8 +272,8 @@ def weights_digest(model):
 def main(argv):
     a = parse_args(argv)
     torch.set_num_threads(1)
-    use_backend(a.backend)
-    dist.init_process_group(a.backend)
+    init_process_group, Migration = use_backend(a.backend)
+    init_process_group(a.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     ckpt_dir = os.path.join(a.out, "ckpt")
     os.makedirs(ckpt_dir, exist_ok=True)
@@ -274,6 +282,7 @@ def main(argv):
     torch.manual_seed(a.seed)  # same initial weights on every rank
     model = DDP(ByteLM(a.d_model, a.heads, a.layers, a.seq))
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr)
+    mig = Migration(model, opt) if Migration else None
     start = 0
     if a.resume and newest_checkpoint(ckpt_dir):
         state = torch.load(newest_checkpoint(ckpt_dir))
@@ -286,6 +295,8 @@ def main(argv):
     t_begin = time.monotonic()
     step = start
     while step < a.steps:
+        if mig:
+            step = mig.step(step)  # a joiner joins; a leaver exits here
         t0 = time.monotonic()
         x, y = batches.train(step, rank)
         loss = model(x, y)
