@@ -21,10 +21,10 @@ of (seed, step, rank), the reduction order of the backend is fixed, and torch
 runs one thread per rank.
 
 Files (--out DIR): losses-rank<R>.jsonl (one line per step: step, loss,
-wall-clock step time; eval lines), weights.sha256 (rank 0, the final
-parameters' digest), ckpt/step<N>.pt (rank 0, every --ckpt-every steps:
-model, optimizer, step; the newest --keep-ckpts are kept; --resume
-continues from the newest).
+wall-clock step time; eval lines), weights-rank<R>.sha256 (each rank's
+final parameters' digest; weights.sha256 too on rank 0), ckpt/step<N>.pt
+(rank 0, every --ckpt-every steps: model, optimizer, step; the newest
+--keep-ckpts are kept; --resume continues from the newest).
 
 Fault-injection knob for the desync scenario (never set by a user):
 --inject-desync RANK:STEP makes RANK issue an all-gather of its loss at STEP
@@ -295,9 +295,9 @@ def main(argv):
     t_begin = time.monotonic()
     step = start
     while step < a.steps:
+        t0 = time.monotonic()
         if mig:
             step = mig.step(step)  # a joiner joins; a leaver exits here
-        t0 = time.monotonic()
         x, y = batches.train(step, rank)
         loss = model(x, y)
         if a.desync == (rank, step):
@@ -307,8 +307,9 @@ def main(argv):
         loss.backward()
         opt.step()
         step += 1
-        log.write(json.dumps({"step": step, "loss": loss.item(),
-                              "ms": (time.monotonic() - t0) * 1e3}) + "\n")
+        if not (mig and mig.sandbox):  # a joiner's warm-up is not the job's
+            log.write(json.dumps({"step": step, "loss": loss.item(),
+                                  "ms": (time.monotonic() - t0) * 1e3}) + "\n")
         stop = False
         if a.eval_every and step % a.eval_every == 0:
             val, stop = evaluate(
@@ -326,8 +327,10 @@ def main(argv):
     val, _ = evaluate(model, batches, a.eval_batches, rank)
     log.write(json.dumps({"step": step, "val_loss": val, "final": True}) +
               "\n")
+    digest = weights_digest(model)
+    with open(os.path.join(a.out, "weights-rank%d.sha256" % rank), "w") as f:
+        f.write(digest + "\n")
     if rank == 0:
-        digest = weights_digest(model)
         with open(os.path.join(a.out, "weights.sha256"), "w") as f:
             f.write(digest + "\n")
         print("train_lm: %d steps, world %d, final val loss %.4f, weights "

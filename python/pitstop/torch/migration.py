@@ -426,11 +426,11 @@ class Migration:
     joiner first runs this many steps in the sandbox (its collectives
     answered from records, docs/migration.md "Shadow iterations"), default
     $PITSTOP_SHADOW_STEPS or 0; ``join_timeout_s``: how long a joiner waits
-    for the leaver's state.
+    for the leaver's state, default $PITSTOP_JOIN_TIMEOUT_S or 300.
     """
 
     def __init__(self, model, optimizer=None, extra=None, shadow_steps=None,
-                 join_timeout_s=300.0, state_bytes=DEFAULT_STATE_BYTES,
+                 join_timeout_s=None, state_bytes=DEFAULT_STATE_BYTES,
                  api=None):
         self.api = api if api is not None else library()
         self.state = TorchState(model, optimizer, extra, state_bytes)
@@ -441,9 +441,18 @@ class Migration:
         if shadow_steps is None:
             shadow_steps = int(os.environ.get("PITSTOP_SHADOW_STEPS", "0"))
         self.shadow_steps = shadow_steps
+        if join_timeout_s is None:
+            join_timeout_s = float(
+                os.environ.get("PITSTOP_JOIN_TIMEOUT_S", "300"))
         self.join_timeout_s = join_timeout_s
         self.joined_at = None  # the step a joiner continued at
         self.last_error = ""
+
+    @property
+    def sandbox(self):
+        """True while a joiner warms up on shadow steps: their results are
+        not the job's (they are replaced by the leaver's state)."""
+        return self.joiner and self.joined_at is None and self.api is not None
 
     def _register(self):
         for name, ptr, size in self.state.changed():
