@@ -142,6 +142,12 @@ def test_lazily_created_optimizer_state_is_registered_when_it_appears():
     assert [(n, a) for n, a, _ in moved] == [
         ("optim/0.0/exp_avg:float32[32,16]",
          opt.state[p0]["exp_avg"].data_ptr())]
+    # So is a parameter a module replaced (same shape: same name).
+    net.out.bias = nn.Parameter(net.out.bias.detach().clone())
+    moved = st.changed()
+    assert [(n, a) for n, a, _ in moved] == [
+        ("model/out.bias:float32[32]", net.out.bias.data_ptr())]
+    assert st.changed() == []
 
 
 def test_joiner_materialises_optimizer_state_without_touching_weights():

@@ -45,6 +45,7 @@ destroys the default process group and exits the process with status 0.
 Threads: call from the training loop's thread only.
 """
 
+import array
 import base64
 import ctypes
 import json
@@ -210,27 +211,35 @@ class TorchState:
                 raise MigrationError("extra %r: needs state_dict() and "
                                      "load_state_dict()" % k)
         self.small = torch.zeros(state_bytes, dtype=torch.uint8)
-        self._tensors = []  # [(name, tensor, data_ptr)] after the small buffer
+        # [(name, holder, key, data_ptr)] after the small buffer
+        self._tensors = []
         self._registered = False
+        self._opt_entries = -1
 
     # --- the tensors
 
     def _collect(self):
+        """[(name, tensor, holder, key)]: holder[key] is where the tensor
+        lives (a module's _parameters/_buffers, an optimizer's state of a
+        parameter), looked up again at each boundary."""
         out = []
         seen = set()
-        for prefix, items in (("model/", self.module.named_parameters()),
-                              ("model/", self.module.named_buffers())):
+        for kind, items in (("_parameters", self.module.named_parameters()),
+                            ("_buffers", self.module.named_buffers())):
             for n, t in items:
                 if t is None or id(t) in seen:
                     continue
                 seen.add(id(t))
-                name = "%s%s:%s" % (prefix, n, _describe(t))
+                name = "model/%s:%s" % (n, _describe(t))
                 _check_tensor(name, t)
-                out.append((name, t.detach()))
-        for gi, p, key, v in self._optimizer_tensors():
+                owner, _, leaf = n.rpartition(".")
+                holder = getattr(self.module.get_submodule(owner), kind)
+                out.append((name, t, holder, leaf))
+        for gi, p, key, holder in self._optimizer_tensors():
+            v = holder[key]
             name = "optim/%d.%d/%s:%s" % (gi, p, key, _describe(v))
             _check_tensor(name, v)
-            out.append((name, v))
+            out.append((name, v, holder, key))
         return out
 
     def _optimizer_tensors(self):
@@ -241,7 +250,7 @@ class TorchState:
                 st = self.optimizer.state.get(p, {})
                 for key in sorted(st):
                     if torch.is_tensor(st[key]):
-                        yield gi, pi, key, st[key]
+                        yield gi, pi, key, st
 
     def _optimizer_entries(self):
         if self.optimizer is None:
@@ -251,35 +260,41 @@ class TorchState:
     def changed(self):
         """The (name, address, nbytes) to (re)register since the last call:
         all at first, then new optimizer state and tensors that moved (an
-        optimizer that replaced a tensor). Looks at every tensor: about a
-        microsecond per tensor, at each step boundary."""
+        optimizer or a module that replaced a tensor). At a boundary where
+        nothing changed: one dict lookup and one data_ptr per tensor."""
         out = []
         if not self._registered:
             out.append((STATE_NAME, self.small.data_ptr(), self.small.numel()))
             self._registered = True
+        entries = self._optimizer_entries()
+        if self._tensors and entries == self._opt_entries and all(
+                holder[key].data_ptr() == ptr
+                for _, holder, key, ptr in self._tensors):
+            return out
+        self._opt_entries = entries
         tensors = self._collect()
-        old = [name for name, _, _ in self._tensors]
-        if [n for n, _ in tensors[:len(old)]] != old:
-            gone = sorted(set(old) - {n for n, _ in tensors})
+        old = [name for name, _, _, _ in self._tensors]
+        if [n for n, _, _, _ in tensors[:len(old)]] != old:
+            gone = sorted(set(old) - {n for n, _, _, _ in tensors})
             raise MigrationError(
                 "the registered state changed: %s; the library sends the "
                 "buffers in registration order, so state may only be added "
                 "after what exists" % (
                     "%d buffer(s) gone, e.g. %s" % (len(gone), gone[:3])
                     if gone else "a new buffer came before registered ones"))
-        known = {name: ptr for name, _, ptr in self._tensors}
-        self._tensors = [(n, t, t.data_ptr()) for n, t in tensors]
-        for n, t, ptr in self._tensors:
-            if known.get(n) != ptr:
-                out.append((n, ptr, t.numel() * t.element_size()))
+        known = {name: ptr for name, _, _, ptr in self._tensors}
+        self._tensors = [(n, h, k, t.data_ptr()) for n, t, h, k in tensors]
+        for n, t, _, _ in tensors:
+            if known.get(n) != t.data_ptr():
+                out.append((n, t.data_ptr(), t.numel() * t.element_size()))
         return out
 
     def buffers(self):
         """Every buffer, in registration order."""
         self.changed()
         return [(STATE_NAME, self.small.data_ptr(), self.small.numel())] + [
-            (n, t.data_ptr(), t.numel() * t.element_size())
-            for n, t, _ in self._tensors]
+            (n, h[k].data_ptr(), h[k].numel() * h[k].element_size())
+            for n, h, k, _ in self._tensors]
 
     def names(self):
         return [b[0] for b in self.buffers()]
@@ -288,8 +303,7 @@ class TorchState:
 
     def _small_state(self, step):
         s = {"step": int(step),
-             "rng": {"torch": base64.b64encode(
-                 torch.get_rng_state().numpy().tobytes()).decode(),
+             "rng": {"torch": _b64(torch.get_rng_state().numpy().tobytes()),
                      "python": _python_rng_state()}}
         if "numpy" in sys.modules:
             s["rng"]["numpy"] = _numpy_rng_state()
@@ -333,8 +347,7 @@ class TorchState:
         rng = s["rng"]
         torch.set_rng_state(torch.frombuffer(
             bytearray(base64.b64decode(rng["torch"])), dtype=torch.uint8))
-        random.setstate((rng["python"][0], tuple(rng["python"][1]),
-                         rng["python"][2]))
+        _set_python_rng_state(rng["python"])
         if "numpy" in rng:
             _set_numpy_rng_state(rng["numpy"])
         if self.optimizer is not None:
@@ -398,21 +411,33 @@ class TorchState:
                 p.grad = grad
 
 
+def _b64(data):
+    return base64.b64encode(data).decode()
+
+
 def _python_rng_state():
+    # Mersenne Twister: 624 32-bit words and the index (<= 624).
     version, internal, gauss = random.getstate()
-    return [version, list(internal), gauss]
+    return [version, _b64(array.array("I", internal).tobytes()), gauss]
+
+
+def _set_python_rng_state(s):
+    internal = array.array("I")
+    internal.frombytes(base64.b64decode(s[1]))
+    random.setstate((s[0], tuple(internal), s[2]))
 
 
 def _numpy_rng_state():
     import numpy as np
     name, keys, pos, has_gauss, cached = np.random.get_state()
-    return [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]
+    return [name, _b64(keys.astype(np.uint32).tobytes()), int(pos),
+            int(has_gauss), float(cached)]
 
 
 def _set_numpy_rng_state(s):
     import numpy as np
-    np.random.set_state((s[0], np.array(s[1], dtype=np.uint32), s[2], s[3],
-                         s[4]))
+    keys = np.frombuffer(base64.b64decode(s[1]), dtype=np.uint32).copy()
+    np.random.set_state((s[0], keys, s[2], s[3], s[4]))
 
 
 # ------------------------------------------------------------ the hook
