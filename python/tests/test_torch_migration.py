@@ -285,3 +285,27 @@ def test_joiner_skips_only_the_init_barrier(monkeypatch):
     migration.init_process_group("gloo", **kw)
     assert dist.get_rank() == 0
     dist.destroy_process_group()
+
+
+def test_ddp_rebuild_pending_until_the_second_forward():
+    """A joiner must not join before its DDP rebuilt its buckets: that
+    rebuild broadcasts, and after the join the other ranks all-reduce."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    server = dist.TCPStore("127.0.0.1", 0, 1, True,
+                           timeout=timedelta(seconds=10))
+    dist.init_process_group("gloo", store=server, rank=0, world_size=1)
+    try:
+        net, _ = make(1)
+        net.bn = nn.Identity()  # DDP broadcasts buffers; keep it to params
+        model = DDP(net)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        assert not migration.ddp_rebuild_pending(net)  # not a DDP
+        assert migration.ddp_rebuild_pending(model)
+        train(model, opt, 1)
+        assert migration.ddp_rebuild_pending(model)  # rebuilt at forward 2
+        train(model, opt, 1)
+        assert not migration.ddp_rebuild_pending(model)
+        unused = DDP(make(2)[0], find_unused_parameters=True)
+        assert not migration.ddp_rebuild_pending(unused)  # never rebuilds
+    finally:
+        dist.destroy_process_group()

@@ -458,6 +458,7 @@ class Migration:
                  join_timeout_s=None, state_bytes=DEFAULT_STATE_BYTES,
                  api=None):
         self.api = api if api is not None else library()
+        self.model = model
         self.state = TorchState(model, optimizer, extra, state_bytes)
         self.joiner = role() == "joiner"
         if self.joiner and self.api is None:
@@ -507,6 +508,16 @@ class Migration:
         return step
 
     def _join(self):
+        if ddp_rebuild_pending(self.model):
+            # After the join the stayers all-reduce gradients where this
+            # DDP would broadcast its bucket order: the job would hang.
+            raise MigrationError(
+                "rank %s: DDP has not rebuilt its buckets yet (it does so "
+                "once, with a broadcast from rank 0, at the forward after its "
+                "first backward): a joiner must run at least 2 shadow steps "
+                "before joining (PITSTOP_SHADOW_STEPS, now %d; "
+                "docs/pytorch.md \"The process group across the swap\")" %
+                (os.environ.get("RANK", "?"), self.shadow_steps))
         self.state.materialise_optimizer_state()
         self._register()
         first = self.api.join(self.join_timeout_s * 1000)
@@ -528,6 +539,18 @@ class Migration:
         if dist.is_initialized():
             dist.destroy_process_group()
         sys.exit(0)
+
+
+def ddp_rebuild_pending(model):
+    """True when `model` is a DistributedDataParallel that will still
+    rebuild its buckets (torch 1.13: at the forward after the first
+    backward, unless find_unused_parameters without static_graph), which
+    issues broadcasts the job's other ranks issued long ago."""
+    from torch.nn.parallel import DistributedDataParallel
+    if not isinstance(model, DistributedDataParallel):
+        return False
+    rebuilds = model.static_graph or not model.find_unused_parameters
+    return rebuilds and not getattr(model, "_has_rebuilt_buckets", False)
 
 
 def init_process_group(backend, **kwargs):
