@@ -67,6 +67,21 @@ StepLogLines LossLog(const std::string& path) {
   return out;
 }
 
+// The largest number that follows `key` in `text` (-1 when none).
+double LargestAfter(const std::string& text, const std::string& key) {
+  double largest = -1;
+  for (size_t at = text.find(key); at != std::string::npos;
+       at = text.find(key, at + 1)) {
+    const size_t from = at + key.size();
+    const size_t end = text.find_first_not_of("0123456789.", from);
+    double v = 0;
+    if (absl::SimpleAtod(text.substr(from, end - from), &v)) {
+      largest = std::max(largest, v);
+    }
+  }
+  return largest;
+}
+
 class Run {
  public:
   Run(const TorchMigrationOptions& o, TorchMigrationResult* r)
@@ -390,6 +405,17 @@ void Run::Judge() {
         o_.steps);
     if (!why.empty()) Fail(absl::StrCat("rank ", rank, "'s steps: ", why));
   }
+  r_->leaver_poll_ms =
+      LargestAfter(ReadFile(absl::StrCat(Dir("mig"), "/torchrun-node",
+                                         o_.leaver_node, ".log")),
+                   "the poll took ");
+  for (const Joiner& j : joiners_) {
+    r_->joiner_restore_ms = std::max(
+        r_->joiner_restore_ms,
+        LargestAfter(
+            ReadFile(absl::StrCat(Dir("mig"), "/joiner-rank", j.rank, ".log")),
+            "restored the small state in "));
+  }
   // The switch: the step the joiners continued at, from their "joined
   // before step S" line (S 0-based: the step index the judge uses).
   for (const Joiner& j : joiners_) {
@@ -519,6 +545,9 @@ void PrintTorchMigrationReport(const TorchMigrationResult& r,
                        "%.1f ms - median step %.1f ms)",
                        r.downtime_ms, r.probe_rank, r.longest_step_ms,
                        r.median_step_ms));
+  line("leaver's poll (sends)",
+       absl::StrFormat("%.1f ms; joiner's restore after its join %.1f ms",
+                       r.leaver_poll_ms, r.joiner_restore_ms));
   line("weights", absl::StrCat(r.weights_identical, "/", r.weights_compared,
                                " ranks bit-identical to the undisturbed run"));
   line("wall time", absl::StrFormat("reference %.1f s, migrated run %.1f s",

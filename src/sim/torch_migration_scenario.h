@@ -87,6 +87,11 @@ struct TorchMigrationResult {
   double longest_step_ms = 0;  // probe_rank's, around the switch
   double median_step_ms = 0;   // probe_rank's, the whole run
   double downtime_ms = 0;
+  // From the processes' own lines (pitstop.torch.migration), the largest
+  // over the moved ranks: a leaver's poll that sent its state, a joiner's
+  // restore of the small state (RNGs, hyper-parameters) after its join.
+  double leaver_poll_ms = -1;
+  double joiner_restore_ms = -1;
   double reference_s = 0;  // wall time of the undisturbed run
   double migrated_s = 0;   // wall time of the migrated run
   std::string work_dir;

@@ -53,6 +53,7 @@ import os
 import random
 import struct
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -494,9 +495,10 @@ class Migration:
             return self._join()
         self._register()
         self.state.capture(step)
+        t0 = time.monotonic()
         r = self.api.poll(step)
         if r == LEAVE:
-            self._leave(step)
+            self._leave(step, (time.monotonic() - t0) * 1e3)
         if r < 0:
             # The migration failed here; the communicators are the old ones
             # and training goes on.
@@ -520,21 +522,27 @@ class Migration:
                 (os.environ.get("RANK", "?"), self.shadow_steps))
         self.state.materialise_optimizer_state()
         self._register()
+        t0 = time.monotonic()
         first = self.api.join(self.join_timeout_s * 1000)
+        t1 = time.monotonic()
         packed = self.state.apply()
+        t2 = time.monotonic()
         if packed != first:
             raise MigrationError(
                 "the leaver packed its state before step %d, the library "
                 "says the joiner continues at step %d" % (packed, first))
         self.joined_at = first
-        print("pitstop.torch.migration: rank %s: joined before step %d" %
-              (os.environ.get("RANK", "?"), first), file=sys.stderr,
-              flush=True)
+        print("pitstop.torch.migration: rank %s: joined before step %d "
+              "(waited %.1f ms in the join, restored the small state in "
+              "%.1f ms)" % (os.environ.get("RANK", "?"), first,
+                             (t1 - t0) * 1e3, (t2 - t1) * 1e3),
+              file=sys.stderr, flush=True)
         return first
 
-    def _leave(self, step):
+    def _leave(self, step, poll_ms):
         print("pitstop.torch.migration: rank %s: left before step %d (state "
-              "sent to the joiner)" % (os.environ.get("RANK", "?"), step),
+              "sent to the joiner; the poll took %.1f ms)" %
+              (os.environ.get("RANK", "?"), step, poll_ms),
               file=sys.stderr, flush=True)
         if dist.is_initialized():
             dist.destroy_process_group()
