@@ -78,6 +78,12 @@ TEST(SimCliTest, TorchMigrationPrintsItsSettings) {
       RunCommand(pitstop + " sim -s torch-straggler --leaver-node 0", &out), 2)
       << out;
   EXPECT_THAT(out, HasSubstr("--leaver-node does nothing for torch-straggler"));
+  out.clear();
+  EXPECT_EQ(
+      RunCommand(pitstop + " sim -s torch-migration --keep-running", &out), 2)
+      << out;
+  EXPECT_THAT(out, HasSubstr("--keep-running does nothing for "
+                             "torch-migration"));
 }
 
 // The default scenario and the other migration scenarios are not YAML: --print

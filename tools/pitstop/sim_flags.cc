@@ -62,7 +62,9 @@ constexpr FlagRule kFlagRules[] = {
     {"--duration-s", kEmulated | kTorchHealthy, kForDuration},
     {"--timeline", kEmulated, kForEmulated},
     {"--controller-config", kEmulated, kForEmulated},
-    {"--keep-running", kScenarioRun, kForScenarioRun},
+    // torch-migration tears its deployment down when judged.
+    {"--keep-running", kScenarioRun & ~kTorchMigration,
+     "a scenario run other than torch-migration, not --bench"},
     {"--work-dir", kScenarioRun, kForScenarioRun},
     {"--keep-work-dir", kScenarioRun, kForScenarioRun},
     {"--nodes", kMigration | kTorch | kTorchMigration, kForNodes},
