@@ -39,6 +39,7 @@
 namespace pitstop::sim {
 
 inline constexpr char kTorchMigrationScenario[] = "torch-migration";
+inline constexpr char kTorchMigrationStandby[] = "spare0";
 inline constexpr char kTorchMigrationAbout[] =
     "the PyTorch DDP job under torchrun (pitstop LD_PRELOADed, communicators "
     "virtualised) on 2 nodes x 2 ranks plus a standby; mid-run node1 is "
