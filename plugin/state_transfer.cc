@@ -1,6 +1,9 @@
 #include "plugin/state_transfer.h"
 
 #include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace pitstop::plugin {
 namespace {
@@ -13,6 +16,12 @@ constexpr int kJoiner = 1;
 constexpr uint64_t kAccepted = 0;
 constexpr uint64_t kStateDiffers = 1;
 constexpr uint64_t kChecksumMismatch = 2;
+
+// Buffers go in messages of up to this many bytes: consecutive small
+// buffers share one (a torch job registers a buffer per tensor, and one
+// send/recv round trip per buffer cost ~2 ms each on the CPU backend),
+// a larger buffer goes alone, from its own memory.
+constexpr uint64_t kMessageBytes = uint64_t{16} << 20;
 
 constexpr uint64_t kFnvOffset = 1469598103934665603ull;
 uint64_t Fnv(uint64_t h, const void* p, uint64_t n) {
@@ -79,6 +88,32 @@ bool RecvWord(const NcclOps& ops, NcclComm c, uint64_t* v, int peer,
               const char* what, std::string* error) {
   return Complete(ops, c, ops.recv(v, sizeof(*v), kNcclUint8, peer, c, nullptr),
                   what, error);
+}
+
+// The messages that carry `buffers`: [first, last) of the buffers each,
+// the same on both ends (their sizes were compared first).
+std::vector<std::pair<size_t, size_t>> Messages(
+    const std::vector<StateBuffer>& buffers) {
+  std::vector<std::pair<size_t, size_t>> out;
+  size_t first = 0;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (i > first && bytes + buffers[i].bytes > kMessageBytes) {
+      out.emplace_back(first, i);
+      first = i;
+      bytes = 0;
+    }
+    bytes += buffers[i].bytes;
+  }
+  if (first < buffers.size()) out.emplace_back(first, buffers.size());
+  return out;
+}
+
+uint64_t BytesOf(const std::vector<StateBuffer>& buffers, size_t first,
+                 size_t last) {
+  uint64_t n = 0;
+  for (size_t i = first; i < last; ++i) n += buffers[i].bytes;
+  return n;
 }
 
 }  // namespace
@@ -186,9 +221,20 @@ bool SendState(const NcclOps& ops, NcclComm c,
         "process's; its log says how)";
     return false;
   }
-  for (const StateBuffer& b : buffers) {
-    if (!Complete(ops, c,
-                  ops.send(b.data, b.bytes, kNcclUint8, kJoiner, c, nullptr),
+  std::string packed;
+  for (const auto& [first, last] : Messages(buffers)) {
+    const void* data = buffers[first].data;
+    const uint64_t n = BytesOf(buffers, first, last);
+    if (last - first > 1) {
+      packed.clear();
+      for (size_t i = first; i < last; ++i) {
+        if (buffers[i].bytes == 0) continue;
+        packed.append(static_cast<const char*>(buffers[i].data),
+                      buffers[i].bytes);
+      }
+      data = packed.data();
+    }
+    if (!Complete(ops, c, ops.send(data, n, kNcclUint8, kJoiner, c, nullptr),
                   "sending the state", error)) {
       return false;
     }
@@ -231,16 +277,22 @@ bool ReceiveState(const NcclOps& ops, NcclComm c,
     *error = "state does not match the leaver's: " + differs;
     return false;
   }
-  std::vector<std::string> staging(mine.size());
+  // One staging area for everything: nothing is written into the
+  // trainer's buffers before the checksum says the state is whole.
+  std::string staging(BytesOf(mine, 0, mine.size()), '\0');
   std::vector<StateBuffer> received = mine;
-  for (size_t i = 0; i < mine.size(); ++i) {
-    staging[i].resize(mine[i].bytes);
-    received[i].data = staging[i].data();
-    if (!Complete(ops, c,
-                  ops.recv(staging[i].data(), mine[i].bytes, kNcclUint8,
-                           kLeaver, c, nullptr),
-                  "receiving the state", error)) {
+  uint64_t at = 0;
+  for (const auto& [first, last] : Messages(mine)) {
+    const uint64_t n = BytesOf(mine, first, last);
+    if (!Complete(
+            ops, c,
+            ops.recv(staging.data() + at, n, kNcclUint8, kLeaver, c, nullptr),
+            "receiving the state", error)) {
       return false;
+    }
+    for (size_t i = first; i < last; ++i) {
+      received[i].data = staging.data() + at;
+      at += mine[i].bytes;
     }
   }
   const bool intact = StateChecksum(received) == h->checksum;
@@ -253,7 +305,9 @@ bool ReceiveState(const NcclOps& ops, NcclComm c,
     return false;
   }
   for (size_t i = 0; i < mine.size(); ++i) {
-    std::memcpy(mine[i].data, staging[i].data(), mine[i].bytes);
+    if (mine[i].bytes > 0) {
+      std::memcpy(mine[i].data, received[i].data, mine[i].bytes);
+    }
   }
   return true;
 }

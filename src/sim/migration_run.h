@@ -2,7 +2,8 @@
 // deployment, processes and verdict. migration_scenario.cc holds the
 // common path and the scenarios that ask for the migration themselves;
 // migration_policy.cc the one where detection and policy ACT start it.
-// Only src/sim/migration_*.cc include this header.
+// Only src/sim/migration_*.cc and torch_migration_scenario.cc (CallController)
+// include this header.
 //
 // Thread-compatible: one caller.
 #ifndef PITSTOP_SRC_SIM_MIGRATION_RUN_H_

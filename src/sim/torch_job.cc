@@ -87,6 +87,20 @@ pid_t ParentOf(pid_t pid) {
   return ppid;
 }
 
+// The NUL-separated strings of /proc/<pid>/<file>.
+std::vector<std::string> NulSeparated(pid_t pid, const char* file) {
+  const std::string raw = ReadProcFile(absl::StrCat("/proc/", pid, "/", file));
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < raw.size()) {
+    size_t end = raw.find('\0', pos);
+    if (end == std::string::npos) end = raw.size();
+    out.push_back(raw.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<pid_t> ChildrenOf(pid_t parent) {
@@ -124,6 +138,20 @@ std::string EnvironOf(pid_t pid, const std::string& name) {
     pos = end + 1;
   }
   return "";
+}
+
+std::vector<std::pair<std::string, std::string>> EnvironmentOf(pid_t pid) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& kv : NulSeparated(pid, "environ")) {
+    const size_t eq = kv.find('=');
+    if (eq != std::string::npos)
+      out.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return out;
+}
+
+std::vector<std::string> CommandLineOf(pid_t pid) {
+  return NulSeparated(pid, "cmdline");
 }
 
 absl::StatusOr<std::unique_ptr<TorchJob>> TorchJob::Start(

@@ -111,6 +111,10 @@ std::vector<pid_t> DescendantsOf(pid_t root);
 // The value of `name` in /proc/<pid>/environ; empty when absent or
 // unreadable.
 std::string EnvironOf(pid_t pid, const std::string& name);
+// Every NAME=VALUE of /proc/<pid>/environ, in order; empty when unreadable.
+std::vector<std::pair<std::string, std::string>> EnvironmentOf(pid_t pid);
+// The arguments of /proc/<pid>/cmdline; empty when unreadable.
+std::vector<std::string> CommandLineOf(pid_t pid);
 
 }  // namespace pitstop::sim
 

@@ -402,6 +402,13 @@ const std::vector<std::pair<std::string, std::string>>& TorchScenarios() {
 
 bool IsTorchScenario(const std::string& name) { return Kind(name) != nullptr; }
 
+std::string TorchJobScript() { return JobScript(); }
+
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>>
+TorchBackendEnv(const std::string& backend, const std::string& plugin) {
+  return BackendEnv(backend, plugin);
+}
+
 absl::Status ValidateTorchOptions(const TorchScenarioOptions& o) {
   if (!IsTorchScenario(o.scenario)) {
     return absl::InvalidArgumentError(

@@ -30,6 +30,7 @@
 #include <functional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -42,6 +43,13 @@ namespace pitstop::sim {
 // The scenario names, in --list's order, and one line on each.
 const std::vector<std::pair<std::string, std::string>>& TorchScenarios();
 bool IsTorchScenario(const std::string& name);
+
+// The demo job's script ($PITSTOP_TORCH_JOB, else the source tree's
+// tools/torch-job/train_lm.py), and the environment `backend` needs from
+// this build tree (empty for gloo). Shared with torch-migration.
+std::string TorchJobScript();
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>>
+TorchBackendEnv(const std::string& backend, const std::string& plugin);
 
 struct TorchScenarioOptions {
   std::string scenario = "torch-straggler";

@@ -8,6 +8,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <utility>
@@ -22,11 +23,20 @@ namespace {
 
 constexpr char kUniqueIdKey[] = "pitstop_nccl/unique_id";
 
-// Rank 0 makes the id and publishes it; the others wait for it.
+// A process pitstop started to take a migrated rank (docs/pytorch.md
+// "The process group across the swap"): its communicator must be the
+// job's, which the migration finds by the hash of the job's id.
+bool MigrationJoiner() {
+  const char* role = std::getenv("PITSTOP_MIGRATION_ROLE");
+  return role != nullptr && std::strcmp(role, "joiner") == 0;
+}
+
+// Rank 0 makes the id and publishes it; the others wait for it. A joiner
+// reads it whatever its rank: rank 0 published it when the job started.
 ncclUniqueId ExchangeUniqueId(c10d::Store& store, int rank, int size,
                               std::chrono::milliseconds timeout) {
   ncclUniqueId id;
-  if (rank == 0) {
+  if (rank == 0 && !MigrationJoiner()) {
     absl::StatusOr<ncclUniqueId> made = NewUniqueId();
     TORCH_CHECK(made.ok(), "pitstop_nccl: rank 0 of ", size,
                 " could not make an NCCL unique id: ", made.status().message());

@@ -52,6 +52,40 @@ TEST(SimCliTest, PrintShowsEveryScenarioAndExitsZero) {
       << out;
 }
 
+// torch-migration's settings, its own flag refused elsewhere, and options
+// that cannot move a node refused before anything starts.
+TEST(SimCliTest, TorchMigrationPrintsItsSettings) {
+  const std::string pitstop = PitstopBinary();
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  std::string out;
+  EXPECT_EQ(
+      RunCommand(pitstop + " sim --print -s torch-migration --leaver-node 0 "
+                           "--steps 300",
+                 &out),
+      0)
+      << out;
+  EXPECT_THAT(out, HasSubstr("leaver_node: node0"));
+  EXPECT_THAT(out, HasSubstr("steps: 300"));
+  EXPECT_THAT(out, HasSubstr("migrate_after_step: 10"));
+  out.clear();
+  EXPECT_EQ(
+      RunCommand(pitstop + " sim --print -s torch-migration --steps 25", &out),
+      2)
+      << out;
+  EXPECT_THAT(out, HasSubstr("--steps 25 must leave the switch margin"));
+  out.clear();
+  EXPECT_EQ(
+      RunCommand(pitstop + " sim -s torch-straggler --leaver-node 0", &out), 2)
+      << out;
+  EXPECT_THAT(out, HasSubstr("--leaver-node does nothing for torch-straggler"));
+  out.clear();
+  EXPECT_EQ(
+      RunCommand(pitstop + " sim -s torch-migration --keep-running", &out), 2)
+      << out;
+  EXPECT_THAT(out, HasSubstr("--keep-running does nothing for "
+                             "torch-migration"));
+}
+
 // The default scenario and the other migration scenarios are not YAML: --print
 // shows the settings a run would get, the scenario's own defaults where the
 // command line is silent.

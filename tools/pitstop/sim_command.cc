@@ -27,6 +27,7 @@
 #include "src/sim/runner.h"
 #include "src/sim/scenario.h"
 #include "src/sim/timeline.h"
+#include "src/sim/torch_migration_scenario.h"
 #include "src/sim/torch_scenario.h"
 #include "tools/pitstop/commands.h"
 #include "tools/pitstop/sim_args.h"
@@ -42,6 +43,7 @@ namespace {
 absl::Status CheckScenarioName(const std::string& name) {
   std::error_code ec;
   if (IsMigrationScenario(name) || sim::IsTorchScenario(name) ||
+      name == sim::kTorchMigrationScenario ||
       std::filesystem::is_regular_file(name, ec) ||
       !sim::BuiltinScenarioText(name).empty()) {
     return absl::OkStatus();
@@ -52,6 +54,7 @@ absl::Status CheckScenarioName(const std::string& name) {
   }
   std::vector<std::string> known = MigrationScenarioNames();
   for (const auto& [n, about] : sim::TorchScenarios()) known.push_back(n);
+  known.push_back(sim::kTorchMigrationScenario);
   for (const std::string& n : sim::BuiltinScenarioNames()) known.push_back(n);
   return absl::NotFoundError(absl::StrCat(
       "no scenario '", name, "' (built-in: ", absl::StrJoin(known, ", "),
@@ -159,6 +162,9 @@ int PrintScenario(const SimArgs& a, const CLI::App& cmd) {
   if (sim::IsTorchScenario(a.scenario)) {
     return PrintTorchScenario(a, cmd, std::cout);
   }
+  if (a.scenario == sim::kTorchMigrationScenario) {
+    return PrintTorchMigration(a, cmd, std::cout);
+  }
   auto s = ResolveScenario(a);
   if (!s.ok()) {
     std::cerr << "pitstop sim: " << s.status().message() << "\n";
@@ -195,6 +201,9 @@ int RunSimCommand(const SimArgs& a, const CLI::App& cmd) {
   if (a.bench) return RunBench(a);
   if (IsMigrationScenario(a.scenario)) return RunMigration(a, cmd);
   if (sim::IsTorchScenario(a.scenario)) return RunTorch(a, cmd);
+  if (a.scenario == sim::kTorchMigrationScenario) {
+    return RunTorchMigration(a, cmd);
+  }
   return RunEmulated(a, cmd);
 }
 

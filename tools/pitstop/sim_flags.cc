@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "src/sim/torch_migration_scenario.h"
 #include "src/sim/torch_scenario.h"
 #include "tools/pitstop/sim_migration_command.h"
 
@@ -18,32 +19,34 @@ enum SimMode : unsigned {
   kDegradedNode = 2,    // degraded-node-migration
   kOtherMigration = 4,  // standby-migration, node-failure-migration
   kBench = 8,
-  kTorchHealthy = 16,  // torch-healthy
-  kTorchFault = 32,    // torch-straggler, torch-hang, ...
+  kTorchHealthy = 16,    // torch-healthy
+  kTorchFault = 32,      // torch-straggler, torch-hang, ...
+  kTorchMigration = 64,  // torch-migration
 };
 constexpr unsigned kMigration = kDegradedNode | kOtherMigration;
 constexpr unsigned kTorch = kTorchHealthy | kTorchFault;
-constexpr unsigned kScenarioRun = kEmulated | kMigration | kTorch;
+constexpr unsigned kScenarioRun =
+    kEmulated | kMigration | kTorch | kTorchMigration;
 
 constexpr char kForEmulated[] =
     "the emulated-rank detection scenarios (nic-degraded, straggler, ...; "
     "see --list) and YAML scenario files";
 constexpr char kForMigration[] =
     "the migration scenarios (degraded-node-migration, standby-migration, "
-    "node-failure-migration)";
+    "node-failure-migration, torch-migration)";
 constexpr char kForScenarioRun[] = "a scenario run, not --bench";
 constexpr char kForTorch[] =
     "the torch scenarios (torch-straggler, torch-hang, torch-crash, "
     "torch-desync, torch-healthy)";
 constexpr char kForSeed[] =
     "the emulated-rank detection scenarios, YAML scenario files and the "
-    "torch scenarios";
+    "torch scenarios (torch-migration too)";
 constexpr char kForDuration[] =
     "the emulated-rank detection scenarios, YAML scenario files and "
     "torch-healthy";
 constexpr char kForNodes[] =
     "the migration scenarios (degraded-node-migration, standby-migration, "
-    "node-failure-migration) and the torch scenarios";
+    "node-failure-migration, torch-migration) and the torch scenarios";
 
 struct FlagRule {
   const char* flag;
@@ -55,21 +58,24 @@ struct FlagRule {
 constexpr FlagRule kFlagRules[] = {
     {"--scenario", kScenarioRun, kForScenarioRun},
     {"--print", kScenarioRun, kForScenarioRun},
-    {"--seed", kEmulated | kTorch, kForSeed},
+    {"--seed", kEmulated | kTorch | kTorchMigration, kForSeed},
     {"--duration-s", kEmulated | kTorchHealthy, kForDuration},
     {"--timeline", kEmulated, kForEmulated},
     {"--controller-config", kEmulated, kForEmulated},
-    {"--keep-running", kScenarioRun, kForScenarioRun},
+    // torch-migration tears its deployment down when judged.
+    {"--keep-running", kScenarioRun & ~kTorchMigration,
+     "a scenario run other than torch-migration, not --bench"},
     {"--work-dir", kScenarioRun, kForScenarioRun},
     {"--keep-work-dir", kScenarioRun, kForScenarioRun},
-    {"--nodes", kMigration | kTorch, kForNodes},
-    {"--ranks-per-node", kMigration | kTorch, kForNodes},
-    {"--steps", kMigration, kForMigration},
-    {"--migrate-after-step", kMigration, kForMigration},
-    {"--switch-margin", kMigration, kForMigration},
+    {"--nodes", kMigration | kTorch | kTorchMigration, kForNodes},
+    {"--ranks-per-node", kMigration | kTorch | kTorchMigration, kForNodes},
+    {"--steps", kMigration | kTorchMigration, kForMigration},
+    {"--migrate-after-step", kMigration | kTorchMigration, kForMigration},
+    {"--switch-margin", kMigration | kTorchMigration, kForMigration},
     {"--compute-ms", kMigration, kForMigration},
     {"--slow-factor", kDegradedNode, "degraded-node-migration only"},
     {"--backend", kTorch, kForTorch},
+    {"--leaver-node", kTorchMigration, "torch-migration only"},
     {"--quick", kBench, "--bench only"},
     {"--bench-out", kBench, "--bench only"},
 };
@@ -79,6 +85,7 @@ unsigned ModeOf(const SimArgs& a) {
   if (a.scenario == "degraded-node-migration") return kDegradedNode;
   if (a.scenario == "torch-healthy") return kTorchHealthy;
   if (sim::IsTorchScenario(a.scenario)) return kTorchFault;
+  if (a.scenario == sim::kTorchMigrationScenario) return kTorchMigration;
   return IsMigrationScenario(a.scenario) ? kOtherMigration : kEmulated;
 }
 

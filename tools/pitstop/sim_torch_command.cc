@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "src/sim/torch_migration_scenario.h"
 #include "src/sim/torch_scenario.h"
 #include "tools/pitstop/sim_flags.h"
 #include "tools/pitstop/sim_interrupt.h"
@@ -37,6 +38,8 @@ void ListTorchScenarios(std::ostream& out) {
   for (const auto& [name, about] : sim::TorchScenarios()) {
     out << name << "\n    " << about << "\n";
   }
+  out << sim::kTorchMigrationScenario << "\n    " << sim::kTorchMigrationAbout
+      << "\n";
 }
 
 void AddTorchOptions(CLI::App* cmd, SimArgs* a) {
@@ -45,6 +48,9 @@ void AddTorchOptions(CLI::App* cmd, SimArgs* a) {
                   "over the NCCL C API, whose collectives the library sees; "
                   "gloo runs the job with nothing for pitstop to see)")
       ->capture_default_str();
+  cmd->add_option("--leaver-node", a->migration.leaver_node,
+                  "torch-migration: the node whose ranks move to the standby "
+                  "(default 1; 0 moves rank 0)");
 }
 
 int PrintTorchScenario(const SimArgs& a, const CLI::App& cmd,
@@ -120,6 +126,77 @@ int RunTorch(const SimArgs& a, const CLI::App& cmd) {
   }
   std::cout.flush();
   return (*r)->passed() ? 0 : 1;
+}
+
+namespace {
+
+// torch-migration's options: the defaults, with the flags given.
+sim::TorchMigrationOptions TorchMigrationOptionsOf(const SimArgs& a,
+                                                   const CLI::App& cmd) {
+  sim::TorchMigrationOptions o;
+  auto given = [&cmd](const char* flag) { return cmd.count(flag) > 0; };
+  if (given("--nodes")) o.nodes = a.migration.nodes;
+  if (given("--ranks-per-node")) o.ranks_per_node = a.migration.ranks_per_node;
+  if (given("--steps")) o.steps = a.migration.steps;
+  if (given("--migrate-after-step")) {
+    o.migrate_after_step = a.migration.migrate_after_step;
+  }
+  if (given("--switch-margin")) o.switch_margin = a.migration.switch_margin;
+  if (given("--leaver-node")) o.leaver_node = a.migration.leaver_node;
+  if (given("--seed") && a.seed >= 0) o.seed = static_cast<uint64_t>(a.seed);
+  o.work_dir = a.work_dir;
+  o.keep_work_dir = a.keep_work_dir;
+  o.log_level = a.log_level;
+  return o;
+}
+
+}  // namespace
+
+int PrintTorchMigration(const SimArgs& a, const CLI::App& cmd,
+                        std::ostream& out) {
+  const sim::TorchMigrationOptions o = TorchMigrationOptionsOf(a, cmd);
+  if (const absl::Status st = sim::ValidateTorchMigrationOptions(o); !st.ok()) {
+    std::cerr << "pitstop sim: " << st.message() << "\n";
+    return 2;
+  }
+  out << "# torch-migration: the demo PyTorch job under torchrun, one node "
+         "moved to the standby\n# (docs/pytorch.md), not a YAML scenario: "
+         "it takes the flags below.\n";
+  auto line = [&out](const std::string& key, const auto& value,
+                     const std::string& comment) {
+    out << absl::StrFormat("%-28s # %s\n", absl::StrCat(key, ": ", value),
+                           comment);
+  };
+  line("nodes", o.nodes, "--nodes: one torchrun and one agent each");
+  line("ranks_per_node", o.ranks_per_node, "--ranks-per-node");
+  line("steps", o.steps, "--steps");
+  line("migrate_after_step", o.migrate_after_step, "--migrate-after-step");
+  line("switch_margin", o.switch_margin, "--switch-margin (collectives)");
+  line("leaver_node", absl::StrCat("node", o.leaver_node), "--leaver-node");
+  line("shadow_steps", o.shadow_steps, "each joiner's, in the sandbox (fixed)");
+  line("seed", o.seed, "--seed: the job's");
+  return 0;
+}
+
+int RunTorchMigration(const SimArgs& a, const CLI::App& cmd) {
+  sim::TorchMigrationOptions o = TorchMigrationOptionsOf(a, cmd);
+  InterruptGuard guard;
+  if (!a.quiet) {
+    o.progress = [&guard](const std::string& line) {
+      if (!guard.RunInterrupted()) std::cout << line << std::endl;
+    };
+  }
+  o.cancelled = [&guard] { return guard.RunInterrupted(); };
+  auto r = sim::RunTorchMigrationScenario(o);
+  if (!guard.Disarm()) return ReportInterrupted();
+  if (!r.ok()) {
+    std::cerr << "pitstop sim: " << r.status().message() << "\n";
+    return 2;
+  }
+  sim::PrintTorchMigrationReport(*r, std::cout);
+  std::cout << "rerun: " << SimRerunCommand(a, cmd) << "\n";
+  std::cout.flush();
+  return r->passed ? 0 : 1;
 }
 
 }  // namespace pitstop::tool

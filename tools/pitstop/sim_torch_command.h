@@ -19,7 +19,8 @@ namespace pitstop::tool {
 // Each name and its description, as --list prints them.
 void ListTorchScenarios(std::ostream& out);
 
-// Registers --backend, bound to a->torch_backend.
+// Registers --backend (a->torch_backend) and torch-migration's --leaver-node
+// (a->migration.leaver_node).
 void AddTorchOptions(CLI::App* cmd, SimArgs* a);
 
 // --print: the settings the run would use. Returns the exit code (0, or 2
@@ -30,6 +31,14 @@ int PrintTorchScenario(const SimArgs& a, const CLI::App& cmd,
 // Runs a.scenario; returns the exit code (0 passed, 1 failed, 2 could not
 // run, 130 interrupted).
 int RunTorch(const SimArgs& a, const CLI::App& cmd);
+
+// Runs torch-migration (src/sim/torch_migration_scenario.h): --nodes,
+// --ranks-per-node, --steps, --migrate-after-step, --switch-margin, --seed.
+// Exit code as RunTorch's.
+int RunTorchMigration(const SimArgs& a, const CLI::App& cmd);
+// torch-migration's --print. Exit code as PrintTorchScenario's.
+int PrintTorchMigration(const SimArgs& a, const CLI::App& cmd,
+                        std::ostream& out);
 
 }  // namespace pitstop::tool
 

@@ -3,10 +3,13 @@
 trained on the fortune cookies of Debian's `fortunes` package.
 
 This is the job of `pitstop sim --scenario torch-*` (docs/pytorch.md): what a
-user's torchrun job looks like, nothing of pitstop inside it. pitstop comes
-from outside: the library in LD_PRELOAD, the node agent, the controller. The
-only difference between a run with and without pitstop's NCCL path is
---backend (gloo, or the c10d backend over the NCCL C API).
+user's torchrun job looks like. pitstop comes from outside: the library in
+LD_PRELOAD, the node agent, the controller. The only difference between a run
+with and without pitstop's NCCL path is --backend (gloo, or the c10d backend
+over the NCCL C API); with the latter the job also takes pitstop's migration
+step hook (pitstop.torch.migration: init_process_group, the hook, its call at
+the top of the loop), a no-op unless pitstop migrates a rank (docs/pytorch.md
+"Migrating a rank of the torch job").
 
     torchrun --nnodes 1 --nproc_per_node 2 --redirects 2 --tee 2 \\
         tools/torch-job/train_lm.py --steps 100 --out /tmp/lm
@@ -18,10 +21,10 @@ of (seed, step, rank), the reduction order of the backend is fixed, and torch
 runs one thread per rank.
 
 Files (--out DIR): losses-rank<R>.jsonl (one line per step: step, loss,
-wall-clock step time; eval lines), weights.sha256 (rank 0, the final
-parameters' digest), ckpt/step<N>.pt (rank 0, every --ckpt-every steps:
-model, optimizer, step; the newest --keep-ckpts are kept; --resume
-continues from the newest).
+wall-clock step time; eval lines), weights-rank<R>.sha256 (each rank's
+final parameters' digest; weights.sha256 too on rank 0), ckpt/step<N>.pt
+(rank 0, every --ckpt-every steps: model, optimizer, step; the newest
+--keep-ckpts are kept; --resume continues from the newest).
 
 Fault-injection knob for the desync scenario (never set by a user):
 --inject-desync RANK:STEP makes RANK issue an all-gather of its loss at STEP
@@ -211,10 +214,15 @@ def parse_args(argv):
 
 
 def use_backend(name):
-    """Backends other than torch's own register themselves when imported."""
+    """Backends other than torch's own register themselves when imported.
+    With pitstop's backend the job also takes pitstop's migration step hook
+    (pitstop.torch.migration; a no-op unless pitstop migrates): returns
+    (init_process_group, Migration or None)."""
     if name in ("gloo", "nccl", "mpi"):
-        return
+        return dist.init_process_group, None
     import pitstop.torch.nccl_backend  # noqa: F401  registers `name`
+    from pitstop.torch import migration
+    return migration.init_process_group, migration.Migration
 
 
 def evaluate(model, batches, n, rank, stop=False):
@@ -264,8 +272,8 @@ def weights_digest(model):
 def main(argv):
     a = parse_args(argv)
     torch.set_num_threads(1)
-    use_backend(a.backend)
-    dist.init_process_group(a.backend)
+    init_process_group, Migration = use_backend(a.backend)
+    init_process_group(a.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     ckpt_dir = os.path.join(a.out, "ckpt")
     os.makedirs(ckpt_dir, exist_ok=True)
@@ -274,6 +282,7 @@ def main(argv):
     torch.manual_seed(a.seed)  # same initial weights on every rank
     model = DDP(ByteLM(a.d_model, a.heads, a.layers, a.seq))
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr)
+    mig = Migration(model, opt) if Migration else None
     start = 0
     if a.resume and newest_checkpoint(ckpt_dir):
         state = torch.load(newest_checkpoint(ckpt_dir))
@@ -287,6 +296,8 @@ def main(argv):
     step = start
     while step < a.steps:
         t0 = time.monotonic()
+        if mig:
+            step = mig.step(step)  # a joiner joins; a leaver exits here
         x, y = batches.train(step, rank)
         loss = model(x, y)
         if a.desync == (rank, step):
@@ -296,8 +307,9 @@ def main(argv):
         loss.backward()
         opt.step()
         step += 1
-        log.write(json.dumps({"step": step, "loss": loss.item(),
-                              "ms": (time.monotonic() - t0) * 1e3}) + "\n")
+        if not (mig and mig.sandbox):  # a joiner's warm-up is not the job's
+            log.write(json.dumps({"step": step, "loss": loss.item(),
+                                  "ms": (time.monotonic() - t0) * 1e3}) + "\n")
         stop = False
         if a.eval_every and step % a.eval_every == 0:
             val, stop = evaluate(
@@ -315,8 +327,10 @@ def main(argv):
     val, _ = evaluate(model, batches, a.eval_batches, rank)
     log.write(json.dumps({"step": step, "val_loss": val, "final": True}) +
               "\n")
+    digest = weights_digest(model)
+    with open(os.path.join(a.out, "weights-rank%d.sha256" % rank), "w") as f:
+        f.write(digest + "\n")
     if rank == 0:
-        digest = weights_digest(model)
         with open(os.path.join(a.out, "weights.sha256"), "w") as f:
             f.write(digest + "\n")
         print("train_lm: %d steps, world %d, final val loss %.4f, weights "

@@ -1,0 +1,492 @@
+#include "src/sim/torch_migration_scenario.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "pitstop/clock.h"
+#include "pitstop/grpc_util.h"
+#include "pitstop/status_macros.h"
+#include "pitstop/v1/controller.grpc.pb.h"
+#include "src/sim/local_cluster.h"
+#include "src/sim/migration_judge.h"
+#include "src/sim/migration_run.h"
+#include "src/sim/subprocess.h"
+#include "src/sim/torch_job.h"
+#include "src/sim/torch_scenario.h"
+
+namespace pitstop::sim {
+namespace {
+
+using migration_internal::CallController;
+
+constexpr char kJob[] = "torch-job";
+constexpr const char* kStandby = kTorchMigrationStandby;
+constexpr char kBackend[] = "pitstop_nccl";
+constexpr absl::Duration kRunDeadline = absl::Minutes(5);
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The `"key": number` of a loss-log line (train_lm.py writes them with
+// json.dumps: a space after the colon).
+bool Field(const std::string& line, const std::string& key, double* value) {
+  const std::string k = absl::StrCat("\"", key, "\": ");
+  const size_t at = line.find(k);
+  if (at == std::string::npos) return false;
+  const size_t from = at + k.size();
+  const size_t end = line.find_first_of(",}", from);
+  return absl::SimpleAtod(line.substr(from, end - from), value);
+}
+
+// The training lines of a losses-rank<R>.jsonl as (step index, ms): the
+// job logs step S+1 after running step S (0-based, as the judge counts).
+StepLogLines LossLog(const std::string& path) {
+  StepLogLines out;
+  for (absl::string_view line : absl::StrSplit(ReadFile(path), '\n')) {
+    const std::string l(line);
+    double step = 0, ms = 0;
+    if (l.find("\"loss\"") == std::string::npos || !Field(l, "step", &step) ||
+        !Field(l, "ms", &ms)) {
+      continue;
+    }
+    out.emplace_back(static_cast<int>(step) - 1, ms);
+  }
+  return out;
+}
+
+// The largest number that follows `key` in `text` (-1 when none).
+double LargestAfter(const std::string& text, const std::string& key) {
+  double largest = -1;
+  for (size_t at = text.find(key); at != std::string::npos;
+       at = text.find(key, at + 1)) {
+    const size_t from = at + key.size();
+    const size_t end = text.find_first_not_of("0123456789.", from);
+    double v = 0;
+    if (absl::SimpleAtod(text.substr(from, end - from), &v)) {
+      largest = std::max(largest, v);
+    }
+  }
+  return largest;
+}
+
+class Run {
+ public:
+  Run(const TorchMigrationOptions& o, TorchMigrationResult* r)
+      : o_(o), r_(r), world_(o.nodes * o.ranks_per_node) {}
+  ~Run() { Teardown(); }
+
+  absl::Status Start();
+  absl::Status Reference();
+  absl::Status Migrate();
+  void Judge();
+  void Teardown();
+  void KeepWorkDir() {
+    if (cluster_ == nullptr) return;
+    cluster_->KeepWorkDir();
+    r_->work_dir_kept = true;
+  }
+
+ private:
+  void Say(const std::string& line) {
+    if (o_.progress) o_.progress(line);
+  }
+  void Fail(const std::string& why) {
+    r_->failures.push_back(why);
+    Say(absl::StrCat("[sim] FAIL: ", why));
+  }
+  bool Cancelled() const { return o_.cancelled && o_.cancelled(); }
+  TorchJobOptions JobOptions(const std::string& tag) const;
+  absl::Status RunToEnd(TorchJob* job, const std::string& what);
+  absl::StatusOr<v1::Migration> RequestMigration();
+  absl::Status StartJoiners(const v1::Migration& m);
+  absl::StatusOr<v1::Migration> AwaitFinished(const std::string& id);
+  std::string Dir(const std::string& tag) const {
+    return absl::StrCat(cluster_->work_dir(), "/", tag);
+  }
+
+  const TorchMigrationOptions& o_;
+  TorchMigrationResult* const r_;
+  const int world_;
+  std::string plugin_;
+  std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<v1::Controller::Stub> stub_;
+  std::unique_ptr<TorchJob> job_;
+  struct Joiner {
+    int rank;
+    std::unique_ptr<Subprocess> process;
+  };
+  std::vector<Joiner> joiners_;
+};
+
+absl::Status Run::Start() {
+  ASSIGN_OR_RETURN(plugin_, FindPitstopBinary("libnccl-profiler-pitstop.so"));
+  LocalClusterOptions co;
+  co.nodes = o_.nodes + 1;
+  for (int i = 0; i < o_.nodes; ++i) {
+    co.host_names.push_back(absl::StrCat("node", i));
+  }
+  co.host_names.push_back(kStandby);
+  co.work_dir = o_.work_dir;
+  co.keep_work_dir = o_.keep_work_dir;
+  co.log_level = o_.log_level;
+  co.agent_batch_ms = 50;
+  co.agent_extra_args = {"--migration-data-plane", "library"};
+  co.agent_args_by_node[o_.nodes] = {"--standby"};
+  co.controller_extra_args = {
+      "--migrate-switch-margin",     absl::StrCat(o_.switch_margin),
+      "--migrate-prepare-timeout-s", "60",
+      "--migrate-switch-timeout-s",  "60"};
+  ASSIGN_OR_RETURN(cluster_, LocalCluster::Start(co));
+  r_->work_dir = cluster_->work_dir();
+  r_->work_dir_kept = o_.keep_work_dir || !o_.work_dir.empty();
+  stub_ =
+      v1::Controller::NewStub(CreateChannel(cluster_->controller_address()));
+  Say(absl::StrCat("[sim] controller at ", cluster_->controller_address(), ", ",
+                   o_.nodes, " nodes + standby ", kStandby,
+                   " (agents with --migration-data-plane library); work dir ",
+                   cluster_->work_dir()));
+  return absl::OkStatus();
+}
+
+TorchJobOptions Run::JobOptions(const std::string& tag) const {
+  TorchJobOptions jo;
+  jo.nodes = o_.nodes;
+  jo.ranks_per_node = o_.ranks_per_node;
+  jo.script = TorchJobScript();
+  jo.args = {"--backend",           kBackend,  "--seed",
+             absl::StrCat(o_.seed), "--steps", absl::StrCat(o_.steps)};
+  jo.job_id = kJob;
+  jo.out_dir = Dir(tag);
+  jo.log_dir = Dir(tag);
+  return jo;
+}
+
+absl::Status Run::RunToEnd(TorchJob* job, const std::string& what) {
+  const absl::Time deadline = absl::Now() + kRunDeadline;
+  while (job->Running() > 0) {
+    if (Cancelled()) return absl::CancelledError("interrupted");
+    if (absl::Now() > deadline) {
+      job->Kill();
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, ": still running after ",
+                       absl::FormatDuration(kRunDeadline), "; killed"));
+    }
+    usleep(50000);
+  }
+  if (!job->AllExitedCleanly()) {
+    Fail(absl::StrCat(what, ": torchrun ended with ",
+                      absl::StrJoin(job->Exits(), ", ")));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run::Reference() {
+  TorchJobOptions jo = JobOptions("ref");
+  ASSIGN_OR_RETURN(jo.env, TorchBackendEnv(kBackend, plugin_));
+  jo.env.emplace_back("PITSTOP_CPU_NCCL_STORE_DIR", Dir("ref") + "/nccl");
+  Say(absl::StrCat("[sim] reference run: ", world_, " ranks x ", o_.steps,
+                   " steps of ", jo.script, " without pitstop"));
+  const int64_t t0 = MonotonicNowNs();
+  ASSIGN_OR_RETURN(auto job, TorchJob::Start(jo));
+  RETURN_IF_ERROR(RunToEnd(job.get(), "reference run"));
+  r_->reference_s = (MonotonicNowNs() - t0) / 1e9;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Migration> Run::RequestMigration() {
+  v1::MigrateNodeRequest req;
+  req.set_host(cluster_->host(o_.leaver_node));
+  req.set_to(kStandby);
+  req.set_job_id(kJob);
+  req.set_who("pitstop sim");
+  req.set_reason("torch-migration scenario");
+  // Until every agent reported the job's communicators the controller says
+  // "not migratable now" (FAILED_PRECONDITION): ask again.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (true) {
+    v1::MigrateNodeResponse resp;
+    const grpc::Status st = CallController(
+        [&](grpc::ClientContext* ctx) {
+          return stub_->MigrateNode(ctx, req, &resp);
+        },
+        /*tries=*/1);
+    if (st.ok()) return resp.migration();
+    if (st.error_code() != grpc::StatusCode::FAILED_PRECONDITION ||
+        absl::Now() > deadline) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("MigrateNode ", req.host(), " -> ", kStandby, ": ",
+                       st.error_message()));
+    }
+    usleep(100000);
+  }
+}
+
+// Each moved rank's joiner: what a launcher on the standby is given — the
+// leaver's command line and environment — with the standby's agent, the
+// joiner role and the shadow records.
+absl::Status Run::StartJoiners(const v1::Migration& m) {
+  std::vector<int> moved;
+  for (const v1::MigrationMember& mem : m.members()) {
+    if (mem.role() == v1::MIGRATION_ROLE_JOINER) {
+      moved.assign(mem.global_ranks().begin(), mem.global_ranks().end());
+    }
+  }
+  Say(absl::StrCat("[sim] migration ", m.migration_id(), ": starting ",
+                   moved.size(), " joiner processes on ", kStandby, " (ranks ",
+                   absl::StrJoin(moved, ","),
+                   "; the leavers' command line "
+                   "and environment, ",
+                   o_.shadow_steps, " shadow steps in the sandbox)"));
+  for (int rank : moved) {
+    if (rank < 0 || rank >= world_) {
+      return absl::InternalError(absl::StrCat("joiner rank ", rank));
+    }
+    const pid_t leaver = job_->worker_pid(rank);
+    SubprocessOptions so;
+    so.argv = CommandLineOf(leaver);
+    so.env = EnvironmentOf(leaver);
+    if (so.argv.empty() || so.env.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", rank, "'s process ", leaver,
+                       " is gone: no command line "
+                       "or environment to start its joiner with"));
+    }
+    so.env.insert(so.env.end(),
+                  {{"PITSTOP_AGENT_SOCKET", cluster_->shm_socket(o_.nodes)},
+                   {"PITSTOP_HOST", kStandby},
+                   {"PITSTOP_MIGRATION_ROLE", "joiner"},
+                   {"PITSTOP_SHADOW_RECORD", ""},
+                   {"PITSTOP_SHADOW_DIR", Dir("shadow")},
+                   {"PITSTOP_SHADOW_STEPS", absl::StrCat(o_.shadow_steps)},
+                   {"PITSTOP_JOIN_TIMEOUT_S", "240"}});
+    so.log_path = absl::StrCat(Dir("mig"), "/joiner-rank", rank, ".log");
+    ASSIGN_OR_RETURN(auto p, Subprocess::Start(so));
+    joiners_.push_back({rank, std::move(p)});
+  }
+  r_->joiners = static_cast<int>(joiners_.size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Migration> Run::AwaitFinished(const std::string& id) {
+  const absl::Time deadline = absl::Now() + kRunDeadline;
+  std::string last_state;
+  while (absl::Now() < deadline) {
+    if (Cancelled()) return absl::CancelledError("interrupted");
+    v1::GetMigrationRequest req;
+    req.set_migration_id(id);
+    v1::GetMigrationResponse resp;
+    const grpc::Status st = CallController([&](grpc::ClientContext* ctx) {
+      return stub_->GetMigration(ctx, req, &resp);
+    });
+    if (!st.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("GetMigration ", id, ": ", st.error_message()));
+    }
+    const v1::Migration& m = resp.migration();
+    const std::string state = v1::MigrationState_Name(m.state());
+    if (state != last_state) {
+      Say(absl::StrCat("[sim] migration ", id, ": ", state));
+      last_state = state;
+    }
+    if (m.state() == v1::MIGRATION_STATE_COMMITTED ||
+        m.state() == v1::MIGRATION_STATE_ABORTED) {
+      return m;
+    }
+    usleep(20000);
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("migration ", id, " not finished after ",
+                   absl::FormatDuration(kRunDeadline)));
+}
+
+absl::Status Run::Migrate() {
+  TorchJobOptions jo = JobOptions("mig");
+  jo.plugin = plugin_;
+  for (int i = 0; i < o_.nodes; ++i) {
+    jo.agent_sockets.push_back(cluster_->shm_socket(i));
+    jo.hosts.push_back(cluster_->host(i));
+  }
+  ASSIGN_OR_RETURN(jo.env, TorchBackendEnv(kBackend, plugin_));
+  jo.env.insert(jo.env.end(),
+                {{"PITSTOP_CPU_NCCL_STORE_DIR", Dir("mig") + "/nccl"},
+                 {"PITSTOP_VIRTUALIZE_COMMS", "1"},
+                 {"PITSTOP_FLUSH_INTERVAL_MS", "5"},
+                 // Every rank records its communicators' first collectives:
+                 // the joiners' sandbox answers from them (one recorder
+                 // would do; all-reduce/broadcast outputs are the same on
+                 // every rank and the records are written atomically).
+                 {"PITSTOP_SHADOW_RECORD", Dir("shadow")}});
+  Say(absl::StrCat("[sim] training: ", world_, " ranks (", o_.nodes,
+                   " torchrun x ", o_.ranks_per_node, ") x ", o_.steps,
+                   " steps, pitstop LD_PRELOADed, communicators virtualised"));
+  const int64_t t0 = MonotonicNowNs();
+  ASSIGN_OR_RETURN(job_, TorchJob::Start(jo));
+  RETURN_IF_ERROR(job_->FindWorkers(absl::Minutes(3)));
+  const absl::Time deadline = absl::Now() + kRunDeadline;
+  while (job_->StepsDone(0) < o_.migrate_after_step) {
+    if (Cancelled()) return absl::CancelledError("interrupted");
+    if (job_->Running() < o_.nodes || absl::Now() > deadline) {
+      return absl::InternalError(absl::StrCat(
+          "the job did not reach step ", o_.migrate_after_step, " (torchrun: ",
+          absl::StrJoin(job_->Exits(), ", "), "; logs ", Dir("mig"), ")"));
+    }
+    usleep(20000);
+  }
+  Say(absl::StrCat("[sim] step ", job_->StepsDone(0), ": pitstopctl migrate ",
+                   cluster_->host(o_.leaver_node), " --to ", kStandby));
+  absl::StatusOr<v1::Migration> m = RequestMigration();
+  if (!m.ok()) {
+    Fail(std::string(m.status().message()));
+    return RunToEnd(job_.get(), "migrated run");
+  }
+  RETURN_IF_ERROR(StartJoiners(*m));
+  absl::StatusOr<v1::Migration> done = AwaitFinished(m->migration_id());
+  if (!done.ok()) {
+    Fail(std::string(done.status().message()));
+  } else {
+    r_->migration = *done;
+    if (done->state() != v1::MIGRATION_STATE_COMMITTED) {
+      Fail(absl::StrCat("migration ", done->migration_id(),
+                        " aborted: ", done->abort_reason()));
+    }
+  }
+  if (!r_->failures.empty()) {
+    // Joiners wait for a state that will not come: end them now.
+    for (Joiner& j : joiners_) j.process->Stop(absl::Seconds(1));
+  }
+  RETURN_IF_ERROR(RunToEnd(job_.get(), "migrated run"));
+  for (Joiner& j : joiners_) {
+    if (!j.process->Wait(std::max(deadline - absl::Now(), absl::Seconds(1)))) {
+      j.process->Stop(absl::Seconds(1));
+      Fail(absl::StrCat("joiner of rank ", j.rank, " still running; killed"));
+    } else if (j.process->wait_status() != 0) {
+      Fail(absl::StrCat("joiner of rank ", j.rank, " ended with ",
+                        j.process->DescribeExit(), " (log ", Dir("mig"),
+                        "/joiner-rank", j.rank, ".log)"));
+    }
+  }
+  r_->migrated_s = (MonotonicNowNs() - t0) / 1e9;
+  return absl::OkStatus();
+}
+
+void Run::Judge() {
+  r_->ranks = world_;
+  r_->steps = o_.steps;
+  for (int rank = 0; rank < world_; ++rank) {
+    const std::string name = absl::StrCat("/weights-rank", rank, ".sha256");
+    const std::string want = ReadFile(Dir("ref") + name);
+    const std::string got = ReadFile(Dir("mig") + name);
+    ++r_->weights_compared;
+    if (!want.empty() && got == want) {
+      ++r_->weights_identical;
+    } else {
+      Fail(absl::StrCat(
+          "rank ", rank, ": final weights ",
+          got.empty() ? "missing" : absl::StripAsciiWhitespace(got),
+          " differ from the undisturbed run's ",
+          want.empty() ? "(missing)" : absl::StripAsciiWhitespace(want)));
+    }
+    // The leaver's lines, then its joiner's, in the same file.
+    const std::string why = CheckMovedOnce(
+        LossLog(absl::StrCat(Dir("mig"), "/losses-rank", rank, ".jsonl")), {},
+        o_.steps);
+    if (!why.empty()) Fail(absl::StrCat("rank ", rank, "'s steps: ", why));
+  }
+  r_->leaver_poll_ms =
+      LargestAfter(ReadFile(absl::StrCat(Dir("mig"), "/torchrun-node",
+                                         o_.leaver_node, ".log")),
+                   "the poll took ");
+  for (const Joiner& j : joiners_) {
+    r_->joiner_restore_ms = std::max(
+        r_->joiner_restore_ms,
+        LargestAfter(
+            ReadFile(absl::StrCat(Dir("mig"), "/joiner-rank", j.rank, ".log")),
+            "restored the small state in "));
+  }
+  // The switch: the step the joiners continued at, from their "joined
+  // before step S" line (S 0-based: the step index the judge uses).
+  for (const Joiner& j : joiners_) {
+    const std::string log =
+        ReadFile(absl::StrCat(Dir("mig"), "/joiner-rank", j.rank, ".log"));
+    const std::string key = "joined before step ";
+    const size_t at = log.find(key);
+    int step = -1;
+    if (at != std::string::npos &&
+        absl::SimpleAtoi(
+            log.substr(at + key.size(),
+                       log.find_first_not_of("0123456789", at + key.size()) -
+                           at - key.size()),
+            &step)) {
+      r_->switch_step = step;
+    }
+  }
+  if (r_->switch_step < 0) {
+    Fail("no joiner logged 'joined before step': nothing moved");
+  } else {
+    // A stayer's steps: a moved rank's first step after the switch holds
+    // its joiner's wait.
+    r_->probe_rank = o_.leaver_node == 0 ? o_.ranks_per_node : 0;
+    const auto [longest, median] =
+        LongestAroundAndMedian(LossLog(absl::StrCat(Dir("mig"), "/losses-rank",
+                                                    r_->probe_rank, ".jsonl")),
+                               r_->switch_step);
+    r_->longest_step_ms = longest;
+    r_->median_step_ms = median;
+    r_->downtime_ms = longest - median;
+  }
+  r_->passed = r_->failures.empty();
+  if (!r_->passed) KeepWorkDir();
+}
+
+void Run::Teardown() {
+  for (Joiner& j : joiners_) {
+    if (j.process->Running()) j.process->Stop(absl::Seconds(1));
+  }
+  if (job_ != nullptr) job_->Kill();
+  if (cluster_ != nullptr) {
+    const absl::Status st = cluster_->Shutdown(absl::Seconds(5));
+    if (!st.ok()) Say(absl::StrCat("[sim] warning: ", st.message()));
+  }
+  joiners_.clear();
+  job_.reset();
+  cluster_.reset();
+}
+
+}  // namespace
+
+absl::StatusOr<TorchMigrationResult> RunTorchMigrationScenario(
+    const TorchMigrationOptions& options) {
+  RETURN_IF_ERROR(ValidateTorchMigrationOptions(options));
+  TorchMigrationResult result;
+  Run run(options, &result);
+  absl::Status s = run.Start();
+  if (s.ok()) s = run.Reference();
+  if (s.ok()) s = run.Migrate();
+  if (!s.ok()) {
+    if (!absl::IsCancelled(s)) run.KeepWorkDir();
+    run.Teardown();
+    if (result.work_dir_kept && !absl::IsCancelled(s)) {
+      return absl::Status(s.code(), absl::StrCat(s.message(), " (work dir ",
+                                                 result.work_dir, " kept)"));
+    }
+    return s;
+  }
+  run.Judge();
+  run.Teardown();
+  return result;
+}
+
+}  // namespace pitstop::sim
