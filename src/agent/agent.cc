@@ -68,13 +68,14 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
                      ShmIngestServer::Create(shm, a->shm_handler_.get()));
   }
   a->trainer_hub_ = std::make_unique<TrainerHub>(!options.controller.empty());
-  a->trainer_service_ =
-      std::make_unique<TrainerServiceImpl>(a->trainer_hub_.get());
-  ASSIGN_OR_RETURN(a->ingest_,
-                   IngestServer::Create(
-                       options.ingest_socket, options.ingest_socket_group,
-                       a->core_.get(), options.ingest_max_connections,
-                       {a->trainer_service_.get()}, options.ingest_verify_pid));
+  a->trainer_service_ = std::make_unique<TrainerServiceImpl>(
+      a->trainer_hub_.get(), a->core_.get(), &a->creds_);
+  ASSIGN_OR_RETURN(
+      a->ingest_,
+      IngestServer::Create(options.ingest_socket, options.ingest_socket_group,
+                           a->core_.get(), options.ingest_max_connections,
+                           {a->trainer_service_.get()},
+                           options.ingest_verify_pid, &a->creds_));
   if (!options.controller.empty()) {
     UpstreamOptions up;
     up.address = options.controller;

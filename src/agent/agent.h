@@ -50,6 +50,9 @@ class Agent {
   int metrics_port_ = 0;
   std::unique_ptr<AgentMetrics> metrics_;
   std::unique_ptr<AgentCore> core_;
+  // The ingest socket's SO_PEERCRED record, which trainer_service_ checks
+  // its callers against (before both: they use it).
+  PeerCredRegistry creds_;
   std::unique_ptr<TrainerHub> trainer_hub_;  // before ingest_: it serves it
   std::unique_ptr<TrainerServiceImpl> trainer_service_;
   std::unique_ptr<IngestServer> ingest_;

@@ -33,6 +33,13 @@ uint64_t AgentCore::OpenStream(CommandSink* sink, const ProcessIdentity& who) {
   return id;
 }
 
+uint32_t AgentCore::ReportedPid(uint64_t stream, uint32_t claimed) {
+  std::shared_ptr<Slot> slot = FindSlot(stream);
+  // `who` is set before the slot is published and never changed.
+  if (slot == nullptr || !slot->who.known) return claimed;
+  return static_cast<uint32_t>(slot->who.pid);
+}
+
 std::shared_ptr<AgentCore::Slot> AgentCore::FindSlot(uint64_t stream) {
   MutexLock lock(&mu_);
   auto it = slots_.find(stream);
@@ -72,9 +79,23 @@ absl::Status AgentCore::Admit(uint64_t stream, Slot* slot,
     ASSIGN_OR_RETURN(LocalTenants::Standing standing,
                      tenants_.Hello(stream, slot->who, h.pid(), h.job_id(),
                                     h.global_rank()));
+    // The process is known upstream by what the kernel says of it: its pid
+    // on this host (the hello's may be one of a pid namespace, equal to
+    // another container's process or chosen by the process in its own
+    // namespace) and its start time (R18-2). process_start is the agent's
+    // field: a hello's own value is never believed.
+    const uint32_t pid =
+        slot->who.known ? static_cast<uint32_t>(slot->who.pid) : h.pid();
+    const uint64_t start = slot->who.known ? slot->who.start_ticks : 0;
+    if (pid != h.pid() || start != h.process_start()) {
+      *copy = req;
+      copy->mutable_hello()->set_pid(pid);
+      copy->mutable_hello()->set_process_start(start);
+      copied = true;
+    }
     if (standing == LocalTenants::Standing::kAnonymous) {
       // Reports for no job: what the hello claimed is not told upstream.
-      *copy = req;
+      if (!copied) *copy = req;
       copy->mutable_hello()->clear_job_id();
       copy->mutable_hello()->set_global_rank(-1);
       copied = true;
@@ -159,15 +180,19 @@ void AgentCore::CloseStream(uint64_t stream) {
   }
   uint32_t pid = 0;
   // Only a process that reports for a job ends as a death: not one that
-  // lost its job to a process with stronger evidence, nor an anonymous
-  // tenant (LocalTenants).
+  // lost its job to a process with stronger evidence (it ends silently:
+  // its ranks are the job's real processes' now), nor an anonymous tenant
+  // (LocalTenants), whose end is a CLEAN_EXIT: what it registered upstream
+  // is released, no fault is raised (R18-5).
   const bool of_a_job = tenants_.ReportsForAJob(stream);
+  const bool quarantined = tenants_.Quarantined(stream);
   {
     MutexLock l(&slot->mu);
     if (const v1::ProcessHello* h = slot->joiner->hello(stream)) {
       pid = h->pid();
     }
-    slot->joiner->EndStream(stream, stopping || !of_a_job);
+    slot->joiner->EndStream(stream, stopping || quarantined,
+                            /*no_death=*/!of_a_job);
     Collect(slot->joiner.get());
   }
   tenants_.Closed(stream);
@@ -357,6 +382,7 @@ void AgentCore::PublishMetrics(bool upstream_connected,
   t.job_claims_unverified = claims.unverified;
   t.job_claims_quarantined = claims.quarantined;
   t.process_claims_over_cap = claims.process_over_cap;
+  t.trainer_claims_refused = claims.trainers_refused;
   metrics_->SetTotals(t);
 }
 

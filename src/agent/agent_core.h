@@ -119,7 +119,16 @@ class AgentCore {
   UpstreamBuffer* buffer() { return &buffer_; }
   // Records per local process (shared-memory ingest), in every batch.
   ProcessLedger* process_ledger() { return &ledger_; }
+  // The pid `stream`'s process is reported by upstream: its pid on this
+  // host when the kernel's word is known, else `claimed` (R18-2).
+  uint32_t ReportedPid(uint64_t stream, uint32_t claimed);
   LocalTenants::Stats tenant_stats() const { return tenants_.stats(); }
+  // Whether process `who` may report trainer steps for `job` and
+  // `global_rank` (LocalTenants::CheckTrainer; counted there).
+  absl::Status CheckTrainer(const ProcessIdentity& who, const std::string& job,
+                            int32_t global_rank) {
+    return tenants_.CheckTrainer(who, job, global_rank);
+  }
   v1::AgentCounters Counters();
   uint32_t connected_ranks();
   uint64_t rank_deaths() const { return deaths_.load(); }

@@ -88,7 +88,9 @@ AgentMetrics::AgentMetrics()
               "Local processes' claims refused (the agent trusts the "
               "kernel, not the message): a job the process does not "
               "belong to, a rank another process holds, a communicator "
-              "of another job, or the agent's tables full")
+              "of another job, the agent's tables full, or a trainer's "
+              "step report for a job or global rank its process may not "
+              "report for")
           .Register(*registry_);
   job_claims_refused_ = &claims.Add({{"what", "job"}});
   rank_claims_refused_ = &claims.Add({{"what", "rank"}});
@@ -97,6 +99,7 @@ AgentMetrics::AgentMetrics()
   job_claims_unproven_ = &claims.Add({{"what", "unproven"}});
   job_claims_quarantined_ = &claims.Add({{"what", "quarantined"}});
   process_claims_over_cap_ = &claims.Add({{"what", "process"}});
+  trainer_claims_refused_ = &claims.Add({{"what", "trainer"}});
   job_claims_unverified_ = counter(
       "pitstop_agent_job_claims_unverified_total",
       "Job claims of local processes believed unchecked: the agent may not "
@@ -192,6 +195,8 @@ void AgentMetrics::SetTotals(const Totals& t) {
           last_.job_claims_quarantined);
   advance(process_claims_over_cap_, t.process_claims_over_cap,
           last_.process_claims_over_cap);
+  advance(trainer_claims_refused_, t.trainer_claims_refused,
+          last_.trainer_claims_refused);
   advance(messages_refused_, t.messages_refused, last_.messages_refused);
   plugin_dropped_->Set(static_cast<double>(t.plugin_dropped));
   queued_->Set(static_cast<double>(t.queued_summaries));

@@ -83,6 +83,7 @@ class AgentMetrics {
     uint64_t job_claims_unverified = 0;
     uint64_t job_claims_quarantined = 0;
     uint64_t process_claims_over_cap = 0;
+    uint64_t trainer_claims_refused = 0;
     // Rank messages refused before parsing for their size in records
     // (message_bound.h), on either socket.
     uint64_t messages_refused = 0;
@@ -144,6 +145,7 @@ class AgentMetrics {
   // process's share (kMaxRanksPerProcess).
   prometheus::Counter* job_claims_quarantined_;
   prometheus::Counter* process_claims_over_cap_;
+  prometheus::Counter* trainer_claims_refused_;
   prometheus::Counter* undelivered_;
   prometheus::Counter* messages_refused_;
 };

@@ -290,7 +290,8 @@ int ListenUnix(const std::string& path) {
 absl::StatusOr<std::unique_ptr<IngestServer>> IngestServer::Create(
     const std::string& socket_path, const std::string& socket_group,
     AgentCore* core, size_t max_connections,
-    const std::vector<grpc::Service*>& extra_services, bool verify_pid) {
+    const std::vector<grpc::Service*>& extra_services, bool verify_pid,
+    PeerCredRegistry* creds) {
   if (socket_path.empty() ||
       socket_path.size() >= sizeof(sockaddr_un{}.sun_path)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -345,7 +346,8 @@ absl::StatusOr<std::unique_ptr<IngestServer>> IngestServer::Create(
   s->lock_fd_ = lock_fd;
   s->socket_path_ = socket_path;
   s->core_ = core;
-  s->service_ = std::make_unique<Service>(core, &s->creds_, &s->pid_refusals_,
+  if (creds != nullptr) s->creds_ = creds;
+  s->service_ = std::make_unique<Service>(core, s->creds_, &s->pid_refusals_,
                                           &s->oversized_);
   // The agent owns the listening socket (IngestListener accepts and hands
   // connections to gRPC): owner+group rw, nothing else.
@@ -375,7 +377,7 @@ absl::StatusOr<std::unique_ptr<IngestServer>> IngestServer::Create(
   }
   absl::StatusOr<std::unique_ptr<IngestListener>> listener =
       IngestListener::Create(listen_fd, s->server_.get(), max_connections,
-                             verify_pid ? &s->creds_ : nullptr);
+                             verify_pid ? s->creds_ : nullptr);
   if (!listener.ok()) {
     s->Stop(absl::ZeroDuration());
     return listener.status();

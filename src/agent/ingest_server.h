@@ -41,11 +41,14 @@ class IngestServer {
   // TrainerService. With `verify_pid`, a telemetry stream whose hello
   // claims another pid than its connection's SO_PEERCRED process ends with
   // PERMISSION_DENIED (the daemon turns it on: ingest.verify_pid).
+  // `creds` (optional, must outlive the server): where the connections'
+  // SO_PEERCRED are recorded, for `extra_services` that check their
+  // callers (TrainerServiceImpl); the server keeps its own when null.
   static absl::StatusOr<std::unique_ptr<IngestServer>> Create(
       const std::string& socket_path, const std::string& socket_group,
       AgentCore* core, size_t max_connections = kDefaultMaxConnections,
       const std::vector<grpc::Service*>& extra_services = {},
-      bool verify_pid = false);
+      bool verify_pid = false, PeerCredRegistry* creds = nullptr);
   ~IngestServer();
 
   // Marks the core stopping, ends all streams (waiting up to `grace` for
@@ -71,7 +74,8 @@ class IngestServer {
   std::string socket_path_;
   AgentCore* core_ = nullptr;
   // Declared before service_ and listener_, which use them.
-  PeerCredRegistry creds_;
+  PeerCredRegistry own_creds_;
+  PeerCredRegistry* creds_ = &own_creds_;
   std::atomic<uint64_t> pid_refusals_{0};
   std::atomic<uint64_t> oversized_{0};
   std::unique_ptr<Service> service_;

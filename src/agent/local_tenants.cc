@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "pitstop/status_macros.h"
 
 namespace pitstop::agent {
@@ -124,6 +125,17 @@ int EraseMarked(google::protobuf::RepeatedPtrField<T>* field,
 
 }  // namespace
 
+uint64_t StartTicksOfStat(absl::string_view stat) {
+  const size_t close = stat.rfind(')');
+  if (close == absl::string_view::npos) return 0;
+  // Field 3 (state) is the first after the command name; 22 is starttime.
+  const std::vector<absl::string_view> fields = absl::StrSplit(
+      stat.substr(close + 1), absl::ByAnyChar(" \n"), absl::SkipEmpty());
+  uint64_t ticks = 0;
+  if (fields.size() < 20 || !absl::SimpleAtoi(fields[19], &ticks)) return 0;
+  return ticks;
+}
+
 ProcessIdentity IdentifyProcess(const PeerCred& cred,
                                 const std::string& proc_root) {
   ProcessIdentity id;
@@ -132,6 +144,7 @@ ProcessIdentity IdentifyProcess(const PeerCred& cred,
   id.pid = cred.pid;
   id.uid = cred.uid;
   const std::string dir = absl::StrCat(proc_root, "/", cred.pid, "/");
+  id.start_ticks = StartTicksOfStat(ReadProcFile(dir + "stat"));
   id.cgroup_job = SlurmJobOf(ReadProcFile(dir + "cgroup"));
   id.env_jobs =
       JobsOfEnvironment(ReadProcFile(dir + "environ", &id.environ_read));
@@ -237,9 +250,9 @@ absl::Status LocalTenants::CheckGlobalRank(uint64_t holder,
   auto g = global_holders_.find(std::pair(job, global_rank));
   if (g != global_holders_.end() && g->second != holder) {
     ++stats_.ranks_refused;
-    return absl::PermissionDeniedError(
-        absl::StrCat("hello.global_rank ", global_rank, " of job ", Quoted(job),
-                     " is held by process ", g->second, " on this node"));
+    return absl::PermissionDeniedError(absl::StrCat(
+        "hello.global_rank ", global_rank, " of job ", Quoted(job),
+        " is held by process ", PidOf(g->second), " on this node"));
   }
   if (g == global_holders_.end()) {
     auto h = holders_.find(holder);
@@ -248,7 +261,7 @@ absl::Status LocalTenants::CheckGlobalRank(uint64_t holder,
             kMaxRanksPerProcess) {
       ++stats_.process_over_cap;
       return absl::PermissionDeniedError(
-          absl::StrCat("hello.global_rank: process ", holder, " holds ",
+          absl::StrCat("hello.global_rank: process ", PidOf(holder), " holds ",
                        kMaxRanksPerProcess, " ranks on this node; refused"));
     }
   }
@@ -266,7 +279,9 @@ absl::StatusOr<LocalTenants::Standing> LocalTenants::Hello(
     const std::string& claimed_job, int32_t claimed_global_rank) {
   ProcessIdentity as = who;
   if (!as.known) as.pid = static_cast<pid_t>(hello_pid);
-  const uint64_t holder = static_cast<uint64_t>(as.pid);
+  const uint64_t holder =
+      as.known ? HolderOf(static_cast<uint32_t>(as.pid), as.start_ticks)
+               : hello_pid;
   MutexLock lock(&mu_);
   bool take_over = false;
   absl::StatusOr<Standing> standing = CheckJob(as, claimed_job, &take_over);
@@ -281,9 +296,9 @@ absl::StatusOr<LocalTenants::Standing> LocalTenants::Hello(
   auto hit = holders_.find(holder);
   if (hit != holders_.end() && hit->second.job != job) {
     ++stats_.jobs_refused;
-    return absl::PermissionDeniedError(
-        absl::StrCat("hello.job_id ", Quoted(claimed_job), ": process ", holder,
-                     " already reports for job ", Quoted(hit->second.job)));
+    return absl::PermissionDeniedError(absl::StrCat(
+        "hello.job_id ", Quoted(claimed_job), ": process ", PidOf(holder),
+        " already reports for job ", Quoted(hit->second.job)));
   }
   RETURN_IF_ERROR(CheckGlobalRank(holder, job, global_rank));
   Holder& h = holders_[holder];
@@ -307,6 +322,34 @@ absl::StatusOr<LocalTenants::Standing> LocalTenants::Hello(
   s.holder = holder;
   s.job = job;
   return *standing;
+}
+
+absl::Status LocalTenants::CheckTrainer(const ProcessIdentity& who,
+                                        const std::string& job,
+                                        int32_t global_rank) {
+  if (!who.known) return absl::OkStatus();
+  MutexLock lock(&mu_);
+  bool take_over = false;
+  absl::StatusOr<Standing> standing = CheckJob(who, job, &take_over);
+  absl::Status refused;
+  if (!standing.ok()) {
+    refused = absl::PermissionDeniedError(absl::StrCat(
+        "trainer.", absl::StripPrefix(standing.status().message(), "hello.")));
+  } else if (*standing == Standing::kAnonymous) {
+    refused = absl::PermissionDeniedError(absl::StrCat(
+        "trainer.job_id ", Quoted(job),
+        ": nothing the kernel knows of the process (its environment, its "
+        "Slurm cgroup) names the job"));
+  } else if (auto g = global_holders_.find(std::pair(job, global_rank));
+             g != global_holders_.end() &&
+             g->second !=
+                 HolderOf(static_cast<uint32_t>(who.pid), who.start_ticks)) {
+    refused = absl::PermissionDeniedError(absl::StrCat(
+        "trainer.global_rank ", global_rank, " of job ", Quoted(job),
+        " is held by process ", PidOf(g->second), " on this node"));
+  }
+  if (!refused.ok()) ++stats_.trainers_refused;
+  return refused;
 }
 
 bool LocalTenants::ClaimRank(Stream* s, const RankKey& key) {

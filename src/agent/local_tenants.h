@@ -53,6 +53,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "pitstop/sync.h"
 #include "pitstop/v1/telemetry.pb.h"
 #include "src/agent/peer_cred.h"
@@ -72,7 +73,16 @@ struct ProcessIdentity {
   // Whether /proc/PID/environ could be read (empty env_jobs then means the
   // library falls back to job "default").
   bool environ_read = false;
+  // When the process started (/proc/PID/stat field 22, clock ticks since
+  // boot); 0 when unreadable. With pid it names one process for good: a
+  // later process that gets the same pid has another start (R18-2, R18-4).
+  uint64_t start_ticks = 0;
 };
+
+// The start time (field 22, clock ticks since boot) of a /proc/PID/stat
+// line, 0 when it cannot be parsed. The command name (field 2) may hold
+// spaces and parentheses: fields are counted after its last ')'.
+uint64_t StartTicksOfStat(absl::string_view stat);
 
 // The job the library reports when its environment names none
 // (plugin/config.cc).
@@ -117,6 +127,9 @@ class LocalTenants {
     uint64_t quarantined = 0;
     // A rank beyond kMaxRanksPerProcess of one process.
     uint64_t process_over_cap = 0;
+    // A trainer's step report for a job or global rank its process may
+    // not report for (CheckTrainer).
+    uint64_t trainers_refused = 0;
   };
 
   // How strongly what the kernel knows ties a process to the job it
@@ -142,6 +155,16 @@ class LocalTenants {
   absl::StatusOr<Standing> Hello(uint64_t stream, const ProcessIdentity& who,
                                  uint32_t hello_pid, const std::string& job,
                                  int32_t global_rank);
+  // Whether process `who` may send TrainerService reports for `job` and
+  // `global_rank` (attacker round 18, R18-8): the job as a hello of it
+  // would be (its environment or cgroup names the job, or it has the
+  // identity the job's first process fixed on this node: same uid and
+  // cgroup), and a global rank no other process of this node holds.
+  // PermissionDenied naming the claim (counted in trainers_refused). A
+  // process the kernel does not know (ingest.verify_pid off) is believed.
+  // Nothing is fixed or held by a trainer's report.
+  absl::Status CheckTrainer(const ProcessIdentity& who, const std::string& job,
+                            int32_t global_rank);
   // Drops from `req` the communicator events and op records for ranks the
   // stream's process may not report for (counted). Returns whether it
   // changed `req`. Streams without an accepted hello: nothing is checked.
@@ -166,6 +189,19 @@ class LocalTenants {
 
  private:
   using RankKey = std::pair<uint64_t, int32_t>;  // (comm_hash, rank)
+  // A holder is one process: its pid and start time, so that a process
+  // that gets the pid of an exited one whose stream another process keeps
+  // open (a forked child's socket) is a new holder, not refused as the old
+  // one (R18-4). Pids are below 2^22 (the kernel's PID_MAX_LIMIT); a
+  // start of 0 (unknown) leaves the pid alone.
+  static uint64_t HolderOf(uint32_t pid, uint64_t start_ticks) {
+    return (start_ticks << 22) | pid;
+  }
+  // The pid of a holder, for messages.
+  static uint32_t PidOf(uint64_t holder) {
+    return static_cast<uint32_t>(holder >> 22 == 0 ? holder
+                                                   : holder & ((1u << 22) - 1));
+  }
   struct Job {
     uid_t uid = 0;
     std::string cgroup_job;
@@ -179,7 +215,7 @@ class LocalTenants {
     absl::flat_hash_set<RankKey> ranks;
   };
   struct Stream {
-    uint64_t holder = 0;  // pid (or the hello's when unknown)
+    uint64_t holder = 0;  // HolderOf(pid, start) (the hello's pid: unknown)
     std::string job;
     bool quarantined = false;           // every later record is dropped
     absl::flat_hash_set<RankKey> held;  // this stream's claims, no lock

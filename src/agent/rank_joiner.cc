@@ -282,7 +282,12 @@ void RankJoiner::AddCommunicators(uint64_t stream, Stream* s,
     // The agent names its own host: a process on it cannot report for
     // another (offline, without options_.host, the record's own is kept).
     if (!options_.host.empty() || info.host().empty()) info.set_host(host);
-    if (info.pid() == 0) info.set_pid(s->hello.pid());
+    // So does its process: the pid and start the agent vouches for
+    // (ProcessHello.process_start), not what the record says (R18-2).
+    if (!options_.host.empty() || info.pid() == 0) {
+      info.set_pid(s->hello.pid());
+      info.set_process_start(s->hello.process_start());
+    }
     if (info.job_id().empty()) info.set_job_id(s->hello.job_id());
     const int32_t g = s->hello.global_rank();
     auto live = s->comms.find(info.comm_hash());
@@ -535,7 +540,8 @@ void RankJoiner::Poll() {
   }
 }
 
-void RankJoiner::EndStream(uint64_t stream, bool agent_stopping) {
+void RankJoiner::EndStream(uint64_t stream, bool agent_stopping,
+                           bool no_death) {
   auto it = streams_.find(stream);
   if (it == streams_.end()) return;
   Stream* s = it->second.get();
@@ -543,7 +549,7 @@ void RankJoiner::EndStream(uint64_t stream, bool agent_stopping) {
   for (const auto& [id, op] : s->ops) live.push_back({op.creation, id});
   std::sort(live.begin(), live.end());
   for (const auto& [c, id] : live) EmitOp(s, id, /*forced=*/true);
-  if (s->goodbye) {
+  if (s->goodbye || (no_death && !agent_stopping)) {
     EmitLifecycle(s, v1::RankLifecycle::KIND_CLEAN_EXIT);
   } else if (!agent_stopping) {
     EmitLifecycle(s, v1::RankLifecycle::KIND_DIED);
@@ -568,6 +574,7 @@ void RankJoiner::EmitLifecycle(Stream* s, v1::RankLifecycle::Kind kind) {
   ev.set_kind(kind);
   ev.set_job_id(s->hello.job_id());
   ev.set_pid(s->hello.pid());
+  ev.set_process_start(s->hello.process_start());
   ev.set_global_rank(s->hello.global_rank());
   for (const auto& [hash, info] : s->comms) *ev.add_communicators() = info;
   ev.set_time_cpu_ns(clock_->MonotonicNanos());

@@ -143,8 +143,12 @@ class RankJoiner {
   // state ENQUEUED/STARTED) and a RankLifecycle CLEAN_EXIT (goodbye seen)
   // or DIED, then forgets the stream. With
   // `agent_stopping`, no lifecycle event is emitted for a stream that
-  // ended without goodbye (the agent is shutting down, not the rank).
-  void EndStream(uint64_t stream, bool agent_stopping = false);
+  // ended without goodbye (the agent is shutting down, not the rank). With
+  // `no_death`, such a stream ends as a CLEAN_EXIT: its process's end
+  // releases what it registered upstream but is no death (a process of no
+  // job, LocalTenants' anonymous tenant: R18-5).
+  void EndStream(uint64_t stream, bool agent_stopping = false,
+                 bool no_death = false);
 
   // Emits every op of every stream as it is (offline end of input).
   void FlushAll();

@@ -82,7 +82,11 @@ class AgentCoreHandler : public ShmStreamHandler {
     core_->CloseStream(stream);
   }
   void OnHello(uint64_t stream, const shm::HelloFrame& hello) override {
-    core_->process_ledger()->Hello(stream, hello);
+    // Keyed as the progress it annotates is: by the process's pid on this
+    // host, not the one its hello names (R18-2).
+    shm::HelloFrame h = hello;
+    h.pid = core_->ReportedPid(stream, hello.pid);
+    core_->process_ledger()->Hello(stream, h);
   }
   void OnCounters(uint64_t stream, const shm::Counters& counters) override {
     core_->process_ledger()->Counters(stream, counters);

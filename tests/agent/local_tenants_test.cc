@@ -378,6 +378,16 @@ TEST(LocalTenantsTest, AProcessOfNoJobEndsAsNoDeath) {
   }
   EXPECT_THAT(died, ::testing::ElementsAre(200u));
   EXPECT_EQ(core.rank_deaths(), 1u);
+  // R18-5: what the anonymous processes registered upstream is released
+  // when they end (a clean exit: no fault), so none of them keeps a rank.
+  std::vector<uint32_t> exited;
+  for (const v1::RankLifecycle& l : batch.lifecycle()) {
+    if (l.kind() == v1::RankLifecycle::KIND_CLEAN_EXIT) {
+      EXPECT_EQ(l.job_id(), "");
+      exited.push_back(l.pid());
+    }
+  }
+  EXPECT_EQ(exited.size(), 40u);
 }
 
 // Issue #33 N5: one process's made-up (comm, rank) claims filled the node's
@@ -410,6 +420,92 @@ TEST(LocalTenantsTest, OneProcessCannotFillTheNodesRankTable) {
   ASSERT_TRUE(t.Hello(3, Who(100, 65534), 100, "", -1).ok());
   v1::StreamTelemetryRequest again = Claims(0xF0F0, 0);
   EXPECT_TRUE(t.Filter(3, &again));
+}
+
+// Attacker round 18, R18-2: a process in its own pid namespace says hello
+// with the pid of another job's rank (its NSpid passes the pid check). The
+// agent reports a process upstream as the kernel knows it on this host:
+// its SO_PEERCRED pid, whatever pid the hello names.
+TEST(LocalTenantsTest, AProcessIsReportedByItsPidOnThisHost) {
+  AgentCoreOptions options;
+  options.host = "node-a";
+  AgentCore core(Clock::Real(), options, nullptr);
+  v1::StreamTelemetryRequest req = Claims(0x5A5A, 0);
+  req.mutable_communicators(0)->mutable_info()->set_n_ranks(1);
+  req.mutable_communicators(0)->mutable_info()->set_pid(28204);
+  v1::ProcessHello* h = req.mutable_hello();
+  h->set_pid(28204);  // its pid in its namespace = the victim's here
+  h->set_job_id("mallory");
+  h->set_global_rank(0);
+  h->set_start_unix_ns(1);
+  const uint64_t s = core.OpenStream(nullptr, Who(4242, 65534, "mallory"));
+  ASSERT_TRUE(core.OnMessage(s, req).ok());
+  core.CloseStream(s);
+  v1::ConnectRequest batch;
+  core.FillBatch(1000, &batch);
+  ASSERT_GT(batch.communicators_size(), 0);
+  for (const v1::CommunicatorInfo& c : batch.communicators()) {
+    EXPECT_EQ(c.pid(), 4242u);
+  }
+  std::vector<uint32_t> died;
+  for (const v1::RankLifecycle& l : batch.lifecycle()) {
+    if (l.kind() == v1::RankLifecycle::KIND_DIED) died.push_back(l.pid());
+    for (const v1::CommunicatorInfo& c : l.communicators()) {
+      EXPECT_EQ(c.pid(), 4242u);
+    }
+  }
+  EXPECT_THAT(died, ::testing::ElementsAre(4242u));
+}
+
+// Attacker round 18, R18-4: a process forks children that connect, say
+// hello and exit while the parent keeps their sockets; the pid counter
+// wraps and the next rank started on the node gets such a pid. It is
+// another process (another start time): it is not refused as the old one.
+TEST(LocalTenantsTest, AReusedPidIsANewProcess) {
+  testing::TempDir proc;
+  std::filesystem::create_directories(proc.file("500"));
+  auto started = [&](uint64_t ticks, const std::string& env) {
+    // Field 22 is the start; the command name holds spaces and ')'.
+    std::ofstream(proc.file("500/stat"))
+        << "500 (a b) c) S 1 500 500 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 "
+           "0 "
+        << ticks << " 1000 10 18446744073709551615\n";
+    std::ofstream(proc.file("500/environ"), std::ios::binary) << env;
+    return IdentifyProcess({500, 1000, 1000}, proc.path());
+  };
+  const ProcessIdentity gone = started(1111, "HOME=/x");
+  EXPECT_EQ(gone.start_ticks, 1111u);
+  LocalTenants t;
+  ASSERT_TRUE(t.Hello(1, gone, 500, "", -1).ok());  // stays open
+  const ProcessIdentity next = started(2222, "PITSTOP_JOB_ID=victim");
+  absl::StatusOr<LocalTenants::Standing> s = t.Hello(2, next, 500, "victim", 0);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(*s, LocalTenants::Standing::kMember);
+  // The same process's second stream is still the same holder.
+  EXPECT_TRUE(
+      absl::IsPermissionDenied(t.Hello(3, gone, 500, "victim", 1).status()));
+}
+
+// R18-8: a trainer's report is held against what the kernel knows of its
+// process, like a hello, and against the global ranks other processes hold.
+TEST(LocalTenantsTest, ATrainerReportsForItsOwnJobAndRankOnly) {
+  LocalTenants t;
+  ASSERT_TRUE(t.Hello(1, Who(100, 1000, "tj"), 100, "tj", 3).ok());
+  EXPECT_TRUE(t.CheckTrainer(Who(100, 1000, "tj"), "tj", 3).ok());
+  EXPECT_TRUE(t.CheckTrainer(Who(200, 1000, "tj"), "tj", 1).ok());
+  absl::Status s = t.CheckTrainer(Who(200, 1000, "tj"), "tj", 3);
+  EXPECT_THAT(s.message(), HasSubstr("trainer.global_rank 3"));
+  ProcessIdentity stranger = Who(300, 65534);
+  stranger.environ_read = true;  // `env -i`
+  s = t.CheckTrainer(stranger, "tj", 0);
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  s = t.CheckTrainer(Who(300, 65534, "tj"), "tj", 0);
+  EXPECT_THAT(s.message(), HasSubstr("trainer.job_id 'tj' belongs to uid"));
+  s = t.CheckTrainer(Who(300, 65534, "mine"), "flood-1", 0);
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_EQ(t.stats().trainers_refused, 4u);
+  // Unknown to the kernel (ingest.verify_pid off): believed.
+  EXPECT_TRUE(t.CheckTrainer(ProcessIdentity{}, "tj", 3).ok());
 }
 
 }  // namespace

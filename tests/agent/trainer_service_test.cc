@@ -1,11 +1,16 @@
 // TrainerService: TrainerHub rules, and the real Agent serving it on its
 // ingest Unix socket, forwarding step reports to an in-test AgentLink
 // receiver and delivering its directives back to the trainer.
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "pitstop/v1/trainer.grpc.pb.h"
 #include "src/agent/agent.h"
+#include "src/agent/local_tenants.h"
 #include "src/agent/trainer_hub.h"
 #include "tests/agent/test_receiver.h"
 #include "tests/agent/test_util.h"
@@ -182,7 +187,20 @@ TEST(TrainerHubTest, BoundedQueueDropsOldestAndNoUpstreamDropsAll) {
   EXPECT_EQ(batch.trainer_reports_size(), 0);
 }
 
+// The job this test process may report for: the one its environment names
+// as the library reads it, else the library's fallback (R18-8: the agent
+// checks a trainer's job against what the kernel knows of its process).
+std::string OwnJob() {
+  for (const char* var :
+       {"PITSTOP_JOB_ID", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"}) {
+    const char* v = std::getenv(var);
+    if (v != nullptr && *v != '\0') return v;
+  }
+  return kLibraryDefaultJob;
+}
+
 TEST(TrainerServiceTest, AgentForwardsReportsAndDeliversDirectives) {
+  const std::string job = OwnJob();
   TempDir dir;
   TestReceiver receiver;
   AgentOptions o;
@@ -207,12 +225,12 @@ TEST(TrainerServiceTest, AgentForwardsReportsAndDeliversDirectives) {
     return stub->ReportSteps(&ctx, req, resp);
   };
   v1::ReportStepsResponse resp;
-  grpc::Status st = call(MakeReport("job-t", 2, 7), &resp);
+  grpc::Status st = call(MakeReport(job, 2, 7), &resp);
   ASSERT_TRUE(st.ok()) << st.error_message();
-  ASSERT_TRUE(receiver.WaitUntil([](const Reqs& reqs) {
+  ASSERT_TRUE(receiver.WaitUntil([&job](const Reqs& reqs) {
     for (const auto& r : reqs) {
       for (const auto& t : r.trainer_reports()) {
-        if (t.trainer().job_id() == "job-t" && t.steps_size() == 7 &&
+        if (t.trainer().job_id() == job && t.steps_size() == 7 &&
             t.trainer().global_rank() == 2) {
           return true;
         }
@@ -228,11 +246,11 @@ TEST(TrainerServiceTest, AgentForwardsReportsAndDeliversDirectives) {
 
   v1::AgentCommand cmd;
   cmd.set_command_id(77);
-  *cmd.mutable_trainer_directive() = MakeDirective("job-t", 3);
+  *cmd.mutable_trainer_directive() = MakeDirective(job, 3);
   ASSERT_TRUE(receiver.SendCommand(cmd));
   bool got = false;
   for (int i = 0; i < 200 && !got; ++i) {
-    v1::ReportStepsRequest poll = MakeReport("job-t", 2, 0);
+    v1::ReportStepsRequest poll = MakeReport(job, 2, 0);
     ASSERT_TRUE(call(poll, &resp).ok());
     got = resp.directives_size() == 1;
     if (!got) absl::SleepFor(absl::Milliseconds(25));
@@ -242,6 +260,46 @@ TEST(TrainerServiceTest, AgentForwardsReportsAndDeliversDirectives) {
   EXPECT_EQ(resp.directives(0).mode(), v1::SYNC_MODE_TIMED);
   EXPECT_EQ(resp.directives(0).apply_at_step(), 40u);
   EXPECT_TRUE(resp.controller_connected());
+  (*agent)->Stop();
+}
+
+// Attacker round 18, R18-8: any local process reported step times for
+// another job's global rank (a forged step-time straggler), took its
+// profile requests and filled the controller's trainer tables with made-up
+// jobs. A trainer reports only for a job its process belongs to and a
+// global rank no other process on the node holds.
+TEST(TrainerServiceTest, ATrainerReportsOnlyForItsOwnJobAndRank) {
+  TempDir dir;
+  AgentOptions o;
+  o.ingest_socket = dir.file("a.sock");
+  o.controller = "";
+  o.host = "trainer-node";
+  o.metrics_address = "";
+  o.sysfs_root = dir.file("sys");
+  auto agent = Agent::Create(o, Clock::Real());
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  auto stub = v1::TrainerService::NewStub(grpc::CreateChannel(
+      "unix:" + o.ingest_socket, grpc::InsecureChannelCredentials()));
+  auto call = [&](const v1::ReportStepsRequest& req) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(10));
+    v1::ReportStepsResponse resp;
+    return stub->ReportSteps(&ctx, req, &resp);
+  };
+  const std::string other = OwnJob() + "-not-mine";
+  grpc::Status st = call(MakeReport(other, 3, 1));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(st.error_message(), ::testing::HasSubstr("trainer.job_id"));
+  for (int i = 0; i < 5; ++i) {
+    (void)call(MakeReport(absl::StrCat("flood-", i), 0, 1));
+  }
+  EXPECT_EQ((*agent)->core()->tenant_stats().trainers_refused, 6u);
+  EXPECT_EQ((*agent)->trainer_hub()->counters().reports, 0u);
+  // Its own job is taken.
+  st = call(MakeReport(OwnJob(), 3, 1));
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ((*agent)->trainer_hub()->counters().reports, 1u);
   (*agent)->Stop();
 }
 

@@ -65,6 +65,8 @@ TEST(EngineMemoryTest, ClaimedRanksDoNotSizeAnything) {
   v1::RankLifecycle died;
   died.set_kind(v1::RankLifecycle::KIND_DIED);
   died.set_pid(7);
+  died.set_job_id(
+      "bomb");  // its communicators' job (R18-2: a death is in its job)
   for (uint64_t h = 2; h < 202; ++h) {
     ASSERT_TRUE((*engine)->AddCommunicator("h", HugeComm(h)).ok());
     *died.add_communicators() = HugeComm(h, (1 << 20) - 1);
@@ -73,13 +75,15 @@ TEST(EngineMemoryTest, ClaimedRanksDoNotSizeAnything) {
     p.set_rank((1 << 20) - 1);
     p.set_last_enqueued_seq(5);
     p.set_last_enqueue_cpu_ns(1);
-    ASSERT_TRUE((*engine)->AddProgress("h", p).ok());
+    // Ranks no communicator record of job "bomb" registered: records of
+    // no job (progress, summaries) are refused for them (R18-5).
+    ASSERT_TRUE(absl::IsPermissionDenied((*engine)->AddProgress("h", p)));
     v1::CollectiveSummary s;
     s.set_comm_hash(h);
     s.set_rank((1 << 20) - 2);
     s.set_seq_number(1);
     s.set_kernel_duration_ns(1000);
-    ASSERT_TRUE((*engine)->AddSummary("h", s).ok());
+    ASSERT_TRUE(absl::IsPermissionDenied((*engine)->AddSummary("h", s)));
   }
   ASSERT_TRUE((*engine)->AddLifecycle("h", died).ok());
   for (int i = 0; i < 3; ++i) {

@@ -262,5 +262,86 @@ TEST(IsolationTest, DeathsOfNoJobFoldIntoOneFaultPerHost) {
   }
 }
 
+// Attacker round 18, R18-2: a process of another job on host b with the
+// same pid as the victim's rank 0 (its own pid namespace, another
+// container) dies. Its death marked the victim's members dead (the victim's
+// hangs cleared as "consequence of a process death") and hid the victim's
+// real death (DiedBefore). A death applies only to the members its own
+// process registered, in its own job.
+TEST(IsolationTest, ADeathOfAnotherJobsProcessWithAnEqualPidIsNotTheVictims) {
+  FakeClock clock;
+  auto e = Engine(&clock);
+  StartVictim(e.get());  // pids 100, 101 on b
+  v1::CommunicatorInfo own = Comm(2, "mallory", 0, 1, 0);
+  own.set_pid(100);
+  ASSERT_TRUE(e->AddCommunicator("b", own).ok());
+  ASSERT_TRUE(e->AddLifecycle("b", Died("mallory", 100, 0)).ok());
+  clock.Advance(absl::Milliseconds(500));
+  CycleResult r = e->RunCycle();
+  ASSERT_EQ(Count(r, v1::FAULT_CLASS_PROCESS_DIED), 1);
+  for (const v1::Fault& f : r.faults) {
+    if (f.fault_class() != v1::FAULT_CLASS_PROCESS_DIED) continue;
+    EXPECT_EQ(f.job_id(), "mallory");
+    EXPECT_EQ(f.comm_hash(), 2u);
+    EXPECT_EQ(f.victims_size(), 0) << f.DebugString();
+  }
+  // The victim's rank 0 really dies now: its own fault, in its own job.
+  clock.Advance(absl::Seconds(30));
+  ASSERT_TRUE(e->AddLifecycle("b", Died("victim", 100, 0)).ok());
+  clock.Advance(absl::Milliseconds(500));
+  r = e->RunCycle();
+  int victims = 0;
+  for (const v1::Fault& f : r.faults) {
+    if (f.fault_class() != v1::FAULT_CLASS_PROCESS_DIED) continue;
+    if (f.job_id() != "victim") continue;
+    ++victims;
+    EXPECT_EQ(f.comm_hash(), 1u);
+    EXPECT_EQ(f.victims_size(), 1);
+  }
+  EXPECT_EQ(victims, 1);
+}
+
+// Attacker round 18, R18-5: a process of no job on host c reported a
+// not-yet-reported rank of job gr's communicator (its records name no
+// job) and held it after it exited; the real rank was refused. A record
+// of no job registers no member of a job's communicator.
+TEST(IsolationTest, AProcessOfNoJobHoldsNoRankOfAJobsCommunicator) {
+  FakeClock clock;
+  auto e = Engine(&clock);
+  // Job gr: communicator 0xc0 of 3 ranks, ranks 0 and 1 on host a, each
+  // listing the 3 global ranks.
+  for (int32_t r = 0; r < 2; ++r) {
+    ASSERT_TRUE(e->AddCommunicator("a", Comm(0xc0, "gr", r, 3, -1, 3)).ok());
+  }
+  const uint64_t refused = e->stats().claims_refused;
+  absl::Status s = e->AddCommunicator("c", Comm(0xc0, "", 2, 3));
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("a process of no job"));
+  v1::CollectiveSummary summary;
+  summary.set_comm_hash(0xc0);
+  summary.set_rank(2);
+  summary.set_pid(777);
+  summary.set_func(v1::COLL_FUNC_ALL_REDUCE);
+  summary.set_seq_number(1);
+  s = e->AddSummary("c", summary);
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  v1::RankProgress progress;
+  progress.set_comm_hash(0xc0);
+  progress.set_rank(2);
+  progress.set_pid(777);
+  progress.set_func(v1::COLL_FUNC_ALL_REDUCE);
+  s = e->AddProgress("c", progress);
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_EQ(e->stats().claims_refused, refused + 3);
+  // The real rank 2 (host b) registers.
+  s = e->AddCommunicator("b", Comm(0xc0, "gr", 2, 3, -1, 3));
+  EXPECT_TRUE(s.ok()) << s;
+  v1::Communicator c;
+  ASSERT_TRUE(e->GetCommunicator(0xc0, &c));
+  for (const v1::MemberLocation& m : c.members()) {
+    EXPECT_NE(m.host(), "c") << m.DebugString();
+  }
+}
+
 }  // namespace
 }  // namespace pitstop::controller

@@ -30,6 +30,9 @@ struct Member {
   int32_t global_rank = -1;
   std::string host;
   uint32_t pid = 0;
+  // CommunicatorInfo.process_start of the process that registered it (0:
+  // unknown): with host and pid, the process (R18-2).
+  uint64_t start = 0;
   int32_t cuda_device = -1;
   // Heuristic: GPU i <-> NIC i on rail-optimised nodes (see engine docs).
   std::string nic;

@@ -269,7 +269,7 @@ absl::Status EngineImpl::AddCommunicator(absl::string_view host,
                              ? info.global_ranks(info.rank())
                              : -1;
   RETURN_IF_ERROR(NoteMember(&c, info.rank(), global, host, info.pid(),
-                             info.cuda_device()));
+                             info.cuda_device(), info.process_start()));
   if (Member& m = c.MemberAt(info.rank()); m.finalized != info.finalized()) {
     // A destroyed communicator's last records may never come: its member
     // is judged like one that exited (hang_detector.cc).
@@ -299,6 +299,10 @@ absl::Status EngineImpl::AddSummary(absl::string_view host,
   if (c.n_ranks_known && s.rank() >= c.n_ranks) {
     return absl::InvalidArgumentError(
         absl::StrCat("summary.rank: ", s.rank(), " >= n_ranks ", c.n_ranks));
+  }
+  if (absl::Status st = JoblessFoothold(c, s.rank(), host, "summary.rank");
+      !st.ok()) {
+    return st;
   }
   if (absl::Status st =
           NoteMember(&c, s.rank(), s.global_rank(), host, s.pid(), -1);
@@ -409,6 +413,10 @@ absl::Status EngineImpl::AddProgress(absl::string_view host,
   if (c.n_ranks_known && p.rank() >= c.n_ranks) {
     return absl::InvalidArgumentError(
         absl::StrCat("progress.rank: ", p.rank(), " >= n_ranks ", c.n_ranks));
+  }
+  if (absl::Status st = JoblessFoothold(c, p.rank(), host, "progress.rank");
+      !st.ok()) {
+    return st;
   }
   if (absl::Status st =
           NoteMember(&c, p.rank(), p.global_rank(), host, p.pid(), -1);

@@ -329,7 +329,7 @@ void EngineImpl::RaiseProcessDied(absl::string_view host,
   auto set_key = [&](const std::string& k) {
     for (auto& [hash, c] : comms_) {
       for (auto& [r, m] : c.members) {
-        if (m.dead && m.host == host && m.pid == l.pid()) m.death_key = k;
+        if (m.dead && OfProcess(c, m, host, l)) m.death_key = k;
       }
     }
   };
@@ -370,7 +370,7 @@ void EngineImpl::RaiseProcessDied(absl::string_view host,
   for (auto& [hash, c] : comms_) {
     int32_t dead_rank = -1;
     for (const auto& [r, m] : c.members) {
-      if (m.dead && m.host == host && m.pid == l.pid()) dead_rank = r;
+      if (m.dead && OfProcess(c, m, host, l)) dead_rank = r;
     }
     if (dead_rank < 0) continue;
     if (f.comm_hash() == 0) {
@@ -390,7 +390,7 @@ void EngineImpl::RaiseProcessDied(absl::string_view host,
       tracker_.Clear(key, "consequence of a process death");
     }
     for (const auto& [r, m] : c.members) {
-      if (m.dead && m.host == host && m.pid == l.pid()) continue;
+      if (m.dead && OfProcess(c, m, host, l)) continue;
       const std::string id = m.global_rank >= 0
                                  ? absl::StrCat("g", m.global_rank)
                                  : absl::StrCat(hash, ":", r);

@@ -64,7 +64,7 @@ class EngineImpl final : public DetectionEngine {
   // (ForeignHolder).
   absl::Status NoteMember(CommState* c, int32_t rank, int32_t global_rank,
                           absl::string_view host, uint32_t pid,
-                          int32_t cuda_device);
+                          int32_t cuda_device, uint64_t process_start = 0);
   // PermissionDenied (counted) when `m` is held by a live process on
   // another host than `host` that may not be taken over yet (MayTakeOver):
   // an agent reports for its own host only.
@@ -80,8 +80,17 @@ class EngineImpl final : public DetectionEngine {
   CommState* GetOrCreateComm(uint64_t hash, absl::string_view host,
                              absl::string_view job, absl::Status* status);
   // `c` learns its job: its units move from the "" job to `job`.
-  // PermissionDenied (counted) when it has another job already.
+  // PermissionDenied (counted) when it has another job already, or `job`
+  // is "" (a process of no job, e.g. an anonymous tenant) and `c` has one:
+  // such a process is no member of another job's communicator (R18-5).
   absl::Status SetCommJob(CommState* c, const std::string& job);
+  // PermissionDenied (counted) when a record that names no job (a summary,
+  // a progress report) would add member `rank` to `c`, a communicator of a
+  // job: only the job's communicator records register its members, so a
+  // process of no job on another host cannot hold a rank of a job's
+  // communicator that has not been reported yet (R18-5).
+  absl::Status JoblessFoothold(const CommState& c, int32_t rank,
+                               absl::string_view host, const char* field);
   // AddCommunicator's global_ranks: the members it names, charged to
   // `host` all at once (a list its share cannot hold is refused whole).
   absl::Status NoteGlobalRanks(CommState* c, const v1::CommunicatorInfo& info,
@@ -143,10 +152,18 @@ class EngineImpl final : public DetectionEngine {
   // may take over yet (the test ForeignHolder, ForeignResize and
   // ForeignRank share).
   bool HeldLive(const Member& m) const;
-  // The communicators in which (host, pid) is a live member.
-  std::vector<uint64_t> HeldComms(absl::string_view host, uint32_t pid) const;
-  // Whether (host, pid) is a dead member of some communicator.
-  bool DiedBefore(absl::string_view host, uint32_t pid) const;
+  // Whether `m` of `c` is a member the process of lifecycle `l` on `host`
+  // registered: the same host and pid, the same start where both are
+  // known, and a communicator of the lifecycle's job. A death or exit
+  // applies to those only, never to another job's members whose process
+  // had an equal pid (a pid namespace, another container: R18-2).
+  static bool OfProcess(const CommState& c, const Member& m,
+                        absl::string_view host, const v1::RankLifecycle& l);
+  // The communicators in which the process of `l` is a live member.
+  std::vector<uint64_t> HeldComms(absl::string_view host,
+                                  const v1::RankLifecycle& l) const;
+  // Whether the process of `l` is a dead member of some communicator.
+  bool DiedBefore(absl::string_view host, const v1::RankLifecycle& l) const;
   // EraseComm: the live members of `c` into departed_.
   void NoteDeparted(const CommState& c);
   // PermissionDenied (deaths_refused) unless `lifecycle`, a DIED, is of a

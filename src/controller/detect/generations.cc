@@ -46,7 +46,7 @@ bool EngineImpl::FoldDeath(absl::string_view host, const v1::RankLifecycle& l,
   ++episode.deaths;
   for (auto& [hash, c] : comms_) {
     for (auto& [r, m] : c.members) {
-      if (m.dead && m.host == host && m.pid == l.pid()) {
+      if (m.dead && OfProcess(c, m, host, l)) {
         m.death_key = episode.key;
       }
     }

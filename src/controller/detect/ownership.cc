@@ -67,7 +67,8 @@ absl::Status EngineImpl::ForeignResize(const CommState& c, int32_t n_ranks,
 
 absl::Status EngineImpl::NoteMember(CommState* c, int32_t rank,
                                     int32_t global_rank, absl::string_view host,
-                                    uint32_t pid, int32_t cuda_device) {
+                                    uint32_t pid, int32_t cuda_device,
+                                    uint64_t process_start) {
   // (A btree's iterators, end() too, do not survive an insertion: `fresh`
   // is decided before MemberAt.)
   auto existing = c->members.find(rank);
@@ -99,14 +100,23 @@ absl::Status EngineImpl::NoteMember(CommState* c, int32_t rank,
   if (global_rank >= 0) m.global_rank = global_rank;
   if (!host.empty()) m.host = std::string(host);
   m.unreachable = unreachable;
+  if (pid != 0 && m.pid != pid) m.start = 0;  // another process's
   if (pid != 0) m.pid = pid;
+  if (process_start != 0) m.start = process_start;
   if (cuda_device >= 0) m.cuda_device = cuda_device;
   if (changed) AssignNic(&m);
   return absl::OkStatus();
 }
 
 absl::Status EngineImpl::SetCommJob(CommState* c, const std::string& job) {
-  if (job.empty() || job == c->job_id) return absl::OkStatus();
+  if (job == c->job_id) return absl::OkStatus();
+  if (job.empty()) {
+    ++stats_.claims_refused;
+    return absl::PermissionDeniedError(
+        absl::StrCat("job_id: communicator ", absl::Hex(c->comm_hash),
+                     " belongs to job '", c->job_id.substr(0, 64),
+                     "'; a process of no job may not report for its ranks"));
+  }
   if (!c->job_id.empty()) {
     ++stats_.claims_refused;
     return absl::PermissionDeniedError(absl::StrCat(
@@ -132,6 +142,23 @@ absl::Status EngineImpl::SetCommJob(CommState* c, const std::string& job) {
   }
   c->job_id = job;
   return absl::OkStatus();
+}
+
+absl::Status EngineImpl::JoblessFoothold(const CommState& c, int32_t rank,
+                                         absl::string_view host,
+                                         const char* field) {
+  if (c.job_id.empty()) return absl::OkStatus();
+  auto it = c.members.find(rank);
+  if (it != c.members.end() && it->second.known && !it->second.host.empty()) {
+    return absl::OkStatus();
+  }
+  ++stats_.claims_refused;
+  return absl::PermissionDeniedError(absl::StrCat(
+      field, ": member ", rank, " of communicator ", absl::Hex(c.comm_hash),
+      " (job '", c.job_id.substr(0, 64),
+      "') was not registered by a "
+      "communicator record of its job; host ",
+      host.substr(0, 64), " may not add it from records of no job"));
 }
 
 absl::Status EngineImpl::NoteGlobalRanks(CommState* c,
@@ -165,13 +192,21 @@ absl::Status EngineImpl::NoteGlobalRanks(CommState* c,
   return absl::OkStatus();
 }
 
+bool EngineImpl::OfProcess(const CommState& c, const Member& m,
+                           absl::string_view host, const v1::RankLifecycle& l) {
+  return l.pid() != 0 && m.pid == l.pid() && m.host == host &&
+         (l.process_start() == 0 || m.start == 0 ||
+          m.start == l.process_start()) &&
+         c.job_id == l.job_id();
+}
+
 std::vector<uint64_t> EngineImpl::HeldComms(absl::string_view host,
-                                            uint32_t pid) const {
+                                            const v1::RankLifecycle& l) const {
   std::vector<uint64_t> held;
-  if (pid == 0) return held;
+  if (l.pid() == 0) return held;
   for (const auto& [hash, c] : comms_) {
     for (const auto& [rank, m] : c.members) {
-      if (m.host == host && m.pid == pid && !m.dead && !m.exited) {
+      if (OfProcess(c, m, host, l) && !m.dead && !m.exited) {
         held.push_back(hash);
         break;
       }
@@ -180,12 +215,13 @@ std::vector<uint64_t> EngineImpl::HeldComms(absl::string_view host,
   return held;
 }
 
-bool EngineImpl::DiedBefore(absl::string_view host, uint32_t pid) const {
-  if (pid == 0) return false;
+bool EngineImpl::DiedBefore(absl::string_view host,
+                            const v1::RankLifecycle& l) const {
+  if (l.pid() == 0) return false;
   for (const auto& [hash, c] : comms_) {
     if (c.dead_members == 0) continue;
     for (const auto& [rank, m] : c.members) {
-      if (m.dead && m.host == host && m.pid == pid) return true;
+      if (m.dead && OfProcess(c, m, host, l)) return true;
     }
   }
   return false;
@@ -211,11 +247,14 @@ absl::Status EngineImpl::AddLifecycle(absl::string_view host,
   // What the host was known to hold before this record: the record's own
   // communicators are its claim, not evidence for its death.
   std::vector<uint64_t> held;
-  if (died) held = HeldComms(host, l.pid());
-  const bool died_before = died && held.empty() && DiedBefore(host, l.pid());
+  if (died) held = HeldComms(host, l);
+  const bool died_before = died && held.empty() && DiedBefore(host, l);
   for (const v1::CommunicatorInfo& info : l.communicators()) {
     v1::CommunicatorInfo copy = info;
-    if (copy.pid() == 0) copy.set_pid(l.pid());
+    if (copy.pid() == 0) {
+      copy.set_pid(l.pid());
+      copy.set_process_start(l.process_start());
+    }
     if (copy.job_id().empty()) copy.set_job_id(l.job_id());
     if (absl::Status s = AddCommunicator(host, copy); !s.ok()) {
       return absl::Status(
@@ -235,8 +274,7 @@ absl::Status EngineImpl::AddLifecycle(absl::string_view host,
   const int64_t now = clock_->MonotonicNanos();
   for (auto& [hash, c] : comms_) {
     for (auto& [rank, m] : c.members) {
-      if (m.host == host && m.pid == l.pid() && l.pid() != 0 &&
-          !(died ? m.dead : m.exited)) {
+      if (OfProcess(c, m, host, l) && !(died ? m.dead : m.exited)) {
         (died ? m.dead : m.exited) = true;
         if (died) ++c.dead_members;
         ++c.generation;

@@ -129,9 +129,9 @@ absl::Status SyncPolicyEngine::AddReport(const std::string& host,
     if (s.has_lora()) return absl::OkStatus();
   }
   const int64_t now = clock_->MonotonicNanos();
-  absl::StatusOr<Job*> found =
-      FindOrAddJob(jobs_, t.job_id(), options_.max_jobs,
-                   options_.job_idle_expiry, now, "trainer.job_id");
+  absl::StatusOr<Job*> found = FindOrAddJob(
+      jobs_, t.job_id(), options_.max_jobs, options_.job_idle_expiry, now,
+      "trainer.job_id", nullptr, host, options_.max_jobs_per_host);
   if (!found.ok()) return found.status();
   Job& job = **found;
   if (!job.ranks.count(t.global_rank()) &&

@@ -64,6 +64,9 @@ class SyncPolicyEngine {
     absl::Duration resend = absl::Seconds(60);
     size_t max_decisions = 64;
     size_t max_jobs = 4096;
+    // Jobs the reports of one host may create (its share of max_jobs; 0:
+    // none kept): one host's made-up jobs cannot fill the table (R18-8).
+    size_t max_jobs_per_host = 256;
     // With the table full, a new job replaces the one idle longest once it
     // has been idle this long (no report, no settings change).
     absl::Duration job_idle_expiry = absl::Hours(1);
@@ -116,6 +119,7 @@ class SyncPolicyEngine {
   };
   struct Job {
     int64_t last_active_ns = 0;  // last report or settings change
+    std::string first_host;      // whose report created it ("": settings)
     bool has_settings = false;
     v1::SyncSettings settings;  // as set (zero = default)
     std::map<int32_t, RankState> ranks;

@@ -61,20 +61,34 @@ inline absl::Status ValidateTrainerReport(const v1::ReportStepsRequest& r) {
 }
 
 // Finds or adds job `id` in a policy's job table and marks it active at
-// `now_ns` (`Job` has an int64_t `last_active_ns`). A long-running controller
-// sees many short jobs come and go: with the table full, a new job replaces the
-// one idle longest if it has been idle at least `idle_expiry`; active jobs are
-// never dropped (ResourceExhausted naming `field`). `forgotten` (may be null)
-// gets the id of a dropped job.
+// `now_ns` (`Job` has an int64_t `last_active_ns` and a std::string
+// `first_host`, the reporting `host` that created it). A long-running
+// controller sees many short jobs come and go: with the table full, a new job
+// replaces the one idle longest if it has been idle at least `idle_expiry`;
+// active jobs are never dropped (ResourceExhausted naming `field`). `forgotten`
+// (may be null) gets the id of a dropped job.
 template <typename Job>
 absl::StatusOr<Job*> FindOrAddJob(std::map<std::string, Job>& jobs,
                                   const std::string& id, size_t max_jobs,
                                   absl::Duration idle_expiry, int64_t now_ns,
                                   const char* field,
-                                  std::string* forgotten = nullptr) {
+                                  std::string* forgotten = nullptr,
+                                  const std::string& host = "",
+                                  size_t max_jobs_per_host = 0) {
   if (auto it = jobs.find(id); it != jobs.end()) {
     it->second.last_active_ns = now_ns;
     return &it->second;
+  }
+  // A host's share (R18-8): the jobs its reports created. Made-up jobs of
+  // one host end at its share and never push out another host's.
+  if (!host.empty() && max_jobs_per_host > 0) {
+    size_t own = 0;
+    for (const auto& [name, job] : jobs) own += job.first_host == host;
+    if (own >= max_jobs_per_host) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          field, ": host ", host.substr(0, 64), " reported ", max_jobs_per_host,
+          " jobs already (its share of ", max_jobs, ")"));
+    }
   }
   if (jobs.size() >= max_jobs) {
     auto idlest = std::min_element(
@@ -92,6 +106,7 @@ absl::StatusOr<Job*> FindOrAddJob(std::map<std::string, Job>& jobs,
   }
   Job* job = &jobs.emplace(id, Job{}).first->second;
   job->last_active_ns = now_ns;
+  job->first_host = host;
   return job;
 }
 

@@ -3,6 +3,7 @@
 // the agents of the job and answering GetJobSync / SetSyncPolicy.
 #include "src/controller/trainers/sync_policy.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pitstop/clock.h"
@@ -392,6 +393,30 @@ TEST(SyncPolicyLimitsTest, JobsAndRanksAreBounded) {
   EXPECT_TRUE(absl::IsNotFound(engine.State("a").status()));
   EXPECT_TRUE(engine.State("b").ok());
   EXPECT_TRUE(engine.State("c").ok());
+}
+
+// Attacker round 18, R18-8: one host reported a step for each of 4,200
+// made-up jobs; the cluster-wide table (max_jobs 4096, an hour's idle
+// expiry) was full and every other host's new job was refused for an
+// hour. A host creates at most its share of the jobs.
+TEST(SyncPolicyLimitsTest, OneHostsMadeUpJobsDoNotFillTheTable) {
+  FakeClock clock;
+  SyncPolicyEngine engine(&clock, SyncPolicyEngine::Options{});
+  v1::ReportStepsRequest r;
+  r.mutable_trainer()->set_global_rank(0);
+  int refused = 0;
+  for (int i = 0; i < 4200; ++i) {
+    r.mutable_trainer()->set_job_id(absl::StrCat("flood-", i));
+    refused += absl::IsResourceExhausted(engine.AddReport("evil", r));
+  }
+  EXPECT_GE(refused, 4200 - 4096);
+  r.mutable_trainer()->set_job_id("newjob");
+  absl::Status s = engine.AddReport("b", r);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(engine.State("newjob").ok());
+  // The host's own jobs still report.
+  r.mutable_trainer()->set_job_id("flood-0");
+  EXPECT_TRUE(engine.AddReport("evil", r).ok());
 }
 
 class SinkRecorder : public CommandSink {

@@ -148,7 +148,7 @@ absl::Status LoraPolicyEngine::AddReport(const std::string& host,
           ") of ", l.layer_costs_size(), " layer costs"));
     }
   }
-  absl::StatusOr<Job*> found = FindOrAddJob(t.job_id(), "trainer.job_id");
+  absl::StatusOr<Job*> found = FindOrAddJob(t.job_id(), "trainer.job_id", host);
   if (!found.ok()) return found.status();
   ids_->Seen(t.job_id(), r.seen_directive_id());
   Job& job = **found;
@@ -211,11 +211,12 @@ absl::Status LoraPolicyEngine::AddReport(const std::string& host,
 }
 
 absl::StatusOr<LoraPolicyEngine::Job*> LoraPolicyEngine::FindOrAddJob(
-    const std::string& id, const char* field) {
+    const std::string& id, const char* field, const std::string& host) {
   std::string forgotten;
   absl::StatusOr<Job*> job = controller::FindOrAddJob(
       jobs_, id, options_.max_jobs, options_.job_idle_expiry,
-      clock_->MonotonicNanos(), field, &forgotten);
+      clock_->MonotonicNanos(), field, &forgotten, host,
+      options_.max_jobs_per_host);
   if (!forgotten.empty()) {
     Logger("controller.lora")
         ->info("job {}: forgotten, idle past {} with the job table full",

@@ -68,6 +68,9 @@ class LoraPolicyEngine {
     absl::Duration resend = absl::Seconds(60);
     size_t max_decisions = 64;
     size_t max_jobs = 4096;
+    // Jobs the reports of one host may create (its share of max_jobs; 0:
+    // none kept), as SyncPolicyEngine::Options::max_jobs_per_host.
+    size_t max_jobs_per_host = 256;
     // With the table full, a new job replaces the one idle longest (no
     // report, no settings change) if that one has been idle this long: a
     // long-running controller sees many short fine-tuning jobs come and go.
@@ -114,6 +117,7 @@ class LoraPolicyEngine {
     uint64_t last_step = 0;
   };
   struct Job {
+    std::string first_host;  // whose report created it ("": settings)
     bool has_settings = false;
     v1::LoraSettings settings;
     std::map<int32_t, RankState> ranks;
@@ -145,7 +149,9 @@ class LoraPolicyEngine {
   void NoteReportedPlacement(const std::string& id, Job& job);
   // Finds or adds `id`; with the table full, drops the job idle longest if
   // it is past job_idle_expiry, else ResourceExhausted naming `field`.
-  absl::StatusOr<Job*> FindOrAddJob(const std::string& id, const char* field);
+  // `host`: the reporting agent's ("" for settings), charged with a new job.
+  absl::StatusOr<Job*> FindOrAddJob(const std::string& id, const char* field,
+                                    const std::string& host = "");
   void EvaluateJob(const std::string& id, Job& job,
                    const std::vector<v1::Fault>& open_faults, int64_t now,
                    std::vector<Outgoing>* out);
