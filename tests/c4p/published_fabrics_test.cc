@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -169,6 +171,63 @@ TEST(PublishedFabricsTest, Edr96HostsFromAGuidMap) {
   auto bad = ParseIbHostMap("0x12 a\nzz b\n", "hosts.map");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("hosts.map:2:"), std::string::npos);
+}
+
+// With SHARP enabled, every Switch-IB 2 / Quantum switch lists its
+// aggregation node (the in-switch reduction engine) as a Ca on an internal
+// port, all with the description "Mellanox Technologies Aggregation Node"
+// (as in public ibnetdiscover outputs of Quantum fabrics: `Ca 1 "H-..." #
+// "Mellanox Technologies Aggregation Node"` on port 41 of an MQM8700).
+// They are neither hosts nor GPUs, and a spine with one is still a spine.
+std::string WithAggregationNodes(const std::string& text) {
+  std::vector<std::string> out, switches;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    const std::string l(line);
+    out.push_back(l);
+    if (!absl::StartsWith(l, "Switch\t")) continue;
+    const std::string guid = l.substr(l.find("\"S-") + 3, 16);
+    switches.push_back(guid);
+    // The aggregation node's GUID and its port's: the switch's, re-prefixed.
+    out.push_back(absl::StrCat("[37]\t\"H-0002c9", guid.substr(6), "\"[1](2c8",
+                               guid.substr(6),
+                               ") \t\t# \"Mellanox "
+                               "Technologies Aggregation Node\" lid ",
+                               900 + switches.size(), " 4xEDR"));
+  }
+  for (size_t i = 0; i < switches.size(); ++i) {
+    const std::string an = "0002c9" + switches[i].substr(6);
+    for (const std::string& l :
+         {std::string("vendid=0x2c9"), std::string("devid=0xcf09"),
+          absl::StrCat("caguid=0x", an),
+          absl::StrCat("Ca\t1 \"H-", an,
+                       "\"\t\t# \"Mellanox Technologies Aggregation Node\""),
+          absl::StrCat("[1](2c8", switches[i].substr(6), ") \t\"S-",
+                       switches[i], "\"[37]\t\t# lid ", 901 + i,
+                       " lmc 0 \"SwitchIB Mellanox Technologies\" lid 1 "
+                       "4xEDR"),
+          std::string()}) {
+      out.push_back(l);
+    }
+  }
+  return absl::StrJoin(out, "\n");
+}
+
+TEST(PublishedFabricsTest, Edr96SharpAggregationNodesAreNotHosts) {
+  const std::string text = SharedTopologyText(kEdr96);
+  SKIP_WITHOUT(text, kEdr96);
+  auto ib = ParseIbnetdiscover(WithAggregationNodes(text), "sharp.topo");
+  ASSERT_TRUE(ib.ok()) << ib.status();
+  auto f = FabricFromIbnetdiscover(*ib, "sharp.topo", {}, IbOptions{});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->hosts().size(), 96u);
+  EXPECT_EQ(f->gpu_count(), 96);
+  EXPECT_EQ(f->tor_count(), 4);  // the spines stay spines
+  int aggs = 0;
+  for (const FabricNode& n : f->nodes()) aggs += n.kind == NodeKind::kAgg;
+  EXPECT_EQ(aggs, 2);
+  EXPECT_NE(AllWarnings(*f).find("6 SHARP aggregation node(s)"),
+            std::string::npos)
+      << AllWarnings(*f);
 }
 
 TEST(PublishedFabricsTest, Edr96MalformedInputNamesFileAndLine) {
