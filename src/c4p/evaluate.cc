@@ -241,6 +241,21 @@ absl::Status BuildJobFlows(const Fabric& fabric, const EvalOptions& o,
   return absl::OkStatus();
 }
 
+// InvalidArgument naming the flag of an option no run means.
+absl::Status CheckOptions(const EvalOptions& o) {
+  if (o.seeds < 1) return absl::InvalidArgumentError("seeds must be >= 1");
+  if (o.ranks < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ranks ", o.ranks, ": a rank count is >= 1 (0: every GPU)"));
+  }
+  if (!(o.degrade_busiest >= 0 && o.degrade_busiest <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--degrade-busiest ", o.degrade_busiest,
+                     ": the share must be in [0, 1] (0: off)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
@@ -251,7 +266,7 @@ absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
   rep.ranks = o.ranks > 0 ? o.ranks : fabric->gpu_count();
   rep.seeds = o.seeds;
   rep.hash = o.hash;
-  if (o.seeds < 1) return absl::InvalidArgumentError("seeds must be >= 1");
+  if (absl::Status s = CheckOptions(o); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<HashFunction>> hash = MakeHash(o.hash);
   if (!hash.ok()) return hash.status();
   std::vector<std::vector<int>> nv_paths;

@@ -294,6 +294,30 @@ TEST(EvaluateTest, PlanNeverWorseThanEcmpMedianAndAboveTheBound) {
   EXPECT_FALSE(Evaluate(&fab, d).ok());
 }
 
+// Values no job or benchmark means are refused naming the flag, not run
+// as something else: a negative rank count (was: every GPU) and a busiest
+// link degraded to more than its capacity or below 0 (was: run, or
+// silently not degraded).
+TEST(EvaluateTest, OutOfRangeRanksAndBusiestShareAreRefused) {
+  Fabric fab = Gen("gen:leafspine,gpus=64,hosts_per_tor=2");
+  EvalOptions o;
+  o.seeds = 2;
+  o.ranks = -3;
+  auto r = Evaluate(&fab, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--ranks -3"), std::string::npos)
+      << r.status();
+  o.ranks = 0;
+  for (double share : {1.5, -0.5}) {
+    fab.ResetCapacities();
+    o.degrade_busiest = share;
+    r = Evaluate(&fab, o);
+    ASSERT_FALSE(r.ok()) << share;
+    EXPECT_NE(r.status().message().find("--degrade-busiest"), std::string::npos)
+        << r.status();
+  }
+}
+
 // A degrade that leaves a host of the job without any network capacity
 // (its NIC, or its ToR, at 0) leaves no path for its flows: the job cannot
 // run there. Evaluate says so, naming the flow and the link, instead of
