@@ -212,18 +212,27 @@ absl::StatusOr<IbFile> ParseIbnetdiscover(const std::string& text,
 absl::StatusOr<IbHostMap> ParseIbHostMap(const std::string& text,
                                          const std::string& source) {
   IbHostMap out;
-  std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
+  absl::string_view all(text);
+  absl::ConsumePrefix(&all, "\xef\xbb\xbf");  // a UTF-8 byte order mark
+  std::vector<absl::string_view> lines = absl::StrSplit(all, '\n');
   for (size_t i = 0; i < lines.size(); ++i) {
+    const int line = static_cast<int>(i) + 1;
     absl::string_view s = lines[i].substr(0, lines[i].find('#'));
     std::vector<absl::string_view> w =
-        absl::StrSplit(s, absl::ByAnyChar(" \t,"), absl::SkipEmpty());
+        absl::StrSplit(s, absl::ByAnyChar(" \t,\r"), absl::SkipEmpty());
     if (w.empty()) continue;
     uint64_t guid = 0;
     if (w.size() != 2 || !ParseGuid(w[0], &guid)) {
-      return LineError(source, static_cast<int>(i) + 1,
-                       "expected '<guid> <host>'");
+      return LineError(source, line, "expected '<guid> <host>'");
     }
-    out[guid] = std::string(w[1]);
+    IbHostEntry e{std::string(w[1]), absl::StrCat(source, ":", line), line};
+    auto [it, fresh] = out.emplace(guid, e);
+    if (!fresh && it->second.host != e.host) {
+      return LineError(
+          source, line,
+          absl::StrCat("GUID ", w[0], " is host ", e.host, " here but ",
+                       it->second.host, " on line ", it->second.line));
+    }
   }
   return out;
 }

@@ -59,8 +59,15 @@ absl::StatusOr<IbFile> ParseIbnetdiscover(const std::string& text,
 
 // GUID -> host for HCAs whose node description does not name their host:
 // one `<guid> <host>` per line (`#` comments; the GUID with or without 0x:
-// a node GUID (caguid) or a port GUID). InvalidArgument naming source:line.
-using IbHostMap = std::map<uint64_t, std::string>;
+// a node GUID (caguid) or a port GUID; CRLF line ends and a UTF-8 byte
+// order mark are read as a Windows editor writes them). InvalidArgument
+// naming source:line, also for a GUID given two different hosts.
+struct IbHostEntry {
+  std::string host;
+  std::string where;  // "source:line", for warnings
+  int line = 0;
+};
+using IbHostMap = std::map<uint64_t, IbHostEntry>;
 absl::StatusOr<IbHostMap> ParseIbHostMap(const std::string& text,
                                          const std::string& source);
 

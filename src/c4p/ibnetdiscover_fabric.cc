@@ -84,9 +84,28 @@ absl::StatusOr<std::vector<IbCable>> Cables(const IbFile& f,
   return out;
 }
 
+// Warns about the map's GUIDs that are no HCA's node or port GUID (a typo
+// leaves that HCA named by its description).
+void WarnUnusedGuids(const IbFile& f, const IbHostMap& map,
+                     std::vector<std::string>* warn) {
+  std::set<uint64_t> known;
+  for (const IbNode& node : f.nodes) {
+    if (!IsHostHca(node)) continue;
+    known.insert(node.guid);
+    for (const IbPort& p : node.links) known.insert(p.guid);
+  }
+  for (const auto& [guid, e] : map) {
+    if (known.count(guid)) continue;
+    warn->push_back(absl::StrCat(e.where, ": GUID 0x", absl::Hex(guid),
+                                 " (host ", e.host,
+                                 ") is no HCA's node or port GUID: ignored"));
+  }
+}
+
 // Host of each HCA (node index -> host name).
 std::map<int, std::string> HostNames(const IbFile& f, const IbHostMap& map,
                                      std::vector<std::string>* warn) {
+  WarnUnusedGuids(f, map, warn);
   std::map<int, std::string> out;
   std::map<std::string, std::vector<int>> by_desc;
   for (size_t n = 0; n < f.nodes.size(); ++n) {
@@ -97,7 +116,7 @@ std::map<int, std::string> HostNames(const IbFile& f, const IbHostMap& map,
     for (uint64_t g : guids) {
       auto it = map.find(g);
       if (it != map.end()) {
-        out[static_cast<int>(n)] = it->second;
+        out[static_cast<int>(n)] = it->second.host;
         break;
       }
     }

@@ -230,6 +230,35 @@ TEST(PublishedFabricsTest, Edr96SharpAggregationNodesAreNotHosts) {
       << AllWarnings(*f);
 }
 
+// A map written on Windows (CRLF, a byte order mark) names the same hosts;
+// a GUID given two different hosts is refused naming both lines; a GUID
+// that is no HCA's node or port GUID (a typo) is warned, naming its line.
+TEST(PublishedFabricsTest, Edr96GuidMapFromWindowsDuplicatesAndTypos) {
+  const std::string text = SharedTopologyText(kEdr96);
+  SKIP_WITHOUT(text, kEdr96);
+  auto ib = ParseIbnetdiscover(text, kEdr96);
+  ASSERT_TRUE(ib.ok()) << ib.status();
+  auto map = ParseIbHostMap(
+      "\xef\xbb\xbf"
+      "0x506b4b030043f9e2 ctl01\r\n506b4b03003fa9b6 n18\r\n"
+      "0x506b4b03deadbeef n99\r\n",
+      "m");
+  ASSERT_TRUE(map.ok()) << map.status();
+  auto f = FabricFromIbnetdiscover(*ib, kEdr96, *map, IbOptions{});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_GE(f->FindNode("ctl01/gpu0"), 0);
+  EXPECT_GE(f->FindNode("n18/gpu0"), 0);
+  EXPECT_NE(AllWarnings(*f).find("m:3: GUID 0x506b4b03deadbeef"),
+            std::string::npos)
+      << AllWarnings(*f);
+  auto dup = ParseIbHostMap("0x12 a\n0x12 a\n0x0012 b\n", "hosts.map");
+  ASSERT_FALSE(dup.ok());
+  EXPECT_NE(dup.status().message().find("hosts.map:3:"), std::string::npos)
+      << dup.status();
+  EXPECT_NE(dup.status().message().find("line 1"), std::string::npos)
+      << dup.status();
+}
+
 TEST(PublishedFabricsTest, Edr96MalformedInputNamesFileAndLine) {
   const std::string text = SharedTopologyText(kEdr96);
   SKIP_WITHOUT(text, kEdr96);
