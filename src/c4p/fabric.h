@@ -139,6 +139,9 @@ class Fabric {
   // fabric_check.cc
   absl::Status Check();
   absl::Status CheckReach() const;
+  // Names and quoted text are written into JSON (plans, -o json): a name
+  // that is not UTF-8 is refused, other text escaped.
+  absl::Status CheckText();
   absl::Status NoPath(int gpu_a, int gpu_b) const;
   void WarnMixedSpeeds();
   void WarnOversubscribed();

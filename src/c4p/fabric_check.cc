@@ -5,6 +5,8 @@
 // without a NIC while the host's others have one (the ring model sends each
 // rail through its own GPU's NIC), and hosts that share no connected part of
 // the fabric (a ToR without uplinks, tiers with no path between them).
+// Refused too: a host or switch name that is not UTF-8 (they are written
+// into JSON); text quoted in a warning is escaped.
 // Warned: link speeds that differ within a tier, ToRs with less uplink than
 // downlink capacity, hosts with different NIC counts.
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -57,9 +60,66 @@ bool HasFabricLink(const Fabric& f, int node) {
 
 std::string Gbps(double v) { return absl::StrCat(v, " Gbps"); }
 
+// Well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, at most
+// U+10FFFF), as the JSON the names are written into requires.
+bool IsUtf8(absl::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    int more = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // range of the second byte
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      more = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      more = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      more = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return false;
+    }
+    if (i + more >= s.size()) return false;
+    for (int k = 1; k <= more; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return false;
+    }
+    i += more + 1;
+  }
+  return true;
+}
+
 }  // namespace
 
+absl::Status Fabric::CheckText() {
+  // Text quoted from the file (a node description in a warning, the path)
+  // goes into JSON too: escaped where it is not UTF-8.
+  if (!IsUtf8(description)) description = absl::CHexEscape(description);
+  for (std::string& w : warnings_) {
+    if (!IsUtf8(w)) w = absl::CHexEscape(w);
+  }
+  for (const FabricHost& h : hosts_) {
+    if (IsUtf8(h.name)) continue;
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(h.source_line), "host name '",
+                     absl::CHexEscape(h.name), "' is not valid UTF-8"));
+  }
+  for (const FabricNode& n : nodes_) {
+    if (IsUtf8(n.name)) continue;
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(n.source_line), "switch name '",
+                     absl::CHexEscape(n.name), "' is not valid UTF-8"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Fabric::Check() {
+  if (absl::Status text = CheckText(); !text.ok()) return text;
   for (size_t l = 0; l < links_.size(); l += 2) {
     if (!(links_[l].nominal_gbps > 0)) {
       return absl::InvalidArgumentError(
