@@ -7,7 +7,11 @@
 // the fabric (a ToR without uplinks, tiers with no path between them).
 // Refused too: a host or switch name that is not UTF-8 (they are written
 // into JSON); text quoted in a warning is escaped.
-// Warned: link speeds that differ within a tier, ToRs with less uplink than
+// Refused: a GPU that NVLink does not join to its host's others and that
+// has no NIC (or whose NIC cannot reach theirs).
+// Warned: a GPU without an NVLink to its host's NVSwitch (its traffic to
+// the host's other GPUs is planned over the NICs), link speeds that differ
+// within a tier, ToRs with less uplink than
 // downlink capacity, hosts with different NIC counts.
 #include <algorithm>
 #include <map>
@@ -128,6 +132,7 @@ absl::Status Fabric::Check() {
                        links_[l].nominal_gbps, " Gbps: it can carry nothing"));
     }
   }
+  if (absl::Status nv = CheckNvLinks(); !nv.ok()) return nv;
   if (hosts_.size() < 2) return absl::OkStatus();  // nothing crosses hosts
   // Hosts and GPUs without a NIC.
   std::set<size_t> nic_counts;
@@ -161,6 +166,57 @@ absl::Status Fabric::Check() {
   }
   WarnMixedSpeeds();
   WarnOversubscribed();
+  return absl::OkStatus();
+}
+
+absl::Status Fabric::CheckNvLinks() {
+  const std::vector<int> comp = SwitchComponents(*this);
+  auto nic_reaches = [&](int a, int b) {
+    for (int la : nic_up_[a]) {
+      for (int lb : nic_up_[b]) {
+        if (comp[links_[la].dst] == comp[links_[lb].dst]) return true;
+      }
+    }
+    return false;
+  };
+  for (const FabricHost& h : hosts_) {
+    // GPUs NVLink does not join to the host's others go over their NICs.
+    std::vector<int> cut_off;
+    for (int g : h.gpus) {
+      for (int o : h.gpus) {
+        if (o == g || NvLinked(g, o)) continue;
+        if (nic_up_[g].empty() || nic_up_[o].empty()) {
+          const int lone = nic_up_[g].empty() ? g : o;
+          return absl::InvalidArgumentError(absl::StrCat(
+              Where(nodes_[lone].source_line), nodes_[lone].name,
+              " has no NIC and NVLink does not join ", nodes_[g].name, " to ",
+              nodes_[o].name, ": ", nodes_[lone].name,
+              " cannot reach the host's other GPUs"));
+        }
+        if (!nic_reaches(g, o)) return NoPath(g, o);
+        if (h.nvswitch >= 0 && (cut_off.empty() || cut_off.back() != g)) {
+          cut_off.push_back(g);
+        }
+      }
+    }
+    // Only GPUs that lack the NVSwitch the others have: a host without one
+    // is an assumption the reader states.
+    std::vector<std::string> names;
+    for (int g : cut_off) {
+      if (!NvLinked(g, g)) names.push_back(nodes_[g].name);
+    }
+    if (names.empty()) continue;
+    const int first = *std::find_if(cut_off.begin(), cut_off.end(),
+                                    [&](int g) { return !NvLinked(g, g); });
+    warnings_.push_back(absl::StrCat(
+        Where(nodes_[first].source_line), absl::StrJoin(names, ", "),
+        names.size() > 1 ? " have" : " has", " no NVLink to ",
+        nodes_[h.nvswitch].name, ", the NVSwitch of ", h.name,
+        "'s other GPUs: traffic between ", names.size() > 1 ? "them" : "it",
+        " and the host's other GPUs is planned over the NICs and counted in "
+        "the bound (a degraded host; a missing line in the file reads the "
+        "same)"));
+  }
   return absl::OkStatus();
 }
 

@@ -1,6 +1,7 @@
 // The planner's readers on fabric descriptions as operators publish them
 // (../shared/data/topology): Alibaba's three-tier topology data and a real
 // ibnetdiscover output of an EDR fat tree.
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "src/c4p/evaluate.h"
 #include "src/c4p/fabric_io.h"
 #include "src/c4p/flows.h"
 #include "src/c4p/ibnetdiscover.h"
@@ -399,6 +401,51 @@ TEST(PublishedFabricsTest, DualPlaneReceiverKeepsItsNicAndTakesPlaneB) {
     EXPECT_EQ(p.links.back(), f->nic_uplinks(fl.dst_gpu)[1] ^ 1);
     for (int l : p.links) EXPECT_NE(f->link(l).src, tor72) << f->LinkName(l);
   }
+}
+
+// The dual-plane file with line 6 (`1 64 2880Gbps ...`: GPU 1's NVLink)
+// deleted and the header's link count made 1151: host0/gpu1 is cut off from
+// its NVSwitch. Its ring hops to and from its host's neighbours go over
+// the NICs. Before, they were flows "inside one host": the planner routed
+// them over the NICs anyway (no NVLink path) while the simulator and the
+// bound, which skip such flows, never saw them; the plan balanced loads
+// that were not there and came out 2.0x its bound (both channels of
+// host0/nic0 on one port), with no warning. Now they are network flows
+// everywhere: the load names the GPU and the plan meets the bound, which
+// counts them.
+TEST(PublishedFabricsTest, DualPlaneGpuWithoutNvLinkIsPlannedOverItsNic) {
+  const std::string text = SharedTopologyText(kDualPlane);
+  SKIP_WITHOUT(text, kDualPlane);
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  ASSERT_TRUE(absl::StartsWith(lines[5], "1 64 2880Gbps")) << lines[5];
+  ASSERT_TRUE(absl::StartsWith(lines[0], "208 8 8 136 1152 ")) << lines[0];
+  lines.erase(lines.begin() + 5);
+  lines[0] = absl::StrReplaceAll(lines[0], {{" 1152 ", " 1151 "}});
+  const std::string path = ::testing::TempDir() + "/no_nvlink_gpu1.txt";
+  std::ofstream(path, std::ios::binary) << absl::StrJoin(lines, "\n");
+  auto f = LoadFabric(path, ClosCsvOptions{});
+  ASSERT_TRUE(f.ok()) << f.status();
+  const std::string w = AllWarnings(*f);
+  EXPECT_NE(w.find(path + ":6: host0/gpu1 has no NVLink to nvsw64"),
+            std::string::npos)
+      << w;
+  auto healthy = LoadFabric(SharedTopology(kDualPlane).string(), {});
+  ASSERT_TRUE(healthy.ok()) << healthy.status();
+  EvalOptions o;
+  o.seeds = 4;
+  auto cut = Evaluate(&*f, o);
+  auto whole = Evaluate(&*healthy, o);
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  // 64 ranks, 16 channels: 14 channels hop gpu0 -> gpu1 and 14 gpu1 ->
+  // gpu2, now on the NICs (28 more network flows than the intact file).
+  EXPECT_EQ(cut->network_flows, whole->network_flows + 28);
+  const double bound = cut->healthy.bound.completion_s;
+  // The bound counts them: host0/gpu1's NIC sends 14 + 2 flows over two
+  // ports where every intact NIC sends 2.
+  EXPECT_NEAR(bound / whole->healthy.bound.completion_s, 8.0, 0.01);
+  EXPECT_LE(cut->healthy.planned.completion_s, bound * 1.05);
+  EXPECT_LE(cut->healthy.planned.max_link_util, 1.05);
 }
 
 }  // namespace
