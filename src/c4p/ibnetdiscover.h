@@ -51,6 +51,10 @@ struct IbFile {
 // 0 when `rate` is not one.
 double IbRateGbps(const std::string& rate);
 
+// Outputs of several subnets may be concatenated (ibnetdiscover run once per
+// subnet, one per plane): a multi-port HCA appears once per subnet, with the
+// ports cabled there, and its blocks merge; a port listed twice, or a switch
+// listed twice, is refused naming both lines (the same subnet given twice).
 // Parses the text: InvalidArgument naming source:line for a line that is
 // neither a block line nor a port line, a port line outside a block, a port
 // without width and speed, or a peer that has no block of its own.

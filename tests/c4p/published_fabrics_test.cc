@@ -448,5 +448,63 @@ TEST(PublishedFabricsTest, DualPlaneGpuWithoutNvLinkIsPlannedOverItsNic) {
   EXPECT_LE(cut->healthy.planned.max_link_util, 1.05);
 }
 
+// Two InfiniBand planes as operators describe them: ibnetdiscover run once
+// per subnet, the outputs concatenated. Plane B is the real EDR output again
+// with its switches' GUIDs changed (other switches) and every HCA cabled on
+// port 2: each dual-port HCA then appears once per subnet, port 1 in the
+// first, port 2 in the second. Before, the reader refused the second block
+// ("H-... listed twice"); now the blocks merge, each port in its subnet's
+// plane.
+std::string PlaneB(const std::string& edr) {
+  std::string b = absl::StrReplaceAll(edr, {{"ec0d9a03", "ec0d9b03"}});
+  std::vector<std::string> lines = absl::StrSplit(b, '\n');
+  for (std::string& l : lines) {
+    if (absl::StartsWith(l, "Ca\t1 ")) l = "Ca\t2 " + l.substr(5);
+    if (absl::StartsWith(l, "[1](")) l = "[2](" + l.substr(4);
+    // Switch ports cabled to an HCA name its port: "H-<guid>"[1] -> [2].
+    const size_t h = l.find("\"H-");
+    const size_t q = h == std::string::npos ? h : l.find("\"[1]", h + 1);
+    if (q != std::string::npos) l.replace(q, 4, "\"[2]");
+  }
+  return absl::StrJoin(lines, "\n");
+}
+
+TEST(PublishedFabricsTest, Edr96TwoSubnetsConcatenatedAreTwoPlanes) {
+  const std::string text = SharedTopologyText(kEdr96);
+  SKIP_WITHOUT(text, kEdr96);
+  const std::string path = ::testing::TempDir() + "/edr96_two_planes.topo";
+  std::ofstream(path, std::ios::binary) << text << "\n" << PlaneB(text);
+  auto f = LoadFabric(path, ClosCsvOptions{});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->hosts().size(), 96u);
+  const int nic = f->FindNode("node018/gpu0");
+  ASSERT_GE(nic, 0);
+  ASSERT_EQ(f->nic_uplinks(nic).size(), 2u);
+  const int tor_a = f->tor_of_uplink(f->nic_uplinks(nic)[0]);
+  const int tor_b = f->tor_of_uplink(f->nic_uplinks(nic)[1]);
+  EXPECT_EQ(f->Distance(tor_a, f->tor_index(tor_b)), -1);  // two planes
+  EXPECT_EQ(f->node(tor_a).name, "S-ec0d9a0300ec8240");
+  EXPECT_EQ(f->node(tor_b).name, "S-ec0d9b0300ec8240");
+  EvalOptions o;
+  o.seeds = 4;
+  auto two = Evaluate(&*f, o);
+  auto one_file = LoadFabric(SharedTopology(kEdr96).string(), {});
+  ASSERT_TRUE(one_file.ok()) << one_file.status();
+  auto one = Evaluate(&*one_file, o);
+  ASSERT_TRUE(two.ok()) << two.status();
+  ASSERT_TRUE(one.ok()) << one.status();
+  // Twice the ports: half the bound, and the plan uses both planes.
+  EXPECT_NEAR(two->healthy.bound.completion_s / one->healthy.bound.completion_s,
+              0.5, 0.01);
+  EXPECT_LE(two->healthy.planned.completion_s,
+            two->healthy.bound.completion_s * 1.05);
+  // The same subnet given twice is refused naming the repeat.
+  std::ofstream(path, std::ios::binary) << text << "\n" << text;
+  auto twice = LoadFabric(path, ClosCsvOptions{});
+  ASSERT_FALSE(twice.ok());
+  EXPECT_TRUE(absl::StrContains(twice.status().message(), "listed twice"))
+      << twice.status();
+}
+
 }  // namespace
 }  // namespace pitstop::c4p
