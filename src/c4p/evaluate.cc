@@ -169,6 +169,26 @@ absl::StatusOr<std::vector<int>> Degrade(Fabric* fabric, const EvalOptions& o,
   return changed;
 }
 
+// The re-plan takes each flow's widest path, so a flow still on a link at
+// 0 Gbps has no path with capacity: the degraded fabric cannot carry the
+// job (a host's NICs or its ToR at 0). InvalidArgument naming the first.
+absl::Status CheckReplanCarriesTheJob(const Fabric& fabric,
+                                      const std::vector<Flow>& flows,
+                                      const FlowPlan& re) {
+  for (const Flow& f : flows) {
+    if (!f.network) continue;
+    for (int l : re.paths[f.id].links) {
+      if (fabric.link(l).gbps > 0) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the degraded fabric cannot carry the job: rank ", f.src_rank,
+          " -> rank ", f.dst_rank, " (", fabric.node(f.src_gpu).name, " -> ",
+          fabric.node(f.dst_gpu).name, ") has no path with capacity: ",
+          fabric.LinkName(l), " is at 0 Gbps and no path avoids it"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The re-plan's moves counted in connections: one with any QP moved counts
 // once.
 void CountMovedConnections(const std::vector<Flow>& flows,
@@ -221,6 +241,21 @@ absl::Status BuildJobFlows(const Fabric& fabric, const EvalOptions& o,
   return absl::OkStatus();
 }
 
+// InvalidArgument naming the flag of an option no run means.
+absl::Status CheckOptions(const EvalOptions& o) {
+  if (o.seeds < 1) return absl::InvalidArgumentError("seeds must be >= 1");
+  if (o.ranks < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ranks ", o.ranks, ": a rank count is >= 1 (0: every GPU)"));
+  }
+  if (!(o.degrade_busiest >= 0 && o.degrade_busiest <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--degrade-busiest ", o.degrade_busiest,
+                     ": the share must be in [0, 1] (0: off)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
@@ -231,7 +266,7 @@ absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
   rep.ranks = o.ranks > 0 ? o.ranks : fabric->gpu_count();
   rep.seeds = o.seeds;
   rep.hash = o.hash;
-  if (o.seeds < 1) return absl::InvalidArgumentError("seeds must be >= 1");
+  if (absl::Status s = CheckOptions(o); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<HashFunction>> hash = MakeHash(o.hash);
   if (!hash.ok()) return hash.status();
   std::vector<std::vector<int>> nv_paths;
@@ -268,6 +303,9 @@ absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
   FlowPlan re = planner.Replan(std::move(previous), *changed, 2, &stats);
   rep.replan_ms = Ms(t0);
   rep.replan_cpu_ms = 1000.0 * (std::clock() - c1) / CLOCKS_PER_SEC;
+  if (absl::Status s = CheckReplanCarriesTheJob(*fabric, flows, re); !s.ok()) {
+    return s;
+  }
   rep.crossing = stats.crossing;
   rep.moved = stats.moved;
   CountMovedConnections(flows, plan, re, &rep);

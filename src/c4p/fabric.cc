@@ -53,11 +53,12 @@ int Fabric::AddHost(std::string name, int source_line) {
   return static_cast<int>(hosts_.size()) - 1;
 }
 
-int Fabric::AddGpu(int host) {
+int Fabric::AddGpu(int host, int source_line) {
   FabricHost& h = hosts_[host];
   FabricNode n;
   n.kind = NodeKind::kGpu;
   n.host = host;
+  n.source_line = source_line;
   n.local = static_cast<int>(h.gpus.size());
   n.name = absl::StrCat(h.name, "/gpu", n.local);
   const int id = AddNode(std::move(n));
@@ -157,6 +158,20 @@ void Fabric::NextHops(int node, int tor_idx, std::vector<int>* out) const {
     if (links_[l].kind != LinkKind::kFabric) continue;
     if (Distance(links_[l].dst, tor_idx) == here - 1) out->push_back(l);
   }
+}
+
+bool Fabric::NvLinked(int gpu_a, int gpu_b) const {
+  const int host = nodes_[gpu_a].host;
+  if (host != nodes_[gpu_b].host) return false;
+  const int nvs = hosts_[host].nvswitch;
+  if (nvs < 0) return false;
+  auto cabled = [&](int gpu) {
+    for (int l : out_[gpu]) {
+      if (links_[l].dst == nvs) return true;
+    }
+    return false;
+  };
+  return cabled(gpu_a) && cabled(gpu_b);
 }
 
 int Fabric::Downlink(int tor, int gpu) const {

@@ -66,7 +66,8 @@ class Fabric {
 
   // --- building ------------------------------------------------------------
   int AddHost(std::string name, int source_line = 0);
-  int AddGpu(int host);  // named "<host>/gpu<local>"
+  // Named "<host>/gpu<local>"; `source_line`: the first line naming it.
+  int AddGpu(int host, int source_line = 0);
   int AddNvSwitch(int host, std::string name);
   int AddSwitch(NodeKind kind, std::string name, int source_line = 0);
   // One cable: returns the id of the src->dst direction (dst->src is id+1).
@@ -108,6 +109,10 @@ class Fabric {
   // Fabric links from `node` one hop closer to ToR index t (ECMP next hops),
   // in link-id order (what a switch's ECMP group holds).
   void NextHops(int node, int tor_idx, std::vector<int>* out) const;
+  // Whether GPUs a and b of one host reach each other over NVLink (both
+  // cabled to the host's NVSwitch). When not (a GPU cut off from its
+  // NVSwitch, a host without one), their traffic goes over their NICs.
+  bool NvLinked(int gpu_a, int gpu_b) const;
   // The link ToR -> GPU's NIC port on that ToR, -1 when none.
   int Downlink(int tor, int gpu) const;
 
@@ -139,7 +144,11 @@ class Fabric {
   // fabric_check.cc
   absl::Status Check();
   absl::Status CheckReach() const;
+  // Names and quoted text are written into JSON (plans, -o json): a name
+  // that is not UTF-8 is refused, other text escaped.
+  absl::Status CheckText();
   absl::Status NoPath(int gpu_a, int gpu_b) const;
+  absl::Status CheckNvLinks();
   void WarnMixedSpeeds();
   void WarnOversubscribed();
   // "source:line: " (or "source: " without a line).

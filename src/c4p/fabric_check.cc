@@ -5,7 +5,13 @@
 // without a NIC while the host's others have one (the ring model sends each
 // rail through its own GPU's NIC), and hosts that share no connected part of
 // the fabric (a ToR without uplinks, tiers with no path between them).
-// Warned: link speeds that differ within a tier, ToRs with less uplink than
+// Refused too: a host or switch name that is not UTF-8 (they are written
+// into JSON); text quoted in a warning is escaped.
+// Refused: a GPU that NVLink does not join to its host's others and that
+// has no NIC (or whose NIC cannot reach theirs).
+// Warned: a GPU without an NVLink to its host's NVSwitch (its traffic to
+// the host's other GPUs is planned over the NICs), link speeds that differ
+// within a tier, ToRs with less uplink than
 // downlink capacity, hosts with different NIC counts.
 #include <algorithm>
 #include <map>
@@ -13,6 +19,7 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -57,9 +64,66 @@ bool HasFabricLink(const Fabric& f, int node) {
 
 std::string Gbps(double v) { return absl::StrCat(v, " Gbps"); }
 
+// Well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, at most
+// U+10FFFF), as the JSON the names are written into requires.
+bool IsUtf8(absl::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    int more = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // range of the second byte
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      more = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      more = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      more = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return false;
+    }
+    if (i + more >= s.size()) return false;
+    for (int k = 1; k <= more; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return false;
+    }
+    i += more + 1;
+  }
+  return true;
+}
+
 }  // namespace
 
+absl::Status Fabric::CheckText() {
+  // Text quoted from the file (a node description in a warning, the path)
+  // goes into JSON too: escaped where it is not UTF-8.
+  if (!IsUtf8(description)) description = absl::CHexEscape(description);
+  for (std::string& w : warnings_) {
+    if (!IsUtf8(w)) w = absl::CHexEscape(w);
+  }
+  for (const FabricHost& h : hosts_) {
+    if (IsUtf8(h.name)) continue;
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(h.source_line), "host name '",
+                     absl::CHexEscape(h.name), "' is not valid UTF-8"));
+  }
+  for (const FabricNode& n : nodes_) {
+    if (IsUtf8(n.name)) continue;
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(n.source_line), "switch name '",
+                     absl::CHexEscape(n.name), "' is not valid UTF-8"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Fabric::Check() {
+  if (absl::Status text = CheckText(); !text.ok()) return text;
   for (size_t l = 0; l < links_.size(); l += 2) {
     if (!(links_[l].nominal_gbps > 0)) {
       return absl::InvalidArgumentError(
@@ -68,6 +132,7 @@ absl::Status Fabric::Check() {
                        links_[l].nominal_gbps, " Gbps: it can carry nothing"));
     }
   }
+  if (absl::Status nv = CheckNvLinks(); !nv.ok()) return nv;
   if (hosts_.size() < 2) return absl::OkStatus();  // nothing crosses hosts
   // Hosts and GPUs without a NIC.
   std::set<size_t> nic_counts;
@@ -101,6 +166,57 @@ absl::Status Fabric::Check() {
   }
   WarnMixedSpeeds();
   WarnOversubscribed();
+  return absl::OkStatus();
+}
+
+absl::Status Fabric::CheckNvLinks() {
+  const std::vector<int> comp = SwitchComponents(*this);
+  auto nic_reaches = [&](int a, int b) {
+    for (int la : nic_up_[a]) {
+      for (int lb : nic_up_[b]) {
+        if (comp[links_[la].dst] == comp[links_[lb].dst]) return true;
+      }
+    }
+    return false;
+  };
+  for (const FabricHost& h : hosts_) {
+    // GPUs NVLink does not join to the host's others go over their NICs.
+    std::vector<int> cut_off;
+    for (int g : h.gpus) {
+      for (int o : h.gpus) {
+        if (o == g || NvLinked(g, o)) continue;
+        if (nic_up_[g].empty() || nic_up_[o].empty()) {
+          const int lone = nic_up_[g].empty() ? g : o;
+          return absl::InvalidArgumentError(absl::StrCat(
+              Where(nodes_[lone].source_line), nodes_[lone].name,
+              " has no NIC and NVLink does not join ", nodes_[g].name, " to ",
+              nodes_[o].name, ": ", nodes_[lone].name,
+              " cannot reach the host's other GPUs"));
+        }
+        if (!nic_reaches(g, o)) return NoPath(g, o);
+        if (h.nvswitch >= 0 && (cut_off.empty() || cut_off.back() != g)) {
+          cut_off.push_back(g);
+        }
+      }
+    }
+    // Only GPUs that lack the NVSwitch the others have: a host without one
+    // is an assumption the reader states.
+    std::vector<std::string> names;
+    for (int g : cut_off) {
+      if (!NvLinked(g, g)) names.push_back(nodes_[g].name);
+    }
+    if (names.empty()) continue;
+    const int first = *std::find_if(cut_off.begin(), cut_off.end(),
+                                    [&](int g) { return !NvLinked(g, g); });
+    warnings_.push_back(absl::StrCat(
+        Where(nodes_[first].source_line), absl::StrJoin(names, ", "),
+        names.size() > 1 ? " have" : " has", " no NVLink to ",
+        nodes_[h.nvswitch].name, ", the NVSwitch of ", h.name,
+        "'s other GPUs: traffic between ", names.size() > 1 ? "them" : "it",
+        " and the host's other GPUs is planned over the NICs and counted in "
+        "the bound (a degraded host; a missing line in the file reads the "
+        "same)"));
+  }
   return absl::OkStatus();
 }
 

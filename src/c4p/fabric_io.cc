@@ -129,7 +129,7 @@ absl::StatusOr<Fabric> FabricFromSimAi(const SimAiFile& f,
   const std::vector<int> first_line = AddSimAiHosts(f, &fab);
   std::vector<int> node_of(f.total_nodes, -1);
   for (int g = 0; g < f.gpus; ++g) {
-    node_of[g] = fab.AddGpu(g / f.gpus_per_server);
+    node_of[g] = fab.AddGpu(g / f.gpus_per_server, first_line[g]);
   }
   std::set<int> nvswitch_ids;
   for (int i = 0; i < f.nvswitches && i < static_cast<int>(f.switch_ids.size());

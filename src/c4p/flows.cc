@@ -35,7 +35,10 @@ namespace {
 void AddConnection(const Fabric& fabric, int src_rank, int dst_rank,
                    int src_gpu, int dst_gpu, int channel, double bytes, int qps,
                    std::vector<Flow>* flows, int* conn) {
-  const bool network = fabric.node(src_gpu).host != fabric.node(dst_gpu).host;
+  // What does not go over NVLink goes over the NICs: across hosts, and
+  // between GPUs of one host that NVLink does not join. The planner, ECMP,
+  // the simulator and the bound all read this one flag.
+  const bool network = !fabric.NvLinked(src_gpu, dst_gpu);
   const int q = network ? std::max(1, qps) : 1;
   for (int i = 0; i < q; ++i) {
     Flow f;

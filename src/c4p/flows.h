@@ -33,7 +33,9 @@ struct Flow {
   int src_gpu = 0;  // node ids; for network flows the NICs' GPUs
   int dst_gpu = 0;
   double bytes = 0;
-  bool network = false;  // crosses hosts (else NVLink inside one host)
+  // Goes over the NICs: crosses hosts, or joins two GPUs of a host that
+  // NVLink does not (Fabric::NvLinked). Else NVLink inside one host.
+  bool network = false;
 };
 
 enum class Placement { kPacked, kScattered };

@@ -164,6 +164,7 @@ absl::StatusOr<IbFile> ParseIbnetdiscover(const std::string& text,
   IbFile f;
   std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
   uint64_t block_guid = 0;
+  int current = -1;  // the node whose port lines follow
   for (size_t i = 0; i < lines.size(); ++i) {
     const int line = static_cast<int>(i) + 1;
     const absl::string_view s = absl::StripAsciiWhitespace(lines[i]);
@@ -176,11 +177,26 @@ absl::StatusOr<IbFile> ParseIbnetdiscover(const std::string& text,
       absl::StatusOr<IbNode> n = ParseNodeLine(s, source, line);
       if (!n.ok()) return n.status();
       if (block_guid != 0) n->guid = block_guid;
-      if (!f.by_id.emplace(n->id, static_cast<int>(f.nodes.size())).second) {
-        return LineError(source, line,
-                         absl::StrCat(n->id, " listed twice (first on line ",
-                                      f.nodes[f.by_id[n->id]].line, ")"));
+      auto [it, fresh] =
+          f.by_id.emplace(n->id, static_cast<int>(f.nodes.size()));
+      if (!fresh) {
+        // Outputs of several subnets (planes) concatenated: a multi-port
+        // HCA appears once per subnet, each block with the ports cabled
+        // there; they merge. A switch is in one subnet only.
+        const IbNode& first = f.nodes[it->second];
+        if (n->type != 'H' || first.type != 'H') {
+          return LineError(
+              source, line,
+              absl::StrCat(n->id, " listed twice (first on line ", first.line,
+                           "): a switch is in one subnet only; "
+                           "the same subnet's output given "
+                           "twice?"));
+        }
+        current = it->second;
+        f.nodes[current].ports = std::max(f.nodes[current].ports, n->ports);
+        continue;
       }
+      current = static_cast<int>(f.nodes.size());
       f.nodes.push_back(std::move(*n));
       continue;
     }
@@ -189,11 +205,22 @@ absl::StatusOr<IbFile> ParseIbnetdiscover(const std::string& text,
                        "neither a node block line (vendid=, Switch, Ca, Rt) "
                        "nor a port line ([port] \"peer\"[port])");
     }
-    if (f.nodes.empty()) {
+    if (current < 0) {
       return LineError(source, line, "a port line before any Switch or Ca");
     }
-    absl::Status st = ParsePortLine(s, source, line, &f.nodes.back());
+    IbNode& node = f.nodes[current];
+    absl::Status st = ParsePortLine(s, source, line, &node);
     if (!st.ok()) return st;
+    for (size_t k = 0; k + 1 < node.links.size(); ++k) {
+      if (node.links[k].port != node.links.back().port) continue;
+      // Within one block a port is listed once; across subnets' blocks of
+      // one HCA a port listed twice means the same subnet given twice.
+      return LineError(
+          source, line,
+          absl::StrCat(node.id, " port ", node.links.back().port,
+                       " listed twice (first on line ", node.links[k].line,
+                       "): the same subnet's output given twice?"));
+    }
   }
   for (const IbNode& n : f.nodes) {
     for (const IbPort& p : n.links) {
@@ -212,18 +239,27 @@ absl::StatusOr<IbFile> ParseIbnetdiscover(const std::string& text,
 absl::StatusOr<IbHostMap> ParseIbHostMap(const std::string& text,
                                          const std::string& source) {
   IbHostMap out;
-  std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
+  absl::string_view all(text);
+  absl::ConsumePrefix(&all, "\xef\xbb\xbf");  // a UTF-8 byte order mark
+  std::vector<absl::string_view> lines = absl::StrSplit(all, '\n');
   for (size_t i = 0; i < lines.size(); ++i) {
+    const int line = static_cast<int>(i) + 1;
     absl::string_view s = lines[i].substr(0, lines[i].find('#'));
     std::vector<absl::string_view> w =
-        absl::StrSplit(s, absl::ByAnyChar(" \t,"), absl::SkipEmpty());
+        absl::StrSplit(s, absl::ByAnyChar(" \t,\r"), absl::SkipEmpty());
     if (w.empty()) continue;
     uint64_t guid = 0;
     if (w.size() != 2 || !ParseGuid(w[0], &guid)) {
-      return LineError(source, static_cast<int>(i) + 1,
-                       "expected '<guid> <host>'");
+      return LineError(source, line, "expected '<guid> <host>'");
     }
-    out[guid] = std::string(w[1]);
+    IbHostEntry e{std::string(w[1]), absl::StrCat(source, ":", line), line};
+    auto [it, fresh] = out.emplace(guid, e);
+    if (!fresh && it->second.host != e.host) {
+      return LineError(
+          source, line,
+          absl::StrCat("GUID ", w[0], " is host ", e.host, " here but ",
+                       it->second.host, " on line ", it->second.line));
+    }
   }
   return out;
 }

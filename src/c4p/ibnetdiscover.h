@@ -51,6 +51,10 @@ struct IbFile {
 // 0 when `rate` is not one.
 double IbRateGbps(const std::string& rate);
 
+// Outputs of several subnets may be concatenated (ibnetdiscover run once per
+// subnet, one per plane): a multi-port HCA appears once per subnet, with the
+// ports cabled there, and its blocks merge; a port listed twice, or a switch
+// listed twice, is refused naming both lines (the same subnet given twice).
 // Parses the text: InvalidArgument naming source:line for a line that is
 // neither a block line nor a port line, a port line outside a block, a port
 // without width and speed, or a peer that has no block of its own.
@@ -59,8 +63,15 @@ absl::StatusOr<IbFile> ParseIbnetdiscover(const std::string& text,
 
 // GUID -> host for HCAs whose node description does not name their host:
 // one `<guid> <host>` per line (`#` comments; the GUID with or without 0x:
-// a node GUID (caguid) or a port GUID). InvalidArgument naming source:line.
-using IbHostMap = std::map<uint64_t, std::string>;
+// a node GUID (caguid) or a port GUID; CRLF line ends and a UTF-8 byte
+// order mark are read as a Windows editor writes them). InvalidArgument
+// naming source:line, also for a GUID given two different hosts.
+struct IbHostEntry {
+  std::string host;
+  std::string where;  // "source:line", for warnings
+  int line = 0;
+};
+using IbHostMap = std::map<uint64_t, IbHostEntry>;
 absl::StatusOr<IbHostMap> ParseIbHostMap(const std::string& text,
                                          const std::string& source);
 

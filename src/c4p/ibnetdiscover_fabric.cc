@@ -23,6 +23,19 @@ struct IbCable {
 
 using End = std::pair<int, int>;  // node index, port
 
+// A SHARP aggregation node: the reduction engine inside a Switch-IB 2 or
+// Quantum switch, listed as a Ca on an internal port of its switch with this
+// description. It is neither a host nor a GPU's NIC.
+bool IsAggregationNode(const IbNode& n) {
+  return n.type == 'H' &&
+         n.description.find("Aggregation Node") != std::string::npos;
+}
+
+// An HCA of a host: a Ca that is not an aggregation node.
+bool IsHostHca(const IbNode& n) {
+  return n.type == 'H' && !IsAggregationNode(n);
+}
+
 // Each cable once; both ends must name each other. Speeds that differ
 // between the two ends keep the lower (warned).
 absl::StatusOr<std::vector<IbCable>> Cables(const IbFile& f,
@@ -71,20 +84,39 @@ absl::StatusOr<std::vector<IbCable>> Cables(const IbFile& f,
   return out;
 }
 
+// Warns about the map's GUIDs that are no HCA's node or port GUID (a typo
+// leaves that HCA named by its description).
+void WarnUnusedGuids(const IbFile& f, const IbHostMap& map,
+                     std::vector<std::string>* warn) {
+  std::set<uint64_t> known;
+  for (const IbNode& node : f.nodes) {
+    if (!IsHostHca(node)) continue;
+    known.insert(node.guid);
+    for (const IbPort& p : node.links) known.insert(p.guid);
+  }
+  for (const auto& [guid, e] : map) {
+    if (known.count(guid)) continue;
+    warn->push_back(absl::StrCat(e.where, ": GUID 0x", absl::Hex(guid),
+                                 " (host ", e.host,
+                                 ") is no HCA's node or port GUID: ignored"));
+  }
+}
+
 // Host of each HCA (node index -> host name).
 std::map<int, std::string> HostNames(const IbFile& f, const IbHostMap& map,
                                      std::vector<std::string>* warn) {
+  WarnUnusedGuids(f, map, warn);
   std::map<int, std::string> out;
   std::map<std::string, std::vector<int>> by_desc;
   for (size_t n = 0; n < f.nodes.size(); ++n) {
     const IbNode& node = f.nodes[n];
-    if (node.type != 'H') continue;
+    if (!IsHostHca(node)) continue;
     std::vector<uint64_t> guids = {node.guid};
     for (const IbPort& p : node.links) guids.push_back(p.guid);
     for (uint64_t g : guids) {
       auto it = map.find(g);
       if (it != map.end()) {
-        out[static_cast<int>(n)] = it->second;
+        out[static_cast<int>(n)] = it->second.host;
         break;
       }
     }
@@ -118,7 +150,7 @@ std::vector<int> SwitchTiers(const IbFile& f,
     adj[c.a].push_back(c.b);
     adj[c.b].push_back(c.a);
     for (auto [x, y] : {std::pair{c.a, c.b}, std::pair{c.b, c.a}}) {
-      if (f.nodes[x].type == 'H' && f.nodes[y].type == 'S' && tier[y] == 0) {
+      if (IsHostHca(f.nodes[x]) && f.nodes[y].type == 'S' && tier[y] == 0) {
         tier[y] = 1;
         q.push_back(y);
       }
@@ -186,6 +218,62 @@ std::map<int, int> AddHosts(const IbFile& f,
   return gpu_of;
 }
 
+// Adds the cables between the nodes kept (`node_of`); returns how many.
+// Cables of aggregation nodes, routers and switches no HCA reaches are
+// left out; `*unreached` counts those of the last two.
+absl::StatusOr<int> AddCables(const IbFile& f,
+                              const std::vector<IbCable>& cables,
+                              const std::map<int, int>& node_of,
+                              const std::string& source, Fabric* fab,
+                              int* unreached) {
+  int added = 0;
+  for (const IbCable& c : cables) {
+    if (IsAggregationNode(f.nodes[c.a]) || IsAggregationNode(f.nodes[c.b])) {
+      continue;  // warned by WarnLeftOut
+    }
+    auto a = node_of.find(c.a), b = node_of.find(c.b);
+    if (a == node_of.end() || b == node_of.end()) {
+      ++*unreached;  // a router, or a switch no HCA reaches
+      continue;
+    }
+    const bool nic = f.nodes[c.a].type == 'H' || f.nodes[c.b].type == 'H';
+    if (f.nodes[c.a].type == 'H' && f.nodes[c.b].type == 'H') {
+      return LineError(source, c.line,
+                       "two HCAs cabled back to back (no switch between "
+                       "them): not a fabric the planner routes");
+    }
+    const int id =
+        fab->AddCable(a->second, b->second,
+                      nic ? LinkKind::kNic : LinkKind::kFabric, c.gbps, c.line);
+    fab->SetCablePorts(id, c.a_port, c.b_port);
+    ++added;
+  }
+  return added;
+}
+
+// Warns about the nodes the fabric leaves out: aggregation nodes, and the
+// cables of routers and of switches no HCA reaches.
+void WarnLeftOut(const IbFile& f, const std::string& source, int unreached,
+                 Fabric* fab) {
+  int routers = 0, aggregation_nodes = 0, first_line = 0;
+  for (const IbNode& n : f.nodes) {
+    routers += n.type == 'R';
+    if (IsAggregationNode(n) && aggregation_nodes++ == 0) first_line = n.line;
+  }
+  if (aggregation_nodes > 0) {
+    fab->warnings().push_back(absl::StrCat(
+        source, ":", first_line, ": ", aggregation_nodes,
+        " SHARP aggregation node(s) left out (Ca \"Mellanox Technologies "
+        "Aggregation Node\": the reduction engine inside a switch, not a "
+        "host)"));
+  }
+  if (unreached > 0) {
+    fab->warnings().push_back(
+        absl::StrCat(source, ": ", unreached, " cable(s) of ", routers,
+                     " router(s) or of switches no HCA reaches left out"));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<Fabric> FabricFromIbnetdiscover(const IbFile& f,
@@ -202,38 +290,16 @@ absl::StatusOr<Fabric> FabricFromIbnetdiscover(const IbFile& f,
       AddHosts(f, HostNames(f, map, &fab.warnings()), o, &fab);
   std::map<int, int> node_of = AddSwitches(f, tier, &fab);
   node_of.insert(gpu_of.begin(), gpu_of.end());
-  int left_out = 0;
-  for (const IbCable& c : *cables) {
-    auto a = node_of.find(c.a), b = node_of.find(c.b);
-    if (a == node_of.end() || b == node_of.end()) {
-      ++left_out;  // a router, or a switch no HCA reaches
-      continue;
-    }
-    const bool nic = f.nodes[c.a].type == 'H' || f.nodes[c.b].type == 'H';
-    if (f.nodes[c.a].type == 'H' && f.nodes[c.b].type == 'H') {
-      return LineError(source, c.line,
-                       "two HCAs cabled back to back (no switch between "
-                       "them): not a fabric the planner routes");
-    }
-    const int id =
-        fab.AddCable(a->second, b->second,
-                     nic ? LinkKind::kNic : LinkKind::kFabric, c.gbps, c.line);
-    fab.SetCablePorts(id, c.a_port, c.b_port);
-  }
-  int switches = 0, routers = 0;
-  for (size_t n = 0; n < f.nodes.size(); ++n) {
-    switches += f.nodes[n].type == 'S';
-    routers += f.nodes[n].type == 'R';
-  }
-  if (left_out > 0) {
-    fab.warnings().push_back(
-        absl::StrCat(source, ": ", left_out, " cable(s) of ", routers,
-                     " router(s) or of switches no HCA reaches left out"));
-  }
-  fab.description =
-      absl::StrCat("ibnetdiscover ", source, ": ", fab.hosts().size(),
-                   " hosts, ", gpu_of.size(), " HCAs, ", switches,
-                   " switches, ", cables->size() - left_out, " cables");
+  int unreached = 0;
+  absl::StatusOr<int> added =
+      AddCables(f, *cables, node_of, source, &fab, &unreached);
+  if (!added.ok()) return added.status();
+  WarnLeftOut(f, source, unreached, &fab);
+  int switches = 0;
+  for (const IbNode& n : f.nodes) switches += n.type == 'S';
+  fab.description = absl::StrCat(
+      "ibnetdiscover ", source, ": ", fab.hosts().size(), " hosts, ",
+      gpu_of.size(), " HCAs, ", switches, " switches, ", *added, " cables");
   fab.assumptions().push_back(
       "each HCA serves one GPU (a host with k HCAs is k GPUs, one rail each; "
       "ibnetdiscover does not list GPUs)");

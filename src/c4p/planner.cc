@@ -206,10 +206,14 @@ void Planner::Pin(const Flow& f, PlannedPath* p) const {
 
 void Planner::Route(const Flow& f, PlannedPath* p) {
   if (!f.network) {
+    // Never empty: a flow is not `network` only where NVLink joins its
+    // GPUs. (Falling back to the network here once loaded NICs with flows
+    // that the simulator and the bound, which skip non-network flows, never
+    // saw: the plan balanced the wrong loads.)
     p->links = NvLinkPath(*fabric_, f);
     p->src_gpu = f.src_gpu;
     p->dst_gpu = f.dst_gpu;
-    if (!p->links.empty()) return;
+    return;
   }
   Best(f, p);
 }

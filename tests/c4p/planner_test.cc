@@ -294,6 +294,61 @@ TEST(EvaluateTest, PlanNeverWorseThanEcmpMedianAndAboveTheBound) {
   EXPECT_FALSE(Evaluate(&fab, d).ok());
 }
 
+// Values no job or benchmark means are refused naming the flag, not run
+// as something else: a negative rank count (was: every GPU) and a busiest
+// link degraded to more than its capacity or below 0 (was: run, or
+// silently not degraded).
+TEST(EvaluateTest, OutOfRangeRanksAndBusiestShareAreRefused) {
+  Fabric fab = Gen("gen:leafspine,gpus=64,hosts_per_tor=2");
+  EvalOptions o;
+  o.seeds = 2;
+  o.ranks = -3;
+  auto r = Evaluate(&fab, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--ranks -3"), std::string::npos)
+      << r.status();
+  o.ranks = 0;
+  for (double share : {1.5, -0.5}) {
+    fab.ResetCapacities();
+    o.degrade_busiest = share;
+    r = Evaluate(&fab, o);
+    ASSERT_FALSE(r.ok()) << share;
+    EXPECT_NE(r.status().message().find("--degrade-busiest"), std::string::npos)
+        << r.status();
+  }
+}
+
+// A degrade that leaves a host of the job without any network capacity
+// (its NIC, or its ToR, at 0) leaves no path for its flows: the job cannot
+// run there. Evaluate says so, naming the flow and the link, instead of
+// reporting infinite completions and a bound of 1e30 s. A link at 0 that
+// the re-plan can route around is fine.
+TEST(EvaluateTest, ADegradeThatCutsAHostOffIsRefusedNamingIt) {
+  // Hosts of one NIC (a NIC down cuts its host off) and of eight NICs on
+  // one ToR (the ToR down cuts both its hosts off).
+  Fabric one_nic = Gen("gen:leafspine,gpus=16,gpus_per_host=1,hosts_per_tor=2");
+  Fabric fab = Gen("gen:leafspine,gpus=64,hosts_per_tor=2,rail=0");
+  EvalOptions o;
+  o.seeds = 5;
+  for (auto [f, spec] :
+       {std::pair{&one_nic, "host1/nic0"}, std::pair{&fab, "tor0"}}) {
+    o.degrade = {{spec, 0.0}};
+    auto r = Evaluate(f, o);
+    ASSERT_FALSE(r.ok()) << spec << ": completion "
+                         << r->after.planned.completion_s;
+    EXPECT_NE(r.status().message().find("no path with capacity"),
+              std::string::npos)
+        << r.status();
+    EXPECT_NE(r.status().message().find("at 0 Gbps"), std::string::npos)
+        << r.status();
+  }
+  fab.ResetCapacities();
+  o.degrade = {{"tor0-spine0", 0.0}};
+  auto ok = Evaluate(&fab, o);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_LT(ok->after.planned.completion_s, 1);
+}
+
 }  // namespace
 }  // namespace pitstop::c4p
 

@@ -1,13 +1,17 @@
 // The planner's readers on fabric descriptions as operators publish them
 // (../shared/data/topology): Alibaba's three-tier topology data and a real
 // ibnetdiscover output of an EDR fat tree.
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "src/c4p/evaluate.h"
 #include "src/c4p/fabric_io.h"
 #include "src/c4p/flows.h"
 #include "src/c4p/ibnetdiscover.h"
@@ -171,6 +175,92 @@ TEST(PublishedFabricsTest, Edr96HostsFromAGuidMap) {
   EXPECT_NE(bad.status().message().find("hosts.map:2:"), std::string::npos);
 }
 
+// With SHARP enabled, every Switch-IB 2 / Quantum switch lists its
+// aggregation node (the in-switch reduction engine) as a Ca on an internal
+// port, all with the description "Mellanox Technologies Aggregation Node"
+// (as in public ibnetdiscover outputs of Quantum fabrics: `Ca 1 "H-..." #
+// "Mellanox Technologies Aggregation Node"` on port 41 of an MQM8700).
+// They are neither hosts nor GPUs, and a spine with one is still a spine.
+std::string WithAggregationNodes(const std::string& text) {
+  std::vector<std::string> out, switches;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    const std::string l(line);
+    out.push_back(l);
+    if (!absl::StartsWith(l, "Switch\t")) continue;
+    const std::string guid = l.substr(l.find("\"S-") + 3, 16);
+    switches.push_back(guid);
+    // The aggregation node's GUID and its port's: the switch's, re-prefixed.
+    out.push_back(absl::StrCat("[37]\t\"H-0002c9", guid.substr(6), "\"[1](2c8",
+                               guid.substr(6),
+                               ") \t\t# \"Mellanox "
+                               "Technologies Aggregation Node\" lid ",
+                               900 + switches.size(), " 4xEDR"));
+  }
+  for (size_t i = 0; i < switches.size(); ++i) {
+    const std::string an = "0002c9" + switches[i].substr(6);
+    for (const std::string& l :
+         {std::string("vendid=0x2c9"), std::string("devid=0xcf09"),
+          absl::StrCat("caguid=0x", an),
+          absl::StrCat("Ca\t1 \"H-", an,
+                       "\"\t\t# \"Mellanox Technologies Aggregation Node\""),
+          absl::StrCat("[1](2c8", switches[i].substr(6), ") \t\"S-",
+                       switches[i], "\"[37]\t\t# lid ", 901 + i,
+                       " lmc 0 \"SwitchIB Mellanox Technologies\" lid 1 "
+                       "4xEDR"),
+          std::string()}) {
+      out.push_back(l);
+    }
+  }
+  return absl::StrJoin(out, "\n");
+}
+
+TEST(PublishedFabricsTest, Edr96SharpAggregationNodesAreNotHosts) {
+  const std::string text = SharedTopologyText(kEdr96);
+  SKIP_WITHOUT(text, kEdr96);
+  auto ib = ParseIbnetdiscover(WithAggregationNodes(text), "sharp.topo");
+  ASSERT_TRUE(ib.ok()) << ib.status();
+  auto f = FabricFromIbnetdiscover(*ib, "sharp.topo", {}, IbOptions{});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->hosts().size(), 96u);
+  EXPECT_EQ(f->gpu_count(), 96);
+  EXPECT_EQ(f->tor_count(), 4);  // the spines stay spines
+  int aggs = 0;
+  for (const FabricNode& n : f->nodes()) aggs += n.kind == NodeKind::kAgg;
+  EXPECT_EQ(aggs, 2);
+  EXPECT_NE(AllWarnings(*f).find("6 SHARP aggregation node(s)"),
+            std::string::npos)
+      << AllWarnings(*f);
+}
+
+// A map written on Windows (CRLF, a byte order mark) names the same hosts;
+// a GUID given two different hosts is refused naming both lines; a GUID
+// that is no HCA's node or port GUID (a typo) is warned, naming its line.
+TEST(PublishedFabricsTest, Edr96GuidMapFromWindowsDuplicatesAndTypos) {
+  const std::string text = SharedTopologyText(kEdr96);
+  SKIP_WITHOUT(text, kEdr96);
+  auto ib = ParseIbnetdiscover(text, kEdr96);
+  ASSERT_TRUE(ib.ok()) << ib.status();
+  auto map = ParseIbHostMap(
+      "\xef\xbb\xbf"
+      "0x506b4b030043f9e2 ctl01\r\n506b4b03003fa9b6 n18\r\n"
+      "0x506b4b03deadbeef n99\r\n",
+      "m");
+  ASSERT_TRUE(map.ok()) << map.status();
+  auto f = FabricFromIbnetdiscover(*ib, kEdr96, *map, IbOptions{});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_GE(f->FindNode("ctl01/gpu0"), 0);
+  EXPECT_GE(f->FindNode("n18/gpu0"), 0);
+  EXPECT_NE(AllWarnings(*f).find("m:3: GUID 0x506b4b03deadbeef"),
+            std::string::npos)
+      << AllWarnings(*f);
+  auto dup = ParseIbHostMap("0x12 a\n0x12 a\n0x0012 b\n", "hosts.map");
+  ASSERT_FALSE(dup.ok());
+  EXPECT_NE(dup.status().message().find("hosts.map:3:"), std::string::npos)
+      << dup.status();
+  EXPECT_NE(dup.status().message().find("line 1"), std::string::npos)
+      << dup.status();
+}
+
 TEST(PublishedFabricsTest, Edr96MalformedInputNamesFileAndLine) {
   const std::string text = SharedTopologyText(kEdr96);
   SKIP_WITHOUT(text, kEdr96);
@@ -311,6 +401,109 @@ TEST(PublishedFabricsTest, DualPlaneReceiverKeepsItsNicAndTakesPlaneB) {
     EXPECT_EQ(p.links.back(), f->nic_uplinks(fl.dst_gpu)[1] ^ 1);
     for (int l : p.links) EXPECT_NE(f->link(l).src, tor72) << f->LinkName(l);
   }
+}
+
+// The dual-plane file with line 6 (`1 64 2880Gbps ...`: GPU 1's NVLink)
+// deleted and the header's link count made 1151: host0/gpu1 is cut off from
+// its NVSwitch. Its ring hops to and from its host's neighbours go over
+// the NICs. Before, they were flows "inside one host": the planner routed
+// them over the NICs anyway (no NVLink path) while the simulator and the
+// bound, which skip such flows, never saw them; the plan balanced loads
+// that were not there and came out 2.0x its bound (both channels of
+// host0/nic0 on one port), with no warning. Now they are network flows
+// everywhere: the load names the GPU and the plan meets the bound, which
+// counts them.
+TEST(PublishedFabricsTest, DualPlaneGpuWithoutNvLinkIsPlannedOverItsNic) {
+  const std::string text = SharedTopologyText(kDualPlane);
+  SKIP_WITHOUT(text, kDualPlane);
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  ASSERT_TRUE(absl::StartsWith(lines[5], "1 64 2880Gbps")) << lines[5];
+  ASSERT_TRUE(absl::StartsWith(lines[0], "208 8 8 136 1152 ")) << lines[0];
+  lines.erase(lines.begin() + 5);
+  lines[0] = absl::StrReplaceAll(lines[0], {{" 1152 ", " 1151 "}});
+  const std::string path = ::testing::TempDir() + "/no_nvlink_gpu1.txt";
+  std::ofstream(path, std::ios::binary) << absl::StrJoin(lines, "\n");
+  auto f = LoadFabric(path, ClosCsvOptions{});
+  ASSERT_TRUE(f.ok()) << f.status();
+  const std::string w = AllWarnings(*f);
+  EXPECT_NE(w.find(path + ":6: host0/gpu1 has no NVLink to nvsw64"),
+            std::string::npos)
+      << w;
+  auto healthy = LoadFabric(SharedTopology(kDualPlane).string(), {});
+  ASSERT_TRUE(healthy.ok()) << healthy.status();
+  EvalOptions o;
+  o.seeds = 4;
+  auto cut = Evaluate(&*f, o);
+  auto whole = Evaluate(&*healthy, o);
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  // 64 ranks, 16 channels: 14 channels hop gpu0 -> gpu1 and 14 gpu1 ->
+  // gpu2, now on the NICs (28 more network flows than the intact file).
+  EXPECT_EQ(cut->network_flows, whole->network_flows + 28);
+  const double bound = cut->healthy.bound.completion_s;
+  // The bound counts them: host0/gpu1's NIC sends 14 + 2 flows over two
+  // ports where every intact NIC sends 2.
+  EXPECT_NEAR(bound / whole->healthy.bound.completion_s, 8.0, 0.01);
+  EXPECT_LE(cut->healthy.planned.completion_s, bound * 1.05);
+  EXPECT_LE(cut->healthy.planned.max_link_util, 1.05);
+}
+
+// Two InfiniBand planes as operators describe them: ibnetdiscover run once
+// per subnet, the outputs concatenated. Plane B is the real EDR output again
+// with its switches' GUIDs changed (other switches) and every HCA cabled on
+// port 2: each dual-port HCA then appears once per subnet, port 1 in the
+// first, port 2 in the second. Before, the reader refused the second block
+// ("H-... listed twice"); now the blocks merge, each port in its subnet's
+// plane.
+std::string PlaneB(const std::string& edr) {
+  std::string b = absl::StrReplaceAll(edr, {{"ec0d9a03", "ec0d9b03"}});
+  std::vector<std::string> lines = absl::StrSplit(b, '\n');
+  for (std::string& l : lines) {
+    if (absl::StartsWith(l, "Ca\t1 ")) l = "Ca\t2 " + l.substr(5);
+    if (absl::StartsWith(l, "[1](")) l = "[2](" + l.substr(4);
+    // Switch ports cabled to an HCA name its port: "H-<guid>"[1] -> [2].
+    const size_t h = l.find("\"H-");
+    const size_t q = h == std::string::npos ? h : l.find("\"[1]", h + 1);
+    if (q != std::string::npos) l.replace(q, 4, "\"[2]");
+  }
+  return absl::StrJoin(lines, "\n");
+}
+
+TEST(PublishedFabricsTest, Edr96TwoSubnetsConcatenatedAreTwoPlanes) {
+  const std::string text = SharedTopologyText(kEdr96);
+  SKIP_WITHOUT(text, kEdr96);
+  const std::string path = ::testing::TempDir() + "/edr96_two_planes.topo";
+  std::ofstream(path, std::ios::binary) << text << "\n" << PlaneB(text);
+  auto f = LoadFabric(path, ClosCsvOptions{});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->hosts().size(), 96u);
+  const int nic = f->FindNode("node018/gpu0");
+  ASSERT_GE(nic, 0);
+  ASSERT_EQ(f->nic_uplinks(nic).size(), 2u);
+  const int tor_a = f->tor_of_uplink(f->nic_uplinks(nic)[0]);
+  const int tor_b = f->tor_of_uplink(f->nic_uplinks(nic)[1]);
+  EXPECT_EQ(f->Distance(tor_a, f->tor_index(tor_b)), -1);  // two planes
+  EXPECT_EQ(f->node(tor_a).name, "S-ec0d9a0300ec8240");
+  EXPECT_EQ(f->node(tor_b).name, "S-ec0d9b0300ec8240");
+  EvalOptions o;
+  o.seeds = 4;
+  auto two = Evaluate(&*f, o);
+  auto one_file = LoadFabric(SharedTopology(kEdr96).string(), {});
+  ASSERT_TRUE(one_file.ok()) << one_file.status();
+  auto one = Evaluate(&*one_file, o);
+  ASSERT_TRUE(two.ok()) << two.status();
+  ASSERT_TRUE(one.ok()) << one.status();
+  // Twice the ports: half the bound, and the plan uses both planes.
+  EXPECT_NEAR(two->healthy.bound.completion_s / one->healthy.bound.completion_s,
+              0.5, 0.01);
+  EXPECT_LE(two->healthy.planned.completion_s,
+            two->healthy.bound.completion_s * 1.05);
+  // The same subnet given twice is refused naming the repeat.
+  std::ofstream(path, std::ios::binary) << text << "\n" << text;
+  auto twice = LoadFabric(path, ClosCsvOptions{});
+  ASSERT_FALSE(twice.ok());
+  EXPECT_TRUE(absl::StrContains(twice.status().message(), "listed twice"))
+      << twice.status();
 }
 
 }  // namespace

@@ -321,7 +321,8 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
                   "'hostN/nicK' or a switch; repeatable");
   cmd->add_option("--degrade-busiest", args->degrade_busiest,
                   "degrade the plan's busiest switch-to-switch link (both "
-                  "directions) to this share (benchmarks)");
+                  "directions) to this share in [0, 1] (benchmarks; 0: "
+                  "off)");
   cmd->add_option("-o,--output", args->output, "table or json")
       ->check(CLI::IsMember({"table", "json"}));
   cmd->add_option("--placement", args->placement,
