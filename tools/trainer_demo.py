@@ -69,9 +69,11 @@ def backend_env(build, backend, job, rank, shm_socket="", host="demo-node"):
     `host` and job `job` -- the trainers' job id, so the controller's
     faults and the step reports name the same job. RANK / LOCAL_RANK tell
     the library the rank (torchrun sets them; the demos start ranks
-    themselves). gloo: nothing."""
+    themselves). Either backend: PITSTOP_JOB_ID, as a launcher sets it,
+    because the agent takes a trainer's step reports only for the job its
+    process's environment names (docs/agent.md)."""
     if backend != "pitstop_nccl":
-        return {}
+        return {"PITSTOP_JOB_ID": job}
     lib = os.path.join(build, "src/nccl/cpu/lib")
     env = {"LD_LIBRARY_PATH": lib + (":" + os.environ["LD_LIBRARY_PATH"]
                                      if os.environ.get("LD_LIBRARY_PATH")

@@ -17,10 +17,16 @@ def spawn(tmp_path, world, scenario, args, timeout=120):
     for r in range(world):
         out = str(tmp_path / ("out%d.json" % r))
         outs.append(out)
+        # The job a rank reports for is the one its environment names, as
+        # a launcher sets it: the agent holds a trainer's report against
+        # what the kernel knows of its process (docs/agent.md).
+        env = dict(os.environ)
+        if args.get("job"):
+            env["PITSTOP_JOB_ID"] = args["job"]
         procs.append(subprocess.Popen(
             [sys.executable, WORKER, str(r), str(world), init, scenario, out,
              json.dumps(args)], stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True))
+            stderr=subprocess.STDOUT, text=True, env=env))
     logs = []
     for p in procs:
         try:

@@ -31,8 +31,15 @@ def run(tmp_path, name, extra, steps=6, expect_rc=0, timeout=240):
                str(WORLD), "--init", init, "--out", out, "--steps",
                str(steps), "--adapters", str(ADAPTERS), "--blocks",
                str(BLOCKS)] + extra
+        # The job a rank reports for is the one its environment names, as
+        # a launcher sets it: the agent holds a trainer's report against
+        # what the kernel knows of its process (docs/agent.md).
+        env = dict(os.environ)
+        if "--job" in extra:
+            env["PITSTOP_JOB_ID"] = extra[extra.index("--job") + 1]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+                                      stderr=subprocess.PIPE, text=True,
+                                      env=env))
     results = []
     for p in procs:
         try:
