@@ -2,14 +2,15 @@
 // deployment, processes and verdict. migration_scenario.cc holds the
 // common path and the scenarios that ask for the migration themselves;
 // migration_policy.cc the one where detection and policy ACT start it.
-// Only src/sim/migration_*.cc and torch_migration_scenario.cc (CallController)
-// include this header.
+// Only src/sim/migration_*.cc and torch_migration_scenario.cc (asking for
+// a migration and waiting for it) include this header.
 //
 // Thread-compatible: one caller.
 #ifndef PITSTOP_SRC_SIM_MIGRATION_RUN_H_
 #define PITSTOP_SRC_SIM_MIGRATION_RUN_H_
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -55,6 +56,18 @@ grpc::Status CallController(const Call& call, int tries = 4) {
   }
   return st;
 }
+
+// MigrateNode `req`, asked again while the controller answers
+// FAILED_PRECONDITION ("not migratable now": not every agent reported the
+// job's communicators yet), for up to 60 s.
+absl::StatusOr<v1::Migration> RequestMigration(
+    v1::Controller::Stub* stub, const v1::MigrateNodeRequest& req);
+// Polls migration `id` until COMMITTED or ABORTED (kRunDeadline), telling
+// `say` each new state; CANCELLED once `cancelled` says so.
+absl::StatusOr<v1::Migration> AwaitMigrationFinished(
+    v1::Controller::Stub* stub, const std::string& id,
+    const std::function<void(const std::string&)>& say,
+    const std::function<bool()>& cancelled);
 
 std::string ReadFile(const std::string& path);
 StepLogLines StepLog(const std::string& path);

@@ -240,18 +240,8 @@ void ScenarioRun::KillLeaver() {
                    "wait in pitstop_trainer_recover"));
 }
 
-absl::StatusOr<v1::Migration> ScenarioRun::RequestMigration() {
-  v1::MigrateNodeRequest req;
-  req.set_host(cluster_->host(o_.leaver_node));
-  req.set_to(kStandby);
-  req.set_job_id(kJob);
-  req.set_who("pitstop sim");
-  req.set_reason(o_.node_failure ? "node-failure-migration scenario"
-                                 : "standby-migration scenario");
-  // The leaver's processes are dead: the state comes from a replica.
-  req.set_from_replica(o_.node_failure);
-  // Until every agent reported the job's communicators the controller says
-  // "not migratable now" (FAILED_PRECONDITION): ask again.
+absl::StatusOr<v1::Migration> RequestMigration(
+    v1::Controller::Stub* stub, const v1::MigrateNodeRequest& req) {
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (true) {
     v1::MigrateNodeResponse resp;
@@ -259,30 +249,33 @@ absl::StatusOr<v1::Migration> ScenarioRun::RequestMigration() {
     // before its transport broke must not queue a second migration.
     const grpc::Status st = CallController(
         [&](grpc::ClientContext* ctx) {
-          return stub_->MigrateNode(ctx, req, &resp);
+          return stub->MigrateNode(ctx, req, &resp);
         },
         /*tries=*/1);
     if (st.ok()) return resp.migration();
     if (st.error_code() != grpc::StatusCode::FAILED_PRECONDITION ||
         absl::Now() > deadline) {
       return absl::FailedPreconditionError(
-          absl::StrCat("MigrateNode ", req.host(), " -> ", kStandby, ": ",
+          absl::StrCat("MigrateNode ", req.host(), " -> ", req.to(), ": ",
                        st.error_message()));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
 
-absl::StatusOr<v1::Migration> ScenarioRun::AwaitFinished(
-    const std::string& id) {
+absl::StatusOr<v1::Migration> AwaitMigrationFinished(
+    v1::Controller::Stub* stub, const std::string& id,
+    const std::function<void(const std::string&)>& say,
+    const std::function<bool()>& cancelled) {
   const absl::Time deadline = absl::Now() + kRunDeadline;
   std::string last_state;
   while (absl::Now() < deadline) {
+    if (cancelled()) return absl::CancelledError("interrupted");
     v1::GetMigrationRequest req;
     req.set_migration_id(id);
     v1::GetMigrationResponse resp;
     const grpc::Status st = CallController([&](grpc::ClientContext* ctx) {
-      return stub_->GetMigration(ctx, req, &resp);
+      return stub->GetMigration(ctx, req, &resp);
     });
     if (!st.ok()) {
       return absl::UnavailableError(
@@ -291,7 +284,7 @@ absl::StatusOr<v1::Migration> ScenarioRun::AwaitFinished(
     const v1::Migration& m = resp.migration();
     const std::string state = v1::MigrationState_Name(m.state());
     if (state != last_state) {
-      Say(absl::StrCat("[sim] migration ", id, ": ", state));
+      say(absl::StrCat("[sim] migration ", id, ": ", state));
       last_state = state;
     }
     if (m.state() == v1::MIGRATION_STATE_COMMITTED ||
@@ -303,6 +296,26 @@ absl::StatusOr<v1::Migration> ScenarioRun::AwaitFinished(
   return absl::DeadlineExceededError(
       absl::StrCat("migration ", id, " not finished after ",
                    absl::FormatDuration(kRunDeadline)));
+}
+
+absl::StatusOr<v1::Migration> ScenarioRun::RequestMigration() {
+  v1::MigrateNodeRequest req;
+  req.set_host(cluster_->host(o_.leaver_node));
+  req.set_to(kStandby);
+  req.set_job_id(kJob);
+  req.set_who("pitstop sim");
+  req.set_reason(o_.node_failure ? "node-failure-migration scenario"
+                                 : "standby-migration scenario");
+  // The leaver's processes are dead: the state comes from a replica.
+  req.set_from_replica(o_.node_failure);
+  return migration_internal::RequestMigration(stub_.get(), req);
+}
+
+absl::StatusOr<v1::Migration> ScenarioRun::AwaitFinished(
+    const std::string& id) {
+  return AwaitMigrationFinished(
+      stub_.get(), id, [this](const std::string& line) { Say(line); },
+      [] { return false; });
 }
 
 absl::Status ScenarioRun::LaunchJob(const std::string& id) {

@@ -28,7 +28,6 @@
 namespace pitstop::sim {
 namespace {
 
-using migration_internal::CallController;
 
 constexpr char kJob[] = "torch-job";
 constexpr const char* kStandby = kTorchMigrationStandby;
@@ -213,25 +212,7 @@ absl::StatusOr<v1::Migration> Run::RequestMigration() {
   req.set_job_id(kJob);
   req.set_who("pitstop sim");
   req.set_reason("torch-migration scenario");
-  // Until every agent reported the job's communicators the controller says
-  // "not migratable now" (FAILED_PRECONDITION): ask again.
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (true) {
-    v1::MigrateNodeResponse resp;
-    const grpc::Status st = CallController(
-        [&](grpc::ClientContext* ctx) {
-          return stub_->MigrateNode(ctx, req, &resp);
-        },
-        /*tries=*/1);
-    if (st.ok()) return resp.migration();
-    if (st.error_code() != grpc::StatusCode::FAILED_PRECONDITION ||
-        absl::Now() > deadline) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("MigrateNode ", req.host(), " -> ", kStandby, ": ",
-                       st.error_message()));
-    }
-    usleep(100000);
-  }
+  return migration_internal::RequestMigration(stub_.get(), req);
 }
 
 // Each moved rank's joiner: what a launcher on the standby is given — the
@@ -281,35 +262,9 @@ absl::Status Run::StartJoiners(const v1::Migration& m) {
 }
 
 absl::StatusOr<v1::Migration> Run::AwaitFinished(const std::string& id) {
-  const absl::Time deadline = absl::Now() + kRunDeadline;
-  std::string last_state;
-  while (absl::Now() < deadline) {
-    if (Cancelled()) return absl::CancelledError("interrupted");
-    v1::GetMigrationRequest req;
-    req.set_migration_id(id);
-    v1::GetMigrationResponse resp;
-    const grpc::Status st = CallController([&](grpc::ClientContext* ctx) {
-      return stub_->GetMigration(ctx, req, &resp);
-    });
-    if (!st.ok()) {
-      return absl::UnavailableError(
-          absl::StrCat("GetMigration ", id, ": ", st.error_message()));
-    }
-    const v1::Migration& m = resp.migration();
-    const std::string state = v1::MigrationState_Name(m.state());
-    if (state != last_state) {
-      Say(absl::StrCat("[sim] migration ", id, ": ", state));
-      last_state = state;
-    }
-    if (m.state() == v1::MIGRATION_STATE_COMMITTED ||
-        m.state() == v1::MIGRATION_STATE_ABORTED) {
-      return m;
-    }
-    usleep(20000);
-  }
-  return absl::DeadlineExceededError(
-      absl::StrCat("migration ", id, " not finished after ",
-                   absl::FormatDuration(kRunDeadline)));
+  return migration_internal::AwaitMigrationFinished(
+      stub_.get(), id, [this](const std::string& line) { Say(line); },
+      [this] { return Cancelled(); });
 }
 
 absl::Status Run::Migrate() {
