@@ -28,7 +28,6 @@
 namespace pitstop::sim {
 namespace {
 
-
 constexpr char kJob[] = "torch-job";
 constexpr const char* kStandby = kTorchMigrationStandby;
 constexpr char kBackend[] = "pitstop_nccl";
