@@ -266,6 +266,36 @@ def test_through_the_preloaded_library():
            "PITSTOP_MIGRATION_ROLE=joiner" in out.stdout, out.stdout
 
 
+IMPORTS = r"""
+import sys
+import torch
+from pitstop.torch import migration
+heavy = sorted(m for m in ("grpc", "pitstop.client", "pitstop.torch.edit",
+                           "pitstop.torch.multi_lora", "pitstop.torch.penalty",
+                           "pitstop.torch.placement", "pitstop.torch.switch")
+               if m in sys.modules)
+print("heavy:", ",".join(heavy))
+from pitstop.torch import EDiT, MultiLoraTrainer, compute_placement
+import pitstop.torch
+print("lazy:", EDiT.__module__, MultiLoraTrainer.__module__,
+      compute_placement.__module__, "EDiT" in dir(pitstop.torch))
+"""
+
+
+def test_a_torch_job_imports_only_what_migration_needs():
+    """A joiner imports pitstop.torch.migration at start-up, while the job
+    waits for it: the package's trainers (and grpc, via pitstop.client) are
+    imported when first used, not with the package."""
+    env = dict(os.environ,
+               PYTHONPATH=os.path.join(os.path.dirname(__file__), ".."))
+    out = subprocess.run([sys.executable, "-c", IMPORTS], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "heavy: \n" in out.stdout, out.stdout
+    assert ("lazy: pitstop.torch.edit pitstop.torch.multi_lora "
+            "pitstop.torch.placement True") in out.stdout, out.stdout
+
+
 def test_joiner_skips_only_the_init_barrier(monkeypatch):
     """The job's ranks passed the group's store barrier long ago; a joiner
     is one arrival more on the same store. Torch's own call waits until its

@@ -57,20 +57,37 @@ void PrintTorchMigrationReport(const TorchMigrationResult& r,
   line("switch (SWITCH_AT phase)",
        absl::StrCat(ms(m.ready_unix_ns(), m.switched_unix_ns()),
                     " (training runs on until the agreed step; not downtime)"));
-  line("switch step", absl::StrCat(r.switch_step, " of ", r.steps, " (seq ",
-                                   m.switch_seq(), ")"));
-  line("downtime",
-       absl::StrFormat("%.1f ms (rank %d's longest step around the switch "
-                       "%.1f ms - median step %.1f ms)",
-                       r.downtime_ms, r.probe_rank, r.longest_step_ms,
-                       r.median_step_ms));
-  line("leaver's poll (sends)",
-       absl::StrFormat("%.1f ms; joiner's restore after its join %.1f ms",
-                       r.leaver_poll_ms, r.joiner_restore_ms));
-  line("weights", absl::StrCat(r.weights_identical, "/", r.weights_compared,
-                               " ranks bit-identical to the undisturbed run"));
+  if (r.switch_step >= 0) {  // a run whose ranks moved (no fault, or late)
+    line("switch step", absl::StrCat(r.switch_step, " of ", r.steps, " (seq ",
+                                     m.switch_seq(), ")"));
+    line("downtime",
+         absl::StrFormat("%.1f ms (rank %d's longest step around the switch "
+                         "%.1f ms - median step %.1f ms)",
+                         r.downtime_ms, r.probe_rank, r.longest_step_ms,
+                         r.median_step_ms));
+    line("leaver's poll (sends)",
+         absl::StrFormat("%.1f ms; joiner's restore after its join %.1f ms",
+                         r.leaver_poll_ms, r.joiner_restore_ms));
+  }
+  if (r.weights_compared > 0) {
+    line("weights",
+         absl::StrCat(r.weights_identical, "/", r.weights_compared,
+                      " ranks bit-identical to the undisturbed run"));
+  }
   line("wall time", absl::StrFormat("reference %.1f s, migrated run %.1f s",
                                     r.reference_s, r.migrated_s));
+  if (r.victim_rank >= 0) {
+    line("fault", absl::StrCat("rank ", r.victim_rank, " SIGKILLed; ",
+                               r.migration.abort_reason().empty()
+                                   ? "no abort"
+                                   : "aborted: " + r.migration.abort_reason()));
+    line("ended after the kill",
+         absl::StrFormat("%.1f s (every process that was to end; the last: "
+                         "%s)",
+                         r.ended_after_kill_s,
+                         r.last_to_end.empty() ? "-" : r.last_to_end));
+    for (const std::string& e : r.stayer_errors) line("stayer's error", e);
+  }
   for (const std::string& f : r.failures) line("FAILURE", f);
   if (r.work_dir_kept) line("work dir", r.work_dir);
 }

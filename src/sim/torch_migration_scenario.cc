@@ -3,8 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <thread>
 
@@ -12,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "pitstop/clock.h"
 #include "pitstop/grpc_util.h"
@@ -23,62 +20,22 @@
 #include "src/sim/migration_run.h"
 #include "src/sim/subprocess.h"
 #include "src/sim/torch_job.h"
+#include "src/sim/torch_migration_faults.h"
 #include "src/sim/torch_scenario.h"
 
 namespace pitstop::sim {
 namespace {
+
+using torch_migration_internal::kEndBound;
 
 constexpr char kJob[] = "torch-job";
 constexpr const char* kStandby = kTorchMigrationStandby;
 constexpr char kBackend[] = "pitstop_nccl";
 constexpr absl::Duration kRunDeadline = absl::Minutes(5);
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-// The `"key": number` of a loss-log line (train_lm.py writes them with
-// json.dumps: a space after the colon).
-bool Field(const std::string& line, const std::string& key, double* value) {
-  const std::string k = absl::StrCat("\"", key, "\": ");
-  const size_t at = line.find(k);
-  if (at == std::string::npos) return false;
-  const size_t from = at + k.size();
-  const size_t end = line.find_first_of(",}", from);
-  return absl::SimpleAtod(line.substr(from, end - from), value);
-}
-
-// The training lines of a losses-rank<R>.jsonl as (step index, ms): the
-// job logs step S+1 after running step S (0-based, as the judge counts).
-StepLogLines LossLog(const std::string& path) {
-  StepLogLines out;
-  for (absl::string_view line : absl::StrSplit(ReadFile(path), '\n')) {
-    const std::string l(line);
-    double step = 0, ms = 0;
-    if (l.find("\"loss\"") == std::string::npos || !Field(l, "step", &step) ||
-        !Field(l, "ms", &ms)) {
-      continue;
-    }
-    out.emplace_back(static_cast<int>(step) - 1, ms);
-  }
-  return out;
-}
-
-// The largest number that follows `key` in `text` (-1 when none).
-double LargestAfter(const std::string& text, const std::string& key) {
-  double largest = -1;
-  for (size_t at = text.find(key); at != std::string::npos;
-       at = text.find(key, at + 1)) {
-    const size_t from = at + key.size();
-    const size_t end = text.find_first_not_of("0123456789.", from);
-    double v = 0;
-    if (absl::SimpleAtod(text.substr(from, end - from), &v)) {
-      largest = std::max(largest, v);
-    }
-  }
-  return largest;
-}
+using migration_internal::ReadFile;
+using torch_migration_internal::LargestAfter;
+using torch_migration_internal::LossLog;
 
 class Run {
  public:
@@ -90,6 +47,7 @@ class Run {
   absl::Status Reference();
   absl::Status Migrate();
   void Judge();
+  bool faulty() const { return o_.fault != TorchMigrationFault::kNone; }
   void Teardown();
   void KeepWorkDir() {
     if (cluster_ == nullptr) return;
@@ -111,6 +69,14 @@ class Run {
   absl::StatusOr<v1::Migration> RequestMigration();
   absl::Status StartJoiners(const v1::Migration& m);
   absl::StatusOr<v1::Migration> AwaitFinished(const std::string& id);
+  void MakeFault(const std::string& id);
+  void AwaitEndAfterKill();
+  void AwaitEnd(const absl::Time& deadline);
+  void JudgeWeightsAndSteps();
+  void JudgeSwitch();
+  std::string JoinerLog(int rank) const {
+    return absl::StrCat(Dir("mig"), "/joiner-rank", rank, ".log");
+  }
   std::string Dir(const std::string& tag) const {
     return absl::StrCat(cluster_->work_dir(), "/", tag);
   }
@@ -127,6 +93,7 @@ class Run {
     std::unique_ptr<Subprocess> process;
   };
   std::vector<Joiner> joiners_;
+  int64_t kill_ns_ = 0;  // with a fault: when the victim was killed
 };
 
 absl::Status Run::Start() {
@@ -192,6 +159,10 @@ absl::Status Run::RunToEnd(TorchJob* job, const std::string& what) {
 }
 
 absl::Status Run::Reference() {
+  // A job that a fault ends has no final weights to compare.
+  if (faulty() && o_.fault != TorchMigrationFault::kJoinerDiesInSandbox) {
+    return absl::OkStatus();
+  }
   TorchJobOptions jo = JobOptions("ref");
   ASSIGN_OR_RETURN(jo.env, TorchBackendEnv(kBackend, plugin_));
   jo.env.emplace_back("PITSTOP_CPU_NCCL_STORE_DIR", Dir("ref") + "/nccl");
@@ -252,7 +223,7 @@ absl::Status Run::StartJoiners(const v1::Migration& m) {
                    {"PITSTOP_SHADOW_DIR", Dir("shadow")},
                    {"PITSTOP_SHADOW_STEPS", absl::StrCat(o_.shadow_steps)},
                    {"PITSTOP_JOIN_TIMEOUT_S", "240"}});
-    so.log_path = absl::StrCat(Dir("mig"), "/joiner-rank", rank, ".log");
+    so.log_path = JoinerLog(rank);
     ASSIGN_OR_RETURN(auto p, Subprocess::Start(so));
     joiners_.push_back({rank, std::move(p)});
   }
@@ -307,22 +278,35 @@ absl::Status Run::Migrate() {
     return RunToEnd(job_.get(), "migrated run");
   }
   RETURN_IF_ERROR(StartJoiners(*m));
+  if (faulty()) MakeFault(m->migration_id());
   absl::StatusOr<v1::Migration> done = AwaitFinished(m->migration_id());
   if (!done.ok()) {
     Fail(std::string(done.status().message()));
   } else {
     r_->migration = *done;
-    if (done->state() != v1::MIGRATION_STATE_COMMITTED) {
+    // With a fault, JudgeFault says which end the migration must have.
+    if (!faulty() && done->state() != v1::MIGRATION_STATE_COMMITTED) {
       Fail(absl::StrCat("migration ", done->migration_id(),
                         " aborted: ", done->abort_reason()));
     }
   }
-  if (!r_->failures.empty()) {
+  if (faulty()) {
+    AwaitEndAfterKill();
+  } else if (!r_->failures.empty()) {
     // Joiners wait for a state that will not come: end them now.
     for (Joiner& j : joiners_) j.process->Stop(absl::Seconds(1));
   }
+  if (faulty() && o_.fault != TorchMigrationFault::kJoinerDiesInSandbox) {
+    // The job ended on the dead rank; how each process ended is judged from
+    // the errors in its log.
+    AwaitEnd(deadline);
+    r_->migrated_s = (MonotonicNowNs() - t0) / 1e9;
+    return absl::OkStatus();
+  }
   RETURN_IF_ERROR(RunToEnd(job_.get(), "migrated run"));
   for (Joiner& j : joiners_) {
+    // A joiner of an aborted migration ends with the abort's error.
+    if (faulty() && !j.process->Running()) continue;
     if (!j.process->Wait(std::max(deadline - absl::Now(), absl::Seconds(1)))) {
       j.process->Stop(absl::Seconds(1));
       Fail(absl::StrCat("joiner of rank ", j.rank, " still running; killed"));
@@ -336,9 +320,87 @@ absl::Status Run::Migrate() {
   return absl::OkStatus();
 }
 
+// The victim: the highest moved rank's joiner or leaver.
+void Run::MakeFault(const std::string& id) {
+  if (joiners_.empty()) return;
+  const int rank = joiners_.back().rank;
+  const bool leaver = o_.fault == TorchMigrationFault::kLeaverDiesInTransfer;
+  const pid_t victim =
+      leaver ? job_->worker_pid(rank) : joiners_.back().process->pid();
+  absl::StatusOr<int64_t> killed = torch_migration_internal::KillAtTheMoment(
+      o_.fault, stub_.get(), id, victim, JoinerLog(rank),
+      [this] { return Cancelled(); });
+  if (!killed.ok()) {
+    Fail(std::string(killed.status().message()));
+    return;
+  }
+  kill_ns_ = *killed;
+  r_->victim_rank = rank;
+  Say(absl::StrCat("[sim] FAULT ", TorchMigrationFaultName(o_.fault),
+                   ": SIGKILLed rank ", rank, "'s ",
+                   leaver ? "leaver" : "joiner", " (pid ", victim, ")"));
+}
+
+// A joiner dead in the sandbox: the other joiners must end (the abort
+// wakes their join) while the job trains on.
+void Run::AwaitEndAfterKill() {
+  if (o_.fault != TorchMigrationFault::kJoinerDiesInSandbox) return;
+  const absl::Time deadline = absl::Now() + kRunDeadline;
+  for (Joiner& j : joiners_) {
+    j.process->Wait(std::max(deadline - absl::Now(), absl::Seconds(1)));
+  }
+  if (kill_ns_ != 0) {
+    r_->ended_after_kill_s = (MonotonicNowNs() - kill_ns_) / 1e9;
+  }
+}
+
+// Every torchrun and joiner ends by itself (killed at `deadline`); the time
+// of the last end after the kill.
+void Run::AwaitEnd(const absl::Time& deadline) {
+  while (absl::Now() < deadline && !Cancelled()) {
+    std::string running;
+    if (job_->Running() > 0) running = "torchrun";
+    for (Joiner& j : joiners_) {
+      if (j.process->Running()) {
+        running = absl::StrCat("the joiner of rank ", j.rank);
+      }
+    }
+    if (running.empty()) break;
+    r_->last_to_end = running;
+    usleep(20000);
+  }
+  if (kill_ns_ != 0) {
+    r_->ended_after_kill_s = (MonotonicNowNs() - kill_ns_) / 1e9;
+  }
+  for (Joiner& j : joiners_) {
+    if (j.process->Running()) j.process->Stop(absl::Seconds(1));
+  }
+  if (job_->Running() > 0) job_->Kill();
+}
+
 void Run::Judge() {
   r_->ranks = world_;
   r_->steps = o_.steps;
+  if (!faulty() || o_.fault == TorchMigrationFault::kJoinerDiesInSandbox) {
+    JudgeWeightsAndSteps();
+  }
+  if (!faulty()) JudgeSwitch();
+  if (faulty()) {
+    for (int node = 0; node < o_.nodes; ++node) {
+      if (node == o_.leaver_node) continue;
+      for (std::string& e : torch_migration_internal::CollectiveErrors(ReadFile(
+               absl::StrCat(Dir("mig"), "/torchrun-node", node, ".log")))) {
+        r_->stayer_errors.push_back(std::move(e));
+      }
+    }
+    torch_migration_internal::JudgeFault(
+        o_, *r_, [this](const std::string& why) { Fail(why); });
+  }
+  r_->passed = r_->failures.empty();
+  if (!r_->passed) KeepWorkDir();
+}
+
+void Run::JudgeWeightsAndSteps() {
   for (int rank = 0; rank < world_; ++rank) {
     const std::string name = absl::StrCat("/weights-rank", rank, ".sha256");
     const std::string want = ReadFile(Dir("ref") + name);
@@ -359,6 +421,9 @@ void Run::Judge() {
         o_.steps);
     if (!why.empty()) Fail(absl::StrCat("rank ", rank, "'s steps: ", why));
   }
+}
+
+void Run::JudgeSwitch() {
   r_->leaver_poll_ms =
       LargestAfter(ReadFile(absl::StrCat(Dir("mig"), "/torchrun-node",
                                          o_.leaver_node, ".log")),
@@ -401,8 +466,6 @@ void Run::Judge() {
     r_->median_step_ms = median;
     r_->downtime_ms = longest - median;
   }
-  r_->passed = r_->failures.empty();
-  if (!r_->passed) KeepWorkDir();
 }
 
 void Run::Teardown() {

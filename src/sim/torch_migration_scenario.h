@@ -34,6 +34,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "pitstop/v1/controller.pb.h"
 
 namespace pitstop::sim {
@@ -47,6 +48,31 @@ inline constexpr char kTorchMigrationAbout[] =
     "optimizer and RNG state to joiners that built their process group and "
     "DDP in the sandbox; passes when the final weights are bit-identical to "
     "an undisturbed run and every step ran once";
+
+// A failure made during the migration (docs/pytorch.md "When a migration
+// meets a failure"): one process SIGKILLed at a chosen moment, and what
+// the run must show instead of a committed migration.
+enum class TorchMigrationFault {
+  kNone,
+  // The highest moved rank's joiner, once its library made the migration's
+  // ids (it warms up in the sandbox): the migration aborts naming the
+  // joiner and the job trains on unaffected (final weights bit-identical
+  // to an undisturbed run, every step once, every torchrun exits 0).
+  kJoinerDiesInSandbox,
+  // The highest moved rank's leaver, once SWITCH_AT went out (before it
+  // sent its state at the switch step): the migration aborts naming the
+  // leaver, every process ends promptly, the stayers' errors name a dead
+  // rank. (The stayers cannot train on: recovery of a torch job from a
+  // replica is not built.)
+  kLeaverDiesInTransfer,
+  // The highest moved rank's joiner, right after it joined: every process
+  // ends promptly and the stayers' errors name it (a node failure on the
+  // new communicator; recovery from a replica is not built for torch).
+  kJoinerDiesAfterSwitch,
+};
+absl::string_view TorchMigrationFaultName(TorchMigrationFault f);
+absl::StatusOr<TorchMigrationFault> ParseTorchMigrationFault(
+    absl::string_view name);
 
 struct TorchMigrationOptions {
   int nodes = 2;
@@ -67,6 +93,7 @@ struct TorchMigrationOptions {
   // collectives (PITSTOP_SHADOW_COLLECTIVES, 16 by default).
   int shadow_steps = 3;
   uint64_t seed = 1;
+  TorchMigrationFault fault = TorchMigrationFault::kNone;
   std::string work_dir;  // empty: a fresh temporary directory
   bool keep_work_dir = false;
   std::string log_level = "warn";
@@ -93,6 +120,13 @@ struct TorchMigrationResult {
   // restore of the small state (RNGs, hyper-parameters) after its join.
   double leaver_poll_ms = -1;
   double joiner_restore_ms = -1;
+  // With a fault: the rank whose process was killed, how long after the
+  // kill the job's last process (torchrun or joiner) ended, and the
+  // stayers' collective errors (from their torchrun logs).
+  int victim_rank = -1;
+  double ended_after_kill_s = -1;
+  std::string last_to_end;  // "torchrun" or "the joiner of rank R"
+  std::vector<std::string> stayer_errors;
   double reference_s = 0;  // wall time of the undisturbed run
   double migrated_s = 0;   // wall time of the migrated run
   std::string work_dir;

@@ -11,11 +11,15 @@
 //                an error (no hang), shrink it out, carry on, abort the old
 //   error-spreads  the last rank exits; rank 1 waits on rank 0, which fails
 //                on the dead rank: rank 0's error must reach rank 1
+//   origin-named  the last rank exits; every other rank's failed
+//                all-reduce names it, also a rank that learned of the
+//                failure from a live neighbour closing its connections
 //   profiled     a few all-reduces with the profiler plugin loaded
 //   abort-pending  rank 0 starts a non-blocking init its peer never joins,
 //                and aborts it while it is still in progress
 #include <unistd.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -299,6 +303,31 @@ void ErrorSpreads(ncclComm_t comm, int r, int n) {
   CHECK_NCCL(ncclCommDestroy(small));
 }
 
+void FailureNamesItsOrigin(ncclComm_t comm, int r, int n) {
+  int v = 1;
+  CHECK_NCCL(ncclAllReduce(&v, &v, 1, ncclInt32, ncclSum, comm, nullptr));
+  if (r == n - 1) _exit(0);
+  const ncclResult_t res =
+      ncclAllReduce(&v, &v, 1, ncclInt32, ncclSum, comm, nullptr);
+  Expect("origin.failed", 0, res != ncclSuccess, true);
+  const std::string why = ncclGetLastError(nullptr);
+  // "rank 3" followed by no digit ("closed by rank 3 (", "send to rank 3:").
+  const std::string dead = "rank " + std::to_string(n - 1);
+  bool named = false;
+  for (size_t at = why.find(dead); at != std::string::npos && !named;
+       at = why.find(dead, at + 1)) {
+    const size_t end = at + dead.size();
+    named = end == why.size() ||
+            !std::isdigit(static_cast<unsigned char>(why[end]));
+  }
+  if (!named) {
+    std::fprintf(stderr, "rank %d: the error does not name %s: %s\n", r,
+                 dead.c_str(), why.c_str());
+    ++g_failures;
+  }
+  CHECK_NCCL(ncclCommAbort(comm));
+}
+
 void Profiled(ncclComm_t comm, int /*r*/, int n) {
   std::vector<float> a(4096, 1.0f);
   for (int k = 0; k < 5; ++k) {
@@ -372,6 +401,9 @@ int main(int argc, char** argv) {
     } else if (scenario == "error-spreads") {
       ErrorSpreads(comm, r, n);
       return g_failures == 0 ? 0 : 1;
+    } else if (scenario == "origin-named") {
+      FailureNamesItsOrigin(comm, r, n);
+      return g_failures == 0 ? 0 : 1;  // aborted
     } else if (scenario == "profiled") {
       Profiled(comm, r, n);
     } else {

@@ -110,6 +110,15 @@ TEST_F(CpuNcclTest, ErrorOnOneRankReachesPeersBlockedOnIt) {
   EXPECT_TRUE(AllExitedZero(results)) << Describe(results);
 }
 
+// Ranks that learn of a dead peer from a live neighbour closing its
+// connections name the dead rank too (the communicator's first failure,
+// src/nccl/cpu/first_failure.h), not the neighbour: 4 ranks, so rank 1 is
+// adjacent to the dead rank 3 on neither side of the ring.
+TEST_F(CpuNcclTest, EveryRankNamesTheRankWhoseFailureCameFirst) {
+  const auto results = Run("origin-named", 4);
+  EXPECT_TRUE(AllExitedZero(results)) << Describe(results);
+}
+
 // Abort of a communicator whose non-blocking init waits for a peer that
 // never comes returns at once: with the init's timeout far past the
 // deadline, an abort that waited would be killed at the deadline.

@@ -84,6 +84,26 @@ TEST(SimCliTest, TorchMigrationPrintsItsSettings) {
       << out;
   EXPECT_THAT(out, HasSubstr("--keep-running does nothing for "
                              "torch-migration"));
+  out.clear();
+  EXPECT_EQ(RunCommand(pitstop + " sim --print -s torch-migration --fault "
+                                 "leaver-dies-in-transfer",
+                       &out),
+            0)
+      << out;
+  EXPECT_THAT(out, HasSubstr("fault: leaver-dies-in-transfer"));
+  out.clear();
+  EXPECT_EQ(RunCommand(pitstop + " sim --print -s torch-migration --fault oops",
+                       &out),
+            2)
+      << out;
+  EXPECT_THAT(out, HasSubstr("--fault oops: expected none"));
+  out.clear();
+  EXPECT_EQ(RunCommand(pitstop + " sim -s torch-straggler --fault "
+                                 "joiner-dies-in-sandbox",
+                       &out),
+            2)
+      << out;
+  EXPECT_THAT(out, HasSubstr("--fault does nothing for torch-straggler"));
 }
 
 // The default scenario and the other migration scenarios are not YAML: --print

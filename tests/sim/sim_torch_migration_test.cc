@@ -34,6 +34,67 @@ TEST(SimTorchMigration, NodeMovesToTheStandbyAndTheWeightsStayBitIdentical) {
   EXPECT_LT(r->switch_step, o.steps);
 }
 
+// A migration that meets a failure (docs/pytorch.md "When a migration
+// meets a failure"): one process SIGKILLed at the fault's moment. Each run
+// judges itself (TorchMigrationResult::failures); the checks here name the
+// outcome the fault must have.
+TorchMigrationResult RunWithFault(TorchMigrationFault fault) {
+  TorchMigrationOptions o;
+  o.fault = fault;
+  o.progress = [](const std::string& line) { std::cerr << line << "\n"; };
+  absl::StatusOr<TorchMigrationResult> r = RunTorchMigrationScenario(o);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return TorchMigrationResult();
+  PrintTorchMigrationReport(*r, std::cerr);
+  std::string failures;
+  for (const std::string& f : r->failures) failures += f + "\n";
+  EXPECT_TRUE(r->passed) << failures;
+  EXPECT_EQ(r->victim_rank, 3);  // node1's second rank
+  return *r;
+}
+
+// Killed in the sandbox: the migration aborts naming the joiner, the other
+// joiner's join is woken by the abort, and the job trains on exactly as
+// if nothing happened.
+TEST(SimTorchMigration, JoinerDyingInTheSandboxAbortsAndTheJobTrainsOn) {
+  const TorchMigrationResult r =
+      RunWithFault(TorchMigrationFault::kJoinerDiesInSandbox);
+  EXPECT_EQ(r.migration.state(), v1::MIGRATION_STATE_ABORTED);
+  EXPECT_NE(r.migration.abort_reason().find("joiner spare0 died"),
+            std::string::npos)
+      << r.migration.abort_reason();
+  EXPECT_EQ(r.weights_compared, 4);
+  EXPECT_EQ(r.weights_identical, 4);
+}
+
+// Killed after SWITCH_AT, before it sent its state: the migration aborts
+// naming the leaver (not the stayers that die of it later), and nobody
+// waits on the dead rank: every process ends within kEndBound and the
+// stayers' errors name a rank of node1.
+TEST(SimTorchMigration, LeaverDyingBeforeItsStateWentAbortsAndNothingHangs) {
+  const TorchMigrationResult r =
+      RunWithFault(TorchMigrationFault::kLeaverDiesInTransfer);
+  EXPECT_EQ(r.migration.state(), v1::MIGRATION_STATE_ABORTED);
+  EXPECT_NE(r.migration.abort_reason().find("leaver node1 died"),
+            std::string::npos)
+      << r.migration.abort_reason();
+  EXPECT_FALSE(r.stayer_errors.empty());
+}
+
+// Killed right after its join: the stayers are on the new communicator
+// with a dead member. They must not block on it: every process ends within
+// kEndBound, and every stayer's error names rank 3 (also the stayer that
+// learned of it from a live neighbour).
+TEST(SimTorchMigration, JoinerDyingAfterTheSwitchEndsTheJobNamingIt) {
+  const TorchMigrationResult r =
+      RunWithFault(TorchMigrationFault::kJoinerDiesAfterSwitch);
+  EXPECT_GE(r.ended_after_kill_s, 0);
+  EXPECT_EQ(r.stayer_errors.size(), 2u);  // ranks 0 and 1
+  for (const std::string& e : r.stayer_errors) {
+    EXPECT_NE(e.find("rank 3"), std::string::npos) << e;
+  }
+}
+
 TEST(SimTorchMigration, OptionsThatCannotMoveANodeAreRefused) {
   TorchMigrationOptions o;
   o.nodes = 1;

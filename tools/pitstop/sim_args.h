@@ -36,6 +36,8 @@ struct SimArgs {
   // The torch scenarios' --backend (--nodes and --ranks-per-node are read
   // from `migration`).
   std::string torch_backend = kDefaultTorchBackend;
+  // torch-migration's --fault (sim::TorchMigrationFault's names).
+  std::string torch_migration_fault = "none";
 };
 
 }  // namespace pitstop::tool

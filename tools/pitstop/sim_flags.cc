@@ -76,6 +76,7 @@ constexpr FlagRule kFlagRules[] = {
     {"--slow-factor", kDegradedNode, "degraded-node-migration only"},
     {"--backend", kTorch, kForTorch},
     {"--leaver-node", kTorchMigration, "torch-migration only"},
+    {"--fault", kTorchMigration, "torch-migration only"},
     {"--quick", kBench, "--bench only"},
     {"--bench-out", kBench, "--bench only"},
 };

@@ -51,6 +51,10 @@ void AddTorchOptions(CLI::App* cmd, SimArgs* a) {
   cmd->add_option("--leaver-node", a->migration.leaver_node,
                   "torch-migration: the node whose ranks move to the standby "
                   "(default 1; 0 moves rank 0)");
+  cmd->add_option("--fault", a->torch_migration_fault,
+                  "torch-migration: a process SIGKILLed during the migration: "
+                  "joiner-dies-in-sandbox, leaver-dies-in-transfer, "
+                  "joiner-dies-after-switch (default none; docs/pytorch.md)");
 }
 
 int PrintTorchScenario(const SimArgs& a, const CLI::App& cmd,
@@ -143,6 +147,11 @@ sim::TorchMigrationOptions TorchMigrationOptionsOf(const SimArgs& a,
   }
   if (given("--switch-margin")) o.switch_margin = a.migration.switch_margin;
   if (given("--leaver-node")) o.leaver_node = a.migration.leaver_node;
+  if (absl::StatusOr<sim::TorchMigrationFault> f =
+          sim::ParseTorchMigrationFault(a.torch_migration_fault);
+      f.ok()) {
+    o.fault = *f;
+  }
   if (given("--seed") && a.seed >= 0) o.seed = static_cast<uint64_t>(a.seed);
   o.work_dir = a.work_dir;
   o.keep_work_dir = a.keep_work_dir;
@@ -155,7 +164,11 @@ sim::TorchMigrationOptions TorchMigrationOptionsOf(const SimArgs& a,
 int PrintTorchMigration(const SimArgs& a, const CLI::App& cmd,
                         std::ostream& out) {
   const sim::TorchMigrationOptions o = TorchMigrationOptionsOf(a, cmd);
-  if (const absl::Status st = sim::ValidateTorchMigrationOptions(o); !st.ok()) {
+  absl::Status st = sim::ValidateTorchMigrationOptions(o);
+  if (st.ok()) {
+    st = sim::ParseTorchMigrationFault(a.torch_migration_fault).status();
+  }
+  if (!st.ok()) {
     std::cerr << "pitstop sim: " << st.message() << "\n";
     return 2;
   }
@@ -175,11 +188,19 @@ int PrintTorchMigration(const SimArgs& a, const CLI::App& cmd,
   line("leaver_node", absl::StrCat("node", o.leaver_node), "--leaver-node");
   line("shadow_steps", o.shadow_steps, "each joiner's, in the sandbox (fixed)");
   line("seed", o.seed, "--seed: the job's");
+  line("fault", sim::TorchMigrationFaultName(o.fault),
+       "--fault: a process killed during the migration");
   return 0;
 }
 
 int RunTorchMigration(const SimArgs& a, const CLI::App& cmd) {
   sim::TorchMigrationOptions o = TorchMigrationOptionsOf(a, cmd);
+  if (absl::Status st =
+          sim::ParseTorchMigrationFault(a.torch_migration_fault).status();
+      !st.ok()) {
+    std::cerr << "pitstop sim: " << st.message() << "\n";
+    return 2;
+  }
   InterruptGuard guard;
   if (!a.quiet) {
     o.progress = [&guard](const std::string& line) {

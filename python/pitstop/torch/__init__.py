@@ -27,10 +27,37 @@ def _extend_path():
 
 _extend_path()
 
-from pitstop.client import Directive, TrainerClient  # noqa: F401
-from pitstop.torch.edit import EDiT  # noqa: F401
-from pitstop.torch.penalty import PseudoGradientPenalty  # noqa: F401
-from pitstop.torch.switch import SwitchAgreement  # noqa: F401
-from pitstop.torch.multi_lora import (MoveFailed,  # noqa: F401
-                                      MultiLoraTrainer, PipelineFailed)
-from pitstop.torch.placement import Placement, compute_placement  # noqa: F401
+# The package's classes, imported when first used (PEP 562), not when the
+# package is: a process that only needs pitstop.torch.nccl_backend and
+# pitstop.torch.migration (a torch job, a joiner started for a migration)
+# would otherwise import grpc, the generated stubs and every trainer at
+# start-up (docs/pytorch.md "Joiner start-up").
+_LAZY = {
+    "Directive": "pitstop.client",
+    "TrainerClient": "pitstop.client",
+    "EDiT": "pitstop.torch.edit",
+    "PseudoGradientPenalty": "pitstop.torch.penalty",
+    "SwitchAgreement": "pitstop.torch.switch",
+    "MoveFailed": "pitstop.torch.multi_lora",
+    "MultiLoraTrainer": "pitstop.torch.multi_lora",
+    "PipelineFailed": "pitstop.torch.multi_lora",
+    "Placement": "pitstop.torch.placement",
+    "compute_placement": "pitstop.torch.placement",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError("module %r has no attribute %r" %
+                             (__name__, name))
+    import importlib
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

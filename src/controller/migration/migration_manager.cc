@@ -444,13 +444,17 @@ void MigrationManager::OnHostDown(const std::string& host,
                       preparing ? "warming up in the sandbox" : "switching"));
           break;
         case v1::MIGRATION_ROLE_LEAVER:
-          // Its ranks leave at the switch anyway; while preparing, its
-          // state is being transferred unless a replica is the source.
-          if (preparing && !m.from_replica()) {
+          // Its ranks leave at the switch anyway, once they sent their
+          // state (its SWITCHED says so). Before that the state is still
+          // to be transferred, unless a replica is the source: the joiner
+          // would wait in its join for a sender that is gone.
+          if (!m.from_replica() && (preparing || !mem.switched())) {
             aborts.emplace_back(
-                id, absl::StrCat("leaver ", host, " died (", why,
-                                 ") during state transfer; migrate again "
-                                 "with --from-replica"));
+                id, absl::StrCat("leaver ", host, " died (", why, ") ",
+                                 preparing ? "during state transfer"
+                                           : "before it handed its state "
+                                             "to the joiner",
+                                 "; migrate again with --from-replica"));
           }
           break;
         default:

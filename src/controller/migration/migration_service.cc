@@ -179,18 +179,21 @@ absl::Status MigrationService::OnBatch(const std::string& host,
   {
     ServiceLock lock(&mu_);
     if (!manager_) return absl::OkStatus();
-    for (const v1::RankLifecycle& l : batch.lifecycle()) {
-      if (l.kind() == v1::RankLifecycle::KIND_DIED) {
-        manager_->OnHostDown(
-            host, l.job_id(),
-            absl::StrCat("rank ", l.global_rank(), " pid ", l.pid(), " died"));
-      }
-    }
+    // Answers first: a rank's answer in the batch was given before its
+    // death in the same batch was seen (a leaver's SWITCHED says its state
+    // went; its death after that must not abort the migration).
     for (int i = 0; i < batch.migration_acks_size(); ++i) {
       absl::Status s = manager_->OnAck(host, batch.migration_acks(i));
       if (!s.ok() && first.ok()) {
         first = absl::InvalidArgumentError(
             absl::StrCat("migration_acks[", i, "]: ", s.message()));
+      }
+    }
+    for (const v1::RankLifecycle& l : batch.lifecycle()) {
+      if (l.kind() == v1::RankLifecycle::KIND_DIED) {
+        manager_->OnHostDown(
+            host, l.job_id(),
+            absl::StrCat("rank ", l.global_rank(), " pid ", l.pid(), " died"));
       }
     }
   }

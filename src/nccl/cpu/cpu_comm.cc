@@ -25,6 +25,7 @@
 #include "gloo/transport/unbound_buffer.h"
 #include "gloo/types.h"
 #include "pitstop/status_macros.h"
+#include "src/nccl/cpu/first_failure.h"
 #include "src/nccl/cpu/reduce_ops.h"
 #include "src/nccl/cpu/ring_allreduce.h"
 
@@ -225,6 +226,7 @@ absl::Status CpuComm::Guard(const char* what, F&& body) {
   } catch (...) {
     st = absl::InternalError(absl::StrCat(what, ": unknown exception"));
   }
+  st = WithFirstFailure(first_failure_path(), rank(), st);
   SetError(st);
   CloseConnections();
   return st;
@@ -330,7 +332,9 @@ absl::Status CpuComm::ConnectRing(const std::vector<char>& records) {
 }
 
 absl::Status CpuComm::Failed(const char* what, const absl::Status& st) {
-  const absl::Status failed(st.code(), absl::StrCat(what, ": ", st.message()));
+  const absl::Status failed = WithFirstFailure(
+      first_failure_path(), rank(),
+      absl::Status(st.code(), absl::StrCat(what, ": ", st.message())));
   SetError(failed);
   CloseConnections();
   return failed;

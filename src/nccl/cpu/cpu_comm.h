@@ -16,7 +16,10 @@
 // A dead or silent peer never blocks for longer than the communicator's
 // timeout: gloo raises an I/O error when a peer's connection closes and a
 // timeout otherwise; the operation then returns Unavailable /
-// DeadlineExceeded and the communicator is in error (async error set).
+// DeadlineExceeded and the communicator is in error (async error set). The
+// error names the communicator's first failure when that was another
+// member's (first_failure.h): where the failure started, not the live
+// neighbour it spread through.
 //
 // Thread safety: one thread at a time per communicator (NCCL's rule);
 // error() may be read from any thread.
@@ -34,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "gloo/transport/unbound_buffer.h"
 #include "pitstop/sync.h"
+#include "src/nccl/cpu/first_failure.h"
 #include "src/nccl/cpu/nccl_api.h"
 #include "src/nccl/cpu/profiler_hook.h"
 #include "src/nccl/cpu/ring_transport.h"
@@ -131,8 +135,12 @@ class CpuComm {
   template <typename F>
   absl::Status Guard(const char* what, F&& body);
   // An operation's failure: the communicator is in error from now on and
-  // its connections are closed.
+  // its connections are closed. The error carries the communicator's first
+  // failure when another member failed before (first_failure.h).
   absl::Status Failed(const char* what, const absl::Status& st);
+  std::string first_failure_path() const {
+    return FirstFailurePath(options_.store_dir, options_.prefix);
+  }
   void CloseConnections();
 
   CommOptions options_;

@@ -119,8 +119,10 @@ class MigrationApiTest : public ::testing::Test {
   }
   // Waits for `host`'s agent to receive a directive of `phase` and answers
   // it (READY with `progress`, or SWITCHED).
+  // `died_rank` >= 0: the same batch also reports that rank of job1 dead
+  // (an answer the rank gave just before it died).
   void Answer(const std::string& host, v1::MigrationDirective::Phase phase,
-              uint64_t progress = 0) {
+              uint64_t progress = 0, int died_rank = -1) {
     v1::MigrationDirective d;
     ASSERT_TRUE(WaitUntil([&] {
       for (const v1::AgentCommand& c :
@@ -140,6 +142,13 @@ class MigrationApiTest : public ::testing::Test {
     a->set_phase(phase);
     a->set_ok(true);
     a->set_progress_seq(progress);
+    if (died_rank >= 0) {
+      v1::RankLifecycle* l = batch.add_lifecycle();
+      l->set_kind(v1::RankLifecycle::KIND_DIED);
+      l->set_job_id("job1");
+      l->set_pid(job_.PidOf(died_rank));
+      l->set_global_rank(died_rank);
+    }
     ASSERT_TRUE(agents_[host]->Send(batch));
   }
   void WaitState(const std::string& id, v1::MigrationState s) {
@@ -290,6 +299,27 @@ TEST_F(MigrationApiTest, JoinerAgentLossAbortsAndFreesTheStandby) {
     return aborted;
   }));
   EXPECT_FALSE(core_->nodes().Node("node0")->state() == v1::NODE_STATE_DRAINED);
+}
+
+// A leaver that dies before its host answered SWITCHED aborts the migration
+// (its state may not have gone); one whose SWITCHED comes in the same batch
+// as its death had sent its state: the answer is taken first and the
+// migration commits.
+TEST_F(MigrationApiTest, LeaverDeathAbortsOnlyBeforeItsSwitchedAnswer) {
+  StartController();
+  StartJob(/*standbys=*/1);
+  v1::MigrateNodeResponse r;
+  ASSERT_TRUE(Migrate("node0", "spare0", &r).ok());
+  const std::string id = r.migration().migration_id();
+  for (const char* host : {"node0", "node1", "spare0"}) {
+    Answer(host, v1::MigrationDirective::PHASE_PREPARE);
+  }
+  WaitState(id, v1::MIGRATION_STATE_SWITCHING);
+  Answer("node0", v1::MigrationDirective::PHASE_SWITCH_AT, 0,
+         /*died_rank=*/0);
+  Answer("node1", v1::MigrationDirective::PHASE_SWITCH_AT);
+  Answer("spare0", v1::MigrationDirective::PHASE_SWITCH_AT);
+  WaitState(id, v1::MIGRATION_STATE_COMMITTED);
 }
 
 // Policy ACT: a CONFIRMED GPU fault on node0 (here in the database when the

@@ -233,6 +233,39 @@ TEST_F(MigrationManagerTest, LeaverDyingDuringTransferAbortsUnlessFromReplica) {
   EXPECT_EQ(Get(r->migration_id()).state(), v1::MIGRATION_STATE_ABORTED);
 }
 
+// At the switch the leaver's poll sends its state, then its host answers
+// SWITCHED: a leaver dying before that answer leaves the joiner waiting in
+// its join for a sender that is gone, so the migration aborts at once (not
+// at the SWITCH_AT timeout). After it, its death is none of the
+// migration's business: the state moved.
+TEST_F(MigrationManagerTest,
+       LeaverDyingWhileSwitchingBeforeItsStateWentAborts) {
+  auto m = mm_->Start(Plan());
+  ASSERT_TRUE(m.ok());
+  AllReady(*m);
+  ASSERT_EQ(Get(m->migration_id()).state(), v1::MIGRATION_STATE_SWITCHING);
+  ASSERT_TRUE(mm_->OnAck("node1", Ack(*m, Phase::PHASE_SWITCH_AT)).ok());
+  mm_->OnHostDown("node0", "j", "rank 2 pid 77 died");
+  v1::Migration a = Get(m->migration_id());
+  EXPECT_EQ(a.state(), v1::MIGRATION_STATE_ABORTED);
+  EXPECT_NE(a.abort_reason().find("leaver node0 died (rank 2 pid 77 died) "
+                                  "before it handed its state to the joiner"),
+            std::string::npos)
+      << a.abort_reason();
+  EXPECT_EQ(sender_.Count(Phase::PHASE_ABORT), 4);
+
+  auto n = mm_->Start(Plan());
+  ASSERT_TRUE(n.ok()) << n.status();
+  AllReady(*n);
+  ASSERT_TRUE(mm_->OnAck("node0", Ack(*n, Phase::PHASE_SWITCH_AT)).ok());
+  mm_->OnHostDown("node0", "j", "rank 2 pid 78 died");
+  EXPECT_EQ(Get(n->migration_id()).state(), v1::MIGRATION_STATE_SWITCHING);
+  for (const char* h : {"node1", "node2", "spare0"}) {
+    ASSERT_TRUE(mm_->OnAck(h, Ack(*n, Phase::PHASE_SWITCH_AT)).ok());
+  }
+  EXPECT_EQ(Get(n->migration_id()).state(), v1::MIGRATION_STATE_COMMITTED);
+}
+
 TEST_F(MigrationManagerTest, UnreachableMemberAtStartAborts) {
   sender_.down.insert("node2");
   auto m = mm_->Start(Plan());
