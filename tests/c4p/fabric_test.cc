@@ -198,6 +198,39 @@ TEST(FabricTest, ClosCsvLeavesOutIncompleteRowsNamingTheirLines) {
   EXPECT_NE(all.find("without an ip: line 9"), std::string::npos) << all;
 }
 
+// Two exports concatenated (`cat pod_a.csv pod_b.csv`): the second header is
+// not a host. Before, it was read as host "ip" on ToR "PSW/ASW" in a pod
+// "PSW" under a DSW "DSW", silently.
+TEST(FabricTest, ClosCsvRepeatedHeaderIsNotAHost) {
+  ClosCsvOptions o;
+  o.gpus_per_host = 1;
+  auto f = ParseClosCsv(
+      "ip,DSW,PSW,ASW\n"
+      "1,d,p,a\n"
+      "2,d,p,b\n"
+      "IP, DSW, PSW, ASW\r\n"  // 4: the next file's header
+      "3,d,q,a\n",
+      "cat.csv", o);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->hosts().size(), 3u);
+  for (const FabricHost& h : f->hosts()) EXPECT_NE(h.name, "ip");
+  EXPECT_LT(f->FindNode("PSW/ASW"), 0);
+  std::string all;
+  for (const std::string& w : f->warnings()) all += w + "\n";
+  EXPECT_NE(all.find("cat.csv: 1 row left out, repeating the header: line 4"),
+            std::string::npos)
+      << all;
+  // A second header in another column order would misread every row after
+  // it: refused, naming both lines.
+  auto g = ParseClosCsv("ip,DSW,PSW,ASW\n1,d,p,a\nASW,ip,PSW,DSW\nb,2,p,d\n",
+                        "mixed.csv", o);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("mixed.csv:3: a header in another "
+                                      "column order than line 1's"),
+            std::string::npos)
+      << g.status();
+}
+
 TEST(FabricTest, GeneratedLeafSpineAndThreeTierHaveTheAskedShape) {
   auto ls = ParseGeneratorSpec("gen:leafspine,gpus=256,hosts_per_tor=8");
   ASSERT_TRUE(ls.ok()) << ls.status();
