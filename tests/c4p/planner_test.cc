@@ -1,9 +1,14 @@
 #include "src/c4p/planner.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <limits>
 #include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "src/c4p/ecmp.h"
@@ -314,6 +319,35 @@ TEST(EvaluateTest, OutOfRangeRanksAndBusiestShareAreRefused) {
     r = Evaluate(&fab, o);
     ASSERT_FALSE(r.ok()) << share;
     EXPECT_NE(r.status().message().find("--degrade-busiest"), std::string::npos)
+        << r.status();
+  }
+}
+
+// Values no run means are refused naming the flag and the value. Before,
+// --bytes nan planned every time as 0, --bytes inf gave null completions in
+// -o json, --channels -1 silently meant the default and --channels 100000
+// ran for minutes.
+TEST(EvaluateTest, OddBytesChannelsAndSeedsAreRefusedNamingTheFlag) {
+  Fabric fab = Gen("gen:leafspine,gpus=64,hosts_per_tor=2");
+  struct Case {
+    std::function<void(EvalOptions*)> set;
+    std::string want;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<Case> cases = {
+      {[](EvalOptions* o) { o->ring.bytes = std::nan(""); }, "--bytes nan"},
+      {[&](EvalOptions* o) { o->ring.bytes = inf; }, "--bytes inf"},
+      {[](EvalOptions* o) { o->ring.channels = -1; }, "--channels -1"},
+      {[](EvalOptions* o) { o->ring.channels = 100000; }, "--channels 100000"},
+      {[](EvalOptions* o) { o->seeds = 0; }, "--seeds 0"},
+  };
+  for (const Case& c : cases) {
+    EvalOptions o;
+    o.seeds = 2;
+    c.set(&o);
+    auto r = Evaluate(&fab, o);
+    ASSERT_FALSE(r.ok()) << c.want;
+    EXPECT_NE(r.status().message().find(c.want), std::string::npos)
         << r.status();
   }
 }

@@ -9,6 +9,7 @@
 //
 // Exit codes: 0 evaluated, 2 usage or input error.
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 
@@ -55,7 +56,9 @@ bool ParseBytes(const std::string& s, double* out) {
   if (last == 'G' || last == 'g') mult = 1 << 30;
   if (mult != 1) num.pop_back();
   double v = 0;
-  if (!absl::SimpleAtod(num, &v) || v <= 0) return false;
+  if (!absl::SimpleAtod(num, &v) || !(v > 0) || !std::isfinite(v)) {
+    return false;
+  }
   *out = v * mult;
   return true;
 }
@@ -334,7 +337,8 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
                   "ring (default) or tree: NCCL's all-reduce algorithm")
       ->check(CLI::IsMember({"ring", "tree"}));
   cmd->add_option("--channels", args->channels,
-                  "NCCL channels (default: two per NIC of a host)");
+                  "NCCL channels, 1..64 (default, or 0: two per NIC of a "
+                  "host)");
   cmd->add_option("--qps", args->qps,
                   "QPs per connection (NCCL_IB_QPS_PER_CONNECTION), or auto "
                   "(default): 1, unless a re-plan around the degraded links "
