@@ -5,6 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "src/c4p/fabric_io.h"
+#include "src/c4p/ibnetdiscover.h"
 #include "tests/c4p/shared_topology.h"
 
 namespace pitstop::c4p {
@@ -301,6 +302,43 @@ TEST(LoadFabricTest, CsvWithAByteOrderMarkIsRead) {
   auto f = LoadFabric(path, ClosCsvOptions{});
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->hosts().size(), 4u);
+}
+
+// Windows PowerShell's `>` and Excel's "Unicode text" write UTF-16 with a
+// byte order mark. Before, the CSV was refused as "expected a header naming
+// the columns" and a host map as "expected '<guid> <host>'": neither said
+// why.
+TEST(LoadFabricTest, Utf16FilesAreRefusedSayingSo) {
+  std::string utf16 = "\xFF\xFE";
+  for (char c : std::string("ip,DSW,PSW,ASW\r\n") + kCsvRows) {
+    utf16 += c;
+    utf16 += '\0';
+  }
+  auto f = LoadFabric(WriteTemp("ps.csv", utf16), ClosCsvOptions{});
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("ps.csv:1: UTF-16 text"),
+            std::string::npos)
+      << f.status();
+  auto m = ParseIbHostMap(utf16, "map.txt");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("map.txt:1: UTF-16 text"),
+            std::string::npos)
+      << m.status();
+}
+
+// A host map given with a fabric that is not ibnetdiscover output names
+// nothing: said, not silently dropped.
+TEST(LoadFabricTest, AHostMapForAnotherFormatIsWarned) {
+  const std::string csv =
+      WriteTemp("hosts.csv", std::string("ip,DSW,PSW,ASW\n") + kCsvRows);
+  IbOptions ib;
+  ib.host_map = "guids.txt";
+  auto f = LoadFabric(csv, ClosCsvOptions{}, ib);
+  ASSERT_TRUE(f.ok()) << f.status();
+  std::string all;
+  for (const std::string& w : f->warnings()) all += w + "\n";
+  EXPECT_NE(all.find("--ib-host-map guids.txt ignored"), std::string::npos)
+      << all;
 }
 
 TEST(LoadFabricTest, CsvIsRecognisedByItsHeaderWhateverTheName) {

@@ -260,7 +260,10 @@ int RunPlan(const PlanArgs& a) {
     }
     o.degrade.emplace_back(d.substr(0, eq), frac);
   }
-  absl::StatusOr<c4p::Fabric> fabric = c4p::LoadFabric(a.topology, a.csv, a.ib);
+  // --nvlink-gbps is also the NVLink of hosts with several HCAs.
+  c4p::IbOptions ib = a.ib;
+  ib.nvlink_gbps = a.csv.nvlink_gbps;
+  absl::StatusOr<c4p::Fabric> fabric = c4p::LoadFabric(a.topology, a.csv, ib);
   if (!fabric.ok()) {
     std::cerr << "pitstop plan: " << fabric.status().message() << "\n";
     return 2;
@@ -374,7 +377,8 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
   csv->add_option("--agg-uplink-gbps", args->csv.agg_uplink_gbps,
                   "aggregation -> core link speed");
   csv->add_option("--nvlink-gbps", args->csv.nvlink_gbps,
-                  "GPU <-> NVSwitch speed");
+                  "GPU <-> NVSwitch speed (also of ibnetdiscover hosts "
+                  "with several HCAs)");
   auto* ib = cmd->add_option_group("ibnetdiscover",
                                    "what InfiniBand discovery leaves open");
   ib->add_option("--ib-host-map", args->ib.host_map,
