@@ -66,6 +66,23 @@ class MurmurHash : public HashFunction {
   std::string name() const override { return "murmur"; }
 };
 
+// Whether `node` still reaches ToR index `td` over next hops that are up
+// (capacity > 0): what a switch's routing keeps once a link is down (its
+// own next hop gone, or a route the next switch withdrew). Stops at the
+// first live path, so a few dead links cost a few steps per hop.
+bool LiveToward(const Fabric& fab, int node, int td) {
+  const int d = fab.Distance(node, td);
+  if (d <= 0) return d == 0;
+  for (int l : fab.out_links(node)) {
+    const FabricLink& fl = fab.link(l);
+    if (fl.kind != LinkKind::kFabric || fl.gbps <= 0) continue;
+    if (fab.Distance(fl.dst, td) == d - 1 && LiveToward(fab, fl.dst, td)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 uint64_t Mix64(uint64_t x) {
@@ -101,6 +118,63 @@ uint32_t EcmpRouter::SwitchSeed(int node) const {
       Mix64(seed_ ^ (static_cast<uint64_t>(node) * 0x9E3779B1ull)));
 }
 
+EcmpRouter::Ports EcmpRouter::PortsOf(const Flow& f) const {
+  const Fabric& fab = *fabric_;
+  const std::vector<int>& sports = fab.nic_uplinks(f.src_gpu);
+  Ports p;
+  for (int live : {1, 0}) {
+    // With links down, a bond hashes over its ports that are up and still
+    // reach the destination (in a plane that reaches one of its ports that
+    // is up), a switch over the next hops that still lead there; where
+    // nothing is left (a NIC whose only port is down) the route is the
+    // unchanged one and the flow stalls there, as NCCL's would.
+    if (live && !fab.has_down_links()) continue;
+    p.live = live;
+    p.src.clear();
+    for (size_t i = 0; i < sports.size(); ++i) {
+      const int sp = static_cast<int>(i);
+      if (!live ||
+          (fab.link(sports[i]).gbps > 0 && DestPort(f, sp, true) >= 0)) {
+        p.src.push_back(sp);
+      }
+    }
+    if (!p.src.empty()) return p;
+  }
+  return p;
+}
+
+int EcmpRouter::DestPort(const Flow& f, int sp, bool live) const {
+  const Fabric& fab = *fabric_;
+  const std::vector<int>& sports = fab.nic_uplinks(f.src_gpu);
+  const std::vector<int>& dports = fab.nic_uplinks(f.dst_gpu);
+  const int src_tor = fab.tor_of_uplink(sports[sp]);
+  // The destination port on a ToR this plane reaches.
+  for (size_t i = 0; i < dports.size(); ++i) {
+    const int dp = static_cast<int>((sp + i) % dports.size());
+    const int td = fab.tor_index(fab.tor_of_uplink(dports[dp]));
+    if (fab.Distance(src_tor, td) < 0) continue;
+    if (live &&
+        (fab.link(dports[dp] ^ 1).gbps <= 0 || !LiveToward(fab, src_tor, td))) {
+      continue;
+    }
+    return dp;
+  }
+  return -1;
+}
+
+void EcmpRouter::Group(int at, int td, bool live,
+                       std::vector<int>* hops) const {
+  const Fabric& fab = *fabric_;
+  fab.NextHops(at, td, hops);
+  if (!live) return;
+  hops->erase(std::remove_if(hops->begin(), hops->end(),
+                             [&](int l) {
+                               return fab.link(l).gbps <= 0 ||
+                                      !LiveToward(fab, fab.link(l).dst, td);
+                             }),
+              hops->end());
+}
+
 RoutedPath EcmpRouter::Route(const Flow& f, uint16_t src_port) const {
   RoutedPath p;
   p.src_port = src_port;
@@ -113,23 +187,19 @@ RoutedPath EcmpRouter::Route(const Flow& f, uint16_t src_port) const {
   t.src_ip = NicIp(f.src_gpu, 0);
   t.src_port = src_port;
   // A NIC with several ports (planes) hashes like a bond.
-  int sp = 0;
-  if (sports.size() > 1) {
-    sp =
-        static_cast<int>(hash_->Hash(t, SwitchSeed(f.src_gpu)) % sports.size());
+  Ports ports = PortsOf(f);
+  int sp = ports.src[0];
+  if (ports.src.size() > 1) {
+    sp = ports.src[hash_->Hash(t, SwitchSeed(f.src_gpu)) % ports.src.size()];
   }
-  const int up = sports[sp];
-  const int src_tor = fab.tor_of_uplink(up);
-  // The destination port on a ToR this plane reaches.
-  int dp = -1;
-  for (size_t i = 0; i < dports.size(); ++i) {
-    const int tor = fab.tor_of_uplink(dports[(sp + i) % dports.size()]);
-    if (fab.Distance(src_tor, fab.tor_index(tor)) >= 0) {
-      dp = static_cast<int>((sp + i) % dports.size());
-      break;
-    }
+  int dp = DestPort(f, sp, ports.live);
+  if (dp < 0 && ports.live) {
+    ports.live = false;  // no live way from this port: unchanged, stalls
+    dp = DestPort(f, sp, false);
   }
   if (dp < 0) return p;
+  const int up = sports[sp];
+  const int src_tor = fab.tor_of_uplink(up);
   t.src_ip = NicIp(f.src_gpu, sp);
   t.dst_ip = NicIp(f.dst_gpu, dp);
   const int dst_tor = fab.tor_of_uplink(dports[dp]);
@@ -138,7 +208,7 @@ RoutedPath EcmpRouter::Route(const Flow& f, uint16_t src_port) const {
   int at = src_tor;
   std::vector<int> hops;
   while (at != dst_tor) {
-    fab.NextHops(at, td, &hops);
+    Group(at, td, ports.live, &hops);
     if (hops.empty()) {
       p.links.clear();
       return p;
@@ -160,15 +230,14 @@ uint16_t EcmpRouter::FindPort(const Flow& f, const std::vector<int>& links,
   const int sp = static_cast<int>(
       std::find(sports.begin(), sports.end(), links.front()) - sports.begin());
   if (sp == static_cast<int>(sports.size())) return 0;
-  // The destination port Route() would take from this source port.
-  const int src_tor = fab.tor_of_uplink(links.front());
-  int dp = -1;
-  for (size_t i = 0; i < dports.size(); ++i) {
-    const int tor = fab.tor_of_uplink(dports[(sp + i) % dports.size()]);
-    if (fab.Distance(src_tor, fab.tor_index(tor)) >= 0) {
-      dp = static_cast<int>((sp + i) % dports.size());
-      break;
-    }
+  // The bond's choices and the destination port Route() would take.
+  Ports ports = PortsOf(f);
+  const auto in_bond = std::find(ports.src.begin(), ports.src.end(), sp);
+  if (in_bond == ports.src.end()) return 0;  // a port that is down
+  int dp = DestPort(f, sp, ports.live);
+  if (dp < 0 && ports.live) {
+    ports.live = false;
+    dp = DestPort(f, sp, false);
   }
   if (dp < 0 || (dports[dp] ^ 1) != links.back()) return 0;
   const int td = fab.tor_index(fab.tor_of_uplink(dports[dp]));
@@ -182,13 +251,16 @@ uint16_t EcmpRouter::FindPort(const Flow& f, const std::vector<int>& links,
   std::vector<int> hops;
   for (size_t k = 1; k + 1 < links.size(); ++k) {
     const int at = fab.link(links[k]).src;
-    fab.NextHops(at, td, &hops);
+    Group(at, td, ports.live, &hops);
     auto it = std::find(hops.begin(), hops.end(), links[k]);
     if (it == hops.end()) return 0;  // not a shortest path: ECMP never
     steps.push_back(Step{SwitchSeed(at), static_cast<uint32_t>(hops.size()),
                          static_cast<uint32_t>(it - hops.begin())});
   }
   const uint32_t nic_seed = SwitchSeed(f.src_gpu);
+  const uint32_t bond_size = static_cast<uint32_t>(ports.src.size());
+  const uint32_t bond_index =
+      static_cast<uint32_t>(in_bond - ports.src.begin());
   for (int i = 0; i < max_tries; ++i) {
     const uint16_t port =
         static_cast<uint16_t>(kFirstSourcePort + (start + i) % kSourcePorts);
@@ -196,8 +268,7 @@ uint16_t EcmpRouter::FindPort(const Flow& f, const std::vector<int>& links,
     t.src_ip = NicIp(f.src_gpu, 0);
     t.dst_ip = NicIp(f.dst_gpu, 0);
     t.src_port = port;
-    if (sports.size() > 1 &&
-        hash_->Hash(t, nic_seed) % sports.size() != static_cast<uint32_t>(sp)) {
+    if (bond_size > 1 && hash_->Hash(t, nic_seed) % bond_size != bond_index) {
       continue;
     }
     t.src_ip = NicIp(f.src_gpu, sp);

@@ -4,7 +4,9 @@
 // closer to the destination ToR). The UDP source port is per QP (the NIC
 // derives it from the QP number), so each QP of a connection hashes on its
 // own. Hash functions are pluggable; seeds make "what ECMP would do" a
-// distribution rather than one draw.
+// distribution rather than one draw. A link at capacity 0 is down: switches
+// drop it from their groups (and routes that need it), a NIC bond its port;
+// a link that is merely slow keeps its traffic (routing does not see it).
 //
 // Thread-compatible: Route() is const and may run on many threads.
 #ifndef PITSTOP_SRC_CONTROLLER_PLAN_ECMP_H_
@@ -77,6 +79,21 @@ class EcmpRouter {
                     uint64_t start, int max_tries = kSourcePorts) const;
 
  private:
+  // The source NIC ports the bond hashes over (indices into its uplinks)
+  // and whether routing keeps to links that are up (some link is down and
+  // a port of this NIC is up).
+  struct Ports {
+    std::vector<int> src;
+    bool live = false;
+  };
+  Ports PortsOf(const Flow& f) const;
+  // The destination port a flow leaving source port `sp` takes; -1 when
+  // none is reachable (with `live`, over links that are up).
+  int DestPort(const Flow& f, int sp, bool live) const;
+  // A switch's ECMP group toward ToR index `td` (with `live`, the next hops
+  // that are up and still lead there).
+  void Group(int at, int td, bool live, std::vector<int>* hops) const;
+
   const Fabric* fabric_;
   const HashFunction* hash_;
   uint64_t seed_;

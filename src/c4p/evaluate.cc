@@ -241,9 +241,24 @@ absl::Status BuildJobFlows(const Fabric& fabric, const EvalOptions& o,
   return absl::OkStatus();
 }
 
+// NCCL's limit on channels per communicator (MAXCHANNELS).
+constexpr int kMaxChannels = 64;
+
 // InvalidArgument naming the flag of an option no run means.
 absl::Status CheckOptions(const EvalOptions& o) {
-  if (o.seeds < 1) return absl::InvalidArgumentError("seeds must be >= 1");
+  if (o.seeds < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--seeds ", o.seeds, ": draw at least 1 ECMP seed"));
+  }
+  if (!(o.ring.bytes > 0 && std::isfinite(o.ring.bytes))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--bytes ", o.ring.bytes, ": the all-reduce size must be finite, > 0"));
+  }
+  if (o.ring.channels < 0 || o.ring.channels > kMaxChannels) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--channels ", o.ring.channels, ": NCCL runs 1..",
+                     kMaxChannels, " channels (0: two per NIC)"));
+  }
   if (o.ranks < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--ranks ", o.ranks, ": a rank count is >= 1 (0: every GPU)"));

@@ -90,6 +90,7 @@ int Fabric::AddCable(int a, int b, LinkKind kind, double gbps,
   const int id = static_cast<int>(links_.size());
   links_.push_back(FabricLink{a, b, kind, source_line, gbps, gbps, -1, -1});
   links_.push_back(FabricLink{b, a, kind, source_line, gbps, gbps, -1, -1});
+  down_links_ += 2 * (gbps <= 0);
   out_[a].push_back(id);
   out_[b].push_back(id + 1);
   if (kind == LinkKind::kNic) {
@@ -304,7 +305,11 @@ absl::StatusOr<std::vector<int>> Fabric::FindLinks(
 }
 
 void Fabric::ResetCapacities() {
-  for (FabricLink& l : links_) l.gbps = l.nominal_gbps;
+  down_links_ = 0;
+  for (FabricLink& l : links_) {
+    l.gbps = l.nominal_gbps;
+    down_links_ += l.gbps <= 0;
+  }
 }
 
 }  // namespace pitstop::c4p

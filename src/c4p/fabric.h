@@ -126,8 +126,14 @@ class Fabric {
   int FindNode(const std::string& name) const;  // -1 when unknown
 
   // Effective capacity (planner and simulator use it; nominal is kept).
-  void SetCapacity(int link, double gbps) { links_[link].gbps = gbps; }
+  void SetCapacity(int link, double gbps) {
+    down_links_ += (gbps <= 0) - (links_[link].gbps <= 0);
+    links_[link].gbps = gbps;
+  }
   void ResetCapacities();
+  // Whether some link is at 0 (down): ECMP then routes around it, as
+  // switches drop a dead next hop from their groups and a bond its port.
+  bool has_down_links() const { return down_links_ > 0; }
 
   // What a file left open and the reader assumed (printed by the CLI).
   std::vector<std::string>& assumptions() { return assumptions_; }
@@ -166,6 +172,7 @@ class Fabric {
   std::vector<std::string> assumptions_;
   std::vector<std::string> warnings_;
   int gpu_count_ = 0;
+  int down_links_ = 0;  // links at gbps <= 0
 };
 
 }  // namespace pitstop::c4p

@@ -120,8 +120,22 @@ absl::StatusOr<ClosRows> ReadClosRows(const std::string& text,
     if (raw.empty() || raw[0] == '#') continue;
     ClosRow r;
     r.line = static_cast<int>(i) + 1;
-    const std::string why =
-        IncompleteWhy(absl::StrSplit(raw, ','), head.size(), col, &r);
+    const std::vector<std::string> fields = absl::StrSplit(raw, ',');
+    // Exports concatenated (`cat a.csv b.csv`) repeat the header: it is not
+    // a host. In another column order it would misread the rows after it.
+    const ClosColumns again = FindColumns(fields);
+    if (again.ip >= 0 && again.dsw >= 0 && again.psw >= 0 && again.asw >= 0) {
+      if (std::tie(again.ip, again.dsw, again.psw, again.asw) !=
+              std::tie(col.ip, col.dsw, col.psw, col.asw) ||
+          fields.size() != head.size()) {
+        return LineError(source, r.line,
+                         "a header in another column order than line 1's "
+                         "(files concatenated? give one header)");
+      }
+      out.left_out["repeating the header"].push_back(r.line);
+      continue;
+    }
+    const std::string why = IncompleteWhy(fields, head.size(), col, &r);
     if (!why.empty()) {
       out.left_out[why].push_back(r.line);
       continue;

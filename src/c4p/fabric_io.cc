@@ -257,26 +257,34 @@ bool LooksLikeSimAiHeader(const std::string& line) {
   return !head.empty() && absl::SimpleAtoi(head[0], &n);
 }
 
-}  // namespace
-
-absl::StatusOr<Fabric> LoadFabric(const std::string& what,
-                                  const ClosCsvOptions& csv_options,
-                                  const IbOptions& ib_options) {
-  if (absl::StartsWith(what, "gen:")) {
-    absl::StatusOr<GeneratorOptions> g = ParseGeneratorSpec(what);
-    if (!g.ok()) return g.status();
-    return GenerateFabric(*g);
+// A fabric of another format than ibnetdiscover output, and a host map
+// that therefore names nothing: said, not dropped silently.
+absl::StatusOr<Fabric> WithUnusedHostMap(absl::StatusOr<Fabric> fab,
+                                         const std::string& what,
+                                         const IbOptions& ib_options) {
+  if (fab.ok() && !ib_options.host_map.empty()) {
+    fab->warnings().push_back(
+        absl::StrCat("--ib-host-map ", ib_options.host_map, " ignored: ", what,
+                     " is not ibnetdiscover output"));
   }
+  return fab;
+}
+
+absl::StatusOr<Fabric> LoadFabricFile(const std::string& what,
+                                      const ClosCsvOptions& csv_options,
+                                      const IbOptions& ib_options) {
   absl::StatusOr<std::string> text =
       ReadRegularFile(what, "fabric", kMaxFabricFileBytes);
   if (!text.ok()) return text.status();
+  if (absl::Status s = RefuseUtf16(*text, what); !s.ok()) return s;
   // A UTF-8 byte order mark (spreadsheet exports write one) is not text.
   if (absl::StartsWith(*text, "\xEF\xBB\xBF")) text->erase(0, 3);
   const std::string first = text->substr(0, text->find('\n'));
   // By content: the header names the columns in any order, whatever the
   // file is called; a .csv without it gets the CSV reader's error.
   if (absl::EndsWith(what, ".csv") || LooksLikeClosCsvHeader(first)) {
-    return ParseClosCsv(*text, what, csv_options);
+    return WithUnusedHostMap(ParseClosCsv(*text, what, csv_options), what,
+                             ib_options);
   }
   if (LooksLikeIbnetdiscover(*text)) {
     IbHostMap hosts;
@@ -303,7 +311,20 @@ absl::StatusOr<Fabric> LoadFabric(const std::string& what,
   }
   absl::StatusOr<SimAiFile> f = ParseSimAi(*text, what);
   if (!f.ok()) return f.status();
-  return FabricFromSimAi(*f, what);
+  return WithUnusedHostMap(FabricFromSimAi(*f, what), what, ib_options);
+}
+
+}  // namespace
+
+absl::StatusOr<Fabric> LoadFabric(const std::string& what,
+                                  const ClosCsvOptions& csv_options,
+                                  const IbOptions& ib_options) {
+  if (absl::StartsWith(what, "gen:")) {
+    absl::StatusOr<GeneratorOptions> g = ParseGeneratorSpec(what);
+    if (!g.ok()) return g.status();
+    return WithUnusedHostMap(GenerateFabric(*g), what, ib_options);
+  }
+  return LoadFabricFile(what, csv_options, ib_options);
 }
 
 }  // namespace pitstop::c4p

@@ -13,6 +13,18 @@ absl::Status LineError(const std::string& source, int line,
       absl::StrCat(source, ":", line, ": ", what));
 }
 
+absl::Status RefuseUtf16(const std::string& text, const std::string& source) {
+  if (text.size() < 2) return absl::OkStatus();
+  const bool le = text[0] == '\xFF' && text[1] == '\xFE';
+  const bool be = text[0] == '\xFE' && text[1] == '\xFF';
+  if (!le && !be) return absl::OkStatus();
+  return LineError(
+      source, 1,
+      absl::StrCat("UTF-16 text (a byte order mark ", le ? "FF FE" : "FE FF",
+                   ", as Windows PowerShell's '>' and Excel's "
+                   "'Unicode text' write): save it as UTF-8"));
+}
+
 std::string LeftOutWarning(const std::string& source, const std::string& why,
                            const std::vector<int>& lines) {
   constexpr size_t kShown = 20;

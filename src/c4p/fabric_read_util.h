@@ -16,6 +16,11 @@ namespace pitstop::c4p {
 absl::Status LineError(const std::string& source, int line,
                        const std::string& what);
 
+// InvalidArgument "source:1: UTF-16 text ..." when `text` starts with a
+// UTF-16 byte order mark (Windows PowerShell's `>`, Excel's "Unicode
+// text"); OK otherwise. The readers take UTF-8.
+absl::Status RefuseUtf16(const std::string& text, const std::string& source);
+
 // "source: 3 rows left out, <why>: lines 5, 9, 12" (at most 20 line
 // numbers, then how many more).
 std::string LeftOutWarning(const std::string& source, const std::string& why,

@@ -238,6 +238,7 @@ absl::StatusOr<IbFile> ParseIbnetdiscover(const std::string& text,
 
 absl::StatusOr<IbHostMap> ParseIbHostMap(const std::string& text,
                                          const std::string& source) {
+  if (absl::Status s = RefuseUtf16(text, source); !s.ok()) return s;
   IbHostMap out;
   absl::string_view all(text);
   absl::ConsumePrefix(&all, "\xef\xbb\xbf");  // a UTF-8 byte order mark

@@ -5,6 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "src/c4p/fabric_io.h"
+#include "src/c4p/ibnetdiscover.h"
 #include "tests/c4p/shared_topology.h"
 
 namespace pitstop::c4p {
@@ -198,6 +199,39 @@ TEST(FabricTest, ClosCsvLeavesOutIncompleteRowsNamingTheirLines) {
   EXPECT_NE(all.find("without an ip: line 9"), std::string::npos) << all;
 }
 
+// Two exports concatenated (`cat pod_a.csv pod_b.csv`): the second header is
+// not a host. Before, it was read as host "ip" on ToR "PSW/ASW" in a pod
+// "PSW" under a DSW "DSW", silently.
+TEST(FabricTest, ClosCsvRepeatedHeaderIsNotAHost) {
+  ClosCsvOptions o;
+  o.gpus_per_host = 1;
+  auto f = ParseClosCsv(
+      "ip,DSW,PSW,ASW\n"
+      "1,d,p,a\n"
+      "2,d,p,b\n"
+      "IP, DSW, PSW, ASW\r\n"  // 4: the next file's header
+      "3,d,q,a\n",
+      "cat.csv", o);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->hosts().size(), 3u);
+  for (const FabricHost& h : f->hosts()) EXPECT_NE(h.name, "ip");
+  EXPECT_LT(f->FindNode("PSW/ASW"), 0);
+  std::string all;
+  for (const std::string& w : f->warnings()) all += w + "\n";
+  EXPECT_NE(all.find("cat.csv: 1 row left out, repeating the header: line 4"),
+            std::string::npos)
+      << all;
+  // A second header in another column order would misread every row after
+  // it: refused, naming both lines.
+  auto g = ParseClosCsv("ip,DSW,PSW,ASW\n1,d,p,a\nASW,ip,PSW,DSW\nb,2,p,d\n",
+                        "mixed.csv", o);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("mixed.csv:3: a header in another "
+                                      "column order than line 1's"),
+            std::string::npos)
+      << g.status();
+}
+
 TEST(FabricTest, GeneratedLeafSpineAndThreeTierHaveTheAskedShape) {
   auto ls = ParseGeneratorSpec("gen:leafspine,gpus=256,hosts_per_tor=8");
   ASSERT_TRUE(ls.ok()) << ls.status();
@@ -268,6 +302,43 @@ TEST(LoadFabricTest, CsvWithAByteOrderMarkIsRead) {
   auto f = LoadFabric(path, ClosCsvOptions{});
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->hosts().size(), 4u);
+}
+
+// Windows PowerShell's `>` and Excel's "Unicode text" write UTF-16 with a
+// byte order mark. Before, the CSV was refused as "expected a header naming
+// the columns" and a host map as "expected '<guid> <host>'": neither said
+// why.
+TEST(LoadFabricTest, Utf16FilesAreRefusedSayingSo) {
+  std::string utf16 = "\xFF\xFE";
+  for (char c : std::string("ip,DSW,PSW,ASW\r\n") + kCsvRows) {
+    utf16 += c;
+    utf16 += '\0';
+  }
+  auto f = LoadFabric(WriteTemp("ps.csv", utf16), ClosCsvOptions{});
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("ps.csv:1: UTF-16 text"),
+            std::string::npos)
+      << f.status();
+  auto m = ParseIbHostMap(utf16, "map.txt");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("map.txt:1: UTF-16 text"),
+            std::string::npos)
+      << m.status();
+}
+
+// A host map given with a fabric that is not ibnetdiscover output names
+// nothing: said, not silently dropped.
+TEST(LoadFabricTest, AHostMapForAnotherFormatIsWarned) {
+  const std::string csv =
+      WriteTemp("hosts.csv", std::string("ip,DSW,PSW,ASW\n") + kCsvRows);
+  IbOptions ib;
+  ib.host_map = "guids.txt";
+  auto f = LoadFabric(csv, ClosCsvOptions{}, ib);
+  ASSERT_TRUE(f.ok()) << f.status();
+  std::string all;
+  for (const std::string& w : f->warnings()) all += w + "\n";
+  EXPECT_NE(all.find("--ib-host-map guids.txt ignored"), std::string::npos)
+      << all;
 }
 
 TEST(LoadFabricTest, CsvIsRecognisedByItsHeaderWhateverTheName) {

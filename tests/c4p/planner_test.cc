@@ -1,9 +1,14 @@
 #include "src/c4p/planner.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <limits>
 #include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "src/c4p/ecmp.h"
@@ -315,6 +320,97 @@ TEST(EvaluateTest, OutOfRangeRanksAndBusiestShareAreRefused) {
     ASSERT_FALSE(r.ok()) << share;
     EXPECT_NE(r.status().message().find("--degrade-busiest"), std::string::npos)
         << r.status();
+  }
+}
+
+// Values no run means are refused naming the flag and the value. Before,
+// --bytes nan planned every time as 0, --bytes inf gave null completions in
+// -o json, --channels -1 silently meant the default and --channels 100000
+// ran for minutes.
+TEST(EvaluateTest, OddBytesChannelsAndSeedsAreRefusedNamingTheFlag) {
+  Fabric fab = Gen("gen:leafspine,gpus=64,hosts_per_tor=2");
+  struct Case {
+    std::function<void(EvalOptions*)> set;
+    std::string want;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<Case> cases = {
+      {[](EvalOptions* o) { o->ring.bytes = std::nan(""); }, "--bytes nan"},
+      {[&](EvalOptions* o) { o->ring.bytes = inf; }, "--bytes inf"},
+      {[](EvalOptions* o) { o->ring.channels = -1; }, "--channels -1"},
+      {[](EvalOptions* o) { o->ring.channels = 100000; }, "--channels 100000"},
+      {[](EvalOptions* o) { o->seeds = 0; }, "--seeds 0"},
+  };
+  for (const Case& c : cases) {
+    EvalOptions o;
+    o.seeds = 2;
+    c.set(&o);
+    auto r = Evaluate(&fab, o);
+    ASSERT_FALSE(r.ok()) << c.want;
+    EXPECT_NE(r.status().message().find(c.want), std::string::npos)
+        << r.status();
+  }
+}
+
+// A link down (degraded to 0) is gone from the switches' ECMP groups and a
+// port down from its NIC's bond: ECMP routes around it, as a real fabric
+// does within milliseconds of a link-down. Before, ECMP kept hashing flows
+// onto the dead link: its completions were infinite (`null` in -o json),
+// its max link utilisation ~1e32 and the ratios `infx`, for a cable or a
+// plane's ToR that is down: the commonest thing an operator marks.
+TEST(EvaluateTest, EcmpRoutesAroundLinksAndPortsThatAreDown) {
+  struct Case {
+    const char* fabric;
+    const char* down;
+  };
+  for (const Case& c :
+       {Case{"gen:leafspine,gpus=64,hosts_per_tor=2", "tor0.0-spine0"},
+        Case{"gen:leafspine,gpus=64,hosts_per_tor=2,planes=2",
+             "host0/nic0-tor0.0p0"},
+        Case{"gen:3tier,gpus=256,hosts_per_tor=2,tors_per_pod=4,planes=2",
+             "tor0.0p0"}}) {
+    Fabric fab = Gen(c.fabric);
+    EvalOptions o;
+    o.seeds = 20;
+    o.ring.qps_per_connection = 1;
+    o.placement = Placement::kScattered;
+    o.degrade = {{c.down, 0.0}};
+    auto r = Evaluate(&fab, o);
+    ASSERT_TRUE(r.ok()) << c.down << ": " << r.status();
+    const StrategyResult& e = r->after.ecmp;
+    EXPECT_TRUE(std::isfinite(e.completion_s_p99)) << c.down;
+    EXPECT_TRUE(std::isfinite(e.max_link_util)) << c.down;
+    EXPECT_LT(e.max_link_util, 100) << c.down;
+    // The plan is never slower than ECMP's median, degraded too.
+    EXPECT_LE(r->after.planned.completion_s, e.completion_s_p50 * 1.0001)
+        << c.down;
+    // No seed's ECMP route crosses a link that is down, and the ports the
+    // re-plan pinned reproduce its paths on the degraded fabric.
+    auto hash = MakeHash("crc32");
+    ASSERT_TRUE(hash.ok());
+    for (int s = 0; s < o.seeds; ++s) {
+      EcmpRouter router(&fab, hash->get(), o.first_seed + s);
+      for (const Flow& f : r->flow_list) {
+        if (!f.network) continue;
+        const RoutedPath p = router.Route(f);
+        ASSERT_FALSE(p.links.empty()) << c.down;
+        for (int l : p.links) {
+          ASSERT_GT(fab.link(l).gbps, 0) << c.down << ": " << fab.LinkName(l);
+        }
+      }
+    }
+    EcmpRouter pinned(&fab, hash->get(), o.fabric_seed);
+    int checked = 0;
+    for (const Flow& f : r->flow_list) {
+      const PlannedPath& pp = r->plan.paths[f.id];
+      if (!f.network || pp.src_port == 0 || !pp.split.empty()) continue;
+      Flow g = f;
+      g.src_gpu = pp.src_gpu;
+      g.dst_gpu = pp.dst_gpu;
+      EXPECT_EQ(pinned.Route(g, pp.src_port).links, pp.links) << c.down;
+      ++checked;
+    }
+    EXPECT_GT(checked, 0) << c.down;
   }
 }
 

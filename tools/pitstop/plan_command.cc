@@ -9,6 +9,7 @@
 //
 // Exit codes: 0 evaluated, 2 usage or input error.
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 
@@ -55,7 +56,9 @@ bool ParseBytes(const std::string& s, double* out) {
   if (last == 'G' || last == 'g') mult = 1 << 30;
   if (mult != 1) num.pop_back();
   double v = 0;
-  if (!absl::SimpleAtod(num, &v) || v <= 0) return false;
+  if (!absl::SimpleAtod(num, &v) || !(v > 0) || !std::isfinite(v)) {
+    return false;
+  }
   *out = v * mult;
   return true;
 }
@@ -257,7 +260,10 @@ int RunPlan(const PlanArgs& a) {
     }
     o.degrade.emplace_back(d.substr(0, eq), frac);
   }
-  absl::StatusOr<c4p::Fabric> fabric = c4p::LoadFabric(a.topology, a.csv, a.ib);
+  // --nvlink-gbps is also the NVLink of hosts with several HCAs.
+  c4p::IbOptions ib = a.ib;
+  ib.nvlink_gbps = a.csv.nvlink_gbps;
+  absl::StatusOr<c4p::Fabric> fabric = c4p::LoadFabric(a.topology, a.csv, ib);
   if (!fabric.ok()) {
     std::cerr << "pitstop plan: " << fabric.status().message() << "\n";
     return 2;
@@ -334,7 +340,8 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
                   "ring (default) or tree: NCCL's all-reduce algorithm")
       ->check(CLI::IsMember({"ring", "tree"}));
   cmd->add_option("--channels", args->channels,
-                  "NCCL channels (default: two per NIC of a host)");
+                  "NCCL channels, 1..64 (default, or 0: two per NIC of a "
+                  "host)");
   cmd->add_option("--qps", args->qps,
                   "QPs per connection (NCCL_IB_QPS_PER_CONNECTION), or auto "
                   "(default): 1, unless a re-plan around the degraded links "
@@ -370,7 +377,8 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
   csv->add_option("--agg-uplink-gbps", args->csv.agg_uplink_gbps,
                   "aggregation -> core link speed");
   csv->add_option("--nvlink-gbps", args->csv.nvlink_gbps,
-                  "GPU <-> NVSwitch speed");
+                  "GPU <-> NVSwitch speed (also of ibnetdiscover hosts "
+                  "with several HCAs)");
   auto* ib = cmd->add_option_group("ibnetdiscover",
                                    "what InfiniBand discovery leaves open");
   ib->add_option("--ib-host-map", args->ib.host_map,
