@@ -1,6 +1,7 @@
 #include "src/c4p/planner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <numeric>
 
@@ -10,6 +11,15 @@ namespace pitstop::c4p {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Milliseconds since *since; moves *since to now.
+double Lap(std::chrono::steady_clock::time_point* since) {
+  const auto now = std::chrono::steady_clock::now();
+  const double ms =
+      std::chrono::duration<double, std::milli>(now - *since).count();
+  *since = now;
+  return ms;
+}
 
 }  // namespace
 
@@ -150,6 +160,7 @@ std::vector<int> Planner::Candidates(int gpu) const {
 Planner::Cost Planner::Best(const Flow& f, PlannedPath* path) {
   Cost best{kInf, kInf};
   path->links.clear();
+  ++phases_.searches;
   ++cur_stamp_;
   for (int sg : Candidates(f.src_gpu)) {
     for (int dg : Candidates(f.dst_gpu)) {
@@ -229,15 +240,22 @@ FlowPlan Planner::Plan(uint64_t epoch) {
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
     return flows[a].bytes > flows[b].bytes;
   });
+  phases_ = PhaseTimes{};
+  auto t = std::chrono::steady_clock::now();
   for (int i : order) {
     Route(flows[i], &plan.paths[i]);
     Add(plan.paths[i], flows[i].bytes, +1);
   }
   Improve(&plan);
+  phases_.greedy_ms = Lap(&t);
   SetGoal();
+  phases_.goal_ms = Lap(&t);
   Repair(&plan);
+  phases_.repair_ms = Lap(&t);
   Negotiate(&plan);
+  phases_.negotiate_ms = Lap(&t);
   Repair(&plan);
+  phases_.repair_ms += Lap(&t);
   return plan;
 }
 

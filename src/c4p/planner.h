@@ -103,6 +103,17 @@ class Planner {
   FlowPlan Replan(FlowPlan previous, const std::vector<int>& changed,
                   uint64_t epoch, ReplanStats* stats);
 
+  // Where the last Plan() spent its time (wall milliseconds per phase) and
+  // how many bottleneck searches it ran: what the scale benchmark prints.
+  struct PhaseTimes {
+    double greedy_ms = 0;
+    double goal_ms = 0;    // the cut and whole-flow bounds it aims at
+    double repair_ms = 0;  // both ejection-chain repairs
+    double negotiate_ms = 0;
+    int64_t searches = 0;  // Best() calls
+  };
+  const PhaseTimes& phase_times() const { return phases_; }
+
   // Bytes per directed link under `plan` (every flow, NVLink included).
   static std::vector<double> LinkBytes(const Fabric& fabric,
                                        const std::vector<Flow>& flows,
@@ -164,6 +175,7 @@ class Planner {
   std::vector<int> memo_next_;
   uint32_t cur_stamp_ = 0;
   std::vector<int> hops_;
+  PhaseTimes phases_;
 };
 
 }  // namespace pitstop::c4p
