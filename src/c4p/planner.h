@@ -131,6 +131,14 @@ class Planner {
   Cost LinkCost(int link, double bytes) const;
   const std::vector<int>& Hops(int node, int tor_idx);
   double MaxTime() const;
+  // Plan() with several QPs per connection: whole connections first (a
+  // QP-by-QP greedy pass costs q times the searches and leaves single QPs
+  // over the goal for the repair to chase: 118 s CPU at 8,192 GPUs with 8
+  // QPs on the non-rail three-tier fabric), each connection's path given
+  // to all its QPs, then repaired QP by QP where it is still above the
+  // goal (`whole`, `whole_of`: WholeConnections in planner.cc).
+  FlowPlan PlanByConnection(uint64_t epoch, const std::vector<Flow>& whole,
+                            const std::vector<int>& whole_of);
   // Sets target_ (the cut bound) and goal_ for Repair and Negotiate.
   void SetGoal();
   void Negotiate(FlowPlan* plan);
