@@ -108,7 +108,11 @@ void DropRepeatedHosts(ClosRows* in) {
 absl::StatusOr<ClosRows> ReadClosRows(const std::string& text,
                                       const std::string& source) {
   std::vector<std::string> lines = absl::StrSplit(text, '\n');
-  std::vector<std::string> head = absl::StrSplit(lines[0], ',');
+  std::vector<std::string> head, fields;
+  std::string why;
+  if (!SplitCsvRecord(lines[0], &head, &why)) {
+    return LineError(source, 1, absl::StrCat("the header is not CSV: ", why));
+  }
   const ClosColumns col = FindColumns(head);
   if (col.ip < 0 || col.dsw < 0 || col.psw < 0 || col.asw < 0) {
     return LineError(source, 1,
@@ -120,8 +124,10 @@ absl::StatusOr<ClosRows> ReadClosRows(const std::string& text,
     if (raw.empty() || raw[0] == '#') continue;
     ClosRow r;
     r.line = static_cast<int>(i) + 1;
-    const std::string why =
-        IncompleteWhy(absl::StrSplit(raw, ','), head.size(), col, &r);
+    why.clear();
+    if (SplitCsvRecord(raw, &fields, &why)) {
+      why = IncompleteWhy(fields, head.size(), col, &r);
+    }
     if (!why.empty()) {
       out.left_out[why].push_back(r.line);
       continue;
