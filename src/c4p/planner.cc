@@ -266,7 +266,10 @@ void Planner::Route(const Flow& f, PlannedPath* p) {
 FlowPlan Planner::Plan(uint64_t epoch) {
   std::vector<Flow> whole;
   std::vector<int> whole_of;
-  if (WholeConnections(*flows_, &whole, &whole_of)) {
+  const int network = static_cast<int>(std::count_if(
+      flows_->begin(), flows_->end(), [](const Flow& f) { return f.network; }));
+  if (network > options_.whole_connections_above &&
+      WholeConnections(*flows_, &whole, &whole_of)) {
     return PlanByConnection(epoch, whole, whole_of);
   }
   std::fill(load_.begin(), load_.end(), 0);

@@ -77,6 +77,14 @@ struct PlannerOptions {
   // crosses and slows the single-QP flows there more than it gains; it pays
   // only where the fabric shares by bytes (weighted fair queueing).
   int max_split = 1;
+  // With several QPs per connection and more network QPs than this, Plan()
+  // routes whole connections first (PlanByConnection); up to it, QP by QP.
+  // Both reach the bound on the healthy fabric; the QP-by-QP pass costs q
+  // times the searches (at 8,192 GPUs with 8 QPs: 4-5 s CPU on the
+  // three-tier fabric, about 2 minutes on the non-rail one, against 1.4 s
+  // and 3.7 s), while up to 1,024 GPUs x 8 QPs it takes under a second and
+  // its plans are the ones the docs' tables were measured with.
+  int whole_connections_above = 16384;
   // Pin source ports for this hash and switch-seed set (the fabric's real
   // configuration); nullptr: do not pin.
   const HashFunction* hash = nullptr;
