@@ -11,6 +11,7 @@
 // an identical row is left out too. Only a file without a header or without
 // any complete row is refused.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <tuple>
@@ -239,15 +240,39 @@ void AddClosAssumptions(const ClosTree& in, const ClosCsvOptions& o,
   }
 }
 
+// InvalidArgument naming the flag (`pitstop plan`'s) of an assumption no
+// fabric can have: a count below 1, a speed that is not a finite number of
+// Gbps above 0 (before, `--nic-gbps inf` was accepted).
+absl::Status CheckClosOptions(const ClosCsvOptions& o) {
+  for (const auto& [flag, n] :
+       {std::pair<const char*, int>{"--gpus-per-host", o.gpus_per_host},
+        {"--aggs-per-pod", o.aggs_per_pod},
+        {"--cores-per-agg", o.cores_per_agg}}) {
+    if (n < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " ", n, ": a count is at least 1"));
+    }
+  }
+  for (const auto& [flag, gbps] :
+       {std::pair<const char*, double>{"--nic-gbps", o.nic_gbps},
+        {"--tor-uplink-gbps", o.tor_uplink_gbps},
+        {"--agg-uplink-gbps", o.agg_uplink_gbps},
+        {"--nvlink-gbps", o.nvlink_gbps}}) {
+    if (!(gbps > 0 && std::isfinite(gbps))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " ", gbps,
+                       ": a link speed is a finite number of Gbps above 0"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Fabric> ParseClosCsv(const std::string& text,
                                     const std::string& source,
                                     const ClosCsvOptions& o) {
-  if (o.gpus_per_host <= 0 || o.aggs_per_pod <= 0 || o.cores_per_agg <= 0) {
-    return absl::InvalidArgumentError(
-        "gpus per host, aggs per pod and cores per agg must be positive");
-  }
+  if (absl::Status s = CheckClosOptions(o); !s.ok()) return s;
   absl::StatusOr<ClosRows> in = ReadClosRows(text, source);
   if (!in.ok()) return in.status();
   const ClosTree tree = BuildTree(*in);
