@@ -6,6 +6,10 @@
 # hits both; the table holds each one's median and the ratio A/B of medians.
 #
 #   tools/plan-scale-bench.sh OLD_DRIVER NEW_DRIVER [REPS] [--plan|--replan]
+#       [EXTRA]
+#
+# EXTRA: flags added to every case (e.g. "--qps 8": the QP count `pitstop
+# plan --qps auto` picks after a degraded link in an exactly full group).
 #
 # "refused": that build could not read the fabric (the previous reader
 # refused Alibaba's published data). A driver is
@@ -18,6 +22,7 @@ OLD=$1
 NEW=$2
 REPS=${3:-3}
 WHICH=${4:-}
+EXTRA_ALL=${5:-}
 SHARED=../shared/data/topology
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -65,6 +70,7 @@ echo "| fabric | placement | plan wall ms A / B (A/B) | plan CPU ms A / B | re-p
 echo "|---|---|---|---|---|---|---|"
 for c in "${cases[@]}"; do
   IFS='|' read -r topo place extra <<<"$c"
+  extra="$extra${EXTRA_ALL:+ $EXTRA_ALL}"
   : >"$tmp/a"
   : >"$tmp/b"
   for ((i = 0; i < REPS; i++)); do

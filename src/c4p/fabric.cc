@@ -195,6 +195,11 @@ std::string Fabric::LinkName(int link) const {
   return absl::StrCat(end(l.src, l.src_port), "->", end(l.dst, l.dst_port));
 }
 
+std::string Fabric::NicName(int gpu) const {
+  const FabricNode& n = nodes_[gpu];
+  return absl::StrCat(hosts_[n.host].name, "/nic", n.local);
+}
+
 std::string Fabric::Where(int line) const {
   const std::string& src = source.empty() ? description : source;
   if (line > 0)

@@ -118,6 +118,9 @@ class Fabric {
 
   // Human name of a link ("host3/nic2->tor18"); NIC ends are named nicK.
   std::string LinkName(int link) const;
+  // Name of GPU `gpu`'s network attachment ("host3/nic2"), as --degrade,
+  // LinkName and the live planner name it.
+  std::string NicName(int gpu) const;
   // Links named by `spec`: "A->B" (one direction), "A-B" or "A<->B" (both),
   // a NIC "host3/nic2" (all its network links, both ways) or a switch name
   // (all its links). Node names may be the file's numeric ids for SimAI

@@ -14,6 +14,7 @@
 // within a tier, ToRs with less uplink than
 // downlink capacity, hosts with different NIC counts.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <tuple>
@@ -130,6 +131,12 @@ absl::Status Fabric::Check() {
           absl::StrCat(Where(links_[l].source_line), "link ",
                        LinkName(static_cast<int>(l)), " has a bandwidth of ",
                        links_[l].nominal_gbps, " Gbps: it can carry nothing"));
+    }
+    if (std::isinf(links_[l].nominal_gbps)) {
+      // Every time on it would be 0: the plan and the bound would ignore it.
+      return absl::InvalidArgumentError(absl::StrCat(
+          Where(links_[l].source_line), "link ", LinkName(static_cast<int>(l)),
+          " has a bandwidth of inf Gbps: a speed is a finite number"));
     }
   }
   if (absl::Status nv = CheckNvLinks(); !nv.ok()) return nv;

@@ -11,6 +11,7 @@
 // an identical row is left out too. Only a file without a header or without
 // any complete row is refused.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <tuple>
@@ -108,7 +109,11 @@ void DropRepeatedHosts(ClosRows* in) {
 absl::StatusOr<ClosRows> ReadClosRows(const std::string& text,
                                       const std::string& source) {
   std::vector<std::string> lines = absl::StrSplit(text, '\n');
-  std::vector<std::string> head = absl::StrSplit(lines[0], ',');
+  std::vector<std::string> head, fields;
+  std::string why;
+  if (!SplitCsvRecord(lines[0], &head, &why)) {
+    return LineError(source, 1, absl::StrCat("the header is not CSV: ", why));
+  }
   const ClosColumns col = FindColumns(head);
   if (col.ip < 0 || col.dsw < 0 || col.psw < 0 || col.asw < 0) {
     return LineError(source, 1,
@@ -120,7 +125,11 @@ absl::StatusOr<ClosRows> ReadClosRows(const std::string& text,
     if (raw.empty() || raw[0] == '#') continue;
     ClosRow r;
     r.line = static_cast<int>(i) + 1;
-    const std::vector<std::string> fields = absl::StrSplit(raw, ',');
+    why.clear();
+    if (!SplitCsvRecord(raw, &fields, &why)) {
+      out.left_out[why].push_back(r.line);
+      continue;
+    }
     // Exports concatenated (`cat a.csv b.csv`) repeat the header: it is not
     // a host. In another column order it would misread the rows after it.
     const ClosColumns again = FindColumns(fields);
@@ -135,7 +144,7 @@ absl::StatusOr<ClosRows> ReadClosRows(const std::string& text,
       out.left_out["repeating the header"].push_back(r.line);
       continue;
     }
-    const std::string why = IncompleteWhy(fields, head.size(), col, &r);
+    why = IncompleteWhy(fields, head.size(), col, &r);
     if (!why.empty()) {
       out.left_out[why].push_back(r.line);
       continue;
@@ -247,15 +256,39 @@ void AddClosAssumptions(const ClosTree& in, const ClosCsvOptions& o,
   }
 }
 
+// InvalidArgument naming the flag (`pitstop plan`'s) of an assumption no
+// fabric can have: a count below 1, a speed that is not a finite number of
+// Gbps above 0 (before, `--nic-gbps inf` was accepted).
+absl::Status CheckClosOptions(const ClosCsvOptions& o) {
+  for (const auto& [flag, n] :
+       {std::pair<const char*, int>{"--gpus-per-host", o.gpus_per_host},
+        {"--aggs-per-pod", o.aggs_per_pod},
+        {"--cores-per-agg", o.cores_per_agg}}) {
+    if (n < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " ", n, ": a count is at least 1"));
+    }
+  }
+  for (const auto& [flag, gbps] :
+       {std::pair<const char*, double>{"--nic-gbps", o.nic_gbps},
+        {"--tor-uplink-gbps", o.tor_uplink_gbps},
+        {"--agg-uplink-gbps", o.agg_uplink_gbps},
+        {"--nvlink-gbps", o.nvlink_gbps}}) {
+    if (!(gbps > 0 && std::isfinite(gbps))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " ", gbps,
+                       ": a link speed is a finite number of Gbps above 0"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Fabric> ParseClosCsv(const std::string& text,
                                     const std::string& source,
                                     const ClosCsvOptions& o) {
-  if (o.gpus_per_host <= 0 || o.aggs_per_pod <= 0 || o.cores_per_agg <= 0) {
-    return absl::InvalidArgumentError(
-        "gpus per host, aggs per pod and cores per agg must be positive");
-  }
+  if (absl::Status s = CheckClosOptions(o); !s.ok()) return s;
   absl::StatusOr<ClosRows> in = ReadClosRows(text, source);
   if (!in.ok()) return in.status();
   const ClosTree tree = BuildTree(*in);

@@ -237,10 +237,11 @@ namespace {
 // A header line naming the columns ip, DSW, PSW and ASW (any order, any
 // case).
 bool LooksLikeClosCsvHeader(const std::string& line) {
+  std::vector<std::string> columns;
+  std::string why;
+  if (!SplitCsvRecord(line, &columns, &why)) return false;
   std::set<std::string> names;
-  for (absl::string_view c : absl::StrSplit(line, ',')) {
-    names.insert(absl::AsciiStrToLower(absl::StripAsciiWhitespace(c)));
-  }
+  for (const std::string& c : columns) names.insert(absl::AsciiStrToLower(c));
   for (const char* need : {"ip", "dsw", "psw", "asw"}) {
     if (names.count(need) == 0) return false;
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -37,6 +38,59 @@ std::string LeftOutWarning(const std::string& source, const std::string& why,
       lines.size() > kShown
           ? absl::StrCat(" and ", lines.size() - kShown, " more")
           : "");
+}
+
+namespace {
+
+// Reads the quoted field that starts at line[*at] (a quote) into *out and
+// moves *at past its closing quote. False when the line ends first.
+bool ReadQuoted(absl::string_view line, size_t* at, std::string* out) {
+  for (size_t i = *at + 1; i < line.size(); ++i) {
+    if (line[i] != '"') {
+      out->push_back(line[i]);
+    } else if (i + 1 < line.size() && line[i + 1] == '"') {
+      out->push_back('"');
+      ++i;
+    } else {
+      *at = i + 1;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool SplitCsvRecord(absl::string_view line, std::vector<std::string>* fields,
+                    std::string* why) {
+  fields->clear();
+  size_t at = 0;
+  while (true) {
+    while (at < line.size() && absl::ascii_isspace(line[at])) ++at;
+    std::string field;
+    if (at < line.size() && line[at] == '"') {
+      const size_t open = at;
+      if (!ReadQuoted(line, &at, &field)) {
+        *why = absl::StrCat("with a quote at column ", open + 1,
+                            " not closed on its line");
+        return false;
+      }
+      while (at < line.size() && absl::ascii_isspace(line[at])) ++at;
+      if (at < line.size() && line[at] != ',') {
+        *why =
+            absl::StrCat("with text after a closing quote at column ", at + 1);
+        return false;
+      }
+    } else {
+      const size_t comma = std::min(line.find(',', at), line.size());
+      field = std::string(
+          absl::StripTrailingAsciiWhitespace(line.substr(at, comma - at)));
+      at = comma;
+    }
+    fields->push_back(std::move(field));
+    if (at >= line.size()) return true;
+    ++at;  // the comma
+  }
 }
 
 }  // namespace pitstop::c4p

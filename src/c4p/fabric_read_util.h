@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace pitstop::c4p {
 
@@ -25,6 +26,14 @@ absl::Status RefuseUtf16(const std::string& text, const std::string& source);
 // numbers, then how many more).
 std::string LeftOutWarning(const std::string& source, const std::string& why,
                            const std::vector<int>& lines);
+
+// One CSV record as RFC 4180 writes it: fields separated by commas; a field
+// in double quotes may hold commas, and "" inside it is one quote (what a
+// spreadsheet or Python's csv module writes around a name). Whitespace
+// around a field, outside its quotes, is dropped. False, with *why, when a
+// quote is not closed on the line or text follows a closing quote.
+bool SplitCsvRecord(absl::string_view line, std::vector<std::string>* fields,
+                    std::string* why);
 
 }  // namespace pitstop::c4p
 

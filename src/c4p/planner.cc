@@ -1,6 +1,7 @@
 #include "src/c4p/planner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <numeric>
 
@@ -10,6 +11,49 @@ namespace pitstop::c4p {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Milliseconds since *since; moves *since to now.
+double Lap(std::chrono::steady_clock::time_point* since) {
+  const auto now = std::chrono::steady_clock::now();
+  const double ms =
+      std::chrono::duration<double, std::milli>(now - *since).count();
+  *since = now;
+  return ms;
+}
+
+// With several QPs per connection: one flow per connection (its QPs'
+// bytes; NVLink flows as they are) in *whole, and for each flow the index
+// of its connection's flow in *whole_of. False when every connection has
+// one QP (nothing to group).
+bool WholeConnections(const std::vector<Flow>& flows, std::vector<Flow>* whole,
+                      std::vector<int>* whole_of) {
+  std::vector<int> first_of_conn;  // by Flow::conn: index into *whole
+  bool grouped = false;
+  whole->clear();
+  whole_of->assign(flows.size(), -1);
+  for (size_t i = 0; i < flows.size(); ++i) {
+    const Flow& f = flows[i];
+    if (f.network) {
+      if (static_cast<size_t>(f.conn) >= first_of_conn.size()) {
+        first_of_conn.resize(f.conn + 1, -1);
+      }
+      int& at = first_of_conn[f.conn];
+      if (at >= 0) {
+        (*whole)[at].bytes += f.bytes;
+        (*whole_of)[i] = at;
+        grouped = true;
+        continue;
+      }
+      at = static_cast<int>(whole->size());
+    }
+    (*whole_of)[i] = static_cast<int>(whole->size());
+    Flow w = f;
+    w.id = static_cast<int>(whole->size());
+    w.qp = 0;
+    whole->push_back(w);
+  }
+  return grouped;
+}
 
 }  // namespace
 
@@ -150,6 +194,7 @@ std::vector<int> Planner::Candidates(int gpu) const {
 Planner::Cost Planner::Best(const Flow& f, PlannedPath* path) {
   Cost best{kInf, kInf};
   path->links.clear();
+  ++phases_.searches;
   ++cur_stamp_;
   for (int sg : Candidates(f.src_gpu)) {
     for (int dg : Candidates(f.dst_gpu)) {
@@ -219,6 +264,14 @@ void Planner::Route(const Flow& f, PlannedPath* p) {
 }
 
 FlowPlan Planner::Plan(uint64_t epoch) {
+  std::vector<Flow> whole;
+  std::vector<int> whole_of;
+  const int network = static_cast<int>(std::count_if(
+      flows_->begin(), flows_->end(), [](const Flow& f) { return f.network; }));
+  if (network > options_.whole_connections_above &&
+      WholeConnections(*flows_, &whole, &whole_of)) {
+    return PlanByConnection(epoch, whole, whole_of);
+  }
   std::fill(load_.begin(), load_.end(), 0);
   const std::vector<Flow>& flows = *flows_;
   FlowPlan plan;
@@ -229,15 +282,52 @@ FlowPlan Planner::Plan(uint64_t epoch) {
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
     return flows[a].bytes > flows[b].bytes;
   });
+  phases_ = PhaseTimes{};
+  auto t = std::chrono::steady_clock::now();
   for (int i : order) {
     Route(flows[i], &plan.paths[i]);
     Add(plan.paths[i], flows[i].bytes, +1);
   }
   Improve(&plan);
+  phases_.greedy_ms = Lap(&t);
   SetGoal();
+  phases_.goal_ms = Lap(&t);
   Repair(&plan);
+  phases_.repair_ms = Lap(&t);
   Negotiate(&plan);
+  phases_.negotiate_ms = Lap(&t);
   Repair(&plan);
+  phases_.repair_ms += Lap(&t);
+  return plan;
+}
+
+FlowPlan Planner::PlanByConnection(uint64_t epoch,
+                                   const std::vector<Flow>& whole,
+                                   const std::vector<int>& whole_of) {
+  Planner by_connection(fabric_, &whole, options_);
+  const FlowPlan first = by_connection.Plan(epoch);
+  phases_ = by_connection.phases_;
+  auto t = std::chrono::steady_clock::now();
+  const std::vector<Flow>& flows = *flows_;
+  FlowPlan plan;
+  plan.epoch = epoch;
+  plan.paths.resize(flows.size());
+  std::fill(load_.begin(), load_.end(), 0);
+  for (size_t i = 0; i < flows.size(); ++i) {
+    plan.paths[i] = first.paths[whole_of[i]];
+    Add(plan.paths[i], flows[i].bytes, +1);
+  }
+  SetGoal();
+  phases_.goal_ms += Lap(&t);
+  // QPs can reach what whole connections cannot (a cut whose connections
+  // do not divide evenly over its links): repair QP by QP from there.
+  if (MaxTime() <= goal_) return plan;
+  Repair(&plan);
+  phases_.repair_ms += Lap(&t);
+  Negotiate(&plan);
+  phases_.negotiate_ms += Lap(&t);
+  Repair(&plan);
+  phases_.repair_ms += Lap(&t);
   return plan;
 }
 

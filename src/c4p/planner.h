@@ -77,6 +77,14 @@ struct PlannerOptions {
   // crosses and slows the single-QP flows there more than it gains; it pays
   // only where the fabric shares by bytes (weighted fair queueing).
   int max_split = 1;
+  // With several QPs per connection and more network QPs than this, Plan()
+  // routes whole connections first (PlanByConnection); up to it, QP by QP.
+  // Both reach the bound on the healthy fabric; the QP-by-QP pass costs q
+  // times the searches (at 8,192 GPUs with 8 QPs: 4-5 s CPU on the
+  // three-tier fabric, about 2 minutes on the non-rail one, against 1.4 s
+  // and 3.7 s), while up to 1,024 GPUs x 8 QPs it takes under a second and
+  // its plans are the ones the docs' tables were measured with.
+  int whole_connections_above = 16384;
   // Pin source ports for this hash and switch-seed set (the fabric's real
   // configuration); nullptr: do not pin.
   const HashFunction* hash = nullptr;
@@ -103,6 +111,17 @@ class Planner {
   FlowPlan Replan(FlowPlan previous, const std::vector<int>& changed,
                   uint64_t epoch, ReplanStats* stats);
 
+  // Where the last Plan() spent its time (wall milliseconds per phase) and
+  // how many bottleneck searches it ran: what the scale benchmark prints.
+  struct PhaseTimes {
+    double greedy_ms = 0;
+    double goal_ms = 0;    // the cut and whole-flow bounds it aims at
+    double repair_ms = 0;  // both ejection-chain repairs
+    double negotiate_ms = 0;
+    int64_t searches = 0;  // Best() calls
+  };
+  const PhaseTimes& phase_times() const { return phases_; }
+
   // Bytes per directed link under `plan` (every flow, NVLink included).
   static std::vector<double> LinkBytes(const Fabric& fabric,
                                        const std::vector<Flow>& flows,
@@ -120,6 +139,14 @@ class Planner {
   Cost LinkCost(int link, double bytes) const;
   const std::vector<int>& Hops(int node, int tor_idx);
   double MaxTime() const;
+  // Plan() with several QPs per connection: whole connections first (a
+  // QP-by-QP greedy pass costs q times the searches and leaves single QPs
+  // over the goal for the repair to chase: 118 s CPU at 8,192 GPUs with 8
+  // QPs on the non-rail three-tier fabric), each connection's path given
+  // to all its QPs, then repaired QP by QP where it is still above the
+  // goal (`whole`, `whole_of`: WholeConnections in planner.cc).
+  FlowPlan PlanByConnection(uint64_t epoch, const std::vector<Flow>& whole,
+                            const std::vector<int>& whole_of);
   // Sets target_ (the cut bound) and goal_ for Repair and Negotiate.
   void SetGoal();
   void Negotiate(FlowPlan* plan);
@@ -164,6 +191,7 @@ class Planner {
   std::vector<int> memo_next_;
   uint32_t cur_stamp_ = 0;
   std::vector<int> hops_;
+  PhaseTimes phases_;
 };
 
 }  // namespace pitstop::c4p

@@ -350,6 +350,40 @@ TEST(LoadFabricTest, CsvIsRecognisedByItsHeaderWhateverTheName) {
   EXPECT_EQ(f->hosts().size(), 3u);
 }
 
+// Fields quoted as RFC 4180 writes them (a spreadsheet's export, Python's
+// csv module around a name with a comma): before, the quotes stayed in the
+// names (host '"10.0.0.1"', ToR '"P0"/"S0"') and a quoted header was not
+// recognised as the CSV layout at all.
+TEST(LoadFabricTest, CsvQuotedFieldsAreReadAsRfc4180) {
+  const std::string path =
+      WriteTemp("quoted.txt",
+                "\"ip\", \"DSW\",\"PSW\",\"ASW\"\r\n"
+                "\"10.0.0.1\",\"G0\",\"P0\",\"S0\"\r\n"  // 2
+                "\"h,2\",G0,P0,\"S 1\"\n"                // 3: a comma, a space
+                "\"h\"\"3\",G0,P0,S0\n"                  // 4: an escaped quote
+                "\"h4,G0,P0,S1\n"                        // 5: not closed
+                "\"h5\"x,G0,P0,S1\n");                   // 6: text after it
+  ClosCsvOptions o;
+  o.gpus_per_host = 1;
+  auto f = LoadFabric(path, o);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->hosts().size(), 3u);
+  EXPECT_EQ(f->hosts()[0].name, "10.0.0.1");
+  EXPECT_EQ(f->hosts()[1].name, "h,2");
+  EXPECT_EQ(f->hosts()[2].name, "h\"3");
+  EXPECT_GE(f->FindNode("P0/S0"), 0);
+  EXPECT_GE(f->FindNode("P0/S 1"), 0);
+  std::string all;
+  for (const std::string& w : f->warnings()) all += w + "\n";
+  EXPECT_NE(all.find("with a quote at column 1 not closed on its line: "
+                     "line 5"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("with text after a closing quote at column 5: line 6"),
+            std::string::npos)
+      << all;
+}
+
 TEST(LoadFabricTest, AnUnrecognisedFormatSaysSoAndListsTheFormats) {
   for (const auto& [name, text] :
        {std::pair<std::string, std::string>{"fabric.json",

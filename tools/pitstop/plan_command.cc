@@ -201,8 +201,8 @@ absl::Status WritePlan(const c4p::Fabric& fabric, const c4p::EvalReport& r,
                      {"src_rank", f.src_rank},
                      {"dst_rank", f.dst_rank},
                      {"qp", f.qp},
-                     {"src_nic", fabric.node(p.src_gpu).name},
-                     {"dst_nic", fabric.node(p.dst_gpu).name},
+                     {"src_nic", fabric.NicName(p.src_gpu)},
+                     {"dst_nic", fabric.NicName(p.dst_gpu)},
                      {"udp_src_port", p.src_port},
                      {"path", links},
                      {"extra_qps", extra}});
@@ -328,36 +328,46 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
   cmd->add_option("--degrade-busiest", args->degrade_busiest,
                   "degrade the plan's busiest switch-to-switch link (both "
                   "directions) to this share in [0, 1] (benchmarks; 0: "
-                  "off)");
+                  "off)")
+      ->capture_default_str();
   cmd->add_option("-o,--output", args->output, "table or json")
-      ->check(CLI::IsMember({"table", "json"}));
+      ->check(CLI::IsMember({"table", "json"}))
+      ->capture_default_str();
   cmd->add_option("--placement", args->placement,
                   "packed (hosts in fabric order) or scattered (hosts in a "
-                  "seeded random order, as a busy scheduler hands them out)");
+                  "seeded random order, as a busy scheduler hands them out)")
+      ->capture_default_str();
   cmd->add_option("--placement-seed", args->placement_seed,
-                  "seed of the scattered placement");
+                  "seed of the scattered placement")
+      ->capture_default_str();
   cmd->add_option("--algo", args->algo,
                   "ring (default) or tree: NCCL's all-reduce algorithm")
-      ->check(CLI::IsMember({"ring", "tree"}));
+      ->check(CLI::IsMember({"ring", "tree"}))
+      ->capture_default_str();
   cmd->add_option("--channels", args->channels,
-                  "NCCL channels, 1..64 (default, or 0: two per NIC of a "
-                  "host)");
+                  "NCCL channels, 1..64 (default: two per NIC of a host)")
+      ->check(CLI::Range(1, 64));
   cmd->add_option("--qps", args->qps,
                   "QPs per connection (NCCL_IB_QPS_PER_CONNECTION), or auto "
                   "(default): 1, unless a re-plan around the degraded links "
                   "recovers < 90% of the healthy bound and 2, 4 or 8 QPs "
                   "lift it (the smallest that reaches 90%, else the best); "
-                  "the output names the launch setting");
-  cmd->add_option("--bytes", args->bytes, "all-reduce size (e.g. 256M, 1G)");
+                  "the output names the launch setting")
+      ->capture_default_str();
+  cmd->add_option("--bytes", args->bytes, "all-reduce size (e.g. 256M, 1G)")
+      ->capture_default_str();
   cmd->add_option("--seeds", args->seeds,
                   "ECMP hash seeds to draw (>= 100 "
-                  "for a distribution)");
-  cmd->add_option("--hash", args->hash, "switch hash: crc32, xor or murmur");
+                  "for a distribution)")
+      ->capture_default_str();
+  cmd->add_option("--hash", args->hash, "switch hash: crc32, xor or murmur")
+      ->capture_default_str();
   cmd->add_option("--sim", args->sim,
                   "steady (max-min rates hold to the end: ring pipelines, "
                   "default) or events (re-allocate at every finish; slow on "
                   "large fabrics)")
-      ->check(CLI::IsMember({"steady", "events"}));
+      ->check(CLI::IsMember({"steady", "events"}))
+      ->capture_default_str();
   cmd->add_flag("--no-pin", args->no_pin,
                 "do not search UDP source ports that reproduce the plan");
   cmd->add_option("--plan-out", args->plan_out,
@@ -366,19 +376,26 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
   auto* csv =
       cmd->add_option_group("three-tier CSV", "what the CSV leaves open");
   csv->add_option("--gpus-per-host", args->csv.gpus_per_host,
-                  "GPUs (and NICs) per host");
-  csv->add_option("--nic-gbps", args->csv.nic_gbps, "NIC speed");
+                  "GPUs (and NICs) per host")
+      ->capture_default_str();
+  csv->add_option("--nic-gbps", args->csv.nic_gbps, "NIC speed")
+      ->capture_default_str();
   csv->add_option("--aggs-per-pod", args->csv.aggs_per_pod,
-                  "aggregation switches per PSW group = uplinks per ToR");
+                  "aggregation switches per PSW group = uplinks per ToR")
+      ->capture_default_str();
   csv->add_option("--tor-uplink-gbps", args->csv.tor_uplink_gbps,
-                  "ToR -> aggregation link speed");
+                  "ToR -> aggregation link speed")
+      ->capture_default_str();
   csv->add_option("--cores-per-agg", args->csv.cores_per_agg,
-                  "uplinks per aggregation switch (cores per core plane)");
+                  "uplinks per aggregation switch (cores per core plane)")
+      ->capture_default_str();
   csv->add_option("--agg-uplink-gbps", args->csv.agg_uplink_gbps,
-                  "aggregation -> core link speed");
+                  "aggregation -> core link speed")
+      ->capture_default_str();
   csv->add_option("--nvlink-gbps", args->csv.nvlink_gbps,
                   "GPU <-> NVSwitch speed (also of ibnetdiscover hosts "
-                  "with several HCAs)");
+                  "with several HCAs)")
+      ->capture_default_str();
   auto* ib = cmd->add_option_group("ibnetdiscover",
                                    "what InfiniBand discovery leaves open");
   ib->add_option("--ib-host-map", args->ib.host_map,

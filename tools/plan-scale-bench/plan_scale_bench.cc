@@ -3,7 +3,10 @@
 // switch-to-switch link (both directions) drops to a fraction of its
 // capacity, as `pitstop plan` times them (crc32 switches: flows the re-plan
 // moves are pinned to a source port). Prints one JSON line per repetition
-// (wall and CPU milliseconds of each) and a summary line with the medians.
+// (wall and CPU milliseconds of each; the plan's phases in wall ms and its
+// bottleneck searches; the busiest link's time and a digest of every path,
+// so a faster planner can be checked to plan the same) and a summary line
+// with the medians.
 //
 //   pitstop-plan-scale-bench SPEC [--placement packed|scattered]
 //       [--ranks N] [--qps Q] [--reps N] [--degrade-busiest F]
@@ -98,7 +101,35 @@ int Busiest(const Fabric& fab, const std::vector<Flow>& flows,
 
 struct Rep {
   double plan_wall = 0, plan_cpu = 0, replan_wall = 0, replan_cpu = 0;
+  Planner::PhaseTimes phases;
+  double busiest_ms = 0;         // the plan's busiest network link, at capacity
+  double replan_busiest_ms = 0;  // the re-plan's, on the degraded fabric
+  uint64_t digest = 0;  // of every planned path: equal digests, same plan
 };
+
+// The busiest network link's time under `plan` and a digest of its paths,
+// so a faster planner can be checked to give the same plan.
+double BusiestMs(const Fabric& fab, const std::vector<Flow>& flows,
+                 const FlowPlan& plan) {
+  const std::vector<double> bytes = Planner::LinkBytes(fab, flows, plan);
+  double worst = 0;
+  for (size_t l = 0; l < bytes.size(); ++l) {
+    if (fab.link(l).kind == LinkKind::kNvLink || bytes[l] <= 0) continue;
+    worst = std::max(worst, bytes[l] * 8 / (fab.link(l).gbps * 1e6));
+  }
+  return worst;
+}
+
+void Describe(const Fabric& fab, const std::vector<Flow>& flows,
+              const FlowPlan& plan, Rep* r) {
+  r->busiest_ms = BusiestMs(fab, flows, plan);
+  uint64_t h = 0;
+  for (const PlannedPath& p : plan.paths) {
+    for (int l : p.links) h = Mix64(h ^ static_cast<uint64_t>(l));
+    h = Mix64(h ^ 0xffff);
+  }
+  r->digest = h;
+}
 
 // One repetition on a fresh copy of the fabric.
 Rep RunOnce(const Fabric& healthy, const std::vector<Flow>& flows,
@@ -116,6 +147,8 @@ Rep RunOnce(const Fabric& healthy, const std::vector<Flow>& flows,
   FlowPlan plan = planner.Plan(1);
   r.plan_wall = WallMs() - w;
   r.plan_cpu = CpuMs() - c;
+  r.phases = planner.phase_times();
+  Describe(fab, flows, plan, &r);
   const int busiest = Busiest(fab, flows, plan);
   if (busiest < 0) return r;
   for (int l : {busiest, busiest ^ 1}) {
@@ -128,6 +161,7 @@ Rep RunOnce(const Fabric& healthy, const std::vector<Flow>& flows,
       planner.Replan(std::move(plan), {busiest, busiest ^ 1}, 2, &stats);
   r.replan_wall = WallMs() - w;
   r.replan_cpu = CpuMs() - c;
+  r.replan_busiest_ms = BusiestMs(fab, flows, after);
   *crossing = stats.crossing;
   *moved = stats.moved;
   return r;
@@ -189,8 +223,16 @@ int Run(const Args& a) {
     const Rep r = RunOnce(*fab, flows, a.degrade, &crossing, &moved);
     std::printf(
         "{\"rep\": %d, \"plan_wall_ms\": %.1f, \"plan_cpu_ms\": %.1f, "
-        "\"replan_wall_ms\": %.2f, \"replan_cpu_ms\": %.2f}\n",
-        i, r.plan_wall, r.plan_cpu, r.replan_wall, r.replan_cpu);
+        "\"replan_wall_ms\": %.2f, \"replan_cpu_ms\": %.2f, "
+        "\"greedy_ms\": %.1f, \"goal_ms\": %.1f, \"repair_ms\": %.1f, "
+        "\"negotiate_ms\": %.1f, \"searches\": %lld, "
+        "\"busiest_link_ms\": %.4f, \"replan_busiest_link_ms\": %.4f, "
+        "\"plan_digest\": \"%016llx\"}\n",
+        i, r.plan_wall, r.plan_cpu, r.replan_wall, r.replan_cpu,
+        r.phases.greedy_ms, r.phases.goal_ms, r.phases.repair_ms,
+        r.phases.negotiate_ms, static_cast<long long>(r.phases.searches),
+        r.busiest_ms, r.replan_busiest_ms,
+        static_cast<unsigned long long>(r.digest));
     pw.push_back(r.plan_wall);
     pc.push_back(r.plan_cpu);
     rw.push_back(r.replan_wall);
@@ -210,12 +252,26 @@ int Run(const Args& a) {
 }  // namespace pitstop::c4p
 
 int main(int argc, char** argv) {
+  constexpr char kUsage[] =
+      "usage: pitstop-plan-scale-bench SPEC [--placement packed|scattered] "
+      "[--ranks N] [--qps Q] [--reps N] [--degrade-busiest F] [--evaluate 1]\n"
+      "  SPEC: a fabric as `pitstop plan --topology` takes it (a file or "
+      "gen:...)\n"
+      "  defaults: --placement packed, --ranks every GPU, --qps 1, --reps 5, "
+      "--degrade-busiest 0.25\n"
+      "  prints one JSON line per repetition and a summary line "
+      "(docs/planning.md, \"Wall time at scale\")\n";
+  const std::string first = argc > 1 ? argv[1] : "";
+  if (first == "-h" || first == "--help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   pitstop::c4p::Args a;
-  if (!pitstop::c4p::ParseArgs(argc, argv, &a)) {
-    std::fprintf(stderr,
-                 "usage: pitstop-plan-scale-bench SPEC [--placement "
-                 "packed|scattered] [--ranks N] [--qps Q] [--reps N] "
-                 "[--degrade-busiest F] [--evaluate 1]\n");
+  // A SPEC that starts with '-' is a flag in its place (before, `--help`
+  // was read as a file name: "cannot open").
+  if (first.empty() || first[0] == '-' ||
+      !pitstop::c4p::ParseArgs(argc, argv, &a)) {
+    std::fputs(kUsage, stderr);
     return 2;
   }
   return pitstop::c4p::Run(a);

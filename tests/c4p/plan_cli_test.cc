@@ -1,0 +1,157 @@
+// `pitstop plan` and `pitstop-plan-scale-bench` as a user runs them: what
+// --help says, flags refused naming flag and value, and what --plan-out
+// writes.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pitstop::c4p {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// Runs `cmd` through the shell; returns the exit code (-1 when it did not
+// exit normally, e.g. a crash) and what it printed (stdout + stderr).
+int RunCommand(const std::string& cmd, std::string* out) {
+  out->clear();
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
+  const int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// The built binary at `path` under the build tree, or "" outside ctest.
+std::string Binary(const std::string& path) {
+  const char* bin_dir = std::getenv("PITSTOP_BINARY_DIR");
+  return bin_dir == nullptr ? "" : std::string(bin_dir) + "/" + path;
+}
+
+std::string TempDir() {
+  std::string dir = (std::filesystem::temp_directory_path() /
+                     ("pst-plan-cli-" + std::to_string(::getpid())))
+                        .string();
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// Two hosts of 8 GPUs on a rail-optimised leaf/spine: quick to evaluate.
+constexpr char kSmall[] = "gen:leafspine,gpus=16";
+
+// Before, several flags showed no default at all (the CSV's assumed
+// speeds, the placement, the QP choice, the ECMP seeds and hash).
+TEST(PlanCliTest, HelpShowsTheDefaults) {
+  const std::string pitstop = Binary("tools/pitstop/pitstop");
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  std::string out;
+  ASSERT_EQ(RunCommand(pitstop + " plan --help", &out), 0) << out;
+  for (const char* shown :
+       {"--placement TEXT=packed", "--qps TEXT=auto", "--bytes TEXT=1G",
+        "--seeds INT=100", "--hash TEXT=crc32", "=steady",
+        "--gpus-per-host INT=8", "--nic-gbps FLOAT=400", "--aggs-per-pod INT=8",
+        "--nvlink-gbps FLOAT=3600"}) {
+    EXPECT_THAT(out, HasSubstr(shown)) << out;
+  }
+}
+
+// Before, --channels 0 silently meant "two per NIC".
+TEST(PlanCliTest, ChannelsOutOfRangeAreRefusedNamingTheFlag) {
+  const std::string pitstop = Binary("tools/pitstop/pitstop");
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  std::string out;
+  for (const char* channels : {"0", "-2", "4096"}) {
+    EXPECT_EQ(RunCommand(pitstop + " plan --topology " + kSmall +
+                             " --channels " + channels,
+                         &out),
+              2)
+        << out;
+    EXPECT_THAT(out, HasSubstr("--channels")) << out;
+    EXPECT_THAT(out, HasSubstr(channels)) << out;
+  }
+  EXPECT_EQ(RunCommand(pitstop + " plan --topology " + kSmall +
+                           " --channels 4 -o json --seeds 2",
+                       &out),
+            0)
+      << out;
+  EXPECT_THAT(out, HasSubstr("\"channels\": 4"));
+}
+
+// Before, `--nic-gbps inf` was accepted: every time on a NIC link was 0, so
+// the plan and the bound ignored the NICs.
+TEST(PlanCliTest, ASpeedThatIsNotAFiniteNumberIsRefused) {
+  const std::string pitstop = Binary("tools/pitstop/pitstop");
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  const std::string csv = TempDir() + "/hosts.csv";
+  std::ofstream(csv) << "ip,DSW,PSW,ASW\nh0,G0,P0,S0\nh1,G0,P0,S1\n";
+  std::string out;
+  for (const char* flag : {"--nic-gbps", "--tor-uplink-gbps",
+                           "--agg-uplink-gbps", "--nvlink-gbps"}) {
+    for (const char* value : {"inf", "0"}) {
+      EXPECT_EQ(RunCommand(pitstop + " plan --topology " + csv + " " + flag +
+                               " " + value,
+                           &out),
+                2)
+          << flag << " " << value << ": " << out;
+      EXPECT_THAT(out, HasSubstr(std::string(flag) + " " + value +
+                                 ": a link "
+                                 "speed is a finite number of Gbps above 0"));
+    }
+  }
+  // The same for a generated fabric and every other reader: the fabric's
+  // check refuses the link.
+  EXPECT_EQ(RunCommand(pitstop + " plan --topology " + kSmall + ",nic_gbps=inf",
+                       &out),
+            2)
+      << out;
+  EXPECT_THAT(out, HasSubstr("has a bandwidth of inf Gbps")) << out;
+}
+
+// Before, src_nic and dst_nic held the GPU's name ("host0/gpu3"), which
+// --degrade and the live planner do not take.
+TEST(PlanCliTest, PlanOutNamesTheNics) {
+  const std::string pitstop = Binary("tools/pitstop/pitstop");
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  const std::string plan = TempDir() + "/plan.json";
+  std::string out;
+  ASSERT_EQ(RunCommand(pitstop + " plan --topology " + kSmall +
+                           " --seeds 2 --plan-out " + plan,
+                       &out),
+            0)
+      << out;
+  std::stringstream text;
+  text << std::ifstream(plan).rdbuf();
+  EXPECT_THAT(text.str(), HasSubstr("\"src_nic\": \"host0/nic0\""));
+  EXPECT_THAT(text.str(), HasSubstr("\"dst_nic\": \"host1/nic0\""));
+  EXPECT_THAT(text.str(), Not(HasSubstr("/gpu")));
+}
+
+// Before, `--help` was read as a fabric file: "cannot open".
+TEST(PlanCliTest, ScaleBenchHelpPrintsItsUsage) {
+  const std::string bench =
+      Binary("tools/plan-scale-bench/pitstop-plan-scale-bench");
+  if (bench.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  std::string out;
+  EXPECT_EQ(RunCommand(bench + " --help", &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("usage: pitstop-plan-scale-bench SPEC"));
+  EXPECT_THAT(out, HasSubstr("--reps 5"));
+  EXPECT_THAT(out, Not(HasSubstr("cannot open")));
+  EXPECT_EQ(RunCommand(bench + " --placement scattered " + kSmall, &out), 2)
+      << out;
+  EXPECT_THAT(out, HasSubstr("usage:"));
+  EXPECT_EQ(RunCommand(bench + " " + kSmall + " --reps 1", &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("\"summary\": true"));
+}
+
+}  // namespace
+}  // namespace pitstop::c4p
