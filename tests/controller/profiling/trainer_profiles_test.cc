@@ -344,8 +344,7 @@ TEST_F(TrainerProfilesTest, OneHostsMadeUpTrainersDoNotFillTheTable) {
   EXPECT_EQ(service.stats().trainers_refused_foreign, 1u);
   for (int i = 0; i < 14; ++i) {
     ASSERT_TRUE(
-        service.OnReport("evil", Report("flood-" + std::to_string(i), 0))
-            .ok());
+        service.OnReport("evil", Report("flood-" + std::to_string(i), 0)).ok());
   }
   EXPECT_EQ(service.stats().trainers_refused_host, 84u);
   // Full: its quiet flood-new is forgotten for flood-extra, then nothing.
