@@ -21,7 +21,8 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   RETURN_IF_ERROR(ValidateAgentOptions(options, ""));
   std::unique_ptr<Agent> a(new Agent());
   a->host_ = options.host.empty() ? LocalHostName() : options.host;
-  a->metrics_ = std::make_unique<AgentMetrics>();
+  a->metrics_ =
+      std::make_unique<AgentMetrics>(options.metrics_communicator_labels);
   if (!options.metrics_address.empty()) {
     RETURN_IF_ERROR(a->metrics_->Serve(options.metrics_address));
     a->metrics_port_ = a->metrics_->port();
@@ -29,6 +30,10 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
   AgentCoreOptions core;
   core.host = a->host_;
   core.buffer_summaries = options.buffer_summaries;
+  core.tenants.max_held_ranks = options.ingest_max_ranks_per_node;
+  core.tenants.max_ranks_per_uid = options.ingest_max_ranks_per_uid;
+  core.tenants.max_ranks_per_process = options.ingest_max_ranks_per_process;
+  ASSIGN_OR_RETURN(core.tenants.job_uids, JobUids(options));
   core.join.max_open_ops = std::max<uint32_t>(options.join_max_open_ops, 1);
   core.join.incomplete_timeout_ns =
       static_cast<int64_t>(options.join_incomplete_timeout_s) * 1'000'000'000;

@@ -13,7 +13,8 @@ AgentCore::AgentCore(Clock* clock, AgentCoreOptions options,
       options_(std::move(options)),
       metrics_(metrics),
       buffer_(options_.buffer_summaries),
-      ledger_(clock) {}
+      ledger_(clock),
+      tenants_(options_.tenants) {}
 
 AgentCore::~AgentCore() = default;
 
@@ -382,6 +383,8 @@ void AgentCore::PublishMetrics(bool upstream_connected,
   t.job_claims_unverified = claims.unverified;
   t.job_claims_quarantined = claims.quarantined;
   t.process_claims_over_cap = claims.process_over_cap;
+  t.uid_claims_over_share = claims.uid_over_share;
+  t.job_claims_uid_not_for_jobs = claims.uid_not_for_jobs;
   t.trainer_claims_refused = claims.trainers_refused;
   metrics_->SetTotals(t);
 }

@@ -62,6 +62,8 @@ struct AgentCoreOptions {
   std::string host;        // written into infos and summaries
   RankJoinerOptions join;  // .host is set from `host`
   size_t buffer_summaries = 50'000;
+  // Shares of the node's rank table (ingest.max_ranks_*).
+  LocalTenantsOptions tenants;
   // Tests only: called first in OnMessage (may throw, to exercise the
   // ingest path's exception handling).
   std::function<void(const v1::StreamTelemetryRequest&)> on_message_for_test;

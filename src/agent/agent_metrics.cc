@@ -17,12 +17,15 @@ using prometheus::BuildCounter;
 using prometheus::BuildGauge;
 using prometheus::BuildHistogram;
 
-AgentMetrics::AgentMetrics()
-    : registry_(std::make_shared<prometheus::Registry>()) {
+AgentMetrics::AgentMetrics(bool per_communicator)
+    : per_communicator_(per_communicator),
+      registry_(std::make_shared<prometheus::Registry>()) {
   auto& r = *registry_;
   ops_family_ = &BuildCounter()
                      .Name("pitstop_agent_ops_total")
-                     .Help("Operations joined, per communicator and function")
+                     .Help(
+                         "Operations joined, per function (and communicator "
+                         "with metrics.communicator_labels)")
                      .Register(r);
   bytes_family_ = &BuildCounter()
                        .Name("pitstop_agent_op_bytes_total")
@@ -88,7 +91,8 @@ AgentMetrics::AgentMetrics()
               "Local processes' claims refused (the agent trusts the "
               "kernel, not the message): a job the process does not "
               "belong to, a rank another process holds, a communicator "
-              "of another job, the agent's tables full, or a trainer's "
+              "of another job, the agent's tables full or a process's or "
+              "uid's share of them, or a trainer's "
               "step report for a job or global rank its process may not "
               "report for")
           .Register(*registry_);
@@ -99,6 +103,8 @@ AgentMetrics::AgentMetrics()
   job_claims_unproven_ = &claims.Add({{"what", "unproven"}});
   job_claims_quarantined_ = &claims.Add({{"what", "quarantined"}});
   process_claims_over_cap_ = &claims.Add({{"what", "process"}});
+  uid_claims_over_share_ = &claims.Add({{"what", "uid"}});
+  job_claims_uid_not_for_jobs_ = &claims.Add({{"what", "job_uid"}});
   trainer_claims_refused_ = &claims.Add({{"what", "trainer"}});
   job_claims_unverified_ = counter(
       "pitstop_agent_job_claims_unverified_total",
@@ -131,12 +137,15 @@ absl::Status AgentMetrics::Serve(const std::string& address) {
 }
 
 AgentMetrics::PerOp* AgentMetrics::PerOpLocked(uint64_t comm, int func) {
+  // Without communicator labels every communicator's operations of one
+  // function are one series: nothing on /metrics names a communicator.
+  if (!per_communicator_) comm = 0;
   auto it = per_op_.find({comm, func});
   if (it != per_op_.end()) return &it->second;
   if (per_op_.size() >= kMaxPerOpSeries) return nullptr;
-  const std::map<std::string, std::string> labels = {
-      {"comm", absl::StrCat("0x", absl::Hex(comm))},
+  std::map<std::string, std::string> labels = {
       {"func", v1::CollFunc_Name(static_cast<v1::CollFunc>(func))}};
+  if (per_communicator_) labels["comm"] = absl::StrCat("0x", absl::Hex(comm));
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
       1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1, 3, 10};
   PerOp p{&ops_family_->Add(labels), &bytes_family_->Add(labels),
@@ -195,6 +204,10 @@ void AgentMetrics::SetTotals(const Totals& t) {
           last_.job_claims_quarantined);
   advance(process_claims_over_cap_, t.process_claims_over_cap,
           last_.process_claims_over_cap);
+  advance(uid_claims_over_share_, t.uid_claims_over_share,
+          last_.uid_claims_over_share);
+  advance(job_claims_uid_not_for_jobs_, t.job_claims_uid_not_for_jobs,
+          last_.job_claims_uid_not_for_jobs);
   advance(trainer_claims_refused_, t.trainer_claims_refused,
           last_.trainer_claims_refused);
   advance(messages_refused_, t.messages_refused, last_.messages_refused);

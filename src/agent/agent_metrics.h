@@ -1,10 +1,13 @@
 // Prometheus metrics of pitstop-agent (prometheus-cpp), served on /metrics.
 //
-//   pitstop_agent_ops_total{comm,func}                 summaries joined
-//   pitstop_agent_op_bytes_total{comm,func}
-//   pitstop_agent_op_duration_seconds{comm,func}       histogram: kernel
+//   pitstop_agent_ops_total{func}                 summaries joined
+//   pitstop_agent_op_bytes_total{func}
+//   pitstop_agent_op_duration_seconds{func}       histogram: kernel
 //       duration (GPU clock), else proxy duration, else enqueue->completion
-//   pitstop_agent_bus_bandwidth_bytes_per_second{comm,func}  last op's busbw
+//   pitstop_agent_bus_bandwidth_bytes_per_second{func}  last op's busbw
+//   (with `comm` too when constructed with per_communicator: /metrics has no
+//   credential, and a communicator's hash lets a local process claim a
+//   rank of it before the job's own process does: issue #33 N7)
 //   pitstop_agent_records_ingested_total, _batches_lost_total,
 //   pitstop_agent_plugin_dropped (sum of the ranks' cumulative drops),
 //   pitstop_agent_summaries_aggregated_total, _summaries_dropped_total,
@@ -40,7 +43,9 @@ namespace pitstop::agent {
 
 class AgentMetrics {
  public:
-  AgentMetrics();
+  // `per_communicator` (metrics.communicator_labels): the per-operation
+  // series carry the communicator's hash as label `comm`, else only `func`.
+  explicit AgentMetrics(bool per_communicator = false);
   ~AgentMetrics();
 
   // Serves /metrics on `address` (host:port; port 0 picks one). Internal if
@@ -83,6 +88,8 @@ class AgentMetrics {
     uint64_t job_claims_unverified = 0;
     uint64_t job_claims_quarantined = 0;
     uint64_t process_claims_over_cap = 0;
+    uint64_t uid_claims_over_share = 0;
+    uint64_t job_claims_uid_not_for_jobs = 0;
     uint64_t trainer_claims_refused = 0;
     // Rank messages refused before parsing for their size in records
     // (message_bound.h), on either socket.
@@ -103,12 +110,13 @@ class AgentMetrics {
   PerOp* PerOpLocked(uint64_t comm, int func)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const bool per_communicator_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
   Mutex mu_;
   // Label sets are never removed; past this many (comm, func) pairs new
-  // ones are not exported.
+  // ones are not exported (comm is 0 without per_communicator_).
   static constexpr size_t kMaxPerOpSeries = 4096;
   std::map<std::pair<uint64_t, int>, PerOp> per_op_ ABSL_GUARDED_BY(mu_);
   Totals last_ ABSL_GUARDED_BY(mu_);
@@ -129,7 +137,7 @@ class AgentMetrics {
   prometheus::Counter* records_refused_;
   prometheus::Counter* connections_refused_;
   prometheus::Counter* pid_refused_;
-  // pitstop_agent_claims_refused_total{what="job|rank|communicator|table|unproven|quarantined|process"}
+  // pitstop_agent_claims_refused_total{what="job|rank|communicator|table|unproven|quarantined|process|uid|job_uid|trainer"}
   prometheus::Counter* job_claims_refused_;
   prometheus::Counter* rank_claims_refused_;
   prometheus::Counter* comm_claims_refused_;
@@ -142,9 +150,14 @@ class AgentMetrics {
   prometheus::Counter* job_claims_unverified_;
   // {what="quarantined"}: processes whose job a process with stronger
   // kernel evidence took over; {what="process"}: ranks beyond one
-  // process's share (kMaxRanksPerProcess).
+  // process's share (ingest.max_ranks_per_process); {what="uid"}: beyond
+  // one uid's (ingest.max_ranks_per_uid).
   prometheus::Counter* job_claims_quarantined_;
   prometheus::Counter* process_claims_over_cap_;
+  prometheus::Counter* uid_claims_over_share_;
+  // {what="job_uid"}: a job claim by environment of a uid not in
+  // ingest.job_uids (reported as an anonymous tenant).
+  prometheus::Counter* job_claims_uid_not_for_jobs_;
   prometheus::Counter* trainer_claims_refused_;
   prometheus::Counter* undelivered_;
   prometheus::Counter* messages_refused_;

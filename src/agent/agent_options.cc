@@ -1,5 +1,10 @@
 #include "src/agent/agent_options.h"
 
+#include <pwd.h>
+
+#include <array>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "pitstop/address.h"
 #include "pitstop/tls.h"
@@ -40,6 +45,20 @@ void RegisterAgentOptions(ConfigSchema* s, AgentOptions* o) {
   s->Add("ingest.verify_pid", &o->ingest_verify_pid,
          "Refuse a rank stream whose hello claims another pid than the "
          "connected process (SO_PEERCRED); pid namespaces are understood");
+  s->Add("ingest.max_ranks_per_node", &o->ingest_max_ranks_per_node,
+         "Ranks (global ranks and communicator ranks) the local processes "
+         "may hold together; beyond, new claims are refused");
+  s->Add("ingest.max_ranks_per_uid", &o->ingest_max_ranks_per_uid,
+         "Ranks the processes of one uid may hold together, so that no user "
+         "fills the node's table for the others");
+  s->Add("ingest.max_ranks_per_process", &o->ingest_max_ranks_per_process,
+         "Ranks one process may hold");
+  s->Add("ingest.job_uids", &o->ingest_job_uids,
+         "Uids (numbers or user names) whose processes may claim a job by "
+         "their environment alone: the launcher's, the training accounts'. "
+         "Another uid's process outside a Slurm job cgroup reports as an "
+         "anonymous tenant (no job, no death). Empty = any uid (the first "
+         "process to claim a job holds it)");
   s->Add("ingest.max_connections", &o->ingest_max_connections,
          "Live rank connections at once; beyond, new ones are closed at "
          "once (the libraries retry)");
@@ -60,6 +79,11 @@ void RegisterAgentOptions(ConfigSchema* s, AgentOptions* o) {
   s->Add("metrics.address", &o->metrics_address,
          "Prometheus /metrics listen address host:port; empty = off; port 0 "
          "picks a free port (printed at start)");
+  s->Add("metrics.communicator_labels", &o->metrics_communicator_labels,
+         "Label the per-operation series (pitstop_agent_ops_total ...) by "
+         "communicator hash as well as function; only where /metrics is not "
+         "reachable by the node's users (a hash lets a local process claim "
+         "a rank of another job's communicator first)");
   s->Add("buffer.summaries", &o->buffer_summaries,
          "Summaries held while the controller is unreachable; more are "
          "folded into per-communicator aggregates");
@@ -96,6 +120,9 @@ void RegisterAgentOptions(ConfigSchema* s, AgentOptions* o) {
   s->Bound({{"ingest.shm_idle_timeout_s", 3, 86'400},
             {"ingest.shm_max_connections", 1, 65'536},
             {"ingest.max_connections", 1, 65'536},
+            {"ingest.max_ranks_per_node", 1, 1 << 22},
+            {"ingest.max_ranks_per_uid", 1, 1 << 22},
+            {"ingest.max_ranks_per_process", 1, 1 << 22},
             {"batch_ms", 1, 600'000},
             {"buffer.summaries", 1, 10'000'000},
             {"upstream.backoff_max_ms", 1, 3'600'000},
@@ -106,6 +133,28 @@ void RegisterAgentOptions(ConfigSchema* s, AgentOptions* o) {
 }  // namespace pitstop::agent
 
 namespace pitstop::agent {
+
+absl::StatusOr<std::vector<uid_t>> JobUids(const AgentOptions& o) {
+  std::vector<uid_t> uids;
+  for (const std::string& name : o.ingest_job_uids) {
+    uint32_t uid = 0;
+    if (absl::SimpleAtoi(name, &uid)) {
+      uids.push_back(static_cast<uid_t>(uid));
+      continue;
+    }
+    passwd pw{};
+    passwd* found = nullptr;
+    std::array<char, 4096> buf;
+    if (getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found) != 0 ||
+        found == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key 'ingest.job_uids' (--ingest-job-uids): '", name.substr(0, 64),
+          "' is neither a uid nor a user name of this node"));
+    }
+    uids.push_back(found->pw_uid);
+  }
+  return uids;
+}
 
 absl::Status ValidateAgentOptions(const AgentOptions& o,
                                   const std::string& config_path) {
@@ -130,6 +179,9 @@ absl::Status ValidateAgentOptions(const AgentOptions& o,
           at_least_one("ingest.max_connections", o.ingest_max_connections);
       !st.ok()) {
     return st;
+  }
+  if (absl::Status st = JobUids(o).status(); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, st.message()));
   }
   if (!o.host.empty()) {
     if (absl::Status st = ValidateHostName(o.host, "key 'host' (--host)");

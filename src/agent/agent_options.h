@@ -3,10 +3,14 @@
 #ifndef PITSTOP_AGENT_AGENT_OPTIONS_H_
 #define PITSTOP_AGENT_AGENT_OPTIONS_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "pitstop/config.h"
 
 namespace pitstop::agent {
@@ -30,6 +34,16 @@ struct AgentOptions {
   // ingest.verify_pid (--ingest-verify-pid): refuse a stream whose hello
   // claims another pid than the connected process (SO_PEERCRED).
   bool ingest_verify_pid = true;
+  // ingest.max_ranks_per_node / _per_uid / _per_process: shares of the
+  // node's table of ranks local processes hold (LocalTenantsOptions,
+  // docs/reliability.md "A process's share").
+  uint32_t ingest_max_ranks_per_node = 1u << 20;
+  uint32_t ingest_max_ranks_per_uid = 1u << 17;
+  uint32_t ingest_max_ranks_per_process = 4096;
+  // ingest.job_uids (--ingest-job-uids): uids (numbers or user names) whose
+  // processes may claim a job by their environment alone
+  // (LocalTenantsOptions::job_uids); empty = any uid.
+  std::vector<std::string> ingest_job_uids;
   // ingest.max_connections: live rank connections at once; more are
   // closed at once (docs/reliability.md).
   uint32_t ingest_max_connections = 1024;
@@ -48,6 +62,11 @@ struct AgentOptions {
   uint32_t batch_ms = 1000;
   // metrics.address (--metrics-address): Prometheus /metrics; empty = off.
   std::string metrics_address = "127.0.0.1:9471";  // loopback by default
+  // metrics.communicator_labels (--metrics-communicator-labels): label the
+  // per-operation series by communicator hash too. Off: /metrics has no
+  // credential, and a hash lets a local process claim another job's rank
+  // first (issue #33 N7).
+  bool metrics_communicator_labels = false;
   // buffer.summaries (--buffer-summaries): summaries held while the
   // controller is unreachable; beyond that they are folded into aggregates.
   uint32_t buffer_summaries = 50'000;
@@ -84,6 +103,10 @@ std::string EffectiveShmSocket(const AgentOptions& options);
 
 // Binds every field of `options` to its key in `schema`.
 void RegisterAgentOptions(ConfigSchema* schema, AgentOptions* options);
+
+// ingest.job_uids as uids (a user name is looked up); InvalidArgument
+// naming the key and the value that is neither.
+absl::StatusOr<std::vector<uid_t>> JobUids(const AgentOptions& options);
 
 // Checks values the schema cannot (ranges, address form). InvalidArgument
 // "key 'batch_ms' (--batch-ms): must be >= 1, got 0", prefixed with

@@ -171,6 +171,16 @@ absl::StatusOr<LocalTenants::Standing> LocalTenants::CheckJob(
       who.known ? EvidenceFor(who, job) : Evidence::kUnverified;
   auto it = jobs_.find(job);
   if (it == jobs_.end()) {
+    // Where the operator named the uids that run jobs, a process of another
+    // uid proves no job by its environment alone: without a scheduler's
+    // cgroup it is an anonymous tenant (R18-7).
+    if (who.known && evidence < Evidence::kScheduler &&
+        !options_.job_uids.empty() &&
+        std::find(options_.job_uids.begin(), options_.job_uids.end(),
+                  who.uid) == options_.job_uids.end()) {
+      ++stats_.uid_not_for_jobs;
+      return Standing::kAnonymous;
+    }
     // Only a process the kernel's evidence ties to the job may fix its
     // identity; the others report anonymously (counted).
     if (who.known && evidence == Evidence::kUnverified) {
@@ -215,6 +225,8 @@ absl::StatusOr<LocalTenants::Standing> LocalTenants::CheckJob(
 void LocalTenants::Release(uint64_t holder) {
   auto h = holders_.find(holder);
   if (h == holders_.end()) return;
+  Charge(h->second, -static_cast<int64_t>(h->second.global_ranks.size() +
+                                          h->second.ranks.size()));
   for (int32_t g : h->second.global_ranks) {
     global_holders_.erase(std::pair(h->second.job, g));
   }
@@ -243,33 +255,71 @@ void LocalTenants::Quarantine(const std::string& job) {
   jobs_.erase(job);
 }
 
+void LocalTenants::Charge(const Holder& h, int64_t delta) {
+  if (!h.uid_known || delta == 0) return;
+  auto it = uid_held_.try_emplace(h.uid, 0).first;
+  it->second = static_cast<size_t>(static_cast<int64_t>(it->second) + delta);
+  if (it->second == 0) uid_held_.erase(it);
+}
+
+LocalTenants::Share LocalTenants::FullShare(uint64_t holder,
+                                            std::optional<uid_t> uid,
+                                            bool from_another) {
+  auto h = holders_.find(holder);
+  const size_t mine = h == holders_.end() ? 0
+                                          : h->second.global_ranks.size() +
+                                                h->second.ranks.size();
+  if (mine >= options_.max_ranks_per_process) {
+    ++stats_.process_over_cap;
+    return Share::kProcess;
+  }
+  // A uid whose word the kernel did not give (ingest.verify_pid off) has
+  // no share of its own: the node's table still bounds it.
+  if (uid.has_value()) {
+    auto u = uid_held_.find(*uid);
+    if (u != uid_held_.end() && u->second >= options_.max_ranks_per_uid) {
+      ++stats_.uid_over_share;
+      return Share::kUid;
+    }
+  }
+  if (!from_another && held() >= options_.max_held_ranks) {
+    ++stats_.tables_full;
+    return Share::kNode;
+  }
+  return Share::kNone;
+}
+
 absl::Status LocalTenants::CheckGlobalRank(uint64_t holder,
+                                           std::optional<uid_t> uid,
                                            const std::string& job,
                                            int32_t global_rank) {
   if (global_rank < 0) return absl::OkStatus();
   auto g = global_holders_.find(std::pair(job, global_rank));
-  if (g != global_holders_.end() && g->second != holder) {
+  if (g != global_holders_.end()) {
+    if (g->second == holder) return absl::OkStatus();
     ++stats_.ranks_refused;
     return absl::PermissionDeniedError(absl::StrCat(
         "hello.global_rank ", global_rank, " of job ", Quoted(job),
         " is held by process ", PidOf(g->second), " on this node"));
   }
-  if (g == global_holders_.end()) {
-    auto h = holders_.find(holder);
-    if (h != holders_.end() &&
-        h->second.global_ranks.size() + h->second.ranks.size() >=
-            kMaxRanksPerProcess) {
-      ++stats_.process_over_cap;
-      return absl::PermissionDeniedError(
-          absl::StrCat("hello.global_rank: process ", PidOf(holder), " holds ",
-                       kMaxRanksPerProcess, " ranks on this node; refused"));
-    }
-  }
-  if (g == global_holders_.end() && held() >= kMaxHeldRanks) {
-    ++stats_.tables_full;
-    return absl::PermissionDeniedError(
-        absl::StrCat("hello.global_rank: ", kMaxHeldRanks,
-                     " ranks are held on this node; refused"));
+  switch (FullShare(holder, uid)) {
+    case Share::kNone:
+      return absl::OkStatus();
+    case Share::kProcess:
+      return absl::PermissionDeniedError(absl::StrCat(
+          "hello.global_rank: process ", PidOf(holder), " holds ",
+          options_.max_ranks_per_process,
+          " ranks on this node (ingest.max_ranks_per_process); refused"));
+    case Share::kUid:
+      return absl::PermissionDeniedError(absl::StrCat(
+          "hello.global_rank: the processes of uid ", *uid, " hold ",
+          options_.max_ranks_per_uid,
+          " ranks on this node (ingest.max_ranks_per_uid); refused"));
+    case Share::kNode:
+      return absl::PermissionDeniedError(absl::StrCat(
+          "hello.global_rank: ", options_.max_held_ranks,
+          " ranks are held on this node (ingest.max_ranks_per_node); "
+          "refused"));
   }
   return absl::OkStatus();
 }
@@ -300,10 +350,14 @@ absl::StatusOr<LocalTenants::Standing> LocalTenants::Hello(
         "hello.job_id ", Quoted(claimed_job), ": process ", PidOf(holder),
         " already reports for job ", Quoted(hit->second.job)));
   }
-  RETURN_IF_ERROR(CheckGlobalRank(holder, job, global_rank));
+  const std::optional<uid_t> uid =
+      as.known ? std::optional<uid_t>(as.uid) : std::nullopt;
+  RETURN_IF_ERROR(CheckGlobalRank(holder, uid, job, global_rank));
   Holder& h = holders_[holder];
   if (h.streams++ == 0) {
     h.job = job;
+    h.uid_known = as.known;
+    h.uid = as.uid;
     if (!job.empty()) {
       // The first process of a job fixes its identity on this node.
       const Evidence evidence =
@@ -314,9 +368,10 @@ absl::StatusOr<LocalTenants::Standing> LocalTenants::Hello(
       ++j.processes;
     }
   }
-  if (global_rank >= 0) {
-    global_holders_[std::pair(job, global_rank)] = holder;
+  if (global_rank >= 0 &&
+      global_holders_.try_emplace(std::pair(job, global_rank), holder).second) {
     h.global_ranks.insert(global_rank);
+    Charge(h, 1);
   }
   Stream& s = streams_[stream];
   s.holder = holder;
@@ -360,33 +415,55 @@ bool LocalTenants::ClaimRank(Stream* s, const RankKey& key) {
   if (s->held.contains(key)) return true;
   auto c = comm_jobs_.find(key.first);
   if (c != comm_jobs_.end() && c->second.first != s->job) {
-    ++stats_.comms_refused;
-    return false;
+    // A communicator only processes of no job claimed so far becomes the
+    // job's whose process claims it first: a process of no job that read
+    // the hash somewhere does not lock the job's own ranks out.
+    if (!c->second.first.empty() || s->job.empty()) {
+      ++stats_.comms_refused;
+      return false;
+    }
+    c->second.first = s->job;
   }
+  Holder& h = holders_[s->holder];
+  const std::optional<uid_t> uid =
+      h.uid_known ? std::optional<uid_t>(h.uid) : std::nullopt;
   auto r = rank_holders_.find(key);
   if (r != rank_holders_.end()) {
-    if (r->second != s->holder) {
+    if (r->second == s->holder) {
+      s->held.insert(key);
+      return true;
+    }
+    auto old = holders_.find(r->second);
+    if (s->job.empty() || old == holders_.end() || !old->second.job.empty()) {
       ++stats_.ranks_refused;
       return false;
     }
+    if (FullShare(s->holder, uid, /*from_another=*/true) != Share::kNone) {
+      return false;
+    }
+    Supersede(r->second, key);
+    r->second = s->holder;
   } else {
-    Holder& h = holders_[s->holder];
-    if (h.ranks.size() + h.global_ranks.size() >= kMaxRanksPerProcess) {
-      ++stats_.process_over_cap;
-      return false;
-    }
-    if (held() >= kMaxHeldRanks) {
-      ++stats_.tables_full;
-      return false;
-    }
+    if (FullShare(s->holder, uid) != Share::kNone) return false;
     rank_holders_[key] = s->holder;
-    h.ranks.insert(key);
     auto& [job, n] = comm_jobs_[key.first];
     job = s->job;
     ++n;
   }
+  h.ranks.insert(key);
+  Charge(h, 1);
   s->held.insert(key);
   return true;
+}
+
+void LocalTenants::Supersede(uint64_t holder, const RankKey& key) {
+  Holder& old = holders_.find(holder)->second;  // the caller found it
+  old.ranks.erase(key);
+  Charge(old, -1);
+  for (auto& [id, stream] : streams_) {
+    if (stream.holder == holder) stream.held.erase(key);
+  }
+  ++stats_.jobless_superseded;
 }
 
 bool LocalTenants::NeedsFilter(uint64_t stream,

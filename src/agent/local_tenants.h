@@ -32,7 +32,11 @@
 //   - ranks: the first process that claims a global rank of a job, or a
 //     rank of a communicator, holds it until its last stream ends; another
 //     process's claim of it is refused. A communicator belongs to the job
-//     of its first claim.
+//     of its first claim; a rank or communicator that only processes of no
+//     job claimed is taken by the first process of a job that claims it
+//     (an anonymous tenant locks no job's rank out). Shares
+//     (LocalTenantsOptions): one process, the processes of one uid and the node
+//     hold at most so many ranks; a claim beyond is refused.
 //   - host: the agent writes its own host into what a process reports.
 // Refused hellos end the stream (PermissionDenied); refused communicator
 // and op records are dropped from the message; every refusal is counted
@@ -45,6 +49,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -97,7 +102,7 @@ ProcessIdentity IdentifyProcess(const PeerCred& cred,
 // process is gone); beyond, a new job is refused.
 inline constexpr size_t kMaxLocalJobs = 4096;
 // Ranks (global ranks and communicator ranks) held on this node; beyond,
-// new claims are refused.
+// new claims are refused. The default of LocalTenantsOptions.
 inline constexpr size_t kMaxHeldRanks = size_t{1} << 20;
 // Ranks (global ranks and communicator ranks) one process may hold, so that
 // no process fills the node's table for the others (issue #33 N5). A real
@@ -105,13 +110,34 @@ inline constexpr size_t kMaxHeldRanks = size_t{1} << 20;
 // each of its communicators, and a large 5-D parallel job makes a few
 // dozen communicators per rank: 4096 is over ten times that, and the
 // agent's own cap on a stream's live communicators (kMaxCommsPerStream).
-// Beyond it a claim is refused (counted {what="process"}). kMaxHeldRanks
-// holds 256 processes at this cap: filling the node's table now takes that
-// many processes, not one (no per-uid share is kept; docs/reliability.md).
+// Beyond it a claim is refused (counted {what="process"}).
 inline constexpr size_t kMaxRanksPerProcess = 4096;
+// Ranks the processes of one uid may hold together (R18-6): 257 processes
+// of one uid at their cap filled the node's table and locked every other
+// user out. An eighth of the table: 32 processes at their cap, and at least
+// eight uids to fill the node. Beyond it a claim is refused (counted
+// {what="uid"}).
+inline constexpr size_t kMaxRanksPerUid = kMaxHeldRanks / 8;
+
+// The shares of the node's rank table (agent config ingest.max_ranks_*,
+// docs/agent.md).
+struct LocalTenantsOptions {
+  size_t max_held_ranks = kMaxHeldRanks;               // the node
+  size_t max_ranks_per_uid = kMaxRanksPerUid;          // one uid
+  size_t max_ranks_per_process = kMaxRanksPerProcess;  // one process
+  // ingest.job_uids: the uids whose processes run jobs on this node (the
+  // launcher's, the training accounts'). When set, a process of another
+  // uid whose only evidence for a job is its environment (no Slurm cgroup)
+  // cannot fix a job's identity: it reports as an anonymous tenant
+  // (counted {what="job_uid"}), so it can neither lock a job's ranks out
+  // nor report a death in it (R18-7). Empty: any uid (the first holds).
+  std::vector<uid_t> job_uids;
+};
 
 class LocalTenants {
  public:
+  explicit LocalTenants(LocalTenantsOptions options = {}) : options_(options) {}
+
   struct Stats {
     uint64_t jobs_refused = 0;   // a hello claiming another job
     uint64_t ranks_refused = 0;  // a rank another process holds
@@ -125,8 +151,14 @@ class LocalTenants {
     // Processes of a job whose identity a process with stronger evidence
     // took over: their claims are dropped (see the file comment).
     uint64_t quarantined = 0;
-    // A rank beyond kMaxRanksPerProcess of one process.
+    // A rank beyond one process's share (max_ranks_per_process).
     uint64_t process_over_cap = 0;
+    // A rank beyond one uid's share (max_ranks_per_uid; R18-6).
+    uint64_t uid_over_share = 0;
+    // Ranks a process of no job held, taken by a process of a job.
+    uint64_t jobless_superseded = 0;
+    // A job claim by environment of a uid not in job_uids: made anonymous.
+    uint64_t uid_not_for_jobs = 0;
     // A trainer's step report for a job or global rank its process may
     // not report for (CheckTrainer).
     uint64_t trainers_refused = 0;
@@ -210,6 +242,8 @@ class LocalTenants {
   };
   struct Holder {  // one process
     uint32_t streams = 0;
+    bool uid_known = false;  // the kernel's word (ingest.verify_pid on)
+    uid_t uid = 0;
     std::string job;
     absl::flat_hash_set<int32_t> global_ranks;
     absl::flat_hash_set<RankKey> ranks;
@@ -229,19 +263,35 @@ class LocalTenants {
   void Quarantine(const std::string& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees what `holder` holds (global ranks, communicator ranks).
   void Release(uint64_t holder) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The share a new rank of `holder` (a process of `uid`: the kernel's,
+  // none when unknown) would exceed, counted; kNone when it fits.
+  // `from_another` (set): the rank moves from another holder, the node's
+  // table does not grow.
+  enum class Share { kNone, kProcess, kUid, kNode };
+  Share FullShare(uint64_t holder, std::optional<uid_t> uid,
+                  bool from_another = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `h` holds `delta` more (or fewer) ranks: charged to its uid's share.
+  void Charge(const Holder& h, int64_t delta)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PermissionDenied when `global_rank` of `job` is held by another
-  // process than `holder`, or the rank table is full.
-  absl::Status CheckGlobalRank(uint64_t holder, const std::string& job,
-                               int32_t global_rank)
+  // process than `holder`, or a share of the rank table is full.
+  absl::Status CheckGlobalRank(uint64_t holder, std::optional<uid_t> uid,
+                               const std::string& job, int32_t global_rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Claims (comm, rank) for the stream's process; false (counted) when
-  // another process holds it or the communicator is another job's.
+  // another process holds it or the communicator is another job's. A
+  // process of a job takes a rank, and a communicator, that only processes
+  // of no job claimed (Supersede).
   bool ClaimRank(Stream* s, const RankKey& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `holder`, a process of no job, loses `key` to a process of a job.
+  void Supersede(uint64_t holder, const RankKey& key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   size_t held() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return global_holders_.size() + rank_holders_.size();
   }
 
+  const LocalTenantsOptions options_;
   mutable Mutex mu_;
   absl::flat_hash_map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Holder> holders_ ABSL_GUARDED_BY(mu_);
@@ -252,6 +302,8 @@ class LocalTenants {
   absl::flat_hash_map<RankKey, uint64_t> rank_holders_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::pair<std::string, uint32_t>> comm_jobs_
       ABSL_GUARDED_BY(mu_);  // -> (job, ranks held)
+  // uid -> ranks its processes hold (the kernel's uid only).
+  absl::flat_hash_map<uid_t, size_t> uid_held_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -244,6 +244,25 @@ void Controller::RunCycle() {
 
 void Controller::RunTrainerProfiles(const std::vector<v1::Fault>& open) {
   TrainerProfileService::CycleOut out = profiles_->RunCycle(open);
+  // refused_total{what="trainer_profiles"} (the table's ceiling),
+  // {what="trainer_profiles_per_host"} (a host's share, issue #33) and
+  // {what="trainer_profiles_foreign"} (another host's live trainer).
+  const TrainerProfileService::Stats ps = profiles_->stats();
+  if (options_.metrics != nullptr) {
+    options_.metrics->Refused(
+        "trainer_profiles",
+        static_cast<double>(ps.trainers_refused -
+                            profiles_counted_.trainers_refused));
+    options_.metrics->Refused(
+        "trainer_profiles_per_host",
+        static_cast<double>(ps.trainers_refused_host -
+                            profiles_counted_.trainers_refused_host));
+    options_.metrics->Refused(
+        "trainer_profiles_foreign",
+        static_cast<double>(ps.trainers_refused_foreign -
+                            profiles_counted_.trainers_refused_foreign));
+  }
+  profiles_counted_ = ps;
   for (const TrainerProfileService::Attach& a : out.profiles) {
     (void)faults_->AttachTrainerProfile(a.fault_id, a.profile);
   }

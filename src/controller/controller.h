@@ -202,7 +202,8 @@ class Controller final : public LeadershipListener {
   void Loop();
   // The cycle's part for the trainer profiles: captures asked of the
   // agents, finished diffs stored on their faults (FaultService).
-  void RunTrainerProfiles(const std::vector<v1::Fault>& open);
+  void RunTrainerProfiles(const std::vector<v1::Fault>& open)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cycle_mu_);
 
   const Options options_;
   std::atomic<uint64_t> batches_refused_{0};
@@ -221,6 +222,8 @@ class Controller final : public LeadershipListener {
   // Serialises detection cycles (the loop, tests) and term changes: a new
   // leader does not replace the engine under a running cycle.
   Mutex cycle_mu_;
+  // The profile table's refusals already counted in refused_total.
+  TrainerProfileService::Stats profiles_counted_ ABSL_GUARDED_BY(cycle_mu_);
 
   Mutex loop_mu_;
   CondVar loop_cv_;

@@ -422,6 +422,164 @@ TEST(LocalTenantsTest, OneProcessCannotFillTheNodesRankTable) {
   EXPECT_TRUE(t.Filter(3, &again));
 }
 
+// Attacker round 18, R18-6: one uid forked 257 processes (exited; the parent
+// kept their sockets), each claiming 4,096 made-up (comm, rank) pairs: the
+// node's table (2^20) was full and every later process was refused. The
+// processes of one uid hold at most their uid's share; another uid's
+// processes still claim their ranks and global ranks.
+TEST(LocalTenantsTest, OneUidCannotFillTheNodesRankTable) {
+  LocalTenants t;
+  const size_t processes = kMaxHeldRanks / kMaxRanksPerProcess + 1;  // 257
+  size_t kept = 0;
+  for (size_t p = 0; p < processes; ++p) {
+    const uint64_t stream = 1 + p;
+    const pid_t pid = static_cast<pid_t>(10'000 + p);
+    ASSERT_TRUE(t.Hello(stream, Who(pid, 65534), pid, "", -1).ok());
+    v1::StreamTelemetryRequest flood;
+    for (size_t i = 0; i < kMaxRanksPerProcess; ++i) {
+      v1::OpRecord* op = flood.add_ops();
+      op->set_comm_hash(0xF1000000 + p);
+      op->set_rank(static_cast<int32_t>(i));
+    }
+    t.Filter(stream, &flood);
+    kept += static_cast<size_t>(flood.ops_size());
+  }
+  EXPECT_EQ(kept, kMaxRanksPerUid);
+  EXPECT_EQ(t.stats().uid_over_share,
+            processes * kMaxRanksPerProcess - kMaxRanksPerUid);
+  EXPECT_EQ(t.stats().tables_full, 0u);
+  // Another uid: its process's hello with a global rank, and its ranks.
+  ASSERT_TRUE(t.Hello(1000, Who(200, 1000, "victim"), 200, "victim", 0).ok());
+  v1::StreamTelemetryRequest mine = Claims(0x600D, 0);
+  EXPECT_FALSE(t.Filter(1000, &mine));
+  // A new process of the full uid is refused its global rank, naming the
+  // share and its key.
+  absl::Status s =
+      t.Hello(1001, Who(300, 65534, "mine"), 300, "mine", 0).status();
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("uid 65534"));
+  EXPECT_THAT(s.message(), HasSubstr("ingest.max_ranks_per_uid"));
+  // The share is given back when the uid's processes end.
+  for (size_t p = 0; p < processes; ++p) t.Closed(1 + p);
+  EXPECT_TRUE(t.Hello(1002, Who(301, 65534, "mine"), 301, "mine", 0).ok());
+}
+
+// The shares are the agent's configuration (ingest.max_ranks_*).
+TEST(LocalTenantsTest, TheSharesAreConfigured) {
+  LocalTenantsOptions options;
+  options.max_held_ranks = 10;
+  options.max_ranks_per_uid = 6;
+  options.max_ranks_per_process = 4;
+  LocalTenants t(options);
+  auto claim = [&](uint64_t stream, uint64_t comm, int n) {
+    v1::StreamTelemetryRequest req;
+    for (int i = 0; i < n; ++i) {
+      v1::OpRecord* op = req.add_ops();
+      op->set_comm_hash(comm);
+      op->set_rank(i);
+    }
+    t.Filter(stream, &req);
+    return req.ops_size();
+  };
+  ASSERT_TRUE(t.Hello(1, Who(100, 1000), 100, "", -1).ok());
+  ASSERT_TRUE(t.Hello(2, Who(101, 1000), 101, "", -1).ok());
+  ASSERT_TRUE(t.Hello(3, Who(200, 1001), 200, "", -1).ok());
+  ASSERT_TRUE(t.Hello(4, Who(300, 1002), 300, "", -1).ok());
+  EXPECT_EQ(claim(1, 0xA, 5), 4);  // the process's 4
+  EXPECT_EQ(claim(2, 0xB, 5), 2);  // the uid's 6
+  EXPECT_EQ(claim(3, 0xC, 5), 4);  // the node's 10
+  EXPECT_EQ(claim(4, 0xD, 1), 0);
+  const LocalTenants::Stats st = t.stats();
+  EXPECT_EQ(st.process_over_cap, 2u);  // one of stream 1's, one of 3's
+  EXPECT_EQ(st.uid_over_share, 3u);
+  EXPECT_EQ(st.tables_full, 1u);
+}
+
+// Round 20: a process of no job on the node claims rank 2 of communicator
+// 0xC0 before the job's process does (the hash read off /metrics, N7): the
+// communicator was "of no job" and the job's real rank 2 was dropped as a
+// communicator of another job. A process of a job takes such a rank.
+TEST(LocalTenantsTest, AJobsProcessTakesARankAProcessOfNoJobClaimedFirst) {
+  LocalTenants t;
+  ProcessIdentity stranger = Who(300, 65534);
+  stranger.environ_read = true;  // `env -i`
+  ASSERT_TRUE(t.Hello(1, stranger, 300, "", -1).ok());
+  v1::StreamTelemetryRequest squat = Claims(0xC0, 2);
+  EXPECT_FALSE(t.Filter(1, &squat));  // held
+  ASSERT_TRUE(t.Hello(2, Who(100, 1000, "gr"), 100, "gr", 2).ok());
+  v1::StreamTelemetryRequest mine = Claims(0xC0, 2);
+  mine.mutable_communicators(0)->mutable_info()->set_job_id("gr");
+  EXPECT_FALSE(t.Filter(2, &mine));  // nothing dropped
+  EXPECT_EQ(mine.communicators_size(), 1);
+  EXPECT_EQ(mine.ops_size(), 1);
+  EXPECT_EQ(t.stats().jobless_superseded, 1u);
+  // The process of no job reports nothing more for it, nor for another
+  // rank of the job's communicator.
+  v1::StreamTelemetryRequest again = Claims(0xC0, 2);
+  EXPECT_TRUE(t.NeedsFilter(1, again));
+  EXPECT_TRUE(t.Filter(1, &again));
+  EXPECT_EQ(again.ops_size(), 0);
+  v1::StreamTelemetryRequest other = Claims(0xC0, 3);
+  EXPECT_TRUE(t.Filter(1, &other));
+  EXPECT_EQ(other.ops_size(), 0);
+  // A process of another job takes nothing of gr's.
+  ASSERT_TRUE(t.Hello(3, Who(400, 1000, "other"), 400, "other", 0).ok());
+  v1::StreamTelemetryRequest theirs = Claims(0xC0, 2);
+  EXPECT_TRUE(t.Filter(3, &theirs));
+  EXPECT_EQ(theirs.ops_size(), 0);
+}
+
+// Attacker round 18, R18-7 (equal evidence, no scheduler cgroups): a
+// process of uid 65534 started with PITSTOP_JOB_ID=v3 said the first hello
+// for v3; the real rank (uid 1000, same environment) was refused and the
+// squatter's dropped stream was a PROCESS_DIED in v3. Where the operator
+// names the uids that run jobs (ingest.job_uids), another uid's environment
+// proves no job: it reports anonymously, its end is no death in the job.
+TEST(LocalTenantsTest, OnlyTheNodesJobUidsClaimAJobByEnvironment) {
+  AgentCoreOptions options;
+  options.host = "node-a";
+  options.tenants.job_uids = {1000};
+  AgentCore core(Clock::Real(), options, nullptr);
+  auto hello = [](const std::string& job, int32_t global_rank) {
+    v1::StreamTelemetryRequest req = Claims(0x3333, global_rank);
+    req.mutable_communicators(0)->mutable_info()->set_n_ranks(2);
+    req.mutable_communicators(0)->mutable_info()->set_job_id(job);
+    v1::ProcessHello* h = req.mutable_hello();
+    h->set_job_id(job);
+    h->set_global_rank(global_rank);
+    h->set_start_unix_ns(1);
+    return req;
+  };
+  const uint64_t squatter = core.OpenStream(nullptr, Who(24106, 65534, "v3"));
+  ASSERT_TRUE(core.OnMessage(squatter, hello("v3", 1)).ok());
+  EXPECT_EQ(core.tenant_stats().uid_not_for_jobs, 1u);
+  // The real rank 1 (uid 1000, the same environment) is v3's.
+  const uint64_t real = core.OpenStream(nullptr, Who(5000, 1000, "v3"));
+  absl::Status s = core.OnMessage(real, hello("v3", 1));
+  ASSERT_TRUE(s.ok()) << s;
+  // A process the scheduler's cgroup ties to a job is believed of any uid.
+  const uint64_t slurm =
+      core.OpenStream(nullptr, Who(6000, 2000, "4711", "job_4711"));
+  ASSERT_TRUE(core.OnMessage(slurm, hello("4711", 0)).ok());
+  // The squatter drops: no death in v3.
+  core.CloseStream(squatter);
+  v1::ConnectRequest batch;
+  core.FillBatch(1000, &batch);
+  for (const v1::RankLifecycle& l : batch.lifecycle()) {
+    EXPECT_NE(l.kind(), v1::RankLifecycle::KIND_DIED) << l.DebugString();
+  }
+  for (const v1::CommunicatorInfo& c : batch.communicators()) {
+    if (c.job_id() == "v3") {
+      EXPECT_EQ(c.pid(), 5000u) << c.DebugString();
+    }
+  }
+  // Without ingest.job_uids the first still holds (docs: "Left open").
+  LocalTenants any;
+  ASSERT_TRUE(any.Hello(1, Who(24106, 65534, "v3"), 24106, "v3", 1).ok());
+  EXPECT_TRUE(absl::IsPermissionDenied(
+      any.Hello(2, Who(5000, 1000, "v3"), 5000, "v3", 1).status()));
+}
+
 // Attacker round 18, R18-2: a process in its own pid namespace says hello
 // with the pid of another job's rank (its NSpid passes the pid check). The
 // agent reports a process upstream as the kernel knows it on this host:

@@ -24,6 +24,7 @@ using testing::CountLifecycle;
 using testing::CountSummaries;
 using testing::Eventually;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::Process;
 using testing::ReadFile;
 using testing::TempDir;
@@ -161,8 +162,13 @@ TEST(AgentProcessTest, KilledRankIsReportedDiedAndMetricsShowTheNumbers) {
     return metrics.find("pitstop_agent_rank_deaths_total 1") !=
            std::string::npos;
   })) << metrics;
-  EXPECT_THAT(metrics, HasSubstr("pitstop_agent_ops_total{comm=\"0xe2e0\","
+  EXPECT_THAT(metrics, HasSubstr("pitstop_agent_ops_total{"
                                  "func=\"COLL_FUNC_ALL_REDUCE\"} 500"));
+  // Issue #33 N7: /metrics has no credential; a communicator's hash on it
+  // let a local process claim a rank of another job's communicator before
+  // the job's own process did. No series names a communicator by default.
+  EXPECT_THAT(metrics, Not(HasSubstr("comm=")));
+  EXPECT_THAT(metrics, Not(HasSubstr("e2e0")));
   EXPECT_THAT(metrics, HasSubstr("pitstop_agent_upstream_connected 1"));
   EXPECT_THAT(metrics, HasSubstr("pitstop_agent_connected_ranks 0"));
   EXPECT_THAT(metrics, HasSubstr("pitstop_agent_op_duration_seconds_count"));

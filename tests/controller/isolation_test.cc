@@ -343,5 +343,67 @@ TEST(IsolationTest, AProcessOfNoJobHoldsNoRankOfAJobsCommunicator) {
   }
 }
 
+// Round 20 (left open by R18-5's fix): a process of no job on host c
+// reports rank 2 of communicator 0xc1 BEFORE any record of its job gr
+// arrived (its hash read off /metrics, N7): the communicator had no job, so
+// the member was registered, and the real rank 2 (host b) was then refused
+// as "held by a live process on host c" until c's stream ended. The job's
+// record supersedes a member registered by records of no job; what the
+// jobless process reported for the rank (made-up durations) is dropped.
+TEST(IsolationTest, AJobsRecordSupersedesARankAProcessOfNoJobReportedFirst) {
+  FakeClock clock;
+  auto e = Engine(&clock);
+  ASSERT_TRUE(e->AddCommunicator("c", Comm(0xc1, "", 2, 3)).ok());
+  v1::CollectiveSummary summary;
+  summary.set_comm_hash(0xc1);
+  summary.set_rank(2);
+  summary.set_pid(102);
+  summary.set_func(v1::COLL_FUNC_ALL_REDUCE);
+  summary.set_seq_number(1);
+  summary.set_kernel_duration_ns(5'000'000'000);  // made up: 5 s
+  ASSERT_TRUE(e->AddSummary("c", summary).ok());
+  // Job gr's ranks 0 and 1 (host a) come: the communicator is gr's.
+  for (int32_t r = 0; r < 2; ++r) {
+    ASSERT_TRUE(e->AddCommunicator("a", Comm(0xc1, "gr", r, 3, -1, 3)).ok());
+  }
+  // Once the job is known, the jobless member adds nothing.
+  summary.set_seq_number(2);
+  absl::Status s = e->AddSummary("c", summary);
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  // The real rank 2 (host b) registers.
+  s = e->AddCommunicator("b", Comm(0xc1, "gr", 2, 3, -1, 3));
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(e->stats().jobless_superseded, 1u);
+  v1::Communicator c;
+  ASSERT_TRUE(e->GetCommunicator(0xc1, &c));
+  bool rank2_on_b = false;
+  for (const v1::MemberLocation& m : c.members()) {
+    EXPECT_NE(m.host(), "c") << m.DebugString();
+    rank2_on_b |= m.comm_rank() == 2 && m.host() == "b";
+  }
+  EXPECT_TRUE(rank2_on_b) << c.DebugString();
+  // The made-up summary of seq 1 is gone: collective 1 joins when the
+  // real rank 2 reports it, not with ranks 0 and 1 alone.
+  const uint64_t joined = e->stats().collectives_joined;
+  summary.set_seq_number(1);
+  summary.set_kernel_duration_ns(1'000'000);
+  for (int32_t r = 0; r < 2; ++r) {
+    summary.set_rank(r);
+    summary.set_pid(100 + r);
+    ASSERT_TRUE(e->AddSummary("a", summary).ok());
+  }
+  EXPECT_EQ(e->stats().collectives_joined, joined);
+  summary.set_rank(2);
+  summary.set_pid(102);
+  ASSERT_TRUE(e->AddSummary("b", summary).ok());
+  EXPECT_EQ(e->stats().collectives_joined, joined + 1);
+  // The jobless process's records for the rank are refused now.
+  s = e->AddCommunicator("c", Comm(0xc1, "", 2, 3));
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  summary.set_seq_number(3);
+  s = e->AddSummary("c", summary);
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+}
+
 }  // namespace
 }  // namespace pitstop::controller

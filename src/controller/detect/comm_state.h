@@ -43,6 +43,11 @@ struct Member {
   bool finalized = false;
   // Took part in the communicator and left it cleanly: exited or finalized.
   bool Left() const { return exited || finalized; }
+  // Registered while its communicator had no job (by records of no job,
+  // e.g. an anonymous tenant's); cleared when a communicator record of the
+  // job registers it. Once the communicator has a job, such a member adds
+  // nothing more and a record of the job for its rank supersedes it.
+  bool jobless = false;
   bool unreachable = false;  // its node's agent is gone (NodeLost)
   int64_t died_ns = 0;       // engine clock of the DIED report; 0 = alive
   // Key of the PROCESS_DIED fault its death belongs to (deaths of one job

@@ -252,6 +252,8 @@ absl::Status EngineImpl::AddCommunicator(absl::string_view host,
         "communicator.rank: ", info.rank(), " >= n_ranks ", c.n_ranks));
   }
   RETURN_IF_ERROR(SetCommJob(&c, info.job_id()));
+  // The job's record for a rank a process of no job reported first.
+  RETURN_IF_ERROR(SupersedeJobless(&c, info.rank(), host, info.pid()));
   // A claim of another host's live member changes nothing of the comm.
   if (auto it = c.members.find(info.rank()); it != c.members.end()) {
     RETURN_IF_ERROR(ForeignHolder(c, info.rank(), it->second, host));
@@ -270,6 +272,9 @@ absl::Status EngineImpl::AddCommunicator(absl::string_view host,
                              : -1;
   RETURN_IF_ERROR(NoteMember(&c, info.rank(), global, host, info.pid(),
                              info.cuda_device(), info.process_start()));
+  // Registered by a record of its job (or, in a communicator of no job,
+  // of no job: SetCommJob marks it when the job comes).
+  c.MemberAt(info.rank()).jobless = false;
   if (Member& m = c.MemberAt(info.rank()); m.finalized != info.finalized()) {
     // A destroyed communicator's last records may never come: its member
     // is judged like one that exited (hang_detector.cc).

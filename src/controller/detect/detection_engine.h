@@ -156,6 +156,9 @@ struct EngineStats {
   // another host that may not be taken over yet (Options::handover_grace);
   // and communicator creation failures naming such a rank.
   uint64_t deaths_refused = 0;
+  // Members a process of no job registered before the communicator's job
+  // was known, taken by a communicator record of the job (round 20).
+  uint64_t jobless_superseded = 0;
 
   uint64_t join_entries = 0;  // summaries held in open joins now
   // Hang verdicts of a cycle dropped because the communicator's members

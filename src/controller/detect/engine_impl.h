@@ -84,6 +84,12 @@ class EngineImpl final : public DetectionEngine {
   // is "" (a process of no job, e.g. an anonymous tenant) and `c` has one:
   // such a process is no member of another job's communicator (R18-5).
   absl::Status SetCommJob(CommState* c, const std::string& job);
+  // A communicator record of `c`'s job from `host` (pid `pid`) for `rank`,
+  // held by a jobless member of another process: the member is the job's
+  // rank now. What the jobless process reported for it (summaries in open
+  // joins, progress) is dropped and its members share moves to `host`.
+  absl::Status SupersedeJobless(CommState* c, int32_t rank,
+                                absl::string_view host, uint32_t pid);
   // PermissionDenied (counted) when a record that names no job (a summary,
   // a progress report) would add member `rank` to `c`, a communicator of a
   // job: only the job's communicator records register its members, so a

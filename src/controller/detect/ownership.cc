@@ -141,6 +141,58 @@ absl::Status EngineImpl::SetCommJob(CommState* c, const std::string& job) {
     join_budget_.MoveJob(payer, c->job_id, job, n);
   }
   c->job_id = job;
+  // Every member so far was registered by records of no job: the job's own
+  // communicator records supersede them (SupersedeJobless).
+  for (auto& [rank, m] : c->members) m.jobless = true;
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::SupersedeJobless(CommState* c, int32_t rank,
+                                          absl::string_view host,
+                                          uint32_t pid) {
+  auto it = c->members.find(rank);
+  if (c->job_id.empty() || it == c->members.end() || !it->second.jobless ||
+      (it->second.host == host && it->second.pid == pid)) {
+    return absl::OkStatus();
+  }
+  Member& m = it->second;
+  const uint32_t payer = host_ids_.Id(host);
+  if (payer != m.payer) {
+    if (absl::Status s = member_budget_.Charge(payer, c->job_id, 1); !s.ok()) {
+      CountRefusals();
+      return absl::ResourceExhaustedError(
+          absl::StrCat("rank: members: ", s.message()));
+    }
+  }
+  // Its summaries in open joins (made-up durations would join the job's
+  // collectives) and its progress.
+  for (auto j = c->pending.begin(); j != c->pending.end();) {
+    Join& join = j->second;
+    if (join.duration_ns.erase(rank) > 0) {
+      --join.n_reported;
+      join_budget_.Release(m.payer, c->job_id, 1);
+      std::erase_if(join.connections,
+                    [rank](const ConnSample& s) { return s.reporter == rank; });
+    }
+    if (join.duration_ns.empty()) {
+      c->pending.erase(j++);
+    } else {
+      ++j;
+    }
+  }
+  stats_.join_entries = join_budget_.used();
+  for (auto& [func, progress] : c->progress) {
+    if (progress.ranks.erase(rank) > 0) progress.min_completed = -2;
+  }
+  if (payer != m.payer) {
+    member_budget_.Release(m.payer, c->job_id, 1);
+    m.payer = payer;
+  }
+  if (m.dead) --c->dead_members;
+  m = Member{};  // unknown: the record's NoteMember registers it anew
+  m.payer = payer;
+  ++c->generation;
+  ++stats_.jobless_superseded;
   return absl::OkStatus();
 }
 
@@ -149,7 +201,8 @@ absl::Status EngineImpl::JoblessFoothold(const CommState& c, int32_t rank,
                                          const char* field) {
   if (c.job_id.empty()) return absl::OkStatus();
   auto it = c.members.find(rank);
-  if (it != c.members.end() && it->second.known && !it->second.host.empty()) {
+  if (it != c.members.end() && it->second.known && !it->second.host.empty() &&
+      !it->second.jobless) {
     return absl::OkStatus();
   }
   ++stats_.claims_refused;

@@ -121,6 +121,7 @@ void IngestService::AfterCycle(const CycleResult& r) {
       {"summaries_per_host_job", stats.summaries_refused_host_job},
       {"foreign_claims", stats.claims_refused},
       {"foreign_deaths", stats.deaths_refused},
+      {"jobless_superseded", stats.jobless_superseded},
   };
   for (const auto& [what, total] : refused) {
     uint64_t& last = refused_last_[what];

@@ -171,21 +171,64 @@ TrainerProfileService::Stats TrainerProfileService::stats() const {
   return stats_;
 }
 
+size_t TrainerProfileService::TrainersOf(const std::string& host) const {
+  auto it = trainers_per_host_.find(host);
+  return it == trainers_per_host_.end() ? 0 : it->second;
+}
+
+bool TrainerProfileService::RoomFor(const std::string& host, int64_t now) {
+  const size_t share = options_.max_trainers_per_host;
+  if (trainers_.size() < options_.max_trainers &&
+      (share == 0 || TrainersOf(host) < share)) {
+    return true;
+  }
+  // Full: forget the trainers gone quiet, else refuse the new one.
+  const int64_t max_age = absl::ToInt64Nanoseconds(options_.trainer_max_age);
+  for (auto it = trainers_.begin(); it != trainers_.end();) {
+    if (now - it->second.seen_ns <= max_age) {
+      ++it;
+      continue;
+    }
+    if (--trainers_per_host_[it->second.host] == 0) {
+      trainers_per_host_.erase(it->second.host);
+    }
+    it = trainers_.erase(it);
+  }
+  if (share > 0 && TrainersOf(host) >= share) {
+    // A host's share (issue #33): its made-up trainers end here and never
+    // fill the table for another host's.
+    stats_.trainers_refused_host++;
+    return false;
+  }
+  if (trainers_.size() >= options_.max_trainers) {
+    stats_.trainers_refused++;
+    return false;
+  }
+  return true;
+}
+
 void TrainerProfileService::NoteTrainer(const std::string& host,
                                         const v1::TrainerIdentity& t,
                                         int64_t now) {
   const std::pair<std::string, int32_t> key{t.job_id(), t.global_rank()};
   auto it = trainers_.find(key);
-  if (it == trainers_.end() && trainers_.size() >= options_.max_trainers) {
-    // Full: forget the trainers gone quiet, else refuse the new one.
-    const int64_t max_age = absl::ToInt64Nanoseconds(options_.trainer_max_age);
-    std::erase_if(trainers_, [&](const auto& e) {
-      return now - e.second.seen_ns > max_age;
-    });
-    if (trainers_.size() >= options_.max_trainers) {
-      stats_.trainers_refused++;
-      return;
+  if (it != trainers_.end() && it->second.host != host &&
+      now - it->second.seen_ns <=
+          absl::ToInt64Nanoseconds(options_.trainer_max_age)) {
+    // Another host's live trainer: an agent reports for its own host's
+    // trainers only (a rank restarted here is taken once its old host's
+    // reports stopped for trainer_max_age).
+    stats_.trainers_refused_foreign++;
+    return;
+  }
+  if (it == trainers_.end() || it->second.host != host) {
+    // A new trainer, or one that moved here: charged to this host.
+    if (!RoomFor(host, now)) return;
+    it = trainers_.find(key);  // RoomFor may have forgotten it
+    if (it != trainers_.end() && --trainers_per_host_[it->second.host] == 0) {
+      trainers_per_host_.erase(it->second.host);
     }
+    ++trainers_per_host_[host];
   }
   Trainer& tr = trainers_[key];
   tr.host = host;

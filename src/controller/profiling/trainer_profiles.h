@@ -18,7 +18,8 @@
 // Bounded: one capture per fault (a fault that carries a profile is never
 // asked again) and per suspect within suspect_interval (a later fault
 // naming the same rank is left without one), one capture per job and at
-// most max_in_flight at once;
+// most max_in_flight at once; at most max_trainers trainers noted, and
+// max_trainers_per_host of one host's reports;
 // steps, ops and capture time capped. A trainer that has not answered by
 // the deadline leaves the fault with a NO_ANSWER profile naming it.
 //
@@ -75,6 +76,11 @@ class TrainerProfileService {
     // A trainer counts as present when it reported within this.
     absl::Duration trainer_max_age = absl::Seconds(30);
     size_t max_trainers = 1 << 16;
+    // Trainers one host's reports may keep in the table (its share, under
+    // max_trainers): a node runs a few dozen trainers, and one host's
+    // made-up (job, rank) pairs never lock out another host's trainers
+    // (issue #33, like the sync policy's max_jobs_per_host). 0: no share.
+    size_t max_trainers_per_host = 1024;
     size_t max_remembered_faults = 4096;
     // A suspect profiled for one fault is not profiled again for a later
     // fault of its job within this. Each capture costs both trainers steps
@@ -96,6 +102,10 @@ class TrainerProfileService {
     uint64_t failed = 0;            // captures a trainer could not make
     uint64_t answers_refused = 0;   // answers not matching a request sent
     uint64_t trainers_refused = 0;  // trainers beyond max_trainers
+    // Trainers beyond their host's share (max_trainers_per_host).
+    uint64_t trainers_refused_host = 0;
+    // Reports for a trainer another host reported within trainer_max_age.
+    uint64_t trainers_refused_foreign = 0;
   };
 
   // What a cycle asks the caller to do: send each request to its host's
@@ -171,9 +181,16 @@ class TrainerProfileService {
   bool TakeAnswer(const std::string& host, const v1::TrainerIdentity& t,
                   const v1::ProfileResult& result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Notes where a trainer runs (bounded by max_trainers).
+  // Notes where a trainer runs (bounded by max_trainers and its host's
+  // share).
   void NoteTrainer(const std::string& host, const v1::TrainerIdentity& t,
                    int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `host` may note one more trainer; forgets the quiet ones first
+  // when a limit is reached. Counts a refusal.
+  bool RoomFor(const std::string& host, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  size_t TrainersOf(const std::string& host) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Remember(const std::string& fault_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const Trainer* FindTrainer(const std::string& job, int32_t rank,
                              int64_t now) const
@@ -183,6 +200,7 @@ class TrainerProfileService {
   mutable Mutex mu_;
   std::map<std::pair<std::string, int32_t>, Trainer> trainers_
       ABSL_GUARDED_BY(mu_);
+  std::map<std::string, size_t> trainers_per_host_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Capture> in_flight_ ABSL_GUARDED_BY(mu_);  // by fault
   // request id -> fault id of the capture it belongs to.
   std::map<uint64_t, std::string> by_request_ ABSL_GUARDED_BY(mu_);

@@ -305,6 +305,55 @@ TEST_F(TrainerProfilesTest, SuspectProfiledRecentlyIsNotAskedAgain) {
   EXPECT_EQ(service_.stats().requested, 3u);
 }
 
+// Issue #33 (round 20): the trainer table was cluster-wide. One host's
+// agent reported made-up (job, rank) pairs, live (again within 30 s), until
+// the table was full: every other host's trainers were refused and a slow
+// rank of a real job got no profile. A host keeps at most its share.
+TEST_F(TrainerProfilesTest, OneHostsMadeUpTrainersDoNotFillTheTable) {
+  TrainerProfileService::Options o = Options(&clock_);
+  o.max_trainers = 64;
+  o.max_trainers_per_host = 16;
+  TrainerProfileService service(o);
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(
+        service.OnReport("evil", Report("flood-" + std::to_string(i), 0)).ok());
+  }
+  EXPECT_EQ(service.stats().trainers_refused_host, 84u);
+  // The real job's trainers on two other hosts are noted and profiled.
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(
+        service.OnReport("node" + std::to_string(r / 2), Report("job", r))
+            .ok());
+  }
+  EXPECT_EQ(service.stats().trainers_refused, 0u);
+  TrainerProfileService::CycleOut out =
+      service.RunCycle({Straggler("F3", 3, true)});
+  ASSERT_EQ(out.requests.size(), 2u);
+  EXPECT_EQ(out.requests[0].host, "node1");
+  // A host's quiet trainers give its share back.
+  clock_.Advance(absl::Seconds(31));
+  ASSERT_TRUE(service.OnReport("evil", Report("flood-new", 0)).ok());
+  EXPECT_EQ(service.stats().trainers_refused_host, 84u);
+  // Another host's live trainer is not taken over; once quiet, it is, and
+  // it is charged to the taker's share.
+  ASSERT_TRUE(service.OnReport("node0", Report("job", 0)).ok());
+  ASSERT_TRUE(service.OnReport("evil", Report("job", 0)).ok());
+  EXPECT_EQ(service.stats().trainers_refused_foreign, 1u);
+  clock_.Advance(absl::Seconds(31));
+  ASSERT_TRUE(service.OnReport("evil", Report("job", 0)).ok());
+  EXPECT_EQ(service.stats().trainers_refused_foreign, 1u);
+  for (int i = 0; i < 14; ++i) {
+    ASSERT_TRUE(
+        service.OnReport("evil", Report("flood-" + std::to_string(i), 0)).ok());
+  }
+  EXPECT_EQ(service.stats().trainers_refused_host, 84u);
+  // Full: its quiet flood-new is forgotten for flood-extra, then nothing.
+  ASSERT_TRUE(service.OnReport("evil", Report("flood-extra", 0)).ok());
+  EXPECT_EQ(service.stats().trainers_refused_host, 84u);
+  ASSERT_TRUE(service.OnReport("evil", Report("flood-extra2", 0)).ok());
+  EXPECT_EQ(service.stats().trainers_refused_host, 85u);
+}
+
 TEST(TrainerProfileStoreTest, ProfileSurvivesTheEnginesUpdates) {
   absl::StatusOr<std::unique_ptr<FaultStore>> store =
       FaultStore::Open(":memory:");
