@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/harness/run_command.h"
 
 namespace pitstop::c4p {
 namespace {
@@ -19,18 +20,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// Runs `cmd` through the shell; returns the exit code (-1 when it did not
-// exit normally, e.g. a crash) and what it printed (stdout + stderr).
-int RunCommand(const std::string& cmd, std::string* out) {
-  out->clear();
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
-  const int status = pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using ::pitstop::harness::RunCommand;
 
 // The built binary at `path` under the build tree, or "" outside ctest.
 std::string Binary(const std::string& path) {

@@ -18,6 +18,7 @@
 #include "src/importers/importer.h"
 #include "src/importers/input_file.h"
 #include "src/importers/timeline.h"
+#include "tests/harness/run_command.h"
 #include "tests/importers/fr_test_util.h"
 #include "tests/importers/temp_dir.h"
 
@@ -543,16 +544,7 @@ TEST(TimelineTest, KinetoPairTimelineIsValidAndAnnotated) {
   EXPECT_FALSE(ValidateTraceEvents(broken).ok());
 }
 
-// Runs `cmd`, returns its exit code and output (stdout + stderr).
-int RunCommand(const std::string& cmd, std::string* out) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
-  int status = pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using ::pitstop::harness::RunCommand;
 
 TEST(CliTest, AnalyzeExitCodesAndJson) {
   const char* bin_dir = std::getenv("PITSTOP_BINARY_DIR");

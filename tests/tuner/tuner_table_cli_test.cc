@@ -11,21 +11,14 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "pitstop/tuner_table.h"
+#include "tests/harness/run_command.h"
 
 namespace pitstop::tuner {
 namespace {
 
 using ::testing::HasSubstr;
 
-int RunCommand(const std::string& cmd, std::string* out) {
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-  if (f == nullptr) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out->append(buf, n);
-  const int status = pclose(f);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using ::pitstop::harness::RunCommand;
 
 TEST(TunerTableCliTest, PrintsTheEntriesTheAgentWrote) {
   const char* bin_dir = std::getenv("PITSTOP_BINARY_DIR");
