@@ -241,9 +241,6 @@ absl::Status BuildJobFlows(const Fabric& fabric, const EvalOptions& o,
   return absl::OkStatus();
 }
 
-// NCCL's limit on channels per communicator (MAXCHANNELS).
-constexpr int kMaxChannels = 64;
-
 // InvalidArgument naming the flag of an option no run means.
 absl::Status CheckOptions(const EvalOptions& o) {
   if (o.seeds < 1) {
@@ -254,10 +251,10 @@ absl::Status CheckOptions(const EvalOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--bytes ", o.ring.bytes, ": the all-reduce size must be finite, > 0"));
   }
-  if (o.ring.channels < 0 || o.ring.channels > kMaxChannels) {
+  if (o.ring.channels < 0 || o.ring.channels > kNcclMaxChannels) {
     return absl::InvalidArgumentError(
         absl::StrCat("--channels ", o.ring.channels, ": NCCL runs 1..",
-                     kMaxChannels, " channels (0: two per NIC)"));
+                     kNcclMaxChannels, " channels (0: two per NIC)"));
   }
   if (o.ranks < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -282,6 +279,12 @@ absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
   rep.seeds = o.seeds;
   rep.hash = o.hash;
   if (absl::Status s = CheckOptions(o); !s.ok()) return s;
+  if (rep.ranks < 2) {
+    // One rank's all-reduce sends nothing: every ratio would be 0/0.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ranks ", rep.ranks, ": an all-reduce over fewer than 2 ranks ",
+        "moves no data; give --ranks 2 or more"));
+  }
   absl::StatusOr<std::unique_ptr<HashFunction>> hash = MakeHash(o.hash);
   if (!hash.ok()) return hash.status();
   std::vector<std::vector<int>> nv_paths;

@@ -78,7 +78,8 @@ std::vector<Flow> BuildRingFlows(const Fabric& fabric,
   const int per_host =
       static_cast<int>(fabric.hosts()[host_order[0]].gpus.size());
   const int channels =
-      spec.channels > 0 ? spec.channels : 2 * std::max(1, per_host);
+      spec.channels > 0 ? spec.channels
+                        : std::min(kNcclMaxChannels, 2 * std::max(1, per_host));
   if (channels_used) *channels_used = channels;
   std::vector<Flow> flows;
   if (n < 2) return flows;
@@ -137,7 +138,8 @@ std::vector<Flow> BuildTreeFlows(const Fabric& fabric,
   const int per_host =
       n > 0 ? static_cast<int>(fabric.hosts()[host_order[0]].gpus.size()) : 1;
   const int channels =
-      spec.channels > 0 ? spec.channels : 2 * std::max(1, per_host);
+      spec.channels > 0 ? spec.channels
+                        : std::min(kNcclMaxChannels, 2 * std::max(1, per_host));
   if (channels_used) *channels_used = channels;
   std::vector<Flow> flows;
   if (n < 2) return flows;

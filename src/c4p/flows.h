@@ -46,8 +46,12 @@ enum class Placement { kPacked, kScattered };
 absl::StatusOr<std::vector<int>> PlaceJob(const Fabric& fabric, int ranks,
                                           Placement placement, uint64_t seed);
 
+// NCCL's limit on channels per communicator (MAXCHANNELS in recent NCCL).
+inline constexpr int kNcclMaxChannels = 64;
+
 struct RingSpec {
-  int channels = 0;  // 0: two per NIC (NCCL's usual on 8-NIC hosts)
+  // 0: two per NIC (NCCL's usual on 8-NIC hosts), at most kNcclMaxChannels.
+  int channels = 0;
   int qps_per_connection = 1;
   double bytes = 1 << 30;  // all-reduce size
 };

@@ -352,6 +352,23 @@ TEST(EvaluateTest, OddBytesChannelsAndSeedsAreRefusedNamingTheFlag) {
   }
 }
 
+// Before, hosts with more than 32 NICs got two channels per NIC by default
+// (66 at 33 NICs, 128 at 64), over NCCL's MAXCHANNELS that --channels
+// itself refuses; one rank's all-reduce printed NaN ratios.
+TEST(EvaluateTest, DefaultChannelsStayWithinNcclsLimitAndOneRankIsRefused) {
+  Fabric fab = Gen("gen:leafspine,gpus=256,gpus_per_host=64");
+  EvalOptions o;
+  o.seeds = 1;
+  auto r = Evaluate(&fab, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->channels, kNcclMaxChannels);
+  o.ranks = 1;
+  auto one = Evaluate(&fab, o);
+  ASSERT_FALSE(one.ok());
+  EXPECT_NE(one.status().message().find("--ranks 1"), std::string::npos)
+      << one.status();
+}
+
 // A link down (degraded to 0) is gone from the switches' ECMP groups and a
 // port down from its NIC's bond: ECMP routes around it, as a real fabric
 // does within milliseconds of a link-down. Before, ECMP kept hashing flows
