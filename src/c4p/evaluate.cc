@@ -130,10 +130,14 @@ Evaluation EvaluateOnce(const Fabric& fabric, const std::vector<Flow>& flows,
 
 // Degrades the links --degrade names and, with --degrade-busiest, the
 // busiest fabric link of `plan` (both directions). Returns the links
-// changed; InvalidArgument for a fraction outside [0, 1].
+// changed; InvalidArgument for a fraction outside [0, 1]. Says in
+// `warnings` when --degrade-busiest found no switch-to-switch link carrying
+// the job (a fabric or job without one), instead of re-planning nothing
+// without a word.
 absl::StatusOr<std::vector<int>> Degrade(Fabric* fabric, const EvalOptions& o,
                                          const std::vector<Flow>& flows,
-                                         const FlowPlan& plan) {
+                                         const FlowPlan& plan,
+                                         std::vector<std::string>* warnings) {
   std::vector<int> changed;
   for (const auto& [spec, fraction] : o.degrade) {
     if (!(fraction >= 0 && fraction <= 1)) {
@@ -158,7 +162,12 @@ absl::StatusOr<std::vector<int>> Degrade(Fabric* fabric, const EvalOptions& o,
         busiest = static_cast<int>(l);
       }
     }
-    if (busiest >= 0) {
+    if (busiest < 0) {
+      warnings->push_back(absl::StrCat(
+          "--degrade-busiest ", o.degrade_busiest,
+          ": no switch-to-switch link carries this job's traffic, so nothing "
+          "was degraded (use --degrade to name a NIC or ToR link)"));
+    } else {
       for (int l : {busiest, busiest ^ 1}) {
         fabric->SetCapacity(l,
                             fabric->link(l).nominal_gbps * o.degrade_busiest);
@@ -309,7 +318,8 @@ absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
   rep.healthy = EvaluateOnce(*fabric, flows, plan, **hash, o, po.degraded_below,
                              nv_paths);
   rep.plan = plan;
-  absl::StatusOr<std::vector<int>> changed = Degrade(fabric, o, flows, plan);
+  absl::StatusOr<std::vector<int>> changed =
+      Degrade(fabric, o, flows, plan, &rep.warnings);
   if (!changed.ok()) return changed.status();
   if (changed->empty()) return rep;
   rep.degraded = true;

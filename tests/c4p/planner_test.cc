@@ -369,6 +369,25 @@ TEST(EvaluateTest, DefaultChannelsStayWithinNcclsLimitAndOneRankIsRefused) {
       << one.status();
 }
 
+// Before, --degrade-busiest on a job that crosses no switch-to-switch link
+// (hosts under one ToR) re-planned nothing and said nothing.
+TEST(EvaluateTest, DegradeBusiestWithNoSwitchLinkInUseIsWarned) {
+  Fabric fab = Gen("gen:leafspine,gpus=64,hosts_per_tor=2");
+  EvalOptions o;
+  o.seeds = 1;
+  o.ranks = 16;  // the two hosts of the first ToR
+  o.degrade_busiest = 0.25;
+  auto r = Evaluate(&fab, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->degraded);
+  bool warned = false;
+  for (const std::string& w : r->warnings) {
+    warned |= w.find("--degrade-busiest 0.25: no switch-to-switch link") !=
+              std::string::npos;
+  }
+  EXPECT_TRUE(warned) << "no warning that nothing was degraded";
+}
+
 // A link down (degraded to 0) is gone from the switches' ECMP groups and a
 // port down from its NIC's bond: ECMP routes around it, as a real fabric
 // does within milliseconds of a link-down. Before, ECMP kept hashing flows
