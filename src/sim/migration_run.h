@@ -69,6 +69,15 @@ absl::StatusOr<v1::Migration> AwaitMigrationFinished(
     const std::function<void(const std::string&)>& say,
     const std::function<bool()>& cancelled);
 
+// The deployment every migration scenario runs on: agents on `nodes` nodes
+// ("node0", ...) plus the standby kStandby, moving state through the
+// library's data plane, and a controller whose migration phases fail a run
+// in a minute, not the production default's two, with `switch_margin`.
+LocalClusterOptions MigrationClusterOptions(int nodes, int switch_margin,
+                                            const std::string& work_dir,
+                                            bool keep_work_dir,
+                                            const std::string& log_level);
+
 std::string ReadFile(const std::string& path);
 StepLogLines StepLog(const std::string& path);
 double NowMs();

@@ -26,6 +26,29 @@
 namespace pitstop::sim {
 namespace migration_internal {
 
+LocalClusterOptions MigrationClusterOptions(int nodes, int switch_margin,
+                                            const std::string& work_dir,
+                                            bool keep_work_dir,
+                                            const std::string& log_level) {
+  LocalClusterOptions co;
+  co.nodes = nodes + 1;
+  for (int i = 0; i < nodes; ++i) {
+    co.host_names.push_back(absl::StrCat("node", i));
+  }
+  co.host_names.push_back(kStandby);
+  co.work_dir = work_dir;
+  co.keep_work_dir = keep_work_dir;
+  co.log_level = log_level;
+  co.agent_batch_ms = 50;
+  co.agent_extra_args = {"--migration-data-plane", "library"};
+  co.agent_args_by_node[nodes] = {"--standby"};
+  co.controller_extra_args = {
+      "--migrate-switch-margin",     absl::StrCat(switch_margin),
+      "--migrate-prepare-timeout-s", "60",
+      "--migrate-switch-timeout-s",  "60"};
+  return co;
+}
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
@@ -59,23 +82,8 @@ absl::Status ScenarioRun::Start() {
   }
   ASSIGN_OR_RETURN(trainer_, FindPitstopBinary("pitstop-dp-trainer"));
   ASSIGN_OR_RETURN(plugin_, FindPitstopBinary("libnccl-profiler-pitstop.so"));
-  LocalClusterOptions co;
-  co.nodes = o_.nodes + 1;
-  for (int i = 0; i < o_.nodes; ++i)
-    co.host_names.push_back(absl::StrCat("node", i));
-  co.host_names.push_back(kStandby);
-  co.work_dir = o_.work_dir;
-  co.keep_work_dir = o_.keep_work_dir;
-  co.log_level = o_.log_level;
-  co.agent_batch_ms = 50;
-  co.agent_extra_args = {"--migration-data-plane", "library"};
-  co.agent_args_by_node[o_.nodes] = {"--standby"};
-  // A phase that cannot finish fails the run in a minute, not the
-  // production default's two.
-  co.controller_extra_args = {
-      "--migrate-switch-margin",     absl::StrCat(o_.switch_margin),
-      "--migrate-prepare-timeout-s", "60",
-      "--migrate-switch-timeout-s",  "60"};
+  LocalClusterOptions co = MigrationClusterOptions(
+      o_.nodes, o_.switch_margin, o_.work_dir, o_.keep_work_dir, o_.log_level);
   // degraded-node: the default policy mode is ACT, so a CONFIRMED hardware
   // fault moves its node to the standby with nobody asking.
   if (o_.degrade) {

@@ -33,6 +33,7 @@ constexpr const char* kStandby = kTorchMigrationStandby;
 constexpr char kBackend[] = "pitstop_nccl";
 constexpr absl::Duration kRunDeadline = absl::Minutes(5);
 
+using migration_internal::MigrationClusterOptions;
 using migration_internal::ReadFile;
 using torch_migration_internal::LargestAfter;
 using torch_migration_internal::LossLog;
@@ -98,22 +99,8 @@ class Run {
 
 absl::Status Run::Start() {
   ASSIGN_OR_RETURN(plugin_, FindPitstopBinary("libnccl-profiler-pitstop.so"));
-  LocalClusterOptions co;
-  co.nodes = o_.nodes + 1;
-  for (int i = 0; i < o_.nodes; ++i) {
-    co.host_names.push_back(absl::StrCat("node", i));
-  }
-  co.host_names.push_back(kStandby);
-  co.work_dir = o_.work_dir;
-  co.keep_work_dir = o_.keep_work_dir;
-  co.log_level = o_.log_level;
-  co.agent_batch_ms = 50;
-  co.agent_extra_args = {"--migration-data-plane", "library"};
-  co.agent_args_by_node[o_.nodes] = {"--standby"};
-  co.controller_extra_args = {
-      "--migrate-switch-margin",     absl::StrCat(o_.switch_margin),
-      "--migrate-prepare-timeout-s", "60",
-      "--migrate-switch-timeout-s",  "60"};
+  const LocalClusterOptions co = MigrationClusterOptions(
+      o_.nodes, o_.switch_margin, o_.work_dir, o_.keep_work_dir, o_.log_level);
   ASSIGN_OR_RETURN(cluster_, LocalCluster::Start(co));
   r_->work_dir = cluster_->work_dir();
   r_->work_dir_kept = o_.keep_work_dir || !o_.work_dir.empty();
