@@ -70,6 +70,11 @@ std::string IncompleteWhy(const std::vector<std::string>& c, size_t columns,
   if (r->dsw.empty() || r->psw.empty() || r->asw.empty()) {
     return "incomplete (an empty DSW, PSW or ASW)";
   }
+  for (const std::string* name : {&r->ip, &r->dsw, &r->psw, &r->asw}) {
+    if (name->find_first_of("\r\n") == std::string::npos) continue;
+    return "with a line break inside a quoted ip, DSW, PSW or ASW (RFC 4180 "
+           "allows one; a name cannot hold it)";
+  }
   return "";
 }
 
@@ -106,6 +111,27 @@ void DropRepeatedHosts(ClosRows* in) {
   in->rows = std::move(kept);
 }
 
+// Whether `fields` is the header again (exports concatenated with `cat`
+// repeat it: it is not a host). InvalidArgument naming `line` for a header
+// in another column order: it would misread the rows after it.
+absl::StatusOr<bool> RepeatsTheHeader(const std::vector<std::string>& fields,
+                                      const std::vector<std::string>& head,
+                                      const ClosColumns& col,
+                                      const std::string& source, int line) {
+  const ClosColumns again = FindColumns(fields);
+  if (again.ip < 0 || again.dsw < 0 || again.psw < 0 || again.asw < 0) {
+    return false;
+  }
+  if (std::tie(again.ip, again.dsw, again.psw, again.asw) !=
+          std::tie(col.ip, col.dsw, col.psw, col.asw) ||
+      fields.size() != head.size()) {
+    return LineError(source, line,
+                     "a header in another column order than line 1's "
+                     "(files concatenated? give one header)");
+  }
+  return true;
+}
+
 absl::StatusOr<ClosRows> ReadClosRows(const std::string& text,
                                       const std::string& source) {
   std::vector<std::string> lines = absl::StrSplit(text, '\n');
@@ -120,31 +146,23 @@ absl::StatusOr<ClosRows> ReadClosRows(const std::string& text,
                      "expected a header naming the columns ip,DSW,PSW,ASW");
   }
   ClosRows out;
-  for (size_t i = 1; i < lines.size(); ++i) {
+  size_t span = 1;
+  for (size_t i = 1; i < lines.size(); i += span) {
+    span = 1;
     const absl::string_view raw = absl::StripAsciiWhitespace(lines[i]);
     if (raw.empty() || raw[0] == '#') continue;
     ClosRow r;
     r.line = static_cast<int>(i) + 1;
     why.clear();
-    if (!SplitCsvRecord(raw, &fields, &why)) {
+    if (!SplitCsvRecordAt(lines, i, &fields, &why, &span)) {
       out.left_out[why].push_back(r.line);
       continue;
     }
-    // Exports concatenated (`cat a.csv b.csv`) repeat the header: it is not
-    // a host. In another column order it would misread the rows after it.
-    const ClosColumns again = FindColumns(fields);
-    if (again.ip >= 0 && again.dsw >= 0 && again.psw >= 0 && again.asw >= 0) {
-      if (std::tie(again.ip, again.dsw, again.psw, again.asw) !=
-              std::tie(col.ip, col.dsw, col.psw, col.asw) ||
-          fields.size() != head.size()) {
-        return LineError(source, r.line,
-                         "a header in another column order than line 1's "
-                         "(files concatenated? give one header)");
-      }
-      out.left_out["repeating the header"].push_back(r.line);
-      continue;
-    }
-    why = IncompleteWhy(fields, head.size(), col, &r);
+    absl::StatusOr<bool> header =
+        RepeatsTheHeader(fields, head, col, source, r.line);
+    if (!header.ok()) return header.status();
+    why = *header ? "repeating the header"
+                  : IncompleteWhy(fields, head.size(), col, &r);
     if (!why.empty()) {
       out.left_out[why].push_back(r.line);
       continue;
