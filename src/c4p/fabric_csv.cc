@@ -5,8 +5,9 @@
 // Names are scoped by their parent: an ASW name is one switch only within its
 // PSW group (S2 under P8 and S2 under P12 are two switches), and a PSW name
 // within its DSW. ToRs are named "<pod>/<ASW>", pods "<PSW>", or "<DSW>/<PSW>"
-// when the same PSW name appears under several DSWs. Rows that cannot place a
-// host (wrong column count, an empty field, a host placed twice at different
+// when the same PSW name appears under several DSWs; a part holding a '/' is
+// quoted (NamePart), so two switches never share a name. Rows that cannot place
+// a host (wrong column count, an empty field, a host placed twice at different
 // switches) are left out and reported with their line numbers; a repeat of
 // an identical row is left out too. Only a file without a header or without
 // any complete row is refused.
@@ -18,6 +19,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "src/c4p/fabric_io.h"
@@ -189,6 +191,16 @@ struct ClosTree {
   std::set<std::string> dsw;
 };
 
+// One part of a scoped name: as the file gives it, or in double quotes
+// (a quote inside doubled) when it holds a '/' or starts with a quote.
+// Joined with '/', the parts then read back one way only: ASW `A/B` under
+// PSW `X` is `X/"A/B"`, ASW `B` under PSW `X/A` is `"X/A"/B` (before, both
+// were `X/A/B`: two ToRs under one name).
+std::string NamePart(const std::string& part) {
+  if (part.find('/') == std::string::npos && part[0] != '"') return part;
+  return absl::StrCat("\"", absl::StrReplaceAll(part, {{"\"", "\"\""}}), "\"");
+}
+
 ClosTree BuildTree(const ClosRows& in) {
   ClosTree t;
   std::map<std::string, std::set<std::string>> psw_dsws;
@@ -199,10 +211,13 @@ ClosTree BuildTree(const ClosRows& in) {
   for (const ClosRow& r : in.rows) {
     const ClosTree::Pod pod{r.dsw, r.psw};
     const std::string name =
-        psw_dsws[r.psw].size() > 1 ? absl::StrCat(r.dsw, "/", r.psw) : r.psw;
+        psw_dsws[r.psw].size() > 1
+            ? absl::StrCat(NamePart(r.dsw), "/", NamePart(r.psw))
+            : NamePart(r.psw);
     if (t.pod_name.emplace(pod, name).second) t.pod_line[pod] = r.line;
     const ClosTree::Tor tor{r.dsw, r.psw, r.asw};
-    if (t.tor_name.emplace(tor, absl::StrCat(name, "/", r.asw)).second) {
+    if (t.tor_name.emplace(tor, absl::StrCat(name, "/", NamePart(r.asw)))
+            .second) {
       t.tor_line[tor] = r.line;
     }
   }

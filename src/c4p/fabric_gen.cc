@@ -86,13 +86,15 @@ absl::StatusOr<Fabric> GenerateFabric(const GeneratorOptions& o) {
   // tor_node[plane][segment * tors_per_segment + rail]
   std::vector<std::vector<int>> tor_node(o.planes);
   for (int p = 0; p < o.planes; ++p) {
+    // The plane last ("spine3p1", "tor0.2p1"): before, "spinep" + plane +
+    // index made plane 1's spine 10 and plane 11's spine 0 one name.
     const std::string ps = o.planes > 1 ? absl::StrCat("p", p) : "";
     std::vector<int> cores;  // three-tier: [agg index * agg_up + j]
     if (three) {
       for (int k = 0; k < up; ++k) {
         for (int j = 0; j < agg_up; ++j) {
           cores.push_back(fab.AddSwitch(NodeKind::kCore,
-                                        absl::StrCat("core", ps, k, ".", j)));
+                                        absl::StrCat("core", k, ".", j, ps)));
         }
       }
     }
@@ -100,7 +102,7 @@ absl::StatusOr<Fabric> GenerateFabric(const GeneratorOptions& o) {
     if (!three) {
       for (int k = 0; k < up; ++k) {
         spines.push_back(
-            fab.AddSwitch(NodeKind::kAgg, absl::StrCat("spine", ps, k)));
+            fab.AddSwitch(NodeKind::kAgg, absl::StrCat("spine", k, ps)));
       }
     }
     std::vector<std::vector<int>> pod_aggs(pods);

@@ -232,6 +232,50 @@ TEST(FabricTest, ClosCsvRepeatedHeaderIsNotAHost) {
       << g.status();
 }
 
+// Names are scoped by their parent and joined with '/': before, ASW `A/B`
+// under PSW `X` and ASW `B` under PSW `X/A` were both ToR `X/A/B`, two
+// switches under one name (--degrade and the live planner found the first).
+// A part holding a '/' is now quoted.
+TEST(FabricTest, ClosCsvNamesWithASlashStayTwoSwitches) {
+  ClosCsvOptions o;
+  o.gpus_per_host = 1;
+  auto f =
+      ParseClosCsv("ip,DSW,PSW,ASW\nh0,d,X,A/B\nh1,d,X/A,B\nh2,d,\"\"\"q\",C\n",
+                   "slash.csv", o);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->tor_count(), 3);
+  const int a = f->FindNode("X/\"A/B\""), b = f->FindNode("\"X/A\"/B");
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(f->FindNode("X/A/B"), -1);
+  EXPECT_GE(f->FindNode("\"X/A\"/agg0"), 0);
+  EXPECT_GE(f->FindNode("\"\"\"q\"/C"), 0);  // PSW `"q`: its quote doubled
+  // What quoting cannot tell apart (an ASW named like the aggregation
+  // switches its reader adds) is refused, naming the line.
+  auto g =
+      ParseClosCsv("ip,DSW,PSW,ASW\nh0,d,P,S0\nh1,d,P,agg0\n", "agg.csv", o);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find(
+                "agg.csv:3: two elements are named 'P/agg0' (the agg from "
+                "line 2 and the tor from this line)"),
+            std::string::npos)
+      << g.status();
+}
+
+// Many planes and uplinks: before, plane 1's spine 10 and plane 11's spine 0
+// were both "spinep110".
+TEST(FabricTest, GeneratedPlanesNameEverySwitchOnce) {
+  auto o = ParseGeneratorSpec(
+      "gen:leafspine,gpus=2,gpus_per_host=1,hosts_per_tor=2,planes=12,"
+      "tor_uplinks=11");
+  ASSERT_TRUE(o.ok()) << o.status();
+  auto f = GenerateFabric(*o);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_NE(f->FindNode("spine10p1"), f->FindNode("spine0p11"));
+  EXPECT_GE(f->FindNode("spine0p11"), 0);
+}
+
 TEST(FabricTest, GeneratedLeafSpineAndThreeTierHaveTheAskedShape) {
   auto ls = ParseGeneratorSpec("gen:leafspine,gpus=256,hosts_per_tor=8");
   ASSERT_TRUE(ls.ok()) << ls.status();
