@@ -290,7 +290,8 @@ void AddClosAssumptions(const ClosTree& in, const ClosCsvOptions& o,
 }
 
 // InvalidArgument naming the flag (`pitstop plan`'s) of an assumption no
-// fabric can have: a count below 1, a speed that is not a finite number of
+// fabric can have: a count below 1, more GPUs per host than
+// kMaxGpusPerHost, a speed that is not a finite number of
 // Gbps above 0 (before, `--nic-gbps inf` was accepted).
 absl::Status CheckClosOptions(const ClosCsvOptions& o) {
   for (const auto& [flag, n] :
@@ -301,6 +302,11 @@ absl::Status CheckClosOptions(const ClosCsvOptions& o) {
       return absl::InvalidArgumentError(
           absl::StrCat(flag, " ", n, ": a count is at least 1"));
     }
+  }
+  if (o.gpus_per_host > kMaxGpusPerHost) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gpus-per-host ", o.gpus_per_host, ": a host has at most ",
+        kMaxGpusPerHost, " GPUs (one NIC each; GB200 NVL72's NVLink domain)"));
   }
   for (const auto& [flag, gbps] :
        {std::pair<const char*, double>{"--nic-gbps", o.nic_gbps},

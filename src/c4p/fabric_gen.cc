@@ -61,6 +61,20 @@ absl::StatusOr<GeneratorOptions> ParseGeneratorSpec(const std::string& spec) {
   return o;
 }
 
+std::string GeneratorSpecHelp() {
+  const GeneratorOptions d;
+  return absl::StrCat(
+      "gen:leafspine[,gpus=", d.gpus, ",gpus_per_host=", d.gpus_per_host,
+      ",rail=", d.rail_optimised ? 1 : 0, ",hosts_per_tor=", d.hosts_per_tor,
+      ",planes=", d.planes, ",nic_gbps=", d.nic_gbps,
+      ",nvlink_gbps=", d.nvlink_gbps,
+      ",tor_uplinks=N,uplink_gbps=G] or gen:3tier[,the same keys,"
+      "tors_per_pod=",
+      d.tors_per_pod,
+      ",agg_uplinks=N] (tor_uplinks and agg_uplinks: non-blocking unless "
+      "given; uplink_gbps: nic_gbps unless given)");
+}
+
 absl::StatusOr<Fabric> GenerateFabric(const GeneratorOptions& o) {
   if (o.gpus <= 0 || o.gpus_per_host <= 0 || o.gpus % o.gpus_per_host != 0 ||
       o.hosts_per_tor <= 0 || o.planes <= 0 || o.nic_gbps <= 0 ||
