@@ -61,7 +61,7 @@ double Percentile(std::vector<double> v, double p) {
 
 StrategyResult RunEcmp(const Fabric& fabric, const std::vector<Flow>& flows,
                        const HashFunction& hash, const EvalOptions& o,
-                       double nvlink_done, double t_ref) {
+                       const char* stage, double nvlink_done, double t_ref) {
   const std::vector<double> cap = Capacities(fabric);
   std::vector<double> done, util;
   std::vector<std::vector<int>> paths(flows.size());
@@ -76,6 +76,10 @@ StrategyResult RunEcmp(const Fabric& fabric, const std::vector<Flow>& flows,
     }
     done.push_back(Completion(parts, cap, nvlink_done, o.sim_mode));
     util.push_back(MaxUtil(fabric, parts, t_ref));
+    if (o.on_ecmp_seed) {
+      o.on_ecmp_seed(
+          EcmpProgress{stage, o.ring.qps_per_connection, s + 1, o.seeds});
+    }
   }
   StrategyResult r;
   double sum = 0;
@@ -103,7 +107,8 @@ std::vector<SimFlow> PartsOf(const std::vector<Flow>& flows,
 // One evaluation of the three strategies under the current capacities.
 Evaluation EvaluateOnce(const Fabric& fabric, const std::vector<Flow>& flows,
                         const FlowPlan& plan, const HashFunction& hash,
-                        const EvalOptions& o, double degraded_below,
+                        const EvalOptions& o, const char* stage,
+                        double degraded_below,
                         const std::vector<std::vector<int>>& nv_paths) {
   const std::vector<double> cap = Capacities(fabric);
   // NVLink flows: the same under every strategy.
@@ -124,58 +129,98 @@ Evaluation EvaluateOnce(const Fabric& fabric, const std::vector<Flow>& flows,
   e.planned.completion_s_p50 = e.planned.completion_s_p99 =
       e.planned.completion_s;
   e.planned.max_link_util = MaxUtil(fabric, planned, e.bound.completion_s);
-  e.ecmp = RunEcmp(fabric, flows, hash, o, nv_done, e.bound.completion_s);
+  e.ecmp =
+      RunEcmp(fabric, flows, hash, o, stage, nv_done, e.bound.completion_s);
   return e;
+}
+
+// The links degraded so far, each once, and the flag that set each.
+struct Degraded {
+  std::vector<int> links;
+  std::vector<std::string> flags;  // as given, in order
+  std::map<int, int> by;           // link -> index in flags
+};
+
+// Sets `links` to `fraction` of their capacity for `flag`. A link an
+// earlier flag (the same one repeated too) set already takes the later
+// share, warned once per earlier flag (before, it was silent).
+void SetShare(Fabric* fabric, const std::vector<int>& links, double fraction,
+              const std::string& flag, Degraded* d,
+              std::vector<std::string>* warnings) {
+  const int now = static_cast<int>(d->flags.size());
+  d->flags.push_back(flag);
+  std::map<int, std::vector<int>> again;  // earlier flag -> its links
+  for (int l : links) {
+    fabric->SetCapacity(l, fabric->link(l).nominal_gbps * fraction);
+    auto [it, fresh] = d->by.emplace(l, now);
+    if (fresh) {
+      d->links.push_back(l);
+    } else if (it->second != now) {
+      again[it->second].push_back(l);
+      it->second = now;
+    }
+  }
+  for (const auto& [earlier, ls] : again) {
+    warnings->push_back(absl::StrCat(
+        flag, ": ", ls.size(), ls.size() > 1 ? " links (" : " link (",
+        fabric->LinkName(ls[0]), ls.size() > 1 ? ", ..." : "",
+        ") already degraded by ", d->flags[earlier],
+        d->flags[earlier] == flag ? " (given twice)" : "",
+        ": the later share, ", fraction, ", applies"));
+  }
+}
+
+// The plan's busiest switch-to-switch link (by time at its capacity); -1
+// when no such link carries the job.
+int BusiestFabricLink(const Fabric& fabric, const std::vector<Flow>& flows,
+                      const FlowPlan& plan) {
+  const std::vector<double> bytes = Planner::LinkBytes(fabric, flows, plan);
+  int busiest = -1;
+  for (size_t l = 0; l < bytes.size(); ++l) {
+    if (fabric.link(l).kind != LinkKind::kFabric || bytes[l] <= 0) continue;
+    if (busiest < 0 || bytes[l] / fabric.link(l).gbps >
+                           bytes[busiest] / fabric.link(busiest).gbps) {
+      busiest = static_cast<int>(l);
+    }
+  }
+  return busiest;
 }
 
 // Degrades the links --degrade names and, with --degrade-busiest, the
 // busiest fabric link of `plan` (both directions). Returns the links
-// changed; InvalidArgument for a fraction outside [0, 1]. Says in
-// `warnings` when --degrade-busiest found no switch-to-switch link carrying
-// the job (a fabric or job without one), instead of re-planning nothing
-// without a word.
+// changed, each once; InvalidArgument for a fraction outside [0, 1]. Says
+// in `warnings` when --degrade-busiest found no switch-to-switch link
+// carrying the job (a fabric or job without one), instead of re-planning
+// nothing without a word, and when two flags degrade one link.
 absl::StatusOr<std::vector<int>> Degrade(Fabric* fabric, const EvalOptions& o,
                                          const std::vector<Flow>& flows,
                                          const FlowPlan& plan,
                                          std::vector<std::string>* warnings) {
-  std::vector<int> changed;
+  Degraded d;
   for (const auto& [spec, fraction] : o.degrade) {
+    const std::string flag = absl::StrCat("--degrade ", spec, "=", fraction);
     if (!(fraction >= 0 && fraction <= 1)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--degrade ", spec, "=", fraction,
-                       ": the fraction must be in [0, 1]"));
+          absl::StrCat(flag, ": the fraction must be in [0, 1]"));
     }
     absl::StatusOr<std::vector<int>> links = fabric->FindLinks(spec);
     if (!links.ok()) return links.status();
-    for (int l : *links) {
-      fabric->SetCapacity(l, fabric->link(l).nominal_gbps * fraction);
-      changed.push_back(l);
-    }
+    SetShare(fabric, *links, fraction, flag, &d, warnings);
   }
-  if (o.degrade_busiest > 0) {
-    const std::vector<double> bytes = Planner::LinkBytes(*fabric, flows, plan);
-    int busiest = -1;
-    for (size_t l = 0; l < bytes.size(); ++l) {
-      if (fabric->link(l).kind != LinkKind::kFabric || bytes[l] <= 0) continue;
-      if (busiest < 0 || bytes[l] / fabric->link(l).gbps >
-                             bytes[busiest] / fabric->link(busiest).gbps) {
-        busiest = static_cast<int>(l);
-      }
-    }
-    if (busiest < 0) {
-      warnings->push_back(absl::StrCat(
-          "--degrade-busiest ", o.degrade_busiest,
-          ": no switch-to-switch link carries this job's traffic, so nothing "
-          "was degraded (use --degrade to name a NIC or ToR link)"));
-    } else {
-      for (int l : {busiest, busiest ^ 1}) {
-        fabric->SetCapacity(l,
-                            fabric->link(l).nominal_gbps * o.degrade_busiest);
-        changed.push_back(l);
-      }
-    }
+  if (o.degrade_busiest <= 0) return d.links;
+  const std::string flag =
+      absl::StrCat("--degrade-busiest ", o.degrade_busiest);
+  const int busiest = BusiestFabricLink(*fabric, flows, plan);
+  if (busiest < 0) {
+    warnings->push_back(absl::StrCat(
+        flag,
+        ": no switch-to-switch link carries this job's traffic, so nothing "
+        "was degraded (use --degrade to name a NIC or ToR link)"));
+    return d.links;
   }
-  return changed;
+  SetShare(fabric, {busiest, busiest ^ 1}, o.degrade_busiest, flag, &d,
+           warnings);
+  return d.links;
 }
 
 // The re-plan takes each flow's widest path, so a flow still on a link at
@@ -252,9 +297,10 @@ absl::Status BuildJobFlows(const Fabric& fabric, const EvalOptions& o,
 
 // InvalidArgument naming the flag of an option no run means.
 absl::Status CheckOptions(const EvalOptions& o) {
-  if (o.seeds < 1) {
+  if (o.seeds < 1 || o.seeds > kMaxEcmpSeeds) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--seeds ", o.seeds, ": draw at least 1 ECMP seed"));
+        absl::StrCat("--seeds ", o.seeds, ": draw 1..", kMaxEcmpSeeds,
+                     " ECMP seeds (each is one simulation of the job)"));
   }
   if (!(o.ring.bytes > 0 && std::isfinite(o.ring.bytes))) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -315,8 +361,8 @@ absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
     rep.pinned_flows = planner.PinAll(&plan);
     rep.pin_ms = Ms(t0);
   }
-  rep.healthy = EvaluateOnce(*fabric, flows, plan, **hash, o, po.degraded_below,
-                             nv_paths);
+  rep.healthy = EvaluateOnce(*fabric, flows, plan, **hash, o, "healthy",
+                             po.degraded_below, nv_paths);
   rep.plan = plan;
   absl::StatusOr<std::vector<int>> changed =
       Degrade(fabric, o, flows, plan, &rep.warnings);
@@ -337,8 +383,8 @@ absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
   rep.crossing = stats.crossing;
   rep.moved = stats.moved;
   CountMovedConnections(flows, plan, re, &rep);
-  rep.after =
-      EvaluateOnce(*fabric, flows, re, **hash, o, po.degraded_below, nv_paths);
+  rep.after = EvaluateOnce(*fabric, flows, re, **hash, o, "degraded",
+                           po.degraded_below, nv_paths);
   rep.recovery =
       rep.after.planned.completion_s > 0
           ? rep.healthy.bound.completion_s / rep.after.planned.completion_s

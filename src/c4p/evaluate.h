@@ -17,6 +17,7 @@
 #define PITSTOP_SRC_CONTROLLER_PLAN_EVALUATE_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +30,19 @@
 #include "src/c4p/planner.h"
 
 namespace pitstop::c4p {
+
+// At most this many ECMP seeds (--seeds): each is one simulation of the
+// job, and 10,000 already gives a p99.99.
+inline constexpr int kMaxEcmpSeeds = 10000;
+
+// One ECMP seed evaluated: `done` of `seeds` at one stage ("healthy",
+// "degraded") with `qps` QPs per connection.
+struct EcmpProgress {
+  const char* stage = "";
+  int qps = 1;
+  int done = 0;
+  int seeds = 0;
+};
 
 struct EvalOptions {
   int ranks = 0;  // 0: every GPU of the fabric
@@ -48,6 +62,9 @@ struct EvalOptions {
   // directions) to this fraction; 0 = off. For benchmarks.
   double degrade_busiest = 0;
   SimMode sim_mode = SimMode::kSteady;
+  // Called after each ECMP seed (the slow part at thousands of GPUs: a
+  // minute and more at 8,192); empty: not called.
+  std::function<void(const EcmpProgress&)> on_ecmp_seed;
 };
 
 struct StrategyResult {

@@ -41,7 +41,7 @@ const char* LinkKindName(LinkKind k) {
 
 int Fabric::AddNode(FabricNode n) {
   const int id = static_cast<int>(nodes_.size());
-  by_name_.emplace(n.name, id);
+  if (!by_name_.emplace(n.name, id).second && same_name_ < 0) same_name_ = id;
   nodes_.push_back(std::move(n));
   out_.emplace_back();
   nic_up_.emplace_back();

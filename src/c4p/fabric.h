@@ -154,7 +154,8 @@ class Fabric {
   absl::Status Check();
   absl::Status CheckReach() const;
   // Names and quoted text are written into JSON (plans, -o json): a name
-  // that is not UTF-8 is refused, other text escaped.
+  // that is not UTF-8 is refused, other text escaped. Two nodes of one name
+  // are refused (--degrade and the live planner find nodes by name).
   absl::Status CheckText();
   absl::Status NoPath(int gpu_a, int gpu_b) const;
   absl::Status CheckNvLinks();
@@ -176,6 +177,7 @@ class Fabric {
   std::vector<std::string> warnings_;
   int gpu_count_ = 0;
   int down_links_ = 0;  // links at gbps <= 0
+  int same_name_ = -1;  // the first node named as an earlier one; -1: none
 };
 
 }  // namespace pitstop::c4p

@@ -6,7 +6,8 @@
 // rail through its own GPU's NIC), and hosts that share no connected part of
 // the fabric (a ToR without uplinks, tiers with no path between them).
 // Refused too: a host or switch name that is not UTF-8 (they are written
-// into JSON); text quoted in a warning is escaped.
+// into JSON), and two nodes of one name; text quoted in a warning is
+// escaped.
 // Refused: a GPU that NVLink does not join to its host's others and that
 // has no NIC (or whose NIC cannot reach theirs).
 // Warned: a GPU without an NVLink to its host's NVSwitch (its traffic to
@@ -119,6 +120,16 @@ absl::Status Fabric::CheckText() {
     return absl::InvalidArgumentError(
         absl::StrCat(Where(n.source_line), "switch name '",
                      absl::CHexEscape(n.name), "' is not valid UTF-8"));
+  }
+  if (same_name_ >= 0) {
+    const FabricNode& again = nodes_[same_name_];
+    const FabricNode& first = nodes_[by_name_.at(again.name)];
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(again.source_line), "two elements are named '", again.name,
+        "' (the ", NodeKindName(first.kind), " from line ", first.source_line,
+        " and the ", NodeKindName(again.kind),
+        " from this line): --degrade and the live planner could not tell "
+        "them apart"));
   }
   return absl::OkStatus();
 }

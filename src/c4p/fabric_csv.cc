@@ -5,8 +5,9 @@
 // Names are scoped by their parent: an ASW name is one switch only within its
 // PSW group (S2 under P8 and S2 under P12 are two switches), and a PSW name
 // within its DSW. ToRs are named "<pod>/<ASW>", pods "<PSW>", or "<DSW>/<PSW>"
-// when the same PSW name appears under several DSWs. Rows that cannot place a
-// host (wrong column count, an empty field, a host placed twice at different
+// when the same PSW name appears under several DSWs; a part holding a '/' is
+// quoted (NamePart), so two switches never share a name. Rows that cannot place
+// a host (wrong column count, an empty field, a host placed twice at different
 // switches) are left out and reported with their line numbers; a repeat of
 // an identical row is left out too. Only a file without a header or without
 // any complete row is refused.
@@ -18,6 +19,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "src/c4p/fabric_io.h"
@@ -70,6 +72,11 @@ std::string IncompleteWhy(const std::vector<std::string>& c, size_t columns,
   if (r->dsw.empty() || r->psw.empty() || r->asw.empty()) {
     return "incomplete (an empty DSW, PSW or ASW)";
   }
+  for (const std::string* name : {&r->ip, &r->dsw, &r->psw, &r->asw}) {
+    if (name->find_first_of("\r\n") == std::string::npos) continue;
+    return "with a line break inside a quoted ip, DSW, PSW or ASW (RFC 4180 "
+           "allows one; a name cannot hold it)";
+  }
   return "";
 }
 
@@ -106,6 +113,27 @@ void DropRepeatedHosts(ClosRows* in) {
   in->rows = std::move(kept);
 }
 
+// Whether `fields` is the header again (exports concatenated with `cat`
+// repeat it: it is not a host). InvalidArgument naming `line` for a header
+// in another column order: it would misread the rows after it.
+absl::StatusOr<bool> RepeatsTheHeader(const std::vector<std::string>& fields,
+                                      const std::vector<std::string>& head,
+                                      const ClosColumns& col,
+                                      const std::string& source, int line) {
+  const ClosColumns again = FindColumns(fields);
+  if (again.ip < 0 || again.dsw < 0 || again.psw < 0 || again.asw < 0) {
+    return false;
+  }
+  if (std::tie(again.ip, again.dsw, again.psw, again.asw) !=
+          std::tie(col.ip, col.dsw, col.psw, col.asw) ||
+      fields.size() != head.size()) {
+    return LineError(source, line,
+                     "a header in another column order than line 1's "
+                     "(files concatenated? give one header)");
+  }
+  return true;
+}
+
 absl::StatusOr<ClosRows> ReadClosRows(const std::string& text,
                                       const std::string& source) {
   std::vector<std::string> lines = absl::StrSplit(text, '\n');
@@ -120,31 +148,23 @@ absl::StatusOr<ClosRows> ReadClosRows(const std::string& text,
                      "expected a header naming the columns ip,DSW,PSW,ASW");
   }
   ClosRows out;
-  for (size_t i = 1; i < lines.size(); ++i) {
+  size_t span = 1;
+  for (size_t i = 1; i < lines.size(); i += span) {
+    span = 1;
     const absl::string_view raw = absl::StripAsciiWhitespace(lines[i]);
     if (raw.empty() || raw[0] == '#') continue;
     ClosRow r;
     r.line = static_cast<int>(i) + 1;
     why.clear();
-    if (!SplitCsvRecord(raw, &fields, &why)) {
+    if (!SplitCsvRecordAt(lines, i, &fields, &why, &span)) {
       out.left_out[why].push_back(r.line);
       continue;
     }
-    // Exports concatenated (`cat a.csv b.csv`) repeat the header: it is not
-    // a host. In another column order it would misread the rows after it.
-    const ClosColumns again = FindColumns(fields);
-    if (again.ip >= 0 && again.dsw >= 0 && again.psw >= 0 && again.asw >= 0) {
-      if (std::tie(again.ip, again.dsw, again.psw, again.asw) !=
-              std::tie(col.ip, col.dsw, col.psw, col.asw) ||
-          fields.size() != head.size()) {
-        return LineError(source, r.line,
-                         "a header in another column order than line 1's "
-                         "(files concatenated? give one header)");
-      }
-      out.left_out["repeating the header"].push_back(r.line);
-      continue;
-    }
-    why = IncompleteWhy(fields, head.size(), col, &r);
+    absl::StatusOr<bool> header =
+        RepeatsTheHeader(fields, head, col, source, r.line);
+    if (!header.ok()) return header.status();
+    why = *header ? "repeating the header"
+                  : IncompleteWhy(fields, head.size(), col, &r);
     if (!why.empty()) {
       out.left_out[why].push_back(r.line);
       continue;
@@ -171,6 +191,16 @@ struct ClosTree {
   std::set<std::string> dsw;
 };
 
+// One part of a scoped name: as the file gives it, or in double quotes
+// (a quote inside doubled) when it holds a '/' or starts with a quote.
+// Joined with '/', the parts then read back one way only: ASW `A/B` under
+// PSW `X` is `X/"A/B"`, ASW `B` under PSW `X/A` is `"X/A"/B` (before, both
+// were `X/A/B`: two ToRs under one name).
+std::string NamePart(const std::string& part) {
+  if (part.find('/') == std::string::npos && part[0] != '"') return part;
+  return absl::StrCat("\"", absl::StrReplaceAll(part, {{"\"", "\"\""}}), "\"");
+}
+
 ClosTree BuildTree(const ClosRows& in) {
   ClosTree t;
   std::map<std::string, std::set<std::string>> psw_dsws;
@@ -181,10 +211,13 @@ ClosTree BuildTree(const ClosRows& in) {
   for (const ClosRow& r : in.rows) {
     const ClosTree::Pod pod{r.dsw, r.psw};
     const std::string name =
-        psw_dsws[r.psw].size() > 1 ? absl::StrCat(r.dsw, "/", r.psw) : r.psw;
+        psw_dsws[r.psw].size() > 1
+            ? absl::StrCat(NamePart(r.dsw), "/", NamePart(r.psw))
+            : NamePart(r.psw);
     if (t.pod_name.emplace(pod, name).second) t.pod_line[pod] = r.line;
     const ClosTree::Tor tor{r.dsw, r.psw, r.asw};
-    if (t.tor_name.emplace(tor, absl::StrCat(name, "/", r.asw)).second) {
+    if (t.tor_name.emplace(tor, absl::StrCat(name, "/", NamePart(r.asw)))
+            .second) {
       t.tor_line[tor] = r.line;
     }
   }
@@ -257,7 +290,8 @@ void AddClosAssumptions(const ClosTree& in, const ClosCsvOptions& o,
 }
 
 // InvalidArgument naming the flag (`pitstop plan`'s) of an assumption no
-// fabric can have: a count below 1, a speed that is not a finite number of
+// fabric can have: a count below 1, more GPUs per host than
+// kMaxGpusPerHost, a speed that is not a finite number of
 // Gbps above 0 (before, `--nic-gbps inf` was accepted).
 absl::Status CheckClosOptions(const ClosCsvOptions& o) {
   for (const auto& [flag, n] :
@@ -268,6 +302,11 @@ absl::Status CheckClosOptions(const ClosCsvOptions& o) {
       return absl::InvalidArgumentError(
           absl::StrCat(flag, " ", n, ": a count is at least 1"));
     }
+  }
+  if (o.gpus_per_host > kMaxGpusPerHost) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gpus-per-host ", o.gpus_per_host, ": a host has at most ",
+        kMaxGpusPerHost, " GPUs (one NIC each; GB200 NVL72's NVLink domain)"));
   }
   for (const auto& [flag, gbps] :
        {std::pair<const char*, double>{"--nic-gbps", o.nic_gbps},

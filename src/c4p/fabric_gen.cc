@@ -61,6 +61,20 @@ absl::StatusOr<GeneratorOptions> ParseGeneratorSpec(const std::string& spec) {
   return o;
 }
 
+std::string GeneratorSpecHelp() {
+  const GeneratorOptions d;
+  return absl::StrCat(
+      "gen:leafspine[,gpus=", d.gpus, ",gpus_per_host=", d.gpus_per_host,
+      ",rail=", d.rail_optimised ? 1 : 0, ",hosts_per_tor=", d.hosts_per_tor,
+      ",planes=", d.planes, ",nic_gbps=", d.nic_gbps,
+      ",nvlink_gbps=", d.nvlink_gbps,
+      ",tor_uplinks=N,uplink_gbps=G] or gen:3tier[,the same keys,"
+      "tors_per_pod=",
+      d.tors_per_pod,
+      ",agg_uplinks=N] (tor_uplinks and agg_uplinks: non-blocking unless "
+      "given; uplink_gbps: nic_gbps unless given)");
+}
+
 absl::StatusOr<Fabric> GenerateFabric(const GeneratorOptions& o) {
   if (o.gpus <= 0 || o.gpus_per_host <= 0 || o.gpus % o.gpus_per_host != 0 ||
       o.hosts_per_tor <= 0 || o.planes <= 0 || o.nic_gbps <= 0 ||
@@ -86,13 +100,15 @@ absl::StatusOr<Fabric> GenerateFabric(const GeneratorOptions& o) {
   // tor_node[plane][segment * tors_per_segment + rail]
   std::vector<std::vector<int>> tor_node(o.planes);
   for (int p = 0; p < o.planes; ++p) {
+    // The plane last ("spine3p1", "tor0.2p1"): before, "spinep" + plane +
+    // index made plane 1's spine 10 and plane 11's spine 0 one name.
     const std::string ps = o.planes > 1 ? absl::StrCat("p", p) : "";
     std::vector<int> cores;  // three-tier: [agg index * agg_up + j]
     if (three) {
       for (int k = 0; k < up; ++k) {
         for (int j = 0; j < agg_up; ++j) {
           cores.push_back(fab.AddSwitch(NodeKind::kCore,
-                                        absl::StrCat("core", ps, k, ".", j)));
+                                        absl::StrCat("core", k, ".", j, ps)));
         }
       }
     }
@@ -100,7 +116,7 @@ absl::StatusOr<Fabric> GenerateFabric(const GeneratorOptions& o) {
     if (!three) {
       for (int k = 0; k < up; ++k) {
         spines.push_back(
-            fab.AddSwitch(NodeKind::kAgg, absl::StrCat("spine", ps, k)));
+            fab.AddSwitch(NodeKind::kAgg, absl::StrCat("spine", k, ps)));
       }
     }
     std::vector<std::vector<int>> pod_aggs(pods);

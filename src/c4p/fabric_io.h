@@ -59,8 +59,12 @@ absl::StatusOr<SimAiFile> ParseSimAi(const std::string& text,
 absl::StatusOr<Fabric> FabricFromSimAi(const SimAiFile& file,
                                        const std::string& source);
 
+// The most GPUs (= NICs) a host may have: GB200 NVL72's NVLink domain.
+// More is a typo, and ran for minutes before it was refused.
+inline constexpr int kMaxGpusPerHost = 72;
+
 struct ClosCsvOptions {
-  int gpus_per_host = 8;  // one NIC per GPU
+  int gpus_per_host = 8;  // one NIC per GPU; 1..kMaxGpusPerHost
   double nic_gbps = 400;  // NIC <-> ToR
   int aggs_per_pod = 8;   // uplinks per ToR (one to each agg of its pod)
   double tor_uplink_gbps = 400;
@@ -95,6 +99,9 @@ struct GeneratorOptions {
 // "gen:3tier,gpus=8192,..." Keys are GeneratorOptions' field names (rail for
 // rail_optimised). InvalidArgument naming the key on a bad one.
 absl::StatusOr<GeneratorOptions> ParseGeneratorSpec(const std::string& spec);
+// The spec's keys with GeneratorOptions' defaults, for help text (before,
+// `pitstop plan --help` wrote its own and showed tors_per_pod=16 for 64).
+std::string GeneratorSpecHelp();
 absl::StatusOr<Fabric> GenerateFabric(const GeneratorOptions& options);
 
 // `what` is a "gen:" spec, a .csv file (or one whose first line starts with

@@ -93,4 +93,34 @@ bool SplitCsvRecord(absl::string_view line, std::vector<std::string>* fields,
   }
 }
 
+namespace {
+
+// Whether `line` leaves a quote open after `open` (whether one was open
+// before it): each quote toggles, a doubled quote inside quotes twice.
+bool QuoteOpenAfter(absl::string_view line, bool open) {
+  for (char c : line) open ^= c == '"';
+  return open;
+}
+
+}  // namespace
+
+bool SplitCsvRecordAt(const std::vector<std::string>& lines, size_t first,
+                      std::vector<std::string>* fields, std::string* why,
+                      size_t* span) {
+  *span = 1;
+  if (SplitCsvRecord(lines[first], fields, why)) return true;
+  bool open = QuoteOpenAfter(lines[first], false);
+  std::string record = lines[first];
+  for (size_t j = first + 1; open && j < lines.size(); ++j) {
+    absl::StrAppend(&record, "\n", lines[j]);
+    open = QuoteOpenAfter(lines[j], open);
+    if (open) continue;
+    std::string ignored;
+    if (!SplitCsvRecord(record, fields, &ignored)) break;
+    *span = j - first + 1;
+    return true;
+  }
+  return SplitCsvRecord(lines[first], fields, why);
+}
+
 }  // namespace pitstop::c4p

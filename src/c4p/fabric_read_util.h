@@ -35,6 +35,17 @@ std::string LeftOutWarning(const std::string& source, const std::string& why,
 bool SplitCsvRecord(absl::string_view line, std::vector<std::string>* fields,
                     std::string* why);
 
+// The CSV record that starts on lines[first], split as SplitCsvRecord
+// does. RFC 4180 lets a quoted field hold a line break: when a quote opened
+// on lines[first] closes on a later line and the lines up to it make one
+// well-formed record, that is the record (its fields keep the "\n"), and
+// *span is the lines it takes. Otherwise the record is lines[first] alone
+// (*span 1), so a quote left open by mistake does not swallow the rows after
+// it.
+bool SplitCsvRecordAt(const std::vector<std::string>& lines, size_t first,
+                      std::vector<std::string>* fields, std::string* why,
+                      size_t* span);
+
 }  // namespace pitstop::c4p
 
 #endif  // PITSTOP_SRC_C4P_FABRIC_READ_UTIL_H_

@@ -57,6 +57,16 @@ void AddConnection(const Fabric& fabric, int src_rank, int dst_rank,
   ++*conn;
 }
 
+// The most GPUs (= NICs = rails) a host of the job has: channel c runs on
+// rail c % this. Hosts may differ (an ibnetdiscover host with two HCAs among
+// hosts with one); before, the first host's count was taken, and with a
+// one-HCA host first every channel of a two-HCA host used its nic0.
+int MaxGpusPerHost(const Fabric& fabric, const std::vector<int>& hosts) {
+  size_t most = 1;
+  for (int h : hosts) most = std::max(most, fabric.hosts()[h].gpus.size());
+  return static_cast<int>(most);
+}
+
 }  // namespace
 
 std::vector<Flow> BuildRingFlows(const Fabric& fabric,
@@ -71,12 +81,7 @@ std::vector<Flow> BuildRingFlows(const Fabric& fabric,
     if (!local.count(h)) host_order.push_back(h);
     local[h].push_back(r);
   }
-  int max_local = 0;
-  for (const auto& [h, rs] : local) {
-    max_local = std::max<int>(max_local, rs.size());
-  }
-  const int per_host =
-      static_cast<int>(fabric.hosts()[host_order[0]].gpus.size());
+  const int per_host = MaxGpusPerHost(fabric, host_order);
   const int channels =
       spec.channels > 0 ? spec.channels
                         : std::min(kNcclMaxChannels, 2 * std::max(1, per_host));
@@ -135,8 +140,7 @@ std::vector<Flow> BuildTreeFlows(const Fabric& fabric,
     if (!local.count(h)) host_order.push_back(h);
     local[h].push_back(r);
   }
-  const int per_host =
-      n > 0 ? static_cast<int>(fabric.hosts()[host_order[0]].gpus.size()) : 1;
+  const int per_host = MaxGpusPerHost(fabric, host_order);
   const int channels =
       spec.channels > 0 ? spec.channels
                         : std::min(kNcclMaxChannels, 2 * std::max(1, per_host));

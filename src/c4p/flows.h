@@ -3,8 +3,10 @@
 // Offline (BuildRingFlows): NCCL's ring all-reduce over a placement. Per
 // channel c the ring visits hosts in rank order; inside a host it enters at
 // the GPU of rail c % gpus_per_host (NCCL's rail-aligned rings: the channel
-// receives and sends on the same rail's NIC, forwarding over NVLink, PXN) and
-// walks the host's other GPUs over NVLink. Every connection moves
+// receives and sends on the same rail's NIC, forwarding over NVLink, PXN; a
+// host without that rail enters at its GPU c % its GPUs, and gpus_per_host
+// is the most any host of the job has) and walks the host's other GPUs over
+// NVLink. Every connection moves
 // 2(n-1)/n x bytes / channels per all-reduce; a connection with q QPs is q
 // flows of 1/q each (each QP has its own UDP source port, so its own ECMP
 // hash).

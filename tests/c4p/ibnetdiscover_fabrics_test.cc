@@ -118,6 +118,37 @@ TEST(PublishedFabricsTest, Edr96HostsFromAGuidMap) {
   EXPECT_NE(bad.status().message().find("hosts.map:2:"), std::string::npos);
 }
 
+// A host with two HCAs (the map gives the controller's HCA to node018's
+// host too) has two NICs, and the ring's channels use both. Before, the
+// channel count and rails came from the first host (one HCA): every channel
+// of the two-HCA host went through its nic0 and nic1 carried nothing.
+TEST(PublishedFabricsTest, Edr96HostWithTwoHcasUsesBoth) {
+  const std::string text = SharedTopologyText(kEdr96);
+  SKIP_WITHOUT(text, kEdr96);
+  auto ib = ParseIbnetdiscover(text, kEdr96);
+  ASSERT_TRUE(ib.ok()) << ib.status();
+  auto map =
+      ParseIbHostMap("0x506b4b030043f9e2 n18\n506b4b03003fa9b6 n18\n", "m");
+  ASSERT_TRUE(map.ok()) << map.status();
+  auto f = FabricFromIbnetdiscover(*ib, kEdr96, *map, IbOptions{});
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->hosts().size(), 95u);
+  int channels = 0;
+  const std::vector<Flow> flows =
+      BuildRingFlows(*f, f->GpusInOrder(), RingSpec{}, &channels);
+  EXPECT_EQ(channels, 4);  // two per NIC of the host with the most
+  Planner planner(&*f, &flows, PlannerOptions{});
+  const std::vector<double> bytes =
+      Planner::LinkBytes(*f, flows, planner.Plan(1));
+  for (const char* nic : {"n18/nic0", "n18/nic1"}) {
+    auto links = f->FindLinks(nic);
+    ASSERT_TRUE(links.ok()) << links.status();
+    double sent = 0;
+    for (int l : *links) sent += bytes[l];
+    EXPECT_GT(sent, 0) << nic << " carries nothing";
+  }
+}
+
 // With SHARP enabled, every Switch-IB 2 / Quantum switch lists its
 // aggregation node (the in-switch reduction engine) as a Ca on an internal
 // port, all with the description "Mellanox Technologies Aggregation Node"

@@ -9,9 +9,11 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/c4p/fabric_io.h"
 #include "tests/harness/run_command.h"
 
 namespace pitstop::c4p {
@@ -53,6 +55,40 @@ TEST(PlanCliTest, HelpShowsTheDefaults) {
         "--nvlink-gbps FLOAT=3600"}) {
     EXPECT_THAT(out, HasSubstr(shown)) << out;
   }
+  // The generator's keys come from its real defaults: before, the help
+  // wrote tors_per_pod=16 where the default is 64.
+  const GeneratorOptions defaults;
+  EXPECT_THAT(
+      out, HasSubstr("tors_per_pod=" + std::to_string(defaults.tors_per_pod)));
+  EXPECT_THAT(out, HasSubstr("hosts_per_tor=" +
+                             std::to_string(defaults.hosts_per_tor)));
+}
+
+// Before, --placement-seed -1 wrapped to 2^64-1, and --seeds and
+// --gpus-per-host had no upper bound (a typo ran for hours).
+TEST(PlanCliTest, OutOfRangeCountsAndSeedsAreRefusedNamingTheFlag) {
+  const std::string pitstop = Binary("tools/pitstop/pitstop");
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  const std::string csv = TempDir() + "/bounds.csv";
+  std::ofstream(csv) << "ip,DSW,PSW,ASW\nh0,G0,P0,S0\nh1,G0,P0,S1\n";
+  std::string out;
+  for (const auto& [flags, said] :
+       {std::pair<std::string, std::string>{
+            std::string(kSmall) + " --placement-seed -1",
+            "--placement-seed -1: a seed is 0 or more"},
+        {std::string(kSmall) + " --seeds 10001",
+         "--seeds 10001: draw 1..10000 ECMP seeds"},
+        {csv + " --gpus-per-host 73",
+         "--gpus-per-host 73: a host has at most 72 GPUs"}}) {
+    EXPECT_EQ(RunCommand(pitstop + " plan --topology " + flags, &out), 2)
+        << flags << ": " << out;
+    EXPECT_THAT(out, HasSubstr(said)) << flags;
+  }
+  EXPECT_EQ(RunCommand(pitstop + " plan --topology " + csv +
+                           " --gpus-per-host 72 --seeds 1",
+                       &out),
+            0)
+      << out;
 }
 
 // Before, --channels 0 silently meant "two per NIC".

@@ -340,6 +340,9 @@ TEST(EvaluateTest, OddBytesChannelsAndSeedsAreRefusedNamingTheFlag) {
       {[](EvalOptions* o) { o->ring.channels = -1; }, "--channels -1"},
       {[](EvalOptions* o) { o->ring.channels = 100000; }, "--channels 100000"},
       {[](EvalOptions* o) { o->seeds = 0; }, "--seeds 0"},
+      // Before, no upper bound: --seeds 100000000 ran for days.
+      {[](EvalOptions* o) { o->seeds = kMaxEcmpSeeds + 1; },
+       "--seeds 10001: draw 1..10000 ECMP seeds"},
   };
   for (const Case& c : cases) {
     EvalOptions o;

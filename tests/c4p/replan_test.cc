@@ -2,8 +2,10 @@
 // targets"): where the link sits in an exactly full group of uplinks.
 #include <algorithm>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "src/c4p/bound.h"
 #include "src/c4p/evaluate.h"
@@ -201,6 +203,62 @@ TEST(ReplanTest, SplittingOnlyTheCrossingConnectionsIsWorseUnderPerQpSharing) {
                t_whole = Simulate(fab, flows, a);
   RecordProperty("split_over_whole", std::to_string(t_split / t_whole));
   EXPECT_GT(t_split, t_whole * 1.05);
+}
+
+// Two --degrade flags that name one link: the later share applies, the
+// link is degraded (and re-planned around) once, and the overlap is warned.
+// Before, it was silent and the link was listed twice.
+TEST(EvaluateTest, ALinkDegradedTwiceIsWarnedAndCountedOnce) {
+  Fabric fab = Gen("gen:leafspine,gpus=32,hosts_per_tor=2");
+  EvalOptions o;
+  o.seeds = 1;
+  o.pin_ports = false;
+  o.degrade = {{"tor0.0-spine0", 0.5}, {"tor0.0-spine0", 0.5}};
+  auto r = Evaluate(&fab, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->degraded_links.size(), 2u);  // both directions, once each
+  std::string all;
+  for (const std::string& w : r->warnings) all += w + "\n";
+  EXPECT_NE(all.find("--degrade tor0.0-spine0=0.5: 2 links "
+                     "(tor0.0->spine0, ...) already degraded by --degrade "
+                     "tor0.0-spine0=0.5 (given twice): the later share, "
+                     "0.5, applies"),
+            std::string::npos)
+      << all;
+  // A switch and then one of its links: the link takes the later share.
+  fab.ResetCapacities();
+  o.degrade = {{"tor0.0", 0.5}, {"tor0.0->spine0", 0}};
+  r = Evaluate(&fab, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto link = fab.FindLinks("tor0.0->spine0");
+  ASSERT_TRUE(link.ok()) << link.status();
+  EXPECT_EQ(fab.link(link->front()).gbps, 0);
+  all.clear();
+  for (const std::string& w : r->warnings) all += w + "\n";
+  EXPECT_NE(all.find("1 link (tor0.0->spine0) already degraded by "
+                     "--degrade tor0.0=0.5: the later share, 0, applies"),
+            std::string::npos)
+      << all;
+}
+
+// Each ECMP seed is reported, healthy and degraded, with its QP count
+// (`pitstop plan` prints it on stderr when the run is slow).
+TEST(EvaluateTest, EcmpSeedsAreReported) {
+  Fabric fab = Gen("gen:leafspine,gpus=32,hosts_per_tor=2");
+  EvalOptions o;
+  o.seeds = 3;
+  o.pin_ports = false;
+  o.degrade = {{"tor0.0-spine0", 0.5}};
+  std::vector<std::string> seen;
+  o.on_ecmp_seed = [&seen](const EcmpProgress& p) {
+    seen.push_back(
+        absl::StrCat(p.stage, " ", p.qps, " ", p.done, "/", p.seeds));
+  };
+  auto r = Evaluate(&fab, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(seen, (std::vector<std::string>{
+                      "healthy 1 1/3", "healthy 1 2/3", "healthy 1 3/3",
+                      "degraded 1 1/3", "degraded 1 2/3", "degraded 1 3/3"}));
 }
 
 }  // namespace

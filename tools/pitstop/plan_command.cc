@@ -19,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "src/c4p/evaluate.h"
 #include "src/c4p/fabric_io.h"
+#include "src/c4p/progress.h"
 #include "src/c4p/qps_auto.h"
 #include "tools/pitstop/commands.h"
 
@@ -32,7 +33,7 @@ struct PlanArgs {
   double degrade_busiest = 0;
   std::string output = "table";
   std::string placement = "packed";
-  uint64_t placement_seed = 1;
+  int64_t placement_seed = 1;
   int channels = 0;
   std::string qps = "auto";
   std::string bytes = "1G";
@@ -215,40 +216,46 @@ absl::Status WritePlan(const c4p::Fabric& fabric, const c4p::EvalReport& r,
              : absl::InternalError(absl::StrCat("cannot write ", path));
 }
 
-int RunPlan(const PlanArgs& a) {
-  c4p::EvalOptions o;
-  o.ranks = a.ranks;
+// The evaluation's options from the flags; false (having said why on
+// stderr) for a value no run means.
+bool ParseEvalOptions(const PlanArgs& a, c4p::EvalOptions* o) {
+  o->ranks = a.ranks;
   if (a.placement == "packed") {
-    o.placement = c4p::Placement::kPacked;
+    o->placement = c4p::Placement::kPacked;
   } else if (a.placement == "scattered") {
-    o.placement = c4p::Placement::kScattered;
+    o->placement = c4p::Placement::kScattered;
   } else {
     std::cerr << "pitstop plan: --placement is packed or scattered\n";
-    return 2;
+    return false;
   }
-  o.placement_seed = a.placement_seed;
-  o.ring.channels = a.channels;
-  o.tree = a.algo == "tree";
-  bool qps_auto = a.qps == "auto";
-  if (!qps_auto) {
+  if (a.placement_seed < 0) {
+    // Before, the flag was unsigned and -1 became 18446744073709551615.
+    std::cerr << "pitstop plan: --placement-seed " << a.placement_seed
+              << ": a seed is 0 or more\n";
+    return false;
+  }
+  o->placement_seed = static_cast<uint64_t>(a.placement_seed);
+  o->ring.channels = a.channels;
+  o->tree = a.algo == "tree";
+  if (a.qps != "auto") {
     int q = 0;
     if (!absl::SimpleAtoi(a.qps, &q) || q < 1 || q > 64) {
       std::cerr << "pitstop plan: --qps '" << a.qps
                 << "' is not auto or a QP count 1..64\n";
-      return 2;
+      return false;
     }
-    o.ring.qps_per_connection = q;
+    o->ring.qps_per_connection = q;
   }
-  if (!ParseBytes(a.bytes, &o.ring.bytes)) {
+  if (!ParseBytes(a.bytes, &o->ring.bytes)) {
     std::cerr << "pitstop plan: --bytes '" << a.bytes
               << "' is not a size (e.g. 256M, 1G)\n";
-    return 2;
+    return false;
   }
-  o.seeds = a.seeds;
-  o.hash = a.hash;
-  o.pin_ports = !a.no_pin;
-  o.degrade_busiest = a.degrade_busiest;
-  o.sim_mode =
+  o->seeds = a.seeds;
+  o->hash = a.hash;
+  o->pin_ports = !a.no_pin;
+  o->degrade_busiest = a.degrade_busiest;
+  o->sim_mode =
       a.sim == "events" ? c4p::SimMode::kEvents : c4p::SimMode::kSteady;
   for (const std::string& d : a.degrade) {
     const size_t eq = d.rfind('=');
@@ -256,10 +263,24 @@ int RunPlan(const PlanArgs& a) {
     if (eq == std::string::npos || !absl::SimpleAtod(d.substr(eq + 1), &frac)) {
       std::cerr << "pitstop plan: --degrade '" << d
                 << "' is not LINK=FRACTION (e.g. tor3-spine1=0.25)\n";
-      return 2;
+      return false;
     }
-    o.degrade.emplace_back(d.substr(0, eq), frac);
+    o->degrade.emplace_back(d.substr(0, eq), frac);
   }
+  return true;
+}
+
+int RunPlan(const PlanArgs& a) {
+  c4p::EvalOptions o;
+  if (!ParseEvalOptions(a, &o)) return 2;
+  const bool qps_auto = a.qps == "auto";
+  // On stderr, so that `-o json` keeps stdout JSON; silent for 2 s.
+  c4p::ProgressLine progress(Clock::Real(), &std::cerr);
+  o.on_ecmp_seed = [&progress](const c4p::EcmpProgress& p) {
+    progress.Update(absl::StrCat("pitstop plan: ECMP seeds, ", p.stage, ", ",
+                                 p.qps, p.qps > 1 ? " QPs" : " QP"),
+                    p.done, p.seeds);
+  };
   // --nvlink-gbps is also the NVLink of hosts with several HCAs.
   c4p::IbOptions ib = a.ib;
   ib.nvlink_gbps = a.csv.nvlink_gbps;
@@ -313,11 +334,8 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
   cmd->add_option("--topology", args->topology,
                   "SimAI topology file, three-tier CSV (a header naming "
                   "ip,DSW,PSW,ASW), ibnetdiscover output (infiniband-diags; "
-                  "see --ib-host-map) or a generated fabric: "
-                  "gen:leafspine,gpus=1024[,rail=1,"
-                  "hosts_per_tor=16,planes=1,nic_gbps=400,tor_uplinks=N,"
-                  "uplink_gbps=G] or gen:3tier,gpus=8192[,tors_per_pod=16,"
-                  "agg_uplinks=N,...]")
+                  "see --ib-host-map) or a generated fabric: " +
+                      c4p::GeneratorSpecHelp())
       ->required();
   cmd->add_option("--ranks", args->ranks,
                   "GPUs in the job (default: every GPU of the fabric)");
@@ -338,7 +356,7 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
                   "seeded random order, as a busy scheduler hands them out)")
       ->capture_default_str();
   cmd->add_option("--placement-seed", args->placement_seed,
-                  "seed of the scattered placement")
+                  "seed of the scattered placement (0 or more)")
       ->capture_default_str();
   cmd->add_option("--algo", args->algo,
                   "ring (default) or tree: NCCL's all-reduce algorithm")
@@ -356,9 +374,11 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--bytes", args->bytes, "all-reduce size (e.g. 256M, 1G)")
       ->capture_default_str();
-  cmd->add_option("--seeds", args->seeds,
-                  "ECMP hash seeds to draw (>= 100 "
-                  "for a distribution)")
+  cmd->add_option(
+         "--seeds", args->seeds,
+         absl::StrCat("ECMP hash seeds to draw, 1..", c4p::kMaxEcmpSeeds,
+                      " (>= 100 for a distribution; progress goes "
+                      "to stderr when they take over 2 s)"))
       ->capture_default_str();
   cmd->add_option("--hash", args->hash, "switch hash: crc32, xor or murmur")
       ->capture_default_str();
@@ -375,8 +395,9 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
                   "JSON to this file");
   auto* csv =
       cmd->add_option_group("three-tier CSV", "what the CSV leaves open");
-  csv->add_option("--gpus-per-host", args->csv.gpus_per_host,
-                  "GPUs (and NICs) per host")
+  csv->add_option(
+         "--gpus-per-host", args->csv.gpus_per_host,
+         absl::StrCat("GPUs (and NICs) per host, 1..", c4p::kMaxGpusPerHost))
       ->capture_default_str();
   csv->add_option("--nic-gbps", args->csv.nic_gbps, "NIC speed")
       ->capture_default_str();
