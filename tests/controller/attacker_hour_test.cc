@@ -1,13 +1,16 @@
 // Issue #33, round 21 (an attacker hour on the engine, FakeClock): what a
-// host may say about members another host holds (docs/reliability.md,
+// host may say about members another host holds, and how much of the table
+// of failed communicator creations it may fill (docs/reliability.md,
 // "Round 21: an attacker hour").
 #include <initializer_list>
 #include <memory>
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "pitstop/clock.h"
+#include "src/controller/detect/config_fault.h"
 #include "src/controller/detect/detection_engine.h"
 
 namespace pitstop::controller {
@@ -70,6 +73,69 @@ TEST(AttackerHourTest, AListDoesNotRenameAnotherHostsLiveMembers) {
   ASSERT_TRUE(e->AddCommunicator("b", Listing(0, 3, {5, 6, 2})).ok());
   EXPECT_EQ(GlobalRankOf(e.get(), 0), 5);
   EXPECT_EQ(GlobalRankOf(e.get(), 1), 6);
+}
+
+v1::RankLifecycle InitFailed(const std::string& job, uint32_t pid) {
+  v1::RankLifecycle l;
+  l.set_kind(v1::RankLifecycle::KIND_COMM_INIT_FAILED);
+  l.set_job_id(job);
+  l.set_pid(pid);
+  l.set_global_rank(-1);
+  l.mutable_init_failure()->set_call("ncclCommInitRank");
+  l.mutable_init_failure()->set_result(2);
+  return l;
+}
+
+// The CONFIG fault of `job` (null when none is open).
+const v1::Fault* ConfigFault(const CycleResult& r, const std::string& job) {
+  for (const v1::Fault& f : r.faults) {
+    if (f.fault_class() == v1::FAULT_CLASS_CONFIG && f.job_id() == job) {
+      return &f;
+    }
+  }
+  return nullptr;
+}
+
+// R21-3: the table of failed communicator creations had one cluster-wide
+// cap (1024 jobs, 4096 failures per job) and was never emptied. One node's
+// processes, each naming a made-up job in its environment (no credential),
+// filled it for good: another host's real failure raised nothing and was
+// not counted. Now each host creates at most kMaxConfigJobsPerHost jobs
+// there and reports at most kMaxFailuresPerHostJob processes of a job;
+// its share comes back an hour after its jobs last changed.
+TEST(AttackerHourTest, OneHostCannotFillTheTableOfFailedCreations) {
+  FakeClock clock;
+  auto e = std::move(*DetectionEngine::Create(&clock, {}));
+  size_t refused = 0;
+  // Failures of processes it does not run, in victim (F4: an agent may say
+  // a process of its host belongs to any job) ...
+  for (uint32_t p = 0; p < 2 * kMaxFailuresPerJob; ++p) {
+    refused += !e->AddLifecycle("evil", InitFailed("victim", 5000 + p)).ok();
+  }
+  // ... and in made-up jobs.
+  for (uint32_t j = 0; j < 2 * kMaxConfigJobs; ++j) {
+    refused += !e->AddLifecycle(
+                     "evil", InitFailed(absl::StrCat("made-up-", j), 1000 + j))
+                    .ok();
+  }
+  EXPECT_EQ(refused, 2 * kMaxFailuresPerJob - kMaxFailuresPerHostJob +
+                         2 * kMaxConfigJobs - (kMaxConfigJobsPerHost - 1));
+  EXPECT_EQ(e->stats().config_failures_refused, static_cast<uint64_t>(refused));
+  // Host b's real failure in victim is in victim's fault; another job's
+  // failure on host b raises that job's fault.
+  ASSERT_TRUE(e->AddLifecycle("b", InitFailed("victim", 7)).ok());
+  ASSERT_TRUE(e->AddLifecycle("b", InitFailed("other", 8)).ok());
+  CycleResult r = e->RunCycle();
+  const v1::Fault* victim = ConfigFault(r, "victim");
+  ASSERT_NE(victim, nullptr);
+  bool b_named = false;
+  for (const v1::Suspect& s : victim->suspects()) b_named |= s.host() == "b";
+  EXPECT_TRUE(b_named);
+  EXPECT_NE(ConfigFault(r, "other"), nullptr);
+  // An hour later the made-up jobs are forgotten: the host's share is back.
+  clock.Advance(absl::Minutes(61));
+  e->RunCycle();
+  EXPECT_TRUE(e->AddLifecycle("evil", InitFailed("made-up-again", 1)).ok());
 }
 
 }  // namespace

@@ -324,8 +324,9 @@ absl::Status EngineImpl::AddLifecycle(absl::string_view host,
   }
   if (l.kind() == v1::RankLifecycle::KIND_COMM_INIT_FAILED) {
     RETURN_IF_ERROR(ForeignRank(host, l, &stats_.deaths_refused));
-    config_.Add(host, l);
-    return absl::OkStatus();
+    absl::Status s = config_.Add(host, l, clock_->MonotonicNanos());
+    stats_.config_failures_refused = config_.refused();
+    return s;
   }
   if (!died && l.kind() != v1::RankLifecycle::KIND_CLEAN_EXIT) {
     return absl::OkStatus();
