@@ -69,7 +69,7 @@ Unpack anywhere (e.g. in an init container onto a shared volume) and set
   PITSTOP_AGENT_SOCKET=/run/pitstop/agent.sock   (the agent's socket, mounted)
 and, to let the node's flow plan steer NCCL (docs/planning.md),
   NCCL_TUNER_PLUGIN=<dir>/lib/libnccl-tuner-pitstop.so
-  (with /dev/shm/pitstop-tuner-table of the host visible, or
+  (with /run/pitstop/tuner-table of the host visible, or
   PITSTOP_TUNER_TABLE naming the agent's table)
 Bundled: the library and the shared libraries it needs besides glibc and
 libstdc++ (needs glibc >= 2.36, libstdc++ of GCC >= 12). See docs/deploy.md.

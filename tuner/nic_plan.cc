@@ -217,16 +217,38 @@ bool WriteNicPlan(const std::string& path,
 
 bool ReadNicPlan(const std::string& path, std::vector<NicPlanEntry>* out,
                  std::string* error) {
-  FILE* f = std::fopen(path.c_str(), "re");
-  if (f == nullptr) {
+  // Read inside every communicator creation of every process on the node:
+  // a FIFO must not block it, a file must not grow it without bound, and
+  // another user's file must not steer it (round 21, R21-2).
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
     *error = path + ": " + std::strerror(errno);
+    return false;
+  }
+  if (std::string why = tuner::CheckTrustedFile(fd, path); !why.empty()) {
+    close(fd);
+    *error = why;
     return false;
   }
   std::string text;
   char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
-  std::fclose(f);
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR)) {
+    if (n < 0) continue;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxNicPlanBytes) {
+      close(fd);
+      *error =
+          path + ": larger than " + std::to_string(kMaxNicPlanBytes) + " bytes";
+      return false;
+    }
+  }
+  const int read_errno = errno;
+  close(fd);
+  if (n < 0) {
+    *error = path + ": " + std::strerror(read_errno);
+    return false;
+  }
   if (!ParseNicPlan(text, out, error)) {
     *error = path + ": " + *error;
     return false;

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -112,6 +113,31 @@ bool ReadSlot(const Slot& slot, Steering* out) {
 }
 
 }  // namespace
+
+std::string CheckTrustedFile(int fd, const std::string& path) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return Errno("cannot stat", path);
+  if (!S_ISREG(st.st_mode)) return path + ": not a regular file";
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o",
+                  static_cast<unsigned>(st.st_mode & 07777));
+    return path + ": writable by other users (mode " + mode + ")";
+  }
+  if (st.st_uid == 0) return "";
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
+  struct stat dst {};
+  if (stat(dir.c_str(), &dst) != 0) return Errno("cannot stat", dir);
+  if (dst.st_uid != st.st_uid) {
+    return path + ": owned by uid " + std::to_string(st.st_uid) +
+           ", neither root nor the owner of " + dir + " (uid " +
+           std::to_string(dst.st_uid) + "): any user may create files there";
+  }
+  return "";
+}
 
 std::string ResolveTablePath(const std::string& path) {
   if (!path.empty()) return path;
@@ -343,9 +369,18 @@ struct TunerTableReader::Mapping {
 std::unique_ptr<TunerTableReader> TunerTableReader::Open(
     const std::string& path_in, std::string* error) {
   std::string path = ResolveTablePath(path_in);
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO at the path must not block NCCL's init.
+  int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     *error = Errno("cannot open tuner table", path);
+    return nullptr;
+  }
+  // Only a file no other user can write or truncate is mapped: a table of
+  // another user, truncated while mapped, raised SIGBUS in every training
+  // process of the node (round 21, R21-2).
+  if (std::string why = CheckTrustedFile(fd, path); !why.empty()) {
+    *error = "tuner table " + why;
+    close(fd);
     return nullptr;
   }
   struct stat st {};

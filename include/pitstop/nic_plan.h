@@ -10,7 +10,7 @@
 // demoted (see FilterTopologyXml), restoring the variable afterwards.
 //
 // File: beside the tuner table, `<tuner table path>.nics` (default
-// /dev/shm/pitstop-tuner-table.nics), or $PITSTOP_NIC_PLAN. Text, written
+// /run/pitstop/tuner-table.nics), or $PITSTOP_NIC_PLAN. Text, written
 // whole and renamed over the path (a reader sees the old or the new file),
 // mode 0644:
 //
@@ -29,6 +29,7 @@
 #ifndef PITSTOP_NIC_PLAN_H_
 #define PITSTOP_NIC_PLAN_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -69,7 +70,11 @@ bool ParseNicPlan(const std::string& text, std::vector<NicPlanEntry>* out,
 // Writes a temporary file beside `path` and renames it over `path`.
 bool WriteNicPlan(const std::string& path,
                   const std::vector<NicPlanEntry>& entries, std::string* error);
-// Reads and parses `path`; false with the path in the error.
+// A plan holds one line per communicator of the node's directives (a few
+// hundred bytes each); a larger file is refused.
+inline constexpr size_t kMaxNicPlanBytes = size_t{1} << 20;
+// Reads and parses `path`; false with the path in the error. Refuses a
+// file tuner::CheckTrustedFile refuses, and one over kMaxNicPlanBytes.
 bool ReadNicPlan(const std::string& path, std::vector<NicPlanEntry>* out,
                  std::string* error);
 

@@ -8,10 +8,14 @@
 // getCollInfo and steers exactly the communicators the table names; any
 // other communicator keeps NCCL's own choice.
 //
-// Transport: one file in shared memory (default kDefaultTablePath; both
-// sides honour $PITSTOP_TUNER_TABLE), fixed layout, native endianness,
-// readable by every user on the node (0644): the tuner runs in the user's
-// container, which must see the agent's /dev/shm (or the path it names).
+// Transport: one file in shared memory (default kDefaultTablePath, in the
+// agent's /run/pitstop beside its sockets; both sides honour
+// $PITSTOP_TUNER_TABLE), fixed layout, native endianness, readable by every
+// user on the node (0644): the tuner runs in the user's container, which
+// must see the agent's /run/pitstop (or the path it names). A reader maps
+// only a file CheckTrustedFile accepts: in a world-writable directory such
+// as /dev/shm any user could place a table there first, steer every job's
+// NCCL and, truncating it, kill every process mapping it (SIGBUS).
 //
 //   header (64 bytes): magic, version, header/slot sizes, capacity,
 //                      generation (bumped after every change), retired
@@ -39,7 +43,7 @@
 namespace pitstop::tuner {
 
 inline constexpr char kTableEnv[] = "PITSTOP_TUNER_TABLE";
-inline constexpr char kDefaultTablePath[] = "/dev/shm/pitstop-tuner-table";
+inline constexpr char kDefaultTablePath[] = "/run/pitstop/tuner-table";
 inline constexpr uint32_t kTableVersion = 1;
 inline constexpr uint32_t kDefaultCapacity = 256;
 inline constexpr uint32_t kMaxCapacity = 65536;
@@ -168,6 +172,14 @@ class TunerTableReader {
 
 // `path` if non-empty, else $PITSTOP_TUNER_TABLE if set, else the default.
 std::string ResolveTablePath(const std::string& path);
+
+// Empty if the file open at `fd` (named `path`) may be trusted by every
+// training process on the node, else why not: it must be a regular file
+// that no user but its owner can write, owned by root or by the owner of
+// its directory (in a directory any user may create files in, such as
+// /dev/shm, another user's file is refused). The tuner table and the NIC
+// plan are read only after this check (docs/reliability.md, round 21).
+std::string CheckTrustedFile(int fd, const std::string& path);
 
 }  // namespace pitstop::tuner
 

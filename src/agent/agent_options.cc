@@ -109,7 +109,7 @@ void RegisterAgentOptions(ConfigSchema* s, AgentOptions* o) {
          "Shared-memory table libnccl-tuner-pitstop.so reads: the agent "
          "writes the controller's flow-plan steering there (created at the "
          "first plan; empty: $PITSTOP_TUNER_TABLE, else "
-         "/dev/shm/pitstop-tuner-table)");
+         "/run/pitstop/tuner-table)");
   s->Add("log.level", &o->log_level,
          "trace, debug, info, warn, error, critical, off");
   s->Add("log.file", &o->log_file, "Log file; empty = stderr");

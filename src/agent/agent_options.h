@@ -86,7 +86,7 @@ struct AgentOptions {
   std::string migration_data_plane = "none";
   // tuner.table (--tuner-table): the per-node tuner table the agent writes
   // from the controller's flow plans (docs/planning.md); "" =
-  // $PITSTOP_TUNER_TABLE, else /dev/shm/pitstop-tuner-table.
+  // $PITSTOP_TUNER_TABLE, else /run/pitstop/tuner-table.
   std::string tuner_table;
   // log.level / log.file.
   std::string log_level = "info";

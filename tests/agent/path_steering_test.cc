@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,17 @@
 
 namespace pitstop::agent {
 namespace {
+
+// A directory of this process's own: the tuners trust a table (and the
+// interposer a NIC plan) only from root or the owner of its directory, and
+// ::testing::TempDir() is /tmp (root's).
+const std::string& OwnDir() {
+  static const std::string* dir = [] {
+    char tmpl[] = "/tmp/pitstop-path-steering-XXXXXX";
+    return new std::string(mkdtemp(tmpl) != nullptr ? tmpl : "/tmp");
+  }();
+  return *dir;
+}
 
 v1::PathDirective Directive(const std::string& job, uint64_t epoch,
                             bool degraded) {
@@ -55,8 +67,7 @@ TEST(SteeringOfTest, DegradedCommunicatorsOnlyWithShapeAndMasks) {
 }
 
 TEST(PathSteeringTest, WritesTheTableNewestEpochFirst) {
-  const std::string path =
-      absl::StrCat(::testing::TempDir(), "/tuner-", getpid());
+  const std::string path = absl::StrCat(OwnDir(), "/tuner-", getpid());
   unlink(path.c_str());
   PathSteering s(path);
   EXPECT_EQ(s.table_path(), path);
@@ -90,8 +101,7 @@ TEST(PathSteeringTest, WritesTheTableNewestEpochFirst) {
 // whatever the path's health), newest epoch per job, read back as the
 // interposer reads it.
 TEST(PathSteeringTest, WritesTheNicPlanBesideTheTable) {
-  const std::string path =
-      absl::StrCat(::testing::TempDir(), "/tuner-nics-", getpid());
+  const std::string path = absl::StrCat(OwnDir(), "/tuner-nics-", getpid());
   unlink(path.c_str());
   PathSteering s(path);
   EXPECT_EQ(s.nic_plan_path(), path + ".nics");

@@ -3,9 +3,12 @@
 // well-behaved rank of a job, or an attacker claiming another job's.
 //
 //   pitstop_tenant_rank SOCKET JOB COMM_HASH RANK N_RANKS GLOBAL_RANK MODE
+//                       [LISTED]
 //     MODE "hold": streams 10 complete ops every 50 ms until killed;
 //     "drop": sends the hello and 10 ops, then exits without goodbye (the
 //     agent reports its stream as a dead process).
+//     LISTED: the hello's communicator lists global ranks 0..LISTED-1 (as
+//     a torch process group's does), default none.
 // Prints "hello sent" once the hello went out.
 #include <unistd.h>
 
@@ -19,10 +22,10 @@
 int main(int argc, char** argv) {
   using namespace pitstop::agent::testing;
   namespace v1 = pitstop::v1;
-  if (argc != 8) {
+  if (argc != 8 && argc != 9) {
     std::fprintf(stderr,
                  "usage: %s SOCKET JOB COMM_HASH RANK N_RANKS GLOBAL_RANK "
-                 "hold|drop\n",
+                 "hold|drop [LISTED]\n",
                  argv[0]);
     return 2;
   }
@@ -37,6 +40,10 @@ int main(int argc, char** argv) {
   v1::StreamTelemetryRequest hello =
       MakeHello(getpid(), global_rank, comm, rank, n_ranks);
   hello.mutable_hello()->set_job_id(job);
+  const int listed = argc == 9 ? std::atoi(argv[8]) : 0;
+  for (int g = 0; g < listed; ++g) {
+    hello.mutable_communicators(0)->mutable_info()->add_global_ranks(g);
+  }
   hello.set_batch_seq(1);
   if (!stream.Send(hello)) return 1;
   std::printf("hello sent\n");

@@ -3,9 +3,12 @@
 // the topology XML the interposer hands NCCL.
 #include "pitstop/nic_plan.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -145,9 +148,17 @@ TEST(NicPlanTest, FilterDemotesTheNicsOutsideThePlan) {
   EXPECT_NE(out.find(R"(<net name="a" speed="1"/>)"), std::string::npos) << out;
 }
 
+// A directory of this test's own (::testing::TempDir() is /tmp, where a
+// plan of a user other than root is not trusted).
+std::string OwnDir() {
+  char tmpl[] = "/tmp/pitstop-nic-plan-XXXXXX";
+  return mkdtemp(tmpl) != nullptr ? std::string(tmpl) : std::string();
+}
+
 TEST(NicPlanTest, WriteReplacesTheFileWhole) {
-  const std::string path =
-      ::testing::TempDir() + "/nic-plan-" + std::to_string(getpid());
+  const std::string dir = OwnDir();
+  ASSERT_FALSE(dir.empty());
+  const std::string path = dir + "/nic-plan";
   std::vector<NicPlanEntry> e(1);
   e[0].comm_id = 5;
   e[0].nics = {1};
@@ -163,6 +174,63 @@ TEST(NicPlanTest, WriteReplacesTheFileWhole) {
   EXPECT_FALSE(ReadNicPlan(path, &got, &error));
   EXPECT_NE(error.find(path), std::string::npos);
   EXPECT_FALSE(WriteNicPlan("/proc/no-such-dir/plan", e, &error));
+  rmdir(dir.c_str());
+}
+
+// Round 21, R21-2: the interposer reads the plan inside every communicator
+// creation of every process on the node. A FIFO there blocked each of them
+// (forever, or while its writer fed them without end), and any user could
+// put a plan in /dev/shm to demote other jobs' NICs. Refused now: special
+// files, files other users may write or another user owns there, and
+// files over kMaxNicPlanBytes.
+TEST(NicPlanTest, APlanAnotherUserCouldWriteIsNotRead) {
+  const std::string dir = OwnDir();
+  ASSERT_FALSE(dir.empty());
+  std::vector<NicPlanEntry> e(1), got;
+  e[0].comm_id = 5;
+  e[0].nics = {1};
+  std::string error;
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  EXPECT_FALSE(ReadNicPlan(fifo, &got, &error));
+  EXPECT_NE(error.find("not a regular file"), std::string::npos) << error;
+
+  const std::string path = dir + "/plan";
+  ASSERT_TRUE(WriteNicPlan(path, e, &error)) << error;
+  ASSERT_EQ(chmod(path.c_str(), 0666), 0);
+  EXPECT_FALSE(ReadNicPlan(path, &got, &error));
+  EXPECT_NE(error.find("writable by other users"), std::string::npos) << error;
+  ASSERT_EQ(chmod(path.c_str(), 0644), 0);
+  EXPECT_TRUE(ReadNicPlan(path, &got, &error)) << error;
+
+  std::string shared = "/dev/shm";
+  if (geteuid() == 0) {  // root's sticky directory, a plan of nobody's
+    shared = dir + "/shm";
+    ASSERT_EQ(mkdir(shared.c_str(), 01777), 0);
+  }
+  const std::string foreign =
+      shared + "/pitstop-test-plan-" + std::to_string(getpid());
+  ASSERT_TRUE(WriteNicPlan(foreign, e, &error)) << error;
+  if (geteuid() == 0) {
+    ASSERT_EQ(chown(foreign.c_str(), 65534, 65534), 0);
+  }
+  EXPECT_FALSE(ReadNicPlan(foreign, &got, &error));
+  EXPECT_NE(error.find("neither root nor the owner"), std::string::npos)
+      << error;
+  unlink(foreign.c_str());
+
+  // A plan too large to be one: read no further than the bound.
+  {
+    std::string text = FormatNicPlan(e);
+    text.resize(kMaxNicPlanBytes + 1, '#');
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  }
+  EXPECT_FALSE(ReadNicPlan(path, &got, &error));
+  EXPECT_NE(error.find("larger than"), std::string::npos) << error;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

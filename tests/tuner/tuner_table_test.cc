@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -179,6 +180,51 @@ TEST_F(TunerTableTest, OpenErrorsNameThePath) {
   EXPECT_EQ(TunerTableWriter::Create(dir_ + "/no/such/dir/t", 4, &error),
             nullptr);
   EXPECT_THAT(error, HasSubstr("no/such/dir"));
+}
+
+// Round 21, R21-2: any user on the node could create the table in the
+// world-writable /dev/shm before the agent's first plan; every training
+// process mapped it, was steered by it, and got SIGBUS at its next
+// collective once that user truncated it. A table another user owns there,
+// one other users may write, or a FIFO (which blocked NCCL's init) is not
+// opened.
+TEST_F(TunerTableTest, ATableAnotherUserCouldWriteIsNotMapped) {
+  std::string error;
+  // A table other users may write (and truncate).
+  NewWriter();
+  ASSERT_EQ(chmod(path_.c_str(), 0666), 0);
+  EXPECT_EQ(TunerTableReader::Open(path_, &error), nullptr);
+  EXPECT_THAT(error, HasSubstr("writable by other users (mode 0666)"));
+  ASSERT_EQ(chmod(path_.c_str(), 0644), 0);
+  EXPECT_NE(NewReader(), nullptr);  // the agent's own: read as before
+
+  // Another user's table in a directory any user may create files in: as
+  // root, a sticky world-writable directory of root's and a table chowned
+  // to nobody; as another user, /dev/shm (root's) and a table of ours.
+  std::string shared = "/dev/shm";
+  if (geteuid() == 0) {
+    shared = dir_ + "/shm";
+    ASSERT_EQ(mkdir(shared.c_str(), 01777), 0);
+  }
+  const std::string foreign =
+      shared + "/pitstop-test-table-" + std::to_string(getpid());
+  {
+    auto w = TunerTableWriter::Create(foreign, 4, &error);
+    ASSERT_NE(w, nullptr) << error;
+    ASSERT_TRUE(w->Upsert(Entry(1, 1), &error)) << error;
+  }
+  if (geteuid() == 0) {
+    ASSERT_EQ(chown(foreign.c_str(), 65534, 65534), 0);
+  }
+  EXPECT_EQ(TunerTableReader::Open(foreign, &error), nullptr);
+  EXPECT_THAT(error, HasSubstr("neither root nor the owner of " + shared));
+  unlink(foreign.c_str());
+
+  // A FIFO: refused at once instead of blocking the open.
+  const std::string fifo = dir_ + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  EXPECT_EQ(TunerTableReader::Open(fifo, &error), nullptr);
+  EXPECT_THAT(error, HasSubstr("not a regular file"));
 }
 
 TEST_F(TunerTableTest, PathComesFromTheEnvironmentWhenNotGiven) {

@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -13,11 +14,6 @@
 namespace pitstop::controller {
 namespace {
 
-// Failed processes remembered per job; more are counted in the summary only
-// through the job's other entries (a job of 10^5 ranks that all fail says
-// the same thing with 4096 of them).
-constexpr size_t kMaxFailuresPerJob = 4096;
-constexpr size_t kMaxJobs = 1024;
 constexpr int kRanksNamed = 8;
 
 }  // namespace
@@ -41,29 +37,78 @@ std::string NcclResultName(int32_t result) {
   }
 }
 
-void ConfigFaults::Add(absl::string_view host, const v1::RankLifecycle& l) {
+absl::Status ConfigFaults::Refuse(std::string why) {
+  ++refused_;
+  return absl::ResourceExhaustedError(std::move(why));
+}
+
+absl::Status ConfigFaults::Add(absl::string_view host,
+                               const v1::RankLifecycle& l, int64_t now_ns) {
   const std::string job_id = l.job_id();
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
-    if (jobs_.size() >= kMaxJobs) return;
+    if (jobs_.size() >= kMaxConfigJobs) {
+      return Refuse(absl::StrCat("init_failure: ", kMaxConfigJobs,
+                                 " jobs with failed communicator creations "
+                                 "are tracked (the cluster's ceiling)"));
+    }
+    size_t& mine = jobs_per_host_[std::string(host)];
+    if (mine >= kMaxConfigJobsPerHost) {
+      return Refuse(
+          absl::StrCat("init_failure: host ", host.substr(0, 64),
+                       " reported failed "
+                       "communicator creations of ",
+                       mine, " jobs (its share: ", kMaxConfigJobsPerHost, ")"));
+    }
+    ++mine;
     it = jobs_.emplace(job_id, Job()).first;
+    it->second.creator = std::string(host);
   }
   Job& job = it->second;
   const std::pair<std::string, uint32_t> who{std::string(host), l.pid()};
   auto f = job.failures.find(who);
   if (f == job.failures.end()) {
-    if (job.failures.size() >= kMaxFailuresPerJob) return;
+    size_t& here = job.per_host[who.first];
+    if (job.failures.size() >= kMaxFailuresPerJob ||
+        here >= kMaxFailuresPerHostJob) {
+      return Refuse(absl::StrCat(
+          "init_failure: job '", job_id.substr(0, 64), "' has ",
+          job.failures.size(), " failed processes, ", here, " of host ",
+          host.substr(0, 64), " (shares: ", kMaxFailuresPerJob, " per job, ",
+          kMaxFailuresPerHostJob, " per host)"));
+    }
+    ++here;
     f = job.failures.emplace(who, Failure()).first;
     f->second.global_rank = l.global_rank();
     f->second.what = l.init_failure();
     f->second.what.DiscardUnknownFields();
     owner_[who] = job_id;
     job.changed = true;
+    job.last_change_ns = now_ns;
   } else if (f->second.recovered) {
     // Failed again after a success: it counts again.
     f->second.recovered = false;
     f->second.what = l.init_failure();
     job.changed = true;
+    job.last_change_ns = now_ns;
+  }
+  return absl::OkStatus();
+}
+
+void ConfigFaults::Expire(int64_t now_ns) {
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    const Job& job = it->second;
+    if (job.changed || now_ns - job.last_change_ns < kConfigJobExpiryNs) {
+      ++it;
+      continue;
+    }
+    for (const auto& [who, failure] : job.failures) {
+      auto o = owner_.find(who);
+      if (o != owner_.end() && o->second == it->first) owner_.erase(o);
+    }
+    auto c = jobs_per_host_.find(job.creator);
+    if (c != jobs_per_host_.end() && --c->second == 0) jobs_per_host_.erase(c);
+    it = jobs_.erase(it);
   }
 }
 
@@ -93,7 +138,8 @@ void ConfigFaults::NoteDeath(absl::string_view host, uint32_t pid) {
   }
 }
 
-void ConfigFaults::Raise(FaultTracker* tracker) {
+void ConfigFaults::Raise(FaultTracker* tracker, int64_t now_ns) {
+  Expire(now_ns);
   for (auto& [job_id, job] : jobs_) {
     if (!job.changed) continue;
     job.changed = false;

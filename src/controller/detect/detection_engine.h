@@ -159,6 +159,9 @@ struct EngineStats {
   // Members a process of no job registered before the communicator's job
   // was known, taken by a communicator record of the job (round 20).
   uint64_t jobless_superseded = 0;
+  // Failed communicator creations refused by a share of the CONFIG fault
+  // table (config_fault.h: per host, per job and host, the ceiling).
+  uint64_t config_failures_refused = 0;
 
   uint64_t join_entries = 0;  // summaries held in open joins now
   // Hang verdicts of a cycle dropped because the communicator's members

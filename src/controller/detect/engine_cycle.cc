@@ -170,7 +170,7 @@ std::unique_ptr<CycleWork> EngineImpl::BeginCycle(
   ForgetHosts();
   RetireOldGenerations();
   RetireReplacedComms();
-  config_.Raise(&tracker_);
+  config_.Raise(&tracker_, now);
   // Only ExpireComms, ForgetHosts, RetireOldGenerations and
   // RetireReplacedComms erase from comms_ (above); inputs fed by
   // between_comms may insert, which keeps the std::map's iterators valid.

@@ -219,7 +219,10 @@ absl::Status EngineImpl::NoteGlobalRanks(CommState* c,
                                          absl::string_view host) {
   // Every entry names a member (memory follows the entries received), all
   // charged to the host that sent the list: a list longer than its share
-  // is refused whole, never left half-stored.
+  // is refused whole, never left half-stored. An entry for a member a live
+  // process on another host holds is not used: that host says its own
+  // ranks' global ranks (round 21, R21-1: a list renamed them, and a
+  // renamed global rank passed ForeignRank).
   const int n = std::min(info.global_ranks_size(), c->ExpectedRanks());
   uint64_t fresh = 0;
   for (int r = 0; r < n; ++r) {
@@ -239,7 +242,12 @@ absl::Status EngineImpl::NoteGlobalRanks(CommState* c,
     if (info.global_ranks(r) < 0) continue;
     auto [it, added] = c->members.try_emplace(r);
     if (added) it->second.payer = payer;
-    if (it->second.global_rank != info.global_ranks(r)) ++c->generation;
+    if (it->second.global_rank == info.global_ranks(r)) continue;
+    if (it->second.host != host && HeldLive(it->second)) {
+      ++stats_.claims_refused;
+      continue;
+    }
+    ++c->generation;
     it->second.global_rank = info.global_ranks(r);
   }
   return absl::OkStatus();
@@ -316,8 +324,9 @@ absl::Status EngineImpl::AddLifecycle(absl::string_view host,
   }
   if (l.kind() == v1::RankLifecycle::KIND_COMM_INIT_FAILED) {
     RETURN_IF_ERROR(ForeignRank(host, l, &stats_.deaths_refused));
-    config_.Add(host, l);
-    return absl::OkStatus();
+    absl::Status s = config_.Add(host, l, clock_->MonotonicNanos());
+    stats_.config_failures_refused = config_.refused();
+    return s;
   }
   if (!died && l.kind() != v1::RankLifecycle::KIND_CLEAN_EXIT) {
     return absl::OkStatus();

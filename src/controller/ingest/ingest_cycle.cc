@@ -122,6 +122,7 @@ void IngestService::AfterCycle(const CycleResult& r) {
       {"foreign_claims", stats.claims_refused},
       {"foreign_deaths", stats.deaths_refused},
       {"jobless_superseded", stats.jobless_superseded},
+      {"config_failures", stats.config_failures_refused},
   };
   for (const auto& [what, total] : refused) {
     uint64_t& last = refused_last_[what];
