@@ -64,8 +64,10 @@
 // include/pitstop/trainer.h); COMMIT's and ABORT's NCCL calls on a worker
 // thread of its own (finalize is a barrier; the exporter must not wait). Every
 // method is thread-safe (one mutex; never held across a call that may block on
-// peers). Nothing here runs on the collective path: the switch counter is the
-// table's (CommTable::CountEnqueued).
+// peers, nor across one that frees a communicator: freeing the last one stops
+// the exporter, which takes the mutex for its last acks). Nothing here runs on
+// the collective path: the switch counter is the table's
+// (CommTable::CountEnqueued).
 #ifndef PITSTOP_PLUGIN_REBUILD_H_
 #define PITSTOP_PLUGIN_REBUILD_H_
 
@@ -205,6 +207,12 @@ class Rebuilder {
   bool SendStateLocked(uint64_t next_step,
                        const std::vector<uint64_t>& enqueued, OwnedComm* done,
                        std::string* error) PLUGIN_REQUIRES(mu_);
+  // Aborts `comm` with the lock released, as every NCCL call that frees a
+  // communicator must be: freeing the process's last one ends in the
+  // profiler's finalize, which stops the exporter and waits for its last
+  // drain, and that drain takes the lock (TakeAcks). Held across the abort,
+  // the lock deadlocked a joiner whose transfer ended in an ABORT.
+  void AbortUnlocked(OwnedComm* comm) PLUGIN_REQUIRES(mu_);
   // Recover's wait for a from_replica migration other than `stale_serial`
   // to reach SWITCH_AT.
   bool WaitRedoLocked(uint64_t stale_serial, int64_t timeout_ms,

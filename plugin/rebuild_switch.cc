@@ -118,10 +118,16 @@ bool Rebuilder::SendStateLocked(uint64_t next_step,
   *done = std::move(m->transfer);
   m->transfer = OwnedComm();
   if (sent && m->stage == Stage::kSwitching) return true;
-  done->Abort(ops_);
   if (sent) *error = "migration aborted during the state transfer";
   if (m->stage == Stage::kSwitching) FailLocked(kPhaseSwitchAt, *error);
+  AbortUnlocked(done);
   return false;
+}
+
+void Rebuilder::AbortUnlocked(OwnedComm* comm) {
+  mu_.Unlock();
+  comm->Abort(ops_);
+  mu_.Lock();
 }
 
 int Rebuilder::Recover(uint64_t failed_step, uint64_t* redo_step,
@@ -238,9 +244,9 @@ int Rebuilder::Join(uint64_t* next_step, int64_t timeout_ms,
     m->transfer = OwnedComm();
     const bool aborted = m->stage == Stage::kAborted;
     if (!ok || aborted) {
-      done.Abort(ops_);
       if (aborted) *error = m->failure;
       if (!aborted) FailLocked(kPhaseSwitchAt, *error);
+      AbortUnlocked(&done);
       return kError;
     }
     mu_.Unlock();
