@@ -119,7 +119,9 @@ class Rebuilder {
   int Poll(uint64_t next_step, std::string* error) noexcept;
   // Joiner: waits up to `timeout_ms` for READY and SWITCH_AT, receives the
   // state, then binds the sandbox handles. 0 with *next_step set, or
-  // kError.
+  // kError. A receive that fails because the leaver's end closed waits
+  // (within `timeout_ms`) for the ABORT, whose reason it returns: the
+  // leaver's death or failure is reported by its own side.
   int Join(uint64_t* next_step, int64_t timeout_ms,
            std::string* error) noexcept;
   // Node failure, stayer: the trainer's collective of step `failed_step`
@@ -222,6 +224,13 @@ class Rebuilder {
       PLUGIN_REQUIRES(mu_);
   bool WaitSwitchLocked(int64_t timeout_ms, std::string* error)
       PLUGIN_REQUIRES(mu_);
+  // The join's receive failed or the migration was aborted meanwhile:
+  // aborts `transfer`; when `leaver_gone` (the leaver's end closed) waits,
+  // until `deadline` (now_ns), for the ABORT that names the leaver's
+  // failure. kError with *error: the ABORT's reason, else the receive's
+  // (then SWITCH_AT is answered failed).
+  int JoinFailedLocked(OwnedComm* transfer, bool leaver_gone, uint64_t deadline,
+                       std::string* error) PLUGIN_REQUIRES(mu_);
   // Fails the migration: aborts every communicator it made that is still
   // live (on the worker) and answers `phase` !ok.
   void FailLocked(int phase, const std::string& error) PLUGIN_REQUIRES(mu_);

@@ -35,7 +35,14 @@ struct Fake {
   int aborts = 0;
   int drained = 0;  // aborts whose drain took the rebuilder's lock
   std::vector<std::thread> drains;
-  std::string abort_reason;  // delivered at the first send or receive
+  std::vector<MigrationAck> acks;  // what the drains took
+  std::string abort_reason;
+  // Where the ABORT comes: during the transfer (before its send or receive
+  // fails), or only after it (the leaver's death reported after the joiner
+  // saw its connection close): from another thread at the first look at
+  // the clock after the transfer communicator's abort.
+  bool abort_after_transfer = false;
+  bool abort_armed = false;
 };
 Fake* g_fake = nullptr;
 
@@ -48,7 +55,30 @@ NcclResult FakeAsync(NcclComm, NcclResult* r) {
   *r = abi::kNcclSuccess;
   return abi::kNcclSuccess;
 }
-NcclResult FakeAbort(NcclComm) {
+void DeliverAbort() {
+  std::vector<MigrationDirective> v(1);
+  v[0].phase = kPhaseAbort;
+  v[0].migration_id = "M1";
+  v[0].epoch = 1;
+  v[0].reason = g_fake->abort_reason;
+  g_fake->rebuilder->OnDirectives(&v);
+}
+// The rebuilder's clock (always 0: no deadline passes).
+uint64_t FakeNow() {
+  std::lock_guard<std::mutex> lock(g_fake->mu);
+  if (g_fake->abort_armed) {
+    g_fake->abort_armed = false;
+    g_fake->drains.emplace_back(DeliverAbort);
+  }
+  return 0;
+}
+NcclResult FakeAbort(NcclComm comm) {
+  // The joiner's transfer communicator is its second (after the world's).
+  if (g_fake->abort_after_transfer &&
+      comm == reinterpret_cast<NcclComm>(&g_fake->comms[1])) {
+    std::lock_guard<std::mutex> lock(g_fake->mu);
+    g_fake->abort_armed = true;
+  }
   auto done = std::make_shared<std::promise<void>>();
   std::future<void> drained = done->get_future();
   {
@@ -57,6 +87,10 @@ NcclResult FakeAbort(NcclComm) {
     g_fake->drains.emplace_back([done] {
       std::vector<MigrationAck> acks;
       g_fake->rebuilder->TakeAcks(&acks);
+      {
+        std::lock_guard<std::mutex> lock(g_fake->mu);
+        for (MigrationAck& a : acks) g_fake->acks.push_back(std::move(a));
+      }
       done->set_value();
     });
   }
@@ -65,15 +99,9 @@ NcclResult FakeAbort(NcclComm) {
   g_fake->drained += ok;
   return abi::kNcclSuccess;
 }
-// The ABORT reaches the library while the trainer's thread transfers; then
-// the peer's connection closes.
+// The peer's connection closes (an ABORT may have come first).
 NcclResult AbortThenFail() {
-  std::vector<MigrationDirective> v(1);
-  v[0].phase = kPhaseAbort;
-  v[0].migration_id = "M1";
-  v[0].epoch = 1;
-  v[0].reason = g_fake->abort_reason;
-  g_fake->rebuilder->OnDirectives(&v);
+  if (!g_fake->abort_after_transfer) DeliverAbort();
   return abi::kNcclRemoteError;
 }
 NcclResult FakeSend(const void*, size_t, int, int, NcclComm, void*) {
@@ -102,8 +130,7 @@ class RebuildAbortTest : public ::testing::Test {
  protected:
   void SetUp() override {
     g_fake = &fake_;
-    rebuilder_ = std::make_unique<Rebuilder>(&g_table, FakeOps(), "",
-                                             [] { return uint64_t{0}; });
+    rebuilder_ = std::make_unique<Rebuilder>(&g_table, FakeOps(), "", FakeNow);
     fake_.rebuilder = rebuilder_.get();
   }
   void TearDown() override {
@@ -171,6 +198,28 @@ TEST_F(RebuildAbortTest, AJoinerAbortsItsTransferWithoutTheLock) {
   EXPECT_EQ(rebuilder_->Join(&next_step, 60000, &error), Rebuilder::kError);
   EXPECT_EQ(error, "migration aborted: leaver node1 died");
   ExpectEveryAbortDrained(2);
+}
+
+// The leaver died: the joiner's receive fails (its connection closed)
+// before the ABORT for the death comes. The joiner waits for it instead of
+// answering its receive's failure, which the controller would have taken
+// for the abort's reason (the two reports race).
+TEST_F(RebuildAbortTest, AJoinerWhoseLeaverVanishedReturnsTheAbortsReason) {
+  handle_ = g_table.BindSandbox(3, 4, kWorldHash);
+  sandbox_ = true;
+  ASSERT_NE(handle_, nullptr);
+  fake_.abort_reason = "leaver node1 died";
+  fake_.abort_after_transfer = true;
+  PrepareAndArm(kRoleJoiner);
+  uint64_t next_step = 0;
+  std::string error;
+  EXPECT_EQ(rebuilder_->Join(&next_step, 60000, &error), Rebuilder::kError);
+  EXPECT_EQ(error, "migration aborted: leaver node1 died");
+  ExpectEveryAbortDrained(2);
+  for (const MigrationAck& a : fake_.acks) {
+    EXPECT_FALSE(a.phase == kPhaseSwitchAt && !a.ok)
+        << "SWITCH_AT answered failed before the ABORT: " << a.error;
+  }
 }
 
 // The leaver's send fails after the ABORT came: it aborts its transfer
