@@ -64,8 +64,10 @@
 // include/pitstop/trainer.h); COMMIT's and ABORT's NCCL calls on a worker
 // thread of its own (finalize is a barrier; the exporter must not wait). Every
 // method is thread-safe (one mutex; never held across a call that may block on
-// peers). Nothing here runs on the collective path: the switch counter is the
-// table's (CommTable::CountEnqueued).
+// peers, nor across one that frees a communicator: freeing the last one stops
+// the exporter, which takes the mutex for its last acks). Nothing here runs on
+// the collective path: the switch counter is the table's
+// (CommTable::CountEnqueued).
 #ifndef PITSTOP_PLUGIN_REBUILD_H_
 #define PITSTOP_PLUGIN_REBUILD_H_
 
@@ -117,7 +119,9 @@ class Rebuilder {
   int Poll(uint64_t next_step, std::string* error) noexcept;
   // Joiner: waits up to `timeout_ms` for READY and SWITCH_AT, receives the
   // state, then binds the sandbox handles. 0 with *next_step set, or
-  // kError.
+  // kError. A receive that fails because the leaver's end closed waits
+  // (within `timeout_ms`) for the ABORT, whose reason it returns: the
+  // leaver's death or failure is reported by its own side.
   int Join(uint64_t* next_step, int64_t timeout_ms,
            std::string* error) noexcept;
   // Node failure, stayer: the trainer's collective of step `failed_step`
@@ -205,6 +209,12 @@ class Rebuilder {
   bool SendStateLocked(uint64_t next_step,
                        const std::vector<uint64_t>& enqueued, OwnedComm* done,
                        std::string* error) PLUGIN_REQUIRES(mu_);
+  // Aborts `comm` with the lock released, as every NCCL call that frees a
+  // communicator must be: freeing the process's last one ends in the
+  // profiler's finalize, which stops the exporter and waits for its last
+  // drain, and that drain takes the lock (TakeAcks). Held across the abort,
+  // the lock deadlocked a joiner whose transfer ended in an ABORT.
+  void AbortUnlocked(OwnedComm* comm) PLUGIN_REQUIRES(mu_);
   // Recover's wait for a from_replica migration other than `stale_serial`
   // to reach SWITCH_AT.
   bool WaitRedoLocked(uint64_t stale_serial, int64_t timeout_ms,
@@ -214,6 +224,13 @@ class Rebuilder {
       PLUGIN_REQUIRES(mu_);
   bool WaitSwitchLocked(int64_t timeout_ms, std::string* error)
       PLUGIN_REQUIRES(mu_);
+  // The join's receive failed or the migration was aborted meanwhile:
+  // aborts `transfer`; when `leaver_gone` (the leaver's end closed) waits,
+  // until `deadline` (now_ns), for the ABORT that names the leaver's
+  // failure. kError with *error: the ABORT's reason, else the receive's
+  // (then SWITCH_AT is answered failed).
+  int JoinFailedLocked(OwnedComm* transfer, bool leaver_gone, uint64_t deadline,
+                       std::string* error) PLUGIN_REQUIRES(mu_);
   // Fails the migration: aborts every communicator it made that is still
   // live (on the worker) and answers `phase` !ok.
   void FailLocked(int phase, const std::string& error) PLUGIN_REQUIRES(mu_);

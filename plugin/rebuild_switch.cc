@@ -118,10 +118,16 @@ bool Rebuilder::SendStateLocked(uint64_t next_step,
   *done = std::move(m->transfer);
   m->transfer = OwnedComm();
   if (sent && m->stage == Stage::kSwitching) return true;
-  done->Abort(ops_);
   if (sent) *error = "migration aborted during the state transfer";
   if (m->stage == Stage::kSwitching) FailLocked(kPhaseSwitchAt, *error);
+  AbortUnlocked(done);
   return false;
+}
+
+void Rebuilder::AbortUnlocked(OwnedComm* comm) {
+  mu_.Unlock();
+  comm->Abort(ops_);
+  mu_.Lock();
 }
 
 int Rebuilder::Recover(uint64_t failed_step, uint64_t* redo_step,
@@ -223,25 +229,27 @@ int Rebuilder::Join(uint64_t* next_step, int64_t timeout_ms,
                     std::string* error) noexcept {
   try {
     MutexLock lock(&mu_);
+    const uint64_t deadline =
+        now_ns_() +
+        static_cast<uint64_t>(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
     if (!WaitSwitchLocked(timeout_ms, error)) return kError;
     Migration* m = current_.get();
     const std::vector<StateBuffer> state = state_;
     const NcclComm transfer = m->transfer.comm();
     m->transfer_busy = true;
     TransferHeader header;
+    NcclResult failed = abi::kNcclSuccess;
     mu_.Unlock();
-    const bool ok = ReceiveState(ops_, transfer, state, &header, error);
+    const bool ok =
+        ReceiveState(ops_, transfer, state, &header, error, &failed);
     mu_.Lock();
     m = current_.get();
     m->transfer_busy = false;
     OwnedComm done = std::move(m->transfer);
     m->transfer = OwnedComm();
-    const bool aborted = m->stage == Stage::kAborted;
-    if (!ok || aborted) {
-      done.Abort(ops_);
-      if (aborted) *error = m->failure;
-      if (!aborted) FailLocked(kPhaseSwitchAt, *error);
-      return kError;
+    if (!ok || m->stage == Stage::kAborted) {
+      return JoinFailedLocked(&done, failed == abi::kNcclRemoteError, deadline,
+                              error);
     }
     mu_.Unlock();
     done.FinalizeAndDestroy(ops_);
@@ -253,6 +261,32 @@ int Rebuilder::Join(uint64_t* next_step, int64_t timeout_ms,
     *error = "out of memory joining";
     return kError;
   }
+}
+
+int Rebuilder::JoinFailedLocked(OwnedComm* transfer, bool leaver_gone,
+                                uint64_t deadline, std::string* error) {
+  const uint64_t serial = current_->serial;
+  AbortUnlocked(transfer);
+  // The leaver's end closed: it exited or failed, which its agent (a death)
+  // or its library (a failed SWITCH_AT) reports. The controller's ABORT
+  // then names that cause; answering first would name this echo of it
+  // instead (the two reports race).
+  for (const Migration* m = current_.get();
+       leaver_gone && m != nullptr && m->serial == serial &&
+       m->stage == Stage::kSwitching;
+       m = current_.get()) {
+    const uint64_t now = now_ns_();
+    if (now >= deadline) break;
+    cv_.WaitForNs(&mu_, std::min<uint64_t>(deadline - now, 100000000ull));
+  }
+  Migration* m = current_.get();
+  if (m == nullptr || m->serial != serial) return kError;
+  if (m->stage == Stage::kAborted) {
+    *error = m->failure;
+  } else {
+    FailLocked(kPhaseSwitchAt, *error);
+  }
+  return kError;
 }
 
 // Waits until this joiner is READY and its SWITCH_AT came (or the migration

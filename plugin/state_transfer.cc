@@ -66,8 +66,9 @@ class Cursor {
 
 // Runs one send or recv to completion: a non-blocking communicator may
 // answer ncclInProgress, then NCCL finishes it in the background.
+// `*failed` (when given) gets NCCL's result of a failure.
 bool Complete(const NcclOps& ops, NcclComm comm, NcclResult r, const char* what,
-              std::string* error) {
+              std::string* error, NcclResult* failed = nullptr) {
   while (r == abi::kNcclInProgress) {
     if (ops.get_async_error(comm, &r) != abi::kNcclSuccess) {
       r = abi::kNcclInternalError;
@@ -75,19 +76,22 @@ bool Complete(const NcclOps& ops, NcclComm comm, NcclResult r, const char* what,
   }
   if (r == abi::kNcclSuccess) return true;
   *error = std::string(what) + ": " + DescribeNcclError(ops, comm, r);
+  if (failed != nullptr) *failed = r;
   return false;
 }
 
 bool SendWord(const NcclOps& ops, NcclComm c, uint64_t v, int peer,
-              const char* what, std::string* error) {
+              const char* what, std::string* error,
+              NcclResult* failed = nullptr) {
   return Complete(ops, c, ops.send(&v, sizeof(v), kNcclUint8, peer, c, nullptr),
-                  what, error);
+                  what, error, failed);
 }
 
 bool RecvWord(const NcclOps& ops, NcclComm c, uint64_t* v, int peer,
-              const char* what, std::string* error) {
+              const char* what, std::string* error,
+              NcclResult* failed = nullptr) {
   return Complete(ops, c, ops.recv(v, sizeof(*v), kNcclUint8, peer, c, nullptr),
-                  what, error);
+                  what, error, failed);
 }
 
 // The messages that carry `buffers`: [first, last) of the buffers each,
@@ -251,9 +255,10 @@ bool SendState(const NcclOps& ops, NcclComm c,
 
 bool ReceiveState(const NcclOps& ops, NcclComm c,
                   const std::vector<StateBuffer>& mine, TransferHeader* h,
-                  std::string* error) {
+                  std::string* error, NcclResult* failed) {
   uint64_t size = 0;
-  if (!RecvWord(ops, c, &size, kLeaver, "receiving the header size", error)) {
+  if (!RecvWord(ops, c, &size, kLeaver, "receiving the header size", error,
+                failed)) {
     return false;
   }
   if (size > kMaxHeaderBytes) {
@@ -264,13 +269,14 @@ bool ReceiveState(const NcclOps& ops, NcclComm c,
   std::string bytes(size, '\0');
   if (!Complete(ops, c,
                 ops.recv(bytes.data(), size, kNcclUint8, kLeaver, c, nullptr),
-                "receiving the header", error) ||
+                "receiving the header", error, failed) ||
       !DecodeTransferHeader(bytes, h, error)) {
     return false;
   }
   const std::string differs = CompareState(*h, mine);
   const uint64_t verdict = differs.empty() ? kAccepted : kStateDiffers;
-  if (!SendWord(ops, c, verdict, kLeaver, "answering the leaver", error)) {
+  if (!SendWord(ops, c, verdict, kLeaver, "answering the leaver", error,
+                failed)) {
     return false;
   }
   if (!differs.empty()) {
@@ -287,7 +293,7 @@ bool ReceiveState(const NcclOps& ops, NcclComm c,
     if (!Complete(
             ops, c,
             ops.recv(staging.data() + at, n, kNcclUint8, kLeaver, c, nullptr),
-            "receiving the state", error)) {
+            "receiving the state", error, failed)) {
       return false;
     }
     for (size_t i = first; i < last; ++i) {
@@ -297,7 +303,7 @@ bool ReceiveState(const NcclOps& ops, NcclComm c,
   }
   const bool intact = StateChecksum(received) == h->checksum;
   if (!SendWord(ops, c, intact ? kAccepted : kChecksumMismatch, kLeaver,
-                "answering the leaver", error)) {
+                "answering the leaver", error, failed)) {
     return false;
   }
   if (!intact) {

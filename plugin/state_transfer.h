@@ -63,10 +63,12 @@ bool SendState(const NcclOps& ops, NcclComm transfer,
                const std::vector<StateBuffer>& buffers, uint64_t next_step,
                const std::vector<uint64_t>& enqueued, std::string* error);
 // Joiner: receives and checks the state, then fills `mine`. `*header` gets
-// the leaver's header (next step, counters).
+// the leaver's header (next step, counters). On a failed send or receive,
+// `*failed` (when given) gets NCCL's result: ncclRemoteError when the
+// leaver's end closed (it exited or failed).
 bool ReceiveState(const NcclOps& ops, NcclComm transfer,
                   const std::vector<StateBuffer>& mine, TransferHeader* header,
-                  std::string* error);
+                  std::string* error, NcclResult* failed = nullptr);
 
 }  // namespace pitstop::plugin
 

@@ -101,7 +101,48 @@ std::vector<std::string> NulSeparated(pid_t pid, const char* file) {
   return out;
 }
 
+// Each thread's wait channel (/proc/<pid>/task/*/wchan), counted: the
+// kernel function a blocked thread sleeps in, "running" for one on a CPU.
+std::string ThreadWaits(pid_t pid, int* threads) {
+  std::vector<std::pair<std::string, int>> waits;
+  std::error_code ec;
+  for (fs::directory_iterator it(absl::StrCat("/proc/", pid, "/task"), ec), end;
+       !ec && it != end; it.increment(ec)) {
+    std::string w = ReadProcFile(it->path().string() + "/wchan");
+    if (w.empty() || w == "0") w = "running";
+    ++*threads;
+    auto at = std::find_if(waits.begin(), waits.end(),
+                           [&](const auto& e) { return e.first == w; });
+    if (at == waits.end()) {
+      waits.emplace_back(w, 1);
+    } else {
+      ++at->second;
+    }
+  }
+  return absl::StrJoin(waits, ", ", [](std::string* out, const auto& e) {
+    absl::StrAppend(
+        out, e.first,
+        e.second > 1 ? absl::StrCat(" x", e.second) : std::string());
+  });
+}
+
 }  // namespace
+
+std::string DescribeProcess(pid_t pid) {
+  const std::string stat = ReadProcFile(absl::StrCat("/proc/", pid, "/stat"));
+  const size_t open = stat.find('(');
+  const size_t close = stat.rfind(')');
+  if (open == std::string::npos || close == std::string::npos ||
+      close + 2 >= stat.size()) {
+    return absl::StrCat("pid ", pid, ": gone");
+  }
+  int threads = 0;
+  const std::string waits = ThreadWaits(pid, &threads);
+  return absl::StrCat("pid ", pid, " (",
+                      stat.substr(open + 1, close - open - 1), ") state ",
+                      stat.substr(close + 2, 1), ", ", threads,
+                      " threads, waiting in: ", waits);
+}
 
 std::vector<pid_t> ChildrenOf(pid_t parent) {
   std::vector<pid_t> out;
@@ -197,6 +238,23 @@ absl::StatusOr<std::unique_ptr<TorchJob>> TorchJob::Start(
 }
 
 TorchJob::~TorchJob() { Kill(); }
+
+std::vector<std::string> TorchJob::DescribeRunning() {
+  std::vector<std::string> out;
+  for (int node = 0; node < options_.nodes; ++node) {
+    Subprocess& t = *torchruns_[node];
+    if (!t.Running()) continue;
+    const std::string who = absl::StrCat("torchrun node", node);
+    out.push_back(absl::StrCat(who, ": ", DescribeProcess(t.pid())));
+    for (pid_t pid : DescendantsOf(t.pid())) {
+      const std::string rank = EnvironOf(pid, "RANK");
+      out.push_back(absl::StrCat(
+          "  under ", who, rank.empty() ? "" : absl::StrCat(", rank ", rank),
+          ": ", DescribeProcess(pid)));
+    }
+  }
+  return out;
+}
 
 std::string TorchJob::torchrun_log(int node) const {
   return absl::StrCat(options_.log_dir, "/torchrun-node", node, ".log");

@@ -86,6 +86,10 @@ class TorchJob {
   // anything else they started), and reaps the torchruns. Idempotent.
   void Kill();
 
+  // For a run that did not end: one line per torchrun still running and
+  // per process under it ("torchrun node1: pid ..."; DescribeProcess).
+  std::vector<std::string> DescribeRunning();
+
   std::string torchrun_log(int node) const;
 
  private:
@@ -115,6 +119,10 @@ std::string EnvironOf(pid_t pid, const std::string& name);
 std::vector<std::pair<std::string, std::string>> EnvironmentOf(pid_t pid);
 // The arguments of /proc/<pid>/cmdline; empty when unreadable.
 std::vector<std::string> CommandLineOf(pid_t pid);
+// What a live process is doing, from /proc: "pid 123 (python3.11) state S,
+// 9 threads, waiting in: futex_do_wait x8, do_epoll_wait" (each thread's
+// wchan; "running" for a thread on a CPU), or "pid 123: gone".
+std::string DescribeProcess(pid_t pid);
 
 }  // namespace pitstop::sim
 

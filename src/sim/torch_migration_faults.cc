@@ -205,8 +205,11 @@ void JudgeFault(const TorchMigrationOptions& o, const TorchMigrationResult& r,
       r.ended_after_kill_s > absl::ToDoubleSeconds(kEndBound)) {
     fail(absl::StrFormat(
         "the job's processes had not all ended %.0f s after the kill "
-        "(blocked on the dead rank)",
-        absl::ToDoubleSeconds(kEndBound)));
+        "(blocked on the dead rank?%s)",
+        absl::ToDoubleSeconds(kEndBound),
+        r.still_running.empty() ? ""
+                                : " what still ran is listed above and under "
+                                  "\"still running\""));
   }
   const v1::Migration& m = r.migration;
   const std::string leaver = absl::StrCat("node", o.leaver_node);

@@ -88,6 +88,7 @@ void PrintTorchMigrationReport(const TorchMigrationResult& r,
                          r.last_to_end.empty() ? "-" : r.last_to_end));
     for (const std::string& e : r.stayer_errors) line("stayer's error", e);
   }
+  for (const std::string& p : r.still_running) line("still running", p);
   for (const std::string& f : r.failures) line("FAILURE", f);
   if (r.work_dir_kept) line("work dir", r.work_dir);
 }

@@ -73,6 +73,12 @@ class Run {
   void MakeFault(const std::string& id);
   void AwaitEndAfterKill();
   void AwaitEnd(const absl::Time& deadline);
+  // How long to wait for the processes a kill ends: kEndBound after it
+  // (the run has failed past it), at most `deadline`.
+  absl::Time EndDeadline(const absl::Time& deadline) const;
+  // Records and prints every process of the job still running (a run that
+  // did not end by itself), before they are killed.
+  void SayStillRunning(const std::string& why);
   void JudgeWeightsAndSteps();
   void JudgeSwitch();
   std::string JoinerLog(int rank) const {
@@ -131,6 +137,7 @@ absl::Status Run::RunToEnd(TorchJob* job, const std::string& what) {
   while (job->Running() > 0) {
     if (Cancelled()) return absl::CancelledError("interrupted");
     if (absl::Now() > deadline) {
+      SayStillRunning(absl::StrCat(what, " past its deadline"));
       job->Kill();
       return absl::DeadlineExceededError(
           absl::StrCat(what, ": still running after ",
@@ -332,20 +339,30 @@ void Run::MakeFault(const std::string& id) {
 // wakes their join) while the job trains on.
 void Run::AwaitEndAfterKill() {
   if (o_.fault != TorchMigrationFault::kJoinerDiesInSandbox) return;
-  const absl::Time deadline = absl::Now() + kRunDeadline;
+  const absl::Time deadline = EndDeadline(absl::Now() + kRunDeadline);
   for (Joiner& j : joiners_) {
     j.process->Wait(std::max(deadline - absl::Now(), absl::Seconds(1)));
+  }
+  for (Joiner& j : joiners_) {
+    if (j.process->Running()) {
+      SayStillRunning(
+          absl::StrCat(absl::FormatDuration(kEndBound), " after the kill"));
+      break;
+    }
   }
   if (kill_ns_ != 0) {
     r_->ended_after_kill_s = (MonotonicNowNs() - kill_ns_) / 1e9;
   }
 }
 
-// Every torchrun and joiner ends by itself (killed at `deadline`); the time
-// of the last end after the kill.
-void Run::AwaitEnd(const absl::Time& deadline) {
+// Every torchrun and joiner ends by itself (what still runs kEndBound after
+// the kill, or at `run_deadline`, is described and killed); the time of the
+// last end after the kill.
+void Run::AwaitEnd(const absl::Time& run_deadline) {
+  const absl::Time deadline = EndDeadline(run_deadline);
+  std::string running;
   while (absl::Now() < deadline && !Cancelled()) {
-    std::string running;
+    running.clear();
     if (job_->Running() > 0) running = "torchrun";
     for (Joiner& j : joiners_) {
       if (j.process->Running()) {
@@ -359,10 +376,40 @@ void Run::AwaitEnd(const absl::Time& deadline) {
   if (kill_ns_ != 0) {
     r_->ended_after_kill_s = (MonotonicNowNs() - kill_ns_) / 1e9;
   }
+  if (!running.empty() && !Cancelled()) {
+    SayStillRunning(
+        kill_ns_ != 0
+            ? absl::StrCat(absl::FormatDuration(kEndBound), " after the kill")
+            : "at the run's deadline");
+  }
   for (Joiner& j : joiners_) {
     if (j.process->Running()) j.process->Stop(absl::Seconds(1));
   }
   if (job_->Running() > 0) job_->Kill();
+}
+
+absl::Time Run::EndDeadline(const absl::Time& deadline) const {
+  if (kill_ns_ == 0) return deadline;
+  const absl::Duration since_kill =
+      absl::Nanoseconds(MonotonicNowNs() - kill_ns_);
+  return std::min(deadline, absl::Now() + kEndBound - since_kill);
+}
+
+void Run::SayStillRunning(const std::string& why) {
+  std::vector<std::string> lines;
+  if (job_ != nullptr) lines = job_->DescribeRunning();
+  for (Joiner& j : joiners_) {
+    if (!j.process->Running()) continue;
+    lines.push_back(absl::StrCat("the joiner of rank ", j.rank, ": ",
+                                 DescribeProcess(j.process->pid()), " (log ",
+                                 JoinerLog(j.rank), ")"));
+  }
+  if (lines.empty()) return;
+  Say(absl::StrCat("[sim] still running ", why, " (killed now):"));
+  for (std::string& line : lines) {
+    Say(absl::StrCat("[sim]   ", line));
+    r_->still_running.push_back(std::move(line));
+  }
 }
 
 void Run::Judge() {

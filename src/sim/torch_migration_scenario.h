@@ -126,6 +126,10 @@ struct TorchMigrationResult {
   int victim_rank = -1;
   double ended_after_kill_s = -1;
   std::string last_to_end;  // "torchrun" or "the joiner of rank R"
+  // What was still running when the scenario stopped waiting (kEndBound
+  // after the kill, or a run's deadline) and killed it: one line per
+  // process, with its state and each thread's wait channel from /proc.
+  std::vector<std::string> still_running;
   std::vector<std::string> stayer_errors;
   double reference_s = 0;  // wall time of the undisturbed run
   double migrated_s = 0;   // wall time of the migrated run
