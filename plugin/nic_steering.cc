@@ -1,10 +1,13 @@
 #include "plugin/nic_steering.h"
 
+#include <fcntl.h>
 #include <strings.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -25,7 +28,6 @@ struct State {
   bool user_had = false;  // the user's NCCL_TOPO_FILE, to put back
   std::string user_value;
   bool left_set = false;  // left for a non-blocking init
-  int files = 0;
 };
 Mutex g_mu;
 State* g_state PLUGIN_GUARDED_BY(g_mu) = nullptr;
@@ -77,9 +79,43 @@ std::string BasePath(const State& st) {
   return nicplan::kNcclDefaultTopo;
 }
 
+// Writes `text` to a file of a new name in `dir` (a shared directory such
+// as /tmp): mkostemps picks a name nobody can predict and creates it with
+// O_CREAT|O_EXCL, mode 0600, so a name another user planted (a link, a
+// file of theirs) is never followed, truncated or written (round 21,
+// R21-5). The path, or "" with the reason in `error`.
+std::string WriteNewFile(const std::string& dir, const std::string& text,
+                         std::string* error) {
+  std::string path =
+      dir + "/pitstop-nccl-topo-" + std::to_string(getpid()) + "-XXXXXX.xml";
+  const int fd = mkostemps(path.data(), 4, O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    *error = dir + ": " + std::strerror(errno);
+    return "";
+  }
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      *error = path + ": " + (n < 0 ? std::strerror(errno) : "short write");
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (close(fd) != 0 && done == text.size()) {
+    *error = path + ": " + std::strerror(errno);
+    done = 0;
+  }
+  if (done < text.size()) {
+    unlink(path.c_str());
+    return "";
+  }
+  return path;
+}
+
 // Builds the filtered topology for `e`; "" when it cannot (logged).
-std::string MakeTopology(const State& st, const nicplan::NicPlanEntry& e,
-                         int n) {
+std::string MakeTopology(const State& st, const nicplan::NicPlanEntry& e) {
   const std::string base = BasePath(st);
   std::string xml;
   if (!ReadFile(base, &xml)) {
@@ -96,20 +132,10 @@ std::string MakeTopology(const State& st, const nicplan::NicPlanEntry& e,
     return "";
   }
   const char* tmp = std::getenv("TMPDIR");
-  std::string dir = tmp != nullptr && tmp[0] == '/' ? tmp : "/tmp";
-  const std::string path = dir + "/pitstop-nccl-topo-" +
-                           std::to_string(getpid()) + "-" + std::to_string(n) +
-                           ".xml";
-  {
-    std::ofstream out(path + ".tmp", std::ios::binary | std::ios::trunc);
-    out << filtered;
-    if (!out) {
-      Warn(path + ": cannot write: NCCL picks the NICs");
-      return "";
-    }
-  }
-  if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
-    Warn(path + ": cannot write: NCCL picks the NICs");
+  const std::string path = WriteNewFile(
+      tmp != nullptr && tmp[0] == '/' ? tmp : "/tmp", filtered, &error);
+  if (path.empty()) {
+    Warn(error + ": cannot write the filtered topology: NCCL picks the NICs");
     return "";
   }
   std::string list;
@@ -167,7 +193,7 @@ NicSteering NicSteering::Begin(uint64_t comm_hash, int n_ranks) noexcept {
           std::to_string(e->epoch) + " not applied to this one");
       return s;
     }
-    const std::string path = MakeTopology(st, *e, st.files++);
+    const std::string path = MakeTopology(st, *e);
     if (path.empty()) return s;
     setenv(kTopoEnv, path.c_str(), 1);
     st.ours = path;

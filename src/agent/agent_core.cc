@@ -386,6 +386,7 @@ void AgentCore::PublishMetrics(bool upstream_connected,
   t.uid_claims_over_share = claims.uid_over_share;
   t.job_claims_uid_not_for_jobs = claims.uid_not_for_jobs;
   t.trainer_claims_refused = claims.trainers_refused;
+  t.listed_claims_refused = claims.listed_refused;
   metrics_->SetTotals(t);
 }
 

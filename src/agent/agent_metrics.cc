@@ -92,9 +92,10 @@ AgentMetrics::AgentMetrics(bool per_communicator)
               "kernel, not the message): a job the process does not "
               "belong to, a rank another process holds, a communicator "
               "of another job, the agent's tables full or a process's or "
-              "uid's share of them, or a trainer's "
+              "uid's share of them, a trainer's "
               "step report for a job or global rank its process may not "
-              "report for")
+              "report for, or a communicator listing global ranks of "
+              "ranks its process does not hold")
           .Register(*registry_);
   job_claims_refused_ = &claims.Add({{"what", "job"}});
   rank_claims_refused_ = &claims.Add({{"what", "rank"}});
@@ -106,6 +107,7 @@ AgentMetrics::AgentMetrics(bool per_communicator)
   uid_claims_over_share_ = &claims.Add({{"what", "uid"}});
   job_claims_uid_not_for_jobs_ = &claims.Add({{"what", "job_uid"}});
   trainer_claims_refused_ = &claims.Add({{"what", "trainer"}});
+  listed_claims_refused_ = &claims.Add({{"what", "listed"}});
   job_claims_unverified_ = counter(
       "pitstop_agent_job_claims_unverified_total",
       "Job claims of local processes believed unchecked: the agent may not "
@@ -210,6 +212,8 @@ void AgentMetrics::SetTotals(const Totals& t) {
           last_.job_claims_uid_not_for_jobs);
   advance(trainer_claims_refused_, t.trainer_claims_refused,
           last_.trainer_claims_refused);
+  advance(listed_claims_refused_, t.listed_claims_refused,
+          last_.listed_claims_refused);
   advance(messages_refused_, t.messages_refused, last_.messages_refused);
   plugin_dropped_->Set(static_cast<double>(t.plugin_dropped));
   queued_->Set(static_cast<double>(t.queued_summaries));

@@ -91,6 +91,7 @@ class AgentMetrics {
     uint64_t uid_claims_over_share = 0;
     uint64_t job_claims_uid_not_for_jobs = 0;
     uint64_t trainer_claims_refused = 0;
+    uint64_t listed_claims_refused = 0;
     // Rank messages refused before parsing for their size in records
     // (message_bound.h), on either socket.
     uint64_t messages_refused = 0;
@@ -137,7 +138,7 @@ class AgentMetrics {
   prometheus::Counter* records_refused_;
   prometheus::Counter* connections_refused_;
   prometheus::Counter* pid_refused_;
-  // pitstop_agent_claims_refused_total{what="job|rank|communicator|table|unproven|quarantined|process|uid|job_uid|trainer"}
+  // pitstop_agent_claims_refused_total{what="job|rank|communicator|table|unproven|quarantined|process|uid|job_uid|trainer|listed"}
   prometheus::Counter* job_claims_refused_;
   prometheus::Counter* rank_claims_refused_;
   prometheus::Counter* comm_claims_refused_;
@@ -159,6 +160,9 @@ class AgentMetrics {
   // ingest.job_uids (reported as an anonymous tenant).
   prometheus::Counter* job_claims_uid_not_for_jobs_;
   prometheus::Counter* trainer_claims_refused_;
+  // {what="listed"}: communicator records whose global_ranks listed ranks
+  // their process does not hold (the entries are cut; R21-4).
+  prometheus::Counter* listed_claims_refused_;
   prometheus::Counter* undelivered_;
   prometheus::Counter* messages_refused_;
 };

@@ -123,6 +123,15 @@ int EraseMarked(google::protobuf::RepeatedPtrField<T>* field,
   return removed;
 }
 
+// Whether a communicator record lists a global rank for another rank than
+// its own (the library lists only its own: docs/plugin.md, RANK).
+bool ListsOtherRanks(const v1::CommunicatorInfo& info) {
+  for (int r = 0; r < info.global_ranks_size(); ++r) {
+    if (r != info.rank() && info.global_ranks(r) >= 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 uint64_t StartTicksOfStat(absl::string_view stat) {
@@ -466,12 +475,38 @@ void LocalTenants::Supersede(uint64_t holder, const RankKey& key) {
   ++stats_.jobless_superseded;
 }
 
+void LocalTenants::CutList(const Holder& h, v1::CommunicatorInfo* info) {
+  if (!h.uid_known || !ListsOtherRanks(*info)) return;
+  auto* g = info->mutable_global_ranks();
+  bool cut = false;
+  int keep = 0;
+  for (int r = 0; r < g->size(); ++r) {
+    if (g->Get(r) >= 0 && r != info->rank() &&
+        !h.ranks.contains(RankKey(info->comm_hash(), r))) {
+      g->Set(r, -1);
+      cut = true;
+    }
+    if (g->Get(r) >= 0) keep = r + 1;
+  }
+  g->Truncate(keep);
+  if (cut) ++stats_.listed_refused;
+}
+
 bool LocalTenants::NeedsFilter(uint64_t stream,
                                const v1::StreamTelemetryRequest& req) {
+  // Lists are scanned before the lock (a list may be 2^20 entries long).
+  bool lists = false;
+  for (const v1::CommunicatorEvent& ev : req.communicators()) {
+    lists = lists || ListsOtherRanks(ev.info());
+  }
   MutexLock lock(&mu_);
   auto it = streams_.find(stream);
   if (it == streams_.end()) return false;
   const Stream& s = it->second;
+  if (lists) {
+    auto h = holders_.find(s.holder);
+    if (h != holders_.end() && h->second.uid_known) return true;
+  }
   for (const v1::CommunicatorEvent& ev : req.communicators()) {
     if (!ev.info().job_id().empty() && ev.info().job_id() != s.job) {
       return true;
@@ -505,6 +540,15 @@ bool LocalTenants::Filter(uint64_t stream, v1::StreamTelemetryRequest* req) {
     }
   }
   bool changed = EraseMarked(comms, drop) > 0;
+  // After every claim of the message: a rank of the same communicator
+  // claimed by a later record of it is the process's own.
+  if (auto h = holders_.find(s.holder); h != holders_.end()) {
+    const uint64_t before = stats_.listed_refused;
+    for (v1::CommunicatorEvent& ev : *comms) {
+      CutList(h->second, ev.mutable_info());
+    }
+    changed |= stats_.listed_refused != before;
+  }
   auto* ops = req->mutable_ops();
   drop.assign(ops->size(), false);
   for (int i = 0; i < ops->size(); ++i) {

@@ -37,6 +37,15 @@
 //     (an anonymous tenant locks no job's rank out). Shares
 //     (LocalTenantsOptions): one process, the processes of one uid and the node
 //     hold at most so many ranks; a claim beyond is refused.
+//   - listed global ranks: a communicator record's global_ranks may name
+//     the global rank of the record's own rank and of the other ranks of
+//     the communicator its process holds; entries for any other rank are
+//     claims about other processes' ranks (the library never makes them:
+//     docs/plugin.md, RANK) and are cut from the record (round 21, R21-4:
+//     each entry is a member upstream, and five processes of one user
+//     listing 65,536 ranks each filled their host's member share at the
+//     controller). Believed, as the hello is, for a process the kernel
+//     does not vouch for (ingest.verify_pid off: `pitstop replay`).
 //   - host: the agent writes its own host into what a process reports.
 // Refused hellos end the stream (PermissionDenied); refused communicator
 // and op records are dropped from the message; every refusal is counted
@@ -162,6 +171,9 @@ class LocalTenants {
     // A trainer's step report for a job or global rank its process may
     // not report for (CheckTrainer).
     uint64_t trainers_refused = 0;
+    // Communicator records whose global_ranks listed ranks their process
+    // does not hold: those entries were cut (R21-4).
+    uint64_t listed_refused = 0;
   };
 
   // How strongly what the kernel knows ties a process to the job it
@@ -198,8 +210,10 @@ class LocalTenants {
   absl::Status CheckTrainer(const ProcessIdentity& who, const std::string& job,
                             int32_t global_rank);
   // Drops from `req` the communicator events and op records for ranks the
-  // stream's process may not report for (counted). Returns whether it
-  // changed `req`. Streams without an accepted hello: nothing is checked.
+  // stream's process may not report for, and cuts from its communicator
+  // records the global_ranks entries of ranks the process does not hold
+  // (counted). Returns whether it changed `req`. Streams without an accepted
+  // hello: nothing is checked.
   bool Filter(uint64_t stream, v1::StreamTelemetryRequest* req);
   // Whether Filter would change `req` (cheap: the ranks this stream already
   // holds are checked without the lock's tables).
@@ -283,6 +297,11 @@ class LocalTenants {
   // process of a job takes a rank, and a communicator, that only processes
   // of no job claimed (Supersede).
   bool ClaimRank(Stream* s, const RankKey& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets the entries of `info`'s global_ranks for ranks `h` does not hold
+  // to -1 and drops the trailing ones (counted in listed_refused); a
+  // process the kernel does not know keeps its list.
+  void CutList(const Holder& h, v1::CommunicatorInfo* info)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `holder`, a process of no job, loses `key` to a process of a job.
   void Supersede(uint64_t holder, const RankKey& key)

@@ -666,5 +666,47 @@ TEST(LocalTenantsTest, ATrainerReportsForItsOwnJobAndRankOnly) {
   EXPECT_TRUE(t.CheckTrainer(ProcessIdentity{}, "tj", 3).ok());
 }
 
+// Round 21, R21-4: a communicator record's global_ranks listed 65,536 ranks
+// its process did not hold; upstream each entry is a member charged to the
+// host, and five processes of one user, each naming a made-up job, filled
+// their host's member share: a real job's new communicator on the node got
+// no member. The entries of ranks the process does not hold are cut now
+// (counted); those of its own ranks stay.
+TEST(LocalTenantsTest, AProcessListsTheGlobalRanksOfItsOwnRanksOnly) {
+  LocalTenants t;
+  ASSERT_TRUE(t.Hello(1, Who(100, 1000, "j1"), 100, "j1", 0).ok());
+  v1::StreamTelemetryRequest req = Claims(0xA001, 0);
+  v1::CommunicatorInfo* info = req.mutable_communicators(0)->mutable_info();
+  info->set_n_ranks(1 << 16);
+  for (int32_t g = 0; g < (1 << 16); ++g) info->add_global_ranks(g);
+  // Rank 3 of the same communicator is the process's too (a later record
+  // of the same message claims it).
+  v1::CommunicatorInfo* three = req.add_communicators()->mutable_info();
+  three->set_comm_hash(0xA001);
+  three->set_rank(3);
+  EXPECT_TRUE(t.NeedsFilter(1, req));
+  EXPECT_TRUE(t.Filter(1, &req));
+  ASSERT_EQ(req.communicators_size(), 2);
+  EXPECT_THAT(req.communicators(0).info().global_ranks(),
+              ::testing::ElementsAre(0, -1, -1, 3));
+  EXPECT_EQ(t.stats().listed_refused, 1u);
+  // Its own entries only: nothing to cut, nothing counted.
+  v1::StreamTelemetryRequest own = Claims(0xA001, 3);
+  for (int32_t g : {-1, -1, -1, 3}) {
+    own.mutable_communicators(0)->mutable_info()->add_global_ranks(g);
+  }
+  EXPECT_FALSE(t.NeedsFilter(1, own));
+  // Unknown to the kernel (ingest.verify_pid off, `pitstop replay`): its
+  // list is believed, as its hello is.
+  ASSERT_TRUE(t.Hello(2, ProcessIdentity{}, 200, "j2", 0).ok());
+  v1::StreamTelemetryRequest replayed = Claims(0xB001, 0);
+  for (int32_t g = 0; g < 4; ++g) {
+    replayed.mutable_communicators(0)->mutable_info()->add_global_ranks(g);
+  }
+  t.Filter(2, &replayed);
+  EXPECT_EQ(replayed.communicators(0).info().global_ranks_size(), 4);
+  EXPECT_EQ(t.stats().listed_refused, 1u);
+}
+
 }  // namespace
 }  // namespace pitstop::agent

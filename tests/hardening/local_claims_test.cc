@@ -191,12 +191,64 @@ TEST_F(LocalClaimsTest, AnUncredentialedFloodStaysOnItsHost) {
       << c_.log();
   EXPECT_EQ(c_.Joined(0x600E), 50u);
   EXPECT_LT(RssOf(c_.process().pid()), kControllerRssBound);
-  // Each list refused and counted.
-  EXPECT_TRUE(Eventually([&] {
-    return MetricValue(c_.metrics_port(), "pitstop_controller_refused_total",
-                       "what=\"members_per_host\"") >= 3;
-  }));
+  // Each list cut at the agent (the process holds none of the ranks it
+  // listed but its own) and counted (round 21, R21-4; the controller
+  // refused them with members_per_host before).
+  EXPECT_TRUE(Eventually([&] { return Claims(agent_, "listed") >= 3; }))
+      << agent::testing::HttpGet(agent_.metrics_port(), "/metrics");
   (void)good.Close();
+}
+
+// Round 21, R21-4: four processes of one user on node-a (the attacker
+// hour used five), each started with PITSTOP_JOB_ID=jN (a job of its own
+// making) and reporting a communicator of 65,536 ranks that lists the
+// global ranks of all of them. Upstream each listed entry was a member
+// charged to node-a, each job within its host's share of one job (2^16),
+// together the host's whole share (2^18): job `good`, with a rank on
+// node-a and one on node-b, had its new communicator's member on node-a
+// refused and joined 0 collectives (on both hosts). The agent cuts the
+// entries of ranks a process does not hold: the lists never reach the
+// controller.
+TEST_F(LocalClaimsTest, MadeUpJobsCannotFillTheirHostsMemberShare) {
+  const std::string sock_b = dir_.file("b.sock");
+  AgentDaemon agent_b{dir_, sock_b, c_.target(), "node-b"};
+  ASSERT_TRUE(agent_b.ok()) << agent_b.log();
+  const auto process = [&](const std::string& sock, const std::string& job,
+                           uint64_t comm, int rank, int n_ranks, int global,
+                           int listed) {
+    const std::string name = absl::StrCat(job, "-", rank);
+    return std::make_unique<Process>(
+        std::vector<std::string>{
+            BinaryPath("tests/hardening/pitstop_tenant_rank"), sock, job,
+            absl::StrCat(comm), absl::StrCat(rank), absl::StrCat(n_ranks),
+            absl::StrCat(global), "hold", absl::StrCat(listed)},
+        std::vector<std::string>{"PITSTOP_JOB_ID=" + job},
+        dir_.file(name + ".out"), dir_.file(name + ".err"));
+  };
+  std::vector<std::unique_ptr<Process>> listers;
+  for (int i = 1; i <= 4; ++i) {
+    listers.push_back(process(sock_, absl::StrCat("j", i), 0xA000 + i, 0,
+                              1 << 16, 0, 1 << 16));
+  }
+  ASSERT_TRUE(Eventually([&] {
+    for (uint64_t comm = 0xA001; comm <= 0xA004; ++comm) {
+      if (c_.Communicator(comm).comm_hash() == 0) return false;
+    }
+    return true;
+  })) << c_.log();
+
+  // The real job's new communicator, a rank on each host.
+  auto good0 = process(sock_, "good", 0x6003, 0, 2, 4, 0);
+  auto good1 = process(sock_b, "good", 0x6003, 1, 2, 5, 0);
+  EXPECT_TRUE(Eventually([&] { return c_.Joined(0x6003) >= 20; }))
+      << "joined " << c_.Joined(0x6003) << "\n"
+      << c_.log();
+  EXPECT_LE(MetricValue(c_.metrics_port(), "pitstop_controller_refused_total",
+                        "what=\"members_per_host\""),
+            0);
+  // Each list cut at the agent and counted.
+  EXPECT_GE(Claims(agent_, "listed"), 4)
+      << agent::testing::HttpGet(agent_.metrics_port(), "/metrics");
 }
 
 }  // namespace
