@@ -475,8 +475,8 @@ void LocalTenants::Supersede(uint64_t holder, const RankKey& key) {
   ++stats_.jobless_superseded;
 }
 
-void LocalTenants::CutList(const Holder& h, v1::CommunicatorInfo* info) {
-  if (!h.uid_known || !ListsOtherRanks(*info)) return;
+bool LocalTenants::CutList(const Holder& h, v1::CommunicatorInfo* info) {
+  if (!h.uid_known || !ListsOtherRanks(*info)) return false;
   auto* g = info->mutable_global_ranks();
   bool cut = false;
   int keep = 0;
@@ -490,6 +490,7 @@ void LocalTenants::CutList(const Holder& h, v1::CommunicatorInfo* info) {
   }
   g->Truncate(keep);
   if (cut) ++stats_.listed_refused;
+  return cut;
 }
 
 bool LocalTenants::NeedsFilter(uint64_t stream,
@@ -543,11 +544,9 @@ bool LocalTenants::Filter(uint64_t stream, v1::StreamTelemetryRequest* req) {
   // After every claim of the message: a rank of the same communicator
   // claimed by a later record of it is the process's own.
   if (auto h = holders_.find(s.holder); h != holders_.end()) {
-    const uint64_t before = stats_.listed_refused;
     for (v1::CommunicatorEvent& ev : *comms) {
-      CutList(h->second, ev.mutable_info());
+      changed |= CutList(h->second, ev.mutable_info());
     }
-    changed |= stats_.listed_refused != before;
   }
   auto* ops = req->mutable_ops();
   drop.assign(ops->size(), false);

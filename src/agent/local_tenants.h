@@ -300,8 +300,8 @@ class LocalTenants {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the entries of `info`'s global_ranks for ranks `h` does not hold
   // to -1 and drops the trailing ones (counted in listed_refused); a
-  // process the kernel does not know keeps its list.
-  void CutList(const Holder& h, v1::CommunicatorInfo* info)
+  // process the kernel does not know keeps its list. Whether it cut.
+  bool CutList(const Holder& h, v1::CommunicatorInfo* info)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `holder`, a process of no job, loses `key` to a process of a job.
   void Supersede(uint64_t holder, const RankKey& key)
