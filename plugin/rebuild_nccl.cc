@@ -105,8 +105,10 @@ bool OwnedComm::StartInit(const NcclOps& ops, const std::string& id, int rank,
   }
   *error = "ncclCommInitRankConfig (rank " + std::to_string(rank) + " of " +
            std::to_string(n_ranks) + "): " + DescribeNcclError(ops, comm, r);
+  // Left live for the caller to abort: it holds its lock here, and
+  // aborting the process's last communicator waits for the exporter's
+  // last drain, which takes that lock (rebuild.h, AbortUnlocked).
   state_ = State::kFailed;
-  if (comm_ != nullptr) Abort(ops);
   return false;
 }
 

@@ -95,7 +95,8 @@ class OwnedComm {
 
   // Starts a non-blocking init of rank `rank` of `n_ranks` with `id`
   // (kCommIdBytes). kEmpty only. False with `*error` set when NCCL
-  // refused at once (state kFailed; a comm it returned is aborted).
+  // refused at once: state kFailed, and a communicator NCCL returned stays
+  // for the caller to Abort (with no lock held that a drain may need).
   bool StartInit(const NcclOps& ops, const std::string& id, int rank,
                  int n_ranks, std::string* error);
   // kInitializing: asks NCCL whether the init ended. Returns the state.

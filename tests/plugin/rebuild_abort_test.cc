@@ -43,13 +43,16 @@ struct Fake {
   // the clock after the transfer communicator's abort.
   bool abort_after_transfer = false;
   bool abort_armed = false;
+  // NCCL refuses every init at once, yet hands back a communicator (to
+  // abort), as ncclCommInitRankConfig may.
+  bool init_fails = false;
 };
 Fake* g_fake = nullptr;
 
 NcclResult FakeInit(NcclComm* comm, int, NcclUniqueId, int, void*) {
   std::lock_guard<std::mutex> lock(g_fake->mu);
   *comm = reinterpret_cast<NcclComm>(&g_fake->comms[g_fake->next_comm++]);
-  return abi::kNcclSuccess;
+  return g_fake->init_fails ? abi::kNcclSystemError : abi::kNcclSuccess;
 }
 NcclResult FakeAsync(NcclComm, NcclResult* r) {
   *r = abi::kNcclSuccess;
@@ -235,6 +238,28 @@ TEST_F(RebuildAbortTest, ALeaverAbortsItsTransferWithoutTheLock) {
   EXPECT_EQ(rebuilder_->Poll(0, &error), Rebuilder::kError);
   EXPECT_NE(error.find("remote process exited"), std::string::npos) << error;
   ExpectEveryAbortDrained(1);
+}
+
+// NCCL refuses the joiner's first init at once and returns a communicator:
+// PREPARE fails, and that communicator is aborted off the lock (PREPARE
+// runs under it, in OnDirectives), not inside the refused init.
+TEST_F(RebuildAbortTest,
+       ACommunicatorWhoseInitWasRefusedIsAbortedWithoutTheLock) {
+  handle_ = g_table.BindSandbox(3, 4, kWorldHash);
+  sandbox_ = true;
+  ASSERT_NE(handle_, nullptr);
+  fake_.init_fails = true;
+  PrepareAndArm(kRoleJoiner);
+  ExpectEveryAbortDrained(1);
+  bool prepare_failed = false;
+  for (const MigrationAck& a : fake_.acks) {
+    if (a.phase == kPhasePrepare && !a.ok) {
+      prepare_failed = true;
+      EXPECT_NE(a.error.find("ncclCommInitRankConfig"), std::string::npos)
+          << a.error;
+    }
+  }
+  EXPECT_TRUE(prepare_failed) << "PREPARE was not answered failed";
 }
 
 }  // namespace
