@@ -14,6 +14,7 @@
 #include "src/importers/log_ends.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -116,19 +117,84 @@ void WriteJob(const FlushedJob& j, TempDir* dir) {
   }
 }
 
-// Last sequence number of each rank in the world communicator.
-std::vector<uint64_t> LastWorldSeq(const ImportedJob& job) {
+// The last sequence number of the records `of` takes, in each rank's file.
+std::vector<uint64_t> LastSeqOf(
+    const ImportedJob& job,
+    const std::function<bool(const v1::OpRecord&)>& of) {
   std::vector<uint64_t> out;
   for (const ImportedRank& r : job.ranks) {
     uint64_t last = 0;
     for (const ImportedOp& op : r.ops) {
-      if (op.record.comm_hash() == 0x7f8c496ae9f661) {
-        last = std::max(last, op.record.seq_number());
-      }
+      if (of(op.record)) last = std::max(last, op.record.seq_number());
     }
     out.push_back(last);
   }
   return out;
+}
+
+std::vector<LogEnd> EndsOf(const Verdict& v, int32_t rank) {
+  std::vector<LogEnd> out;
+  for (const LogEnd& e : v.log_ends) {
+    if (e.global_rank == rank) out.push_back(e);
+  }
+  return out;
+}
+
+// The files of a directory, imported and analyzed.
+struct Analyzed {
+  ImportedJob job;
+  AnalysisResult result;
+  std::string table;  // FormatVerdictTable
+};
+
+absl::StatusOr<Analyzed> AnalyzeDir(const TempDir& dir) {
+  auto job = ImportPaths({dir.path()}, ImportOptions());
+  if (!job.ok()) return job.status();
+  auto result = AnalyzeJob(*job, AnalysisOptions());
+  if (!result.ok()) return result.status();
+  Analyzed a{std::move(*job), std::move(*result), ""};
+  a.table = FormatVerdictTable(a.job, a.result.faults, a.result.verdict);
+  return a;
+}
+
+// A rank that stopped reporting: a non-comm-hang naming it alone, each of
+// its `n_ends` ends (communicator, function) stuck, more than 30 s before
+// its peers' records end; every other rank's end is an ordinary one.
+void ExpectStuckAlone(const Analyzed& a, int32_t rank, size_t n_ends) {
+  EXPECT_EQ(a.result.verdict.fault_class, v1::FAULT_CLASS_NON_COMM_HANG)
+      << a.table;
+  EXPECT_EQ(a.result.verdict.suspects, std::vector<int32_t>{rank}) << a.table;
+  const std::vector<LogEnd> ends = EndsOf(a.result.verdict, rank);
+  ASSERT_EQ(ends.size(), n_ends) << a.table;
+  for (const LogEnd& e : ends) {
+    EXPECT_EQ(e.judgement, LogEndJudgement::kStuck) << DescribeLogEnd(e);
+    EXPECT_GT(e.gap_ns, int64_t{30'000'000'000});
+  }
+  for (const LogEnd& e : a.result.verdict.log_ends) {
+    if (e.global_rank != rank) {
+      EXPECT_EQ(e.judgement, LogEndJudgement::kOrdinaryEnd)
+          << DescribeLogEnd(e);
+    }
+  }
+  EXPECT_THAT(a.table, HasSubstr(absl::StrCat("stuck: rank ", rank, "'s ")));
+}
+
+// No fault, and each of `rank`'s `n_ends` ends cannot be told from a stop:
+// said so in the table and in JSON.
+void ExpectCannotTell(const Analyzed& a, int32_t rank, size_t n_ends) {
+  EXPECT_TRUE(a.result.faults.empty()) << a.table;
+  EXPECT_TRUE(a.result.verdict.CannotTell()) << a.table;
+  const std::vector<LogEnd> ends = EndsOf(a.result.verdict, rank);
+  ASSERT_EQ(ends.size(), n_ends) << a.table;
+  for (const LogEnd& e : ends) {
+    EXPECT_EQ(e.judgement, LogEndJudgement::kCannotTell) << DescribeLogEnd(e);
+  }
+  EXPECT_THAT(a.table, HasSubstr("VERDICT: cannot tell"));
+  EXPECT_THAT(a.table,
+              HasSubstr(absl::StrCat("cannot tell: rank ", rank, "'s ")));
+  json doc = VerdictJson(a.job, a.result.faults, a.result.verdict);
+  EXPECT_EQ(doc["verdict"]["fault_class"], "none");
+  EXPECT_EQ(doc["verdict"]["cannot_tell"], true);
 }
 
 class HealthyFlushedLogs : public ::testing::TestWithParam<int> {};
@@ -138,41 +204,31 @@ TEST_P(HealthyFlushedLogs, EndWithinOneDumpIntervalIsNoFault) {
   j.world = GetParam();
   TempDir dir;
   WriteJob(j, &dir);
-  auto job = ImportPaths({dir.path()}, ImportOptions());
-  ASSERT_TRUE(job.ok()) << job.status();
-  ASSERT_EQ(job->ranks.size(), static_cast<size_t>(j.world));
+  auto a = AnalyzeDir(dir);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ(a->job.ranks.size(), static_cast<size_t>(j.world));
   // The shape under test: the ranks' last records differ by 1-3 collectives.
-  std::vector<uint64_t> last = LastWorldSeq(*job);
+  std::vector<uint64_t> last = LastSeqOf(a->job, [](const v1::OpRecord& r) {
+    return r.comm_hash() == 0x7f8c496ae9f661;
+  });
   const auto [lo, hi] = std::minmax_element(last.begin(), last.end());
   ASSERT_GE(*hi - *lo, 1u);
   ASSERT_LE(*hi - *lo, 3u);
-  auto result = AnalyzeJob(*job, AnalysisOptions());
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->verdict.fault_class, v1::FAULT_CLASS_UNSPECIFIED);
-  const std::string table =
-      FormatVerdictTable(*job, result->faults, result->verdict);
-  EXPECT_TRUE(result->faults.empty()) << table;
+  EXPECT_EQ(a->result.verdict.fault_class, v1::FAULT_CLASS_UNSPECIFIED);
+  EXPECT_TRUE(a->result.faults.empty()) << a->table;
   // Each lagging rank is named as an ordinary end, none as "cannot tell".
-  ASSERT_FALSE(result->verdict.log_ends.empty());
-  for (const LogEnd& e : result->verdict.log_ends) {
+  ASSERT_FALSE(a->result.verdict.log_ends.empty());
+  for (const LogEnd& e : a->result.verdict.log_ends) {
     EXPECT_EQ(e.judgement, LogEndJudgement::kOrdinaryEnd) << DescribeLogEnd(e);
     EXPECT_EQ(e.interval_ns, j.interval_us * 1000);
   }
-  EXPECT_FALSE(result->verdict.CannotTell());
-  EXPECT_THAT(table, HasSubstr("VERDICT: none"));
-  EXPECT_THAT(table, HasSubstr("the ordinary end of interval-flushed logs"));
+  EXPECT_FALSE(a->result.verdict.CannotTell());
+  EXPECT_THAT(a->table, HasSubstr("VERDICT: none"));
+  EXPECT_THAT(a->table, HasSubstr("the ordinary end of interval-flushed logs"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, HealthyFlushedLogs,
                          ::testing::Values(8, 16, 64));
-
-std::vector<LogEnd> EndsOf(const Verdict& v, int32_t rank) {
-  std::vector<LogEnd> out;
-  for (const LogEnd& e : v.log_ends) {
-    if (e.global_rank == rank) out.push_back(e);
-  }
-  return out;
-}
 
 // Rank 5's dump thread writes nothing after 5 s while its peers' records go
 // on for 31 s more: far beyond one dump interval + the hang timeout. It
@@ -184,22 +240,10 @@ TEST(FlushedLogs, RankSilentLongerThanTheTimeoutIsAHangNamingIt) {
   j.stops[5] = 5'000'000;
   TempDir dir;
   WriteJob(j, &dir);
-  auto job = ImportPaths({dir.path()}, ImportOptions());
-  ASSERT_TRUE(job.ok()) << job.status();
-  auto result = AnalyzeJob(*job, AnalysisOptions());
-  ASSERT_TRUE(result.ok()) << result.status();
-  const std::string table =
-      FormatVerdictTable(*job, result->faults, result->verdict);
-  EXPECT_EQ(result->verdict.fault_class, v1::FAULT_CLASS_NON_COMM_HANG)
-      << table;
-  EXPECT_EQ(result->verdict.suspects, std::vector<int32_t>{5}) << table;
-  const std::vector<LogEnd> ends = EndsOf(result->verdict, 5);
-  ASSERT_EQ(ends.size(), 2u);  // world and node communicator
-  for (const LogEnd& e : ends) {
-    EXPECT_EQ(e.judgement, LogEndJudgement::kStuck);
-    EXPECT_GT(e.gap_ns, int64_t{30'000'000'000});
-  }
-  EXPECT_THAT(table, HasSubstr("stuck: rank 5's all_reduce records"));
+  auto a = AnalyzeDir(dir);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ExpectStuckAlone(*a, 5, 2);  // world and node communicator
+  EXPECT_THAT(a->table, HasSubstr("stuck: rank 5's all_reduce records"));
 }
 
 // Rank 3's file ends 0.5 s before the job's: more than one dump interval
@@ -210,24 +254,10 @@ TEST(FlushedLogs, EndBetweenOneIntervalAndTheTimeoutCannotBeTold) {
   j.stops[3] = j.steps * j.step_us - 500'000;
   TempDir dir;
   WriteJob(j, &dir);
-  auto job = ImportPaths({dir.path()}, ImportOptions());
-  ASSERT_TRUE(job.ok()) << job.status();
-  auto result = AnalyzeJob(*job, AnalysisOptions());
-  ASSERT_TRUE(result.ok()) << result.status();
-  const std::string table =
-      FormatVerdictTable(*job, result->faults, result->verdict);
-  EXPECT_TRUE(result->faults.empty()) << table;
-  EXPECT_TRUE(result->verdict.CannotTell());
-  const std::vector<LogEnd> ends = EndsOf(result->verdict, 3);
-  ASSERT_EQ(ends.size(), 2u);
-  for (const LogEnd& e : ends) {
-    EXPECT_EQ(e.judgement, LogEndJudgement::kCannotTell) << DescribeLogEnd(e);
-  }
-  EXPECT_THAT(table, HasSubstr("VERDICT: cannot tell"));
-  EXPECT_THAT(table, HasSubstr("cannot tell: rank 3's all_reduce records"));
-  json doc = VerdictJson(*job, result->faults, result->verdict);
-  EXPECT_EQ(doc["verdict"]["fault_class"], "none");
-  EXPECT_EQ(doc["verdict"]["cannot_tell"], true);
+  auto a = AnalyzeDir(dir);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ExpectCannotTell(*a, 3, 2);
+  EXPECT_THAT(a->table, HasSubstr("cannot tell: rank 3's all_reduce records"));
 }
 
 // Flight Recorder dumps taken on demand: rank 1's ring ends at collective
@@ -396,21 +426,6 @@ void WriteSampledJob(const SampledJob& j, TempDir* dir) {
   }
 }
 
-// The last sequence number of `func` in each rank's file.
-std::vector<uint64_t> LastSeqOf(const ImportedJob& job, v1::CollFunc func) {
-  std::vector<uint64_t> out;
-  for (const ImportedRank& r : job.ranks) {
-    uint64_t last = 0;
-    for (const ImportedOp& op : r.ops) {
-      if (op.record.func() == func) {
-        last = std::max(last, op.record.seq_number());
-      }
-    }
-    out.push_back(last);
-  }
-  return out;
-}
-
 class HealthySampledLogs : public ::testing::TestWithParam<int> {};
 
 // Healthy run, files as Inspector writes them: no fault, and no rank named
@@ -420,30 +435,28 @@ TEST_P(HealthySampledLogs, NoFault) {
   j.world = GetParam();
   TempDir dir;
   WriteSampledJob(j, &dir);
-  auto job = ImportPaths({dir.path()}, ImportOptions());
-  ASSERT_TRUE(job.ok()) << job.status();
-  ASSERT_EQ(job->ranks.size(), static_cast<size_t>(j.world));
+  auto a = AnalyzeDir(dir);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ(a->job.ranks.size(), static_cast<size_t>(j.world));
   // The shape under test: files sample different collectives and their
   // last records differ (by more collectives where a function is written
   // less often: a tick writes only the communicator's latest).
   for (v1::CollFunc f : {v1::COLL_FUNC_ALL_GATHER, v1::COLL_FUNC_ALL_REDUCE}) {
-    std::vector<uint64_t> last = LastSeqOf(*job, f);
+    std::vector<uint64_t> last =
+        LastSeqOf(a->job, [f](const v1::OpRecord& r) { return r.func() == f; });
     const auto [lo, hi] = std::minmax_element(last.begin(), last.end());
     ASSERT_GE(*lo, 1u);
     ASSERT_GE(*hi - *lo, 1u);
   }
-  auto result = AnalyzeJob(*job, AnalysisOptions());
-  ASSERT_TRUE(result.ok()) << result.status();
-  const std::string table =
-      FormatVerdictTable(*job, result->faults, result->verdict);
-  EXPECT_EQ(result->verdict.fault_class, v1::FAULT_CLASS_UNSPECIFIED) << table;
-  EXPECT_TRUE(result->faults.empty()) << table;
-  EXPECT_FALSE(result->verdict.CannotTell()) << table;
-  for (const LogEnd& e : result->verdict.log_ends) {
+  const Verdict& v = a->result.verdict;
+  EXPECT_EQ(v.fault_class, v1::FAULT_CLASS_UNSPECIFIED) << a->table;
+  EXPECT_TRUE(a->result.faults.empty()) << a->table;
+  EXPECT_FALSE(v.CannotTell()) << a->table;
+  for (const LogEnd& e : v.log_ends) {
     EXPECT_EQ(e.judgement, LogEndJudgement::kOrdinaryEnd) << DescribeLogEnd(e);
   }
-  EXPECT_THAT(table, HasSubstr("VERDICT: none"));
-  json doc = VerdictJson(*job, result->faults, result->verdict);
+  EXPECT_THAT(a->table, HasSubstr("VERDICT: none"));
+  json doc = VerdictJson(a->job, a->result.faults, v);
   EXPECT_EQ(doc["verdict"]["fault_class"], "none");
   EXPECT_EQ(doc["verdict"]["cannot_tell"], false);
 }
@@ -461,54 +474,22 @@ TEST(SampledLogs, RankSilentLongerThanTheTimeoutIsAHangNamingIt) {
   j.stops[6] = 5'000'000;
   TempDir dir;
   WriteSampledJob(j, &dir);
-  auto job = ImportPaths({dir.path()}, ImportOptions());
-  ASSERT_TRUE(job.ok()) << job.status();
-  auto result = AnalyzeJob(*job, AnalysisOptions());
-  ASSERT_TRUE(result.ok()) << result.status();
-  const std::string table =
-      FormatVerdictTable(*job, result->faults, result->verdict);
-  EXPECT_EQ(result->verdict.fault_class, v1::FAULT_CLASS_NON_COMM_HANG)
-      << table;
-  EXPECT_EQ(result->verdict.suspects, std::vector<int32_t>{6}) << table;
-  const std::vector<LogEnd> ends = EndsOf(result->verdict, 6);
-  ASSERT_EQ(ends.size(), 3u) << table;  // world: 2 functions; node: 1
-  for (const LogEnd& e : ends) {
-    EXPECT_EQ(e.judgement, LogEndJudgement::kStuck) << DescribeLogEnd(e);
-    EXPECT_GT(e.gap_ns, int64_t{30'000'000'000});
-  }
-  for (const LogEnd& e : result->verdict.log_ends) {
-    if (e.global_rank != 6) {
-      EXPECT_EQ(e.judgement, LogEndJudgement::kOrdinaryEnd)
-          << DescribeLogEnd(e);
-    }
-  }
-  EXPECT_THAT(table, HasSubstr("stuck: rank 6's"));
+  auto a = AnalyzeDir(dir);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ExpectStuckAlone(*a, 6, 3);  // world: 2 functions; node: 1
 }
 
-// The same silence but short: rank 6's file ends 2 dump intervals (0.2 s)
-// before its peers' records do, less than an interval + the hang timeout.
+// The same silence but short: rank 6's file ends 0.25 s before the job's,
+// more than 1.25 dump intervals, less than an interval + the hang timeout.
 // Cannot tell; said so in text and JSON, and no fault.
 TEST(SampledLogs, ShortSilenceCannotBeTold) {
   SampledJob j;
   j.stops[6] = (j.steps + 1) * j.step_us - 250'000;
   TempDir dir;
   WriteSampledJob(j, &dir);
-  auto job = ImportPaths({dir.path()}, ImportOptions());
-  ASSERT_TRUE(job.ok()) << job.status();
-  auto result = AnalyzeJob(*job, AnalysisOptions());
-  ASSERT_TRUE(result.ok()) << result.status();
-  const std::string table =
-      FormatVerdictTable(*job, result->faults, result->verdict);
-  EXPECT_TRUE(result->faults.empty()) << table;
-  EXPECT_TRUE(result->verdict.CannotTell()) << table;
-  const std::vector<LogEnd> ends = EndsOf(result->verdict, 6);
-  ASSERT_FALSE(ends.empty()) << table;
-  for (const LogEnd& e : ends) {
-    EXPECT_EQ(e.judgement, LogEndJudgement::kCannotTell) << DescribeLogEnd(e);
-  }
-  EXPECT_THAT(table, HasSubstr("VERDICT: cannot tell"));
-  json doc = VerdictJson(*job, result->faults, result->verdict);
-  EXPECT_EQ(doc["verdict"]["cannot_tell"], true);
+  auto a = AnalyzeDir(dir);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ExpectCannotTell(*a, 6, 3);
 }
 
 }  // namespace
