@@ -186,10 +186,17 @@ absl::StatusOr<AnalysisResult> AnalyzeJob(const ImportedJob& job,
   v1::JobPolicy policy = ImportedJobPolicy();
   policy.MergeFrom(options.policy);
   RETURN_IF_ERROR(engine->SetJobPolicy(job.job_id, policy).status());
-  // Records above where some rank's log merely ends are not judged.
+  // Records above where some rank's log merely ends are not judged; what a
+  // member's file lacks but it completed is filled in (log_ends.h).
   LogEndReport ends = JudgeLogEnds(job, LogEndOptionsOf(policy));
+  ImportedJob filled;
+  if (!ends.fills.empty()) {
+    filled = job;
+    ApplyLogEnds(ends, &filled);
+  }
   HostMap hosts;
-  RETURN_IF_ERROR(Feed(job, ends.cuts, &joiner, engine.get(), &hosts));
+  RETURN_IF_ERROR(Feed(ends.fills.empty() ? job : filled, ends.cuts, &joiner,
+                       engine.get(), &hosts));
   RETURN_IF_ERROR(FeedProgress(joiner, engine.get(), &hosts));
   std::map<std::string, v1::Fault> open;
   Collect(engine->RunCycle(), &open);

@@ -6,12 +6,16 @@
 
 namespace pitstop::importers {
 
+SeqKey SeqKeyOf(const v1::OpRecord& record) {
+  return {record.comm_hash(), static_cast<int32_t>(record.func())};
+}
+
 bool ForDetection(const ImportedOp& op, const SeqCuts* cuts) {
   if (!op.for_detection) return false;
   if (cuts == nullptr || op.record.kind() != v1::OP_KIND_COLLECTIVE) {
     return true;
   }
-  auto it = cuts->find(op.record.comm_hash());
+  auto it = cuts->find(SeqKeyOf(op.record));
   return it == cuts->end() || op.record.seq_number() <= it->second;
 }
 

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pitstop/v1/agent.pb.h"
@@ -121,19 +122,25 @@ void AddAbsentRanks(ImportedJob* job,
 // `max_records` ops. batch_seq counts from 1. The last batch carries no
 // goodbye (a dump says nothing about how the process ended), except for an
 // absent rank, whose single batch ends with one. Collectives of a
-// communicator in `cuts` with a sequence number above its cut are left out
-// (log_ends.h).
-using SeqCuts = std::map<uint64_t, uint64_t>;  // comm_hash -> highest seq
+// (communicator, function) in `cuts` with a sequence number above its cut
+// are left out (log_ends.h).
+//
+// Keyed by function too: NCCL numbers collectives per communicator *and*
+// function (comm->seqNumber[func], Inspector's coll_sn), and detection keeps
+// progress per (communicator, function).
+using SeqKey = std::pair<uint64_t, int32_t>;  // comm_hash, v1::CollFunc
+using SeqCuts = std::map<SeqKey, uint64_t>;   // -> highest seq kept
+SeqKey SeqKeyOf(const v1::OpRecord& record);
 std::vector<v1::StreamTelemetryRequest> ToTelemetry(
     const ImportedJob& job, const ImportedRank& rank, size_t max_records = 4096,
     const SeqCuts* cuts = nullptr);
 
 // True when `op` is sent to detection: ImportedOp::for_detection and not
-// above its communicator's cut.
+// above its (communicator, function)'s cut.
 bool ForDetection(const ImportedOp& op, const SeqCuts* cuts);
 
-// Clears for_detection of every op above its communicator's cut (for paths
-// that send ImportedOps themselves, such as replay).
+// Clears for_detection of every op above its (communicator, function)'s cut
+// (for paths that send ImportedOps themselves, such as replay).
 void ApplySeqCuts(const SeqCuts& cuts, ImportedJob* job);
 
 }  // namespace pitstop::importers

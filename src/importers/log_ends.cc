@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -12,12 +13,14 @@
 namespace pitstop::importers {
 namespace {
 
-// A member's end in one communicator.
+// A member's end in one (communicator, function).
 struct MemberEnd {
   size_t rank_index = 0;
-  uint64_t last = 0;            // highest seq of any record
-  uint64_t last_completed = 0;  // highest completed seq
-  bool pending = false;         // something enqueued and not completed
+  uint64_t last = 0;                   // highest seq of any record
+  uint64_t last_completed = 0;         // highest completed seq
+  bool pending = false;                // something enqueued and not completed
+  std::vector<uint64_t> completed;     // seqs of completed records
+  const ImportedOp* latest = nullptr;  // the record with the highest seq
 };
 
 struct CommView {
@@ -40,40 +43,56 @@ bool Judged(const ImportedOp& op) {
   return op.for_detection && op.record.kind() == v1::OP_KIND_COLLECTIVE;
 }
 
-std::map<uint64_t, CommView> ViewComms(const ImportedJob& job) {
-  std::map<uint64_t, CommView> comms;
+// Collectives that no member completes before every member has taken part
+// (as hang_detector.cc's NeedsEveryMember).
+bool NeedsEveryMember(v1::CollFunc func) {
+  return func == v1::COLL_FUNC_ALL_REDUCE || func == v1::COLL_FUNC_ALL_GATHER ||
+         func == v1::COLL_FUNC_REDUCE_SCATTER ||
+         func == v1::COLL_FUNC_ALL_TO_ALL || func == v1::COLL_FUNC_BARRIER;
+}
+
+void AddRecord(const ImportedOp& op, CommView* c, MemberEnd* m) {
+  const uint64_t seq = op.record.seq_number();
+  if (m->latest == nullptr || seq >= m->last) m->latest = &op;
+  m->last = std::max(m->last, seq);
+  if (op.state != v1::OP_STATE_COMPLETED) {
+    m->pending = true;
+    if (c->lowest_pending == 0 || seq < c->lowest_pending) {
+      c->lowest_pending = seq;
+    }
+    return;
+  }
+  m->last_completed = std::max(m->last_completed, seq);
+  m->completed.push_back(seq);
+  uint64_t& t = c->latest[seq];
+  t = std::max(t, OpTime(op));
+  if (op.start_ns > 0 && op.end_ns > op.start_ns) {
+    c->longest_ns =
+        std::max(c->longest_ns, static_cast<int64_t>(op.end_ns - op.start_ns));
+  }
+}
+
+std::map<SeqKey, CommView> ViewComms(const ImportedJob& job) {
+  std::map<SeqKey, CommView> comms;
   for (size_t i = 0; i < job.ranks.size(); ++i) {
     const ImportedRank& rank = job.ranks[i];
     if (rank.absent) continue;
-    std::map<uint64_t, MemberEnd> mine;
+    std::map<SeqKey, MemberEnd> mine;
     for (const ImportedOp& op : rank.ops) {
       if (!Judged(op)) continue;
-      const uint64_t hash = op.record.comm_hash();
-      CommView& c = comms[hash];
-      MemberEnd& m = mine[hash];
+      const SeqKey key = SeqKeyOf(op.record);
+      MemberEnd& m = mine[key];
       m.rank_index = i;
-      m.last = std::max(m.last, op.record.seq_number());
-      const uint64_t seq = op.record.seq_number();
-      if (op.state != v1::OP_STATE_COMPLETED) {
-        m.pending = true;
-        if (c.lowest_pending == 0 || seq < c.lowest_pending) {
-          c.lowest_pending = seq;
-        }
-        continue;
-      }
-      m.last_completed = std::max(m.last_completed, seq);
-      uint64_t& t = c.latest[seq];
-      t = std::max(t, OpTime(op));
-      if (op.start_ns > 0 && op.end_ns > op.start_ns) {
-        c.longest_ns = std::max(c.longest_ns,
-                                static_cast<int64_t>(op.end_ns - op.start_ns));
-      }
+      AddRecord(op, &comms[key], &m);
     }
-    for (const auto& [hash, m] : mine) comms[hash].members.push_back(m);
+    for (auto& [key, m] : mine) {
+      std::sort(m.completed.begin(), m.completed.end());
+      comms[key].members.push_back(std::move(m));
+    }
     for (const v1::CommunicatorInfo& info : rank.comms) {
-      auto it = comms.find(info.comm_hash());
-      if (it != comms.end() && it->second.name.empty()) {
-        it->second.name = info.comm_name();
+      for (auto it = comms.lower_bound({info.comm_hash(), 0});
+           it != comms.end() && it->first.first == info.comm_hash(); ++it) {
+        if (it->second.name.empty()) it->second.name = info.comm_name();
       }
     }
   }
@@ -98,13 +117,66 @@ LogEndJudgement Judge(const LogEnd& e) {
   return LogEndJudgement::kCannotTell;
 }
 
-// Judges the members of one communicator that end below its peers; appends
-// them to `out` and returns the cut, if any.
-std::optional<uint64_t> JudgeComm(const ImportedJob& job, uint64_t hash,
-                                  const CommView& c,
-                                  const std::vector<uint64_t>& log_end,
-                                  const LogEndOptions& options,
-                                  std::vector<LogEnd>* out) {
+// One lagging member's end, judged.
+LogEnd JudgeMember(const ImportedJob& job, const SeqKey& key, const CommView& c,
+                   const MemberEnd& m, uint64_t peers_last,
+                   int64_t peers_interval, int64_t timeout, uint64_t own) {
+  const ImportedRank& rank = job.ranks[m.rank_index];
+  LogEnd e;
+  e.global_rank = rank.global_rank;
+  e.comm_hash = key.first;
+  e.func = static_cast<v1::CollFunc>(key.second);
+  e.comm_name = c.name;
+  e.last_seq = m.last;
+  e.peers_last_seq = peers_last;
+  e.timeout_ns = timeout;
+  e.interval_ns = rank.flush_interval_ns > 0
+                      ? static_cast<int64_t>(rank.flush_interval_ns)
+                      : peers_interval;
+  uint64_t later = 0;
+  for (auto it = c.latest.upper_bound(m.last); it != c.latest.end(); ++it) {
+    later = std::max(later, it->second);
+  }
+  e.times_known = later > 0 && own > 0;
+  if (e.times_known) {
+    e.gap_ns = later >= own ? static_cast<int64_t>(later - own)
+                            : -static_cast<int64_t>(own - later);
+  }
+  e.judgement = Judge(e);
+  return e;
+}
+
+// Fills of the members of a collective that needs every member whose
+// completed records stop below `target` (completed by some member), except
+// members with something pending and those in `skip`.
+void FillTo(const SeqKey& key, const CommView& c, uint64_t target,
+            const std::set<size_t>& skip, std::vector<LogEndFill>* out) {
+  if (!NeedsEveryMember(static_cast<v1::CollFunc>(key.second))) return;
+  for (const MemberEnd& m : c.members) {
+    if (m.pending || m.latest == nullptr || skip.count(m.rank_index)) continue;
+    auto above =
+        std::upper_bound(m.completed.begin(), m.completed.end(), target);
+    if (above != m.completed.begin() && *std::prev(above) == target) continue;
+    LogEndFill f;
+    f.rank_index = m.rank_index;
+    f.op.record = m.latest->record;
+    f.op.record.set_seq_number(target);
+    f.op.record.set_enqueue_start_cpu_ns(0);
+    f.op.state = v1::OP_STATE_COMPLETED;
+    f.op.derived = true;
+    f.op.name =
+        "(completed: a peer's record of it completed; this file "
+        "ended or sampled past it)";
+    f.op.track = m.latest->track;
+    out->push_back(std::move(f));
+  }
+}
+
+// Judges the members of one (communicator, function) that end below their
+// peers; appends them to `report`, with its cut and fills.
+void JudgeComm(const ImportedJob& job, const SeqKey& key, const CommView& c,
+               const std::vector<uint64_t>& log_end,
+               const LogEndOptions& options, LogEndReport* report) {
   uint64_t peers_last = 0;
   int64_t peers_interval = 0;
   for (const MemberEnd& m : c.members) {
@@ -118,41 +190,22 @@ std::optional<uint64_t> JudgeComm(const ImportedJob& job, uint64_t hash,
       static_cast<int64_t>(options.hang_timeout_multiplier *
                            static_cast<double>(c.longest_ns)));
   std::optional<uint64_t> cut;
-  bool stuck = false;
+  std::set<size_t> stuck;
   for (const MemberEnd& m : c.members) {
     // Only a member with nothing pending whose records end below what a
     // peer completed; and not when some member waits in a collective above
     // its end (then who is waited for is detection's question).
     if (m.pending || m.last >= peers_last) continue;
     if (c.lowest_pending > m.last) continue;
-    const ImportedRank& rank = job.ranks[m.rank_index];
-    LogEnd e;
-    e.global_rank = rank.global_rank;
-    e.comm_hash = hash;
-    e.comm_name = c.name;
-    e.last_seq = m.last;
-    e.peers_last_seq = peers_last;
-    e.timeout_ns = timeout;
-    e.interval_ns = rank.flush_interval_ns > 0
-                        ? static_cast<int64_t>(rank.flush_interval_ns)
-                        : peers_interval;
-    uint64_t later = 0;
-    for (auto it = c.latest.upper_bound(m.last); it != c.latest.end(); ++it) {
-      later = std::max(later, it->second);
-    }
-    const uint64_t own = log_end[m.rank_index];
-    e.times_known = later > 0 && own > 0;
-    if (e.times_known) {
-      e.gap_ns = later >= own ? static_cast<int64_t>(later - own)
-                              : -static_cast<int64_t>(own - later);
-    }
-    e.judgement = Judge(e);
-    stuck |= e.judgement == LogEndJudgement::kStuck;
+    LogEnd e = JudgeMember(job, key, c, m, peers_last, peers_interval, timeout,
+                           log_end[m.rank_index]);
+    if (e.judgement == LogEndJudgement::kStuck) stuck.insert(m.rank_index);
     cut = cut.has_value() ? std::min(*cut, m.last) : m.last;
-    out->push_back(std::move(e));
+    report->ends.push_back(std::move(e));
   }
-  if (stuck) return std::nullopt;
-  return cut;
+  if (!cut.has_value()) return;
+  if (stuck.empty()) report->cuts[key] = *cut;
+  FillTo(key, c, stuck.empty() ? *cut : peers_last, stuck, &report->fills);
 }
 
 std::string Seconds(int64_t ns) {
@@ -177,9 +230,10 @@ const char* LogEndJudgementName(LogEndJudgement j) {
 
 std::string DescribeLogEnd(const LogEnd& e) {
   std::string out = absl::StrCat(
-      "rank ", e.global_rank, "'s records of ", e.comm_name, " end at seq ",
-      e.last_seq, ", ", e.peers_last_seq - e.last_seq,
-      " collective(s) before its peers' (seq ", e.peers_last_seq, "); ");
+      "rank ", e.global_rank, "'s ", CollFuncName(e.func), " records of ",
+      e.comm_name, " end at seq ", e.last_seq, ", ",
+      e.peers_last_seq - e.last_seq, " collective(s) before its peers' (seq ",
+      e.peers_last_seq, "); ");
   const std::string interval =
       e.interval_ns > 0 ? absl::StrCat("dump interval ", Seconds(e.interval_ns))
                         : "no dump interval in the files";
@@ -222,17 +276,31 @@ std::string DescribeLogEnd(const LogEnd& e) {
 LogEndReport JudgeLogEnds(const ImportedJob& job,
                           const LogEndOptions& options) {
   LogEndReport report;
-  const std::map<uint64_t, CommView> comms = ViewComms(job);
+  const std::map<SeqKey, CommView> comms = ViewComms(job);
   std::vector<uint64_t> log_end(job.ranks.size(), 0);
   for (size_t i = 0; i < job.ranks.size(); ++i) {
     log_end[i] = LogEndOf(job.ranks[i]);
   }
-  for (const auto& [hash, c] : comms) {
-    const std::optional<uint64_t> cut =
-        JudgeComm(job, hash, c, log_end, options, &report.ends);
-    if (cut.has_value()) report.cuts[hash] = *cut;
+  for (const auto& [key, c] : comms) {
+    JudgeComm(job, key, c, log_end, options, &report);
   }
   return report;
+}
+
+void ApplyLogEnds(const LogEndReport& report, ImportedJob* job) {
+  ApplySeqCuts(report.cuts, job);
+  std::vector<uint64_t> next_id(job->ranks.size(), 0);
+  for (size_t i = 0; i < job->ranks.size(); ++i) {
+    for (const ImportedOp& op : job->ranks[i].ops) {
+      next_id[i] = std::max(next_id[i], op.record.op_id());
+    }
+  }
+  for (const LogEndFill& f : report.fills) {
+    if (f.rank_index >= job->ranks.size()) continue;
+    ImportedOp op = f.op;
+    op.record.set_op_id(++next_id[f.rank_index]);
+    job->ranks[f.rank_index].ops.push_back(std::move(op));
+  }
 }
 
 std::string FormatLogEnds(const std::vector<LogEnd>& ends, bool verbose) {
@@ -284,6 +352,7 @@ nlohmann::json LogEndsJson(const std::vector<LogEnd>& ends) {
     out.push_back(
         {{"rank", e.global_rank},
          {"communicator", e.comm_name},
+         {"function", CollFuncName(e.func)},
          {"last_seq", e.last_seq},
          {"peers_last_seq", e.peers_last_seq},
          {"gap_ms", e.times_known ? nlohmann::json(ms(e.gap_ns)) : nullptr},

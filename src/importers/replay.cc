@@ -395,7 +395,7 @@ absl::StatusOr<ReplayResult> ReplayJob(const ImportedJob& imported,
   LogEndReport ends =
       JudgeLogEnds(imported, LogEndOptionsOf(ImportedJobPolicy()));
   ImportedJob job = imported;
-  ApplySeqCuts(ends.cuts, &job);
+  ApplyLogEnds(ends, &job);
   // Nodes, in order of first appearance.
   std::vector<std::string> hosts;
   std::map<std::string, int> node_of;
