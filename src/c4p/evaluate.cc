@@ -266,6 +266,20 @@ void CountMovedConnections(const std::vector<Flow>& flows,
   }
 }
 
+// A network flow whose NICs share no connected part of the fabric: the
+// planner would find no path (before, the plan held NIC ids out of range
+// and the bound was 1e30 s). Per rail Fabric::Finalize checks this; a ring
+// that crosses rails (hosts with fewer of the job's GPUs) is checked here.
+absl::Status CheckFlowReaches(const Fabric& fabric, const Flow& f) {
+  absl::Status s = fabric.CheckNicsReach(f.src_gpu, f.dst_gpu);
+  if (s.ok()) return s;
+  return absl::InvalidArgumentError(absl::StrCat(
+      s.message(), ": the job cannot run there (channel ", f.channel,
+      "'s network hop from rank ", f.src_rank, " to rank ", f.dst_rank,
+      " goes from ", fabric.NicName(f.src_gpu), " to ",
+      fabric.NicName(f.dst_gpu), ")"));
+}
+
 // The job's flows on the fabric (ring or tree over its placement), with
 // the hosts it spans and the NVLink paths of its local flows.
 absl::Status BuildJobFlows(const Fabric& fabric, const EvalOptions& o,
@@ -288,6 +302,9 @@ absl::Status BuildJobFlows(const Fabric& fabric, const EvalOptions& o,
   for (size_t i = 0; i < flows.size(); ++i) {
     if (flows[i].network) {
       ++rep->network_flows;
+      if (absl::Status s = CheckFlowReaches(fabric, flows[i]); !s.ok()) {
+        return s;
+      }
     } else {
       (*nv_paths)[i] = NvLinkPath(fabric, flows[i]);
     }

@@ -308,6 +308,18 @@ absl::Status CheckClosOptions(const ClosCsvOptions& o) {
         "--gpus-per-host ", o.gpus_per_host, ": a host has at most ",
         kMaxGpusPerHost, " GPUs (one NIC each; GB200 NVL72's NVLink domain)"));
   }
+  // Before, 1000000 ran for minutes and 2147483647 aborted (bad_alloc).
+  for (const auto& [flag, n, what] :
+       {std::tuple<const char*, int, const char*>{
+            "--aggs-per-pod", o.aggs_per_pod, "uplinks of a ToR"},
+        {"--cores-per-agg", o.cores_per_agg,
+         "uplinks of an aggregation switch"}}) {
+    if (n > kMaxSwitchPorts) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, " ", n, ": at most ", kMaxSwitchPorts, " (", what,
+          "; the largest switches have ", kMaxSwitchPorts, " ports)"));
+    }
+  }
   for (const auto& [flag, gbps] :
        {std::pair<const char*, double>{"--nic-gbps", o.nic_gbps},
         {"--tor-uplink-gbps", o.tor_uplink_gbps},

@@ -1,5 +1,6 @@
 #include "src/c4p/fabric_io.h"
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <set>
@@ -20,6 +21,32 @@ bool ParseWithSuffix(absl::string_view text, absl::string_view suffix,
                      double* out) {
   if (!absl::ConsumeSuffix(&text, suffix)) return false;
   return absl::SimpleAtod(text, out) && *out >= 0;
+}
+
+// One link line, split into words: ends in [0, total_nodes).
+absl::StatusOr<SimAiLink> ParseSimAiLink(const std::vector<std::string>& w,
+                                         int line, int total_nodes,
+                                         const std::string& source) {
+  SimAiLink l;
+  l.line = line;
+  if (w.size() < 4 || !absl::SimpleAtoi(w[0], &l.src) ||
+      !absl::SimpleAtoi(w[1], &l.dst) ||
+      !ParseWithSuffix(w[2], "Gbps", &l.gbps) ||
+      !ParseWithSuffix(w[3], "ms", &l.latency_ms)) {
+    return LineError(source, line,
+                     "expected '<src> <dst> <N>Gbps <N>ms <error_rate>'");
+  }
+  if (w.size() > 4 && !absl::SimpleAtod(w[4], &l.error_rate)) {
+    return LineError(source, line, "bad error rate");
+  }
+  for (int end : {l.src, l.dst}) {
+    if (end < 0 || end >= total_nodes) {
+      return LineError(
+          source, line,
+          absl::StrCat("node id ", end, " is not in [0, ", total_nodes, ")"));
+    }
+  }
+  return l;
 }
 
 // A SimAI file of 100k GPUs is ~10 MB; 256 MiB is far beyond any fabric
@@ -86,31 +113,30 @@ absl::StatusOr<SimAiFile> ParseSimAi(const std::string& text,
     }
     f.switch_ids.push_back(v);
   }
+  std::map<std::pair<int, int>, int> cable_line;  // ends -> first line
   for (size_t i = 2; i < lines.size(); ++i) {
     std::vector<std::string> w =
         absl::StrSplit(lines[i], ' ', absl::SkipWhitespace());
     if (w.empty()) continue;
     const int line = static_cast<int>(i) + 1;
-    SimAiLink l;
-    l.line = line;
-    if (w.size() < 4 || !absl::SimpleAtoi(w[0], &l.src) ||
-        !absl::SimpleAtoi(w[1], &l.dst) ||
-        !ParseWithSuffix(w[2], "Gbps", &l.gbps) ||
-        !ParseWithSuffix(w[3], "ms", &l.latency_ms)) {
-      return LineError(source, line,
-                       "expected '<src> <dst> <N>Gbps <N>ms <error_rate>'");
-    }
-    if (w.size() > 4 && !absl::SimpleAtod(w[4], &l.error_rate)) {
-      return LineError(source, line, "bad error rate");
-    }
-    for (int end : {l.src, l.dst}) {
-      if (end < 0 || end >= f.total_nodes) {
-        return LineError(source, line,
-                         absl::StrCat("node id ", end, " is not in [0, ",
-                                      f.total_nodes, ")"));
-      }
-    }
+    absl::StatusOr<SimAiLink> parsed =
+        ParseSimAiLink(w, line, f.total_nodes, source);
+    if (!parsed.ok()) return parsed.status();
+    const SimAiLink& l = *parsed;
     if (l.src == l.dst) return LineError(source, line, "a link to itself");
+    // A cable is named by its two ends (LinkName, --degrade): a second one
+    // between the same two nodes would share the name. Before, it became a
+    // second cable silently.
+    const auto [first, fresh] = cable_line.emplace(
+        std::pair{std::min(l.src, l.dst), std::max(l.src, l.dst)}, line);
+    if (!fresh) {
+      return LineError(
+          source, line,
+          absl::StrCat("a second link between ", l.src, " and ", l.dst,
+                       " (the first is line ", first->second,
+                       "): both would be one cable's name; give the pair "
+                       "once, with the bandwidth of both"));
+    }
     f.links.push_back(l);
   }
   if (static_cast<int>(f.links.size()) != f.declared_links) {

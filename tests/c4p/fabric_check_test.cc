@@ -10,6 +10,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "src/c4p/evaluate.h"
 #include "src/c4p/fabric_io.h"
 #include "src/c4p/ibnetdiscover.h"
 #include "tests/c4p/shared_topology.h"
@@ -115,6 +116,64 @@ TEST(FabricCheckTest, ToRWithoutUplinkIsRefusedNamingTheSwitch) {
   ExpectRefused(Tiny({{10, "3 6 200Gbps 0.001ms 0"}, {13, ""}, {14, ""}}),
                 {"tiny.txt:8:", "switch tor7 has no uplink",
                  "host0/nic1 below it cannot reach host1/nic1"});
+}
+
+// A job on 3 of the 4 GPUs: host1 has only its rail-0 GPU, so the ring's
+// rail-1 channel goes from host0/nic1 (on tor7) to host1/nic0 (on tor6).
+// With tor7's uplinks gone the fabric loads (each rail is connected within
+// itself) but that hop has no path: before, the plan held a NIC id out of
+// range ("host0/nic3089"), the bound was 1e30 s and --plan-out crashed.
+TEST(FabricCheckTest, AJobWhoseRingCrossesToASwitchWithoutUplinksIsRefused) {
+  absl::StatusOr<Fabric> f = Tiny({{13, ""}, {14, ""}});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EvalOptions o;
+  o.ranks = 3;
+  o.seeds = 1;
+  absl::StatusOr<EvalReport> r = Evaluate(&*f, o);
+  ASSERT_FALSE(r.ok());
+  for (const char* part :
+       {"tiny.txt:8:", "switch tor7 has no uplink", "host0/nic1", "host1/nic0",
+        "the job cannot run there",
+        "channel 1's network hop from rank 0 to rank 2"}) {
+    EXPECT_NE(r.status().message().find(part), std::string::npos)
+        << "'" << part << "' not in: " << r.status();
+  }
+  // The whole fabric (each ring stays on its rail) still runs.
+  o.ranks = 4;
+  EXPECT_TRUE(Evaluate(&*f, o).ok());
+  // The live planner's connections are checked the same way.
+  absl::StatusOr<std::vector<Flow>> live =
+      FlowsFromConnections(*f, {0, 1, 2}, {{1, 2, 1, 1e6}}, 1);
+  ASSERT_FALSE(live.ok());
+  EXPECT_NE(live.status().message().find("switch tor7 has no uplink"),
+            std::string::npos)
+      << live.status();
+  EXPECT_TRUE(FlowsFromConnections(*f, {0, 1, 2}, {{0, 2, 0, 1e6}}, 1).ok());
+}
+
+// Before, a repeated line became a second cable with the same name
+// ("tor7->spine9" twice), which --degrade and the live planner cannot tell
+// apart.
+TEST(FabricCheckTest, ARepeatedSimAiLinkIsRefusedNamingBothLines) {
+  const std::string text =
+      absl::StrCat(kHead, kLinks.size() + 1, " H20\n4 5 6 7 8 9\n",
+                   absl::StrJoin(kLinks, "\n"), "\n9 7 400Gbps 0.001ms 0\n");
+  absl::StatusOr<SimAiFile> f = ParseSimAi(text, "tiny.txt");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find(
+                "tiny.txt:15: a second link between 9 and 7 (the first is "
+                "line 14)"),
+            std::string::npos)
+      << f.status();
+}
+
+TEST(FabricCheckTest, NicNameOfAnIdThatIsNotAGpuDoesNotIndexOutOfRange) {
+  absl::StatusOr<Fabric> f = Tiny({});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->NicName(3), "host1/nic1");
+  EXPECT_EQ(f->NicName(-1), "nic?-1");
+  EXPECT_EQ(f->NicName(3089), "nic?3089");
+  EXPECT_EQ(f->NicName(6), "nic?6");  // a ToR
 }
 
 TEST(FabricCheckTest, TiersWithNoPathBetweenThemAreRefused) {

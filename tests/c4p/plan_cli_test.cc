@@ -52,7 +52,11 @@ TEST(PlanCliTest, HelpShowsTheDefaults) {
        {"--placement TEXT=packed", "--qps TEXT=auto", "--bytes TEXT=1G",
         "--seeds INT=100", "--hash TEXT=crc32", "=steady",
         "--gpus-per-host INT=8", "--nic-gbps FLOAT=400", "--aggs-per-pod INT=8",
-        "--nvlink-gbps FLOAT=3600"}) {
+        "--nvlink-gbps FLOAT=3600",
+        // Before, the help said neither the range of --degrade's fraction
+        // nor what --ranks 0 means, nor the exit codes.
+        "0: the link is down", "0, the default: every GPU",
+        "Exit code: 0 evaluated"}) {
     EXPECT_THAT(out, HasSubstr(shown)) << out;
   }
   // The generator's keys come from its real defaults: before, the help
@@ -64,8 +68,9 @@ TEST(PlanCliTest, HelpShowsTheDefaults) {
                              std::to_string(defaults.hosts_per_tor)));
 }
 
-// Before, --placement-seed -1 wrapped to 2^64-1, and --seeds and
-// --gpus-per-host had no upper bound (a typo ran for hours).
+// Before, --placement-seed -1 wrapped to 2^64-1, and --seeds,
+// --gpus-per-host, --aggs-per-pod, --cores-per-agg and gen:'s gpus had no
+// upper bound (a typo ran for hours or aborted).
 TEST(PlanCliTest, OutOfRangeCountsAndSeedsAreRefusedNamingTheFlag) {
   const std::string pitstop = Binary("tools/pitstop/pitstop");
   if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
@@ -79,7 +84,15 @@ TEST(PlanCliTest, OutOfRangeCountsAndSeedsAreRefusedNamingTheFlag) {
         {std::string(kSmall) + " --seeds 10001",
          "--seeds 10001: draw 1..10000 ECMP seeds"},
         {csv + " --gpus-per-host 73",
-         "--gpus-per-host 73: a host has at most 72 GPUs"}}) {
+         "--gpus-per-host 73: a host has at most 72 GPUs"},
+        // Before: std::bad_alloc (exit 134), and minutes of silence.
+        {csv + " --aggs-per-pod 2147483647",
+         "--aggs-per-pod 2147483647: at most 512"},
+        {csv + " --aggs-per-pod 1000000", "--aggs-per-pod 1000000: at most"},
+        {csv + " --cores-per-agg 1000000",
+         "--cores-per-agg 1000000: at most 512"},
+        {"gen:leafspine,gpus=1000000000",
+         "gpus=1000000000: allowed 1..131072"}}) {
     EXPECT_EQ(RunCommand(pitstop + " plan --topology " + flags, &out), 2)
         << flags << ": " << out;
     EXPECT_THAT(out, HasSubstr(said)) << flags;
@@ -160,6 +173,60 @@ TEST(PlanCliTest, PlanOutNamesTheNics) {
   EXPECT_THAT(text.str(), HasSubstr("\"src_nic\": \"host0/nic0\""));
   EXPECT_THAT(text.str(), HasSubstr("\"dst_nic\": \"host1/nic0\""));
   EXPECT_THAT(text.str(), Not(HasSubstr("/gpu")));
+}
+
+// Two servers of two GPUs, rail ToRs 6 and 7; ToR 7 (line 8) has no
+// uplinks. Each rail is connected, so the fabric loads; a job on 3 GPUs
+// runs a ring from host0/nic1 to host1/nic0, which has no path. Before,
+// `plan` exited 0 with a 1e30 s bound and NICs "host0/nic3089", and with
+// --plan-out it crashed in Fabric::NicName.
+TEST(PlanCliTest, AJobAcrossASwitchWithoutUplinksExits2NamingIt) {
+  const std::string pitstop = Binary("tools/pitstop/pitstop");
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  const std::string topo = TempDir() + "/no_uplink.txt";
+  std::ofstream(topo) << "10 2 2 4 10 H20\n4 5 6 7 8 9\n"
+                         "0 4 900Gbps 0.000025ms 0\n"
+                         "1 4 900Gbps 0.000025ms 0\n"
+                         "2 5 900Gbps 0.000025ms 0\n"
+                         "3 5 900Gbps 0.000025ms 0\n"
+                         "0 6 200Gbps 0.001ms 0\n"
+                         "1 7 200Gbps 0.001ms 0\n"
+                         "2 6 200Gbps 0.001ms 0\n"
+                         "3 7 200Gbps 0.001ms 0\n"
+                         "6 8 400Gbps 0.001ms 0\n"
+                         "6 9 400Gbps 0.001ms 0\n";
+  for (const std::string extra :
+       {"", " -o json --plan-out " + TempDir() + "/x.json"}) {
+    std::string out;
+    EXPECT_EQ(RunCommand(pitstop + " plan --topology " + topo +
+                             " --ranks 3 --seeds 1" + extra,
+                         &out),
+              2)
+        << out;
+    EXPECT_THAT(out, HasSubstr("no_uplink.txt:8: switch tor7 has no uplink: "
+                               "host0/nic1 below it cannot reach host1/nic0"))
+        << out;
+  }
+}
+
+// Before, a CSV flag given with another format was silently ignored.
+TEST(PlanCliTest, CsvFlagsWithAnotherFormatAreWarned) {
+  const std::string pitstop = Binary("tools/pitstop/pitstop");
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  std::string out;
+  ASSERT_EQ(RunCommand(pitstop + " plan --topology " + kSmall +
+                           " --aggs-per-pod 4 --nic-gbps 100 --seeds 1",
+                       &out),
+            0)
+      << out;
+  EXPECT_THAT(out, HasSubstr("warning: --nic-gbps, --aggs-per-pod ignored: "
+                             "they describe a three-tier CSV"))
+      << out;
+  ASSERT_EQ(
+      RunCommand(pitstop + " plan --topology " + kSmall + " --seeds 1", &out),
+      0)
+      << out;
+  EXPECT_THAT(out, Not(HasSubstr("ignored"))) << out;
 }
 
 // Before, `--help` was read as a fabric file: "cannot open".

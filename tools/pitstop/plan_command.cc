@@ -12,10 +12,13 @@
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <new>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "src/c4p/evaluate.h"
 #include "src/c4p/fabric_io.h"
@@ -45,7 +48,25 @@ struct PlanArgs {
   std::string algo = "ring";
   c4p::ClosCsvOptions csv;
   c4p::IbOptions ib;
+  // The three-tier CSV's flags given on the command line ("--aggs-per-pod").
+  std::vector<std::string> csv_flags_given;
 };
+
+// CSV flags given with a fabric of another format change nothing: said
+// (before, silently ignored). --nvlink-gbps applies to ibnetdiscover too.
+void WarnUnusedCsvFlags(const PlanArgs& a, c4p::Fabric* fabric) {
+  const bool csv = absl::StartsWith(fabric->description, "three-tier CSV");
+  const bool ib = absl::StartsWith(fabric->description, "ibnetdiscover");
+  std::vector<std::string> unused;
+  for (const std::string& flag : a.csv_flags_given) {
+    if (!csv && !(ib && flag == "--nvlink-gbps")) unused.push_back(flag);
+  }
+  if (unused.empty()) return;
+  fabric->warnings().push_back(absl::StrCat(
+      absl::StrJoin(unused, ", "),
+      " ignored: ", unused.size() > 1 ? "they describe" : "it describes",
+      " a three-tier CSV, and ", a.topology, " is not one"));
+}
 
 bool ParseBytes(const std::string& s, double* out) {
   if (s.empty()) return false;
@@ -186,8 +207,21 @@ void PrintTable(const c4p::EvalReport& r, const c4p::QpsChoice& qps) {
 absl::Status WritePlan(const c4p::Fabric& fabric, const c4p::EvalReport& r,
                        const std::string& path) {
   nlohmann::json flows = nlohmann::json::array();
+  const int nodes = static_cast<int>(fabric.nodes().size());
+  auto is_gpu = [&](int g) {
+    return g >= 0 && g < nodes && fabric.node(g).kind == c4p::NodeKind::kGpu;
+  };
   for (const c4p::Flow& f : r.flow_list) {
     if (!f.network) continue;
+    if (f.id < 0 || static_cast<size_t>(f.id) >= r.plan.paths.size() ||
+        !is_gpu(r.plan.paths[f.id].src_gpu) ||
+        !is_gpu(r.plan.paths[f.id].dst_gpu)) {
+      // Evaluate refuses a job with unreachable NICs; a plan without a NIC
+      // for a flow is a bug, said instead of indexing out of range.
+      return absl::InternalError(absl::StrCat(
+          "not writing ", path, ": flow ", f.id, " (rank ", f.src_rank,
+          " -> rank ", f.dst_rank, ") has no planned NIC pair"));
+    }
     const c4p::PlannedPath& p = r.plan.paths[f.id];
     nlohmann::json links = nlohmann::json::array();
     for (int l : p.links) links.push_back(fabric.LinkName(l));
@@ -270,7 +304,7 @@ bool ParseEvalOptions(const PlanArgs& a, c4p::EvalOptions* o) {
   return true;
 }
 
-int RunPlan(const PlanArgs& a) {
+int RunPlanChecked(const PlanArgs& a) {
   c4p::EvalOptions o;
   if (!ParseEvalOptions(a, &o)) return 2;
   const bool qps_auto = a.qps == "auto";
@@ -289,6 +323,7 @@ int RunPlan(const PlanArgs& a) {
     std::cerr << "pitstop plan: " << fabric.status().message() << "\n";
     return 2;
   }
+  WarnUnusedCsvFlags(a, &*fabric);
   c4p::QpsChoice qps;
   absl::StatusOr<c4p::EvalReport> r =
       qps_auto ? c4p::EvaluateAutoQps(&*fabric, o, &qps)
@@ -322,6 +357,20 @@ int RunPlan(const PlanArgs& a) {
   return 0;
 }
 
+// The flags and keys bound what a fabric may hold; a fabric that still
+// does not fit in memory is said, not an abort (before: exit 134).
+int RunPlan(const PlanArgs& a) {
+  try {
+    return RunPlanChecked(a);
+  } catch (const std::bad_alloc&) {
+    std::cerr << "pitstop plan: out of memory building or evaluating "
+              << a.topology
+              << ": the fabric or job is too large for this machine (fewer "
+                 "GPUs, --ranks, --seeds)\n";
+    return 2;
+  }
+}
+
 }  // namespace
 
 void AddPlanCommand(CLI::App* app, int* exit_code) {
@@ -330,7 +379,9 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
       "plan",
       "Plan the paths of a data-parallel ring all-reduce on a fabric and "
       "compare ECMP (a distribution over hash seeds), the plan and the lower "
-      "bound, healthy and with degraded links (docs/planning.md).");
+      "bound, healthy and with degraded links (docs/planning.md). "
+      "Exit code: 0 evaluated, 2 usage or input error (a fabric or job "
+      "that cannot run).");
   cmd->add_option("--topology", args->topology,
                   "SimAI topology file, three-tier CSV (a header naming "
                   "ip,DSW,PSW,ASW), ibnetdiscover output (infiniband-diags; "
@@ -338,9 +389,11 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
                       c4p::GeneratorSpecHelp())
       ->required();
   cmd->add_option("--ranks", args->ranks,
-                  "GPUs in the job (default: every GPU of the fabric)");
+                  "GPUs in the job, 2 or more (0, the default: every GPU "
+                  "of the fabric)");
   cmd->add_option("--degrade", args->degrade,
-                  "LINK=FRACTION: the link keeps this share of its capacity; "
+                  "LINK=FRACTION: the link keeps this share of its "
+                  "capacity, in [0, 1] (0: the link is down); "
                   "LINK is 'A->B' (one direction), 'A-B' (both), a NIC "
                   "'hostN/nicK' or a switch; repeatable");
   cmd->add_option("--degrade-busiest", args->degrade_busiest,
@@ -402,13 +455,17 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
   csv->add_option("--nic-gbps", args->csv.nic_gbps, "NIC speed")
       ->capture_default_str();
   csv->add_option("--aggs-per-pod", args->csv.aggs_per_pod,
-                  "aggregation switches per PSW group = uplinks per ToR")
+                  absl::StrCat("aggregation switches per PSW group = uplinks "
+                               "per ToR, 1..",
+                               c4p::kMaxSwitchPorts))
       ->capture_default_str();
   csv->add_option("--tor-uplink-gbps", args->csv.tor_uplink_gbps,
                   "ToR -> aggregation link speed")
       ->capture_default_str();
   csv->add_option("--cores-per-agg", args->csv.cores_per_agg,
-                  "uplinks per aggregation switch (cores per core plane)")
+                  absl::StrCat("uplinks per aggregation switch (cores per "
+                               "core plane), 1..",
+                               c4p::kMaxSwitchPorts))
       ->capture_default_str();
   csv->add_option("--agg-uplink-gbps", args->csv.agg_uplink_gbps,
                   "aggregation -> core link speed")
@@ -423,7 +480,12 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
                  "file of '<guid> <host>' lines naming the host of HCAs "
                  "whose node description does not (default: the first word "
                  "of the description)");
-  cmd->callback([args, exit_code] { *exit_code = RunPlan(*args); });
+  cmd->callback([args, exit_code, csv] {
+    for (const CLI::Option* o : csv->get_options()) {
+      if (o->count() > 0) args->csv_flags_given.push_back(o->get_name());
+    }
+    *exit_code = RunPlan(*args);
+  });
 }
 
 }  // namespace pitstop::tool
