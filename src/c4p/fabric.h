@@ -13,6 +13,7 @@
 #ifndef PITSTOP_SRC_CONTROLLER_PLAN_FABRIC_H_
 #define PITSTOP_SRC_CONTROLLER_PLAN_FABRIC_H_
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -24,6 +25,18 @@ namespace pitstop::c4p {
 
 enum class NodeKind { kGpu, kNvSwitch, kTor, kAgg, kCore };
 enum class LinkKind { kNvLink, kNic, kFabric };
+
+// The slowest link a fabric may have: 1 Mb/s. Slower is a typo: before,
+// `--tor-uplink-gbps 1e-300` was planned (a bound of 2e+300 s, printed as
+// a 300-digit number).
+inline constexpr double kMinLinkGbps = 0.001;
+// What errors say a link speed is.
+inline constexpr char kLinkSpeedRule[] =
+    "a link speed is a finite number of Gbps, at least 0.001 (1 Mb/s)";
+// Whether `gbps` is a link speed (finite, at least kMinLinkGbps).
+inline bool IsLinkSpeed(double gbps) {
+  return gbps >= kMinLinkGbps && std::isfinite(gbps);
+}
 
 const char* NodeKindName(NodeKind k);
 const char* LinkKindName(LinkKind k);

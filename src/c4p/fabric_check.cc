@@ -150,6 +150,13 @@ absl::Status Fabric::Check() {
           Where(links_[l].source_line), "link ", LinkName(static_cast<int>(l)),
           " has a bandwidth of inf Gbps: a speed is a finite number"));
     }
+    if (links_[l].nominal_gbps < kMinLinkGbps) {
+      // Before, 1e-300Gbps was planned (a typo, or a unit mixed up).
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(links_[l].source_line), "link ",
+                       LinkName(static_cast<int>(l)), " has a bandwidth of ",
+                       links_[l].nominal_gbps, " Gbps: ", kLinkSpeedRule));
+    }
   }
   if (absl::Status nv = CheckNvLinks(); !nv.ok()) return nv;
   if (hosts_.size() < 2) return absl::OkStatus();  // nothing crosses hosts

@@ -12,7 +12,6 @@
 // an identical row is left out too. Only a file without a header or without
 // any complete row is refused.
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <set>
 #include <tuple>
@@ -291,8 +290,8 @@ void AddClosAssumptions(const ClosTree& in, const ClosCsvOptions& o,
 
 // InvalidArgument naming the flag (`pitstop plan`'s) of an assumption no
 // fabric can have: a count below 1, more GPUs per host than
-// kMaxGpusPerHost, a speed that is not a finite number of
-// Gbps above 0 (before, `--nic-gbps inf` was accepted).
+// kMaxGpusPerHost, a speed that is not a link speed (IsLinkSpeed; before,
+// `--nic-gbps inf` and `--tor-uplink-gbps 1e-300` were accepted).
 absl::Status CheckClosOptions(const ClosCsvOptions& o) {
   for (const auto& [flag, n] :
        {std::pair<const char*, int>{"--gpus-per-host", o.gpus_per_host},
@@ -325,10 +324,9 @@ absl::Status CheckClosOptions(const ClosCsvOptions& o) {
         {"--tor-uplink-gbps", o.tor_uplink_gbps},
         {"--agg-uplink-gbps", o.agg_uplink_gbps},
         {"--nvlink-gbps", o.nvlink_gbps}}) {
-    if (!(gbps > 0 && std::isfinite(gbps))) {
+    if (!IsLinkSpeed(gbps)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(flag, " ", gbps,
-                       ": a link speed is a finite number of Gbps above 0"));
+          absl::StrCat(flag, " ", gbps, ": ", kLinkSpeedRule));
     }
   }
   return absl::OkStatus();

@@ -1,5 +1,4 @@
 // Generators of leaf/spine and three-tier fabrics (fabric_io.h).
-#include <cmath>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -71,10 +70,8 @@ absl::Status ParseKey(const std::string& spec, const std::string& part,
   const std::string& key = kv[0];
   if (auto r = reals.find(key); r != reals.end()) {
     double v = 0;
-    if (!absl::SimpleAtod(kv[1], &v) || !(v > 0) || !std::isfinite(v)) {
-      return BadKey(spec, absl::StrCat(key, "=", kv[1],
-                                       ": a link speed is a finite number of "
-                                       "Gbps above 0",
+    if (!absl::SimpleAtod(kv[1], &v) || !IsLinkSpeed(v)) {
+      return BadKey(spec, absl::StrCat(key, "=", kv[1], ": ", kLinkSpeedRule,
                                        r->second.second));
     }
     *r->second.first = v;
@@ -163,10 +160,9 @@ absl::Status CheckGeneratorOptions(const GeneratorOptions& given) {
        {std::pair<const char*, double>{"nic_gbps", o.nic_gbps},
         {"nvlink_gbps", o.nvlink_gbps},
         {"uplink_gbps", o.uplink_gbps}}) {
-    if ((v > 0 && std::isfinite(v)) || (v == 0 && key[0] == 'u')) continue;
+    if (IsLinkSpeed(v) || (v == 0 && key[0] == 'u')) continue;
     return absl::InvalidArgumentError(
-        absl::StrCat("generator: ", key, "=", v,
-                     ": a link speed is a finite number of Gbps above 0"));
+        absl::StrCat("generator: ", key, "=", v, ": ", kLinkSpeedRule));
   }
   if (o.gpus % o.gpus_per_host != 0) {
     return absl::InvalidArgumentError(

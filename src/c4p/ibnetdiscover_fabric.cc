@@ -311,6 +311,11 @@ absl::StatusOr<Fabric> FabricFromIbnetdiscover(const IbFile& f,
                                                const std::string& source,
                                                const IbHostMap& map,
                                                const IbOptions& o) {
+  if (!IsLinkSpeed(o.nvlink_gbps)) {
+    // Named as `pitstop plan` takes it (before, 1e-300 was planned).
+    return absl::InvalidArgumentError(
+        absl::StrCat("--nvlink-gbps ", o.nvlink_gbps, ": ", kLinkSpeedRule));
+  }
   Fabric fab;
   fab.source = source;
   absl::StatusOr<std::vector<IbCable>> cables =
