@@ -297,6 +297,41 @@ absl::StatusOr<Fabric> WithUnusedHostMap(absl::StatusOr<Fabric> fab,
   return fab;
 }
 
+constexpr char kFormatsRead[] =
+    "(read: a SimAI topology file, '<nodes> <gpus_per_server> <nvswitches> "
+    "<switches> <links> <gpu_type>'; a three-tier CSV whose header names "
+    "ip,DSW,PSW,ASW; ibnetdiscover output; or a gen:leafspine,... / "
+    "gen:3tier,... spec)";
+
+// A file no reader could read whatever its name: empty (or blank), or
+// compressed. Refused saying so (before, an empty or a gzip-compressed
+// file named .csv got the CSV reader's "expected a header", and one named
+// otherwise a bare "unrecognised fabric format").
+absl::Status RefuseEmptyOrCompressed(const std::string& text,
+                                     const std::string& what) {
+  if (absl::StripAsciiWhitespace(text).empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": unrecognised fabric format: the file is ",
+                     text.empty() ? "empty " : "blank ", kFormatsRead));
+  }
+  struct Magic {
+    absl::string_view bytes;
+    const char* format;
+    const char* tool;
+  };
+  for (const Magic& m : {Magic{"\x1F\x8B", "gzip", "gunzip"},
+                         Magic{"\x28\xB5\x2F\xFD", "zstd", "unzstd"},
+                         Magic{"\xFD"
+                               "7zXZ",
+                               "xz", "unxz"}}) {
+    if (!absl::StartsWith(text, m.bytes)) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": unrecognised fabric format: ", m.format,
+        "-compressed data (decompress it first: ", m.tool, " -k ", what, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Fabric> LoadFabricFile(const std::string& what,
                                       const ClosCsvOptions& csv_options,
                                       const IbOptions& ib_options) {
@@ -306,6 +341,9 @@ absl::StatusOr<Fabric> LoadFabricFile(const std::string& what,
   if (absl::Status s = RefuseUtf16(*text, what); !s.ok()) return s;
   // A UTF-8 byte order mark (spreadsheet exports write one) is not text.
   if (absl::StartsWith(*text, "\xEF\xBB\xBF")) text->erase(0, 3);
+  if (absl::Status s = RefuseEmptyOrCompressed(*text, what); !s.ok()) {
+    return s;
+  }
   const std::string first = text->substr(0, text->find('\n'));
   // By content: the header names the columns in any order, whatever the
   // file is called; a .csv without it gets the CSV reader's error.
@@ -330,11 +368,7 @@ absl::StatusOr<Fabric> LoadFabricFile(const std::string& what,
   }
   if (!LooksLikeSimAiHeader(first)) {
     return LineError(what, 1,
-                     "unrecognised fabric format (read: a SimAI topology "
-                     "file, '<nodes> <gpus_per_server> <nvswitches> "
-                     "<switches> <links> <gpu_type>'; a three-tier CSV whose "
-                     "header names ip,DSW,PSW,ASW; ibnetdiscover output; or "
-                     "a gen:leafspine,... / gen:3tier,... spec)");
+                     absl::StrCat("unrecognised fabric format ", kFormatsRead));
   }
   absl::StatusOr<SimAiFile> f = ParseSimAi(*text, what);
   if (!f.ok()) return f.status();

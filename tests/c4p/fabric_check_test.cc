@@ -1,7 +1,9 @@
 // Fabric::Finalize's check: a fabric that cannot carry a job is refused
 // naming the element and the line; one that is merely unusual loads with a
 // warning.
+#include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -65,6 +67,62 @@ void ExpectRefused(const absl::StatusOr<Fabric>& f,
 TEST(FabricCheckTest, ZeroBandwidthIsRefusedNamingTheLinkAndLine) {
   ExpectRefused(Tiny({{12, "6 9 0Gbps 0.001ms 0"}}),
                 {"tiny.txt:12:", "tor6->spine9", "bandwidth of 0"});
+}
+
+// Before, 1e-300Gbps was planned (a typo, or Gbps taken for bps).
+TEST(FabricCheckTest, ASpeedBelowOneMbpsIsRefusedNamingTheLinkAndLine) {
+  ExpectRefused(Tiny({{12, "6 9 1e-300Gbps 0.001ms 0"}}),
+                {"tiny.txt:12:", "tor6->spine9", "bandwidth of 1e-300 Gbps",
+                 "a link speed is a finite number of Gbps, at least 0.001 "
+                 "(1 Mb/s)"});
+  ExpectRefused(Tiny({{3, "0 4 0.0009Gbps 0.000025ms 0"}}),
+                {"tiny.txt:3:", "bandwidth of 0.0009 Gbps"});
+  EXPECT_TRUE(Tiny({{12, "6 9 0.001Gbps 0.001ms 0"}}).ok());
+  // The NVLink speed of ibnetdiscover hosts is --nvlink-gbps's.
+  const std::string ib = SharedTopologyText("ibnetdiscover_edr96.topo");
+  if (ib.empty()) GTEST_SKIP() << "../shared/data/topology is absent";
+  auto parsed = ParseIbnetdiscover(ib, "edr.topo");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  IbOptions o;
+  o.nvlink_gbps = 1e-300;
+  ExpectRefused(FabricFromIbnetdiscover(*parsed, "edr.topo", {}, o),
+                {"--nvlink-gbps 1e-300: a link speed is"});
+}
+
+// Before, an empty or gzip-compressed file named .csv got the CSV reader's
+// "expected a header", and one named otherwise a bare "unrecognised fabric
+// format" that did not say why.
+TEST(FabricCheckTest, AnEmptyOrCompressedFileIsRefusedSayingSo) {
+  const std::string gzip("\x1F\x8B\x08\x08\x00\x00\x00\x00\x00\x03h.csv\0\xCB",
+                         17);
+  for (const auto& [name, text, said] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"empty.csv", "",
+            "empty.csv: unrecognised fabric format: the file is empty"},
+           {"empty.txt", "",
+            "empty.txt: unrecognised fabric format: the file is empty"},
+           {"blank.topo", " \n\r\n\t\n",
+            "blank.topo: unrecognised fabric format: the file is blank"},
+           {"bom.csv", "\xEF\xBB\xBF",
+            "bom.csv: unrecognised fabric format: "
+            "the file is empty"},
+           {"hosts.csv", gzip,
+            "hosts.csv: unrecognised fabric format: gzip-compressed data "
+            "(decompress it first: gunzip -k "},
+           {"fabric.txt.gz", gzip,
+            "fabric.txt.gz: unrecognised fabric format: gzip-compressed"},
+           {"fabric.zst", "\x28\xB5\x2F\xFD\x04\x58",
+            "fabric.zst: unrecognised fabric format: zstd-compressed"},
+           {"fabric.xz",
+            std::string("\xFD"
+                        "7zXZ\0\0\x04",
+                        8),
+            "fabric.xz: unrecognised fabric format: xz-compressed"}}) {
+    const std::string path = ::testing::TempDir() + "/" + name;
+    std::ofstream(path, std::ios::binary) << text;
+    auto f = LoadFabric(path, ClosCsvOptions{});
+    ExpectRefused(f, {said});
+  }
 }
 
 // Names are written into -o json, --plan-out and the controller's stored
