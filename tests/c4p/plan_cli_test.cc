@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -127,33 +128,102 @@ TEST(PlanCliTest, ChannelsOutOfRangeAreRefusedNamingTheFlag) {
 }
 
 // Before, `--nic-gbps inf` was accepted: every time on a NIC link was 0, so
-// the plan and the bound ignored the NICs.
+// the plan and the bound ignored the NICs; and `--tor-uplink-gbps 1e-300`
+// was planned.
 TEST(PlanCliTest, ASpeedThatIsNotAFiniteNumberIsRefused) {
   const std::string pitstop = Binary("tools/pitstop/pitstop");
   if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
   const std::string csv = TempDir() + "/hosts.csv";
   std::ofstream(csv) << "ip,DSW,PSW,ASW\nh0,G0,P0,S0\nh1,G0,P0,S1\n";
+  constexpr char kRule[] =
+      ": a link speed is a finite number of Gbps, at least 0.001 (1 Mb/s)";
   std::string out;
   for (const char* flag : {"--nic-gbps", "--tor-uplink-gbps",
                            "--agg-uplink-gbps", "--nvlink-gbps"}) {
-    for (const char* value : {"inf", "0"}) {
+    for (const char* value : {"inf", "0", "1e-300", "0.0009"}) {
       EXPECT_EQ(RunCommand(pitstop + " plan --topology " + csv + " " + flag +
                                " " + value,
                            &out),
                 2)
           << flag << " " << value << ": " << out;
-      EXPECT_THAT(out, HasSubstr(std::string(flag) + " " + value +
-                                 ": a link "
-                                 "speed is a finite number of Gbps above 0"));
+      EXPECT_THAT(out, HasSubstr(std::string(flag) + " " + value + kRule))
+          << out;
     }
   }
-  // The same for a generated fabric and every other reader: the fabric's
-  // check refuses the link.
-  EXPECT_EQ(RunCommand(pitstop + " plan --topology " + kSmall + ",nic_gbps=inf",
+  // The slowest link speed still runs.
+  EXPECT_EQ(RunCommand(pitstop + " plan --topology " + csv +
+                           " --tor-uplink-gbps 0.001 --seeds 1",
                        &out),
-            2)
+            0)
       << out;
-  EXPECT_THAT(out, HasSubstr("has a bandwidth of inf Gbps")) << out;
+  // The same for a generated fabric's keys.
+  for (const char* value : {"inf", "1e-300"}) {
+    EXPECT_EQ(RunCommand(
+                  pitstop + " plan --topology " + kSmall + ",nic_gbps=" + value,
+                  &out),
+              2)
+        << out;
+    EXPECT_THAT(out, HasSubstr(std::string("nic_gbps=") + value + kRule))
+        << out;
+  }
+}
+
+// Before, --bytes 0.5 planned an all-reduce of half a byte.
+TEST(PlanCliTest, AFractionalByteCountIsRefusedNamingTheFlag) {
+  const std::string pitstop = Binary("tools/pitstop/pitstop");
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  std::string out;
+  for (const auto& [bytes, said] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"0.5",
+            "--bytes '0.5' is 0.5 bytes: a size is a whole number of "
+            "bytes, 1 or more"},
+           {"0", "--bytes '0' is 0 bytes"},
+           {"1e-300", "--bytes '1e-300' is 1e-300 bytes"},
+           {"0.3K", "--bytes '0.3K' is 307.2 bytes"},
+           {"-1G", "--bytes '-1G' is -1.07374e+09 bytes"},
+           {"lots", "--bytes 'lots' is not a size"}}) {
+    EXPECT_EQ(RunCommand(pitstop + " plan --topology " + kSmall +
+                             " --seeds 1 --bytes " + bytes,
+                         &out),
+              2)
+        << bytes << ": " << out;
+    EXPECT_THAT(out, HasSubstr(said)) << out;
+  }
+  // A fraction of a unit that is a whole number of bytes runs.
+  EXPECT_EQ(RunCommand(pitstop + " plan --topology " + kSmall +
+                           " --seeds 1 -o json --bytes 1.5K",
+                       &out),
+            0)
+      << out;
+}
+
+// Before, a directory failed only after the evaluation, as "cannot write
+// DIR" without saying why.
+TEST(PlanCliTest, PlanOutThatCannotBeAFileIsRefusedBeforePlanning) {
+  const std::string pitstop = Binary("tools/pitstop/pitstop");
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  const std::string dir = TempDir();
+  std::ofstream(dir + "/file") << "x";
+  std::string out;
+  for (const auto& [path, said] :
+       std::vector<std::pair<std::string, std::string>>{
+           {dir, "--plan-out " + dir +
+                     ": is a directory (give a file name, "
+                     "e.g. " +
+                     dir + "/plan.json)"},
+           {dir + "/", "is a directory"},
+           {dir + "/none/plan.json", dir + "/none does not exist"},
+           {dir + "/file/plan.json", dir + "/file is not a directory"}}) {
+    EXPECT_EQ(RunCommand(pitstop + " plan --topology " + kSmall +
+                             " --seeds 1 --plan-out " + path,
+                         &out),
+              2)
+        << path << ": " << out;
+    EXPECT_THAT(out, HasSubstr(said)) << out;
+    // Refused before the evaluation: no report, no progress.
+    EXPECT_THAT(out, Not(HasSubstr("all-reduce over"))) << out;
+  }
 }
 
 // Before, src_nic and dst_nic held the GPU's name ("host0/gpu3"), which
