@@ -330,7 +330,9 @@ TEST(FabricTest, GeneratorKeysAreRefusedNamingTheKeyAndItsRange) {
            {"gen:leafspine,planes=0", "planes=0: allowed 1..16"},
            {"gen:leafspine,hosts_per_tor=0", "hosts_per_tor=0: allowed 1..512"},
            {"gen:leafspine,nic_gbps=0",
-            "nic_gbps=0: a link speed is a finite number of Gbps above 0"},
+            "nic_gbps=0: a link speed is a finite number of Gbps, at least "
+            "0.001 (1 Mb/s)"},
+           {"gen:leafspine,uplink_gbps=1e-300", "uplink_gbps=1e-300: a link"},
            {"gen:leafspine,gpus=1000000000",
             "gpus=1000000000: allowed 1..131072"},
            {"gen:leafspine,tor_uplinks=1000000", "tor_uplinks=1000000"},

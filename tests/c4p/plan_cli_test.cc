@@ -265,8 +265,8 @@ TEST(PlanCliTest, AJobAcrossASwitchWithoutUplinksExits2NamingIt) {
                          "3 7 200Gbps 0.001ms 0\n"
                          "6 8 400Gbps 0.001ms 0\n"
                          "6 9 400Gbps 0.001ms 0\n";
-  for (const std::string extra :
-       {"", " -o json --plan-out " + TempDir() + "/x.json"}) {
+  for (const std::string& extra :
+       {std::string(), " -o json --plan-out " + TempDir() + "/x.json"}) {
     std::string out;
     EXPECT_EQ(RunCommand(pitstop + " plan --topology " + topo +
                              " --ranks 3 --seeds 1" + extra,
