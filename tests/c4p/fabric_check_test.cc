@@ -16,40 +16,21 @@
 #include "src/c4p/fabric_io.h"
 #include "src/c4p/ibnetdiscover.h"
 #include "tests/c4p/shared_topology.h"
+#include "tests/c4p/tiny_simai.h"
 
 namespace pitstop::c4p {
 namespace {
 
-// Two servers of two GPUs: NVSwitches 4 and 5, rail ToRs 6 and 7, spines 8
-// and 9 (line numbers in comments).
-constexpr char kHead[] = "10 2 2 4 ";
-const std::vector<std::string> kLinks = {
-    "0 4 900Gbps 0.000025ms 0",  // 3
-    "1 4 900Gbps 0.000025ms 0",  // 4
-    "2 5 900Gbps 0.000025ms 0",  // 5
-    "3 5 900Gbps 0.000025ms 0",  // 6
-    "0 6 200Gbps 0.001ms 0",     // 7
-    "1 7 200Gbps 0.001ms 0",     // 8
-    "2 6 200Gbps 0.001ms 0",     // 9
-    "3 7 200Gbps 0.001ms 0",     // 10
-    "6 8 400Gbps 0.001ms 0",     // 11
-    "6 9 400Gbps 0.001ms 0",     // 12
-    "7 8 400Gbps 0.001ms 0",     // 13
-    "7 9 400Gbps 0.001ms 0",     // 14
-};
-
 // The SimAI text with links replaced (line -> text, "" drops the line).
 absl::StatusOr<Fabric> Tiny(
     const std::vector<std::pair<int, std::string>>& edits) {
-  std::vector<std::string> links = kLinks;
+  std::vector<std::string> links = TinySimAiLinks();
   for (const auto& [line, text] : edits) links[line - 3] = text;
   std::vector<std::string> kept;
   for (const std::string& l : links) {
     if (!l.empty()) kept.push_back(l);
   }
-  const std::string text =
-      absl::StrCat(kHead, kept.size(), " H20\n", "4 5 6 7 8 9\n",
-                   absl::StrJoin(kept, "\n"), "\n");
+  const std::string text = TinySimAiText(kept);
   auto f = ParseSimAi(text, "tiny.txt");
   if (!f.ok()) return f.status();
   return FabricFromSimAi(*f, "tiny.txt");
@@ -213,9 +194,9 @@ TEST(FabricCheckTest, AJobWhoseRingCrossesToASwitchWithoutUplinksIsRefused) {
 // ("tor7->spine9" twice), which --degrade and the live planner cannot tell
 // apart.
 TEST(FabricCheckTest, ARepeatedSimAiLinkIsRefusedNamingBothLines) {
-  const std::string text =
-      absl::StrCat(kHead, kLinks.size() + 1, " H20\n4 5 6 7 8 9\n",
-                   absl::StrJoin(kLinks, "\n"), "\n9 7 400Gbps 0.001ms 0\n");
+  std::vector<std::string> links = TinySimAiLinks();
+  links.push_back("9 7 400Gbps 0.001ms 0");  // 15
+  const std::string text = TinySimAiText(links);
   absl::StatusOr<SimAiFile> f = ParseSimAi(text, "tiny.txt");
   ASSERT_FALSE(f.ok());
   EXPECT_NE(f.status().message().find(

@@ -7,30 +7,13 @@
 #include "src/c4p/fabric_io.h"
 #include "src/c4p/ibnetdiscover.h"
 #include "tests/c4p/shared_topology.h"
+#include "tests/c4p/tiny_simai.h"
 
 namespace pitstop::c4p {
 namespace {
 
-// Two servers of two GPUs: NVSwitches 4 and 5, rail ToRs 6 and 7, spines 8
-// and 9.
-constexpr char kTiny[] =
-    "10 2 2 4 12 H20\n"
-    "4 5 6 7 8 9\n"
-    "0 4 900Gbps 0.000025ms 0\n"
-    "1 4 900Gbps 0.000025ms 0\n"
-    "2 5 900Gbps 0.000025ms 0\n"
-    "3 5 900Gbps 0.000025ms 0\n"
-    "0 6 200Gbps 0.001ms 0\n"
-    "1 7 200Gbps 0.001ms 0\n"
-    "2 6 200Gbps 0.001ms 0\n"
-    "3 7 200Gbps 0.001ms 0\n"
-    "6 8 400Gbps 0.001ms 0\n"
-    "6 9 400Gbps 0.001ms 0\n"
-    "7 8 400Gbps 0.001ms 0\n"
-    "7 9 400Gbps 0.001ms 0\n";
-
 TEST(FabricTest, SimAiTiersAndRouting) {
-  auto f = ParseSimAi(kTiny, "tiny.txt");
+  auto f = ParseSimAi(TinySimAiText(TinySimAiLinks()), "tiny.txt");
   ASSERT_TRUE(f.ok()) << f.status();
   auto fab = FabricFromSimAi(*f, "tiny.txt");
   ASSERT_TRUE(fab.ok()) << fab.status();
@@ -52,7 +35,7 @@ TEST(FabricTest, SimAiTiersAndRouting) {
 }
 
 TEST(FabricTest, FindLinksBySpec) {
-  auto f = ParseSimAi(kTiny, "tiny.txt");
+  auto f = ParseSimAi(TinySimAiText(TinySimAiLinks()), "tiny.txt");
   ASSERT_TRUE(f.ok());
   auto fab = FabricFromSimAi(*f, "tiny.txt");
   ASSERT_TRUE(fab.ok());

@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/c4p/fabric_io.h"
+#include "tests/c4p/tiny_simai.h"
 #include "tests/harness/run_command.h"
 
 namespace pitstop::c4p {
@@ -254,17 +255,9 @@ TEST(PlanCliTest, AJobAcrossASwitchWithoutUplinksExits2NamingIt) {
   const std::string pitstop = Binary("tools/pitstop/pitstop");
   if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
   const std::string topo = TempDir() + "/no_uplink.txt";
-  std::ofstream(topo) << "10 2 2 4 10 H20\n4 5 6 7 8 9\n"
-                         "0 4 900Gbps 0.000025ms 0\n"
-                         "1 4 900Gbps 0.000025ms 0\n"
-                         "2 5 900Gbps 0.000025ms 0\n"
-                         "3 5 900Gbps 0.000025ms 0\n"
-                         "0 6 200Gbps 0.001ms 0\n"
-                         "1 7 200Gbps 0.001ms 0\n"
-                         "2 6 200Gbps 0.001ms 0\n"
-                         "3 7 200Gbps 0.001ms 0\n"
-                         "6 8 400Gbps 0.001ms 0\n"
-                         "6 9 400Gbps 0.001ms 0\n";
+  // Lines 13 and 14 (tor7's uplinks) left out.
+  const std::vector<std::string>& all = TinySimAiLinks();
+  std::ofstream(topo) << TinySimAiText({all.begin(), all.end() - 2});
   for (const std::string& extra :
        {std::string(), " -o json --plan-out " + TempDir() + "/x.json"}) {
     std::string out;
