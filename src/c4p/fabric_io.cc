@@ -316,18 +316,17 @@ absl::Status RefuseEmptyOrCompressed(const std::string& text,
   }
   struct Magic {
     absl::string_view bytes;
-    const char* format;
     const char* tool;
   };
-  for (const Magic& m : {Magic{"\x1F\x8B", "gzip", "gunzip"},
-                         Magic{"\x28\xB5\x2F\xFD", "zstd", "unzstd"},
-                         Magic{"\xFD"
-                               "7zXZ",
-                               "xz", "unxz"}}) {
+  for (const Magic& m :
+       {Magic{"\x1F\x8B", "gzip"}, Magic{"\x28\xB5\x2F\xFD", "zstd"},
+        Magic{"\xFD"
+              "7zXZ",
+              "xz"}}) {
     if (!absl::StartsWith(text, m.bytes)) continue;
     return absl::InvalidArgumentError(absl::StrCat(
-        what, ": unrecognised fabric format: ", m.format,
-        "-compressed data (decompress it first: ", m.tool, " -k ", what, ")"));
+        what, ": unrecognised fabric format: ", m.tool,
+        "-compressed data (decompress it first with ", m.tool, " -d)"));
   }
   return absl::OkStatus();
 }

@@ -89,7 +89,7 @@ TEST(FabricCheckTest, AnEmptyOrCompressedFileIsRefusedSayingSo) {
             "the file is empty"},
            {"hosts.csv", gzip,
             "hosts.csv: unrecognised fabric format: gzip-compressed data "
-            "(decompress it first: gunzip -k "},
+            "(decompress it first with gzip -d)"},
            {"fabric.txt.gz", gzip,
             "fabric.txt.gz: unrecognised fabric format: gzip-compressed"},
            {"fabric.zst", "\x28\xB5\x2F\xFD\x04\x58",
