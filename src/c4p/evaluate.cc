@@ -170,6 +170,23 @@ void SetShare(Fabric* fabric, const std::vector<int>& links, double fraction,
   }
 }
 
+// A share that leaves a link up but slower than any link (kMinLinkGbps)
+// is a typo for 0 or a larger share: InvalidArgument naming the flag
+// (before, --degrade-busiest 1e-300 printed ECMP times of 2.6e+297 s).
+absl::Status CheckShare(const Fabric& fabric, const std::vector<int>& links,
+                        double fraction, const std::string& flag) {
+  if (fraction == 0) return absl::OkStatus();
+  for (int l : links) {
+    const double left = fabric.link(l).nominal_gbps * fraction;
+    if (left >= kMinLinkGbps) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": leaves ", fabric.LinkName(l), " ", left, " Gbps of its ",
+        fabric.link(l).nominal_gbps, ": a link that is up keeps at least ",
+        kMinLinkGbps, " Gbps (1 Mb/s); 0 takes it down"));
+  }
+  return absl::OkStatus();
+}
+
 // The plan's busiest switch-to-switch link (by time at its capacity); -1
 // when no such link carries the job.
 int BusiestFabricLink(const Fabric& fabric, const std::vector<Flow>& flows,
@@ -205,6 +222,9 @@ absl::StatusOr<std::vector<int>> Degrade(Fabric* fabric, const EvalOptions& o,
     }
     absl::StatusOr<std::vector<int>> links = fabric->FindLinks(spec);
     if (!links.ok()) return links.status();
+    if (absl::Status s = CheckShare(*fabric, *links, fraction, flag); !s.ok()) {
+      return s;
+    }
     SetShare(fabric, *links, fraction, flag, &d, warnings);
   }
   if (o.degrade_busiest <= 0) return d.links;
@@ -217,6 +237,11 @@ absl::StatusOr<std::vector<int>> Degrade(Fabric* fabric, const EvalOptions& o,
         ": no switch-to-switch link carries this job's traffic, so nothing "
         "was degraded (use --degrade to name a NIC or ToR link)"));
     return d.links;
+  }
+  if (absl::Status s =
+          CheckShare(*fabric, {busiest, busiest ^ 1}, o.degrade_busiest, flag);
+      !s.ok()) {
+    return s;
   }
   SetShare(fabric, {busiest, busiest ^ 1}, o.degrade_busiest, flag, &d,
            warnings);
@@ -266,6 +291,20 @@ void CountMovedConnections(const std::vector<Flow>& flows,
   }
 }
 
+// A network flow whose NICs share no connected part of the fabric: the
+// planner would find no path (before, the plan held NIC ids out of range
+// and the bound was 1e30 s). Per rail Fabric::Finalize checks this; a ring
+// that crosses rails (hosts with fewer of the job's GPUs) is checked here.
+absl::Status CheckFlowReaches(const Fabric& fabric, const Flow& f) {
+  absl::Status s = fabric.CheckNicsReach(f.src_gpu, f.dst_gpu);
+  if (s.ok()) return s;
+  return absl::InvalidArgumentError(absl::StrCat(
+      s.message(), ": the job cannot run there (channel ", f.channel,
+      "'s network hop from rank ", f.src_rank, " to rank ", f.dst_rank,
+      " goes from ", fabric.NicName(f.src_gpu), " to ",
+      fabric.NicName(f.dst_gpu), ")"));
+}
+
 // The job's flows on the fabric (ring or tree over its placement), with
 // the hosts it spans and the NVLink paths of its local flows.
 absl::Status BuildJobFlows(const Fabric& fabric, const EvalOptions& o,
@@ -288,6 +327,9 @@ absl::Status BuildJobFlows(const Fabric& fabric, const EvalOptions& o,
   for (size_t i = 0; i < flows.size(); ++i) {
     if (flows[i].network) {
       ++rep->network_flows;
+      if (absl::Status s = CheckFlowReaches(fabric, flows[i]); !s.ok()) {
+        return s;
+      }
     } else {
       (*nv_paths)[i] = NvLinkPath(fabric, flows[i]);
     }

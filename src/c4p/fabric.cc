@@ -196,6 +196,10 @@ std::string Fabric::LinkName(int link) const {
 }
 
 std::string Fabric::NicName(int gpu) const {
+  if (gpu < 0 || static_cast<size_t>(gpu) >= nodes_.size() ||
+      nodes_[gpu].kind != NodeKind::kGpu) {
+    return absl::StrCat("nic?", gpu);
+  }
   const FabricNode& n = nodes_[gpu];
   return absl::StrCat(hosts_[n.host].name, "/nic", n.local);
 }

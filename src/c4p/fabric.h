@@ -13,6 +13,7 @@
 #ifndef PITSTOP_SRC_CONTROLLER_PLAN_FABRIC_H_
 #define PITSTOP_SRC_CONTROLLER_PLAN_FABRIC_H_
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -24,6 +25,18 @@ namespace pitstop::c4p {
 
 enum class NodeKind { kGpu, kNvSwitch, kTor, kAgg, kCore };
 enum class LinkKind { kNvLink, kNic, kFabric };
+
+// The slowest link a fabric may have: 1 Mb/s. Slower is a typo: before,
+// `--tor-uplink-gbps 1e-300` was planned (a bound of 2e+300 s, printed as
+// a 300-digit number).
+inline constexpr double kMinLinkGbps = 0.001;
+// What errors say a link speed is.
+inline constexpr char kLinkSpeedRule[] =
+    "a link speed is a finite number of Gbps, at least 0.001 (1 Mb/s)";
+// Whether `gbps` is a link speed (finite, at least kMinLinkGbps).
+inline bool IsLinkSpeed(double gbps) {
+  return gbps >= kMinLinkGbps && std::isfinite(gbps);
+}
 
 const char* NodeKindName(NodeKind k);
 const char* LinkKindName(LinkKind k);
@@ -119,8 +132,16 @@ class Fabric {
   // Human name of a link ("host3/nic2->tor18"); NIC ends are named nicK.
   std::string LinkName(int link) const;
   // Name of GPU `gpu`'s network attachment ("host3/nic2"), as --degrade,
-  // LinkName and the live planner name it.
+  // LinkName and the live planner name it; "nic?<id>" for an id that is
+  // not a GPU's (never indexes out of range).
   std::string NicName(int gpu) const;
+  // Whether the NICs of GPUs a and b share a connected part of the switch
+  // fabric (after Finalize; OK before it and for GPUs without a NIC, which
+  // Finalize refuses). Finalize checks NICs of one rail; a job whose ring
+  // crosses rails (hosts of different GPU counts in the job) needs this per
+  // connection. InvalidArgument naming the switch without an uplink (and
+  // its line) or the two switches without a path, and the two NICs.
+  absl::Status CheckNicsReach(int gpu_a, int gpu_b) const;
   // Links named by `spec`: "A->B" (one direction), "A-B" or "A<->B" (both),
   // a NIC "host3/nic2" (all its network links, both ways) or a switch name
   // (all its links). Node names may be the file's numeric ids for SimAI
@@ -175,6 +196,7 @@ class Fabric {
   std::unordered_map<std::string, int> by_name_;
   std::vector<std::string> assumptions_;
   std::vector<std::string> warnings_;
+  std::vector<int> switch_comp_;  // by node id: connected part, -1: none
   int gpu_count_ = 0;
   int down_links_ = 0;  // links at gbps <= 0
   int same_name_ = -1;  // the first node named as an earlier one; -1: none

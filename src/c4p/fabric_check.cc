@@ -135,6 +135,7 @@ absl::Status Fabric::CheckText() {
 }
 
 absl::Status Fabric::Check() {
+  switch_comp_ = SwitchComponents(*this);
   if (absl::Status text = CheckText(); !text.ok()) return text;
   for (size_t l = 0; l < links_.size(); l += 2) {
     if (!(links_[l].nominal_gbps > 0)) {
@@ -148,6 +149,13 @@ absl::Status Fabric::Check() {
       return absl::InvalidArgumentError(absl::StrCat(
           Where(links_[l].source_line), "link ", LinkName(static_cast<int>(l)),
           " has a bandwidth of inf Gbps: a speed is a finite number"));
+    }
+    if (links_[l].nominal_gbps < kMinLinkGbps) {
+      // Before, 1e-300Gbps was planned (a typo, or a unit mixed up).
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(links_[l].source_line), "link ",
+                       LinkName(static_cast<int>(l)), " has a bandwidth of ",
+                       links_[l].nominal_gbps, " Gbps: ", kLinkSpeedRule));
     }
   }
   if (absl::Status nv = CheckNvLinks(); !nv.ok()) return nv;
@@ -187,16 +195,22 @@ absl::Status Fabric::Check() {
   return absl::OkStatus();
 }
 
-absl::Status Fabric::CheckNvLinks() {
-  const std::vector<int> comp = SwitchComponents(*this);
-  auto nic_reaches = [&](int a, int b) {
-    for (int la : nic_up_[a]) {
-      for (int lb : nic_up_[b]) {
-        if (comp[links_[la].dst] == comp[links_[lb].dst]) return true;
+absl::Status Fabric::CheckNicsReach(int gpu_a, int gpu_b) const {
+  if (switch_comp_.empty() || nic_up_[gpu_a].empty() ||
+      nic_up_[gpu_b].empty()) {
+    return absl::OkStatus();
+  }
+  for (int la : nic_up_[gpu_a]) {
+    for (int lb : nic_up_[gpu_b]) {
+      if (switch_comp_[links_[la].dst] == switch_comp_[links_[lb].dst]) {
+        return absl::OkStatus();
       }
     }
-    return false;
-  };
+  }
+  return NoPath(gpu_a, gpu_b);
+}
+
+absl::Status Fabric::CheckNvLinks() {
   for (const FabricHost& h : hosts_) {
     // GPUs NVLink does not join to the host's others go over their NICs.
     std::vector<int> cut_off;
@@ -211,7 +225,7 @@ absl::Status Fabric::CheckNvLinks() {
               nodes_[o].name, ": ", nodes_[lone].name,
               " cannot reach the host's other GPUs"));
         }
-        if (!nic_reaches(g, o)) return NoPath(g, o);
+        if (absl::Status r = CheckNicsReach(g, o); !r.ok()) return r;
         if (h.nvswitch >= 0 && (cut_off.empty() || cut_off.back() != g)) {
           cut_off.push_back(g);
         }
@@ -239,7 +253,7 @@ absl::Status Fabric::CheckNvLinks() {
 }
 
 absl::Status Fabric::CheckReach() const {
-  const std::vector<int> comp = SwitchComponents(*this);
+  const std::vector<int>& comp = switch_comp_;
   // Per rail (a ring's inter-host hop goes from a rail's NIC to the next
   // host's same-rail NIC): each NIC's set of connected parts its ports land
   // in; NICs with the same set are checked once.

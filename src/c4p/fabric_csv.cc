@@ -12,7 +12,6 @@
 // an identical row is left out too. Only a file without a header or without
 // any complete row is refused.
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <set>
 #include <tuple>
@@ -291,8 +290,8 @@ void AddClosAssumptions(const ClosTree& in, const ClosCsvOptions& o,
 
 // InvalidArgument naming the flag (`pitstop plan`'s) of an assumption no
 // fabric can have: a count below 1, more GPUs per host than
-// kMaxGpusPerHost, a speed that is not a finite number of
-// Gbps above 0 (before, `--nic-gbps inf` was accepted).
+// kMaxGpusPerHost, a speed that is not a link speed (IsLinkSpeed; before,
+// `--nic-gbps inf` and `--tor-uplink-gbps 1e-300` were accepted).
 absl::Status CheckClosOptions(const ClosCsvOptions& o) {
   for (const auto& [flag, n] :
        {std::pair<const char*, int>{"--gpus-per-host", o.gpus_per_host},
@@ -308,15 +307,26 @@ absl::Status CheckClosOptions(const ClosCsvOptions& o) {
         "--gpus-per-host ", o.gpus_per_host, ": a host has at most ",
         kMaxGpusPerHost, " GPUs (one NIC each; GB200 NVL72's NVLink domain)"));
   }
+  // Before, 1000000 ran for minutes and 2147483647 aborted (bad_alloc).
+  for (const auto& [flag, n, what] :
+       {std::tuple<const char*, int, const char*>{
+            "--aggs-per-pod", o.aggs_per_pod, "uplinks of a ToR"},
+        {"--cores-per-agg", o.cores_per_agg,
+         "uplinks of an aggregation switch"}}) {
+    if (n > kMaxSwitchPorts) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, " ", n, ": at most ", kMaxSwitchPorts, " (", what,
+          "; the largest switches have ", kMaxSwitchPorts, " ports)"));
+    }
+  }
   for (const auto& [flag, gbps] :
        {std::pair<const char*, double>{"--nic-gbps", o.nic_gbps},
         {"--tor-uplink-gbps", o.tor_uplink_gbps},
         {"--agg-uplink-gbps", o.agg_uplink_gbps},
         {"--nvlink-gbps", o.nvlink_gbps}}) {
-    if (!(gbps > 0 && std::isfinite(gbps))) {
+    if (!IsLinkSpeed(gbps)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(flag, " ", gbps,
-                       ": a link speed is a finite number of Gbps above 0"));
+          absl::StrCat(flag, " ", gbps, ": ", kLinkSpeedRule));
     }
   }
   return absl::OkStatus();

@@ -1,5 +1,7 @@
 // Generators of leaf/spine and three-tier fabrics (fabric_io.h).
+#include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 
 #include "absl/strings/numbers.h"
@@ -8,6 +10,88 @@
 #include "src/c4p/fabric_io.h"
 
 namespace pitstop::c4p {
+
+namespace {
+
+// A count key of the spec: its field and allowed range, and why the range.
+struct CountKey {
+  int* field;
+  int min;
+  int max;
+  const char* why;
+};
+
+// Before, gpus=1000000000 or tor_uplinks=1000000 ran for minutes building
+// cables, without a word.
+std::map<std::string, CountKey> CountKeys(GeneratorOptions* o) {
+  return {
+      {"gpus",
+       {&o->gpus, 1, kMaxGeneratedGpus,
+        "2^17; a larger fabric takes minutes and gigabytes to plan"}},
+      {"gpus_per_host",
+       {&o->gpus_per_host, 1, kMaxGpusPerHost,
+        "one NIC each; GB200 NVL72's NVLink domain"}},
+      {"rail", {nullptr, 0, 1, "1: rail-optimised, 0: not"}},
+      {"hosts_per_tor",
+       {&o->hosts_per_tor, 1, kMaxSwitchPorts, "a ToR's ports"}},
+      {"planes", {&o->planes, 1, 16, "NIC ports per GPU, one per plane"}},
+      {"tor_uplinks",
+       {&o->tor_uplinks, 1, kMaxSwitchPorts,
+        "a ToR's ports; leave the key out for non-blocking"}},
+      {"tors_per_pod",
+       {&o->tors_per_pod, 1, kMaxSwitchPorts, "an aggregation switch's ports"}},
+      {"agg_uplinks",
+       {&o->agg_uplinks, 1, kMaxSwitchPorts,
+        "an aggregation switch's ports; leave the key out for non-blocking"}},
+  };
+}
+
+absl::Status BadKey(const std::string& spec, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("'", spec, "': ", what));
+}
+
+// One key=value of the spec into `o`.
+absl::Status ParseKey(const std::string& spec, const std::string& part,
+                      GeneratorOptions* o) {
+  const std::vector<std::string> kv = absl::StrSplit(part, '=');
+  std::map<std::string, CountKey> counts = CountKeys(o);
+  const std::map<std::string, std::pair<double*, const char*>> reals = {
+      {"nic_gbps", {&o->nic_gbps, ""}},
+      {"nvlink_gbps", {&o->nvlink_gbps, ""}},
+      {"uplink_gbps", {&o->uplink_gbps, "; leave the key out for nic_gbps"}}};
+  if (kv.size() != 2 || (!counts.count(kv[0]) && !reals.count(kv[0]))) {
+    return BadKey(
+        spec, absl::StrCat(
+                  "bad '", part,
+                  "' (key=value; keys: gpus, gpus_per_host, rail, "
+                  "hosts_per_tor, planes, nic_gbps, nvlink_gbps, tor_uplinks, "
+                  "uplink_gbps, tors_per_pod, agg_uplinks)"));
+  }
+  const std::string& key = kv[0];
+  if (auto r = reals.find(key); r != reals.end()) {
+    double v = 0;
+    if (!absl::SimpleAtod(kv[1], &v) || !IsLinkSpeed(v)) {
+      return BadKey(spec, absl::StrCat(key, "=", kv[1], ": ", kLinkSpeedRule,
+                                       r->second.second));
+    }
+    *r->second.first = v;
+    return absl::OkStatus();
+  }
+  const CountKey& c = counts.at(key);
+  int v = 0;
+  if (!absl::SimpleAtoi(kv[1], &v) || v < c.min || v > c.max) {
+    return BadKey(spec, absl::StrCat(key, "=", kv[1], ": allowed ", c.min, "..",
+                                     c.max, " (", c.why, ")"));
+  }
+  if (c.field == nullptr) {
+    o->rail_optimised = v == 1;
+  } else {
+    *c.field = v;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<GeneratorOptions> ParseGeneratorSpec(const std::string& spec) {
   GeneratorOptions o;
@@ -25,38 +109,19 @@ absl::StatusOr<GeneratorOptions> ParseGeneratorSpec(const std::string& spec) {
         absl::StrCat("'", spec, "': unknown fabric kind '", parts[0],
                      "' (leafspine or 3tier)"));
   }
-  std::map<std::string, int*> ints = {{"gpus", &o.gpus},
-                                      {"gpus_per_host", &o.gpus_per_host},
-                                      {"hosts_per_tor", &o.hosts_per_tor},
-                                      {"planes", &o.planes},
-                                      {"tor_uplinks", &o.tor_uplinks},
-                                      {"tors_per_pod", &o.tors_per_pod},
-                                      {"agg_uplinks", &o.agg_uplinks}};
-  std::map<std::string, double*> reals = {{"nic_gbps", &o.nic_gbps},
-                                          {"nvlink_gbps", &o.nvlink_gbps},
-                                          {"uplink_gbps", &o.uplink_gbps}};
+  std::set<std::string> seen;
   for (size_t i = 1; i < parts.size(); ++i) {
-    std::vector<std::string> kv = absl::StrSplit(parts[i], '=');
-    const std::string key = kv[0];
-    bool ok = kv.size() == 2;
-    if (ok && key == "rail") {
-      int v = 0;
-      ok = absl::SimpleAtoi(kv[1], &v);
-      o.rail_optimised = v != 0;
-    } else if (ok && ints.count(key)) {
-      ok = absl::SimpleAtoi(kv[1], ints[key]) && *ints[key] >= 0;
-    } else if (ok && reals.count(key)) {
-      ok = absl::SimpleAtod(kv[1], reals[key]) && *reals[key] >= 0;
-    } else {
-      ok = false;
+    const std::string key = parts[i].substr(0, parts[i].find('='));
+    if (!seen.insert(key).second) {
+      // Before, the last one silently won.
+      return BadKey(spec, absl::StrCat(key, " is given twice"));
     }
-    if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "'", spec, "': bad '", parts[i],
-          "' (keys: gpus, gpus_per_host, rail, hosts_per_tor, planes, "
-          "nic_gbps, nvlink_gbps, tor_uplinks, uplink_gbps, tors_per_pod, "
-          "agg_uplinks)"));
-    }
+    if (absl::Status s = ParseKey(spec, parts[i], &o); !s.ok()) return s;
+  }
+  if (o.gpus % o.gpus_per_host != 0) {
+    return BadKey(spec, absl::StrCat("gpus=", o.gpus,
+                                     " is not a multiple of gpus_per_host=",
+                                     o.gpus_per_host));
   }
   return o;
 }
@@ -75,15 +140,71 @@ std::string GeneratorSpecHelp() {
       "given; uplink_gbps: nic_gbps unless given)");
 }
 
-absl::StatusOr<Fabric> GenerateFabric(const GeneratorOptions& o) {
-  if (o.gpus <= 0 || o.gpus_per_host <= 0 || o.gpus % o.gpus_per_host != 0 ||
-      o.hosts_per_tor <= 0 || o.planes <= 0 || o.nic_gbps <= 0 ||
-      o.tors_per_pod <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "generator: ", o.gpus, " GPUs must be a positive multiple of ",
-        o.gpus_per_host,
-        " GPUs per host; hosts_per_tor, planes, nic_gbps, tors_per_pod > 0"));
+namespace {
+
+// InvalidArgument naming the first field outside its spec key's range (0
+// stands for the default where the options say so).
+absl::Status CheckGeneratorOptions(const GeneratorOptions& given) {
+  GeneratorOptions o = given;
+  for (const auto& [key, c] : CountKeys(&o)) {
+    if (c.field == nullptr) continue;
+    const int v = *c.field;
+    if (v == 0 && (key == "tor_uplinks" || key == "agg_uplinks")) continue;
+    if (v < c.min || v > c.max) {
+      return absl::InvalidArgumentError(absl::StrCat("generator: ", key, "=", v,
+                                                     ": allowed ", c.min, "..",
+                                                     c.max, " (", c.why, ")"));
+    }
   }
+  for (const auto& [key, v] :
+       {std::pair<const char*, double>{"nic_gbps", o.nic_gbps},
+        {"nvlink_gbps", o.nvlink_gbps},
+        {"uplink_gbps", o.uplink_gbps}}) {
+    if (IsLinkSpeed(v) || (v == 0 && key[0] == 'u')) continue;
+    return absl::InvalidArgumentError(
+        absl::StrCat("generator: ", key, "=", v, ": ", kLinkSpeedRule));
+  }
+  if (o.gpus % o.gpus_per_host != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("generator: gpus=", o.gpus,
+                     " is not a multiple of gpus_per_host=", o.gpus_per_host));
+  }
+  return absl::OkStatus();
+}
+
+// Each key in range can still multiply into a fabric no run can hold:
+// InvalidArgument when its cables or its routing table (ToRs x nodes, two
+// bytes each) would pass kMaxCables or kMaxRouteEntries.
+absl::Status CheckGeneratedSize(const GeneratorOptions& o, int64_t tors,
+                                int64_t up, int64_t pods, int64_t agg_up,
+                                bool three) {
+  constexpr int64_t kMaxCables = int64_t{1} << 25;        // ~2.7 GB of links
+  constexpr int64_t kMaxRouteEntries = int64_t{1} << 31;  // 4 GiB
+  const int64_t planes = o.planes;
+  const int64_t hosts = o.gpus / o.gpus_per_host;
+  const int64_t switches =
+      planes * (tors + (three ? pods * up + up * agg_up : up));
+  const int64_t nodes = o.gpus + hosts + switches;
+  const int64_t cables =
+      int64_t{o.gpus} * (1 + planes) +
+      planes * (tors * up + (three ? pods * up * agg_up : 0));
+  const int64_t routes = planes * tors * nodes;
+  if (cables <= kMaxCables && routes <= kMaxRouteEntries) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "generator: ", o.gpus, " GPUs in ", planes * tors, " ToRs of ",
+      o.hosts_per_tor, " hosts with ", up, " uplinks make ", cables,
+      " cables and a routing table of ", routes, " entries; at most ",
+      kMaxCables, " and ", kMaxRouteEntries,
+      " (fewer gpus, tor_uplinks, agg_uplinks or planes, more "
+      "hosts_per_tor or tors_per_pod)"));
+}
+
+}  // namespace
+
+absl::StatusOr<Fabric> GenerateFabric(const GeneratorOptions& o) {
+  if (absl::Status s = CheckGeneratorOptions(o); !s.ok()) return s;
   const bool three = o.kind == GeneratorOptions::Kind::kThreeTier;
   const int hosts = o.gpus / o.gpus_per_host;
   const int segments = (hosts + o.hosts_per_tor - 1) / o.hosts_per_tor;
@@ -95,6 +216,10 @@ absl::StatusOr<Fabric> GenerateFabric(const GeneratorOptions& o) {
   const int tors = segments * tors_per_segment;  // per plane
   const int pods = three ? (tors + o.tors_per_pod - 1) / o.tors_per_pod : 1;
   const int agg_up = o.agg_uplinks > 0 ? o.agg_uplinks : o.tors_per_pod;
+  if (absl::Status s = CheckGeneratedSize(o, tors, up, pods, agg_up, three);
+      !s.ok()) {
+    return s;
+  }
 
   Fabric fab;
   // tor_node[plane][segment * tors_per_segment + rail]

@@ -1,5 +1,6 @@
 #include "src/c4p/fabric_io.h"
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <set>
@@ -20,6 +21,32 @@ bool ParseWithSuffix(absl::string_view text, absl::string_view suffix,
                      double* out) {
   if (!absl::ConsumeSuffix(&text, suffix)) return false;
   return absl::SimpleAtod(text, out) && *out >= 0;
+}
+
+// One link line, split into words: ends in [0, total_nodes).
+absl::StatusOr<SimAiLink> ParseSimAiLink(const std::vector<std::string>& w,
+                                         int line, int total_nodes,
+                                         const std::string& source) {
+  SimAiLink l;
+  l.line = line;
+  if (w.size() < 4 || !absl::SimpleAtoi(w[0], &l.src) ||
+      !absl::SimpleAtoi(w[1], &l.dst) ||
+      !ParseWithSuffix(w[2], "Gbps", &l.gbps) ||
+      !ParseWithSuffix(w[3], "ms", &l.latency_ms)) {
+    return LineError(source, line,
+                     "expected '<src> <dst> <N>Gbps <N>ms <error_rate>'");
+  }
+  if (w.size() > 4 && !absl::SimpleAtod(w[4], &l.error_rate)) {
+    return LineError(source, line, "bad error rate");
+  }
+  for (int end : {l.src, l.dst}) {
+    if (end < 0 || end >= total_nodes) {
+      return LineError(
+          source, line,
+          absl::StrCat("node id ", end, " is not in [0, ", total_nodes, ")"));
+    }
+  }
+  return l;
 }
 
 // A SimAI file of 100k GPUs is ~10 MB; 256 MiB is far beyond any fabric
@@ -86,31 +113,30 @@ absl::StatusOr<SimAiFile> ParseSimAi(const std::string& text,
     }
     f.switch_ids.push_back(v);
   }
+  std::map<std::pair<int, int>, int> cable_line;  // ends -> first line
   for (size_t i = 2; i < lines.size(); ++i) {
     std::vector<std::string> w =
         absl::StrSplit(lines[i], ' ', absl::SkipWhitespace());
     if (w.empty()) continue;
     const int line = static_cast<int>(i) + 1;
-    SimAiLink l;
-    l.line = line;
-    if (w.size() < 4 || !absl::SimpleAtoi(w[0], &l.src) ||
-        !absl::SimpleAtoi(w[1], &l.dst) ||
-        !ParseWithSuffix(w[2], "Gbps", &l.gbps) ||
-        !ParseWithSuffix(w[3], "ms", &l.latency_ms)) {
-      return LineError(source, line,
-                       "expected '<src> <dst> <N>Gbps <N>ms <error_rate>'");
-    }
-    if (w.size() > 4 && !absl::SimpleAtod(w[4], &l.error_rate)) {
-      return LineError(source, line, "bad error rate");
-    }
-    for (int end : {l.src, l.dst}) {
-      if (end < 0 || end >= f.total_nodes) {
-        return LineError(source, line,
-                         absl::StrCat("node id ", end, " is not in [0, ",
-                                      f.total_nodes, ")"));
-      }
-    }
+    absl::StatusOr<SimAiLink> parsed =
+        ParseSimAiLink(w, line, f.total_nodes, source);
+    if (!parsed.ok()) return parsed.status();
+    const SimAiLink& l = *parsed;
     if (l.src == l.dst) return LineError(source, line, "a link to itself");
+    // A cable is named by its two ends (LinkName, --degrade): a second one
+    // between the same two nodes would share the name. Before, it became a
+    // second cable silently.
+    const auto [first, fresh] = cable_line.emplace(
+        std::pair{std::min(l.src, l.dst), std::max(l.src, l.dst)}, line);
+    if (!fresh) {
+      return LineError(
+          source, line,
+          absl::StrCat("a second link between ", l.src, " and ", l.dst,
+                       " (the first is line ", first->second,
+                       "): both would be one cable's name; give the pair "
+                       "once, with the bandwidth of both"));
+    }
     f.links.push_back(l);
   }
   if (static_cast<int>(f.links.size()) != f.declared_links) {
@@ -271,6 +297,40 @@ absl::StatusOr<Fabric> WithUnusedHostMap(absl::StatusOr<Fabric> fab,
   return fab;
 }
 
+constexpr char kFormatsRead[] =
+    "(read: a SimAI topology file, '<nodes> <gpus_per_server> <nvswitches> "
+    "<switches> <links> <gpu_type>'; a three-tier CSV whose header names "
+    "ip,DSW,PSW,ASW; ibnetdiscover output; or a gen:leafspine,... / "
+    "gen:3tier,... spec)";
+
+// A file no reader could read whatever its name: empty (or blank), or
+// compressed. Refused saying so (before, an empty or a gzip-compressed
+// file named .csv got the CSV reader's "expected a header", and one named
+// otherwise a bare "unrecognised fabric format").
+absl::Status RefuseEmptyOrCompressed(const std::string& text,
+                                     const std::string& what) {
+  if (absl::StripAsciiWhitespace(text).empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": unrecognised fabric format: the file is ",
+                     text.empty() ? "empty " : "blank ", kFormatsRead));
+  }
+  struct Magic {
+    absl::string_view bytes;
+    const char* tool;
+  };
+  for (const Magic& m :
+       {Magic{"\x1F\x8B", "gzip"}, Magic{"\x28\xB5\x2F\xFD", "zstd"},
+        Magic{"\xFD"
+              "7zXZ",
+              "xz"}}) {
+    if (!absl::StartsWith(text, m.bytes)) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": unrecognised fabric format: ", m.tool,
+        "-compressed data (decompress it first with ", m.tool, " -d)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Fabric> LoadFabricFile(const std::string& what,
                                       const ClosCsvOptions& csv_options,
                                       const IbOptions& ib_options) {
@@ -280,6 +340,9 @@ absl::StatusOr<Fabric> LoadFabricFile(const std::string& what,
   if (absl::Status s = RefuseUtf16(*text, what); !s.ok()) return s;
   // A UTF-8 byte order mark (spreadsheet exports write one) is not text.
   if (absl::StartsWith(*text, "\xEF\xBB\xBF")) text->erase(0, 3);
+  if (absl::Status s = RefuseEmptyOrCompressed(*text, what); !s.ok()) {
+    return s;
+  }
   const std::string first = text->substr(0, text->find('\n'));
   // By content: the header names the columns in any order, whatever the
   // file is called; a .csv without it gets the CSV reader's error.
@@ -304,11 +367,7 @@ absl::StatusOr<Fabric> LoadFabricFile(const std::string& what,
   }
   if (!LooksLikeSimAiHeader(first)) {
     return LineError(what, 1,
-                     "unrecognised fabric format (read: a SimAI topology "
-                     "file, '<nodes> <gpus_per_server> <nvswitches> "
-                     "<switches> <links> <gpu_type>'; a three-tier CSV whose "
-                     "header names ip,DSW,PSW,ASW; ibnetdiscover output; or "
-                     "a gen:leafspine,... / gen:3tier,... spec)");
+                     absl::StrCat("unrecognised fabric format ", kFormatsRead));
   }
   absl::StatusOr<SimAiFile> f = ParseSimAi(*text, what);
   if (!f.ok()) return f.status();

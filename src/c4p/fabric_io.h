@@ -62,6 +62,13 @@ absl::StatusOr<Fabric> FabricFromSimAi(const SimAiFile& file,
 // The most GPUs (= NICs) a host may have: GB200 NVL72's NVLink domain.
 // More is a typo, and ran for minutes before it was refused.
 inline constexpr int kMaxGpusPerHost = 72;
+// The most ports a switch has (51.2 Tb/s at 100 Gbps a port): the bound on
+// uplink counts the CSV flags and gen: keys assume. Before, 1,000,000 ran
+// for minutes and 2147483647 aborted on std::bad_alloc.
+inline constexpr int kMaxSwitchPorts = 512;
+// The most GPUs a generated fabric has (2^17): planning more takes minutes
+// and gigabytes (the routing table is ToRs x nodes).
+inline constexpr int kMaxGeneratedGpus = 131072;
 
 struct ClosCsvOptions {
   int gpus_per_host = 8;  // one NIC per GPU; 1..kMaxGpusPerHost
@@ -97,7 +104,9 @@ struct GeneratorOptions {
 };
 // "gen:leafspine,gpus=1024,rail=1,hosts_per_tor=16,tor_uplinks=16,..."
 // "gen:3tier,gpus=8192,..." Keys are GeneratorOptions' field names (rail for
-// rail_optimised). InvalidArgument naming the key on a bad one.
+// rail_optimised). InvalidArgument naming the key and its allowed range on
+// a bad value (out of range, 0 for a count or speed, rail other than 0 or
+// 1), an unknown key or a key given twice.
 absl::StatusOr<GeneratorOptions> ParseGeneratorSpec(const std::string& spec);
 // The spec's keys with GeneratorOptions' defaults, for help text (before,
 // `pitstop plan --help` wrote its own and showed tors_per_pod=16 for 64).

@@ -196,9 +196,18 @@ absl::StatusOr<std::vector<Flow>> FlowsFromConnections(
           "connection ", c.src_rank, " -> ", c.dst_rank, " channel ", c.channel,
           ": rank not placed on the fabric"));
     }
-    AddConnection(fabric, c.src_rank, c.dst_rank, rank_gpu[c.src_rank],
-                  rank_gpu[c.dst_rank], c.channel, c.bytes, qps_per_connection,
-                  &flows, &conn);
+    const int src = rank_gpu[c.src_rank], dst = rank_gpu[c.dst_rank];
+    if (!fabric.NvLinked(src, dst)) {
+      // No path for the planner to find (it left the NICs unset).
+      absl::Status s = fabric.CheckNicsReach(src, dst);
+      if (!s.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("connection ", c.src_rank, " -> ", c.dst_rank,
+                         " channel ", c.channel, ": ", s.message()));
+      }
+    }
+    AddConnection(fabric, c.src_rank, c.dst_rank, src, dst, c.channel, c.bytes,
+                  qps_per_connection, &flows, &conn);
   }
   return flows;
 }

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "src/c4p/fabric_read_util.h"
 #include "src/c4p/ibnetdiscover.h"
@@ -19,6 +20,7 @@ struct IbCable {
   double gbps = 0;
   std::string rate;
   int line = 0;
+  int listed = 1;  // ends whose block lists it (2 in a whole output)
 };
 
 using End = std::pair<int, int>;  // node index, port
@@ -34,6 +36,33 @@ bool IsAggregationNode(const IbNode& n) {
 // An HCA of a host: a Ca that is not an aggregation node.
 bool IsHostHca(const IbNode& n) {
   return n.type == 'H' && !IsAggregationNode(n);
+}
+
+// ibnetdiscover lists each cable in the blocks of both its ends; one
+// listed from one end only (its peer's block lost the port: an edited or
+// partial output) is read as listed, and said naming the line (before,
+// silently).
+void WarnOneEnded(const IbFile& f, const std::string& source,
+                  const std::vector<IbCable>& cables,
+                  std::vector<std::string>* warn) {
+  std::vector<std::string> named;
+  int first_line = 0;
+  size_t n = 0;
+  for (const IbCable& c : cables) {
+    if (c.listed > 1) continue;
+    if (n++ == 0) first_line = c.line;
+    if (named.size() == 3) continue;
+    named.push_back(absl::StrCat(f.nodes[c.a].id, "[", c.a_port, "]-",
+                                 f.nodes[c.b].id, "[", c.b_port, "] (line ",
+                                 c.line, ")"));
+  }
+  if (n == 0) return;
+  warn->push_back(absl::StrCat(
+      source, ":", first_line, ": ", n, n > 1 ? " cables are" : " cable is",
+      " listed from one end only (the other end's block does not list the "
+      "port): ",
+      absl::StrJoin(named, ", "), n > named.size() ? ", ..." : "",
+      "; planned as listed"));
 }
 
 // Each cable once; both ends must name each other. Speeds that differ
@@ -64,6 +93,7 @@ absl::StatusOr<std::vector<IbCable>> Cables(const IbFile& f,
       auto [c, fresh] = cables.emplace(
           key, IbCable{key.first.first, key.first.second, key.second.first,
                        key.second.second, p.gbps, p.rate, p.line});
+      if (!fresh) ++c->second.listed;
       if (!fresh && c->second.gbps != p.gbps) {
         warn->push_back(absl::StrCat(
             source, ":", p.line, ": the two ends of ", f.nodes[n].id, "[",
@@ -81,6 +111,7 @@ absl::StatusOr<std::vector<IbCable>> Cables(const IbFile& f,
   for (auto& [k, c] : cables) out.push_back(c);
   std::sort(out.begin(), out.end(),
             [](const IbCable& x, const IbCable& y) { return x.line < y.line; });
+  WarnOneEnded(f, source, out, warn);
   return out;
 }
 
@@ -280,6 +311,11 @@ absl::StatusOr<Fabric> FabricFromIbnetdiscover(const IbFile& f,
                                                const std::string& source,
                                                const IbHostMap& map,
                                                const IbOptions& o) {
+  if (!IsLinkSpeed(o.nvlink_gbps)) {
+    // Named as `pitstop plan` takes it (before, 1e-300 was planned).
+    return absl::InvalidArgumentError(
+        absl::StrCat("--nvlink-gbps ", o.nvlink_gbps, ": ", kLinkSpeedRule));
+  }
   Fabric fab;
   fab.source = source;
   absl::StatusOr<std::vector<IbCable>> cables =

@@ -1,7 +1,9 @@
 // Fabric::Finalize's check: a fabric that cannot carry a job is refused
 // naming the element and the line; one that is merely unusual loads with a
 // warning.
+#include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -10,43 +12,25 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "src/c4p/evaluate.h"
 #include "src/c4p/fabric_io.h"
 #include "src/c4p/ibnetdiscover.h"
 #include "tests/c4p/shared_topology.h"
+#include "tests/c4p/tiny_simai.h"
 
 namespace pitstop::c4p {
 namespace {
 
-// Two servers of two GPUs: NVSwitches 4 and 5, rail ToRs 6 and 7, spines 8
-// and 9 (line numbers in comments).
-constexpr char kHead[] = "10 2 2 4 ";
-const std::vector<std::string> kLinks = {
-    "0 4 900Gbps 0.000025ms 0",  // 3
-    "1 4 900Gbps 0.000025ms 0",  // 4
-    "2 5 900Gbps 0.000025ms 0",  // 5
-    "3 5 900Gbps 0.000025ms 0",  // 6
-    "0 6 200Gbps 0.001ms 0",     // 7
-    "1 7 200Gbps 0.001ms 0",     // 8
-    "2 6 200Gbps 0.001ms 0",     // 9
-    "3 7 200Gbps 0.001ms 0",     // 10
-    "6 8 400Gbps 0.001ms 0",     // 11
-    "6 9 400Gbps 0.001ms 0",     // 12
-    "7 8 400Gbps 0.001ms 0",     // 13
-    "7 9 400Gbps 0.001ms 0",     // 14
-};
-
 // The SimAI text with links replaced (line -> text, "" drops the line).
 absl::StatusOr<Fabric> Tiny(
     const std::vector<std::pair<int, std::string>>& edits) {
-  std::vector<std::string> links = kLinks;
+  std::vector<std::string> links = TinySimAiLinks();
   for (const auto& [line, text] : edits) links[line - 3] = text;
   std::vector<std::string> kept;
   for (const std::string& l : links) {
     if (!l.empty()) kept.push_back(l);
   }
-  const std::string text =
-      absl::StrCat(kHead, kept.size(), " H20\n", "4 5 6 7 8 9\n",
-                   absl::StrJoin(kept, "\n"), "\n");
+  const std::string text = TinySimAiText(kept);
   auto f = ParseSimAi(text, "tiny.txt");
   if (!f.ok()) return f.status();
   return FabricFromSimAi(*f, "tiny.txt");
@@ -64,6 +48,62 @@ void ExpectRefused(const absl::StatusOr<Fabric>& f,
 TEST(FabricCheckTest, ZeroBandwidthIsRefusedNamingTheLinkAndLine) {
   ExpectRefused(Tiny({{12, "6 9 0Gbps 0.001ms 0"}}),
                 {"tiny.txt:12:", "tor6->spine9", "bandwidth of 0"});
+}
+
+// Before, 1e-300Gbps was planned (a typo, or Gbps taken for bps).
+TEST(FabricCheckTest, ASpeedBelowOneMbpsIsRefusedNamingTheLinkAndLine) {
+  ExpectRefused(Tiny({{12, "6 9 1e-300Gbps 0.001ms 0"}}),
+                {"tiny.txt:12:", "tor6->spine9", "bandwidth of 1e-300 Gbps",
+                 "a link speed is a finite number of Gbps, at least 0.001 "
+                 "(1 Mb/s)"});
+  ExpectRefused(Tiny({{3, "0 4 0.0009Gbps 0.000025ms 0"}}),
+                {"tiny.txt:3:", "bandwidth of 0.0009 Gbps"});
+  EXPECT_TRUE(Tiny({{12, "6 9 0.001Gbps 0.001ms 0"}}).ok());
+  // The NVLink speed of ibnetdiscover hosts is --nvlink-gbps's.
+  const std::string ib = SharedTopologyText("ibnetdiscover_edr96.topo");
+  if (ib.empty()) GTEST_SKIP() << "../shared/data/topology is absent";
+  auto parsed = ParseIbnetdiscover(ib, "edr.topo");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  IbOptions o;
+  o.nvlink_gbps = 1e-300;
+  ExpectRefused(FabricFromIbnetdiscover(*parsed, "edr.topo", {}, o),
+                {"--nvlink-gbps 1e-300: a link speed is"});
+}
+
+// Before, an empty or gzip-compressed file named .csv got the CSV reader's
+// "expected a header", and one named otherwise a bare "unrecognised fabric
+// format" that did not say why.
+TEST(FabricCheckTest, AnEmptyOrCompressedFileIsRefusedSayingSo) {
+  const std::string gzip("\x1F\x8B\x08\x08\x00\x00\x00\x00\x00\x03h.csv\0\xCB",
+                         17);
+  for (const auto& [name, text, said] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"empty.csv", "",
+            "empty.csv: unrecognised fabric format: the file is empty"},
+           {"empty.txt", "",
+            "empty.txt: unrecognised fabric format: the file is empty"},
+           {"blank.topo", " \n\r\n\t\n",
+            "blank.topo: unrecognised fabric format: the file is blank"},
+           {"bom.csv", "\xEF\xBB\xBF",
+            "bom.csv: unrecognised fabric format: "
+            "the file is empty"},
+           {"hosts.csv", gzip,
+            "hosts.csv: unrecognised fabric format: gzip-compressed data "
+            "(decompress it first with gzip -d)"},
+           {"fabric.txt.gz", gzip,
+            "fabric.txt.gz: unrecognised fabric format: gzip-compressed"},
+           {"fabric.zst", "\x28\xB5\x2F\xFD\x04\x58",
+            "fabric.zst: unrecognised fabric format: zstd-compressed"},
+           {"fabric.xz",
+            std::string("\xFD"
+                        "7zXZ\0\0\x04",
+                        8),
+            "fabric.xz: unrecognised fabric format: xz-compressed"}}) {
+    const std::string path = ::testing::TempDir() + "/" + name;
+    std::ofstream(path, std::ios::binary) << text;
+    auto f = LoadFabric(path, ClosCsvOptions{});
+    ExpectRefused(f, {said});
+  }
 }
 
 // Names are written into -o json, --plan-out and the controller's stored
@@ -115,6 +155,64 @@ TEST(FabricCheckTest, ToRWithoutUplinkIsRefusedNamingTheSwitch) {
   ExpectRefused(Tiny({{10, "3 6 200Gbps 0.001ms 0"}, {13, ""}, {14, ""}}),
                 {"tiny.txt:8:", "switch tor7 has no uplink",
                  "host0/nic1 below it cannot reach host1/nic1"});
+}
+
+// A job on 3 of the 4 GPUs: host1 has only its rail-0 GPU, so the ring's
+// rail-1 channel goes from host0/nic1 (on tor7) to host1/nic0 (on tor6).
+// With tor7's uplinks gone the fabric loads (each rail is connected within
+// itself) but that hop has no path: before, the plan held a NIC id out of
+// range ("host0/nic3089"), the bound was 1e30 s and --plan-out crashed.
+TEST(FabricCheckTest, AJobWhoseRingCrossesToASwitchWithoutUplinksIsRefused) {
+  absl::StatusOr<Fabric> f = Tiny({{13, ""}, {14, ""}});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EvalOptions o;
+  o.ranks = 3;
+  o.seeds = 1;
+  absl::StatusOr<EvalReport> r = Evaluate(&*f, o);
+  ASSERT_FALSE(r.ok());
+  for (const char* part :
+       {"tiny.txt:8:", "switch tor7 has no uplink", "host0/nic1", "host1/nic0",
+        "the job cannot run there",
+        "channel 1's network hop from rank 0 to rank 2"}) {
+    EXPECT_NE(r.status().message().find(part), std::string::npos)
+        << "'" << part << "' not in: " << r.status();
+  }
+  // The whole fabric (each ring stays on its rail) still runs.
+  o.ranks = 4;
+  EXPECT_TRUE(Evaluate(&*f, o).ok());
+  // The live planner's connections are checked the same way.
+  absl::StatusOr<std::vector<Flow>> live =
+      FlowsFromConnections(*f, {0, 1, 2}, {{1, 2, 1, 1e6}}, 1);
+  ASSERT_FALSE(live.ok());
+  EXPECT_NE(live.status().message().find("switch tor7 has no uplink"),
+            std::string::npos)
+      << live.status();
+  EXPECT_TRUE(FlowsFromConnections(*f, {0, 1, 2}, {{0, 2, 0, 1e6}}, 1).ok());
+}
+
+// Before, a repeated line became a second cable with the same name
+// ("tor7->spine9" twice), which --degrade and the live planner cannot tell
+// apart.
+TEST(FabricCheckTest, ARepeatedSimAiLinkIsRefusedNamingBothLines) {
+  std::vector<std::string> links = TinySimAiLinks();
+  links.push_back("9 7 400Gbps 0.001ms 0");  // 15
+  const std::string text = TinySimAiText(links);
+  absl::StatusOr<SimAiFile> f = ParseSimAi(text, "tiny.txt");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find(
+                "tiny.txt:15: a second link between 9 and 7 (the first is "
+                "line 14)"),
+            std::string::npos)
+      << f.status();
+}
+
+TEST(FabricCheckTest, NicNameOfAnIdThatIsNotAGpuDoesNotIndexOutOfRange) {
+  absl::StatusOr<Fabric> f = Tiny({});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->NicName(3), "host1/nic1");
+  EXPECT_EQ(f->NicName(-1), "nic?-1");
+  EXPECT_EQ(f->NicName(3089), "nic?3089");
+  EXPECT_EQ(f->NicName(6), "nic?6");  // a ToR
 }
 
 TEST(FabricCheckTest, TiersWithNoPathBetweenThemAreRefused) {

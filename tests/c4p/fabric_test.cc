@@ -7,30 +7,13 @@
 #include "src/c4p/fabric_io.h"
 #include "src/c4p/ibnetdiscover.h"
 #include "tests/c4p/shared_topology.h"
+#include "tests/c4p/tiny_simai.h"
 
 namespace pitstop::c4p {
 namespace {
 
-// Two servers of two GPUs: NVSwitches 4 and 5, rail ToRs 6 and 7, spines 8
-// and 9.
-constexpr char kTiny[] =
-    "10 2 2 4 12 H20\n"
-    "4 5 6 7 8 9\n"
-    "0 4 900Gbps 0.000025ms 0\n"
-    "1 4 900Gbps 0.000025ms 0\n"
-    "2 5 900Gbps 0.000025ms 0\n"
-    "3 5 900Gbps 0.000025ms 0\n"
-    "0 6 200Gbps 0.001ms 0\n"
-    "1 7 200Gbps 0.001ms 0\n"
-    "2 6 200Gbps 0.001ms 0\n"
-    "3 7 200Gbps 0.001ms 0\n"
-    "6 8 400Gbps 0.001ms 0\n"
-    "6 9 400Gbps 0.001ms 0\n"
-    "7 8 400Gbps 0.001ms 0\n"
-    "7 9 400Gbps 0.001ms 0\n";
-
 TEST(FabricTest, SimAiTiersAndRouting) {
-  auto f = ParseSimAi(kTiny, "tiny.txt");
+  auto f = ParseSimAi(TinySimAiText(TinySimAiLinks()), "tiny.txt");
   ASSERT_TRUE(f.ok()) << f.status();
   auto fab = FabricFromSimAi(*f, "tiny.txt");
   ASSERT_TRUE(fab.ok()) << fab.status();
@@ -52,7 +35,7 @@ TEST(FabricTest, SimAiTiersAndRouting) {
 }
 
 TEST(FabricTest, FindLinksBySpec) {
-  auto f = ParseSimAi(kTiny, "tiny.txt");
+  auto f = ParseSimAi(TinySimAiText(TinySimAiLinks()), "tiny.txt");
   ASSERT_TRUE(f.ok());
   auto fab = FabricFromSimAi(*f, "tiny.txt");
   ASSERT_TRUE(fab.ok());
@@ -311,9 +294,52 @@ TEST(FabricTest, GeneratedLeafSpineAndThreeTierHaveTheAskedShape) {
   EXPECT_FALSE(ParseGeneratorSpec("gen:torus,gpus=8").ok());
   EXPECT_FALSE(ParseGeneratorSpec("gen:leafspine,gpus=x").ok());
   EXPECT_FALSE(ParseGeneratorSpec("gen:leafspine,colour=3").ok());
-  auto odd = ParseGeneratorSpec("gen:leafspine,gpus=12");
-  ASSERT_TRUE(odd.ok());
-  EXPECT_FALSE(GenerateFabric(*odd).ok());
+  EXPECT_FALSE(ParseGeneratorSpec("gen:leafspine,gpus=12").ok());
+  GeneratorOptions odd;
+  odd.gpus = 12;
+  EXPECT_FALSE(GenerateFabric(odd).ok());
+}
+
+// Before, tor_uplinks=0 and agg_uplinks=0 silently meant the default,
+// rail=2 meant 1, a repeated key took the last value, and planes=0,
+// nic_gbps=0 or hosts_per_tor=0 got one message naming four keys at once.
+TEST(FabricTest, GeneratorKeysAreRefusedNamingTheKeyAndItsRange) {
+  for (const auto& [spec, said] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"gen:leafspine,tor_uplinks=0", "tor_uplinks=0: allowed 1..512"},
+           {"gen:3tier,agg_uplinks=0", "agg_uplinks=0: allowed 1..512"},
+           {"gen:leafspine,rail=2", "rail=2: allowed 0..1"},
+           {"gen:leafspine,gpus=64,gpus=128", "gpus is given twice"},
+           {"gen:leafspine,planes=0", "planes=0: allowed 1..16"},
+           {"gen:leafspine,hosts_per_tor=0", "hosts_per_tor=0: allowed 1..512"},
+           {"gen:leafspine,nic_gbps=0",
+            "nic_gbps=0: a link speed is a finite number of Gbps, at least "
+            "0.001 (1 Mb/s)"},
+           {"gen:leafspine,uplink_gbps=1e-300", "uplink_gbps=1e-300: a link"},
+           {"gen:leafspine,gpus=1000000000",
+            "gpus=1000000000: allowed 1..131072"},
+           {"gen:leafspine,tor_uplinks=1000000", "tor_uplinks=1000000"},
+           {"gen:leafspine,gpus=12",
+            "gpus=12 is not a multiple of gpus_per_host=8"},
+       }) {
+    absl::StatusOr<GeneratorOptions> o = ParseGeneratorSpec(spec);
+    ASSERT_FALSE(o.ok()) << spec;
+    EXPECT_NE(o.status().message().find(said), std::string::npos)
+        << spec << ": " << o.status();
+  }
+  auto rail0 = ParseGeneratorSpec("gen:leafspine,rail=0,tor_uplinks=4");
+  ASSERT_TRUE(rail0.ok()) << rail0.status();
+  EXPECT_FALSE(rail0->rail_optimised);
+  EXPECT_EQ(rail0->tor_uplinks, 4);
+  // In range key by key, too large together: refused before building.
+  auto huge = ParseGeneratorSpec(
+      "gen:3tier,gpus=131072,hosts_per_tor=1,tors_per_pod=1,"
+      "tor_uplinks=512,agg_uplinks=512,planes=8");
+  ASSERT_TRUE(huge.ok()) << huge.status();
+  absl::StatusOr<Fabric> f = GenerateFabric(*huge);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("routing table"), std::string::npos)
+      << f.status();
 }
 
 TEST(FabricTest, SharedSimAiFilesLoad) {

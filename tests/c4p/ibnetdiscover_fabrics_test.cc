@@ -67,6 +67,43 @@ TEST(PublishedFabricsTest, Edr96ReadsSwitchesHcasPortsAndSpeeds) {
   EXPECT_EQ(hops.size(), 12u);
 }
 
+// Every cable appears in the blocks of both its ends. Before, a cable that
+// only one end lists (node018's HCA block without its port line) was read
+// without a word; now it is read and warned, naming the line.
+TEST(PublishedFabricsTest, Edr96CableListedFromOneEndIsWarnedNamingTheLine) {
+  const std::string text = SharedTopologyText(kEdr96);
+  SKIP_WITHOUT(text, kEdr96);
+  auto whole = LoadFabric(SharedTopology(kEdr96).string(), ClosCsvOptions{});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(AllWarnings(*whole).find("one end only"), std::string::npos)
+      << AllWarnings(*whole);
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  bool cut = false;
+  for (size_t i = 0; i + 1 < lines.size(); ++i) {
+    if (absl::StartsWith(lines[i], "Ca\t1 \"H-506b4b03003fa9b6\"")) {
+      // The HCA's port line after its block header.
+      for (size_t k = i + 1; k < lines.size() && !lines[k].empty(); ++k) {
+        if (absl::StartsWith(lines[k], "[1]")) {
+          lines[k] = "";
+          cut = true;
+        }
+      }
+    }
+  }
+  ASSERT_TRUE(cut);
+  auto ib = ParseIbnetdiscover(absl::StrJoin(lines, "\n"), "edr.topo");
+  ASSERT_TRUE(ib.ok()) << ib.status();
+  auto f = FabricFromIbnetdiscover(*ib, "edr.topo", {}, IbOptions{});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_NE(
+      AllWarnings(*f).find("edr.topo:11: 1 cable is listed from one end only"),
+      std::string::npos)
+      << AllWarnings(*f);
+  EXPECT_NE(AllWarnings(*f).find("H-506b4b03003fa9b6[1] (line 11)"),
+            std::string::npos)
+      << AllWarnings(*f);
+}
+
 // The planner reads link speeds: the DDR cable carries less than any of
 // its EDR siblings between the same two switches.
 TEST(PublishedFabricsTest, Edr96PlanLoadsTheDdrCableLess) {

@@ -10,10 +10,12 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/c4p/fabric_io.h"
+#include "tests/c4p/tiny_simai.h"
 #include "tests/harness/run_command.h"
 
 namespace pitstop::c4p {
@@ -52,7 +54,11 @@ TEST(PlanCliTest, HelpShowsTheDefaults) {
        {"--placement TEXT=packed", "--qps TEXT=auto", "--bytes TEXT=1G",
         "--seeds INT=100", "--hash TEXT=crc32", "=steady",
         "--gpus-per-host INT=8", "--nic-gbps FLOAT=400", "--aggs-per-pod INT=8",
-        "--nvlink-gbps FLOAT=3600"}) {
+        "--nvlink-gbps FLOAT=3600",
+        // Before, the help said neither the range of --degrade's fraction
+        // nor what --ranks 0 means, nor the exit codes.
+        "0: the link is down", "0, the default: every GPU",
+        "Exit code: 0 evaluated"}) {
     EXPECT_THAT(out, HasSubstr(shown)) << out;
   }
   // The generator's keys come from its real defaults: before, the help
@@ -64,8 +70,9 @@ TEST(PlanCliTest, HelpShowsTheDefaults) {
                              std::to_string(defaults.hosts_per_tor)));
 }
 
-// Before, --placement-seed -1 wrapped to 2^64-1, and --seeds and
-// --gpus-per-host had no upper bound (a typo ran for hours).
+// Before, --placement-seed -1 wrapped to 2^64-1, and --seeds,
+// --gpus-per-host, --aggs-per-pod, --cores-per-agg and gen:'s gpus had no
+// upper bound (a typo ran for hours or aborted).
 TEST(PlanCliTest, OutOfRangeCountsAndSeedsAreRefusedNamingTheFlag) {
   const std::string pitstop = Binary("tools/pitstop/pitstop");
   if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
@@ -79,7 +86,15 @@ TEST(PlanCliTest, OutOfRangeCountsAndSeedsAreRefusedNamingTheFlag) {
         {std::string(kSmall) + " --seeds 10001",
          "--seeds 10001: draw 1..10000 ECMP seeds"},
         {csv + " --gpus-per-host 73",
-         "--gpus-per-host 73: a host has at most 72 GPUs"}}) {
+         "--gpus-per-host 73: a host has at most 72 GPUs"},
+        // Before: std::bad_alloc (exit 134), and minutes of silence.
+        {csv + " --aggs-per-pod 2147483647",
+         "--aggs-per-pod 2147483647: at most 512"},
+        {csv + " --aggs-per-pod 1000000", "--aggs-per-pod 1000000: at most"},
+        {csv + " --cores-per-agg 1000000",
+         "--cores-per-agg 1000000: at most 512"},
+        {"gen:leafspine,gpus=1000000000",
+         "gpus=1000000000: allowed 1..131072"}}) {
     EXPECT_EQ(RunCommand(pitstop + " plan --topology " + flags, &out), 2)
         << flags << ": " << out;
     EXPECT_THAT(out, HasSubstr(said)) << flags;
@@ -114,33 +129,102 @@ TEST(PlanCliTest, ChannelsOutOfRangeAreRefusedNamingTheFlag) {
 }
 
 // Before, `--nic-gbps inf` was accepted: every time on a NIC link was 0, so
-// the plan and the bound ignored the NICs.
+// the plan and the bound ignored the NICs; and `--tor-uplink-gbps 1e-300`
+// was planned.
 TEST(PlanCliTest, ASpeedThatIsNotAFiniteNumberIsRefused) {
   const std::string pitstop = Binary("tools/pitstop/pitstop");
   if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
   const std::string csv = TempDir() + "/hosts.csv";
   std::ofstream(csv) << "ip,DSW,PSW,ASW\nh0,G0,P0,S0\nh1,G0,P0,S1\n";
+  constexpr char kRule[] =
+      ": a link speed is a finite number of Gbps, at least 0.001 (1 Mb/s)";
   std::string out;
   for (const char* flag : {"--nic-gbps", "--tor-uplink-gbps",
                            "--agg-uplink-gbps", "--nvlink-gbps"}) {
-    for (const char* value : {"inf", "0"}) {
+    for (const char* value : {"inf", "0", "1e-300", "0.0009"}) {
       EXPECT_EQ(RunCommand(pitstop + " plan --topology " + csv + " " + flag +
                                " " + value,
                            &out),
                 2)
           << flag << " " << value << ": " << out;
-      EXPECT_THAT(out, HasSubstr(std::string(flag) + " " + value +
-                                 ": a link "
-                                 "speed is a finite number of Gbps above 0"));
+      EXPECT_THAT(out, HasSubstr(std::string(flag) + " " + value + kRule))
+          << out;
     }
   }
-  // The same for a generated fabric and every other reader: the fabric's
-  // check refuses the link.
-  EXPECT_EQ(RunCommand(pitstop + " plan --topology " + kSmall + ",nic_gbps=inf",
+  // The slowest link speed still runs.
+  EXPECT_EQ(RunCommand(pitstop + " plan --topology " + csv +
+                           " --tor-uplink-gbps 0.001 --seeds 1",
                        &out),
-            2)
+            0)
       << out;
-  EXPECT_THAT(out, HasSubstr("has a bandwidth of inf Gbps")) << out;
+  // The same for a generated fabric's keys.
+  for (const char* value : {"inf", "1e-300"}) {
+    EXPECT_EQ(RunCommand(
+                  pitstop + " plan --topology " + kSmall + ",nic_gbps=" + value,
+                  &out),
+              2)
+        << out;
+    EXPECT_THAT(out, HasSubstr(std::string("nic_gbps=") + value + kRule))
+        << out;
+  }
+}
+
+// Before, --bytes 0.5 planned an all-reduce of half a byte.
+TEST(PlanCliTest, AFractionalByteCountIsRefusedNamingTheFlag) {
+  const std::string pitstop = Binary("tools/pitstop/pitstop");
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  std::string out;
+  for (const auto& [bytes, said] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"0.5",
+            "--bytes '0.5' is 0.5 bytes: a size is a whole number of "
+            "bytes, 1 or more"},
+           {"0", "--bytes '0' is 0 bytes"},
+           {"1e-300", "--bytes '1e-300' is 1e-300 bytes"},
+           {"0.3K", "--bytes '0.3K' is 307.2 bytes"},
+           {"-1G", "--bytes '-1G' is -1.07374e+09 bytes"},
+           {"lots", "--bytes 'lots' is not a size"}}) {
+    EXPECT_EQ(RunCommand(pitstop + " plan --topology " + kSmall +
+                             " --seeds 1 --bytes " + bytes,
+                         &out),
+              2)
+        << bytes << ": " << out;
+    EXPECT_THAT(out, HasSubstr(said)) << out;
+  }
+  // A fraction of a unit that is a whole number of bytes runs.
+  EXPECT_EQ(RunCommand(pitstop + " plan --topology " + kSmall +
+                           " --seeds 1 -o json --bytes 1.5K",
+                       &out),
+            0)
+      << out;
+}
+
+// Before, a directory failed only after the evaluation, as "cannot write
+// DIR" without saying why.
+TEST(PlanCliTest, PlanOutThatCannotBeAFileIsRefusedBeforePlanning) {
+  const std::string pitstop = Binary("tools/pitstop/pitstop");
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  const std::string dir = TempDir();
+  std::ofstream(dir + "/file") << "x";
+  std::string out;
+  for (const auto& [path, said] :
+       std::vector<std::pair<std::string, std::string>>{
+           {dir, "--plan-out " + dir +
+                     ": is a directory (give a file name, "
+                     "e.g. " +
+                     dir + "/plan.json)"},
+           {dir + "/", "is a directory"},
+           {dir + "/none/plan.json", dir + "/none does not exist"},
+           {dir + "/file/plan.json", dir + "/file is not a directory"}}) {
+    EXPECT_EQ(RunCommand(pitstop + " plan --topology " + kSmall +
+                             " --seeds 1 --plan-out " + path,
+                         &out),
+              2)
+        << path << ": " << out;
+    EXPECT_THAT(out, HasSubstr(said)) << out;
+    // Refused before the evaluation: no report, no progress.
+    EXPECT_THAT(out, Not(HasSubstr("all-reduce over"))) << out;
+  }
 }
 
 // Before, src_nic and dst_nic held the GPU's name ("host0/gpu3"), which
@@ -160,6 +244,52 @@ TEST(PlanCliTest, PlanOutNamesTheNics) {
   EXPECT_THAT(text.str(), HasSubstr("\"src_nic\": \"host0/nic0\""));
   EXPECT_THAT(text.str(), HasSubstr("\"dst_nic\": \"host1/nic0\""));
   EXPECT_THAT(text.str(), Not(HasSubstr("/gpu")));
+}
+
+// Two servers of two GPUs, rail ToRs 6 and 7; ToR 7 (line 8) has no
+// uplinks. Each rail is connected, so the fabric loads; a job on 3 GPUs
+// runs a ring from host0/nic1 to host1/nic0, which has no path. Before,
+// `plan` exited 0 with a 1e30 s bound and NICs "host0/nic3089", and with
+// --plan-out it crashed in Fabric::NicName.
+TEST(PlanCliTest, AJobAcrossASwitchWithoutUplinksExits2NamingIt) {
+  const std::string pitstop = Binary("tools/pitstop/pitstop");
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  const std::string topo = TempDir() + "/no_uplink.txt";
+  // Lines 13 and 14 (tor7's uplinks) left out.
+  const std::vector<std::string>& all = TinySimAiLinks();
+  std::ofstream(topo) << TinySimAiText({all.begin(), all.end() - 2});
+  for (const std::string& extra :
+       {std::string(), " -o json --plan-out " + TempDir() + "/x.json"}) {
+    std::string out;
+    EXPECT_EQ(RunCommand(pitstop + " plan --topology " + topo +
+                             " --ranks 3 --seeds 1" + extra,
+                         &out),
+              2)
+        << out;
+    EXPECT_THAT(out, HasSubstr("no_uplink.txt:8: switch tor7 has no uplink: "
+                               "host0/nic1 below it cannot reach host1/nic0"))
+        << out;
+  }
+}
+
+// Before, a CSV flag given with another format was silently ignored.
+TEST(PlanCliTest, CsvFlagsWithAnotherFormatAreWarned) {
+  const std::string pitstop = Binary("tools/pitstop/pitstop");
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  std::string out;
+  ASSERT_EQ(RunCommand(pitstop + " plan --topology " + kSmall +
+                           " --aggs-per-pod 4 --nic-gbps 100 --seeds 1",
+                       &out),
+            0)
+      << out;
+  EXPECT_THAT(out, HasSubstr("warning: --nic-gbps, --aggs-per-pod ignored: "
+                             "they describe a three-tier CSV"))
+      << out;
+  ASSERT_EQ(
+      RunCommand(pitstop + " plan --topology " + kSmall + " --seeds 1", &out),
+      0)
+      << out;
+  EXPECT_THAT(out, Not(HasSubstr("ignored"))) << out;
 }
 
 // Before, `--help` was read as a fabric file: "cannot open".

@@ -241,6 +241,41 @@ TEST(EvaluateTest, ALinkDegradedTwiceIsWarnedAndCountedOnce) {
       << all;
 }
 
+// A share that leaves a link up but slower than 1 Mb/s is a typo for 0 (or
+// for a larger share). Before, --degrade-busiest 1e-300 printed ECMP
+// completions of 2.6e+297 s; now both flags are refused naming themselves,
+// while 0 (down) and a share that leaves a few Mb/s still run.
+TEST(EvaluateTest, AShareThatLeavesALinkSlowerThanAnyIsRefusedNamingTheFlag) {
+  Fabric fab = Gen("gen:leafspine,gpus=32,hosts_per_tor=2");
+  EvalOptions o;
+  o.seeds = 1;
+  o.pin_ports = false;
+  o.degrade = {{"tor0.0-spine0", 1e-300}};
+  auto r = Evaluate(&fab, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(
+                "--degrade tor0.0-spine0=1e-300: leaves tor0.0->spine0 "
+                "4e-298 Gbps of its 400: a link that is up keeps at least "
+                "0.001 Gbps (1 Mb/s); 0 takes it down"),
+            std::string::npos)
+      << r.status();
+  fab.ResetCapacities();
+  o.degrade.clear();
+  o.degrade_busiest = 1e-300;
+  r = Evaluate(&fab, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--degrade-busiest 1e-300: leaves "),
+            std::string::npos)
+      << r.status();
+  for (double share : {0.0, 1e-5}) {
+    fab.ResetCapacities();
+    o.degrade_busiest = 0;
+    o.degrade = {{"tor0.0-spine0", share}};
+    r = Evaluate(&fab, o);
+    EXPECT_TRUE(r.ok()) << share << ": " << r.status();
+  }
+}
+
 // Each ECMP seed is reported, healthy and degraded, with its QP count
 // (`pitstop plan` prints it on stderr when the run is slow).
 TEST(EvaluateTest, EcmpSeedsAreReported) {

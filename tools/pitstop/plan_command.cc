@@ -10,18 +10,20 @@
 // Exit codes: 0 evaluated, 2 usage or input error.
 #include <CLI/CLI.hpp>
 #include <cmath>
-#include <fstream>
 #include <iostream>
+#include <new>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "src/c4p/evaluate.h"
 #include "src/c4p/fabric_io.h"
 #include "src/c4p/progress.h"
 #include "src/c4p/qps_auto.h"
 #include "tools/pitstop/commands.h"
+#include "tools/pitstop/plan_report.h"
 
 namespace pitstop::tool {
 namespace {
@@ -45,175 +47,49 @@ struct PlanArgs {
   std::string algo = "ring";
   c4p::ClosCsvOptions csv;
   c4p::IbOptions ib;
+  // The three-tier CSV's flags given on the command line ("--aggs-per-pod").
+  std::vector<std::string> csv_flags_given;
 };
 
-bool ParseBytes(const std::string& s, double* out) {
-  if (s.empty()) return false;
+// CSV flags given with a fabric of another format change nothing: said
+// (before, silently ignored). --nvlink-gbps applies to ibnetdiscover too.
+void WarnUnusedCsvFlags(const PlanArgs& a, c4p::Fabric* fabric) {
+  const bool csv = absl::StartsWith(fabric->description, "three-tier CSV");
+  const bool ib = absl::StartsWith(fabric->description, "ibnetdiscover");
+  std::vector<std::string> unused;
+  for (const std::string& flag : a.csv_flags_given) {
+    if (!csv && !(ib && flag == "--nvlink-gbps")) unused.push_back(flag);
+  }
+  if (unused.empty()) return;
+  fabric->warnings().push_back(absl::StrCat(
+      absl::StrJoin(unused, ", "),
+      " ignored: ", unused.size() > 1 ? "they describe" : "it describes",
+      " a three-tier CSV, and ", a.topology, " is not one"));
+}
+
+// --bytes: a whole number of bytes, 1 or more, with an optional K, M or G
+// suffix (1.5G is whole). Empty when `s` is one, else why not (before,
+// 0.5 was taken as half a byte).
+std::string ParseBytes(const std::string& s, double* out) {
   double mult = 1;
   std::string num = s;
-  const char last = s.back();
+  const char last = s.empty() ? '\0' : s.back();
   if (last == 'K' || last == 'k') mult = 1 << 10;
   if (last == 'M' || last == 'm') mult = 1 << 20;
   if (last == 'G' || last == 'g') mult = 1 << 30;
   if (mult != 1) num.pop_back();
   double v = 0;
-  if (!absl::SimpleAtod(num, &v) || !(v > 0) || !std::isfinite(v)) {
-    return false;
+  if (!absl::SimpleAtod(num, &v) || !std::isfinite(v)) {
+    return "is not a size (e.g. 256M, 1G)";
   }
-  *out = v * mult;
-  return true;
-}
-
-nlohmann::json StrategyJson(const c4p::StrategyResult& r, bool ecmp) {
-  nlohmann::json j = {{"completion_s", r.completion_s},
-                      {"max_link_util", r.max_link_util}};
-  if (ecmp) {
-    j["completion_s_p50"] = r.completion_s_p50;
-    j["completion_s_p99"] = r.completion_s_p99;
+  const double bytes = v * mult;
+  if (!(bytes >= 1) || bytes != std::floor(bytes)) {
+    return absl::StrCat("is ", bytes,
+                        " bytes: a size is a whole number of bytes, 1 or "
+                        "more (e.g. 256M, 1G)");
   }
-  return j;
-}
-
-nlohmann::json EvaluationJson(const c4p::Evaluation& e) {
-  return {{"ecmp", StrategyJson(e.ecmp, true)},
-          {"planned", StrategyJson(e.planned, false)},
-          {"bound", StrategyJson(e.bound, false)}};
-}
-
-nlohmann::json QpsJson(const c4p::QpsChoice& c) {
-  nlohmann::json tried = nlohmann::json::array();
-  for (const auto& [q, rec] : c.tried) {
-    tried.push_back({{"qps", q}, {"recovery_of_healthy_bound", rec}});
-  }
-  nlohmann::json j = {{"per_connection", c.qps},
-                      {"auto", c.automatic},
-                      {"why", c.why},
-                      {"launch", c.launch},
-                      {"tried", tried}};
-  if (c.bound_recovery > 0) j["bound_recovery"] = c.bound_recovery;
-  return j;
-}
-
-nlohmann::json ReportJson(const c4p::EvalReport& r) {
-  nlohmann::json j = {{"fabric", r.fabric},
-                      {"assumptions", r.assumptions},
-                      {"warnings", r.warnings},
-                      {"ranks", r.ranks},
-                      {"hosts", r.hosts},
-                      {"channels", r.channels},
-                      {"flows", r.flows},
-                      {"network_flows", r.network_flows},
-                      {"pinned_flows", r.pinned_flows},
-                      {"ecmp_seeds", r.seeds},
-                      {"hash", r.hash},
-                      {"plan_ms", r.plan_ms},
-                      {"plan_cpu_ms", r.plan_cpu_ms},
-                      {"pin_ms", r.pin_ms}};
-  const c4p::Evaluation& now = r.degraded ? r.after : r.healthy;
-  j.update(EvaluationJson(now));
-  if (r.degraded) {
-    j["healthy"] = EvaluationJson(r.healthy);
-    j["replan"] = {
-        {"degraded_links", r.degraded_links},
-        {"crossing_flows", r.crossing},
-        {"moved_flows", r.moved},
-        {"moved_share",
-         r.network_flows > 0 ? double(r.moved) / r.network_flows : 0.0},
-        {"moved_connections", r.moved_connections},
-        {"network_connections", r.network_connections},
-        {"replan_ms", r.replan_ms},
-        {"replan_cpu_ms", r.replan_cpu_ms},
-        {"recovery_of_healthy_bound", r.recovery}};
-  }
-  return j;
-}
-
-void PrintTable(const c4p::EvalReport& r, const c4p::QpsChoice& qps) {
-  std::cout << r.fabric << "\n";
-  for (const std::string& a : r.assumptions) {
-    std::cout << "  assumed: " << a << "\n";
-  }
-  for (const std::string& w : r.warnings) {
-    std::cout << "  warning: " << w << "\n";
-  }
-  std::cout << absl::StrFormat(
-      "all-reduce over %d ranks on %d hosts, %d channels: %d flows (%d "
-      "on the network, %d pinned to a source port)\n",
-      r.ranks, r.hosts, r.channels, r.flows, r.network_flows, r.pinned_flows);
-  auto print = [&](const c4p::Evaluation& e, const std::string& title) {
-    std::cout << "\n" << title << "\n";
-    std::cout << absl::StrFormat("  %-28s %12s %14s\n", "", "completion",
-                                 "max link util");
-    std::cout << absl::StrFormat(
-        "  %-28s %11.4fs %14.2f\n",
-        absl::StrCat("ECMP p50 (", r.seeds, " seeds, ", r.hash, ")"),
-        e.ecmp.completion_s_p50, e.ecmp.max_link_util);
-    std::cout << absl::StrFormat("  %-28s %11.4fs\n", "ECMP p99",
-                                 e.ecmp.completion_s_p99);
-    std::cout << absl::StrFormat("  %-28s %11.4fs %14.2f\n", "planned",
-                                 e.planned.completion_s,
-                                 e.planned.max_link_util);
-    std::cout << absl::StrFormat("  %-28s %11.4fs %14.2f\n",
-                                 "bound (perfect spraying)",
-                                 e.bound.completion_s, e.bound.max_link_util);
-    std::cout << absl::StrFormat(
-        "  planned vs bound %.3fx, ECMP p99 / planned %.2fx, ECMP p50 / "
-        "planned %.2fx\n",
-        e.planned.completion_s / e.bound.completion_s,
-        e.ecmp.completion_s_p99 / e.planned.completion_s,
-        e.ecmp.completion_s_p50 / e.planned.completion_s);
-  };
-  print(r.healthy,
-        absl::StrFormat("healthy (plan computed in %.1f ms)", r.plan_ms));
-  if (r.degraded) {
-    std::string links;
-    for (const std::string& l : r.degraded_links) {
-      absl::StrAppend(&links, links.empty() ? "" : ", ", l);
-    }
-    print(r.after, "degraded: " + links);
-    std::cout << absl::StrFormat(
-        "  re-plan: %d of %d network flows crossed the degraded link(s), %d "
-        "moved (%.2f%%; %d of %d connections) in %.2f ms; recovers %.1f%% of "
-        "the healthy bound\n",
-        r.crossing, r.network_flows, r.moved,
-        r.network_flows ? 100.0 * r.moved / r.network_flows : 0.0,
-        r.moved_connections, r.network_connections, r.replan_ms,
-        100 * r.recovery);
-  }
-  std::cout << "\nQPs: " << qps.why << "\n";
-}
-
-absl::Status WritePlan(const c4p::Fabric& fabric, const c4p::EvalReport& r,
-                       const std::string& path) {
-  nlohmann::json flows = nlohmann::json::array();
-  for (const c4p::Flow& f : r.flow_list) {
-    if (!f.network) continue;
-    const c4p::PlannedPath& p = r.plan.paths[f.id];
-    nlohmann::json links = nlohmann::json::array();
-    for (int l : p.links) links.push_back(fabric.LinkName(l));
-    nlohmann::json extra = nlohmann::json::array();
-    for (size_t k = 0; k < p.split.size(); ++k) {
-      nlohmann::json sl = nlohmann::json::array();
-      for (int l : p.split[k]) sl.push_back(fabric.LinkName(l));
-      extra.push_back({{"udp_src_port", p.split_ports[k]}, {"path", sl}});
-    }
-    flows.push_back({{"flow", f.id},
-                     {"channel", f.channel},
-                     {"src_rank", f.src_rank},
-                     {"dst_rank", f.dst_rank},
-                     {"qp", f.qp},
-                     {"src_nic", fabric.NicName(p.src_gpu)},
-                     {"dst_nic", fabric.NicName(p.dst_gpu)},
-                     {"udp_src_port", p.src_port},
-                     {"path", links},
-                     {"extra_qps", extra}});
-  }
-  std::ofstream out(path);
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
-  out << nlohmann::json{{"epoch", r.plan.epoch}, {"flows", flows}}.dump(1)
-      << "\n";
-  return out ? absl::OkStatus()
-             : absl::InternalError(absl::StrCat("cannot write ", path));
+  *out = bytes;
+  return "";
 }
 
 // The evaluation's options from the flags; false (having said why on
@@ -246,9 +122,9 @@ bool ParseEvalOptions(const PlanArgs& a, c4p::EvalOptions* o) {
     }
     o->ring.qps_per_connection = q;
   }
-  if (!ParseBytes(a.bytes, &o->ring.bytes)) {
-    std::cerr << "pitstop plan: --bytes '" << a.bytes
-              << "' is not a size (e.g. 256M, 1G)\n";
+  if (const std::string bad = ParseBytes(a.bytes, &o->ring.bytes);
+      !bad.empty()) {
+    std::cerr << "pitstop plan: --bytes '" << a.bytes << "' " << bad << "\n";
     return false;
   }
   o->seeds = a.seeds;
@@ -270,9 +146,15 @@ bool ParseEvalOptions(const PlanArgs& a, c4p::EvalOptions* o) {
   return true;
 }
 
-int RunPlan(const PlanArgs& a) {
+int RunPlanChecked(const PlanArgs& a) {
   c4p::EvalOptions o;
   if (!ParseEvalOptions(a, &o)) return 2;
+  if (!a.plan_out.empty()) {
+    if (absl::Status s = CheckPlanOut(a.plan_out); !s.ok()) {
+      std::cerr << "pitstop plan: " << s.message() << "\n";
+      return 2;
+    }
+  }
   const bool qps_auto = a.qps == "auto";
   // On stderr, so that `-o json` keeps stdout JSON; silent for 2 s.
   c4p::ProgressLine progress(Clock::Real(), &std::cerr);
@@ -289,6 +171,7 @@ int RunPlan(const PlanArgs& a) {
     std::cerr << "pitstop plan: " << fabric.status().message() << "\n";
     return 2;
   }
+  WarnUnusedCsvFlags(a, &*fabric);
   c4p::QpsChoice qps;
   absl::StatusOr<c4p::EvalReport> r =
       qps_auto ? c4p::EvaluateAutoQps(&*fabric, o, &qps)
@@ -322,6 +205,20 @@ int RunPlan(const PlanArgs& a) {
   return 0;
 }
 
+// The flags and keys bound what a fabric may hold; a fabric that still
+// does not fit in memory is said, not an abort (before: exit 134).
+int RunPlan(const PlanArgs& a) {
+  try {
+    return RunPlanChecked(a);
+  } catch (const std::bad_alloc&) {
+    std::cerr << "pitstop plan: out of memory building or evaluating "
+              << a.topology
+              << ": the fabric or job is too large for this machine (fewer "
+                 "GPUs, --ranks, --seeds)\n";
+    return 2;
+  }
+}
+
 }  // namespace
 
 void AddPlanCommand(CLI::App* app, int* exit_code) {
@@ -330,7 +227,9 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
       "plan",
       "Plan the paths of a data-parallel ring all-reduce on a fabric and "
       "compare ECMP (a distribution over hash seeds), the plan and the lower "
-      "bound, healthy and with degraded links (docs/planning.md).");
+      "bound, healthy and with degraded links (docs/planning.md). "
+      "Exit code: 0 evaluated, 2 usage or input error (a fabric or job "
+      "that cannot run).");
   cmd->add_option("--topology", args->topology,
                   "SimAI topology file, three-tier CSV (a header naming "
                   "ip,DSW,PSW,ASW), ibnetdiscover output (infiniband-diags; "
@@ -338,9 +237,11 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
                       c4p::GeneratorSpecHelp())
       ->required();
   cmd->add_option("--ranks", args->ranks,
-                  "GPUs in the job (default: every GPU of the fabric)");
+                  "GPUs in the job, 2 or more (0, the default: every GPU "
+                  "of the fabric)");
   cmd->add_option("--degrade", args->degrade,
-                  "LINK=FRACTION: the link keeps this share of its capacity; "
+                  "LINK=FRACTION: the link keeps this share of its "
+                  "capacity, in [0, 1] (0: the link is down); "
                   "LINK is 'A->B' (one direction), 'A-B' (both), a NIC "
                   "'hostN/nicK' or a switch; repeatable");
   cmd->add_option("--degrade-busiest", args->degrade_busiest,
@@ -402,13 +303,17 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
   csv->add_option("--nic-gbps", args->csv.nic_gbps, "NIC speed")
       ->capture_default_str();
   csv->add_option("--aggs-per-pod", args->csv.aggs_per_pod,
-                  "aggregation switches per PSW group = uplinks per ToR")
+                  absl::StrCat("aggregation switches per PSW group = uplinks "
+                               "per ToR, 1..",
+                               c4p::kMaxSwitchPorts))
       ->capture_default_str();
   csv->add_option("--tor-uplink-gbps", args->csv.tor_uplink_gbps,
                   "ToR -> aggregation link speed")
       ->capture_default_str();
   csv->add_option("--cores-per-agg", args->csv.cores_per_agg,
-                  "uplinks per aggregation switch (cores per core plane)")
+                  absl::StrCat("uplinks per aggregation switch (cores per "
+                               "core plane), 1..",
+                               c4p::kMaxSwitchPorts))
       ->capture_default_str();
   csv->add_option("--agg-uplink-gbps", args->csv.agg_uplink_gbps,
                   "aggregation -> core link speed")
@@ -423,7 +328,12 @@ void AddPlanCommand(CLI::App* app, int* exit_code) {
                  "file of '<guid> <host>' lines naming the host of HCAs "
                  "whose node description does not (default: the first word "
                  "of the description)");
-  cmd->callback([args, exit_code] { *exit_code = RunPlan(*args); });
+  cmd->callback([args, exit_code, csv] {
+    for (const CLI::Option* o : csv->get_options()) {
+      if (o->count() > 0) args->csv_flags_given.push_back(o->get_name());
+    }
+    *exit_code = RunPlan(*args);
+  });
 }
 
 }  // namespace pitstop::tool

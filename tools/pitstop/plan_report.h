@@ -1,0 +1,37 @@
+// What `pitstop plan` writes: the report as a table or JSON, and the plan
+// itself for --plan-out (docs/planning.md).
+#ifndef PITSTOP_TOOLS_PITSTOP_PLAN_REPORT_H_
+#define PITSTOP_TOOLS_PITSTOP_PLAN_REPORT_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "nlohmann/json.hpp"
+#include "src/c4p/evaluate.h"
+#include "src/c4p/fabric.h"
+#include "src/c4p/qps_auto.h"
+
+namespace pitstop::tool {
+
+// The report as `-o json` prints it (without "qps": QpsJson).
+nlohmann::json ReportJson(const c4p::EvalReport& r);
+// How the QPs per connection were chosen.
+nlohmann::json QpsJson(const c4p::QpsChoice& c);
+// The report as the default table, on stdout.
+void PrintTable(const c4p::EvalReport& r, const c4p::QpsChoice& qps);
+
+// InvalidArgument naming --plan-out when `path` is a directory or lies in
+// no directory, checked before the evaluation (which can take seconds):
+// before, a directory failed only after it, as "cannot write DIR" without
+// saying why.
+absl::Status CheckPlanOut(const std::string& path);
+// The plan's network flows with their NICs, UDP source ports and paths,
+// as JSON at `path`. Internal when a flow has no planned NIC pair (a bug:
+// Evaluate refuses such a job); InvalidArgument naming the reason when
+// the file cannot be written.
+absl::Status WritePlan(const c4p::Fabric& fabric, const c4p::EvalReport& r,
+                       const std::string& path);
+
+}  // namespace pitstop::tool
+
+#endif  // PITSTOP_TOOLS_PITSTOP_PLAN_REPORT_H_
