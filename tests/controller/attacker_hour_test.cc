@@ -13,6 +13,7 @@
 #include "pitstop/clock.h"
 #include "src/controller/detect/config_fault.h"
 #include "src/controller/detect/detection_engine.h"
+#include "tests/controller/listed_comm.h"
 
 namespace pitstop::controller {
 namespace {
@@ -139,20 +140,6 @@ TEST(AttackerHourTest, OneHostCannotFillTheTableOfFailedCreations) {
   EXPECT_TRUE(e->AddLifecycle("evil", InitFailed("made-up-again", 1)).ok());
 }
 
-// Member `rank` of `n_ranks`-rank communicator `comm` of `job`, reported by
-// its process (pid 100 + rank) with `listed` global ranks (0, 1, ...).
-v1::CommunicatorInfo Member(uint64_t comm, const std::string& job, int32_t rank,
-                            int32_t n_ranks, int32_t listed) {
-  v1::CommunicatorInfo info;
-  info.set_comm_hash(comm);
-  info.set_job_id(job);
-  info.set_rank(rank);
-  info.set_n_ranks(n_ranks);
-  info.set_pid(100 + rank);
-  for (int32_t g = 0; g < listed; ++g) info.add_global_ranks(g);
-  return info;
-}
-
 v1::CollectiveSummary Summary(uint64_t comm, int32_t rank, uint64_t seq) {
   v1::CollectiveSummary s;
   s.set_comm_hash(comm);
@@ -184,18 +171,23 @@ TEST(AttackerHourTest, MadeUpJobsDoNotStarveAScheduledJobOnTheirHost) {
   constexpr int32_t kPerJob = 32768;
   for (int j = 0; j < 8; ++j) {
     ASSERT_TRUE(
-        e->AddCommunicator("n1", Member(0xA000 + j, absl::StrCat("made-up-", j),
-                                        0, kPerJob, kPerJob))
+        e->AddCommunicator(
+             "n1", testing::ListedComm(0xA000 + j, absl::StrCat("made-up-", j),
+                                       0, kPerJob, kPerJob))
             .ok());
   }
-  ASSERT_TRUE(absl::IsResourceExhausted(
-      e->AddCommunicator("n1", Member(0xA100, "made-up-8", 0, 2, 0))));
+  ASSERT_TRUE(absl::IsResourceExhausted(e->AddCommunicator(
+      "n1", testing::ListedComm(0xA100, "made-up-8", 0, 0, 2))));
   const uint64_t host_refused = e->stats().members_refused_host;
 
   ASSERT_TRUE(e->SetJobHosts("good", {"n2", "n1", "n1"}).ok());
   EXPECT_EQ(e->JobHosts("good"), (std::vector<std::string>{"n1", "n2"}));
-  ASSERT_TRUE(e->AddCommunicator("n1", Member(0x6003, "good", 0, 2, 0)).ok());
-  ASSERT_TRUE(e->AddCommunicator("n2", Member(0x6003, "good", 1, 2, 0)).ok());
+  ASSERT_TRUE(
+      e->AddCommunicator("n1", testing::ListedComm(0x6003, "good", 0, 0, 2))
+          .ok());
+  ASSERT_TRUE(
+      e->AddCommunicator("n2", testing::ListedComm(0x6003, "good", 1, 0, 2))
+          .ok());
   const uint64_t joined = e->stats().collectives_joined;
   for (uint64_t seq = 1; seq <= 20; ++seq) {
     ASSERT_TRUE(e->AddSummary("n1", Summary(0x6003, 0, seq)).ok());
@@ -204,13 +196,14 @@ TEST(AttackerHourTest, MadeUpJobsDoNotStarveAScheduledJobOnTheirHost) {
   EXPECT_EQ(e->stats().collectives_joined, joined + 20);
   EXPECT_EQ(e->stats().members_refused_host, host_refused);
   // The made-up jobs stay within the host's share.
-  EXPECT_TRUE(absl::IsResourceExhausted(
-      e->AddCommunicator("n1", Member(0xA101, "made-up-9", 0, 2, 0))));
+  EXPECT_TRUE(absl::IsResourceExhausted(e->AddCommunicator(
+      "n1", testing::ListedComm(0xA101, "made-up-9", 0, 0, 2))));
 
   // A host the scheduler did not name reports for good: refused, counted,
   // and no CONFIG fault from there either.
   const uint64_t claims = e->stats().claims_refused;
-  absl::Status s = e->AddCommunicator("n3", Member(0x6004, "good", 0, 2, 0));
+  absl::Status s =
+      e->AddCommunicator("n3", testing::ListedComm(0x6004, "good", 0, 0, 2));
   EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
   EXPECT_NE(s.message().find("host n3 is not one of them"),
             absl::string_view::npos)
@@ -224,7 +217,9 @@ TEST(AttackerHourTest, MadeUpJobsDoNotStarveAScheduledJobOnTheirHost) {
   // Forgotten, the naming no longer shelters nor refuses.
   ASSERT_TRUE(e->SetJobHosts("good", {}).ok());
   EXPECT_TRUE(e->JobHosts("good").empty());
-  EXPECT_TRUE(e->AddCommunicator("n3", Member(0x6004, "good", 0, 2, 0)).ok());
+  EXPECT_TRUE(
+      e->AddCommunicator("n3", testing::ListedComm(0x6004, "good", 0, 0, 2))
+          .ok());
   EXPECT_TRUE(absl::IsInvalidArgument(e->SetJobHosts("", {"n1"})));
   EXPECT_TRUE(absl::IsInvalidArgument(e->SetJobHosts("good", {""})));
 }
