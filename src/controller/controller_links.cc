@@ -66,6 +66,16 @@ v1::JobPolicy Controller::Links::JobPolicy(const std::string& job_id) {
   return c_->ingest_->JobPolicy(job_id);
 }
 
+std::vector<std::string> Controller::Links::JobHosts(
+    const std::string& job_id) {
+  return c_->ingest_->JobHosts(job_id);
+}
+
+void Controller::Links::SetJobHosts(const std::string& job_id,
+                                    const std::vector<std::string>& hosts) {
+  (void)c_->ingest_->SetJobHosts(job_id, hosts);
+}
+
 void Controller::Links::RetireComms(const std::vector<uint64_t>& comm_hashes,
                                     const std::string& why) {
   c_->ingest_->RetireComms(comm_hashes, why);

@@ -36,6 +36,9 @@ class Controller::Links final : public AfterJoin,
   // MigrationService::Detection -> IngestService.
   std::vector<v1::Communicator> Communicators() override;
   v1::JobPolicy JobPolicy(const std::string& job_id) override;
+  std::vector<std::string> JobHosts(const std::string& job_id) override;
+  void SetJobHosts(const std::string& job_id,
+                   const std::vector<std::string>& hosts) override;
   void RetireComms(const std::vector<uint64_t>& comm_hashes,
                    const std::string& why) override;
   // MigrationService::Nodes -> NodeService.

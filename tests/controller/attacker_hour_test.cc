@@ -6,12 +6,14 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "pitstop/clock.h"
 #include "src/controller/detect/config_fault.h"
 #include "src/controller/detect/detection_engine.h"
+#include "tests/controller/listed_comm.h"
 
 namespace pitstop::controller {
 namespace {
@@ -136,6 +138,90 @@ TEST(AttackerHourTest, OneHostCannotFillTheTableOfFailedCreations) {
   clock.Advance(absl::Minutes(61));
   e->RunCycle();
   EXPECT_TRUE(e->AddLifecycle("evil", InitFailed("made-up-again", 1)).ok());
+}
+
+v1::CollectiveSummary Summary(uint64_t comm, int32_t rank, uint64_t seq) {
+  v1::CollectiveSummary s;
+  s.set_comm_hash(comm);
+  s.set_rank(rank);
+  s.set_seq_number(seq);
+  s.set_kind(v1::OP_KIND_COLLECTIVE);
+  s.set_func(v1::COLL_FUNC_ALL_REDUCE);
+  s.set_bytes(1 << 20);
+  s.set_state(v1::OP_STATE_COMPLETED);
+  s.set_kernel_duration_ns(1'000'000);
+  s.set_pid(100 + rank);
+  return s;
+}
+
+// R21-4, the rest: every (comm, rank) a local process holds is a member
+// upstream, charged to its host, and the agent's table (2^20 ranks) is four
+// times the host's member share (2^18): two uids on node n1, each with 32
+// processes at their 4,096 ranks over 8 jobs of their own making (32,768
+// members a job, within the host's share of one job) fill n1's share
+// (here each job's members come as one record's list, as a process's
+// ranks would one by one). Job `good`, with a rank on n1 and one on n2,
+// then had its new communicator's member on n1 refused and joined no
+// collective. The scheduler names good's hosts: its members there are
+// charged to its share of the host, not the host's, and it joins; a host
+// it did not name (n3) is refused and counted.
+TEST(AttackerHourTest, MadeUpJobsDoNotStarveAScheduledJobOnTheirHost) {
+  FakeClock clock;
+  auto e = std::move(*DetectionEngine::Create(&clock, {}));
+  constexpr int32_t kPerJob = 32768;
+  for (int j = 0; j < 8; ++j) {
+    ASSERT_TRUE(
+        e->AddCommunicator(
+             "n1", testing::ListedComm(0xA000 + j, absl::StrCat("made-up-", j),
+                                       0, kPerJob, kPerJob))
+            .ok());
+  }
+  ASSERT_TRUE(absl::IsResourceExhausted(e->AddCommunicator(
+      "n1", testing::ListedComm(0xA100, "made-up-8", 0, 0, 2))));
+  const uint64_t host_refused = e->stats().members_refused_host;
+
+  ASSERT_TRUE(e->SetJobHosts("good", {"n2", "n1", "n1"}).ok());
+  EXPECT_EQ(e->JobHosts("good"), (std::vector<std::string>{"n1", "n2"}));
+  ASSERT_TRUE(
+      e->AddCommunicator("n1", testing::ListedComm(0x6003, "good", 0, 0, 2))
+          .ok());
+  ASSERT_TRUE(
+      e->AddCommunicator("n2", testing::ListedComm(0x6003, "good", 1, 0, 2))
+          .ok());
+  const uint64_t joined = e->stats().collectives_joined;
+  for (uint64_t seq = 1; seq <= 20; ++seq) {
+    ASSERT_TRUE(e->AddSummary("n1", Summary(0x6003, 0, seq)).ok());
+    ASSERT_TRUE(e->AddSummary("n2", Summary(0x6003, 1, seq)).ok());
+  }
+  EXPECT_EQ(e->stats().collectives_joined, joined + 20);
+  EXPECT_EQ(e->stats().members_refused_host, host_refused);
+  // The made-up jobs stay within the host's share.
+  EXPECT_TRUE(absl::IsResourceExhausted(e->AddCommunicator(
+      "n1", testing::ListedComm(0xA101, "made-up-9", 0, 0, 2))));
+
+  // A host the scheduler did not name reports for good: refused, counted,
+  // and no CONFIG fault from there either.
+  const uint64_t claims = e->stats().claims_refused;
+  absl::Status s =
+      e->AddCommunicator("n3", testing::ListedComm(0x6004, "good", 0, 0, 2));
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_NE(s.message().find("host n3 is not one of them"),
+            absl::string_view::npos)
+      << s;
+  EXPECT_TRUE(absl::IsPermissionDenied(
+      e->AddLifecycle("n3", InitFailed("good", 4711))));
+  EXPECT_EQ(e->stats().unscheduled_refused, 2u);
+  EXPECT_EQ(e->stats().claims_refused, claims + 2);
+  v1::Communicator c;
+  EXPECT_FALSE(e->GetCommunicator(0x6004, &c));
+  // Forgotten, the naming no longer shelters nor refuses.
+  ASSERT_TRUE(e->SetJobHosts("good", {}).ok());
+  EXPECT_TRUE(e->JobHosts("good").empty());
+  EXPECT_TRUE(
+      e->AddCommunicator("n3", testing::ListedComm(0x6004, "good", 0, 0, 2))
+          .ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(e->SetJobHosts("", {"n1"})));
+  EXPECT_TRUE(absl::IsInvalidArgument(e->SetJobHosts("good", {""})));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "pitstop/clock.h"
 #include "src/controller/detect/detection_engine.h"
+#include "tests/controller/listed_comm.h"
 
 namespace pitstop::controller {
 namespace {
@@ -22,13 +23,8 @@ using ::testing::HasSubstr;
 v1::CommunicatorInfo Comm(uint64_t hash, const std::string& job, int32_t rank,
                           int32_t n_ranks, int32_t global = -1,
                           int32_t listed = 0) {
-  v1::CommunicatorInfo info;
-  info.set_comm_hash(hash);
-  info.set_job_id(job);
-  info.set_rank(rank);
-  info.set_n_ranks(n_ranks);
-  info.set_pid(100 + rank);
-  for (int32_t g = 0; g < listed; ++g) info.add_global_ranks(g);
+  v1::CommunicatorInfo info =
+      testing::ListedComm(hash, job, rank, listed, n_ranks);
   if (global >= 0) {
     while (info.global_ranks_size() <= rank) info.add_global_ranks(-1);
     info.set_global_ranks(rank, global);

@@ -10,26 +10,15 @@
 #include "gtest/gtest.h"
 #include "pitstop/clock.h"
 #include "src/controller/detect/detection_engine.h"
+#include "tests/controller/listed_comm.h"
 
 namespace pitstop::controller {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::ListedComm;
 
 // Member `rank` of `hash` in `job`, listing `listed` global ranks.
-v1::CommunicatorInfo Comm(uint64_t hash, const std::string& job,
-                          int32_t rank = 0, int32_t listed = 0,
-                          int32_t n_ranks = 1024) {
-  v1::CommunicatorInfo info;
-  info.set_comm_hash(hash);
-  info.set_job_id(job);
-  info.set_rank(rank);
-  info.set_n_ranks(n_ranks);
-  info.set_pid(100 + rank);
-  for (int32_t g = 0; g < listed; ++g) info.add_global_ranks(g);
-  return info;
-}
-
 std::unique_ptr<DetectionEngine> Engine(Clock* clock) {
   DetectionEngine::Options o;
   o.max_members = 1000;
@@ -55,7 +44,7 @@ TEST(TenantShareTest, AHostUsesUpItsOwnMembersShareOnly) {
   FakeClock clock;
   auto e = Engine(&clock);
   // A list longer than the host's share is refused whole.
-  absl::Status s = e->AddCommunicator("evil", Comm(1, "evil", 0, 500));
+  absl::Status s = e->AddCommunicator("evil", ListedComm(1, "evil", 0, 500));
   EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr("max_members_per_host"));
   v1::Communicator c;
@@ -63,14 +52,15 @@ TEST(TenantShareTest, AHostUsesUpItsOwnMembersShareOnly) {
   EXPECT_EQ(c.members_size(), 1);
   // Lists that fit, until the share is used up: 1 + 3 x 33 = 100.
   for (uint64_t h = 2; h <= 4; ++h) {
-    ASSERT_TRUE(e->AddCommunicator("evil", Comm(h, "evil", 0, 33)).ok()) << h;
+    ASSERT_TRUE(e->AddCommunicator("evil", ListedComm(h, "evil", 0, 33)).ok())
+        << h;
   }
   EXPECT_EQ(e->stats().ranks, 100u);
-  s = e->AddCommunicator("evil", Comm(5, "evil"));
+  s = e->AddCommunicator("evil", ListedComm(5, "evil"));
   EXPECT_THAT(s.message(), HasSubstr("max_members_per_host"));
   EXPECT_EQ(e->stats().members_refused_host, 2u);
   // Another host has its own share.
-  EXPECT_TRUE(e->AddCommunicator("good", Comm(6, "good", 0, 50)).ok());
+  EXPECT_TRUE(e->AddCommunicator("good", ListedComm(6, "good", 0, 50)).ok());
   EXPECT_EQ(e->stats().ranks, 150u);
 }
 
@@ -78,19 +68,19 @@ TEST(TenantShareTest, AJobUsesUpItsOwnShareAcrossHosts) {
   FakeClock clock;
   auto e = Engine(&clock);
   for (int h = 0; h < 3; ++h) {
-    ASSERT_TRUE(
-        e->AddCommunicator(absl::StrCat("h", h), Comm(10 + h, "big", 0, 100))
-            .ok());
+    ASSERT_TRUE(e->AddCommunicator(absl::StrCat("h", h),
+                                   ListedComm(10 + h, "big", 0, 100))
+                    .ok());
   }
-  absl::Status s = e->AddCommunicator("h3", Comm(20, "big", 0, 2));
+  absl::Status s = e->AddCommunicator("h3", ListedComm(20, "big", 0, 2));
   EXPECT_THAT(s.message(), HasSubstr("max_members_per_job"));
   EXPECT_EQ(e->stats().members_refused_job, 1u);
-  EXPECT_TRUE(e->AddCommunicator("h3", Comm(21, "small", 0, 2)).ok());
+  EXPECT_TRUE(e->AddCommunicator("h3", ListedComm(21, "small", 0, 2)).ok());
   // Communicators: 10 per job.
   for (uint64_t h = 30; h < 40; ++h) {
-    ASSERT_TRUE(e->AddCommunicator("h4", Comm(h, "many")).ok()) << h;
+    ASSERT_TRUE(e->AddCommunicator("h4", ListedComm(h, "many")).ok()) << h;
   }
-  s = e->AddCommunicator("h4", Comm(40, "many"));
+  s = e->AddCommunicator("h4", ListedComm(40, "many"));
   EXPECT_THAT(s.message(), HasSubstr("max_comms_per_job"));
   EXPECT_EQ(e->stats().comms_refused_job, 1u);
 }
@@ -98,8 +88,8 @@ TEST(TenantShareTest, AJobUsesUpItsOwnShareAcrossHosts) {
 TEST(TenantShareTest, OpenJoinsAreChargedToTheirMembersHost) {
   FakeClock clock;
   auto e = Engine(&clock);
-  ASSERT_TRUE(e->AddCommunicator("evil", Comm(1, "j", 0, 0, 2)).ok());
-  ASSERT_TRUE(e->AddCommunicator("good", Comm(1, "j", 1, 0, 2)).ok());
+  ASSERT_TRUE(e->AddCommunicator("evil", ListedComm(1, "j", 0, 0, 2)).ok());
+  ASSERT_TRUE(e->AddCommunicator("good", ListedComm(1, "j", 1, 0, 2)).ok());
   v1::CollectiveSummary sum;
   sum.set_comm_hash(1);
   sum.set_func(v1::COLL_FUNC_ALL_REDUCE);
@@ -125,9 +115,9 @@ TEST(TenantShareTest, OpenJoinsAreChargedToTheirMembersHost) {
 TEST(TenantShareTest, AForgottenHostGivesItsShareBack) {
   FakeClock clock;
   auto e = Engine(&clock);
-  ASSERT_TRUE(e->AddCommunicator("evil", Comm(1, "evil", 0, 99)).ok());
-  ASSERT_TRUE(e->AddCommunicator("good", Comm(2, "good", 0, 2)).ok());
-  ASSERT_TRUE(e->AddCommunicator("evil", Comm(2, "good", 1)).ok());
+  ASSERT_TRUE(e->AddCommunicator("evil", ListedComm(1, "evil", 0, 99)).ok());
+  ASSERT_TRUE(e->AddCommunicator("good", ListedComm(2, "good", 0, 2)).ok());
+  ASSERT_TRUE(e->AddCommunicator("evil", ListedComm(2, "good", 1)).ok());
   e->ForgetNode("evil");
   e->RunCycle();
   // Its own communicator is gone; the one another host reports stays.
@@ -135,25 +125,25 @@ TEST(TenantShareTest, AForgottenHostGivesItsShareBack) {
   EXPECT_FALSE(e->GetCommunicator(1, &c));
   EXPECT_TRUE(e->GetCommunicator(2, &c));
   EXPECT_EQ(e->stats().ranks, 2u);
-  EXPECT_TRUE(e->AddCommunicator("evil", Comm(3, "evil", 0, 99)).ok());
+  EXPECT_TRUE(e->AddCommunicator("evil", ListedComm(3, "evil", 0, 99)).ok());
 }
 
 TEST(TenantShareTest, RecordsForAnotherHostAreRefusedAndCounted) {
   FakeClock clock;
   auto e = Engine(&clock);
-  ASSERT_TRUE(e->AddCommunicator("b", Comm(1, "j", 0, 2, 2)).ok());
+  ASSERT_TRUE(e->AddCommunicator("b", ListedComm(1, "j", 0, 2, 2)).ok());
   // Naming another host.
-  v1::CommunicatorInfo named = Comm(1, "j", 1, 0, 2);
+  v1::CommunicatorInfo named = ListedComm(1, "j", 1, 0, 2);
   named.set_host("c");
   absl::Status s = e->AddCommunicator("a", named);
   EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr("communicator.host"));
   // A member a live process on host b holds.
-  s = e->AddCommunicator("a", Comm(1, "j", 0, 0, 2));
+  s = e->AddCommunicator("a", ListedComm(1, "j", 0, 0, 2));
   EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr("held by a live process on host b"));
   // Another job for a communicator whose job is known.
-  s = e->AddCommunicator("a", Comm(1, "other", 1, 0, 2));
+  s = e->AddCommunicator("a", ListedComm(1, "other", 1, 0, 2));
   EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
   // The death of host b's global rank 0.
   v1::RankLifecycle died;
@@ -173,7 +163,7 @@ TEST(TenantShareTest, RecordsForAnotherHostAreRefusedAndCounted) {
   // reported from elsewhere (a rank restarted on another node).
   e->NodeLost("b");
   clock.Advance(DetectionEngine::Options().handover_grace);
-  EXPECT_TRUE(e->AddCommunicator("a", Comm(1, "j", 0, 0, 2)).ok());
+  EXPECT_TRUE(e->AddCommunicator("a", ListedComm(1, "j", 0, 0, 2)).ok());
 }
 
 TEST(TenantShareTest, AHostHoldingNoMemberCannotResizeACommunicator) {
@@ -181,12 +171,12 @@ TEST(TenantShareTest, AHostHoldingNoMemberCannotResizeACommunicator) {
   auto e = Engine(&clock);
   for (const std::string job : {"j", ""}) {
     const uint64_t hash = job.empty() ? 2 : 1;
-    ASSERT_TRUE(e->AddCommunicator("b", Comm(hash, job, 0, 0, 2)).ok());
-    ASSERT_TRUE(e->AddCommunicator("b", Comm(hash, job, 1, 0, 2)).ok());
+    ASSERT_TRUE(e->AddCommunicator("b", ListedComm(hash, job, 0, 0, 2)).ok());
+    ASSERT_TRUE(e->AddCommunicator("b", ListedComm(hash, job, 1, 0, 2)).ok());
     // A record of a fresh rank that would make the communicator 2^20
     // ranks wide: no collective of b's two ranks would ever join again.
-    absl::Status s =
-        e->AddCommunicator("a", Comm(hash, job, kMaxRanks - 1, 0, kMaxRanks));
+    absl::Status s = e->AddCommunicator(
+        "a", ListedComm(hash, job, kMaxRanks - 1, 0, kMaxRanks));
     EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
     EXPECT_THAT(s.message(), HasSubstr("may not resize it to 1048576"));
     v1::Communicator c;
@@ -196,12 +186,12 @@ TEST(TenantShareTest, AHostHoldingNoMemberCannotResizeACommunicator) {
   }
   EXPECT_EQ(e->stats().claims_refused, 2u);
   // A host holding a live member may report another size.
-  ASSERT_TRUE(e->AddCommunicator("b", Comm(1, "j", 2, 0, 4)).ok());
+  ASSERT_TRUE(e->AddCommunicator("b", ListedComm(1, "j", 2, 0, 4)).ok());
   // Once b's agent is gone (for the handover grace), another host may
   // report the communicator anew.
   e->NodeLost("b");
   clock.Advance(DetectionEngine::Options().handover_grace);
-  EXPECT_TRUE(e->AddCommunicator("a", Comm(1, "j", 3, 0, 8)).ok());
+  EXPECT_TRUE(e->AddCommunicator("a", ListedComm(1, "j", 3, 0, 8)).ok());
 }
 
 }  // namespace

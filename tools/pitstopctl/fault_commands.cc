@@ -3,10 +3,12 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <iostream>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "tools/pitstopctl/commands.h"
 #include "tools/pitstopctl/ctl_client.h"
 #include "tools/pitstopctl/ctl_format.h"
@@ -260,6 +262,34 @@ void AddPolicy(CLI::App* app, GlobalOptions* g, int* rc) {
   });
 }
 
+// The scheduler's word on a job's hosts (scheduler role; issue #33).
+void AddJobHosts(CLI::App* app, GlobalOptions* g, int* rc) {
+  static std::string job, who;
+  static std::vector<std::string> hosts;
+  CLI::App* cmd = app->add_subcommand(
+      "job-hosts",
+      "name the hosts a job runs on (scheduler role): only they may report "
+      "for the job or join its migrations; no HOST forgets the naming");
+  cmd->add_option("JOB", job, "job id")->required();
+  cmd->add_option("HOST", hosts, "host names");
+  cmd->add_option("--who", who, "the scheduler's name (logged)");
+  cmd->callback([g, rc] {
+    v1::SetJobHostsRequest req;
+    req.set_job_id(job);
+    for (const std::string& h : hosts) req.add_hosts(h);
+    req.set_who(who);
+    v1::SetJobHostsResponse r;
+    if ((*rc = Call(*g, &v1::Controller::Stub::SetJobHosts, req, &r))) return;
+    if (g->output == "json") {
+      std::cout << ToJson(r) << "\n";
+      return;
+    }
+    std::cout << "job " << r.job_id() << ": " << r.hosts_size()
+              << " hosts named" << (r.hosts().empty() ? "" : ": ")
+              << absl::StrJoin(r.hosts(), ",") << "\n";
+  });
+}
+
 }  // namespace
 
 void AddFaultCommands(CLI::App* app, GlobalOptions* g, int* rc) {
@@ -300,6 +330,7 @@ void AddNodeActions(CLI::App* app, GlobalOptions* g, int* rc) {
     PrintNodeResult(*g, r);
   });
   AddPolicy(app, g, rc);
+  AddJobHosts(app, g, rc);
 }
 
 }  // namespace pitstop::ctl

@@ -79,6 +79,9 @@ const std::map<std::string, Role>& MethodRoles() {
       {"/pitstop.v1.Controller/GetFlowPlan", Role::kViewer},
       {"/pitstop.v1.Controller/ListLinks", Role::kViewer},
       {"/pitstop.v1.Controller/SetLinkHealth", Role::kOperator},
+      // The scheduler names a job's hosts (docs/reliability.md, "Trust
+      // model"): an operator may not widen a job to another host.
+      {"/pitstop.v1.Controller/SetJobHosts", Role::kScheduler},
       // Agents only, for the host their certificate names.
       {"/pitstop.v1.AgentLink/Connect", Role::kAgent},
   };

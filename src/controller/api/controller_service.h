@@ -96,6 +96,9 @@ class ControllerService final : public v1::Controller::CallbackService {
   grpc::ServerUnaryReactor* SetJobPolicy(
       grpc::CallbackServerContext* ctx, const v1::SetJobPolicyRequest* req,
       v1::SetJobPolicyResponse* resp) override;
+  grpc::ServerUnaryReactor* SetJobHosts(grpc::CallbackServerContext* ctx,
+                                        const v1::SetJobHostsRequest* req,
+                                        v1::SetJobHostsResponse* resp) override;
   grpc::ServerUnaryReactor* GetJobSync(grpc::CallbackServerContext* ctx,
                                        const v1::GetJobSyncRequest* req,
                                        v1::GetJobSyncResponse* resp) override;

@@ -1,6 +1,11 @@
 // The Controller API's detection calls (communicators, job policies): thin
 // adapters over IngestService.
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "pitstop/grpc_util.h"
+#include "pitstop/logging.h"
 #include "src/controller/api/controller_service.h"
 #include "src/controller/api/paging.h"
 #include "src/controller/api/take.h"
@@ -46,6 +51,22 @@ grpc::ServerUnaryReactor* ControllerService::SetJobPolicy(
   return FinishUnary(ctx,
                      Take(s_.ingest->SetPolicy(req->job_id(), req->policy()),
                           resp->mutable_policy()));
+}
+
+grpc::ServerUnaryReactor* ControllerService::SetJobHosts(
+    grpc::CallbackServerContext* ctx, const v1::SetJobHostsRequest* req,
+    v1::SetJobHostsResponse* resp) {
+  PITSTOP_AUTHORIZE(SetJobHosts);
+  absl::StatusOr<std::vector<std::string>> hosts = s_.ingest->SetJobHosts(
+      req->job_id(), {req->hosts().begin(), req->hosts().end()});
+  if (hosts.ok()) {
+    Logger("controller")
+        ->info("job {}: {} hosts named by {}", req->job_id().substr(0, 64),
+               hosts->size(), req->who().substr(0, 64));
+    resp->set_job_id(req->job_id());
+    for (std::string& h : *hosts) resp->add_hosts(std::move(h));
+  }
+  return FinishUnary(ctx, hosts.status());
 }
 
 }  // namespace pitstop::controller

@@ -239,6 +239,8 @@ absl::Status EngineImpl::AddCommunicator(absl::string_view host,
         "reporting host ",
         host.substr(0, 64), "; an agent reports for its own host only"));
   }
+  // A job the scheduler placed takes records from its hosts only.
+  RETURN_IF_ERROR(ScheduledHost(info.job_id(), host));
   absl::Status status;
   CommState* cp =
       GetOrCreateComm(info.comm_hash(), host, info.job_id(), &status);

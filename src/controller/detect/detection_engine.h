@@ -70,6 +70,10 @@ inline constexpr int32_t kMaxRanks = 1 << 20;
 // Retired communicators (DetectionEngine::RetireComms) whose late records
 // are still recognised and ignored; 8 bytes each.
 inline constexpr size_t kMaxRetiredComms = 4096;
+// Jobs whose hosts a scheduler may name at once, and hosts per job
+// (DetectionEngine::SetJobHosts).
+inline constexpr size_t kMaxScheduledJobs = 65536;
+inline constexpr size_t kMaxScheduledHosts = 65536;
 
 // The controller defaults for every JobPolicy field (observe mode, 1 s
 // windows, 3 of 5 windows, 20% minimum effect, hang timeout max(5 s,
@@ -150,6 +154,9 @@ struct EngineStats {
   // model"): naming another host, a member another live host holds, or
   // another job for a communicator whose job is known; refused.
   uint64_t claims_refused = 0;
+  // Of those, communicator records of a job from a host its scheduler did
+  // not name (DetectionEngine::SetJobHosts).
+  uint64_t unscheduled_refused = 0;
   // Deaths refused (no forged PROCESS_DIED): the process was no live member
   // of a communicator of its job on the reporting host before its death
   // record, or its global rank is held by a live member of its job on
@@ -328,6 +335,23 @@ class DetectionEngine {
       absl::string_view job_id, const v1::JobPolicy& policy) = 0;
   // The resolved policy of a job (defaults for unknown jobs).
   virtual v1::JobPolicy GetJobPolicy(absl::string_view job_id) const = 0;
+
+  // --- the scheduler's word ---------------------------------------------
+  // The scheduler names the hosts `job_id` runs on (docs/reliability.md,
+  // "Trust model"; issue #33 R21-4, R21-6). From then on a communicator
+  // record of the job from another host is refused (PermissionDenied,
+  // counted in claims_refused and unscheduled_refused), and the job's
+  // members, communicators and summaries on a named host are charged to
+  // the job's shares and the host's share of the job but not to the host's
+  // own share: made-up jobs that fill a host's share do not starve a job
+  // the scheduler placed there. Members registered before are kept. An
+  // empty list forgets the naming. InvalidArgument for an empty job_id or
+  // host, or more than kMaxScheduledHosts hosts; ResourceExhausted beyond
+  // kMaxScheduledJobs jobs.
+  virtual absl::Status SetJobHosts(absl::string_view job_id,
+                                   const std::vector<std::string>& hosts) = 0;
+  // The hosts named for `job_id`, sorted; empty when none are.
+  virtual std::vector<std::string> JobHosts(absl::string_view job_id) const = 0;
 
   // --- detection --------------------------------------------------------
   // Closes the windows whose time has come, runs every detector and returns

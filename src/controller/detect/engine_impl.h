@@ -3,6 +3,7 @@
 #define PITSTOP_CONTROLLER_DETECT_ENGINE_IMPL_H_
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -37,6 +38,9 @@ class EngineImpl final : public DetectionEngine {
   absl::StatusOr<v1::JobPolicy> SetJobPolicy(
       absl::string_view job_id, const v1::JobPolicy& policy) override;
   v1::JobPolicy GetJobPolicy(absl::string_view job_id) const override;
+  absl::Status SetJobHosts(absl::string_view job_id,
+                           const std::vector<std::string>& hosts) override;
+  std::vector<std::string> JobHosts(absl::string_view job_id) const override;
   using DetectionEngine::RunCycle;
   CycleResult RunCycle(const std::function<void()>& between_comms) override;
   std::unique_ptr<CycleWork> BeginCycle(
@@ -75,6 +79,9 @@ class EngineImpl final : public DetectionEngine {
   // its known one.
   absl::Status ForeignResize(const CommState& c, int32_t n_ranks,
                              absl::string_view host);
+  // PermissionDenied (counted) when the scheduler named `job`'s hosts and
+  // `host` is not one of them (scheduled_hosts.cc).
+  absl::Status ScheduledHost(absl::string_view job, absl::string_view host);
   // The communicator `hash`, created (charged to `host` and `job`) if new;
   // nullptr with *status set when a communicators share is used up.
   CommState* GetOrCreateComm(uint64_t hash, absl::string_view host,
@@ -216,6 +223,9 @@ class EngineImpl final : public DetectionEngine {
   const Options options_;
   v1::JobPolicy default_policy_;
   std::map<std::string, v1::JobPolicy> policies_;
+  // Job -> the hosts its scheduler named (SetJobHosts).
+  std::map<std::string, std::set<std::string, std::less<>>, std::less<>>
+      scheduled_hosts_;
   std::map<uint64_t, CommState> comms_;
   absl::flat_hash_map<std::string, v1::NodeRegistration> nodes_;
   // Hosts NodeLost, NodeSilent or ForgetNode named since their last

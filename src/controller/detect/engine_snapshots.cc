@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string>
+#include <utility>
 
 #include "src/controller/detect/engine_impl.h"
 
@@ -75,6 +77,7 @@ std::vector<v1::Job> EngineImpl::Jobs() const {
     for (const std::string& h : a.hosts) j.add_hosts(h);
     for (uint64_t h : a.comms) j.add_comm_hashes(h);
     *j.mutable_policy() = GetJobPolicy(id);
+    for (std::string& h : JobHosts(id)) j.add_scheduled_hosts(std::move(h));
   }
   return out;
 }

@@ -323,6 +323,7 @@ absl::Status EngineImpl::AddLifecycle(absl::string_view host,
     }
   }
   if (l.kind() == v1::RankLifecycle::KIND_COMM_INIT_FAILED) {
+    RETURN_IF_ERROR(ScheduledHost(l.job_id(), host));
     RETURN_IF_ERROR(ForeignRank(host, l, &stats_.deaths_refused));
     absl::Status s = config_.Add(host, l, clock_->MonotonicNanos());
     stats_.config_failures_refused = config_.refused();

@@ -54,7 +54,10 @@ absl::Status TenantBudget::Charge(uint32_t host, absl::string_view job,
   const uint64_t j = job_used(job);
   const absl::string_view name =
       absl::string_view(hosts_->Name(host)).substr(0, 64);
-  if (h + n > limits_.per_host) {
+  auto shelter = sheltered_.find(job);
+  const bool sheltered =
+      shelter != sheltered_.end() && shelter->second.contains(host);
+  if (!sheltered && h + n > limits_.per_host) {
     ++refusals_.host;
     return absl::ResourceExhaustedError(absl::StrCat(
         "host ", name, " holds ", h, " of ", limits_.per_host, " (its share, ",
@@ -84,6 +87,15 @@ absl::Status TenantBudget::Charge(uint32_t host, absl::string_view job,
   by_host_job_[std::make_pair(host, std::string(job))] += n;
   if (!job.empty()) by_job_[job] += n;
   return absl::OkStatus();
+}
+
+void TenantBudget::Shelter(absl::string_view job,
+                           absl::flat_hash_set<uint32_t> hosts) {
+  if (hosts.empty()) {
+    sheltered_.erase(job);
+  } else {
+    sheltered_[job] = std::move(hosts);
+  }
 }
 
 void TenantBudget::Release(uint32_t host, absl::string_view job, uint64_t n) {

@@ -9,6 +9,12 @@
 // share). Units of no job ("") are each host's own: the (host, "") bucket,
 // bounded by per_host_job, never one bucket shared by every id-less job.
 //
+// A job the scheduler placed on a host is sheltered there (Shelter): its
+// units on that host are not asked of the host's share (still counted in
+// it), so tenants of the host that fill its share (a node's processes
+// naming jobs of their own making, issue #33 R21-4) do not starve the job;
+// the host's share of the job, the job's share and the ceiling still hold.
+//
 // Hosts are interned (HostIds): a charge names its host by its id, so a
 // member carries 4 bytes of owner instead of a string.
 //
@@ -22,6 +28,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
@@ -67,6 +74,9 @@ class TenantBudget {
   // the share ("host h holds 262144 (its share, max_members_per_host);
   // refused").
   absl::Status Charge(uint32_t host, absl::string_view job, uint64_t n);
+  // The hosts on which `job`'s units skip the host's share (the hosts its
+  // scheduler named; empty: none). Replaces the job's earlier set.
+  void Shelter(absl::string_view job, absl::flat_hash_set<uint32_t> hosts);
   // Gives `n` units of (host, job) back.
   void Release(uint32_t host, absl::string_view job, uint64_t n);
   // Moves `n` units of `host` from a job to another (a communicator learned
@@ -94,6 +104,7 @@ class TenantBudget {
   absl::flat_hash_map<uint32_t, uint64_t> by_host_;
   absl::flat_hash_map<std::string, uint64_t> by_job_;  // never ""
   absl::flat_hash_map<std::pair<uint32_t, std::string>, uint64_t> by_host_job_;
+  absl::flat_hash_map<std::string, absl::flat_hash_set<uint32_t>> sheltered_;
   Refusals refusals_;
 };
 

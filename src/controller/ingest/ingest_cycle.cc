@@ -120,6 +120,7 @@ void IngestService::AfterCycle(const CycleResult& r) {
       {"summaries_per_job", stats.summaries_refused_job},
       {"summaries_per_host_job", stats.summaries_refused_host_job},
       {"foreign_claims", stats.claims_refused},
+      {"unscheduled_hosts", stats.unscheduled_refused},
       {"foreign_deaths", stats.deaths_refused},
       {"jobless_superseded", stats.jobless_superseded},
       {"config_failures", stats.config_failures_refused},
@@ -219,6 +220,20 @@ absl::StatusOr<v1::JobPolicy> IngestService::SetPolicy(
   policy_mu_.Unlock();
   UnlockIngest();
   return set;
+}
+
+absl::StatusOr<std::vector<std::string>> IngestService::SetJobHosts(
+    const std::string& job_id, const std::vector<std::string>& hosts) {
+  if (absl::Status s = Required(job_id, "job_id"); !s.ok()) return s;
+  if (absl::Status s = CheckLeader(options_.leadership); !s.ok()) return s;
+  IngestLock lock(this);
+  if (absl::Status s = engine_->SetJobHosts(job_id, hosts); !s.ok()) return s;
+  return engine_->JobHosts(job_id);
+}
+
+std::vector<std::string> IngestService::JobHosts(const std::string& job_id) {
+  IngestLock lock(this);
+  return engine_->JobHosts(job_id);
 }
 
 IngestService::Stats IngestService::stats() {

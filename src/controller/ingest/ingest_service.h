@@ -152,6 +152,12 @@ class IngestService {
                                           const v1::JobPolicy& policy);
   // The resolved policy of a job (defaults for unknown jobs).
   v1::JobPolicy JobPolicy(const std::string& job_id);
+  // The scheduler names a job's hosts (DetectionEngine::SetJobHosts; the
+  // leader only, kept in memory). Returns them sorted.
+  absl::StatusOr<std::vector<std::string>> SetJobHosts(
+      const std::string& job_id, const std::vector<std::string>& hosts);
+  // The hosts named for a job; empty when none are.
+  std::vector<std::string> JobHosts(const std::string& job_id);
   Stats stats();
   // The inbox's counters; does not take the lock.
   IngestInbox::Stats inbox_stats() const { return inbox_.stats(); }

@@ -105,23 +105,41 @@ absl::StatusOr<std::string> JobOnLeaver(
   return *jobs_here.begin();
 }
 
+// Whether `c` holds a member on a host the scheduler named (`scheduled`
+// empty: it named none, every communicator of the job counts).
+bool OnScheduledHost(const v1::Communicator& c,
+                     const std::set<std::string>& scheduled) {
+  if (scheduled.empty()) return true;
+  for (const v1::MemberLocation& m : c.members()) {
+    if (scheduled.contains(m.host())) return true;
+  }
+  return false;
+}
+
 // The job's ranks by host, the communicators to rebuild (those with a rank
 // on the leaver) and the widest one (its sequence number names the switch
-// point).
+// point). When the scheduler named the job's hosts (`scheduled`), a
+// member on another host is no member of the migration (it gets no
+// directive, no NCCL unique id) and a communicator with no member on a
+// named host is not the job's (a process elsewhere naming the job made
+// it): neither is rebuilt, counted as unplaced, nor the switch
+// communicator (issue #33 R21-6).
 absl::Status CollectRanks(const std::string& leaver,
                           const std::vector<v1::Communicator>& comms,
+                          const std::set<std::string>& scheduled,
                           MigrationPlan* plan) {
   std::map<std::string, std::set<int32_t>> ranks;
   int32_t widest = -1;
   int unplaced = 0;
   for (const v1::Communicator& c : comms) {
-    if (c.job_id() != plan->job_id) continue;
+    if (c.job_id() != plan->job_id || !OnScheduledHost(c, scheduled)) continue;
     bool on_leaver = false;
     for (const v1::MemberLocation& m : c.members()) {
       if (m.host().empty()) {
         ++unplaced;
         continue;
       }
+      if (!scheduled.empty() && !scheduled.contains(m.host())) continue;
       std::set<int32_t>& s = ranks[m.host()];
       if (m.global_rank() >= 0) s.insert(m.global_rank());
       on_leaver |= m.host() == leaver;
@@ -294,18 +312,29 @@ std::vector<v1::StandbyNode> MigrationService::Standby() {
 
 absl::StatusOr<MigrationPlan> MigrationService::Plan(
     const v1::MigrateNodeRequest& r, const std::vector<NodeFacts>& nodes,
-    const std::vector<v1::Communicator>& comms) {
+    const std::vector<v1::Communicator>& comms,
+    const std::vector<std::string>& scheduled) {
   const FactsByHost by_host = ByHost(nodes);
   if (absl::Status s = CheckLeaver(r, by_host); !s.ok()) return s;
   absl::StatusOr<std::string> job = JobOnLeaver(r, comms);
   if (!job.ok()) return job.status();
+  const std::set<std::string> named(scheduled.begin(), scheduled.end());
+  if (!named.empty() && !named.contains(r.host())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "host: ", r.host(),
+        " is not one of the hosts the scheduler named for "
+        "job ",
+        *job, " (SetJobHosts): its ranks there are not the job's"));
+  }
   MigrationPlan plan;
   plan.job_id = *job;
   plan.leaver_host = r.host();
   plan.requested_by = r.who();
   plan.reason = r.reason();
   plan.from_replica = r.from_replica();
-  if (absl::Status s = CollectRanks(r.host(), comms, &plan); !s.ok()) return s;
+  if (absl::Status s = CollectRanks(r.host(), comms, named, &plan); !s.ok()) {
+    return s;
+  }
   if (absl::Status s = CheckMembers(r, by_host, &plan); !s.ok()) return s;
   const std::vector<v1::StandbyNode> pool = Pool(Standbys(nodes), comms);
   if (absl::Status s = ChooseJoiner(r, pool, by_host, &plan); !s.ok()) {
@@ -324,17 +353,35 @@ absl::StatusOr<v1::Migration> MigrationService::MigrateNode(
       options_.detection->Communicators();
   const std::vector<NodeFacts> nodes =
       options_.nodes->ListFacts(/*standby_only=*/false);
+  // The scheduler's word on the job's hosts, read before mu_ (detection's
+  // lock is never taken with it held).
+  std::vector<std::string> scheduled;
+  if (absl::StatusOr<std::string> job = JobOnLeaver(req, comms); job.ok()) {
+    scheduled = options_.detection->JobHosts(*job);
+  }
   absl::StatusOr<v1::Migration> m;
   {
     ServiceLock lock(&mu_);
     if (!manager_) return absl::UnavailableError("not leading");
-    absl::StatusOr<MigrationPlan> plan = Plan(req, nodes, comms);
+    absl::StatusOr<MigrationPlan> plan = Plan(req, nodes, comms, scheduled);
     if (!plan.ok()) return plan.status();
     if (plan->requested_by.empty()) plan->requested_by = "api";
     m = manager_->Start(*plan);
   }
+  if (m.ok()) NameJoiner(*m, std::move(scheduled));
   Flush();
   return m;
+}
+
+void MigrationService::NameJoiner(const v1::Migration& m,
+                                  std::vector<std::string> scheduled) {
+  if (scheduled.empty() || m.joiner_host().empty()) return;
+  if (std::find(scheduled.begin(), scheduled.end(), m.joiner_host()) !=
+      scheduled.end()) {
+    return;
+  }
+  scheduled.push_back(m.joiner_host());
+  options_.detection->SetJobHosts(m.job_id(), scheduled);
 }
 
 void MigrationService::ActOnFaults() {
@@ -375,42 +422,66 @@ void MigrationService::ActOnFaults() {
       options_.detection->Communicators();
   const std::vector<NodeFacts> nodes =
       options_.nodes->ListFacts(/*standby_only=*/false);
+  std::map<std::string, std::vector<std::string>> scheduled;  // by job
+  for (const auto& [f, host] : wanted) {
+    if (!scheduled.contains(f.job_id())) {
+      scheduled[f.job_id()] = options_.detection->JobHosts(f.job_id());
+    }
+  }
+  std::vector<v1::Migration> started;
   {
     ServiceLock lock(&mu_);
     if (!manager_) return;
-    const std::vector<v1::StandbyNode> pool = Pool(Standbys(nodes), comms);
-    if (std::none_of(pool.begin(), pool.end(), [](const v1::StandbyNode& n) {
-          return n.state() == v1::STANDBY_STATE_FREE;
-        })) {
-      return;
-    }
-    for (const auto& [f, host] : wanted) {
-      if (manager_->HasForFault(f.fault_id()) || manager_->Busy(f.job_id())) {
-        continue;
-      }
-      v1::MigrateNodeRequest req;
-      req.set_host(host);
-      req.set_job_id(f.job_id());
-      absl::StatusOr<MigrationPlan> plan = Plan(req, nodes, comms);
-      if (plan.ok()) {
-        plan->requested_by = "policy";
-        plan->fault_id = f.fault_id();
-        plan->reason =
-            absl::StrCat("policy ACT: ", f.fault_id(), " ", f.summary());
-        absl::StatusOr<v1::Migration> m = manager_->Start(*plan);
-        if (m.ok()) continue;
-        plan = m.status();
-      }
-      // Tried again every cycle (agents may connect, hosts become known);
-      // logged once per fault.
-      if (!act_refused_.insert(f.fault_id()).second) continue;
-      Logger("controller")
-          ->warn("policy ACT: fault {} of job {} on {} not migrated: {}",
-                 f.fault_id(), f.job_id(), host,
-                 std::string(plan.status().message()));
-    }
+    started = StartForFaults(wanted, nodes, comms, &scheduled);
+  }
+  for (const v1::Migration& m : started) {
+    NameJoiner(m, scheduled[m.job_id()]);
   }
   Flush();
+}
+
+std::vector<v1::Migration> MigrationService::StartForFaults(
+    const std::vector<std::pair<v1::Fault, std::string>>& wanted,
+    const std::vector<NodeFacts>& nodes,
+    const std::vector<v1::Communicator>& comms,
+    std::map<std::string, std::vector<std::string>>* scheduled) {
+  std::vector<v1::Migration> started;
+  const std::vector<v1::StandbyNode> pool = Pool(Standbys(nodes), comms);
+  if (std::none_of(pool.begin(), pool.end(), [](const v1::StandbyNode& n) {
+        return n.state() == v1::STANDBY_STATE_FREE;
+      })) {
+    return started;
+  }
+  for (const auto& [f, host] : wanted) {
+    if (manager_->HasForFault(f.fault_id()) || manager_->Busy(f.job_id())) {
+      continue;
+    }
+    v1::MigrateNodeRequest req;
+    req.set_host(host);
+    req.set_job_id(f.job_id());
+    absl::StatusOr<MigrationPlan> plan =
+        Plan(req, nodes, comms, (*scheduled)[f.job_id()]);
+    if (plan.ok()) {
+      plan->requested_by = "policy";
+      plan->fault_id = f.fault_id();
+      plan->reason =
+          absl::StrCat("policy ACT: ", f.fault_id(), " ", f.summary());
+      absl::StatusOr<v1::Migration> m = manager_->Start(*plan);
+      if (m.ok()) {
+        started.push_back(*std::move(m));
+        continue;
+      }
+      plan = m.status();
+    }
+    // Tried again every cycle (agents may connect, hosts become known);
+    // logged once per fault.
+    if (!act_refused_.insert(f.fault_id()).second) continue;
+    Logger("controller")
+        ->warn("policy ACT: fault {} of job {} on {} not migrated: {}",
+               f.fault_id(), f.job_id(), host,
+               std::string(plan.status().message()));
+  }
+  return started;
 }
 
 }  // namespace pitstop::controller

@@ -67,6 +67,17 @@ class MigrationService {
     virtual ~Detection() = default;
     virtual std::vector<v1::Communicator> Communicators() = 0;
     virtual v1::JobPolicy JobPolicy(const std::string& job_id) = 0;
+    // The hosts the scheduler named for the job (SetJobHosts); empty when
+    // it named none. Only they become members of the job's migrations.
+    virtual std::vector<std::string> JobHosts(const std::string& job_id) {
+      (void)job_id;
+      return {};
+    }
+    virtual void SetJobHosts(const std::string& job_id,
+                             const std::vector<std::string>& hosts) {
+      (void)job_id;
+      (void)hosts;
+    }
     // A committed migration replaced these communicators.
     virtual void RetireComms(const std::vector<uint64_t>& comm_hashes,
                              const std::string& why) = 0;
@@ -180,10 +191,17 @@ class MigrationService {
                                     const std::vector<v1::Communicator>& comms)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Resolves a request against the nodes, the communicators and the pool.
+  // `scheduled`: the hosts the scheduler named for the job (empty: none);
+  // only they become members (issue #33 R21-6).
   absl::StatusOr<MigrationPlan> Plan(const v1::MigrateNodeRequest& r,
                                      const std::vector<NodeFacts>& nodes,
-                                     const std::vector<v1::Communicator>& comms)
+                                     const std::vector<v1::Communicator>& comms,
+                                     const std::vector<std::string>& scheduled)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A started migration of a job whose hosts the scheduler named: its
+  // joiner (a standby the controller chose) is named too, so that the
+  // job's records from there are taken. Without mu_.
+  void NameJoiner(const v1::Migration& m, std::vector<std::string> scheduled);
   uint64_t AddWatcher(const std::string& job_id, bool include_existing,
                       WatchFn fn, WatchEndFn end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -208,6 +226,15 @@ class MigrationService {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Policy ACT (RunCycle).
   void ActOnFaults();
+  // Policy ACT's migrations for `wanted` (a fault, the host it blames)
+  // that start now; the others are logged once per fault. `scheduled`: the
+  // hosts named for each wanted job.
+  std::vector<v1::Migration> StartForFaults(
+      const std::vector<std::pair<v1::Fault, std::string>>& wanted,
+      const std::vector<NodeFacts>& nodes,
+      const std::vector<v1::Communicator>& comms,
+      std::map<std::string, std::vector<std::string>>* scheduled)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   Outbox outbox_sender_{this};

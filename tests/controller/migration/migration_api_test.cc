@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -276,6 +277,76 @@ TEST_F(MigrationApiTest, FullMigrationThroughTheAgents) {
   }
   wctx.TryCancel();
   (void)watch->Finish();
+}
+
+// Issue #33, R21-6: a process on host `evil`, where job1 does not run,
+// whose environment names job1 (or an agent naming job1 for it) reported a
+// communicator of job1 wider than the job's own. Before, `evil` became a
+// stayer of job1's migrations (it got the new communicators' unique ids and
+// could abort every migration by failing PREPARE) and its communicator was
+// the switch communicator. Once the scheduler names job1's hosts, `evil` is
+// no member of the migration, gets no directive, and cannot be the leaver;
+// the joiner the controller chose is named with the job's hosts.
+TEST_F(MigrationApiTest, AHostTheSchedulerDidNotNameIsNoMigrationMember) {
+  StartController();
+  StartJob(/*standbys=*/1);
+  v1::NodeRegistration reg;
+  reg.set_host("evil");
+  reg.set_agent_id("agent-evil");
+  reg.set_migration_data_plane("emulated");
+  agents_["evil"] = std::make_unique<TestAgent>(target_, reg);
+  constexpr uint64_t kIntruderComm = 0xE71;
+  v1::ConnectRequest claim;
+  v1::CommunicatorInfo* info = claim.add_communicators();
+  info->set_comm_hash(kIntruderComm);
+  info->set_job_id("job1");
+  info->set_rank(0);
+  info->set_n_ranks(64);
+  info->set_pid(4242);
+  info->add_global_ranks(99);
+  ASSERT_TRUE(agents_["evil"]->Send(claim));
+  ASSERT_TRUE(WaitUntil(
+      [&] { return core_->ingest().Communicator(kIntruderComm).ok(); }));
+
+  // The scheduler names job1's hosts.
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(20));
+    v1::SetJobHostsRequest req;
+    req.set_job_id("job1");
+    req.add_hosts("node1");
+    req.add_hosts("node0");
+    req.set_who("slurm");
+    v1::SetJobHostsResponse resp;
+    grpc::Status s = stub_->SetJobHosts(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.hosts_size(), 2);
+  }
+  v1::MigrateNodeResponse r;
+  grpc::Status s = Migrate("evil", "spare0", &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("not one of the hosts"));
+
+  s = Migrate("node0", "spare0", &r);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const v1::Migration& m = r.migration();
+  for (const v1::MigrationMember& member : m.members()) {
+    EXPECT_NE(member.host(), "evil") << m.DebugString();
+  }
+  EXPECT_EQ(m.members_size(), 3) << m.DebugString();  // node0, node1, spare0
+  EXPECT_EQ(m.switch_comm_hash(), job_.comm_hash());
+  ASSERT_EQ(m.comms_size(), 1);
+  EXPECT_EQ(m.comms(0).old_comm_hash(), job_.comm_hash());
+  // The joiner is named with the job's hosts: its records will be taken.
+  EXPECT_EQ(core_->ingest().JobHosts("job1"),
+            (std::vector<std::string>{"node0", "node1", "spare0"}));
+  // The stayers and the joiner are asked to PREPARE; `evil` is told nothing.
+  Answer("node1", v1::MigrationDirective::PHASE_PREPARE, 42);
+  for (const v1::AgentCommand& c :
+       agents_["evil"]->WaitForCommands(1, absl::Milliseconds(300))) {
+    EXPECT_FALSE(c.has_migration()) << c.DebugString();
+  }
 }
 
 TEST_F(MigrationApiTest, JoinerAgentLossAbortsAndFreesTheStandby) {
