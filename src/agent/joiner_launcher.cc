@@ -126,6 +126,92 @@ std::string ExitText(int status) {
   return absl::StrCat("wait status ", status);
 }
 
+// The joiner's environment: not the agent's; the operator's values over a
+// minimal base, then what the migration needs over those.
+std::vector<std::string> JoinerEnvironment(const JoinerLaunchConfig& config,
+                                           const User& user,
+                                           const JoinerSpec& spec) {
+  std::map<std::string, std::string> vars = {
+      {"PATH", "/usr/local/bin:/usr/bin:/bin"},
+      {"HOME", user.home},
+      {"USER", user.name},
+      {"LOGNAME", user.name}};
+  for (const auto& [k, v] : config.env) {
+    vars[k] = ExpandJoinerTemplate(v, spec);
+  }
+  vars["PITSTOP_JOB_ID"] = spec.job_id;
+  vars["PITSTOP_HOST"] = spec.host;
+  vars["PITSTOP_MIGRATION_ROLE"] = "joiner";
+  vars["PITSTOP_MIGRATION_ID"] = spec.migration_id;
+  vars["PITSTOP_LEAVER_HOST"] = spec.leaver_host;
+  vars["RANK"] = absl::StrCat(spec.global_rank);
+  vars["LOCAL_RANK"] = absl::StrCat(spec.local_rank);
+  if (!spec.agent_socket.empty()) {
+    vars["PITSTOP_AGENT_SOCKET"] = spec.agent_socket;
+  }
+  std::vector<std::string> env;
+  for (const auto& [k, v] : vars) env.push_back(absl::StrCat(k, "=", v));
+  return env;
+}
+
+// The reason a child's set-up step failed.
+std::string SetupError(const std::string& what, const ChildError& e,
+                       const User& user, const std::string& log,
+                       const std::string& dir) {
+  std::string hint;
+  if (e.stage <= kUid && e.stage >= kGroups) {
+    hint = absl::StrCat(" (switching to user ", user.name, ", uid ", user.uid,
+                        "; the agent runs as uid ", geteuid(), ")");
+  }
+  return absl::StrCat(what, ": ", StageName(e.stage),
+                      e.stage == kLog ? absl::StrCat(" ", log) : "",
+                      e.stage == kChdir ? absl::StrCat(" ", dir) : "", ": ",
+                      strerror(e.err), hint);
+}
+
+// Forks and execs `args`; returns once the exec happened (or failed: the
+// child reports the failed step over a close-on-exec pipe).
+absl::StatusOr<pid_t> Spawn(const std::string& what, const User& user,
+                            std::vector<std::string> args,
+                            std::vector<std::string> env,
+                            const std::string& log, const std::string& dir) {
+  std::vector<char*> argv, envp;
+  for (std::string& a : args) argv.push_back(a.data());
+  for (std::string& e : env) envp.push_back(e.data());
+  argv.push_back(nullptr);
+  envp.push_back(nullptr);
+  const bool switch_user = geteuid() != user.uid;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    return absl::InternalError(
+        absl::StrCat(what, ": pipe2: ", strerror(errno)));
+  }
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int err = errno;
+    close(fds[0]);
+    close(fds[1]);
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, ": fork: ", strerror(err)));
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    Child(fds[1], log.c_str(), switch_user, user, dir.c_str(), argv.data(),
+          envp.data());
+  }
+  close(fds[1]);
+  ChildError e;
+  ssize_t n = 0;
+  do {
+    n = read(fds[0], &e, sizeof(e));
+  } while (n < 0 && errno == EINTR);
+  close(fds[0]);
+  if (n != static_cast<ssize_t>(sizeof(e))) return pid;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return absl::FailedPreconditionError(SetupError(what, e, user, log, dir));
+}
+
 }  // namespace
 
 std::string ExpandJoinerTemplate(const std::string& text,
@@ -209,85 +295,37 @@ absl::Status PlainJoinerLauncher::Launch(const JoinerSpec& spec) {
     return absl::Status(user.status().code(),
                         absl::StrCat(what, ": ", user.status().message()));
   }
-  std::vector<std::string> args, env;
+  std::vector<std::string> args;
   for (const std::string& a : config_.command) {
     args.push_back(ExpandJoinerTemplate(a, spec));
   }
-  std::map<std::string, std::string> vars = {
-      {"PATH", "/usr/local/bin:/usr/bin:/bin"},
-      {"HOME", user->home},
-      {"USER", user->name},
-      {"LOGNAME", user->name}};
-  for (const auto& [k, v] : config_.env) {
-    vars[k] = ExpandJoinerTemplate(v, spec);
-  }
-  // What the migration needs, over the operator's values.
-  vars["PITSTOP_JOB_ID"] = spec.job_id;
-  vars["PITSTOP_HOST"] = spec.host;
-  vars["PITSTOP_MIGRATION_ROLE"] = "joiner";
-  vars["PITSTOP_MIGRATION_ID"] = spec.migration_id;
-  vars["PITSTOP_LEAVER_HOST"] = spec.leaver_host;
-  vars["RANK"] = absl::StrCat(spec.global_rank);
-  vars["LOCAL_RANK"] = absl::StrCat(spec.local_rank);
-  if (!spec.agent_socket.empty()) {
-    vars["PITSTOP_AGENT_SOCKET"] = spec.agent_socket;
-  }
-  for (const auto& [k, v] : vars) env.push_back(absl::StrCat(k, "=", v));
-  std::vector<char*> argv, envp;
-  for (std::string& a : args) argv.push_back(a.data());
-  for (std::string& e : env) envp.push_back(e.data());
-  argv.push_back(nullptr);
-  envp.push_back(nullptr);
   const std::string log =
       config_.log_dir.empty()
           ? "/dev/null"
           : absl::StrCat(config_.log_dir, "/", spec.job_id, "-",
                          spec.migration_id, "-rank", spec.global_rank, ".log");
   const std::string dir = config_.work_dir.empty() ? "/" : config_.work_dir;
-  const bool switch_user = geteuid() != user->uid;
+  absl::StatusOr<pid_t> pid =
+      Spawn(what, *user, std::move(args),
+            JoinerEnvironment(config_, *user, spec), log, dir);
+  if (!pid.ok()) return pid.status();
+  if (absl::Status s = WatchStart(what, *pid, log); !s.ok()) return s;
+  {
+    MutexLock lock(&mu_);
+    Reap();
+    children_[*pid] = spec.migration_id;
+  }
+  Logger("agent")->info(
+      "migration {} of job {}: started the joiner of rank {} as {} (pid {}, "
+      "log {})",
+      spec.migration_id, spec.job_id, spec.global_rank, user->name, *pid, log);
+  return absl::OkStatus();
+}
 
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) {
-    return absl::InternalError(
-        absl::StrCat(what, ": pipe2: ", strerror(errno)));
-  }
-  const pid_t pid = fork();
-  if (pid < 0) {
-    const int err = errno;
-    close(fds[0]);
-    close(fds[1]);
-    return absl::ResourceExhaustedError(
-        absl::StrCat(what, ": fork: ", strerror(err)));
-  }
-  if (pid == 0) {
-    close(fds[0]);
-    Child(fds[1], log.c_str(), switch_user, *user, dir.c_str(), argv.data(),
-          envp.data());
-  }
-  close(fds[1]);
-  ChildError e;
-  ssize_t n;
-  do {
-    n = read(fds[0], &e, sizeof(e));
-  } while (n < 0 && errno == EINTR);
-  close(fds[0]);
-  if (n == static_cast<ssize_t>(sizeof(e))) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    std::string hint;
-    if (e.stage <= kUid && e.stage >= kGroups) {
-      hint =
-          absl::StrCat(" (switching to user ", user->name, ", uid ", user->uid,
-                       "; the agent runs as uid ", geteuid(), ")");
-    }
-    return absl::FailedPreconditionError(
-        absl::StrCat(what, ": ", StageName(e.stage),
-                     e.stage == kLog ? absl::StrCat(" ", log) : "",
-                     e.stage == kChdir ? absl::StrCat(" ", dir) : "", ": ",
-                     strerror(e.err), hint));
-  }
-  // Exec'd. A joiner that ends at once (bad arguments, a missing module)
-  // did not start either.
+// Exec'd. A joiner that ends at once (bad arguments, a missing module) did
+// not start either.
+absl::Status PlainJoinerLauncher::WatchStart(const std::string& what, pid_t pid,
+                                             const std::string& log) {
   const absl::Time until = clock_->Now() + config_.start_grace;
   while (true) {
     int status = 0;
@@ -300,19 +338,9 @@ absl::Status PlainJoinerLauncher::Launch(const JoinerSpec& spec) {
           last.empty() ? "" : absl::StrCat(": ", last)));
     }
     const absl::Time now = clock_->Now();
-    if (now >= until) break;
+    if (now >= until) return absl::OkStatus();
     clock_->SleepFor(std::min(absl::Milliseconds(10), until - now));
   }
-  {
-    MutexLock lock(&mu_);
-    Reap();
-    children_[pid] = spec.migration_id;
-  }
-  Logger("agent")->info(
-      "migration {} of job {}: started the joiner of rank {} as {} (pid {}, "
-      "log {})",
-      spec.migration_id, spec.job_id, spec.global_rank, user->name, pid, log);
-  return absl::OkStatus();
 }
 
 }  // namespace pitstop::agent

@@ -101,6 +101,9 @@ class PlainJoinerLauncher final : public JoinerLauncher {
   std::vector<pid_t> children() const;
 
  private:
+  // Fails when `pid` exits within start_grace.
+  absl::Status WatchStart(const std::string& what, pid_t pid,
+                          const std::string& log);
   // Collects joiners that ended (no zombies left behind).
   void Reap() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
