@@ -150,6 +150,7 @@ std::vector<std::string> JoinerEnvironment(const JoinerLaunchConfig& config,
     vars["PITSTOP_AGENT_SOCKET"] = spec.agent_socket;
   }
   std::vector<std::string> env;
+  env.reserve(vars.size());
   for (const auto& [k, v] : vars) env.push_back(absl::StrCat(k, "=", v));
   return env;
 }
