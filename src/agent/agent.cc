@@ -98,12 +98,13 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(
     up.trainer = a->trainer_hub_.get();
     Agent* self = a.get();
     absl::StatusOr<std::unique_ptr<MigrationPlane>> plane =
-        MigrationPlane::Create(
-            options.migration_data_plane,
-            [self](const v1::MigrationAck& ack) {
-              if (self->upstream_) self->upstream_->Ack(ack);
-            },
-            a->core_.get());
+        MigrationPlane::Create(options.migration_data_plane,
+                               [self](const v1::MigrationAck& ack) {
+                                 if (self->upstream_) self->upstream_->Ack(ack);
+                               },
+                               a->core_.get(),
+                               {options.migration_joiners_file, a->host_,
+                                EffectiveShmSocket(options), clock});
     if (!plane.ok()) return plane.status();
     a->migration_ = std::move(*plane);
     up.migration = a->migration_.get();

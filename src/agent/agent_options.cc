@@ -105,6 +105,10 @@ void RegisterAgentOptions(ConfigSchema* s, AgentOptions* o) {
          "their communicators; the ranks need PITSTOP_VIRTUALIZE_COMMS=1 and "
          "RANK) or emulated (answer for the ranks without moving anything; "
          "tests and benchmarks only)");
+  s->Add("migration.joiners_file", &o->migration_joiners_file,
+         "YAML file of the commands this agent may start as a migration's "
+         "joiners, by job (user, command, env; never root). Empty: joiners "
+         "are started by the job's scheduler (docs/migration.md)");
   s->Add("tuner.table", &o->tuner_table,
          "Shared-memory table libnccl-tuner-pitstop.so reads: the agent "
          "writes the controller's flow-plan steering there (created at the "

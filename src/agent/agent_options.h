@@ -84,6 +84,9 @@ struct AgentOptions {
   // migration.data_plane: none (default) or emulated (tests and benchmarks:
   // the agent answers migration directives for its ranks itself).
   std::string migration_data_plane = "none";
+  // migration.joiners_file (--migration-joiners-file): the operator's joiner
+  // launchers by job (joiner_config.h); "" = this agent starts no joiners.
+  std::string migration_joiners_file;
   // tuner.table (--tuner-table): the per-node tuner table the agent writes
   // from the controller's flow plans (docs/planning.md); "" =
   // $PITSTOP_TUNER_TABLE, else /run/pitstop/tuner-table.

@@ -40,8 +40,9 @@ std::string PhaseName(int phase) {
 
 }  // namespace
 
-LibraryMigrationPlane::LibraryMigrationPlane(AgentCore* core, AckFn ack)
-    : core_(core), ack_(std::move(ack)) {
+LibraryMigrationPlane::LibraryMigrationPlane(AgentCore* core, AckFn ack,
+                                             Launch launch)
+    : core_(core), ack_(std::move(ack)), launch_(std::move(launch)) {
   core_->SetMigrationListener(this);
 }
 
@@ -61,7 +62,59 @@ LibraryMigrationPlane::Relay* LibraryMigrationPlane::RelayFor(
   return &r;
 }
 
+JoinerLauncher* LibraryMigrationPlane::LauncherFor(
+    const v1::MigrationDirective& d) {
+  if (d.role() != v1::MIGRATION_ROLE_JOINER ||
+      (d.phase() != Phase::PHASE_MAKE_IDS &&
+       d.phase() != Phase::PHASE_PREPARE)) {
+    return nullptr;
+  }
+  auto it = launch_.launchers.find(d.job_id());
+  if (it == launch_.launchers.end()) return nullptr;
+  auto existing = relays_.find(d.job_id());
+  if (existing != relays_.end() && existing->second.epoch > d.epoch()) {
+    return nullptr;  // stale: OnDirective ignores it
+  }
+  if (!launched_.insert({d.migration_id(), d.epoch()}).second) return nullptr;
+  return it->second.get();
+}
+
+absl::Status LibraryMigrationPlane::LaunchJoiners(
+    JoinerLauncher* launcher, const v1::MigrationDirective& d) {
+  Logger("agent")->info(
+      "migration {} of job {}: starting {} joiner(s) with the {} launcher",
+      d.migration_id(), d.job_id(), d.moved_global_ranks_size(),
+      launcher->name());
+  if (d.moved_global_ranks_size() == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("joiner launcher ", launcher->name(), ": ",
+                     PhaseName(d.phase()), " names no moved ranks to start"));
+  }
+  JoinerSpec spec;
+  spec.job_id = d.job_id();
+  spec.migration_id = d.migration_id();
+  spec.host = launch_.host;
+  spec.leaver_host = d.leaver_host();
+  spec.agent_socket = launch_.agent_socket;
+  for (int32_t rank : d.moved_global_ranks()) {
+    spec.global_rank = rank;
+    if (absl::Status s = launcher->Launch(spec); !s.ok()) {
+      launcher->Stop(d.migration_id());  // the ranks started before it
+      return s;
+    }
+    ++spec.local_rank;
+  }
+  return absl::OkStatus();
+}
+
 void LibraryMigrationPlane::OnDirective(const v1::MigrationDirective& d) {
+  JoinerLauncher* launcher = nullptr;
+  {
+    MutexLock lock(&mu_);
+    launcher = LauncherFor(d);
+  }
+  absl::Status launched = absl::OkStatus();
+  if (launcher != nullptr) launched = LaunchJoiners(launcher, d);
   MutexLock lock(&mu_);
   auto existing = relays_.find(d.job_id());
   if (existing != relays_.end() && existing->second.epoch > d.epoch()) {
@@ -79,6 +132,12 @@ void LibraryMigrationPlane::OnDirective(const v1::MigrationDirective& d) {
     return;
   }
   r->directives[phase] = d;
+  if (!launched.ok()) {
+    r->expected.insert(d.moved_global_ranks().begin(),
+                       d.moved_global_ranks().end());
+    Answer(r, phase, false, std::string(launched.message()));
+    return;
+  }
   Logger("agent")->info("migration {} of job {}: {} relayed to the ranks{}",
                         d.migration_id(), d.job_id(), PhaseName(phase),
                         d.reason().empty() ? "" : ": " + d.reason());

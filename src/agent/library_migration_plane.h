@@ -14,6 +14,14 @@
 // MAKE_IDS's ids gathered), failed at the first rank that failed, naming
 // it. COMMIT and ABORT are relayed and not answered upstream.
 //
+// Joiner launch (joiner_launcher.h): when the operator configured a
+// launcher for the job, the first MAKE_IDS or PREPARE that makes this host a
+// migration's joiner starts one process per moved rank with it (outside the
+// relay's mutex) before the directive is relayed; a launch that fails
+// answers that directive with the launcher's reason, so the controller
+// aborts the migration at once. Without a launcher the joiners are started
+// by someone else and the directive waits for their hello, as before.
+//
 // A repeated directive (same migration, epoch and phase: a reconnect or a
 // restarted controller) is answered again from what is stored; ranks get
 // each phase once. One migration's state is kept per job; a directive of a
@@ -27,6 +35,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -35,6 +44,7 @@
 #include "pitstop/v1/agent.pb.h"
 #include "pitstop/v1/telemetry.pb.h"
 #include "src/agent/agent_core.h"
+#include "src/agent/joiner_launcher.h"
 #include "src/agent/migration_plane.h"
 
 namespace pitstop::agent {
@@ -42,9 +52,16 @@ namespace pitstop::agent {
 class LibraryMigrationPlane final : public MigrationPlane,
                                     public RankMigrationListener {
  public:
+  // Each job's joiner launcher (by job id; none: no launches) and what
+  // every joiner is told: this host and the agent's shared-memory socket.
+  struct Launch {
+    std::map<std::string, std::unique_ptr<JoinerLauncher>> launchers;
+    std::string host;
+    std::string agent_socket;
+  };
   // Registers itself as `core`'s migration listener; `core` must outlive
   // the relay.
-  LibraryMigrationPlane(AgentCore* core, AckFn ack);
+  LibraryMigrationPlane(AgentCore* core, AckFn ack, Launch launch = {});
   ~LibraryMigrationPlane() override;
 
   void OnDirective(const v1::MigrationDirective& d) override;
@@ -73,6 +90,13 @@ class LibraryMigrationPlane final : public MigrationPlane,
     std::map<int, v1::MigrationAck> answered;
   };
 
+  // The job's launcher when `d` is the first directive that needs this
+  // host's joiners started (marks it started), else null.
+  JoinerLauncher* LauncherFor(const v1::MigrationDirective& d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts a joiner per moved rank; the first failure's reason.
+  absl::Status LaunchJoiners(JoinerLauncher* launcher,
+                             const v1::MigrationDirective& d);
   Relay* RelayFor(const v1::MigrationDirective& d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends `phase` to every expected rank that has a stream and has not
@@ -89,7 +113,10 @@ class LibraryMigrationPlane final : public MigrationPlane,
 
   AgentCore* const core_;
   AckFn ack_;
+  const Launch launch_;
   Mutex mu_;
+  // (migration, epoch) whose joiners were started (or failed to be).
+  std::set<std::pair<std::string, uint64_t>> launched_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Relay> relays_ ABSL_GUARDED_BY(mu_);  // by job
 };
 

@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "pitstop/logging.h"
+#include "pitstop/status_macros.h"
+#include "src/agent/joiner_config.h"
 #include "src/agent/library_migration_plane.h"
 
 namespace pitstop::agent {
@@ -74,7 +76,14 @@ v1::MigrationAck EmulatedAck(const v1::MigrationDirective& d) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MigrationPlane>> MigrationPlane::Create(
-    const std::string& kind, AckFn ack, AgentCore* core) {
+    const std::string& kind, AckFn ack, AgentCore* core,
+    const JoinerLaunchOptions& joiners) {
+  if (!joiners.joiners_file.empty() && kind != "library") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("migration.joiners_file (--migration-joiners-file): needs "
+                     "migration.data_plane library, got '",
+                     kind, "'"));
+  }
   if (kind.empty() || kind == "none") {
     return std::unique_ptr<MigrationPlane>(
         new NoMigrationPlane(std::move(ack)));
@@ -84,8 +93,16 @@ absl::StatusOr<std::unique_ptr<MigrationPlane>> MigrationPlane::Create(
         new EmulatedMigrationPlane(std::move(ack)));
   }
   if (kind == "library" && core != nullptr) {
+    LibraryMigrationPlane::Launch launch;
+    if (!joiners.joiners_file.empty()) {
+      ASSIGN_OR_RETURN(
+          launch.launchers,
+          LoadJoinerLaunchers(joiners.joiners_file, joiners.clock));
+    }
+    launch.host = joiners.host;
+    launch.agent_socket = joiners.agent_socket;
     return std::unique_ptr<MigrationPlane>(
-        new LibraryMigrationPlane(core, std::move(ack)));
+        new LibraryMigrationPlane(core, std::move(ack), std::move(launch)));
   }
   return absl::InvalidArgumentError(
       absl::StrCat("migration.data_plane: expected none, emulated or library, "

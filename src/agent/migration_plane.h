@@ -21,6 +21,7 @@
 #include <tuple>
 
 #include "absl/status/statusor.h"
+#include "pitstop/clock.h"
 #include "pitstop/sync.h"
 #include "pitstop/v1/agent.pb.h"
 
@@ -30,6 +31,14 @@ class AgentCore;
 
 namespace pitstop::agent {
 
+// Where the library relay's joiner launchers come from.
+struct JoinerLaunchOptions {
+  std::string joiners_file;  // "" = none
+  std::string host;
+  std::string agent_socket;
+  Clock* clock = Clock::Real();
+};
+
 // Thread-safe. `ack` may be called from inside OnDirective or later, from
 // any thread; it must not block.
 class MigrationPlane {
@@ -37,9 +46,11 @@ class MigrationPlane {
   using AckFn = std::function<void(const v1::MigrationAck&)>;
   virtual ~MigrationPlane() = default;
   // "none", "emulated" or "library" (needs `core`, which must outlive
-  // the plane); InvalidArgument otherwise.
+  // the plane; `joiners_file`: its joiner launchers, joiner_config.h);
+  // InvalidArgument otherwise, or for a bad joiners file.
   static absl::StatusOr<std::unique_ptr<MigrationPlane>> Create(
-      const std::string& kind, AckFn ack, AgentCore* core = nullptr);
+      const std::string& kind, AckFn ack, AgentCore* core = nullptr,
+      const JoinerLaunchOptions& joiners = {});
   virtual void OnDirective(const v1::MigrationDirective& d) = 0;
   // What the registration reports ("" for none).
   virtual std::string name() const = 0;
