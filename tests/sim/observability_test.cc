@@ -3,11 +3,13 @@
 // neither found nor missed; one a ring crosses is still expected and found.
 #include "src/sim/observability.h"
 
+#include <sstream>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/sim/model.h"
+#include "src/sim/report.h"
 #include "src/sim/scenario.h"
 #include "src/sim/score.h"
 
@@ -15,6 +17,7 @@ namespace pitstop::sim {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr int64_t kSecond = 1'000'000'000;
 
@@ -110,6 +113,48 @@ TEST(ObservabilityTest, SlowLinkNoRingCrossesIsNotObservableNotAMiss) {
   const RunScore blamed = ScoreRun(*plan, {SlowPair("node0", "node2", 2.5)});
   EXPECT_EQ(blamed.false_faults.size(), 1u);
   EXPECT_FALSE(blamed.ok());
+}
+
+// The report says it, in text and in `-o json`: the unobservable link with
+// its reason and unscored, the crossed one expected and found, PASS.
+TEST(ObservabilityTest, TheReportSaysWhichFaultsAreNotObservableAndWhy) {
+  Scenario s = Ring4();
+  s.name = "unobservable-link";
+  s.faults = {Link(FaultKind::kSlowLink, 0, 2),
+              Link(FaultKind::kSlowLink, 0, 1)};
+  RunResult r;
+  auto plan = BuildPlan(s);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  r.plan = *std::move(plan);
+  r.faults = {SlowPair("node0", "node1", 2.5)};
+  r.score = ScoreRun(r.plan, r.faults);
+
+  std::ostringstream text;
+  PrintReport(r, ReportOptions{}, text);
+  EXPECT_THAT(text.str(),
+              HasSubstr("[not observable: no ring connection joins node0 and "
+                        "node2"));
+  EXPECT_THAT(text.str(), HasSubstr("slow_link: FOUND and localised (F1"));
+  EXPECT_THAT(text.str(), Not(HasSubstr("MISSED")));
+  EXPECT_THAT(text.str(), HasSubstr("verdict: PASS"));
+
+  const nlohmann::json j = ReportJson(r, ReportOptions{});
+  EXPECT_EQ(j["scenario"], "unobservable-link");
+  EXPECT_EQ(j["verdict"], "PASS");
+  ASSERT_EQ(j["injected"].size(), 2u);
+  const nlohmann::json& unobs = j["injected"][0];
+  EXPECT_EQ(unobs["state"], "not_observable");
+  EXPECT_EQ(unobs["scored"], false);
+  EXPECT_FALSE(unobs.contains("detected"));
+  EXPECT_THAT(unobs["not_observable"].get<std::string>(),
+              HasSubstr("node0's ranks exchange data only with node1, node3"));
+  const nlohmann::json& crossed = j["injected"][1];
+  EXPECT_EQ(crossed["state"], "expected");
+  EXPECT_EQ(crossed["expected_class"], "COMM_SLOW");
+  EXPECT_EQ(crossed["detected"], true);
+  EXPECT_EQ(crossed["localised"], true);
+  EXPECT_EQ(crossed["fault_id"], "F1");
+  EXPECT_TRUE(j["false_faults"].empty());
 }
 
 // A comm hang needs a connection sending from node to peer_node; the ring
