@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/sim/bench.h"
 #include "src/sim/model.h"
 #include "src/sim/report.h"
 #include "src/sim/scenario.h"
@@ -155,6 +156,45 @@ TEST(ObservabilityTest, TheReportSaysWhichFaultsAreNotObservableAndWhy) {
   EXPECT_EQ(crossed["localised"], true);
   EXPECT_EQ(crossed["fault_id"], "F1");
   EXPECT_TRUE(j["false_faults"].empty());
+}
+
+// The benchmark's score: the unobservable injection is listed as such,
+// never as a miss, and recall counts only what the job could show.
+TEST(ObservabilityTest,
+     TheBenchmarkScoresNotObservableAsNeitherFoundNorMissed) {
+  Scenario s = Ring4();
+  s.faults = {Link(FaultKind::kSlowLink, 0, 2),
+              Link(FaultKind::kSlowLink, 0, 1)};
+  auto plan = BuildPlan(s);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  RunResult r;
+  r.plan = *std::move(plan);
+  r.faults = {SlowPair("node0", "node1", 2.5)};
+  r.score = ScoreRun(r.plan, r.faults);
+  Scenario alone = Ring4();
+  alone.faults = {Link(FaultKind::kSlowLink, 1, 3)};
+  auto alone_plan = BuildPlan(alone);
+  ASSERT_TRUE(alone_plan.ok()) << alone_plan.status();
+  RunResult nothing;  // pitstop raised nothing: right, nothing crossed it
+  nothing.plan = *std::move(alone_plan);
+  nothing.score = ScoreRun(nothing.plan, nothing.faults);
+
+  BenchTally tally;
+  tally.Add(BenchCase{"two links 4x1", "4x1", s, "two links"}, r);
+  tally.Add(BenchCase{"slow_link 4x1 (node1 -> node3)", "4x1", alone, ""},
+            nothing);
+  const std::string md = tally.Markdown(1);
+  EXPECT_THAT(md, HasSubstr("| two links | 4x1 | 1 | 1/1 | 1/1 | 0 |"));
+  EXPECT_THAT(md, HasSubstr("| slow_link | 4x1 | 1 | - | - | 0 |"));
+  EXPECT_THAT(md, HasSubstr("**Recall**: 1/1 = 100.0% of injected faults "
+                            "raised with the right class (2 more not "
+                            "observable, not counted: listed below)"));
+  EXPECT_THAT(md, HasSubstr("**Localisation**: 1/1 = 100.0%"));
+  EXPECT_THAT(md, HasSubstr("Not observable (no traffic crossed them"));
+  EXPECT_THAT(md, HasSubstr("- two links 4x1: injected slow_link at 1 s on "
+                            "node0 <-> node2; no ring connection joins"));
+  EXPECT_THAT(md, HasSubstr("- slow_link 4x1 (node1 -> node3): injected"));
+  EXPECT_THAT(md, Not(HasSubstr("Misses")));
 }
 
 // A comm hang needs a connection sending from node to peer_node; the ring
