@@ -7,25 +7,12 @@
 #include "gtest/gtest.h"
 #include "src/sim/bench.h"
 #include "src/sim/scenario.h"
+#include "tests/sim/dp_scenario.h"
 
 namespace pitstop::sim {
 namespace {
 
-Scenario Base() {
-  Scenario s;
-  s.nodes = 2;
-  s.gpus_per_node = 2;
-  s.nics_per_node = 2;
-  s.tp = 1;
-  s.dp = 4;
-  s.channels = 1;
-  s.duration_s = 3;
-  s.compute_jitter = 0;
-  s.step = {PhaseSpec{true, 100, Group::kDp, "", 0},
-            PhaseSpec{false, 0, Group::kDp, "AllReduce", 64 << 20}};
-  s.eval_step = s.step;
-  return s;
-}
+Scenario Base() { return DpScenario(2, 2, 2); }
 
 // Send connection throughput (bytes / transfer time) of every op of `rank`
 // that starts after `after_ns`, keyed by the receiving global rank.

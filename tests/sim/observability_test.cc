@@ -13,6 +13,7 @@
 #include "src/sim/report.h"
 #include "src/sim/scenario.h"
 #include "src/sim/score.h"
+#include "tests/sim/dp_scenario.h"
 
 namespace pitstop::sim {
 namespace {
@@ -24,21 +25,7 @@ constexpr int64_t kSecond = 1'000'000'000;
 
 // 4 nodes x 1 GPU, one DP ring 0 -> 1 -> 2 -> 3 -> 0 (one rank per node,
 // each on mlx5_0): node0's ring neighbours are node1 and node3.
-Scenario Ring4() {
-  Scenario s;
-  s.nodes = 4;
-  s.gpus_per_node = 1;
-  s.nics_per_node = 2;
-  s.tp = 1;
-  s.dp = 4;
-  s.channels = 1;
-  s.duration_s = 3;
-  s.compute_jitter = 0;
-  s.step = {PhaseSpec{true, 100, Group::kDp, "", 0},
-            PhaseSpec{false, 0, Group::kDp, "AllReduce", 64 << 20}};
-  s.eval_step = s.step;
-  return s;
-}
+Scenario Ring4() { return DpScenario(4, 1, 2); }
 
 FaultSpec Link(FaultKind kind, int node, int peer, double at_s = 1) {
   FaultSpec f;
