@@ -254,10 +254,8 @@ std::vector<BenchCase> BenchCases(bool quick) {
   return cases;
 }
 
-namespace {
-
 // Everything the benchmark counts over its runs.
-struct Tally {
+struct BenchTally::Counts {
   std::map<std::string, Row> rows;  // "kind|size"
   std::vector<std::string> kinds_order;
   double clean_hours = 0, all_hours = 0;
@@ -267,6 +265,8 @@ struct Tally {
   std::vector<std::string> unobservable;  // injections no traffic crossed
   int failed = 0;
 };
+
+namespace {
 
 // What pitstop raised in a run, for a miss's line.
 std::string Raised(const RunResult& r) {
@@ -282,7 +282,7 @@ std::string Raised(const RunResult& r) {
 
 // One case's run into its row: detections, localisations, latencies,
 // false faults, and a line per miss.
-void Count(const BenchCase& c, const RunResult& r, Tally* t) {
+void Count(const BenchCase& c, const RunResult& r, BenchTally::Counts* t) {
   const std::string kind = !c.row.empty()              ? c.row
                            : c.scenario.faults.empty() ? "clean"
                            : c.label.rfind("deceptive", 0) == 0
@@ -333,7 +333,7 @@ void Count(const BenchCase& c, const RunResult& r, Tally* t) {
 }
 
 // The markdown report: one row per fault kind and cluster, then the totals.
-std::string Report(const Tally& t, double minutes) {
+std::string Report(const BenchTally::Counts& t, double minutes) {
   std::ostringstream md;
   int scored = 0, detected = 0, localised = 0;
   md << "| fault kind | cluster | runs | detected | localised | false faults"
@@ -356,8 +356,13 @@ std::string Report(const Tally& t, double minutes) {
   md << "\n";
   md << absl::StrFormat(
       "- **Recall**: %d/%d = %.1f%% of injected faults raised with the right "
-      "class.\n",
-      detected, scored, scored ? 100.0 * detected / scored : 0);
+      "class%s.\n",
+      detected, scored, scored ? 100.0 * detected / scored : 0,
+      t.unobservable.empty()
+          ? ""
+          : absl::StrFormat(" (%d more not observable, not counted: listed "
+                            "below)",
+                            t.unobservable.size()));
   md << absl::StrFormat(
       "- **Localisation**: %d/%d = %.1f%% (first suspect is the injected "
       "rank/GPU, NIC or node pair), %d/%d of the detected ones.\n",
@@ -390,12 +395,23 @@ std::string Report(const Tally& t, double minutes) {
 
 }  // namespace
 
+BenchTally::BenchTally() : counts_(std::make_unique<Counts>()) {}
+BenchTally::~BenchTally() = default;
+void BenchTally::Add(const BenchCase& c, const RunResult& r) {
+  Count(c, r, counts_.get());
+}
+void BenchTally::AddFailed() { ++counts_->failed; }
+int BenchTally::failed() const { return counts_->failed; }
+std::string BenchTally::Markdown(double minutes) const {
+  return Report(*counts_, minutes);
+}
+
 int RunBench(const BenchOptions& options, std::ostream& out) {
   auto say = [&](const std::string& s) {
     if (options.progress) options.progress(s);
   };
   const std::vector<BenchCase> cases = BenchCases(options.quick);
-  Tally t;
+  BenchTally t;
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < cases.size(); ++i) {
     const BenchCase& c = cases[i];
@@ -408,11 +424,11 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
     if (!result.ok()) {
       say(absl::StrCat("[bench] ", c.label,
                        ": could not run: ", result.status().message()));
-      ++t.failed;
+      t.AddFailed();
       continue;
     }
     const RunResult& r = **result;
-    Count(c, r, &t);
+    t.Add(c, r);
     say(absl::StrFormat("[bench %zu/%zu] %s: %s (%.0f s)", i + 1, cases.size(),
                         c.label, r.score.ok() ? "ok" : "MISMATCH", r.wall_s));
   }
@@ -420,13 +436,13 @@ int RunBench(const BenchOptions& options, std::ostream& out) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
           .count() /
       60;
-  const std::string md = Report(t, minutes);
+  const std::string md = t.Markdown(minutes);
   out << "\n" << md;
   if (!options.markdown_path.empty()) {
     std::ofstream f(options.markdown_path);
     f << md;
   }
-  return t.failed > 0 ? 2 : 0;
+  return t.failed() > 0 ? 2 : 0;
 }
 
 }  // namespace pitstop::sim

@@ -7,6 +7,7 @@
 #define PITSTOP_SRC_SIM_BENCH_H_
 
 #include <functional>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -33,6 +34,29 @@ struct BenchCase {
 
 // The benchmark's scenarios, generated from seeds (targets drawn per seed).
 std::vector<BenchCase> BenchCases(bool quick);
+
+struct RunResult;
+
+// What the benchmark counts over its runs, and its Markdown report: per
+// fault kind and cluster the runs, detections, localisations, false
+// faults and latencies; recall and localisation over the scored
+// injections (an injection no traffic of its job can show is not scored:
+// it is listed under "Not observable", never as a miss); false faults per
+// hour of clean running.
+class BenchTally {
+ public:
+  BenchTally();
+  ~BenchTally();
+  void Add(const BenchCase& c, const RunResult& r);
+  void AddFailed();  // a case that could not run
+  int failed() const;
+  std::string Markdown(double minutes) const;
+
+  struct Counts;  // defined in bench.cc
+
+ private:
+  std::unique_ptr<Counts> counts_;
+};
 
 // Runs every case and prints the Markdown report to `out`. Returns the exit
 // code: 0 when every case ran (whatever the scores), 2 if one could not.

@@ -6,8 +6,8 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "pitstop/status_macros.h"
+#include "src/sim/observability.h"
 
 namespace pitstop::sim {
 namespace {
@@ -57,8 +57,9 @@ class Builder {
   void MakeRanksAndComms();
   std::vector<std::vector<int>> GroupMembers(Group g) const;
   double ComputeNs(int rank, double ms, int64_t t);
-  // Records which link and NIC faults the connection crosses while active.
-  double LinkBps(int src, int dst, int64_t t);
+  // Records which link and NIC faults the connection crosses while active
+  // when it `moves` data (a stalled or blocked connection shows nothing).
+  double LinkBps(int src, int dst, int64_t t, bool moves);
   void RunCollective(int comm, const PhaseSpec& p, int step, int phase,
                      bool eval);
   // RunCollective's steps. One collective of a communicator: who arrives
@@ -86,8 +87,6 @@ class Builder {
   void EmitOps(const CommDef& c, const PhaseSpec& p, int step, int phase,
                bool eval, uint64_t seq, const Collective& k);
   void MakeTruths();
-  // After the run: link and NIC faults no connection crossed.
-  void MarkUnobservable();
   FaultTruth& Truth(int index) { return plan_.truths[index]; }
 
   const Scenario& s_;
@@ -100,7 +99,8 @@ class Builder {
   std::vector<std::vector<int>> group_comms_{4};      // Group -> comm indices
   std::vector<std::map<std::string, uint64_t>> seq_;  // per comm, per func
   std::vector<bool> consumed_;                        // one-shot faults used
-  std::vector<bool> crossed_;  // link/NIC faults a connection met while active
+  // Per fault: a connection that moved data crossed it while it was active.
+  std::vector<bool> crossed_;
 };
 
 std::vector<std::vector<int>> Builder::GroupMembers(Group g) const {
@@ -188,7 +188,7 @@ double Builder::ComputeNs(int rank, double ms, int64_t t) {
 }
 
 // Bytes per second available to one connection (the channels share a link).
-double Builder::LinkBps(int src, int dst, int64_t t) {
+double Builder::LinkBps(int src, int dst, int64_t t, bool moves) {
   const RankPlan& a = plan_.ranks[src];
   const RankPlan& b = plan_.ranks[dst];
   double gbps;
@@ -204,13 +204,13 @@ double Builder::LinkBps(int src, int dst, int64_t t) {
         const bool at_b = f.node == b.node && f.nic == b.nic;
         if (at_a) fa = std::max(fa, f.factor);
         if (at_b) fb = std::max(fb, f.factor);
-        if (at_a || at_b) crossed_[fi] = true;
+        if ((at_a || at_b) && moves) crossed_[fi] = true;
       }
       if (f.kind == FaultKind::kSlowLink &&
           ((f.node == a.node && f.peer_node == b.node) ||
            (f.node == b.node && f.peer_node == a.node))) {
         fl = std::max(fl, f.factor);
-        crossed_[fi] = true;
+        if (moves) crossed_[fi] = true;
       }
     }
     gbps = s_.nic_gbps / std::max({fa, fb, fl});
@@ -311,7 +311,9 @@ void Builder::TransferTimes(const CommDef& c, const PhaseSpec& p,
   // Transfer time of the send connection of comm rank i (to i + 1).
   k->xfer.assign(n, 0);
   for (int i = 0; i < n; ++i) {
-    const double bps = LinkBps(c.members[i], c.members[(i + 1) % n], k->t0);
+    const bool moves = k->all_arrive && k->odd_member < 0 && i != k->hang_src;
+    const double bps =
+        LinkBps(c.members[i], c.members[(i + 1) % n], k->t0, moves);
     k->xfer[i] =
         static_cast<int64_t>((lat_ns + per_conn_bytes / bps * 1e9) * k->slow);
     k->slowest = std::max(k->slowest, k->xfer[i]);
@@ -493,38 +495,8 @@ Plan Builder::Build() {
       Truth(fi).happened = Sec(s_.faults[fi].at_s) < plan_.duration_ns;
     }
   }
-  MarkUnobservable();
+  MarkUnobservable(crossed_, &plan_);
   return std::move(plan_);
-}
-
-// A slow link or NIC shows only in the connections that cross it: in a
-// ring, a node's ranks send to their successors only, so two nodes that
-// are neighbours in no communicator exchange nothing. Such an injection is
-// not a miss of pitstop's; say so, and why, instead of scoring it.
-void Builder::MarkUnobservable() {
-  for (size_t fi = 0; fi < s_.faults.size(); ++fi) {
-    const FaultSpec& f = s_.faults[fi];
-    const bool network = f.kind == FaultKind::kSlowLink ||
-                         f.kind == FaultKind::kSlowNic ||
-                         f.kind == FaultKind::kFlappingNic;
-    if (!network || crossed_[fi]) continue;
-    std::string& why = Truth(fi).not_observable;
-    if (Sec(f.at_s) >= plan_.duration_ns) {
-      why = absl::StrFormat("it starts at %g s, after the run's %g s", f.at_s,
-                            s_.duration_s);
-    } else if (f.kind == FaultKind::kSlowLink) {
-      why = absl::StrFormat(
-          "no connection crosses %s <-> %s while it is active: no "
-          "communicator makes a rank of one node the ring neighbour of a "
-          "rank of the other",
-          HostName(f.node), HostName(f.peer_node));
-    } else {
-      why = absl::StrFormat(
-          "no connection between nodes goes through %s's %s while it is "
-          "active: no rank there uses that NIC to reach another node",
-          HostName(f.node), NicName(f.nic));
-    }
-  }
 }
 
 }  // namespace

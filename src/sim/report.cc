@@ -14,6 +14,51 @@ std::string StateName(v1::FaultState s) {
   return n.size() > 12 ? n.substr(12) : n;  // FAULT_STATE_
 }
 
+bool Passed(const RunResult& r) {
+  return r.score.ok() && r.rank_errors.empty();
+}
+
+nlohmann::json InjectedJson(const TruthScore& ts) {
+  const FaultTruth& t = *ts.truth;
+  const TruthState state = StateOf(t);
+  nlohmann::json j = {{"fault", t.Describe()},
+                      {"kind", FaultKindName(t.spec.kind)},
+                      {"at_s", t.spec.at_s},
+                      {"onset_s", t.onset_ns / 1e9},
+                      {"state", TruthStateName(state)},
+                      {"scored", ts.scored}};
+  if (state == TruthState::kNotObservable) {
+    j["not_observable"] = t.not_observable;
+  }
+  if (state != TruthState::kDeceptiveNormal) {
+    j["expected_class"] = t.expected_class;
+  }
+  if (ts.scored) {
+    j["detected"] = ts.detected;
+    j["localised"] = ts.localised;
+    if (ts.detected) {
+      j["fault_id"] = ts.fault_id;
+      j["latency_s"] = ts.latency_ns / 1e9;
+    }
+  }
+  if (!ts.note.empty()) j["note"] = ts.note;
+  return j;
+}
+
+nlohmann::json FoundJson(const ObservedFault& o) {
+  const v1::Fault& f = o.fault;
+  nlohmann::json suspects = nlohmann::json::array();
+  for (const v1::Suspect& s : f.suspects()) {
+    suspects.push_back(DescribeSuspect(s));
+  }
+  return {{"fault_id", f.fault_id()},
+          {"class", ShortClassName(f.fault_class())},
+          {"state", StateName(f.state())},
+          {"first_seen_s", o.first_seen_ns / 1e9},
+          {"summary", f.summary()},
+          {"suspects", suspects}};
+}
+
 }  // namespace
 
 void PrintObservedFault(const ObservedFault& o, std::ostream& out) {
@@ -61,15 +106,20 @@ void PrintReport(const RunResult& result, const ReportOptions& options,
   for (const TruthScore& ts : result.score.truths) {
     const FaultTruth& t = *ts.truth;
     out << absl::StrFormat("  %s at t=%.1f s", t.Describe(), t.onset_ns / 1e9);
-    if (!t.expect_fault) {
-      out << "  [deceptive normal: no fault expected]\n";
-    } else if (!t.not_observable.empty()) {
-      out << "  [not observable: " << t.not_observable
-          << "; scored neither found nor missed]\n";
-    } else if (!t.happened) {
-      out << "  [did not take effect in this run]\n";
-    } else {
-      out << absl::StrFormat("  -> expect %s\n", t.expected_class);
+    switch (StateOf(t)) {
+      case TruthState::kDeceptiveNormal:
+        out << "  [deceptive normal: no fault expected]\n";
+        break;
+      case TruthState::kNotObservable:
+        out << "  [not observable: " << t.not_observable
+            << "; scored neither found nor missed]\n";
+        break;
+      case TruthState::kDidNotTakeEffect:
+        out << "  [did not take effect in this run]\n";
+        break;
+      case TruthState::kExpected:
+        out << absl::StrFormat("  -> expect %s\n", t.expected_class);
+        break;
     }
   }
   out << "\n== pitstop found ==\n";
@@ -95,9 +145,8 @@ void PrintReport(const RunResult& result, const ReportOptions& options,
     out << "  rank process problem: " << e << "\n";
   }
   out << "  verdict: "
-      << (result.score.ok() && result.rank_errors.empty()
-              ? "PASS (pitstop's verdict matches what was injected)"
-              : "FAIL (see above)")
+      << (Passed(result) ? "PASS (pitstop's verdict matches what was injected)"
+                         : "FAIL (see above)")
       << "\n";
   out << absl::StrFormat("  wall time %.1f s\n", result.wall_s);
 
@@ -123,6 +172,52 @@ void PrintReport(const RunResult& result, const ReportOptions& options,
   if (!options.rerun_command.empty()) {
     out << "  rerun: " << options.rerun_command << "\n";
   }
+}
+
+TruthState StateOf(const FaultTruth& t) {
+  if (!t.expect_fault) return TruthState::kDeceptiveNormal;
+  if (!t.not_observable.empty()) return TruthState::kNotObservable;
+  if (!t.happened) return TruthState::kDidNotTakeEffect;
+  return TruthState::kExpected;
+}
+
+const char* TruthStateName(TruthState s) {
+  switch (s) {
+    case TruthState::kDeceptiveNormal:
+      return "deceptive_normal";
+    case TruthState::kNotObservable:
+      return "not_observable";
+    case TruthState::kDidNotTakeEffect:
+      return "did_not_take_effect";
+    case TruthState::kExpected:
+      return "expected";
+  }
+  return "?";
+}
+
+nlohmann::json ReportJson(const RunResult& result,
+                          const ReportOptions& options) {
+  nlohmann::json injected = nlohmann::json::array();
+  for (const TruthScore& ts : result.score.truths) {
+    injected.push_back(InjectedJson(ts));
+  }
+  nlohmann::json found = nlohmann::json::array();
+  for (const ObservedFault& o : result.faults) found.push_back(FoundJson(o));
+  nlohmann::json false_faults = nlohmann::json::array();
+  for (const ObservedFault* f : result.score.false_faults) {
+    false_faults.push_back(f->fault.fault_id());
+  }
+  nlohmann::json j = {{"scenario", result.plan.scenario.name},
+                      {"verdict", Passed(result) ? "PASS" : "FAIL"},
+                      {"injected", injected},
+                      {"found", found},
+                      {"false_faults", false_faults},
+                      {"rank_errors", result.rank_errors},
+                      {"controller", result.controller_address},
+                      {"wall_s", result.wall_s}};
+  if (!options.timeline_path.empty()) j["timeline"] = options.timeline_path;
+  if (!options.rerun_command.empty()) j["rerun"] = options.rerun_command;
+  return j;
 }
 
 }  // namespace pitstop::sim

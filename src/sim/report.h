@@ -7,6 +7,7 @@
 #include <ostream>
 #include <string>
 
+#include "nlohmann/json.hpp"
 #include "src/sim/runner.h"
 
 namespace pitstop::sim {
@@ -27,6 +28,27 @@ void PrintObservedFault(const ObservedFault& o, std::ostream& out);
 
 void PrintReport(const RunResult& result, const ReportOptions& options,
                  std::ostream& out);
+
+// How a run treats an injected fault, in the order it is decided: a
+// deceptive normal expects no fault; one no traffic of the job can show is
+// not observable (FaultTruth::not_observable says why); one that did not
+// take effect (a hang that found no collective) is not scored either; the
+// rest are expected and scored.
+enum class TruthState {
+  kDeceptiveNormal,
+  kNotObservable,
+  kDidNotTakeEffect,
+  kExpected
+};
+TruthState StateOf(const FaultTruth& t);
+// "deceptive_normal", "not_observable", "did_not_take_effect", "expected".
+const char* TruthStateName(TruthState s);
+
+// The report as JSON (`pitstop sim -o json`): the scenario, each injected
+// fault with its state, the reason when not observable and its score, the
+// faults pitstop raised, the false ones, and the verdict.
+nlohmann::json ReportJson(const RunResult& result,
+                          const ReportOptions& options);
 
 }  // namespace pitstop::sim
 

@@ -19,6 +19,7 @@
 #include "pitstop/v1/controller.grpc.pb.h"
 #include "src/sim/fault_watcher.h"
 #include "src/sim/local_cluster.h"
+#include "src/sim/report.h"
 #include "src/sim/subprocess.h"
 
 namespace pitstop::sim {
@@ -198,6 +199,26 @@ void ReportPlans(const LocalCluster& cluster, int64_t start_ns,
   }
 }
 
+// "[sim] schedule: slow_link at 8 s on node0 <-> node2 (not observable: ...)".
+std::string ScheduleLine(const FaultTruth& t) {
+  std::string note;
+  switch (StateOf(t)) {
+    case TruthState::kDeceptiveNormal:
+      note = " (deceptive normal: no fault expected)";
+      break;
+    case TruthState::kNotObservable:
+      note = absl::StrCat(" (not observable: ", t.not_observable,
+                          "; scored neither found nor missed)");
+      break;
+    case TruthState::kDidNotTakeEffect:
+      note = " (does not take effect in this run; not scored)";
+      break;
+    case TruthState::kExpected:
+      break;
+  }
+  return absl::StrCat("[sim] schedule: ", t.Describe(), note);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RunResult>> RunScenario(
@@ -226,6 +247,9 @@ absl::StatusOr<std::unique_ptr<RunResult>> RunScenario(
       std::max<int64_t>(1, std::thread::hardware_concurrency());
   say(absl::StrCat("[sim] scenario ", resolved.name, ": ",
                    resolved.description));
+  // Said at load time, before anything starts: which injections the job's
+  // traffic cannot show, and why.
+  for (const FaultTruth& t : plan.truths) say(ScheduleLine(t));
   say(absl::StrCat("[sim] starting pitstop-controller and ", resolved.nodes,
                    " pitstop-agent(s) on loopback"));
   ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster,
@@ -253,16 +277,6 @@ absl::StatusOr<std::unique_ptr<RunResult>> RunScenario(
   ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Subprocess>> ranks,
                    StartRanks(resolved, plan, *cluster, rank_bin, plugin,
                               scenario_path, start_ns));
-  for (const FaultTruth& t : plan.truths) {
-    std::string note;
-    if (!t.expect_fault) {
-      note = " (deceptive normal: no fault expected)";
-    } else if (!t.not_observable.empty()) {
-      note = absl::StrCat(" (not observable: ", t.not_observable,
-                          "; scored neither found nor missed)");
-    }
-    say(absl::StrCat("[sim] schedule: ", t.Describe(), note));
-  }
   PlanWatcher plans(stub.get(), resolved.job_id);
   WatchRun(resolved, plan, options, start_ns, ranks, stub.get(), &watcher,
            &plans, say);

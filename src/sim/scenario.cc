@@ -351,10 +351,86 @@ const char* GroupName(Group g) {
   return "?";
 }
 
+namespace {
+
+template <typename... Parts>
+absl::Status Invalid(const Parts&... parts) {
+  return absl::InvalidArgumentError(absl::StrCat(parts...));
+}
+
+// "faults[i] (kind): what".
+absl::Status ValidateFault(const Scenario& s, size_t i) {
+  const FaultSpec& f = s.faults[i];
+  const std::string where =
+      absl::StrCat("faults[", i, "] (", FaultKindName(f.kind), "): ");
+  const bool rank_fault =
+      f.kind == FaultKind::kSlowGpu || f.kind == FaultKind::kNonCommHang ||
+      f.kind == FaultKind::kCrash || f.kind == FaultKind::kMismatch;
+  const bool nic_fault =
+      f.kind == FaultKind::kSlowNic || f.kind == FaultKind::kFlappingNic;
+  const bool pair_fault =
+      f.kind == FaultKind::kSlowLink || f.kind == FaultKind::kCommHang;
+  if (rank_fault && (f.rank < 0 || f.rank >= s.world_size())) {
+    return Invalid(where, "rank must be in [0, ", s.world_size(), ")");
+  }
+  if ((nic_fault || pair_fault) && (f.node < 0 || f.node >= s.nodes)) {
+    return Invalid(where, "node must be in [0, ", s.nodes, ")");
+  }
+  if (nic_fault && (f.nic < 0 || f.nic >= s.nics_per_node)) {
+    return Invalid(where, "nic must be in [0, ", s.nics_per_node, ")");
+  }
+  if (pair_fault &&
+      (f.peer_node < 0 || f.peer_node >= s.nodes || f.peer_node == f.node)) {
+    return Invalid(where, "peer_node must be another node in [0, ", s.nodes,
+                   ")");
+  }
+  const bool needs_factor = f.kind == FaultKind::kSlowGpu || nic_fault ||
+                            f.kind == FaultKind::kSlowLink ||
+                            f.kind == FaultKind::kSlowCollective;
+  if (needs_factor && f.factor <= 1)
+    return Invalid(where, "factor must be > 1");
+  if (f.at_s < 0 || f.duration_s < 0)
+    return Invalid(where, "times must be >= 0");
+  if (f.kind == FaultKind::kFlappingNic && f.period_s <= 0) {
+    return Invalid(where, "period_s must be > 0");
+  }
+  if (f.kind == FaultKind::kCheckpointPause && f.pause_s <= 0) {
+    return Invalid(where, "pause_s must be > 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLayout(const Scenario& s) {
+  if (!s.link_marks.empty() && s.fabric.empty()) {
+    return Invalid("planning.marks: needs planning.fabric (planning is off)");
+  }
+  if (s.nodes < 1 || s.gpus_per_node < 1 || s.nics_per_node < 1) {
+    return Invalid("cluster: nodes, gpus_per_node, nics_per_node must be >= 1");
+  }
+  if (s.world_size() > 256) return Invalid("cluster: at most 256 ranks");
+  if (s.tp < 1 || s.pp < 1 || s.dp < 1 ||
+      s.tp * s.pp * s.dp != s.world_size()) {
+    return Invalid("job: tp * pp * dp (", s.tp, " * ", s.pp, " * ", s.dp,
+                   ") must equal nodes * gpus_per_node (", s.world_size(), ")");
+  }
+  if (s.channels < 1 || s.channels > 32) return Invalid("job.channels: 1..32");
+  if (s.steps_per_proxy_op < 1) return Invalid("job.steps_per_proxy_op: >= 1");
+  if (s.duration_s <= 0) return Invalid("duration_s: must be > 0");
+  if (s.nic_gbps <= 0 || s.nvlink_gbps <= 0)
+    return Invalid("cluster: bandwidths > 0");
+  bool any_coll = false;
+  for (const PhaseSpec& p : s.step) any_coll = any_coll || !p.compute;
+  if (!any_coll) return Invalid("job.step: needs at least one collective");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<Scenario> ParseScenario(const std::string& yaml,
                                        const std::string& source) {
   Scenario s;
   s.source = source;
+  std::vector<YAML::Node> fault_nodes;  // to name a bad fault's line
   try {
     const YAML::Node root = YAML::Load(yaml);
     if (!root.IsMap()) {
@@ -362,6 +438,9 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& yaml,
           absl::StrCat(source, ": expected a YAML map at the top"));
     }
     RETURN_IF_ERROR(ParseInto(root, source, &s));
+    if (const YAML::Node f = root["faults"]) {
+      for (const YAML::Node& item : f) fault_nodes.push_back(item);
+    }
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(
         source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": ", e.msg));
@@ -378,7 +457,14 @@ absl::StatusOr<Scenario> ParseScenario(const std::string& yaml,
                    PhaseSpec{false, 0, Group::kWorld, "AllGather", 1 << 20},
                    PhaseSpec{false, 0, Group::kWorld, "Broadcast", 64 << 10}};
   }
-  absl::Status st = ValidateScenario(s);
+  absl::Status st = ValidateLayout(s);
+  for (size_t i = 0; st.ok() && i < s.faults.size(); ++i) {
+    st = ValidateFault(s, i);
+    if (!st.ok() && i < fault_nodes.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(source, fault_nodes[i]), ": ", st.message()));
+    }
+  }
   if (!st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": ", st.message()));
   }
@@ -404,64 +490,9 @@ absl::StatusOr<Scenario> BuiltinScenario(const std::string& name) {
 }
 
 absl::Status ValidateScenario(const Scenario& s) {
-  auto bad = [](auto... parts) {
-    return absl::InvalidArgumentError(absl::StrCat(parts...));
-  };
-  if (!s.link_marks.empty() && s.fabric.empty()) {
-    return bad("planning.marks: needs planning.fabric (planning is off)");
-  }
-  if (s.nodes < 1 || s.gpus_per_node < 1 || s.nics_per_node < 1) {
-    return bad("cluster: nodes, gpus_per_node, nics_per_node must be >= 1");
-  }
-  if (s.world_size() > 256) return bad("cluster: at most 256 ranks");
-  if (s.tp < 1 || s.pp < 1 || s.dp < 1 ||
-      s.tp * s.pp * s.dp != s.world_size()) {
-    return bad("job: tp * pp * dp (", s.tp, " * ", s.pp, " * ", s.dp,
-               ") must equal nodes * gpus_per_node (", s.world_size(), ")");
-  }
-  if (s.channels < 1 || s.channels > 32) return bad("job.channels: 1..32");
-  if (s.steps_per_proxy_op < 1) return bad("job.steps_per_proxy_op: >= 1");
-  if (s.duration_s <= 0) return bad("duration_s: must be > 0");
-  if (s.nic_gbps <= 0 || s.nvlink_gbps <= 0)
-    return bad("cluster: bandwidths > 0");
-  bool any_coll = false;
-  for (const PhaseSpec& p : s.step) any_coll = any_coll || !p.compute;
-  if (!any_coll) return bad("job.step: needs at least one collective");
+  RETURN_IF_ERROR(ValidateLayout(s));
   for (size_t i = 0; i < s.faults.size(); ++i) {
-    const FaultSpec& f = s.faults[i];
-    const std::string where =
-        absl::StrCat("faults[", i, "] (", FaultKindName(f.kind), "): ");
-    const bool rank_fault =
-        f.kind == FaultKind::kSlowGpu || f.kind == FaultKind::kNonCommHang ||
-        f.kind == FaultKind::kCrash || f.kind == FaultKind::kMismatch;
-    const bool nic_fault =
-        f.kind == FaultKind::kSlowNic || f.kind == FaultKind::kFlappingNic;
-    const bool pair_fault =
-        f.kind == FaultKind::kSlowLink || f.kind == FaultKind::kCommHang;
-    if (rank_fault && (f.rank < 0 || f.rank >= s.world_size())) {
-      return bad(where, "rank must be in [0, ", s.world_size(), ")");
-    }
-    if ((nic_fault || pair_fault) && (f.node < 0 || f.node >= s.nodes)) {
-      return bad(where, "node must be in [0, ", s.nodes, ")");
-    }
-    if (nic_fault && (f.nic < 0 || f.nic >= s.nics_per_node)) {
-      return bad(where, "nic must be in [0, ", s.nics_per_node, ")");
-    }
-    if (pair_fault &&
-        (f.peer_node < 0 || f.peer_node >= s.nodes || f.peer_node == f.node)) {
-      return bad(where, "peer_node must be another node in [0, ", s.nodes, ")");
-    }
-    const bool needs_factor = f.kind == FaultKind::kSlowGpu || nic_fault ||
-                              f.kind == FaultKind::kSlowLink ||
-                              f.kind == FaultKind::kSlowCollective;
-    if (needs_factor && f.factor <= 1) return bad(where, "factor must be > 1");
-    if (f.at_s < 0 || f.duration_s < 0) return bad(where, "times must be >= 0");
-    if (f.kind == FaultKind::kFlappingNic && f.period_s <= 0) {
-      return bad(where, "period_s must be > 0");
-    }
-    if (f.kind == FaultKind::kCheckpointPause && f.pause_s <= 0) {
-      return bad(where, "pause_s must be > 0");
-    }
+    RETURN_IF_ERROR(ValidateFault(s, i));
   }
   return absl::OkStatus();
 }

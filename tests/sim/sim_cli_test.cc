@@ -162,6 +162,8 @@ TEST(SimCliTest, FlagsARunIgnoresAreErrors) {
       {"-s torch-hang --duration-s 5", "--duration-s"},
       {"-s torch-straggler --steps 9", "--steps"},
       {"-s crash --backend gloo", "--backend"},
+      {"-s torch-straggler -o json", "--output"},
+      {"--bench -o json", "--output"},
   };
   for (const auto& c : cases) {
     std::string out;
@@ -170,6 +172,31 @@ TEST(SimCliTest, FlagsARunIgnoresAreErrors) {
     EXPECT_THAT(out, HasSubstr(std::string(c.flag) + " does nothing"))
         << c.args;
   }
+}
+
+// A scenario file whose fault names a link that does not exist is refused
+// before anything starts, naming the file and the fault's line; so is an
+// output format the command does not have.
+TEST(SimCliTest, AFaultOnALinkThatDoesNotExistIsAnError) {
+  const std::string pitstop = PitstopBinary();
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  const std::string path = ::testing::TempDir() + "/no-such-link.yaml";
+  FILE* f = std::fopen(path.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs(
+      "name: no-such-link\ncluster: {nodes: 2, gpus_per_node: 2}\n"
+      "faults:\n  - {kind: slow_link, at_s: 1, node: 0, peer_node: 4, "
+      "factor: 2}\n",
+      f);
+  std::fclose(f);
+  std::string out;
+  EXPECT_EQ(RunCommand(pitstop + " sim -s " + path + " -o json", &out), 2)
+      << out;
+  EXPECT_THAT(out, HasSubstr(path + ":4:5: faults[0] (slow_link): peer_node "
+                                    "must be another node in [0, 2)"));
+  out.clear();
+  EXPECT_EQ(RunCommand(pitstop + " sim -s crash -o yaml", &out), 2) << out;
+  EXPECT_THAT(out, HasSubstr("--output"));
 }
 
 // The default scenario's defaults differ from the other migration

@@ -99,5 +99,46 @@ TEST(SimEndToEnd, CheckpointLongerThanTheHangTimeoutRaisesNothing) {
   EXPECT_TRUE(r->score.ok());
 }
 
+// Issue 31: two slow links on 4 nodes x 2 GPUs whose DP and world rings run
+// node0 -> node1 -> node2 -> node3 -> node0. node0 <-> node2 is crossed by
+// no ring: not observable, never a miss; node1 <-> node2 is crossed by
+// every DP ring: expected and found on that pair, and the run passes.
+TEST(SimEndToEnd, ALinkNoRingCrossesIsNotObservableAndTheCrossedOneIsFound) {
+  auto s = ParseScenario(R"(name: e2e-two-links
+seed: 502
+duration_s: 20
+cluster: {nodes: 4, gpus_per_node: 2, nics_per_node: 2}
+job:
+  tp: 2
+  channels: 2
+  steps_per_proxy_op: 4
+  step:
+    - compute_ms: 60
+    - collective: {group: tp, func: AllReduce, bytes: 16MiB}
+    - compute_ms: 90
+    - collective: {group: dp, func: AllReduce, bytes: 128MiB}
+    - collective: {group: world, func: AllReduce, bytes: 64KiB}
+faults:
+  - {kind: slow_link, at_s: 6, node: 0, peer_node: 2, factor: 4}
+  - {kind: slow_link, at_s: 6, node: 1, peer_node: 2, factor: 4}
+)",
+                         "e2e-two-links");
+  ASSERT_TRUE(s.ok()) << s.status();
+  RunOptions opts;
+  opts.progress = [](const std::string& line) { std::cerr << line << "\n"; };
+  opts.progress_period_s = 5;
+  auto r = RunScenario(*s, opts);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const RunResult& run = **r;
+  ASSERT_EQ(run.score.truths.size(), 2u);
+  EXPECT_NE(run.plan.truths[0].not_observable, "");
+  EXPECT_FALSE(run.score.truths[0].scored);
+  EXPECT_EQ(run.plan.truths[1].not_observable, "");
+  EXPECT_TRUE(run.score.truths[1].detected) << Describe(run);
+  EXPECT_TRUE(run.score.truths[1].localised) << Describe(run);
+  EXPECT_TRUE(run.score.false_faults.empty()) << Describe(run);
+  EXPECT_TRUE(run.score.ok()) << Describe(run);
+}
+
 }  // namespace
 }  // namespace pitstop::sim

@@ -24,6 +24,9 @@ struct SimArgs {
   int64_t seed = -1;
   double duration_s = 0;
   std::string timeline = "pitstop-sim-timeline.json";
+  // The detection scenarios' report: "table" (text) or "json" (then the
+  // progress lines go to stderr).
+  std::string output = "table";
   bool keep_running = false;
   std::string work_dir;
   bool keep_work_dir = false;

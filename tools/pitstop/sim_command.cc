@@ -61,6 +61,11 @@ absl::Status CheckScenarioName(const std::string& name) {
       "; or a YAML scenario file; --list describes them)"));
 }
 
+// Progress lines: stdout, or stderr when stdout carries the JSON report.
+std::ostream& Progress(const SimArgs& a) {
+  return a.output == "json" ? std::cerr : std::cout;
+}
+
 absl::StatusOr<sim::Scenario> ResolveScenario(const SimArgs& a) {
   std::error_code ec;
   absl::StatusOr<sim::Scenario> s =
@@ -73,10 +78,10 @@ absl::StatusOr<sim::Scenario> ResolveScenario(const SimArgs& a) {
     const double was = s->duration_s;
     const int copies = sim::ExtendScenario(&*s, a.duration_s);
     if (copies > 1 && !a.quiet) {
-      std::cout << "[sim] " << s->name << ": " << a.duration_s
-                << " s instead of " << was << " s; its schedule of deceptive "
-                << "normals repeats every " << was << " s (" << copies
-                << " times)" << std::endl;
+      Progress(a) << "[sim] " << s->name << ": " << a.duration_s
+                  << " s instead of " << was << " s; its schedule of deceptive "
+                  << "normals repeats every " << was << " s (" << copies
+                  << " times)" << std::endl;
     }
   }
   return s;
@@ -110,7 +115,13 @@ void FinishEmulated(const SimArgs& a, const std::string& rerun,
   }
   ro.cluster_still_running = still_running;
   ro.rerun_command = rerun;
-  sim::PrintReport(r, ro, std::cout);
+  if (a.output == "json") {
+    std::cout << sim::ReportJson(r, ro).dump(
+                     2, ' ', false, nlohmann::json::error_handler_t::replace)
+              << "\n";
+  } else {
+    sim::PrintReport(r, ro, std::cout);
+  }
   std::cout.flush();
 }
 
@@ -128,15 +139,15 @@ int RunEmulated(const SimArgs& a, const CLI::App& cmd) {
   opts.daemon_log_level = a.log_level;
   opts.controller_config = a.controller_config;
   if (!a.quiet) {
-    opts.progress = [&guard](const std::string& line) {
-      if (!guard.RunInterrupted()) std::cout << line << std::endl;
+    opts.progress = [&guard, &a](const std::string& line) {
+      if (!guard.RunInterrupted()) Progress(a) << line << std::endl;
     };
   }
   opts.on_cluster_ready = [&a](const std::string& addr,
                                const std::string& dir) {
     if (a.quiet) return;
-    std::cout << "[sim] controller at " << addr << ", logs and database in "
-              << dir << std::endl;
+    Progress(a) << "[sim] controller at " << addr << ", logs and database in "
+                << dir << std::endl;
   };
   if (a.keep_running) {
     opts.keep_running = [] { return !Interrupted(); };
@@ -247,6 +258,11 @@ void AddScenarioOptions(CLI::App* cmd, SimArgs* a) {
   cmd->add_option("--timeline", a->timeline,
                   "detection scenarios: Perfetto/Chrome trace JSON to write; "
                   "empty = none")
+      ->capture_default_str();
+  cmd->add_option("-o,--output", a->output,
+                  "detection scenarios: the report as a table (text) or json "
+                  "(progress lines then go to stderr)")
+      ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
   cmd->add_option("--controller-config", a->controller_config,
                   "detection scenarios: YAML config for pitstop-controller "

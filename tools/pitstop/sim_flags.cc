@@ -61,6 +61,7 @@ constexpr FlagRule kFlagRules[] = {
     {"--seed", kEmulated | kTorch | kTorchMigration, kForSeed},
     {"--duration-s", kEmulated | kTorchHealthy, kForDuration},
     {"--timeline", kEmulated, kForEmulated},
+    {"--output", kEmulated, kForEmulated},
     {"--controller-config", kEmulated, kForEmulated},
     // torch-migration tears its deployment down when judged.
     {"--keep-running", kScenarioRun & ~kTorchMigration,
