@@ -7,7 +7,10 @@ CMake compiles every library and test with gcc's precompiled headers
 (cmake/pitstop_pch.cmake: `-Winvalid-pch -include .../cmake_pch.hxx`).
 clang-based tools cannot read gcc's .gch files and stop with "not a valid
 precompiled PCH file"; without the flags they parse each file as it
-compiles alone. Used by tools/check-style.sh.
+compiles alone. It also drops the gcc-only warning switches the
+precompiled headers' users get (-Wno-stringop-overread/-overflow, see
+cmake/pitstop_pch.cmake): clang calls them unknown, an error under -Werror,
+and clang-tidy then fails every file. Used by tools/check-style.sh.
 """
 import json
 import re
@@ -15,7 +18,9 @@ import sys
 
 # "-include <dir>/cmake_pch.hxx" (and its C twin) and the warning that comes
 # with it; nothing else in a command names a cmake_pch file.
-_PCH = re.compile(r"\s+-Winvalid-pch|\s+-include\s+\S*cmake_pch\.hxx\b")
+_PCH = re.compile(r"\s+-Winvalid-pch|\s+-include\s+\S*cmake_pch\.hxx\b"
+                  r"|\s+-Wno-stringop-(?:overread|overflow)\b")
+_GCC_ONLY = {"-Winvalid-pch", "-Wno-stringop-overread", "-Wno-stringop-overflow"}
 
 
 def strip(entry):
@@ -28,7 +33,7 @@ def strip(entry):
             if skip:
                 skip = False
                 continue
-            if a == "-Winvalid-pch":
+            if a in _GCC_ONLY:
                 continue
             if a == "-include" and i + 1 < len(args) and "cmake_pch.hxx" in args[i + 1]:
                 skip = True
