@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -225,6 +226,35 @@ TEST(PlanCliTest, PlanOutThatCannotBeAFileIsRefusedBeforePlanning) {
     // Refused before the evaluation: no report, no progress.
     EXPECT_THAT(out, Not(HasSubstr("all-reduce over"))) << out;
   }
+}
+
+// Before, --plan-out naming the fabric file (or a link to it) replaced the
+// fabric with the plan's JSON, and exited 0.
+TEST(PlanCliTest, PlanOutThatIsTheInputIsRefused) {
+  const std::string pitstop = Binary("tools/pitstop/pitstop");
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  const std::string dir = TempDir();
+  const std::string topo = dir + "/input.txt";
+  const std::string text = TinySimAiText(TinySimAiLinks());
+  std::ofstream(topo) << text;
+  const std::string link = dir + "/link-to-input.json";
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink(topo, link);
+  std::string out;
+  for (const std::string& path : {topo, link}) {
+    EXPECT_EQ(RunCommand(pitstop + " plan --topology " + topo +
+                             " --seeds 1 --plan-out " + path,
+                         &out),
+              2)
+        << path << ": " << out;
+    EXPECT_THAT(out,
+                HasSubstr("--plan-out " + path + ": is the input file " + topo))
+        << out;
+  }
+  std::ifstream in(topo);
+  const std::string after((std::istreambuf_iterator<char>(in)),
+                          std::istreambuf_iterator<char>());
+  EXPECT_EQ(after, text) << "the fabric file was overwritten";
 }
 
 // Before, src_nic and dst_nic held the GPU's name ("host0/gpu3"), which

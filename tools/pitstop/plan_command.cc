@@ -150,7 +150,8 @@ int RunPlanChecked(const PlanArgs& a) {
   c4p::EvalOptions o;
   if (!ParseEvalOptions(a, &o)) return 2;
   if (!a.plan_out.empty()) {
-    if (absl::Status s = CheckPlanOut(a.plan_out); !s.ok()) {
+    if (absl::Status s = CheckPlanOut(a.plan_out, {a.topology, a.ib.host_map});
+        !s.ok()) {
       std::cerr << "pitstop plan: " << s.message() << "\n";
       return 2;
     }

@@ -144,9 +144,18 @@ void PrintTable(const c4p::EvalReport& r, const c4p::QpsChoice& qps) {
   std::cout << "\nQPs: " << qps.why << "\n";
 }
 
-absl::Status CheckPlanOut(const std::string& path) {
+absl::Status CheckPlanOut(const std::string& path,
+                          const std::vector<std::string>& inputs) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  for (const std::string& in : inputs) {
+    // equivalent() follows links: a link to the input is the input.
+    if (!in.empty() && fs::equivalent(path, in, ec)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--plan-out ", path, ": is the input file ", in,
+          " (the plan would overwrite it; give another file name)"));
+    }
+  }
   if (fs::is_directory(path, ec)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--plan-out ", path, ": is a directory (give a file name, e.g. ",

@@ -4,6 +4,7 @@
 #define PITSTOP_TOOLS_PITSTOP_PLAN_REPORT_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "nlohmann/json.hpp"
@@ -24,7 +25,10 @@ void PrintTable(const c4p::EvalReport& r, const c4p::QpsChoice& qps);
 // no directory, checked before the evaluation (which can take seconds):
 // before, a directory failed only after it, as "cannot write DIR" without
 // saying why.
-absl::Status CheckPlanOut(const std::string& path);
+// Also refuses a `path` that is one of `inputs` (the fabric file, the
+// host map): the plan would have overwritten the file it was read from.
+absl::Status CheckPlanOut(const std::string& path,
+                          const std::vector<std::string>& inputs);
 // The plan's network flows with their NICs, UDP source ports and paths,
 // as JSON at `path`. Internal when a flow has no planned NIC pair (a bug:
 // Evaluate refuses such a job); InvalidArgument naming the reason when
