@@ -16,11 +16,14 @@ import json
 import re
 import sys
 
-# "-include <dir>/cmake_pch.hxx" (and its C twin) and the warning that comes
-# with it; nothing else in a command names a cmake_pch file.
-_PCH = re.compile(r"\s+-Winvalid-pch|\s+-include\s+\S*cmake_pch\.hxx\b"
-                  r"|\s+-Wno-stringop-(?:overread|overflow)\b")
-_GCC_ONLY = {"-Winvalid-pch", "-Wno-stringop-overread", "-Wno-stringop-overflow"}
+# The switches dropped alone: the warning that comes with the precompiled
+# headers and the gcc-only ones their users get.
+_GCC_ONLY = ("-Winvalid-pch", "-Wno-stringop-overread", "-Wno-stringop-overflow")
+# In a "command" string: those, and "-include <dir>/cmake_pch.hxx" (nothing
+# else in a command names a cmake_pch file).
+_PCH = re.compile(
+    r"\s+-include\s+\S*cmake_pch\.hxx\b|"
+    + "|".join(r"\s+" + re.escape(f) + r"(?=\s|$)" for f in _GCC_ONLY))
 
 
 def strip(entry):
