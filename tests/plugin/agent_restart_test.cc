@@ -54,8 +54,15 @@ struct RankStats {
   uint64_t calls_over_1ms = 0;
   // Iterations in which the thread gave up the CPU by itself (a voluntary
   // context switch: it blocked on a lock, a full socket, a futex) while in
-  // the plugin's callbacks. Not timing: the kernel counts them.
+  // the plugin's callbacks, and took no page fault. Not timing: the kernel
+  // counts them.
   uint64_t blocked = 0;
+  // Voluntary switches in iterations that also took a page fault: the
+  // kernel slept paging in (a thread's first touch of its ring; the
+  // library's code read back from disk after memory pressure evicted it, as
+  // a full build beside the suite does). Memory management, not the agent:
+  // printed, not asserted.
+  uint64_t blocked_in_page_fault = 0;
 };
 
 // One emulated NCCL thread: Coll start, KernelCh start, KernelChStop,
@@ -103,7 +110,11 @@ void RankLoop(const abi::ProfilerV5* p, void* ctx, int rank,
     timed([&] { p->stop_event(ch); });
     rusage after;
     getrusage(RUSAGE_THREAD, &after);
-    if (after.ru_nvcsw != before.ru_nvcsw) ++st->blocked;
+    if (after.ru_nvcsw != before.ru_nvcsw) {
+      const bool faulted = after.ru_minflt != before.ru_minflt ||
+                           after.ru_majflt != before.ru_majflt;
+      ++(faulted ? st->blocked_in_page_fault : st->blocked);
+    }
     ++st->iterations;
     // About 50,000 events/s per thread (NCCL's pace is far lower): a load,
     // not a spin that starves the agent on a small machine.
@@ -176,7 +187,15 @@ TEST(AgentRestartTest, KillAndRestartUnderLoadLosesNothingUncounted) {
     receiver = TelemetryReceiver::Start(sock, /*keep_batches=*/false);
     ASSERT_TRUE(receiver.ok()) << receiver.status();
   }
-  // A last stable agent gets the end of the run and the goodbye.
+  // A last stable agent gets the end of the run and the goodbye. The ranks
+  // record until it has received records from the live rings: when each
+  // killed agent lived only a few milliseconds (a TSan build on a loaded
+  // CI machine delivered nothing to any of them), this is what shows that
+  // the library still delivers after hundreds of kills.
+  const uint64_t last_until = MonoNs() + 60'000'000'000ull;
+  while ((*receiver)->records_received() == 0 && MonoNs() < last_until) {
+    usleep(1000);
+  }
   stop = true;
   for (auto& t : threads) t.join();
   for (int r = 0; r < kRanks; ++r) EXPECT_EQ(p->finalize(ctx[r]), 0);
@@ -186,12 +205,15 @@ TEST(AgentRestartTest, KillAndRestartUnderLoadLosesNothingUncounted) {
       },
       absl::Seconds(60)));
   const v1::DropCounters drops = LastDrops((*receiver)->Streams());
-  delivered += (*receiver)->records_received();
+  const uint64_t last_delivered = (*receiver)->records_received();
+  delivered += last_delivered;
 
   uint64_t iterations = 0, max_call = 0, max_cpu = 0, over = 0, blocked = 0;
+  uint64_t blocked_in_page_fault = 0;
   for (const auto& s : stats) {
     iterations += s.iterations;
     blocked += s.blocked;
+    blocked_in_page_fault += s.blocked_in_page_fault;
     max_call = std::max(max_call, s.max_call_ns);
     max_cpu = std::max(max_cpu, s.max_call_cpu_ns);
     over += s.calls_over_1ms;
@@ -200,17 +222,23 @@ TEST(AgentRestartTest, KillAndRestartUnderLoadLosesNothingUncounted) {
       "cycles=%d with_connection=%d iterations=%llu records=%llu "
       "delivered=%llu export_dropped=%llu ring_full=%llu "
       "max_callback_us=%.1f max_callback_cpu_us=%.1f callbacks_over_1ms=%llu "
-      "blocked=%llu reconnect_wait_ms=%.0f\n",
+      "blocked=%llu blocked_in_page_fault=%llu reconnect_wait_ms=%.0f\n",
       cycles, with_connection, static_cast<unsigned long long>(iterations),
       static_cast<unsigned long long>(drops.events_recorded()),
       static_cast<unsigned long long>(delivered),
       static_cast<unsigned long long>(drops.export_dropped()),
       static_cast<unsigned long long>(drops.ring_full()), max_call / 1e3,
       max_cpu / 1e3, static_cast<unsigned long long>(over),
-      static_cast<unsigned long long>(blocked), reconnect_wait_ns / 1e6);
+      static_cast<unsigned long long>(blocked),
+      static_cast<unsigned long long>(blocked_in_page_fault),
+      reconnect_wait_ns / 1e6);
   // No NCCL thread ever blocked inside the plugin (what wall-clock stalls
-  // remain are preemption on a loaded machine, printed above). Under TSan
-  // its own runtime takes internal locks on instrumented accesses, so the
+  // remain are preemption on a loaded machine, printed above). A switch in
+  // an iteration that took a page fault is the kernel paging, counted
+  // apart: on a loaded machine each thread's first iteration (its first
+  // touch of its ring and of the library's code) showed one, with a major
+  // fault when a build beside the suite had evicted the library's pages. Under
+  // TSan its own runtime takes internal locks on instrumented accesses, so the
   // count is printed but says nothing about the library there. Under ASan
   // the first touch of a shadow page is a page fault, which sleeps on the
   // process's mmap lock while another thread maps or unmaps (the exporter,
@@ -227,7 +255,8 @@ TEST(AgentRestartTest, KillAndRestartUnderLoadLosesNothingUncounted) {
       iterations * 3);
   // Everything that went into the rings reached some agent or was counted.
   EXPECT_EQ(delivered + drops.export_dropped(), drops.events_recorded());
-  EXPECT_GT(delivered, 0u);
+  // The last agent, left alive, got records from the rings.
+  EXPECT_GT(last_delivered, 0u);
 }
 
 }  // namespace
