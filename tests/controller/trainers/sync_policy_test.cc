@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "pitstop/clock.h"
 #include "src/controller/controller.h"
+#include "tests/controller/metric_reader.h"
 
 namespace pitstop::controller {
 namespace {
@@ -427,8 +428,11 @@ class SinkRecorder : public CommandSink {
 
 TEST(ControllerSyncTest, CoreSendsDirectivesToTheJobsAgentsAndListsTheJob) {
   FakeClock clock;
+  prometheus::Registry registry;
+  PolicyActionMetrics actions(&registry);
   Controller::Options o;
   o.clock = &clock;
+  o.policy_actions = &actions;
   o.sync.defaults = DefaultSyncSettings();
   o.sync.defaults.set_slow_persist_s(3);
   auto core = Controller::Create(o);
@@ -475,6 +479,14 @@ TEST(ControllerSyncTest, CoreSendsDirectivesToTheJobsAgentsAndListsTheJob) {
   EXPECT_EQ(d.job_id(), "cpu-job");
   EXPECT_EQ(d.mode(), v1::SYNC_MODE_LOCAL_SGD);
   EXPECT_EQ(d.period_steps(), 8u);
+  // The switch sent is a policy action (docs/controller.md, "Metrics").
+  const auto switches = [&registry](const char* to) {
+    return testing::MetricValue(registry,
+                                "pitstop_controller_policy_actions_total",
+                                {{"policy", "sync"}, {"action", to}});
+  };
+  EXPECT_EQ(switches("local_sgd"), 1);
+  EXPECT_EQ(switches("sync"), 0);
 
   auto job = (*core)->Job("cpu-job");  // known only from trainer reports
   ASSERT_TRUE(job.ok()) << job.status();
