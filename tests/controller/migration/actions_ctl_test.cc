@@ -16,6 +16,7 @@
 #include "tests/controller/metric_reader.h"
 #include "tests/controller/migration/migration_api_fixture.h"
 #include "tests/controller/subprocess.h"
+#include "tests/controller/trainers/trainer_batches.h"
 
 namespace pitstop::controller::testing {
 namespace {
@@ -57,22 +58,7 @@ class ActionsCtlTest : public MigrationApiFixture {
     auto_policy.set_local_mode(v1::SYNC_MODE_LOCAL_SGD);
     ASSERT_TRUE(core_->trainers().SetSyncPolicy("cpu-job", auto_policy).ok());
     for (uint64_t sec = 0, step = 0; sec < 8; ++sec, step += 5) {
-      v1::ConnectRequest batch;
-      for (int r = 0; r < 2; ++r) {
-        v1::ReportStepsRequest* t = batch.add_trainer_reports();
-        t->mutable_trainer()->set_job_id("cpu-job");
-        t->mutable_trainer()->set_global_rank(r);
-        t->mutable_trainer()->set_world_size(2);
-        t->set_current_mode(v1::SYNC_MODE_SYNC);
-        for (uint64_t i = 1; i <= 5; ++i) {
-          v1::StepReport* s = t->add_steps();
-          s->set_step(step + i);
-          s->set_wall_ns(100'000'000);
-          v1::PhaseTime* p = s->add_phases();
-          p->set_phase(v1::TRAIN_PHASE_COMMUNICATION);
-          p->set_duration_ns(r == 1 ? 0 : 50'000'000);
-        }
-      }
+      const v1::ConnectRequest batch = SlowRankOneBatch("cpu-job", step);
       ASSERT_TRUE(core_->AgentBatch(*session, batch).ok());
       clock_.Advance(absl::Seconds(1));
       core_->RunCycle();
