@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdint>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -17,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "tools/pitstopctl/commands.h"
 #include "tools/pitstopctl/ctl_client.h"
@@ -156,6 +158,47 @@ void AddOperatorDrains(const std::vector<v1::Node>& nodes,
   }
 }
 
+// `key` of a journal record when it is a string, else "".
+std::string Str(const nlohmann::json& r, const char* key) {
+  const auto it = r.find(key);
+  return it != r.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+// The controller's action journal (JSON lines of ActionRecordJson: hooks
+// and Slurm calls on fault changes). Empty on success, else why, naming the
+// file and line.
+std::string AddJournal(const std::string& path, const std::string& job,
+                       std::vector<Action>* out) {
+  std::ifstream in(path);
+  if (!in) return absl::StrCat(path, ": cannot be read");
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    const nlohmann::json r = nlohmann::json::parse(line, nullptr, false);
+    if (!r.is_object() || !r.contains("time_unix_ns") ||
+        !r["time_unix_ns"].is_number_unsigned() || Str(r, "action").empty() ||
+        Str(r, "fault_id").empty()) {
+      return absl::StrCat(path, ":", n,
+                          ": not an action journal record (a JSON object "
+                          "with time_unix_ns, action, fault_id, ...)");
+    }
+    Action a;
+    a.time_unix_ns = r["time_unix_ns"].get<uint64_t>();
+    a.job_id = Str(r, "job_id");
+    if (!job.empty() && a.job_id != job) continue;
+    a.kind = Str(r, "action");
+    const std::string target = Str(r, "target");
+    a.what = absl::StrCat(a.kind, target.empty() ? "" : " ", target, " on ",
+                          Str(r, "event"), " of ", Str(r, "fault_id"));
+    a.outcome = Str(r, "result");
+    a.by = "controller";
+    a.why = Str(r, "detail").empty() ? Str(r, "command") : Str(r, "detail");
+    a.ref = Str(r, "fault_id");
+    out->push_back(a);
+  }
+  return "";
+}
+
 // Every source; the exit code of the first call that failed (printed).
 int Gather(const GlobalOptions& g, const std::string& job,
            std::vector<Action>* out) {
@@ -254,7 +297,7 @@ void PrintTable(const std::vector<Action>& v) {
 }  // namespace
 
 void AddActionsCommand(CLI::App* app, GlobalOptions* g, int* rc) {
-  static std::string job;
+  static std::string job, journal;
   CLI::App* cmd = app->add_subcommand(
       "actions",
       "what the controller did and why, newest first: migrations (queued, "
@@ -262,14 +305,27 @@ void AddActionsCommand(CLI::App* app, GlobalOptions* g, int* rc) {
       "commit drained, sync-policy switches and multi-LoRA reschedules "
       "(sent, or advised only), faults marked MITIGATING, and nodes an "
       "operator drained (time not recorded: listed last). Built from the "
-      "read RPCs (viewer role). Hooks and Slurm calls on fault changes are "
-      "in the controller's action journal. -o json: {\"actions\": [{"
+      "read RPCs (viewer role); with --journal also the hooks and Slurm "
+      "calls the controller ran on fault changes. -o json: {\"actions\": [{"
       "time_unix_ns, time (RFC 3339, \"\" when not recorded), job_id, kind "
-      "(migration|drain|sync|lora|fault), what, outcome, by, why, ref}]}");
+      "(migration|drain|sync|lora|fault|hook|slurm_drain|slurm_resume), "
+      "what, outcome, by, why, ref}]}");
   cmd->add_option("--job", job,
                   "only this job's actions (operator drains are no job's)");
+  cmd->add_option("--journal", journal,
+                  "the controller's action journal (actions.journal, e.g. "
+                  "/var/lib/pitstop/actions.jsonl, readable where pitstopctl "
+                  "runs): adds its hooks and Slurm calls");
   cmd->callback([g, rc] {
     std::vector<Action> actions;
+    if (!journal.empty()) {
+      if (const std::string bad = AddJournal(journal, job, &actions);
+          !bad.empty()) {
+        std::cerr << "pitstopctl: --journal " << bad << std::endl;
+        *rc = kExitUsage;
+        return;
+      }
+    }
     if ((*rc = Gather(*g, job, &actions))) return;
     Sort(&actions);
     if (g->output == "json") {

@@ -1,8 +1,10 @@
 // What operators see of the controller's own actions, against a real
 // controller on loopback: `pitstopctl actions` (a committed migration and
-// the drain it made, an aborted one with its reason, a sync-policy switch;
-// newest first, `--job`, `-o json`) and the migration and policy-action
-// metrics read from the registry after the same events.
+// the drain it made, an aborted one with its reason, a sync-policy switch,
+// the hooks and Slurm calls of an action journal; newest first, `--job`,
+// `-o json`) and the migration and policy-action metrics read from the
+// registry after the same events.
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -151,6 +153,41 @@ TEST_F(ActionsCtlTest, ListsMigrationsDrainsAndSwitchesNewestFirst) {
   EXPECT_THAT(out, HasSubstr("TIME"));
   EXPECT_THAT(out, HasSubstr("migrate node1 -> spare1"));
   EXPECT_THAT(out, ::testing::Not(HasSubstr("cpu-job")));
+  // With the action journal: the controller's hooks and Slurm calls too
+  // (lines as FaultActions writes them), --job applied.
+  const std::string journal = ::testing::TempDir() + "/actions.jsonl";
+  {
+    std::ofstream j(journal);
+    j << R"({"time_unix_ns":1700000030000000000,"action":"slurm_drain",)"
+      << R"("event":"confirmed","fault_id":"F1","job_id":"job1",)"
+      << R"("target":"node1","command":"scontrol update ...","result":"ok",)"
+      << R"("exit_code":0,"term_signal":0,"duration_ms":3,"detail":""})"
+      << "\n\n"
+      << R"({"time_unix_ns":1700000040000000000,"action":"hook",)"
+      << R"("event":"confirmed","fault_id":"F2","job_id":"other",)"
+      << R"("target":"","command":"/bin/page","result":"skipped",)"
+      << R"("exit_code":-1,"term_signal":0,"duration_ms":0,)"
+      << R"("detail":"policy of job other is not ACT"})"
+      << "\n";
+  }
+  ASSERT_EQ(
+      Ctl({"-o", "json", "actions", "--job", "job1", "--journal", journal},
+          &out),
+      0)
+      << out;
+  const nlohmann::json with = nlohmann::json::parse(out).at("actions");
+  ASSERT_EQ(with.size(), 4u) << out;
+  EXPECT_EQ(with[0]["kind"], "slurm_drain");  // the newest (t0 + 30 s)
+  EXPECT_EQ(with[0]["what"], "slurm_drain node1 on confirmed of F1");
+  EXPECT_EQ(with[0]["outcome"], "ok");
+  EXPECT_EQ(with[0]["why"], "scontrol update ...");
+  {
+    std::ofstream j(journal, std::ios::app);
+    j << "not json\n";
+  }
+  EXPECT_EQ(Ctl({"actions", "--journal", journal}, &out), 2);
+  EXPECT_THAT(out, HasSubstr(journal + ":4: not an action journal record"));
+
   ASSERT_EQ(Ctl({"actions", "--help"}, &out), 0) << out;
   EXPECT_THAT(out, HasSubstr("newest first"));
 }
