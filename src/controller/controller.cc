@@ -43,7 +43,7 @@ absl::Status Controller::Init() {
   trainers_ =
       std::make_unique<TrainerPolicyService>(TrainerPolicyService::Options{
           options_.clock, store_.get(), options_.leadership, links_.get(),
-          options_.sync, options_.lora});
+          options_.sync, options_.lora, options_.policy_actions});
   TrainerProfileService::Options profiles = options_.profiles;
   profiles.clock = options_.clock;
   profiles_ = std::make_unique<TrainerProfileService>(profiles);
@@ -68,7 +68,7 @@ absl::Status Controller::Init() {
   }
   migration_ = std::make_unique<MigrationService>(MigrationService::Options{
       options_.clock, store_.get(), options_.leadership, options_.migrate,
-      links_.get(), links_.get(), links_.get()});
+      links_.get(), links_.get(), links_.get(), options_.policy_actions});
   IngestService::Options io;
   io.clock = options_.clock;
   io.store = store_.get();

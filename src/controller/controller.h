@@ -69,8 +69,12 @@ class Controller final : public LeadershipListener {
     absl::Duration agent_silence = absl::ZeroDuration();
     DetectionEngine::Options engine;
     ControllerMetrics* metrics = nullptr;  // optional, not owned
-    SyncPolicyEngine::Options sync;        // per-job local-SGD switch policy
-    LoraPolicyEngine::Options lora;        // per-job multi-LoRA rescheduling
+    // What the policies did on their own (ACT migrations, drains, sync
+    // switches, LoRA reschedules); optional, not owned. Migrations' own
+    // metrics: migrate.events.
+    PolicyActions* policy_actions = nullptr;
+    SyncPolicyEngine::Options sync;  // per-job local-SGD switch policy
+    LoraPolicyEngine::Options lora;  // per-job multi-LoRA rescheduling
     // torch.profiler diffs of slow ranks (its clock is `clock`).
     TrainerProfileService::Options profiles;
     std::string version = "0.1.0";

@@ -23,6 +23,7 @@
 #include "src/controller/controller_metrics.h"
 #include "src/controller/controller_options.h"
 #include "src/controller/ha/ha_controller.h"
+#include "src/controller/migration/migration_metrics.h"
 
 namespace {
 
@@ -243,6 +244,12 @@ int main(int argc, char** argv) {
   auto exposer = StartExposer(options.metrics_address, metrics.get());
   if (!exposer.ok()) return Fail(std::string(exposer.status().message()));
   pc::Controller::Options co = ControllerOptionsOf(options, metrics.get());
+  // Migrations and policy actions (docs/migration.md, "Metrics"); they
+  // outlive the controller.
+  pc::MigrationMetrics migration_metrics(metrics->registry().get());
+  pc::PolicyActionMetrics policy_actions(metrics->registry().get());
+  co.migrate.events = &migration_metrics;
+  co.policy_actions = &policy_actions;
   // Several controllers on etcd (docs/ha.md): the store is etcd's and the
   // controller leads only while elected.
   std::unique_ptr<pc::ha::HaController> ha;

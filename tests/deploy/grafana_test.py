@@ -8,7 +8,10 @@ endpoints, then checks every query of deploy/grafana/pitstop-dashboard.json:
 each pitstop_* metric it names is exported, each label it matches on or
 groups by exists on that metric, and no other identifier is unknown PromQL.
 Also checks the dashboard's structure (unique panel ids, datasource
-variable, a refId and expr per target).
+variable, a refId and expr per target), that its "Migrations" row queries
+every migration and policy-action metric (docs/migration.md, "Metrics"),
+and, first, that the query check itself fails on a panel naming a metric
+or a label the daemons do not export.
 """
 import json
 import os
@@ -119,12 +122,66 @@ def check_structure(dash):
     return errors
 
 
+# The "Migrations" row queries each of these (docs/migration.md).
+MIGRATION_METRICS = [
+    "pitstop_controller_migrations_started_total",
+    "pitstop_controller_migrations_committed_total",
+    "pitstop_controller_migrations_aborted_total",
+    "pitstop_controller_migration_phase_seconds_bucket",
+    "pitstop_controller_migration_downtime_seconds_bucket",
+    "pitstop_controller_policy_actions_total",
+]
+
+
+def row_queries(dash, title):
+    """Queries of the panels under the row titled `title` (None: no row)."""
+    out, inside, found = [], False, False
+    for p in dash["panels"]:
+        if p["type"] == "row":
+            inside = p["title"] == title
+            found = found or inside
+            continue
+        if inside:
+            out += [t["expr"] for t in p.get("targets", [])]
+    return out if found else None
+
+
+def check_migrations_row(dash):
+    exprs = row_queries(dash, "Migrations")
+    if exprs is None:
+        return ["no 'Migrations' row"]
+    return [f"'Migrations' row: no panel queries {m}"
+            for m in MIGRATION_METRICS
+            if not any(re.search(rf"\b{m}\b", e) for e in exprs)]
+
+
+def self_check():
+    """The query check must fail on what the daemons do not export."""
+    exported = {"pitstop_controller_migrations_committed_total": [{}],
+                "pitstop_controller_migrations_aborted_total":
+                    [{"reason": "operator"}]}
+    bad = [
+        "sum(increase(pitstop_controller_migrations_comitted_total[5m]))",
+        "sum by (cause) (pitstop_controller_migrations_aborted_total)",
+        'pitstop_controller_migrations_aborted_total{phase="x"}',
+    ]
+    errors = []
+    for expr in bad:
+        if not check_expr("self-check", expr, exported):
+            errors.append(f"self-check: the query check accepts {expr}")
+    good = "sum by (reason) (pitstop_controller_migrations_aborted_total)"
+    errors += check_expr("self-check", good, exported)
+    return errors
+
+
 def main():
     src = os.environ["PITSTOP_SOURCE_DIR"]
     build = os.environ["PITSTOP_BINARY_DIR"]
     with open(os.path.join(src, "deploy/grafana/pitstop-dashboard.json")) as f:
         dash = json.load(f)
-    errors = check_structure(dash)
+    errors = self_check()
+    errors += check_structure(dash)
+    errors += check_migrations_row(dash)
 
     tmp = tempfile.mkdtemp(prefix="pitstop-grafana-")
     procs = Processes(tmp)
@@ -173,7 +230,7 @@ def main():
             want = ["pitstop_controller_faults_total",
                     "pitstop_controller_actions_total",
                     "pitstop_controller_open_fault_suspects",
-                    "pitstop_agent_ops_total"]
+                    "pitstop_agent_ops_total"] + MIGRATION_METRICS
             return series if all(w in series for w in want) else None
 
         exported = wait_for("metrics with a fault, an action and ops", scrape,

@@ -213,6 +213,7 @@ void AddCommands(CLI::App* app, GlobalOptions* g, int* exit_code) {
   AddSyncCommands(app, g, exit_code);
   AddLoraCommands(app, g, exit_code);
   AddMigrateCommands(app, g, exit_code);
+  AddActionsCommand(app, g, exit_code);
   AddPlanCommands(app, g, exit_code);
 }
 

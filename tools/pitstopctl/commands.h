@@ -38,6 +38,8 @@ void AddSyncCommands(CLI::App* app, GlobalOptions* g, int* exit_code);
 void AddLoraCommands(CLI::App* app, GlobalOptions* g, int* exit_code);
 // standby, migrate, migrations, migration ID (migrate_commands.cc).
 void AddMigrateCommands(CLI::App* app, GlobalOptions* g, int* exit_code);
+// actions [--job J] (actions_command.cc).
+void AddActionsCommand(CLI::App* app, GlobalOptions* g, int* exit_code);
 // plan JOB, links (plan_commands.cc).
 void AddPlanCommands(CLI::App* app, GlobalOptions* g, int* exit_code);
 // The multi-LoRA section of `job JOB` (lora_commands.cc).

@@ -105,12 +105,15 @@ void MigrationManager::OnIds(v1::Migration* m, const v1::MigrationAck& ack) {
   if (!ack.ok()) {
     AbortLocked(m,
                 absl::StrCat("joiner ", m->joiner_host(), " failed MAKE_IDS: ",
-                             ack.error().empty() ? "no reason" : ack.error()));
+                             ack.error().empty() ? "no reason" : ack.error()),
+                AbortCause::kMemberFailed);
     return;
   }
   if (const std::string bad = CheckIds(*m, ack); !bad.empty()) {
-    AbortLocked(m, absl::StrCat("joiner ", m->joiner_host(),
-                                " answered MAKE_IDS with unusable ids: ", bad));
+    AbortLocked(m,
+                absl::StrCat("joiner ", m->joiner_host(),
+                             " answered MAKE_IDS with unusable ids: ", bad),
+                AbortCause::kMemberFailed);
     return;
   }
   for (v1::CommRebuild& c : *m->mutable_comms()) {

@@ -68,7 +68,8 @@ absl::StatusOr<std::unique_ptr<MigrationManager>> MigrationManager::Create(
   for (auto& [id, m] : mm->migrations_) {
     if (!Running(m)) continue;
     if (!mm->options_.resume) {
-      mm->AbortLocked(&m, "controller restarted (migration resume is off)");
+      mm->AbortLocked(&m, "controller restarted (migration resume is off)",
+                      AbortCause::kRestart);
       continue;
     }
     // What agents answered before the restart is not kept: they answer the
@@ -191,6 +192,7 @@ absl::StatusOr<v1::Migration> MigrationManager::Start(
       stored.joiner_host(), stored.members_size(), stored.comms_size(),
       queued ? ", queued behind a running migration" : "");
   Notify(Change::CHANGE_CREATED, stored);
+  if (options_.events != nullptr) options_.events->Started(stored);
   if (!queued) BeginPrepare(&stored, /*abort_unreachable=*/true);
   return migrations_[stored.migration_id()];
 }
@@ -212,8 +214,10 @@ void MigrationManager::SendToAll(v1::Migration* m, bool abort_unreachable) {
     if (!SendCurrent(*m, mem)) unreachable.push_back(mem.host());
   }
   if (abort_unreachable && !unreachable.empty()) {
-    AbortLocked(m, absl::StrCat("agents not connected: ",
-                                absl::StrJoin(unreachable, ",")));
+    AbortLocked(
+        m,
+        absl::StrCat("agents not connected: ", absl::StrJoin(unreachable, ",")),
+        AbortCause::kUnreachable);
   }
 }
 
@@ -235,6 +239,7 @@ void MigrationManager::Commit(v1::Migration* m) {
   m->set_finished_unix_ns(now);
   m->set_phase_deadline_unix_ns(0);
   Persist(*m, Change::CHANGE_FINISHED);
+  if (options_.events != nullptr) options_.events->Committed(*m);
   for (const v1::MigrationMember& mem : m->members()) {
     sender_->SendMigration(mem.host(), Directive(*m, Phase::PHASE_COMMIT, mem));
   }
@@ -247,13 +252,15 @@ void MigrationManager::Commit(v1::Migration* m) {
   StartNextQueued(m->job_id(), /*abort_unreachable=*/true);
 }
 
-void MigrationManager::AbortLocked(v1::Migration* m, const std::string& why) {
+void MigrationManager::AbortLocked(v1::Migration* m, const std::string& why,
+                                   AbortCause cause) {
   const bool was_running = Running(*m);
   m->set_state(v1::MIGRATION_STATE_ABORTED);
   m->set_abort_reason(why);
   m->set_finished_unix_ns(NowUnixNs());
   m->set_phase_deadline_unix_ns(0);
   Persist(*m, Change::CHANGE_FINISHED);
+  if (options_.events != nullptr) options_.events->Aborted(*m, cause);
   if (was_running) {
     for (const v1::MigrationMember& mem : m->members()) {
       sender_->SendMigration(mem.host(),
@@ -391,7 +398,8 @@ absl::Status MigrationManager::OnAck(const std::string& host,
     AbortLocked(m,
                 absl::StrCat(RoleName(mem->role()), " ", host, " failed ",
                              preparing ? "PREPARE" : "SWITCH_AT", ": ",
-                             ack.error().empty() ? "no reason" : ack.error()));
+                             ack.error().empty() ? "no reason" : ack.error()),
+                AbortCause::kMemberFailed);
     return absl::OkStatus();
   }
   if (preparing) {
@@ -430,7 +438,11 @@ void MigrationManager::OnHostUp(const std::string& host) {
 void MigrationManager::OnHostDown(const std::string& host,
                                   const std::string& job_id,
                                   absl::string_view why) {
-  std::vector<std::pair<std::string, std::string>> aborts;
+  struct PendingAbort {
+    std::string id, why;
+    AbortCause cause;
+  };
+  std::vector<PendingAbort> aborts;
   for (auto& [id, m] : migrations_) {
     if (!Running(m) || (!job_id.empty() && job_id != m.job_id())) continue;
     const bool preparing = m.state() == v1::MIGRATION_STATE_PREPARING;
@@ -438,10 +450,12 @@ void MigrationManager::OnHostDown(const std::string& host,
       if (mem.host() != host) continue;
       switch (mem.role()) {
         case v1::MIGRATION_ROLE_JOINER:
-          aborts.emplace_back(
-              id, absl::StrCat(
-                      "joiner ", host, " died (", why, ") while ",
-                      preparing ? "warming up in the sandbox" : "switching"));
+          aborts.push_back(
+              {id,
+               absl::StrCat(
+                   "joiner ", host, " died (", why, ") while ",
+                   preparing ? "warming up in the sandbox" : "switching"),
+               AbortCause::kJoinerDied});
           break;
         case v1::MIGRATION_ROLE_LEAVER:
           // Its ranks leave at the switch anyway, once they sent their
@@ -449,23 +463,26 @@ void MigrationManager::OnHostDown(const std::string& host,
           // to be transferred, unless a replica is the source: the joiner
           // would wait in its join for a sender that is gone.
           if (!m.from_replica() && (preparing || !mem.switched())) {
-            aborts.emplace_back(
-                id, absl::StrCat("leaver ", host, " died (", why, ") ",
-                                 preparing ? "during state transfer"
-                                           : "before it handed its state "
-                                             "to the joiner",
-                                 "; migrate again with --from-replica"));
+            aborts.push_back(
+                {id,
+                 absl::StrCat("leaver ", host, " died (", why, ") ",
+                              preparing ? "during state transfer"
+                                        : "before it handed its state "
+                                          "to the joiner",
+                              "; migrate again with --from-replica"),
+                 AbortCause::kLeaverDied});
           }
           break;
         default:
-          aborts.emplace_back(
-              id, absl::StrCat("member ", host, " died (", why, ")"));
+          aborts.push_back({id,
+                            absl::StrCat("member ", host, " died (", why, ")"),
+                            AbortCause::kMemberDied});
       }
     }
   }
-  for (const auto& [id, why_abort] : aborts) {
-    v1::Migration* m = Find(id);
-    if (m != nullptr && Running(*m)) AbortLocked(m, why_abort);
+  for (const PendingAbort& a : aborts) {
+    v1::Migration* m = Find(a.id);
+    if (m != nullptr && Running(*m)) AbortLocked(m, a.why, a.cause);
   }
 }
 
@@ -482,16 +499,20 @@ void MigrationManager::Tick() {
     const absl::Duration t =
         preparing ? options_.prepare_timeout : options_.switch_timeout;
     if (AwaitingIds(*m)) {
-      AbortLocked(
-          m, absl::StrCat("MAKE_IDS timed out after ", absl::FormatDuration(t),
-                          ": no ids from joiner ", m->joiner_host(),
-                          " (are its ranks started?)"));
+      AbortLocked(m,
+                  absl::StrCat("MAKE_IDS timed out after ",
+                               absl::FormatDuration(t), ": no ids from joiner ",
+                               m->joiner_host(), " (are its ranks started?)"),
+                  AbortCause::kPrepareTimeout);
       continue;
     }
-    AbortLocked(m, absl::StrCat(preparing ? "PREPARE" : "SWITCH_AT",
-                                " timed out after ", absl::FormatDuration(t),
-                                ": no ", preparing ? "READY" : "SWITCHED",
-                                " from ", Missing(*m, !preparing)));
+    AbortLocked(
+        m,
+        absl::StrCat(preparing ? "PREPARE" : "SWITCH_AT", " timed out after ",
+                     absl::FormatDuration(t), ": no ",
+                     preparing ? "READY" : "SWITCHED", " from ",
+                     Missing(*m, !preparing)),
+        preparing ? AbortCause::kPrepareTimeout : AbortCause::kSwitchTimeout);
   }
 }
 
@@ -506,7 +527,7 @@ absl::StatusOr<v1::Migration> MigrationManager::Abort(
     return absl::FailedPreconditionError(absl::StrCat(
         "migration ", migration_id, " is ", StateName(m->state())));
   }
-  AbortLocked(m, why);
+  AbortLocked(m, why, AbortCause::kOperator);
   return *m;
 }
 

@@ -37,6 +37,7 @@
 #include "pitstop/clock.h"
 #include "pitstop/v1/agent.pb.h"
 #include "pitstop/v1/controller.pb.h"
+#include "src/controller/migration/migration_events.h"
 #include "src/controller/store/fault_store.h"
 
 namespace pitstop::controller {
@@ -91,6 +92,8 @@ class MigrationManager {
     // (re-send the phase's directive as agents reconnect, with a fresh
     // phase timeout) or abort them.
     bool resume = true;
+    // Told of every start, commit and abort (metrics); null: nobody.
+    MigrationEvents* events = nullptr;
   };
   using WatchFn = std::function<void(v1::WatchMigrationsResponse::Change,
                                      const v1::Migration&)>;
@@ -153,7 +156,7 @@ class MigrationManager {
   void BeginPrepare(v1::Migration* m, bool abort_unreachable);
   void BeginSwitch(v1::Migration* m);
   void Commit(v1::Migration* m);
-  void AbortLocked(v1::Migration* m, const std::string& why);
+  void AbortLocked(v1::Migration* m, const std::string& why, AbortCause cause);
   // Starts the oldest QUEUED migration of `job_id`, if nothing runs.
   void StartNextQueued(const std::string& job_id, bool abort_unreachable);
   v1::MigrationDirective Directive(const v1::Migration& m,

@@ -436,6 +436,9 @@ void MigrationService::ActOnFaults() {
   }
   for (const v1::Migration& m : started) {
     NameJoiner(m, scheduled[m.job_id()]);
+    if (options_.policy_actions != nullptr) {
+      options_.policy_actions->Took(PolicyAction::kActMigrate);
+    }
   }
   Flush();
 }

@@ -296,6 +296,9 @@ void MigrationService::Finished(const v1::Migration& m) {
       replaced, absl::StrCat("communicator replaced by migration ",
                              m.migration_id(), " (committed)"));
   options_.nodes->DrainMigrated(m.leaver_host(), why);
+  if (options_.policy_actions != nullptr) {
+    options_.policy_actions->Took(PolicyAction::kDrainLeaver);
+  }
   // The fault the policy migrated for; the job's other faults that blame
   // the leaver are found by the sweep.
   if (!m.fault_id().empty()) {

@@ -30,7 +30,9 @@
 // Needs (small interfaces, called without mu_): Detection (communicators,
 // job policies, retiring replaced communicators), Nodes (node facts,
 // directives to agents, the leaver's drain), Faults (open faults, marking
-// them MITIGATING); the store, the clock, Leadership.
+// them MITIGATING); the store, the clock, Leadership; optionally
+// PolicyActions (counted) and, in the manager's options, MigrationEvents
+// (migration_metrics.h).
 #ifndef PITSTOP_CONTROLLER_MIGRATION_MIGRATION_SERVICE_H_
 #define PITSTOP_CONTROLLER_MIGRATION_MIGRATION_SERVICE_H_
 
@@ -49,6 +51,7 @@
 #include "pitstop/sync.h"
 #include "pitstop/v1/agent.pb.h"
 #include "pitstop/v1/controller.pb.h"
+#include "src/controller/common/policy_actions.h"
 #include "src/controller/common/service_lock.h"
 #include "src/controller/common/watch_hub.h"
 #include "src/controller/migration/migration_manager.h"
@@ -109,6 +112,9 @@ class MigrationService {
     Detection* detection = nullptr;     // required, not owned
     Nodes* nodes = nullptr;             // required, not owned
     Faults* faults = nullptr;           // required, not owned
+    // Told of policy ACT's migrations and the leavers' drains; optional,
+    // not owned.
+    PolicyActions* policy_actions = nullptr;
   };
 
   // Not leading until Load().

@@ -92,8 +92,21 @@ void TrainerPolicyService::RunCycle(const std::vector<v1::Fault>& open) {
     if (!lora_->empty()) lora = lora_->Evaluate(open);
   }
   // Sent without the lock: the agents' streams are another service's.
-  for (const OutgoingDirective& o : sync) Send(o, "directive");
-  for (const OutgoingDirective& o : lora) Send(o, "placement directive");
+  for (const OutgoingDirective& o : sync) {
+    Send(o, "directive");
+    Count(o.directive.mode() == v1::SYNC_MODE_SYNC ? PolicyAction::kSyncToSync
+          : o.directive.mode() == v1::SYNC_MODE_TIMED
+              ? PolicyAction::kSyncToTimed
+              : PolicyAction::kSyncToLocalSgd);
+  }
+  for (const OutgoingDirective& o : lora) {
+    Send(o, "placement directive");
+    Count(PolicyAction::kLoraReschedule);
+  }
+}
+
+void TrainerPolicyService::Count(PolicyAction a) {
+  if (options_.policy_actions != nullptr) options_.policy_actions->Took(a);
 }
 
 void TrainerPolicyService::Send(const OutgoingDirective& o, const char* what) {

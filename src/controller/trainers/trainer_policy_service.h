@@ -36,6 +36,7 @@
 #include "pitstop/clock.h"
 #include "pitstop/v1/agent.pb.h"
 #include "pitstop/v1/controller.pb.h"
+#include "src/controller/common/policy_actions.h"
 #include "src/controller/common/service_lock.h"
 #include "src/controller/trainers/directive_ids.h"
 #include "src/controller/trainers/lora/lora_policy.h"
@@ -65,6 +66,9 @@ class TrainerPolicyService {
     DirectiveSender* sender = nullptr;  // required, not owned
     SyncPolicyEngine::Options sync;     // directive_ids: set here
     LoraPolicyEngine::Options lora;     // directive_ids: set here
+    // Told of every directive sent (a switch, a placement); optional, not
+    // owned.
+    PolicyActions* policy_actions = nullptr;
   };
   // The settings operators gave, as stored.
   struct Settings {
@@ -116,6 +120,7 @@ class TrainerPolicyService {
   // Sends a trainer directive to each of its job's agents; logs the ones
   // not connected (`what` names the directive in the log).
   void Send(const OutgoingDirective& o, const char* what);
+  void Count(PolicyAction a);
 
   const Options options_;
   ServiceMutex write_mu_{"trainers", "write_mu_"};

@@ -2,7 +2,8 @@
 // (detection, nodes, faults) and a real SQLite store: policy ACT migrates a
 // CONFIRMED GPU fault once, and while that migration runs a cycle does not
 // read the communicators again (a snapshot of every member under the ingest
-// lock, ~10 ms at 16,384 ranks; issue #30, docs/benchmarks.md).
+// lock, ~10 ms at 16,384 ranks; issue #30, docs/benchmarks.md); the policy
+// action is counted once.
 #include "src/controller/migration/migration_service.h"
 
 #include <gtest/gtest.h>
@@ -14,7 +15,9 @@
 #include <vector>
 
 #include "pitstop/clock.h"
+#include "src/controller/common/policy_actions.h"
 #include "src/controller/store/fault_store.h"
+#include "tests/controller/metric_reader.h"
 
 namespace pitstop::controller {
 namespace {
@@ -117,6 +120,15 @@ TEST(MigrationServiceTest, RunningPolicyMigrationDoesNotReadCommunicators) {
     o.detection = &detection;
     o.nodes = &nodes;
     o.faults = &faults;
+    prometheus::Registry registry;
+    PolicyActionMetrics actions(&registry);
+    o.policy_actions = &actions;
+    const auto act_migrations = [&registry] {
+      return testing::MetricValue(registry,
+                                  "pitstop_controller_policy_actions_total",
+                                  {{"policy", "act"}, {"action", "migrate"}});
+    };
+    EXPECT_EQ(act_migrations(), 0);
     MigrationService service(o);
     ASSERT_TRUE(service.Load().ok());
     for (const char* host : {"node0", "node1", "spare0"}) {
@@ -130,6 +142,7 @@ TEST(MigrationServiceTest, RunningPolicyMigrationDoesNotReadCommunicators) {
     EXPECT_EQ(ms[0].joiner_host(), "spare0");
     EXPECT_EQ(ms[0].state(), v1::MIGRATION_STATE_PREPARING);
     EXPECT_GT(nodes.sent, 0);
+    EXPECT_EQ(act_migrations(), 1);  // pitstop_controller_policy_actions_total
     const int reads = detection.reads;
     EXPECT_GE(reads, 1);
 
@@ -143,6 +156,7 @@ TEST(MigrationServiceTest, RunningPolicyMigrationDoesNotReadCommunicators) {
     ms = service.ListMigrations("", true);
     ASSERT_EQ(ms.size(), 1u);
     EXPECT_EQ(ms[0].state(), v1::MIGRATION_STATE_PREPARING);
+    EXPECT_EQ(act_migrations(), 1);  // one action per fault
   }
   std::filesystem::remove_all(dir);
 }

@@ -8,6 +8,8 @@
 #include "gtest/gtest.h"
 #include "pitstop/clock.h"
 #include "src/controller/controller.h"
+#include "tests/controller/metric_reader.h"
+#include "tests/controller/trainers/trainer_batches.h"
 
 namespace pitstop::controller {
 namespace {
@@ -427,8 +429,11 @@ class SinkRecorder : public CommandSink {
 
 TEST(ControllerSyncTest, CoreSendsDirectivesToTheJobsAgentsAndListsTheJob) {
   FakeClock clock;
+  prometheus::Registry registry;
+  PolicyActionMetrics actions(&registry);
   Controller::Options o;
   o.clock = &clock;
+  o.policy_actions = &actions;
   o.sync.defaults = DefaultSyncSettings();
   o.sync.defaults.set_slow_persist_s(3);
   auto core = Controller::Create(o);
@@ -448,22 +453,7 @@ TEST(ControllerSyncTest, CoreSendsDirectivesToTheJobsAgentsAndListsTheJob) {
       (*core)->trainers().SetSyncPolicy("", auto_policy).status()));
   uint64_t step = 0;
   for (int sec = 0; sec < 8; ++sec) {
-    v1::ConnectRequest batch;
-    for (int r = 0; r < 2; ++r) {
-      v1::ReportStepsRequest* t = batch.add_trainer_reports();
-      t->mutable_trainer()->set_job_id("cpu-job");
-      t->mutable_trainer()->set_global_rank(r);
-      t->mutable_trainer()->set_world_size(2);
-      t->set_current_mode(v1::SYNC_MODE_SYNC);
-      for (int i = 0; i < 5; ++i) {
-        v1::StepReport* s = t->add_steps();
-        s->set_step(step + i + 1);
-        s->set_wall_ns(100'000'000);
-        v1::PhaseTime* p = s->add_phases();
-        p->set_phase(v1::TRAIN_PHASE_COMMUNICATION);
-        p->set_duration_ns(r == 1 ? 0 : 50'000'000);  // rank 1 is slow
-      }
-    }
+    const v1::ConnectRequest batch = testing::SlowRankOneBatch("cpu-job", step);
     step += 5;
     ASSERT_TRUE((*core)->AgentBatch(*session, batch).ok());
     clock.Advance(absl::Seconds(1));
@@ -475,6 +465,14 @@ TEST(ControllerSyncTest, CoreSendsDirectivesToTheJobsAgentsAndListsTheJob) {
   EXPECT_EQ(d.job_id(), "cpu-job");
   EXPECT_EQ(d.mode(), v1::SYNC_MODE_LOCAL_SGD);
   EXPECT_EQ(d.period_steps(), 8u);
+  // The switch sent is a policy action (docs/controller.md, "Metrics").
+  const auto switches = [&registry](const char* to) {
+    return testing::MetricValue(registry,
+                                "pitstop_controller_policy_actions_total",
+                                {{"policy", "sync"}, {"action", to}});
+  };
+  EXPECT_EQ(switches("local_sgd"), 1);
+  EXPECT_EQ(switches("sync"), 0);
 
   auto job = (*core)->Job("cpu-job");  // known only from trainer reports
   ASSERT_TRUE(job.ok()) << job.status();

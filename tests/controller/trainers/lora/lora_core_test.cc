@@ -1,11 +1,13 @@
 // Controller with the multi-LoRA policy: trainer reports through an
-// agent batch, the AUTO placement directive to the job's agent, Job.lora in
-// GetJob and the GetJobLora / SetLoraPolicy calls.
+// agent batch, the AUTO placement directive to the job's agent (counted as
+// a policy action), Job.lora in GetJob and the GetJobLora / SetLoraPolicy
+// calls.
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pitstop/clock.h"
 #include "src/agent/trainer_hub.h"
 #include "src/controller/controller.h"
+#include "tests/controller/metric_reader.h"
 
 namespace pitstop::controller {
 namespace {
@@ -55,8 +57,11 @@ v1::ConnectRequest Batch(const std::string& job, uint64_t step, bool lora,
 
 TEST(ControllerLoraTest, CoreSendsThePlacementAndShowsTheJob) {
   FakeClock clock;
+  prometheus::Registry registry;
+  PolicyActionMetrics actions(&registry);
   Controller::Options o;
   o.clock = &clock;
+  o.policy_actions = &actions;
   auto core = Controller::Create(o);
   ASSERT_TRUE(core.ok()) << core.status();
   SinkRecorder sink;
@@ -93,6 +98,11 @@ TEST(ControllerLoraTest, CoreSendsThePlacementAndShowsTheJob) {
   const auto& stages = d.placement().pipelines(0).stages();
   ASSERT_EQ(stages.size(), 4);
   EXPECT_EQ(stages[3].layer_end() - stages[3].layer_begin(), 1u);
+  // A policy action (pitstop_controller_policy_actions_total).
+  EXPECT_EQ(
+      testing::MetricValue(registry, "pitstop_controller_policy_actions_total",
+                           {{"policy", "lora"}, {"action", "reschedule"}}),
+      1);
 
   auto job = (*core)->Job("lora-job");  // known only from LoRA reports
   ASSERT_TRUE(job.ok()) << job.status();
