@@ -80,6 +80,21 @@ class GpuCheckTest(unittest.TestCase):
         for p in ("absl", "Protobuf", "gRPC", "spdlog", "yaml-cpp"):
             self.assertIn(f"CMAKE_DISABLE_FIND_PACKAGE_{p}\n", unused)
 
+    def test_library_alone_tree_sits_beside_the_default_tree(self):
+        # ccache keys on paths relative to the build folder: only a tree at
+        # the same place relative to the sources as the default tree reuses
+        # its objects (from a folder under TMPDIR all 28 compiles missed).
+        # The tree is removed on exit.
+        with open(os.path.join(self.out, "build.log")) as f:
+            cmd = f.readline().split()
+        self.assertEqual(cmd[:2], ["+", "cmake"], cmd)
+        tree = cmd[cmd.index("-B") + 1]
+        self.assertEqual(os.path.dirname(tree),
+                         os.path.dirname(os.path.abspath(BIN)), tree)
+        self.assertTrue(os.path.basename(tree).startswith("build-gpu-check."),
+                        tree)
+        self.assertFalse(os.path.exists(tree), tree)
+
     def test_job_script_dry_run_trained(self):
         with open(os.path.join(self.out, "dry-run", "job.json")) as f:
             job = json.load(f)
