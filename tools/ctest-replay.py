@@ -18,7 +18,9 @@ sorted by cost, highest first (ties in declaration order); whenever a test
 ends, the list is walked and each test that fits is started: a RUN_SERIAL
 test only when nothing runs (then nothing else starts until it ends), a
 test holding a RESOURCE_LOCK another running test holds is passed over.
-Test times do not change with what runs beside them.
+Test times do not change with what runs beside them. Not modelled (no
+pitstop test sets them): PROCESSORS, DEPENDS, fixtures, and ctest's habit of
+starting the tests that failed last time first.
 """
 import argparse
 import json
