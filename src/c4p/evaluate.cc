@@ -396,9 +396,11 @@ absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
   absl::StatusOr<std::unique_ptr<HashFunction>> hash = MakeHash(o.hash);
   if (!hash.ok()) return hash.status();
   std::vector<std::vector<int>> nv_paths;
+  if (o.on_plan_step) o.on_plan_step("building the job's flows", 0, 1);
   if (absl::Status s = BuildJobFlows(*fabric, o, &rep, &nv_paths); !s.ok()) {
     return s;
   }
+  if (o.on_plan_step) o.on_plan_step("building the planner", 0, 1);
   const std::vector<Flow>& flows = rep.flow_list;
   PlannerOptions po;
   po.hash = o.pin_ports ? hash->get() : nullptr;

@@ -64,8 +64,10 @@ std::string NameProblem(absl::string_view name,
 // `name` for an error: in quotes, escaped, its first 64 bytes.
 std::string QuotedName(absl::string_view name);
 
-// Called as a fabric's routing table is computed: `done` of `total` ToRs.
-using BuildProgress = std::function<void(int done, int total)>;
+// Called as a fabric is built: `done` of `total` steps of `step`
+// ("routing table, ToRs", "generating hosts").
+using BuildProgress =
+    std::function<void(const char* step, int done, int total)>;
 
 const char* NodeKindName(NodeKind k);
 const char* LinkKindName(LinkKind k);

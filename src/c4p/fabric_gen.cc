@@ -266,6 +266,7 @@ absl::StatusOr<Fabric> GenerateFabric(const GeneratorOptions& o,
     }
   }
   for (int h = 0; h < hosts; ++h) {
+    if (progress) progress("generating hosts", h, hosts);
     const int host = fab.AddHost(absl::StrCat("host", h));
     const int nvs = fab.AddNvSwitch(host, absl::StrCat("host", h, "/nvswitch"));
     const int seg = h / o.hosts_per_tor;

@@ -92,7 +92,7 @@ struct PlannerOptions {
   uint64_t fabric_seed = 0;
   // Called as Plan() and PinAll() go: `done` of `total` steps of `step`
   // ("routing flows", "repair rounds", "negotiation rounds", "pinning
-  // source ports"); empty: not called. At 100,000 GPUs they take minutes.
+  // source ports"); empty: not called. At 131,072 GPUs they take a minute.
   std::function<void(const char* step, int done, int total)> progress;
 };
 

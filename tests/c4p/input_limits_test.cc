@@ -145,11 +145,15 @@ TEST(InputLimitsTest, BuildingPlanningAndPinningReportProgress) {
   auto spec = ParseGeneratorSpec("gen:leafspine,gpus=64,hosts_per_tor=2");
   ASSERT_TRUE(spec.ok()) << spec.status();
   std::vector<std::pair<int, int>> built;
-  auto fab = GenerateFabric(*spec, [&built](int done, int total) {
-    built.emplace_back(done, total);
-  });
+  auto fab =
+      GenerateFabric(*spec, [&built](const char* step, int done, int total) {
+        if (std::string(step) == "routing table, ToRs") {
+          built.emplace_back(done, total);
+        }
+      });
   ASSERT_TRUE(fab.ok()) << fab.status();
-  ASSERT_EQ(built.size(), static_cast<size_t>(fab->tor_count()));
+  ASSERT_EQ(built.size(), static_cast<size_t>(fab->tor_count()) + 1);
+  EXPECT_EQ(built.front(), std::make_pair(0, fab->tor_count()));
   EXPECT_EQ(built.back(), std::make_pair(fab->tor_count(), fab->tor_count()));
   EvalOptions o;
   o.seeds = 1;

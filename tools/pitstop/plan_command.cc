@@ -212,9 +212,10 @@ int RunPlanChecked(const PlanArgs& a) {
   // --nvlink-gbps is also the NVLink of hosts with several HCAs.
   c4p::IbOptions ib = a.ib;
   ib.nvlink_gbps = a.csv.nvlink_gbps;
-  absl::StatusOr<c4p::Fabric> fabric =
-      c4p::LoadFabric(a.topology, a.csv, ib, [&progress](int done, int total) {
-        progress.Update("pitstop plan: fabric routing table, ToRs", done,
+  absl::StatusOr<c4p::Fabric> fabric = c4p::LoadFabric(
+      a.topology, a.csv, ib,
+      [&progress](const char* step, int done, int total) {
+        progress.Update(absl::StrCat("pitstop plan: fabric, ", step), done,
                         total);
       });
   if (!fabric.ok()) {
