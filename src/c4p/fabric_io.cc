@@ -348,7 +348,8 @@ bool LooksLikeSimAiHeader(const std::string& line) {
       absl::StrSplit(line, ' ', absl::SkipWhitespace());
   // Digits, with a sign: a count too large for an int, or negative, is
   // still SimAI's header (and its reader says what is wrong with it).
-  absl::string_view first = head.empty() ? "" : head[0];
+  absl::string_view first;
+  if (!head.empty()) first = head[0];
   absl::ConsumePrefix(&first, "-");
   return !first.empty() &&
          std::all_of(first.begin(), first.end(), absl::ascii_isdigit);

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <limits>
 #include <numeric>
+#include <utility>
 
 #include "src/c4p/bound.h"
 
@@ -59,7 +60,7 @@ bool WholeConnections(const std::vector<Flow>& flows, std::vector<Flow>* whole,
 
 Planner::Planner(const Fabric* fabric, const std::vector<Flow>* flows,
                  PlannerOptions options)
-    : fabric_(fabric), flows_(flows), options_(options) {
+    : fabric_(fabric), flows_(flows), options_(std::move(options)) {
   load_.assign(fabric_->links().size(), 0);
   stamp_.assign(fabric_->nodes().size(), 0);
   memo_.assign(fabric_->nodes().size(), Cost{});
