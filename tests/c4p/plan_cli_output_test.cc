@@ -144,6 +144,8 @@ TEST(PlanCliOutputTest, AFabricPastTheSizeCapsIsRefusedNamingTheCap) {
   EXPECT_THAT(out, HasSubstr("--aggs-per-pod 512 x --cores-per-agg 512 = "
                              "262144 core switches: at most 16384"))
       << out;
+  ASSERT_EQ(RunCommand(pitstop + " plan --help", &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("x --aggs-per-pod at most 16384 core switches"));
   EXPECT_EQ(RunCommand(pitstop + " plan --topology " + dir +
                            "/small.csv --aggs-per-pod 128 --cores-per-agg "
                            "128 --seeds 1",

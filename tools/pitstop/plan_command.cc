@@ -282,10 +282,12 @@ CLI::Option_group* AddFabricOptions(CLI::App* cmd, PlanArgs* args) {
   csv->add_option("--tor-uplink-gbps", args->csv.tor_uplink_gbps,
                   "ToR -> aggregation link speed")
       ->capture_default_str();
-  csv->add_option("--cores-per-agg", args->csv.cores_per_agg,
-                  absl::StrCat("uplinks per aggregation switch (cores per "
-                               "core plane), 1..",
-                               c4p::kMaxSwitchPorts))
+  csv->add_option(
+         "--cores-per-agg", args->csv.cores_per_agg,
+         absl::StrCat("uplinks per aggregation switch (cores per "
+                      "core plane), 1..",
+                      c4p::kMaxSwitchPorts, "; x --aggs-per-pod at most ",
+                      c4p::kMaxCoreSwitches, " core switches"))
       ->capture_default_str();
   csv->add_option("--agg-uplink-gbps", args->csv.agg_uplink_gbps,
                   "aggregation -> core link speed")
