@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -44,8 +45,11 @@ double MaxUtil(const Fabric& fabric, const std::vector<SimFlow>& parts,
   for (size_t l = 0; l < bytes.size(); ++l) {
     if (bytes[l] <= 0) continue;
     const double gbps = fabric.link(l).gbps;
-    const double t = gbps > 0 ? bytes[l] * 8 / (gbps * 1e9) : 1e30;
-    worst = std::max(worst, t);
+    // A link that is down and still carries bytes (ECMP keeps a NIC's only
+    // port) is infinitely busy. Before, a 1e30 s stand-in over the bound
+    // printed a utilisation of 1.7e+32.
+    if (!(gbps > 0)) return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, bytes[l] * 8 / (gbps * 1e9));
   }
   return t_ref > 0 ? worst / t_ref : 0;
 }
@@ -365,6 +369,18 @@ absl::Status CheckOptions(const EvalOptions& o) {
   return absl::OkStatus();
 }
 
+// One rank's all-reduce sends nothing: every ratio would be 0/0.
+// Without --ranks, the fabric is what has one GPU (before, the message
+// named a "--ranks 1" no one gave).
+absl::Status CheckRanks(const Fabric& fabric, const EvalOptions& o, int ranks) {
+  if (ranks >= 2) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      o.ranks > 0 ? absl::StrCat("--ranks ", ranks)
+                  : absl::StrCat(fabric.description, ": ", ranks, " GPU"),
+      ": an all-reduce over fewer than 2 ranks moves no data; give a fabric "
+      "with 2 GPUs or more, and --ranks 2 or more"));
+}
+
 }  // namespace
 
 absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
@@ -376,22 +392,20 @@ absl::StatusOr<EvalReport> Evaluate(Fabric* fabric, const EvalOptions& o) {
   rep.seeds = o.seeds;
   rep.hash = o.hash;
   if (absl::Status s = CheckOptions(o); !s.ok()) return s;
-  if (rep.ranks < 2) {
-    // One rank's all-reduce sends nothing: every ratio would be 0/0.
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--ranks ", rep.ranks, ": an all-reduce over fewer than 2 ranks ",
-        "moves no data; give --ranks 2 or more"));
-  }
+  if (absl::Status s = CheckRanks(*fabric, o, rep.ranks); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<HashFunction>> hash = MakeHash(o.hash);
   if (!hash.ok()) return hash.status();
   std::vector<std::vector<int>> nv_paths;
+  if (o.on_plan_step) o.on_plan_step("building the job's flows", 0, 1);
   if (absl::Status s = BuildJobFlows(*fabric, o, &rep, &nv_paths); !s.ok()) {
     return s;
   }
+  if (o.on_plan_step) o.on_plan_step("building the planner", 0, 1);
   const std::vector<Flow>& flows = rep.flow_list;
   PlannerOptions po;
   po.hash = o.pin_ports ? hash->get() : nullptr;
   po.fabric_seed = o.fabric_seed;
+  po.progress = o.on_plan_step;
   Planner planner(fabric, &flows, po);
   auto t0 = std::chrono::steady_clock::now();
   const std::clock_t c0 = std::clock();

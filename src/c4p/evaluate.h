@@ -65,6 +65,9 @@ struct EvalOptions {
   // Called after each ECMP seed (the slow part at thousands of GPUs: a
   // minute and more at 8,192); empty: not called.
   std::function<void(const EcmpProgress&)> on_ecmp_seed;
+  // PlannerOptions::progress of the planner it runs (planning and source
+  // port pinning); empty: not called.
+  std::function<void(const char* step, int done, int total)> on_plan_step;
 };
 
 struct StrategyResult {

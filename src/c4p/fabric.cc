@@ -107,7 +107,12 @@ void Fabric::SetCablePorts(int link, int a_port, int b_port) {
   links_[link ^ 1].dst_port = a_port;
 }
 
-absl::Status Fabric::Finalize() {
+absl::Status Fabric::Finalize(const BuildProgress& progress) {
+  if (gpu_count_ > kMaxFabricGpus) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(0), gpu_count_, " GPUs: the planner takes at most ",
+        kMaxFabricGpus, " (2^17; more takes minutes and gigabytes to plan)"));
+  }
   tor_index_.assign(nodes_.size(), -1);
   tors_.clear();
   for (size_t g = 0; g < nodes_.size(); ++g) {
@@ -119,6 +124,10 @@ absl::Status Fabric::Finalize() {
       }
     }
   }
+  // The table is ToRs x nodes (2.6 GB at 131,072 GPUs): said before it is
+  // filled.
+  if (progress)
+    progress("routing table, ToRs", 0, static_cast<int>(tors_.size()));
   dist_.assign(tors_.size() * nodes_.size(), -1);
   std::deque<int> q;
   for (size_t t = 0; t < tors_.size(); ++t) {
@@ -137,6 +146,10 @@ absl::Status Fabric::Finalize() {
         d[m] = static_cast<int16_t>(d[n] + 1);
         q.push_back(m);
       }
+    }
+    if (progress) {
+      progress("routing table, ToRs", static_cast<int>(t) + 1,
+               static_cast<int>(tors_.size()));
     }
   }
   return Check();

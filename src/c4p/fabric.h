@@ -15,11 +15,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace pitstop::c4p {
 
@@ -30,13 +32,42 @@ enum class LinkKind { kNvLink, kNic, kFabric };
 // `--tor-uplink-gbps 1e-300` was planned (a bound of 2e+300 s, printed as
 // a 300-digit number).
 inline constexpr double kMinLinkGbps = 0.001;
+// The fastest: 100 Tb/s, over 10x any link built (a 1.6 Tb/s NIC port,
+// NVLink 5's 14.4 Tb/s per GPU). Faster is a typo or a unit mixed up:
+// before, 1e300Gbps made every time 0 and the report "-nan"/"inf".
+inline constexpr double kMaxLinkGbps = 100000;
 // What errors say a link speed is.
 inline constexpr char kLinkSpeedRule[] =
-    "a link speed is a finite number of Gbps, at least 0.001 (1 Mb/s)";
-// Whether `gbps` is a link speed (finite, at least kMinLinkGbps).
+    "a link speed is a finite number of Gbps, at least 0.001 (1 Mb/s) and "
+    "at most 100000 (100 Tb/s)";
+// Whether `gbps` is a link speed (kMinLinkGbps..kMaxLinkGbps).
 inline bool IsLinkSpeed(double gbps) {
-  return gbps >= kMinLinkGbps && std::isfinite(gbps);
+  return gbps >= kMinLinkGbps && gbps <= kMaxLinkGbps;
 }
+
+// The most GPUs a fabric may have (2^17), whatever its format: planning
+// more takes minutes and gigabytes (the routing table is ToRs x nodes).
+// Before, a CSV of 160,000 GPUs ran a minute and more at 1.5 GB, silently.
+inline constexpr int kMaxFabricGpus = 131072;
+
+// The longest host name, in bytes (a DNS name has at most 253; an
+// InfiniBand node description 64), and the longest switch or GPU name as
+// built ("<DSW>/<PSW>/<ASW>" of a CSV, "<host>/nvswitch": up to three of
+// the file's names). Before, a 1 MB name was read.
+inline constexpr size_t kMaxNameBytes = 256;
+inline constexpr size_t kMaxNodeNameBytes = 1024;
+// Why `name` cannot name a host or switch ("" when it can): longer than
+// `max_bytes`, not UTF-8 (names are written into JSON), or holding a
+// control character (before, printed raw to the terminal).
+std::string NameProblem(absl::string_view name,
+                        size_t max_bytes = kMaxNameBytes);
+// `name` for an error: in quotes, escaped, its first 64 bytes.
+std::string QuotedName(absl::string_view name);
+
+// Called as a fabric is built: `done` of `total` steps of `step`
+// ("routing table, ToRs", "generating hosts").
+using BuildProgress =
+    std::function<void(const char* step, int done, int total)>;
 
 const char* NodeKindName(NodeKind k);
 const char* LinkKindName(LinkKind k);
@@ -92,9 +123,12 @@ class Fabric {
   // the line of `source` that declared it for a host without a network
   // uplink (when there are several hosts), hosts that share no connected
   // part of the fabric (a tier with no path) or a link of zero bandwidth.
+  // Refuses, first, more GPUs than kMaxFabricGpus (naming `source`).
+  // `progress`, when given, is called as the routing table is computed
+  // (done of total ToRs): seconds at 100,000 GPUs.
   // What is merely unusual (mixed link speeds within a tier, oversubscribed
   // ToRs, hosts with different NIC counts) is added to warnings().
-  absl::Status Finalize();
+  absl::Status Finalize(const BuildProgress& progress = nullptr);
 
   // --- reading -------------------------------------------------------------
   const std::vector<FabricNode>& nodes() const { return nodes_; }

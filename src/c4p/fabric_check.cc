@@ -6,8 +6,10 @@
 // rail through its own GPU's NIC), and hosts that share no connected part of
 // the fabric (a ToR without uplinks, tiers with no path between them).
 // Refused too: a host or switch name that is not UTF-8 (they are written
-// into JSON), and two nodes of one name; text quoted in a warning is
-// escaped.
+// into JSON), holds a control character or is longer than kMaxNameBytes
+// (a host) or kMaxNodeNameBytes (NameProblem), and two nodes of one name;
+// text quoted in a warning is escaped. So is a fabric of more than
+// kMaxFabricGpus GPUs (Finalize).
 // Refused: a GPU that NVLink does not join to its host's others and that
 // has no NIC (or whose NIC cannot reach theirs).
 // Warned: a GPU without an NVLink to its host's NVSwitch (its traffic to
@@ -102,6 +104,28 @@ bool IsUtf8(absl::string_view s) {
 
 }  // namespace
 
+std::string NameProblem(absl::string_view name, size_t max_bytes) {
+  if (name.size() > max_bytes) {
+    return absl::StrCat("is ", name.size(), " bytes long: a name is at most ",
+                        max_bytes, " bytes");
+  }
+  if (!IsUtf8(name)) return "is not valid UTF-8";
+  for (char c : name) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7F) {
+      return absl::StrFormat(
+          "holds the control character 0x%02X: a name is printable text", u);
+    }
+  }
+  return "";
+}
+
+std::string QuotedName(absl::string_view name) {
+  constexpr size_t kShown = 64;
+  return absl::StrCat("'", absl::CHexEscape(name.substr(0, kShown)),
+                      name.size() > kShown ? "'..." : "'");
+}
+
 absl::Status Fabric::CheckText() {
   // Text quoted from the file (a node description in a warning, the path)
   // goes into JSON too: escaped where it is not UTF-8.
@@ -110,16 +134,17 @@ absl::Status Fabric::CheckText() {
     if (!IsUtf8(w)) w = absl::CHexEscape(w);
   }
   for (const FabricHost& h : hosts_) {
-    if (IsUtf8(h.name)) continue;
-    return absl::InvalidArgumentError(
-        absl::StrCat(Where(h.source_line), "host name '",
-                     absl::CHexEscape(h.name), "' is not valid UTF-8"));
+    const std::string why = NameProblem(h.name);
+    if (why.empty()) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(h.source_line), "host name ", QuotedName(h.name), " ", why));
   }
   for (const FabricNode& n : nodes_) {
-    if (IsUtf8(n.name)) continue;
+    const std::string why = NameProblem(n.name, kMaxNodeNameBytes);
+    if (why.empty()) continue;
     return absl::InvalidArgumentError(
-        absl::StrCat(Where(n.source_line), "switch name '",
-                     absl::CHexEscape(n.name), "' is not valid UTF-8"));
+        absl::StrCat(Where(n.source_line), NodeKindName(n.kind), " name ",
+                     QuotedName(n.name), " ", why));
   }
   if (same_name_ >= 0) {
     const FabricNode& again = nodes_[same_name_];
@@ -150,7 +175,7 @@ absl::Status Fabric::Check() {
           Where(links_[l].source_line), "link ", LinkName(static_cast<int>(l)),
           " has a bandwidth of inf Gbps: a speed is a finite number"));
     }
-    if (links_[l].nominal_gbps < kMinLinkGbps) {
+    if (!IsLinkSpeed(links_[l].nominal_gbps)) {
       // Before, 1e-300Gbps was planned (a typo, or a unit mixed up).
       return absl::InvalidArgumentError(
           absl::StrCat(Where(links_[l].source_line), "link ",

@@ -319,6 +319,14 @@ absl::Status CheckClosOptions(const ClosCsvOptions& o) {
           "; the largest switches have ", kMaxSwitchPorts, " ports)"));
     }
   }
+  if (int64_t{o.aggs_per_pod} * o.cores_per_agg > kMaxCoreSwitches) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--aggs-per-pod ", o.aggs_per_pod, " x --cores-per-agg ",
+        o.cores_per_agg, " = ", int64_t{o.aggs_per_pod} * o.cores_per_agg,
+        " core switches: at most ", kMaxCoreSwitches,
+        " (8x what a non-blocking fabric of ", kMaxFabricGpus,
+        " GPUs needs with 64-port switches)"));
+  }
   for (const auto& [flag, gbps] :
        {std::pair<const char*, double>{"--nic-gbps", o.nic_gbps},
         {"--tor-uplink-gbps", o.tor_uplink_gbps},
@@ -332,15 +340,43 @@ absl::Status CheckClosOptions(const ClosCsvOptions& o) {
   return absl::OkStatus();
 }
 
+// InvalidArgument naming the file for a fabric the planner cannot take:
+// more than kMaxFabricGpus GPUs, or more cables or routes than
+// CheckBuildSize allows. Before, 20,000 hosts ran a minute and more.
+absl::Status CheckClosSize(const ClosRows& in, const ClosTree& tree,
+                           const ClosCsvOptions& o, const std::string& source) {
+  const int64_t hosts = static_cast<int64_t>(in.rows.size());
+  const int64_t gpus = hosts * o.gpus_per_host;
+  if (gpus > kMaxFabricGpus) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": ", hosts, " hosts x ", o.gpus_per_host, " GPUs = ", gpus,
+        " GPUs: the planner takes at most ", kMaxFabricGpus,
+        " (2^17; more takes minutes and gigabytes to plan)"));
+  }
+  const int64_t tors = static_cast<int64_t>(tree.tor_name.size());
+  const int64_t pods = static_cast<int64_t>(tree.pod_name.size());
+  const int64_t aggs = int64_t{o.aggs_per_pod};
+  const int64_t cores = aggs * o.cores_per_agg;
+  const int64_t nodes = gpus + hosts + tors + pods * aggs + cores;
+  return CheckBuildSize(
+      absl::StrCat(source, ": ", hosts, " hosts, ", tors, " ToRs and ", pods,
+                   " pods of ", aggs, " aggs with ", o.cores_per_agg,
+                   " uplinks each"),
+      2 * gpus + tors * aggs + pods * cores, tors * nodes,
+      "fewer --aggs-per-pod or --cores-per-agg");
+}
+
 }  // namespace
 
 absl::StatusOr<Fabric> ParseClosCsv(const std::string& text,
                                     const std::string& source,
-                                    const ClosCsvOptions& o) {
+                                    const ClosCsvOptions& o,
+                                    const BuildProgress& progress) {
   if (absl::Status s = CheckClosOptions(o); !s.ok()) return s;
   absl::StatusOr<ClosRows> in = ReadClosRows(text, source);
   if (!in.ok()) return in.status();
   const ClosTree tree = BuildTree(*in);
+  if (absl::Status s = CheckClosSize(*in, tree, o, source); !s.ok()) return s;
   Fabric fab;
   fab.source = source;
   std::map<ClosTree::Tor, int> tors = AddClosSwitches(tree, o, &fab);
@@ -363,7 +399,7 @@ absl::StatusOr<Fabric> ParseClosCsv(const std::string& text,
   for (const auto& [why, lines] : in->left_out) {
     fab.warnings().push_back(LeftOutWarning(source, why, lines));
   }
-  absl::Status s = fab.Finalize();
+  absl::Status s = fab.Finalize(progress);
   if (!s.ok()) return s;
   return fab;
 }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "src/c4p/fabric_io.h"
+#include "src/c4p/fabric_read_util.h"
 
 namespace pitstop::c4p {
 
@@ -172,14 +173,11 @@ absl::Status CheckGeneratorOptions(const GeneratorOptions& given) {
   return absl::OkStatus();
 }
 
-// Each key in range can still multiply into a fabric no run can hold:
-// InvalidArgument when its cables or its routing table (ToRs x nodes, two
-// bytes each) would pass kMaxCables or kMaxRouteEntries.
+// Each key in range can still multiply into a fabric no run can hold
+// (CheckBuildSize).
 absl::Status CheckGeneratedSize(const GeneratorOptions& o, int64_t tors,
                                 int64_t up, int64_t pods, int64_t agg_up,
                                 bool three) {
-  constexpr int64_t kMaxCables = int64_t{1} << 25;        // ~2.7 GB of links
-  constexpr int64_t kMaxRouteEntries = int64_t{1} << 31;  // 4 GiB
   const int64_t planes = o.planes;
   const int64_t hosts = o.gpus / o.gpus_per_host;
   const int64_t switches =
@@ -188,22 +186,19 @@ absl::Status CheckGeneratedSize(const GeneratorOptions& o, int64_t tors,
   const int64_t cables =
       int64_t{o.gpus} * (1 + planes) +
       planes * (tors * up + (three ? pods * up * agg_up : 0));
-  const int64_t routes = planes * tors * nodes;
-  if (cables <= kMaxCables && routes <= kMaxRouteEntries) {
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "generator: ", o.gpus, " GPUs in ", planes * tors, " ToRs of ",
-      o.hosts_per_tor, " hosts with ", up, " uplinks make ", cables,
-      " cables and a routing table of ", routes, " entries; at most ",
-      kMaxCables, " and ", kMaxRouteEntries,
-      " (fewer gpus, tor_uplinks, agg_uplinks or planes, more "
-      "hosts_per_tor or tors_per_pod)"));
+  return CheckBuildSize(
+      absl::StrCat("generator: ", o.gpus, " GPUs in ", planes * tors,
+                   " ToRs of ", o.hosts_per_tor, " hosts with ", up,
+                   " uplinks"),
+      cables, planes * tors * nodes,
+      "fewer gpus, tor_uplinks, agg_uplinks or planes, more hosts_per_tor or "
+      "tors_per_pod");
 }
 
 }  // namespace
 
-absl::StatusOr<Fabric> GenerateFabric(const GeneratorOptions& o) {
+absl::StatusOr<Fabric> GenerateFabric(const GeneratorOptions& o,
+                                      const BuildProgress& progress) {
   if (absl::Status s = CheckGeneratorOptions(o); !s.ok()) return s;
   const bool three = o.kind == GeneratorOptions::Kind::kThreeTier;
   const int hosts = o.gpus / o.gpus_per_host;
@@ -271,6 +266,7 @@ absl::StatusOr<Fabric> GenerateFabric(const GeneratorOptions& o) {
     }
   }
   for (int h = 0; h < hosts; ++h) {
+    if (progress) progress("generating hosts", h, hosts);
     const int host = fab.AddHost(absl::StrCat("host", h));
     const int nvs = fab.AddNvSwitch(host, absl::StrCat("host", h, "/nvswitch"));
     const int seg = h / o.hosts_per_tor;
@@ -293,7 +289,7 @@ absl::StatusOr<Fabric> GenerateFabric(const GeneratorOptions& o) {
       three ? absl::StrCat(", ", pods, " pods, ", up * agg_up * o.planes,
                            " cores")
             : absl::StrCat(", ", up * o.planes, " spines"));
-  absl::Status s = fab.Finalize();
+  absl::Status s = fab.Finalize(progress);
   if (!s.ok()) return s;
   return fab;
 }

@@ -1,6 +1,7 @@
 #include "src/c4p/fabric_io.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <map>
 #include <set>
@@ -17,10 +18,11 @@
 namespace pitstop::c4p {
 namespace {
 
+// A number ending in `suffix` ("400Gbps"; checked by the caller).
 bool ParseWithSuffix(absl::string_view text, absl::string_view suffix,
                      double* out) {
   if (!absl::ConsumeSuffix(&text, suffix)) return false;
-  return absl::SimpleAtod(text, out) && *out >= 0;
+  return absl::SimpleAtod(text, out);
 }
 
 // One link line, split into words: ends in [0, total_nodes).
@@ -36,8 +38,19 @@ absl::StatusOr<SimAiLink> ParseSimAiLink(const std::vector<std::string>& w,
     return LineError(source, line,
                      "expected '<src> <dst> <N>Gbps <N>ms <error_rate>'");
   }
-  if (w.size() > 4 && !absl::SimpleAtod(w[4], &l.error_rate)) {
-    return LineError(source, line, "bad error rate");
+  if (!(l.latency_ms >= 0) || !std::isfinite(l.latency_ms)) {
+    // Before: the generic "expected '<src> <dst> ...'" for -1ms.
+    return LineError(source, line,
+                     absl::StrCat("latency '", w[3],
+                                  "': a latency is a finite number of "
+                                  "ms, 0 or more"));
+  }
+  if (w.size() > 4 && (!absl::SimpleAtod(w[4], &l.error_rate) ||
+                       !(l.error_rate >= 0 && l.error_rate <= 1))) {
+    // Before, nan was taken.
+    return LineError(
+        source, line,
+        absl::StrCat("error rate '", w[4], "': a rate is a number in [0, 1]"));
   }
   for (int end : {l.src, l.dst}) {
     if (end < 0 || end >= total_nodes) {
@@ -47,6 +60,70 @@ absl::StatusOr<SimAiLink> ParseSimAiLink(const std::vector<std::string>& w,
     }
   }
   return l;
+}
+
+// The header's counts, each 0..INT_MAX (named when not: before, a count
+// that overflowed an int was an "unrecognised fabric format" and a
+// negative one "-5 GPUs do not fill servers"), and the GPUs they leave
+// (at most kMaxFabricGpus).
+absl::Status ParseSimAiHeader(const std::string& line,
+                              const std::string& source, SimAiFile* f) {
+  std::vector<std::string> head =
+      absl::StrSplit(line, ' ', absl::SkipWhitespace());
+  if (head.size() < 5) {
+    return LineError(source, 1,
+                     "expected '<nodes> <gpus_per_server> <nvswitches> "
+                     "<switches> <links> <gpu_type>'");
+  }
+  const std::pair<const char*, int*> counts[] = {
+      {"nodes", &f->total_nodes},
+      {"gpus_per_server", &f->gpus_per_server},
+      {"nvswitches", &f->nvswitches},
+      {"switches", &f->switches},
+      {"links", &f->declared_links}};
+  for (size_t i = 0; i < 5; ++i) {
+    if (!absl::SimpleAtoi(head[i], counts[i].second) || *counts[i].second < 0) {
+      return LineError(source, 1,
+                       absl::StrCat("<", counts[i].first, "> '", head[i],
+                                    "' is not a count (0..2147483647)"));
+    }
+  }
+  if (head.size() > 5) f->gpu_type = head[5];
+  f->gpus = f->total_nodes - f->nvswitches - f->switches;
+  if (f->gpus > kMaxFabricGpus) {
+    return LineError(
+        source, 1,
+        absl::StrCat(f->gpus, " GPUs: the planner takes at most ",
+                     kMaxFabricGpus,
+                     " (2^17; more takes minutes and gigabytes to plan)"));
+  }
+  return absl::OkStatus();
+}
+
+// The switch line (line 2): ids in [gpus, total_nodes), each once.
+absl::Status ParseSimAiSwitches(const std::string& line,
+                                const std::string& source, SimAiFile* fp) {
+  SimAiFile& f = *fp;
+  std::set<int> listed;
+  for (absl::string_view id :
+       absl::StrSplit(line, ' ', absl::SkipWhitespace())) {
+    int v = 0;
+    if (!absl::SimpleAtoi(id, &v) || v < f.gpus || v >= f.total_nodes) {
+      return LineError(source, 2,
+                       absl::StrCat("switch id '", id, "' is not in [", f.gpus,
+                                    ", ", f.total_nodes, ")"));
+    }
+    // Before, an id listed twice was taken: the NVSwitches are the first
+    // <nvswitches> ids, so a repeat pushed an NVSwitch among the ToRs.
+    if (!listed.insert(v).second) {
+      return LineError(source, 2,
+                       absl::StrCat("switch id ", v,
+                                    " is listed twice (each switch once, "
+                                    "the NVSwitches first)"));
+    }
+    f.switch_ids.push_back(v);
+  }
+  return absl::OkStatus();
 }
 
 // A SimAI file of 100k GPUs is ~10 MB; 256 MiB is far beyond any fabric
@@ -84,34 +161,22 @@ absl::StatusOr<SimAiFile> ParseSimAi(const std::string& text,
     return LineError(source, 1, "too short for a SimAI topology file");
   }
   SimAiFile f;
-  std::vector<std::string> head =
-      absl::StrSplit(lines[0], ' ', absl::SkipWhitespace());
-  if (head.size() < 5 || !absl::SimpleAtoi(head[0], &f.total_nodes) ||
-      !absl::SimpleAtoi(head[1], &f.gpus_per_server) ||
-      !absl::SimpleAtoi(head[2], &f.nvswitches) ||
-      !absl::SimpleAtoi(head[3], &f.switches) ||
-      !absl::SimpleAtoi(head[4], &f.declared_links)) {
-    return LineError(source, 1,
-                     "expected '<nodes> <gpus_per_server> <nvswitches> "
-                     "<switches> <links> <gpu_type>'");
+  if (absl::Status s = ParseSimAiHeader(lines[0], source, &f); !s.ok()) {
+    return s;
   }
-  if (head.size() > 5) f.gpu_type = head[5];
-  f.gpus = f.total_nodes - f.nvswitches - f.switches;
-  if (f.gpus_per_server <= 0 || f.gpus <= 0 || f.nvswitches < 0 ||
-      f.switches < 0 || f.gpus % f.gpus_per_server != 0) {
+  if (f.gpus <= 0) {
+    return LineError(
+        source, 1,
+        absl::StrCat(f.total_nodes, " nodes leave no GPUs after ", f.nvswitches,
+                     " NVSwitches and ", f.switches, " switches"));
+  }
+  if (f.gpus_per_server <= 0 || f.gpus % f.gpus_per_server != 0) {
     return LineError(source, 1,
                      absl::StrCat(f.gpus, " GPUs do not fill servers of ",
                                   f.gpus_per_server));
   }
-  for (absl::string_view id :
-       absl::StrSplit(lines[1], ' ', absl::SkipWhitespace())) {
-    int v = 0;
-    if (!absl::SimpleAtoi(id, &v) || v < f.gpus || v >= f.total_nodes) {
-      return LineError(source, 2,
-                       absl::StrCat("switch id '", id, "' is not in [", f.gpus,
-                                    ", ", f.total_nodes, ")"));
-    }
-    f.switch_ids.push_back(v);
+  if (absl::Status s = ParseSimAiSwitches(lines[1], source, &f); !s.ok()) {
+    return s;
   }
   std::map<std::pair<int, int>, int> cable_line;  // ends -> first line
   for (size_t i = 2; i < lines.size(); ++i) {
@@ -148,7 +213,8 @@ absl::StatusOr<SimAiFile> ParseSimAi(const std::string& text,
 }
 
 absl::StatusOr<Fabric> FabricFromSimAi(const SimAiFile& f,
-                                       const std::string& source) {
+                                       const std::string& source,
+                                       const BuildProgress& progress) {
   Fabric fab;
   fab.source = source;
   const int hosts = f.gpus / f.gpus_per_server;
@@ -253,7 +319,7 @@ absl::StatusOr<Fabric> FabricFromSimAi(const SimAiFile& f,
         source, ":2: ", unreached.size(),
         " switch id(s) without a cable, left out (first: ", unreached[0], ")"));
   }
-  absl::Status s = fab.Finalize();
+  absl::Status s = fab.Finalize(progress);
   if (!s.ok()) return s;
   return fab;
 }
@@ -280,8 +346,13 @@ bool LooksLikeClosCsvHeader(const std::string& line) {
 bool LooksLikeSimAiHeader(const std::string& line) {
   std::vector<std::string> head =
       absl::StrSplit(line, ' ', absl::SkipWhitespace());
-  int n = 0;
-  return !head.empty() && absl::SimpleAtoi(head[0], &n);
+  // Digits, with a sign: a count too large for an int, or negative, is
+  // still SimAI's header (and its reader says what is wrong with it).
+  absl::string_view first;
+  if (!head.empty()) first = head[0];
+  absl::ConsumePrefix(&first, "-");
+  return !first.empty() &&
+         std::all_of(first.begin(), first.end(), absl::ascii_isdigit);
 }
 
 // A fabric of another format than ibnetdiscover output, and a host map
@@ -331,11 +402,18 @@ absl::Status RefuseEmptyOrCompressed(const std::string& text,
   return absl::OkStatus();
 }
 
-absl::StatusOr<Fabric> LoadFabricFile(const std::string& what,
+absl::StatusOr<Fabric> LoadFabricFile(const std::string& path,
                                       const ClosCsvOptions& csv_options,
-                                      const IbOptions& ib_options) {
+                                      const IbOptions& ib_options,
+                                      const BuildProgress& progress) {
+  // "-" and /dev/stdin read standard input, a pipe too (ReadRegularFile
+  // takes regular files only: before, `cat f | pitstop plan --topology
+  // /dev/stdin` was refused as a FIFO).
+  const bool in = path == "-" || path == "/dev/stdin";
+  const std::string what = in ? "<stdin>" : path;
   absl::StatusOr<std::string> text =
-      ReadRegularFile(what, "fabric", kMaxFabricFileBytes);
+      in ? ReadStdin(kMaxFabricFileBytes)
+         : ReadRegularFile(path, "fabric", kMaxFabricFileBytes);
   if (!text.ok()) return text.status();
   if (absl::Status s = RefuseUtf16(*text, what); !s.ok()) return s;
   // A UTF-8 byte order mark (spreadsheet exports write one) is not text.
@@ -347,8 +425,8 @@ absl::StatusOr<Fabric> LoadFabricFile(const std::string& what,
   // By content: the header names the columns in any order, whatever the
   // file is called; a .csv without it gets the CSV reader's error.
   if (absl::EndsWith(what, ".csv") || LooksLikeClosCsvHeader(first)) {
-    return WithUnusedHostMap(ParseClosCsv(*text, what, csv_options), what,
-                             ib_options);
+    return WithUnusedHostMap(ParseClosCsv(*text, what, csv_options, progress),
+                             what, ib_options);
   }
   if (LooksLikeIbnetdiscover(*text)) {
     IbHostMap hosts;
@@ -363,7 +441,7 @@ absl::StatusOr<Fabric> LoadFabricFile(const std::string& what,
     }
     absl::StatusOr<IbFile> ib = ParseIbnetdiscover(*text, what);
     if (!ib.ok()) return ib.status();
-    return FabricFromIbnetdiscover(*ib, what, hosts, ib_options);
+    return FabricFromIbnetdiscover(*ib, what, hosts, ib_options, progress);
   }
   if (!LooksLikeSimAiHeader(first)) {
     return LineError(what, 1,
@@ -371,20 +449,22 @@ absl::StatusOr<Fabric> LoadFabricFile(const std::string& what,
   }
   absl::StatusOr<SimAiFile> f = ParseSimAi(*text, what);
   if (!f.ok()) return f.status();
-  return WithUnusedHostMap(FabricFromSimAi(*f, what), what, ib_options);
+  return WithUnusedHostMap(FabricFromSimAi(*f, what, progress), what,
+                           ib_options);
 }
 
 }  // namespace
 
 absl::StatusOr<Fabric> LoadFabric(const std::string& what,
                                   const ClosCsvOptions& csv_options,
-                                  const IbOptions& ib_options) {
+                                  const IbOptions& ib_options,
+                                  const BuildProgress& progress) {
   if (absl::StartsWith(what, "gen:")) {
     absl::StatusOr<GeneratorOptions> g = ParseGeneratorSpec(what);
     if (!g.ok()) return g.status();
-    return WithUnusedHostMap(GenerateFabric(*g), what, ib_options);
+    return WithUnusedHostMap(GenerateFabric(*g, progress), what, ib_options);
   }
-  return LoadFabricFile(what, csv_options, ib_options);
+  return LoadFabricFile(what, csv_options, ib_options, progress);
 }
 
 }  // namespace pitstop::c4p

@@ -57,7 +57,8 @@ struct SimAiFile {
 absl::StatusOr<SimAiFile> ParseSimAi(const std::string& text,
                                      const std::string& source);
 absl::StatusOr<Fabric> FabricFromSimAi(const SimAiFile& file,
-                                       const std::string& source);
+                                       const std::string& source,
+                                       const BuildProgress& progress = nullptr);
 
 // The most GPUs (= NICs) a host may have: GB200 NVL72's NVLink domain.
 // More is a typo, and ran for minutes before it was refused.
@@ -66,9 +67,13 @@ inline constexpr int kMaxGpusPerHost = 72;
 // uplink counts the CSV flags and gen: keys assume. Before, 1,000,000 ran
 // for minutes and 2147483647 aborted on std::bad_alloc.
 inline constexpr int kMaxSwitchPorts = 512;
-// The most GPUs a generated fabric has (2^17): planning more takes minutes
-// and gigabytes (the routing table is ToRs x nodes).
-inline constexpr int kMaxGeneratedGpus = 131072;
+// The most GPUs a generated fabric has: kMaxFabricGpus (fabric.h).
+inline constexpr int kMaxGeneratedGpus = kMaxFabricGpus;
+// The most core switches a three-tier CSV's flags may make
+// (--aggs-per-pod x --cores-per-agg): 8x what a non-blocking fabric of
+// kMaxFabricGpus GPUs needs with 64-port switches (131072 / 64 = 2048).
+// Before, 512 x 512 ran for a minute and more without a word.
+inline constexpr int kMaxCoreSwitches = 16384;
 
 struct ClosCsvOptions {
   int gpus_per_host = 8;  // one NIC per GPU; 1..kMaxGpusPerHost
@@ -81,7 +86,8 @@ struct ClosCsvOptions {
 };
 absl::StatusOr<Fabric> ParseClosCsv(const std::string& text,
                                     const std::string& source,
-                                    const ClosCsvOptions& options);
+                                    const ClosCsvOptions& options,
+                                    const BuildProgress& progress = nullptr);
 
 // Generated fabrics. Defaults are non-blocking (a ToR has as many uplinks as
 // NIC ports below it, at the NIC speed).
@@ -111,13 +117,17 @@ absl::StatusOr<GeneratorOptions> ParseGeneratorSpec(const std::string& spec);
 // The spec's keys with GeneratorOptions' defaults, for help text (before,
 // `pitstop plan --help` wrote its own and showed tors_per_pod=16 for 64).
 std::string GeneratorSpecHelp();
-absl::StatusOr<Fabric> GenerateFabric(const GeneratorOptions& options);
+absl::StatusOr<Fabric> GenerateFabric(const GeneratorOptions& options,
+                                      const BuildProgress& progress = nullptr);
 
 // `what` is a "gen:" spec, a .csv file (or one whose first line starts with
-// "ip,"), ibnetdiscover output (ibnetdiscover.h) or a SimAI file.
+// "ip,"), ibnetdiscover output (ibnetdiscover.h) or a SimAI file; "-" or
+// "/dev/stdin" reads one from standard input (a pipe too), named "<stdin>".
+// `progress`: Fabric::Finalize's.
 absl::StatusOr<Fabric> LoadFabric(const std::string& what,
                                   const ClosCsvOptions& csv_options,
-                                  const IbOptions& ib_options = {});
+                                  const IbOptions& ib_options = {},
+                                  const BuildProgress& progress = nullptr);
 
 }  // namespace pitstop::c4p
 

@@ -1,6 +1,10 @@
 #include "src/c4p/fabric_read_util.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +16,37 @@ absl::Status LineError(const std::string& source, int line,
                        const std::string& what) {
   return absl::InvalidArgumentError(
       absl::StrCat(source, ":", line, ": ", what));
+}
+
+absl::Status CheckBuildSize(const std::string& what, int64_t cables,
+                            int64_t routes, const std::string& advice) {
+  if (cables <= kMaxCables && routes <= kMaxRouteEntries) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " make ", cables, " cables and a routing table of ",
+                   routes, " entries; at most ", kMaxCables, " and ",
+                   kMaxRouteEntries, " (", advice, ")"));
+}
+
+// Standard input, at most `max` bytes (a pipe: `--topology -`).
+absl::StatusOr<std::string> ReadStdin(uint64_t max) {
+  std::string text;
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(STDIN_FILENO, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fabric: standard input: ", std::strerror(errno)));
+    }
+    if (n == 0) return text;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > max) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fabric: standard input: larger than ", max, " bytes"));
+    }
+  }
 }
 
 absl::Status RefuseUtf16(const std::string& text, const std::string& source) {

@@ -4,6 +4,7 @@
 #ifndef PITSTOP_SRC_C4P_FABRIC_READ_UTIL_H_
 #define PITSTOP_SRC_C4P_FABRIC_READ_UTIL_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,23 @@
 #include "absl/strings/string_view.h"
 
 namespace pitstop::c4p {
+
+// The most cables a fabric may be built with (~2.7 GB of links), and the
+// most entries of its routing table (ToRs x nodes, two bytes each: 4 GiB).
+inline constexpr int64_t kMaxCables = int64_t{1} << 25;
+inline constexpr int64_t kMaxRouteEntries = int64_t{1} << 31;
+
+// InvalidArgument "<what> make <cables> cables and a routing table of
+// <routes> entries; at most ... (<advice>)" when a fabric about to be built
+// would pass kMaxCables or kMaxRouteEntries: counts each in range can
+// multiply into a fabric no run can hold (before, minutes of silence).
+absl::Status CheckBuildSize(const std::string& what, int64_t cables,
+                            int64_t routes, const std::string& advice);
+
+// Standard input to its end, at most `max` bytes (a pipe too:
+// `--topology -`); InvalidArgument naming standard input beyond or on a
+// read error.
+absl::StatusOr<std::string> ReadStdin(uint64_t max);
 
 // InvalidArgument "source:line: what".
 absl::Status LineError(const std::string& source, int line,

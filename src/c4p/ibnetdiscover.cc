@@ -253,6 +253,12 @@ absl::StatusOr<IbHostMap> ParseIbHostMap(const std::string& text,
     if (w.size() != 2 || !ParseGuid(w[0], &guid)) {
       return LineError(source, line, "expected '<guid> <host>'");
     }
+    // Checked here, naming this file: before, the fabric check blamed the
+    // fabric file's line of the HCA.
+    if (const std::string why = NameProblem(w[1]); !why.empty()) {
+      return LineError(source, line,
+                       absl::StrCat("host name ", QuotedName(w[1]), " ", why));
+    }
     IbHostEntry e{std::string(w[1]), absl::StrCat(source, ":", line), line};
     auto [it, fresh] = out.emplace(guid, e);
     if (!fresh && it->second.host != e.host) {

@@ -86,10 +86,9 @@ struct IbOptions {
 // host node018). Switches linked to an HCA are ToRs, the tier above spines,
 // above that core; link capacity is the data rate of the trained width and
 // speed. Routers are left out (warned).
-absl::StatusOr<Fabric> FabricFromIbnetdiscover(const IbFile& file,
-                                               const std::string& source,
-                                               const IbHostMap& hosts,
-                                               const IbOptions& options);
+absl::StatusOr<Fabric> FabricFromIbnetdiscover(
+    const IbFile& file, const std::string& source, const IbHostMap& hosts,
+    const IbOptions& options, const BuildProgress& progress = nullptr);
 
 // Whether `text` looks like ibnetdiscover output (its first line that is not
 // blank or a comment is a block line).

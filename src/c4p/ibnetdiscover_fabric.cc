@@ -310,7 +310,8 @@ void WarnLeftOut(const IbFile& f, const std::string& source, int unreached,
 absl::StatusOr<Fabric> FabricFromIbnetdiscover(const IbFile& f,
                                                const std::string& source,
                                                const IbHostMap& map,
-                                               const IbOptions& o) {
+                                               const IbOptions& o,
+                                               const BuildProgress& progress) {
   if (!IsLinkSpeed(o.nvlink_gbps)) {
     // Named as `pitstop plan` takes it (before, 1e-300 was planned).
     return absl::InvalidArgumentError(
@@ -342,7 +343,7 @@ absl::StatusOr<Fabric> FabricFromIbnetdiscover(const IbFile& f,
   fab.assumptions().push_back(
       "link capacity is the data rate of its trained width and speed "
       "(4xEDR 100 Gbps, 4xDDR 16, 4xHDR 200, 4xNDR 400)");
-  absl::Status s = fab.Finalize();
+  absl::Status s = fab.Finalize(progress);
   if (!s.ok()) return s;
   return fab;
 }

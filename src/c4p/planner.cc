@@ -4,6 +4,7 @@
 #include <chrono>
 #include <limits>
 #include <numeric>
+#include <utility>
 
 #include "src/c4p/bound.h"
 
@@ -59,7 +60,7 @@ bool WholeConnections(const std::vector<Flow>& flows, std::vector<Flow>* whole,
 
 Planner::Planner(const Fabric* fabric, const std::vector<Flow>* flows,
                  PlannerOptions options)
-    : fabric_(fabric), flows_(flows), options_(options) {
+    : fabric_(fabric), flows_(flows), options_(std::move(options)) {
   load_.assign(fabric_->links().size(), 0);
   stamp_.assign(fabric_->nodes().size(), 0);
   memo_.assign(fabric_->nodes().size(), Cost{});
@@ -284,9 +285,12 @@ FlowPlan Planner::Plan(uint64_t epoch) {
   });
   phases_ = PhaseTimes{};
   auto t = std::chrono::steady_clock::now();
-  for (int i : order) {
+  for (size_t k = 0; k < order.size(); ++k) {
+    const int i = order[k];
     Route(flows[i], &plan.paths[i]);
     Add(plan.paths[i], flows[i].bytes, +1);
+    Report("routing flows", static_cast<int>(k) + 1,
+           static_cast<int>(order.size()));
   }
   Improve(&plan);
   phases_.greedy_ms = Lap(&t);
@@ -333,10 +337,14 @@ FlowPlan Planner::PlanByConnection(uint64_t epoch,
 
 int Planner::PinAll(FlowPlan* plan) const {
   int pinned = 0;
+  const int total = static_cast<int>(flows_->size());
+  int done = 0;
   for (const Flow& f : *flows_) {
-    if (!f.network) continue;
-    Pin(f, &plan->paths[f.id]);
-    if (plan->paths[f.id].src_port != 0) ++pinned;
+    if (f.network) {
+      Pin(f, &plan->paths[f.id]);
+      if (plan->paths[f.id].src_port != 0) ++pinned;
+    }
+    Report("pinning source ports", ++done, total);
   }
   return pinned;
 }

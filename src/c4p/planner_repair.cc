@@ -91,6 +91,7 @@ void Planner::Repair(FlowPlan* plan) {
   // oversubscribed fabric) costs little; deterministic unlike a time limit.
   int work = options_.repair_work;
   for (int round = 0; round < options_.repair_rounds && work > 0; ++round) {
+    Report("repair rounds", round, options_.repair_rounds);
     std::vector<int> over;
     for (size_t l = 0; l < load_.size(); ++l) {
       if (load_[l] > 0 && fabric_->link(l).kind != LinkKind::kNvLink &&
@@ -124,6 +125,7 @@ void Planner::Negotiate(FlowPlan* plan) {
   PlannedPath alt;
   for (int round = 0; round < options_.negotiate_rounds && best_max > goal;
        ++round) {
+    Report("negotiation rounds", round, options_.negotiate_rounds);
     std::vector<char> over(load_.size(), 0);
     for (size_t l = 0; l < load_.size(); ++l) {
       if (load_[l] > 0 && Time(static_cast<int>(l), 0) > goal) over[l] = 1;

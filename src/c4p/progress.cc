@@ -15,10 +15,12 @@ ProgressLine::ProgressLine(const Clock* clock, std::ostream* out,
 void ProgressLine::Update(absl::string_view what, int done, int total) {
   const int64_t now = clock_->MonotonicNanos();
   if (now - start_ns_ < quiet_ns_) return;
-  const bool due = last_ns_ < 0 || now - last_ns_ >= every_ns_;
+  const bool due =
+      last_ns_ < 0 || now - last_ns_ >= every_ns_ || what != last_what_;
   const bool ends = last_ns_ >= 0 && done == total;
   if (!due && !ends) return;
   last_ns_ = now;
+  last_what_ = std::string(what);
   *out_ << absl::StrFormat("%s: %d/%d (%.0f s)\n", what, done, total,
                            (now - start_ns_) / 1e9)
         << std::flush;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <ostream>
+#include <string>
 
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -15,7 +16,9 @@ namespace pitstop::c4p {
 
 // Thread-compatible. Prints nothing until `quiet` has passed since it was
 // made; then a line at the first Update, at most one per `every` after
-// that, and the last step of a task it printed (so a reader sees it end).
+// that, the first step of each new task (`what` other than the last
+// line's: a reader sees the phase change) and the last step of a task once
+// anything was printed (so a reader sees it end).
 class ProgressLine {
  public:
   ProgressLine(const Clock* clock, std::ostream* out,
@@ -32,7 +35,8 @@ class ProgressLine {
   int64_t start_ns_;
   int64_t quiet_ns_;
   int64_t every_ns_;
-  int64_t last_ns_ = -1;  // when it last printed; -1: never
+  int64_t last_ns_ = -1;   // when it last printed; -1: never
+  std::string last_what_;  // the task of the last line printed
 };
 
 }  // namespace pitstop::c4p

@@ -1,5 +1,7 @@
 #include "src/c4p/qps_auto.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -13,6 +15,21 @@ double BoundRecovery(const EvalReport& r) {
 }
 
 std::string Pct(double x) { return absl::StrFormat("%.0f%%", 100 * x); }
+
+// The final evaluation degrades each link once, by the share the first
+// left it: warnings of the first about the flags (a link degraded twice)
+// are carried over. Before, they were lost whenever more than 1 QP won.
+absl::StatusOr<EvalReport> WithFirstWarnings(absl::StatusOr<EvalReport> r,
+                                             const EvalReport& first) {
+  if (!r.ok()) return r;
+  for (const std::string& w : first.warnings) {
+    if (std::find(r->warnings.begin(), r->warnings.end(), w) ==
+        r->warnings.end()) {
+      r->warnings.push_back(w);
+    }
+  }
+  return r;
+}
 
 }  // namespace
 
@@ -89,7 +106,7 @@ absl::StatusOr<EvalReport> EvaluateAutoQps(Fabric* fabric, const EvalOptions& o,
       ")");
   fabric->ResetCapacities();
   full.ring.qps_per_connection = best_q;
-  return Evaluate(fabric, full);
+  return WithFirstWarnings(Evaluate(fabric, full), *first);
 }
 
 }  // namespace pitstop::c4p

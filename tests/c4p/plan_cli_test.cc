@@ -4,10 +4,8 @@
 #include <sys/wait.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -16,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/c4p/fabric_io.h"
+#include "tests/c4p/plan_cli_util.h"
 #include "tests/c4p/tiny_simai.h"
 #include "tests/harness/run_command.h"
 
@@ -26,23 +25,6 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 using ::pitstop::harness::RunCommand;
-
-// The built binary at `path` under the build tree, or "" outside ctest.
-std::string Binary(const std::string& path) {
-  const char* bin_dir = std::getenv("PITSTOP_BINARY_DIR");
-  return bin_dir == nullptr ? "" : std::string(bin_dir) + "/" + path;
-}
-
-std::string TempDir() {
-  std::string dir = (std::filesystem::temp_directory_path() /
-                     ("pst-plan-cli-" + std::to_string(::getpid())))
-                        .string();
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
-// Two hosts of 8 GPUs on a rail-optimised leaf/spine: quick to evaluate.
-constexpr char kSmall[] = "gen:leafspine,gpus=16";
 
 // Before, several flags showed no default at all (the CSV's assumed
 // speeds, the placement, the QP choice, the ECMP seeds and hash).
@@ -251,10 +233,7 @@ TEST(PlanCliTest, PlanOutThatIsTheInputIsRefused) {
                 HasSubstr("--plan-out " + path + ": is the input file " + topo))
         << out;
   }
-  std::ifstream in(topo);
-  const std::string after((std::istreambuf_iterator<char>(in)),
-                          std::istreambuf_iterator<char>());
-  EXPECT_EQ(after, text) << "the fabric file was overwritten";
+  EXPECT_EQ(ReadAll(topo), text) << "the fabric file was overwritten";
 }
 
 // Before, src_nic and dst_nic held the GPU's name ("host0/gpu3"), which

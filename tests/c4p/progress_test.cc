@@ -41,5 +41,19 @@ TEST(ProgressLineTest, AQuickRunNeverPrintsItsEnd) {
   EXPECT_EQ(out.str(), "");
 }
 
+// Before, a phase that began within 5 s of the last line was not shown
+// until its own 5 s passed (a minute-long run's phases went unseen).
+TEST(ProgressLineTest, ANewTaskIsShownAtOnce) {
+  FakeClock clock;
+  std::ostringstream out;
+  ProgressLine progress(&clock, &out);
+  clock.Advance(absl::Seconds(3));
+  progress.Update("fabric", 8192, 8192);
+  clock.Advance(absl::Seconds(1));
+  progress.Update("planning", 1, 100);
+  progress.Update("planning", 2, 100);
+  EXPECT_EQ(out.str(), "fabric: 8192/8192 (3 s)\nplanning: 1/100 (4 s)\n");
+}
+
 }  // namespace
 }  // namespace pitstop::c4p

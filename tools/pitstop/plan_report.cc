@@ -1,15 +1,15 @@
 // What `pitstop plan` writes (plan_report.h).
 #include "tools/pitstop/plan_report.h"
 
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
+#include <algorithm>
+#include <cmath>
 #include <iostream>
-#include <system_error>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "tools/pitstop/plan_out.h"
 
 namespace pitstop::tool {
 namespace {
@@ -30,13 +30,38 @@ nlohmann::json EvaluationJson(const c4p::Evaluation& e) {
           {"bound", StrategyJson(e.bound, false)}};
 }
 
-// "--plan-out PATH: cannot write it: <why>", errno's reason just after the
-// failed open or write.
-absl::Status CannotWrite(const std::string& path) {
-  const int err = errno;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--plan-out ", path,
-      ": cannot write it: ", err != 0 ? std::strerror(err) : "write failed"));
+// `v` with `prec` decimals, right-aligned in `width`, or "n/a" when it is
+// not a finite number (a speed bound keeps times finite; before, a ratio
+// of two zeros printed "-nan").
+std::string Num(double v, int width, int prec) {
+  if (std::isfinite(v)) return absl::StrFormat("%*.*f", width, prec, v);
+  return absl::StrFormat("%*s", width, std::isnan(v) ? "n/a" : "inf");
+}
+
+// A completion time in `width` (with its unit), "never" when infinite.
+std::string Seconds(double t, int width) {
+  if (std::isinf(t) && t > 0) return absl::StrFormat("%*s", width, "never");
+  return Num(t, width - 1, 4) + "s";
+}
+
+// a / b, "n/a" where b is 0.
+double Ratio(double a, double b) {
+  return b > 0 ? a / b : std::numeric_limits<double>::quiet_NaN();
+}
+
+// The degraded links for the table's title: all of them up to kShown, else
+// the first kShown and how many more (before, --degrade tor72=0.25 printed
+// 128 links on one line; -o json lists them all).
+std::string DegradedTitle(const std::vector<std::string>& links) {
+  constexpr size_t kShown = 6;
+  std::vector<std::string> shown(
+      links.begin(), links.begin() + std::min(links.size(), kShown));
+  std::string title = absl::StrCat("degraded: ", absl::StrJoin(shown, ", "));
+  if (links.size() > kShown) {
+    absl::StrAppend(&title, ", ... (", links.size(),
+                    " links; -o json lists them all)");
+  }
+  return title;
 }
 
 }  // namespace
@@ -105,33 +130,31 @@ void PrintTable(const c4p::EvalReport& r, const c4p::QpsChoice& qps) {
     std::cout << "\n" << title << "\n";
     std::cout << absl::StrFormat("  %-28s %12s %14s\n", "", "completion",
                                  "max link util");
-    std::cout << absl::StrFormat(
-        "  %-28s %11.4fs %14.2f\n",
-        absl::StrCat("ECMP p50 (", r.seeds, " seeds, ", r.hash, ")"),
+    auto row = [](const std::string& name, double t, double util) {
+      std::cout << absl::StrFormat("  %-28s %s", name, Seconds(t, 12))
+                << (util >= 0 ? " " + Num(util, 14, 2) : "") << "\n";
+    };
+    row(absl::StrCat("ECMP p50 (", r.seeds, " seeds, ", r.hash, ")"),
         e.ecmp.completion_s_p50, e.ecmp.max_link_util);
-    std::cout << absl::StrFormat("  %-28s %11.4fs\n", "ECMP p99",
-                                 e.ecmp.completion_s_p99);
-    std::cout << absl::StrFormat("  %-28s %11.4fs %14.2f\n", "planned",
-                                 e.planned.completion_s,
-                                 e.planned.max_link_util);
-    std::cout << absl::StrFormat("  %-28s %11.4fs %14.2f\n",
-                                 "bound (perfect spraying)",
-                                 e.bound.completion_s, e.bound.max_link_util);
+    row("ECMP p99", e.ecmp.completion_s_p99, -1);
+    row("planned", e.planned.completion_s, e.planned.max_link_util);
+    row("bound (perfect spraying)", e.bound.completion_s,
+        e.bound.max_link_util);
     std::cout << absl::StrFormat(
-        "  planned vs bound %.3fx, ECMP p99 / planned %.2fx, ECMP p50 / "
-        "planned %.2fx\n",
-        e.planned.completion_s / e.bound.completion_s,
-        e.ecmp.completion_s_p99 / e.planned.completion_s,
-        e.ecmp.completion_s_p50 / e.planned.completion_s);
+        "  planned vs bound %sx, ECMP p99 / planned %sx, ECMP p50 / "
+        "planned %sx\n",
+        Num(Ratio(e.planned.completion_s, e.bound.completion_s), 0, 3),
+        Num(Ratio(e.ecmp.completion_s_p99, e.planned.completion_s), 0, 2),
+        Num(Ratio(e.ecmp.completion_s_p50, e.planned.completion_s), 0, 2));
+    if (std::isinf(e.ecmp.completion_s_p99)) {
+      std::cout << "  ECMP never completes: it keeps flows on a link that is "
+                   "down (a NIC's only port); NCCL does not move them\n";
+    }
   };
   print(r.healthy,
         absl::StrFormat("healthy (plan computed in %.1f ms)", r.plan_ms));
   if (r.degraded) {
-    std::string links;
-    for (const std::string& l : r.degraded_links) {
-      absl::StrAppend(&links, links.empty() ? "" : ", ", l);
-    }
-    print(r.after, "degraded: " + links);
+    print(r.after, DegradedTitle(r.degraded_links));
     std::cout << absl::StrFormat(
         "  re-plan: %d of %d network flows crossed the degraded link(s), %d "
         "moved (%.2f%%; %d of %d connections) in %.2f ms; recovers %.1f%% of "
@@ -142,32 +165,6 @@ void PrintTable(const c4p::EvalReport& r, const c4p::QpsChoice& qps) {
         100 * r.recovery);
   }
   std::cout << "\nQPs: " << qps.why << "\n";
-}
-
-absl::Status CheckPlanOut(const std::string& path,
-                          const std::vector<std::string>& inputs) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  for (const std::string& in : inputs) {
-    // equivalent() follows links: a link to the input is the input.
-    if (!in.empty() && fs::equivalent(path, in, ec)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--plan-out ", path, ": is the input file ", in,
-          " (the plan would overwrite it; give another file name)"));
-    }
-  }
-  if (fs::is_directory(path, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--plan-out ", path, ": is a directory (give a file name, e.g. ",
-        (fs::path(path) / "plan.json").string(), ")"));
-  }
-  const fs::path dir = fs::path(path).parent_path();
-  if (!dir.empty() && !fs::is_directory(dir, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--plan-out ", path, ": ", dir.string(),
-        fs::exists(dir, ec) ? " is not a directory" : " does not exist"));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status WritePlan(const c4p::Fabric& fabric, const c4p::EvalReport& r,
@@ -208,13 +205,9 @@ absl::Status WritePlan(const c4p::Fabric& fabric, const c4p::EvalReport& r,
                      {"path", links},
                      {"extra_qps", extra}});
   }
-  errno = 0;
-  std::ofstream out(path);
-  if (!out) return CannotWrite(path);
-  out << nlohmann::json{{"epoch", r.plan.epoch}, {"flows", flows}}.dump(1)
-      << "\n";
-  out.close();
-  return out ? absl::OkStatus() : CannotWrite(path);
+  return ReplaceFile(
+      path,
+      nlohmann::json{{"epoch", r.plan.epoch}, {"flows", flows}}.dump(1) + "\n");
 }
 
 }  // namespace pitstop::tool

@@ -21,18 +21,10 @@ nlohmann::json QpsJson(const c4p::QpsChoice& c);
 // The report as the default table, on stdout.
 void PrintTable(const c4p::EvalReport& r, const c4p::QpsChoice& qps);
 
-// InvalidArgument naming --plan-out when `path` is a directory or lies in
-// no directory, checked before the evaluation (which can take seconds):
-// before, a directory failed only after it, as "cannot write DIR" without
-// saying why.
-// Also refuses a `path` that is one of `inputs` (the fabric file, the
-// host map): the plan would have overwritten the file it was read from.
-absl::Status CheckPlanOut(const std::string& path,
-                          const std::vector<std::string>& inputs);
 // The plan's network flows with their NICs, UDP source ports and paths,
 // as JSON at `path`. Internal when a flow has no planned NIC pair (a bug:
 // Evaluate refuses such a job); InvalidArgument naming the reason when
-// the file cannot be written.
+// the file cannot be written (ReplaceFile, plan_out.h).
 absl::Status WritePlan(const c4p::Fabric& fabric, const c4p::EvalReport& r,
                        const std::string& path);
 
