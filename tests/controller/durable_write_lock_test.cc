@@ -88,6 +88,13 @@ class HeldDrainStore final : public FaultStore {
       const override {
     return s_->LoraPolicies();
   }
+  absl::Status SaveJobHosts(const v1::SetJobHostsRequest& n) override {
+    return s_->SaveJobHosts(n);
+  }
+  absl::StatusOr<std::map<std::string, v1::SetJobHostsRequest>> ScheduledHosts()
+      const override {
+    return s_->ScheduledHosts();
+  }
   absl::Status SaveMigration(const v1::Migration& m) override {
     return s_->SaveMigration(m);
   }
