@@ -4,8 +4,7 @@
 // restart left every job open to any host until named again. Also the
 // names and limits a naming is checked against (scheduled_hosts.h). The
 // etcd side (a new leader enforces them, a deposed leader's write is
-// refused) is in controller_ha_test (job_hosts_ha_test.cc).
-#include <unistd.h>
+// refused) is in controller_ha_test (ha/job_hosts_ha_test.cc).
 
 #include <filesystem>
 #include <memory>
@@ -20,6 +19,7 @@
 #include "src/controller/detect/scheduled_hosts.h"
 #include "src/controller/store/fault_store.h"
 #include "tests/controller/report_comm.h"
+#include "tests/controller/restart_fixture.h"
 
 namespace pitstop::controller {
 namespace {
@@ -29,27 +29,7 @@ using ::testing::HasSubstr;
 
 using testing::ReportComm;
 
-class JobHostsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("pitstop-job-hosts-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  // A controller (re)started on the same database file.
-  std::unique_ptr<Controller> Start() {
-    Controller::Options o;
-    o.clock = &clock_;
-    o.db_path = (dir_ / "pitstop.db").string();
-    auto core = Controller::Create(o);
-    EXPECT_TRUE(core.ok()) << core.status();
-    return core.ok() ? std::move(*core) : nullptr;
-  }
-  FakeClock clock_;
-  std::filesystem::path dir_;
-};
+class JobHostsTest : public testing::RestartFixture {};
 
 TEST_F(JobHostsTest, ARestartedControllerEnforcesTheNamedHosts) {
   {

@@ -7,17 +7,13 @@
 #include <memory>
 #include <string>
 
-#include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pitstop/leader_hint.h"
 #include "src/controller/controller.h"
-#include "src/controller/ha/etcd_client.h"
 #include "src/controller/ha/etcd_fault_store.h"
 #include "src/controller/ha/ha_controller.h"
-#include "src/controller/ha/leader_election.h"
-#include "tests/controller/ha/etcd_fixture.h"
+#include "tests/controller/ha/ha_fixture.h"
 #include "tests/controller/report_comm.h"
 
 namespace pitstop::controller::ha {
@@ -26,79 +22,14 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-// A leader's fence as it was: once deposed, a leader that has not noticed.
-class FrozenFence final : public WriteFence {
- public:
-  explicit FrozenFence(EtcdFence f) : fence_(std::move(f)) {}
-  EtcdFence Current() const override { return fence_; }
-  void Refused() override { ++refused_; }
-  int refused_ = 0;
-
- private:
-  EtcdFence fence_;
-};
-
-// Waits up to 20 s (CI machines are loaded) for `pred`.
-template <typename Pred>
-bool WaitFor(Pred pred) {
-  for (int i = 0; i < 400; ++i) {
-    if (pred()) return true;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return pred();
-}
-
-class JobHostsHaTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    const std::string bin = testing::FindEtcd();
-    if (bin.empty()) return;
-    etcd_ = new testing::EtcdProcess();
-    if (!etcd_->Start(bin, &start_error_)) {
-      delete etcd_;
-      etcd_ = nullptr;
-    }
-  }
-  static void TearDownTestSuite() {
-    delete etcd_;
-    etcd_ = nullptr;
-  }
-  void SetUp() override {
-    if (testing::FindEtcd().empty()) {
-      GTEST_SKIP() << "SKIPPED: etcd binary not found (install etcd-server "
-                      "via tools/install-deps.sh, or set PITSTOP_ETCD)";
-    }
-    ASSERT_NE(etcd_, nullptr) << start_error_;
-    prefix_ = absl::StrCat(
-        "/", ::testing::UnitTest::GetInstance()->current_test_info()->name(),
-        "/");
-  }
-  std::unique_ptr<EtcdClient> Client() {
-    auto c = EtcdClient::Create(
-        {.endpoints = etcd_->endpoint(), .timeout = absl::Seconds(2)});
-    EXPECT_TRUE(c.ok()) << c.status();
-    return std::move(*c);
-  }
-  static testing::EtcdProcess* etcd_;
-  static std::string start_error_;
-  std::string prefix_;
-};
-
-testing::EtcdProcess* JobHostsHaTest::etcd_ = nullptr;
-std::string JobHostsHaTest::start_error_;
-
-TEST_F(JobHostsHaTest,
-       AFollowerThatTakesOverEnforcesThemAndADeposedLeaderCannotWrite) {
+TEST_F(HaTest,
+       AFollowerThatTakesOverEnforcesJobHostsAndADeposedLeaderCannotWriteThem) {
   // A leads; its core writes through A's fence as it was.
   auto client_a = Client();
-  LeaderElection::Options lo;
-  lo.key = prefix_ + "leader";
-  lo.self = "a:1";
-  lo.ttl = absl::Seconds(2);
-  LeaderElection a(client_a.get(), lo);
-  a.Start();
-  ASSERT_TRUE(WaitFor([&] { return a.IsLeader(); }));
-  FrozenFence frozen(a.Fence());
+  auto a = Election(client_a.get(), "a:1");
+  a->Start();
+  ASSERT_TRUE(WaitFor([&] { return a->IsLeader(); }));
+  StaleFence frozen(a->Fence());
   Controller::Options oa;
   oa.open_store = [&]() -> absl::StatusOr<std::unique_ptr<FaultStore>> {
     return std::make_unique<EtcdFaultStore>(client_a.get(), &frozen, prefix_);
@@ -109,7 +40,7 @@ TEST_F(JobHostsHaTest,
   // B follows before the job is named: what it enforces later comes from
   // etcd when it takes over, not from its start.
   HaOptions ho;
-  ho.etcd_endpoints = etcd_->endpoint();
+  ho.etcd_endpoints = endpoint();
   ho.etcd_prefix = prefix_;
   auto ha_b = HaController::Create(ho, "127.0.0.1:7002");
   ASSERT_TRUE(ha_b.ok()) << ha_b.status();
@@ -129,8 +60,8 @@ TEST_F(JobHostsHaTest,
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;  // a follower names nothing
 
   // A pauses past its lease (revoked: the same, sooner); B takes over.
-  const EtcdFence a_fence = a.Fence();
-  a.Stop(/*resign=*/false);
+  const EtcdFence a_fence = a->Fence();
+  a->Stop(/*resign=*/false);
   ASSERT_TRUE(client_a->Revoke(a_fence.lease).ok());
   ASSERT_TRUE(WaitFor([&] {
     return (*core_b)->Status().role() == v1::CONTROLLER_ROLE_LEADER;
