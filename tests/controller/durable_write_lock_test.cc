@@ -1,7 +1,8 @@
 // Issue #15: a durable write (a drain's SQLite transaction, an fsync) does
 // not hold the controller's lock, so an agent batch is joined while the
-// write is still on its way to the disk. The store's SetDrain is held
-// open here; before round 6 the drain held the core's lock meanwhile and
+// write is still on its way to the disk. Issue #33 round 23: the same for
+// the scheduler's naming of a job's hosts, now stored. The store's SetDrain is
+// held open here; before round 6 the drain held the core's lock meanwhile and
 // the batch waited for it.
 #include <future>
 #include <memory>
@@ -11,11 +12,12 @@
 #include "pitstop/sync.h"
 #include "src/controller/controller.h"
 #include "src/controller/store/fault_store.h"
+#include "tests/controller/listed_comm.h"
 
 namespace pitstop::controller {
 namespace {
 
-// SQLite (":memory:") whose SetDrain waits until Release().
+// SQLite (":memory:") whose SetDrain and SaveJobHosts wait until Release().
 class HeldDrainStore final : public FaultStore {
  public:
   explicit HeldDrainStore(std::unique_ptr<FaultStore> s) : s_(std::move(s)) {}
@@ -30,11 +32,7 @@ class HeldDrainStore final : public FaultStore {
   }
   absl::Status SetDrain(absl::string_view host,
                         absl::string_view reason) override {
-    {
-      MutexLock l(&mu_);
-      entered_ = true;
-      while (!released_) cv_.Wait(&mu_);
-    }
+    Hold();
     return s_->SetDrain(host, reason);
   }
   absl::StatusOr<v1::Fault> Upsert(const v1::Fault& f, bool* i) override {
@@ -89,6 +87,7 @@ class HeldDrainStore final : public FaultStore {
     return s_->LoraPolicies();
   }
   absl::Status SaveJobHosts(const v1::SetJobHostsRequest& n) override {
+    Hold();
     return s_->SaveJobHosts(n);
   }
   absl::StatusOr<std::map<std::string, v1::SetJobHostsRequest>> ScheduledHosts()
@@ -110,6 +109,11 @@ class HeldDrainStore final : public FaultStore {
   const std::string& path() const override { return s_->path(); }
 
  private:
+  void Hold() {
+    MutexLock l(&mu_);
+    entered_ = true;
+    while (!released_) cv_.Wait(&mu_);
+  }
   std::unique_ptr<FaultStore> s_;
   Mutex mu_;
   CondVar cv_;
@@ -168,6 +172,51 @@ TEST(DurableWriteLockTest, ABatchIsJoinedWhileADrainIsBeingWritten) {
   ASSERT_TRUE(node.ok()) << node.status();
   EXPECT_EQ(node->state(), v1::NODE_STATE_DRAINED);
   EXPECT_EQ((*core)->ingest().Communicators("j").size(), 1u);
+}
+
+// Round 23: SetJobHosts stores the naming before it sets it, without the
+// lock batches need: a batch of another job is joined while the write is
+// held, and the naming takes effect once it is stored.
+TEST(DurableWriteLockTest, ABatchIsJoinedWhileAJobsHostsAreBeingWritten) {
+  HeldDrainStore* held = nullptr;
+  Controller::Options o;
+  o.open_store = [&held]() -> absl::StatusOr<std::unique_ptr<FaultStore>> {
+    auto s = FaultStore::Open(":memory:");
+    if (!s.ok()) return s.status();
+    auto w = std::make_unique<HeldDrainStore>(std::move(*s));
+    held = w.get();
+    return std::unique_ptr<FaultStore>(std::move(w));
+  };
+  auto core = Controller::Create(o);
+  ASSERT_TRUE(core.ok()) << core.status();
+  NullSink sink;
+  v1::NodeRegistration reg;
+  reg.set_host("n3");
+  auto session = (*core)->AgentConnected(reg, &sink);
+  ASSERT_TRUE(session.ok()) << session.status();
+  auto naming = std::async(std::launch::async, [&] {
+    return (*core)->ingest().SetJobHosts("good", {"n1", "n2"}, "slurm");
+  });
+  for (int i = 0; i < 6000 && !held->entered(); ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_TRUE(held->entered());
+  v1::ConnectRequest batch;
+  *batch.add_communicators() = testing::ListedComm(0xabc, "other", 0, 0, 2);
+  auto joined = std::async(
+      std::launch::async, [&] { return (*core)->AgentBatch(*session, batch); });
+  // Generous (a loaded CI machine): the batch needs microseconds.
+  const bool in_time =
+      joined.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  held->Release();
+  EXPECT_TRUE(in_time) << "the batch waited for the naming's store write";
+  EXPECT_TRUE(joined.get().ok());
+  auto named = naming.get();
+  ASSERT_TRUE(named.ok()) << named.status();
+  batch.clear_communicators();
+  *batch.add_communicators() = testing::ListedComm(0xabd, "good", 0, 0, 2);
+  EXPECT_TRUE(absl::IsPermissionDenied((*core)->AgentBatch(*session, batch)));
+  (*core)->AgentDisconnected(*session);
 }
 
 }  // namespace

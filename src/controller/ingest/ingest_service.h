@@ -13,9 +13,11 @@
 // (IngestLock): a batch never waits for the lock holder's work to end, only
 // for the step in progress. A cycle lets mu_ go between communicators and
 // while the detectors run on the engine's copy. policy_mu_ keeps policy and
-// job-host writes (held across the store write) and their effect in one order;
-// order: policy_mu_, then mu_. No other service's lock is taken under
-// either: a joined batch's parts for the other services run in its
+// job-host writes (held across the store write) and their effect in one
+// order; order: policy_mu_, then mu_ (SetJobHosts lets mu_ go once without
+// joining, as no completion may run under policy_mu_, and joins what queued
+// meanwhile when it lets mu_ go at its end). No other service's lock is taken
+// under either: a joined batch's parts for the other services run in its
 // completion, after mu_ is let go (AfterJoin).
 //
 // Threads: SubmitAgentBatch from agent streams' threads; RunCycle from the
