@@ -6,6 +6,7 @@
 // the batch waited for it.
 #include <future>
 #include <memory>
+#include <string>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -126,30 +127,59 @@ class NullSink : public CommandSink {
   void Send(const v1::ConnectResponse&) override {}
 };
 
-TEST(DurableWriteLockTest, ABatchIsJoinedWhileADrainIsBeingWritten) {
+// A controller on a HeldDrainStore with `host`'s agent connected (core
+// null on failure).
+struct HeldCore {
+  // Once the store holds a write: sends `batch`, waits for it (generous for
+  // a loaded CI machine: it needs microseconds), then lets the write go.
+  // Whether the batch was joined while the write was held; its status.
+  bool JoinedWhileHeld(const v1::ConnectRequest& batch, absl::Status* status) {
+    for (int i = 0; i < 6000 && !held->entered(); ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    EXPECT_TRUE(held->entered()) << "the write never reached the store";
+    auto joined = std::async(std::launch::async,
+                             [&] { return core->AgentBatch(session, batch); });
+    const bool in_time =
+        joined.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+    held->Release();
+    *status = joined.get();
+    return in_time;
+  }
   HeldDrainStore* held = nullptr;
+  std::unique_ptr<Controller> core;
+  uint64_t session = 0;
+};
+HeldCore StartHeld(const std::string& host, CommandSink* sink) {
+  HeldCore h;
   Controller::Options o;
-  o.open_store = [&held]() -> absl::StatusOr<std::unique_ptr<FaultStore>> {
+  o.open_store = [&h]() -> absl::StatusOr<std::unique_ptr<FaultStore>> {
     auto s = FaultStore::Open(":memory:");
     if (!s.ok()) return s.status();
     auto w = std::make_unique<HeldDrainStore>(std::move(*s));
-    held = w.get();
+    h.held = w.get();
     return std::unique_ptr<FaultStore>(std::move(w));
   };
   auto core = Controller::Create(o);
-  ASSERT_TRUE(core.ok()) << core.status();
-  NullSink sink;
+  EXPECT_TRUE(core.ok()) << core.status();
+  if (!core.ok()) return h;
   v1::NodeRegistration reg;
-  reg.set_host("n1");
-  auto session = (*core)->AgentConnected(reg, &sink);
-  ASSERT_TRUE(session.ok()) << session.status();
-  auto drain = std::async(std::launch::async, [&] {
-    return (*core)->nodes().Drain("n1", "bad NIC");
-  });
-  for (int i = 0; i < 6000 && !held->entered(); ++i) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  ASSERT_TRUE(held->entered());
+  reg.set_host(host);
+  auto session = (*core)->AgentConnected(reg, sink);
+  EXPECT_TRUE(session.ok()) << session.status();
+  if (!session.ok()) return h;
+  h.session = *session;
+  h.core = std::move(*core);
+  return h;
+}
+
+TEST(DurableWriteLockTest, ABatchIsJoinedWhileADrainIsBeingWritten) {
+  NullSink sink;
+  HeldCore h = StartHeld("n1", &sink);
+  ASSERT_NE(h.core, nullptr);
+  Controller* core = h.core.get();
+  auto drain = std::async(std::launch::async,
+                          [&] { return core->nodes().Drain("n1", "bad NIC"); });
   // The drain's write is on its way: a batch is joined meanwhile (before:
   // it waited for the drain, which held the lock until the write ended).
   v1::CommunicatorInfo info;
@@ -160,63 +190,39 @@ TEST(DurableWriteLockTest, ABatchIsJoinedWhileADrainIsBeingWritten) {
   info.set_host("n1");
   v1::ConnectRequest batch;
   *batch.add_communicators() = info;
-  auto joined = std::async(
-      std::launch::async, [&] { return (*core)->AgentBatch(*session, batch); });
-  // Generous (a loaded CI machine): the batch needs microseconds.
-  const bool in_time =
-      joined.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
-  held->Release();
-  EXPECT_TRUE(in_time) << "the batch waited for the drain's disk write";
-  EXPECT_TRUE(joined.get().ok());
+  absl::Status joined;
+  EXPECT_TRUE(h.JoinedWhileHeld(batch, &joined))
+      << "the batch waited for the drain's disk write";
+  EXPECT_TRUE(joined.ok()) << joined;
   auto node = drain.get();
   ASSERT_TRUE(node.ok()) << node.status();
   EXPECT_EQ(node->state(), v1::NODE_STATE_DRAINED);
-  EXPECT_EQ((*core)->ingest().Communicators("j").size(), 1u);
+  EXPECT_EQ(core->ingest().Communicators("j").size(), 1u);
 }
 
 // Round 23: SetJobHosts stores the naming before it sets it, without the
 // lock batches need: a batch of another job is joined while the write is
 // held, and the naming takes effect once it is stored.
 TEST(DurableWriteLockTest, ABatchIsJoinedWhileAJobsHostsAreBeingWritten) {
-  HeldDrainStore* held = nullptr;
-  Controller::Options o;
-  o.open_store = [&held]() -> absl::StatusOr<std::unique_ptr<FaultStore>> {
-    auto s = FaultStore::Open(":memory:");
-    if (!s.ok()) return s.status();
-    auto w = std::make_unique<HeldDrainStore>(std::move(*s));
-    held = w.get();
-    return std::unique_ptr<FaultStore>(std::move(w));
-  };
-  auto core = Controller::Create(o);
-  ASSERT_TRUE(core.ok()) << core.status();
   NullSink sink;
-  v1::NodeRegistration reg;
-  reg.set_host("n3");
-  auto session = (*core)->AgentConnected(reg, &sink);
-  ASSERT_TRUE(session.ok()) << session.status();
+  HeldCore h = StartHeld("n3", &sink);
+  ASSERT_NE(h.core, nullptr);
+  Controller* core = h.core.get();
   auto naming = std::async(std::launch::async, [&] {
-    return (*core)->ingest().SetJobHosts("good", {"n1", "n2"}, "slurm");
+    return core->ingest().SetJobHosts("good", {"n1", "n2"}, "slurm");
   });
-  for (int i = 0; i < 6000 && !held->entered(); ++i) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  ASSERT_TRUE(held->entered());
   v1::ConnectRequest batch;
   *batch.add_communicators() = testing::ListedComm(0xabc, "other", 0, 0, 2);
-  auto joined = std::async(
-      std::launch::async, [&] { return (*core)->AgentBatch(*session, batch); });
-  // Generous (a loaded CI machine): the batch needs microseconds.
-  const bool in_time =
-      joined.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
-  held->Release();
-  EXPECT_TRUE(in_time) << "the batch waited for the naming's store write";
-  EXPECT_TRUE(joined.get().ok());
+  absl::Status joined;
+  EXPECT_TRUE(h.JoinedWhileHeld(batch, &joined))
+      << "the batch waited for the naming's store write";
+  EXPECT_TRUE(joined.ok()) << joined;
   auto named = naming.get();
   ASSERT_TRUE(named.ok()) << named.status();
   batch.clear_communicators();
   *batch.add_communicators() = testing::ListedComm(0xabd, "good", 0, 0, 2);
-  EXPECT_TRUE(absl::IsPermissionDenied((*core)->AgentBatch(*session, batch)));
-  (*core)->AgentDisconnected(*session);
+  EXPECT_TRUE(absl::IsPermissionDenied(core->AgentBatch(h.session, batch)));
+  core->AgentDisconnected(h.session);
 }
 
 }  // namespace
