@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "pitstop/logging.h"
 
 namespace pitstop::controller {
 namespace {
@@ -73,7 +74,13 @@ std::vector<std::string> Controller::Links::JobHosts(
 
 void Controller::Links::SetJobHosts(const std::string& job_id,
                                     const std::vector<std::string>& hosts) {
-  (void)c_->ingest_->SetJobHosts(job_id, hosts);
+  absl::StatusOr<std::vector<std::string>> named =
+      c_->ingest_->SetJobHosts(job_id, hosts, "migration");
+  if (!named.ok()) {
+    Logger("controller")
+        ->error("job {}: the migration's joiner not named with its hosts: {}",
+                job_id.substr(0, 64), named.status().ToString());
+  }
 }
 
 void Controller::Links::RetireComms(const std::vector<uint64_t>& comm_hashes,

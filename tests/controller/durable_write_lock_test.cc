@@ -1,21 +1,24 @@
 // Issue #15: a durable write (a drain's SQLite transaction, an fsync) does
 // not hold the controller's lock, so an agent batch is joined while the
-// write is still on its way to the disk. The store's SetDrain is held
-// open here; before round 6 the drain held the core's lock meanwhile and
+// write is still on its way to the disk. Issue #33 round 23: the same for
+// the scheduler's naming of a job's hosts, now stored. The store's SetDrain is
+// held open here; before round 6 the drain held the core's lock meanwhile and
 // the batch waited for it.
 #include <future>
 #include <memory>
+#include <string>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "pitstop/sync.h"
 #include "src/controller/controller.h"
 #include "src/controller/store/fault_store.h"
+#include "tests/controller/listed_comm.h"
 
 namespace pitstop::controller {
 namespace {
 
-// SQLite (":memory:") whose SetDrain waits until Release().
+// SQLite (":memory:") whose SetDrain and SaveJobHosts wait until Release().
 class HeldDrainStore final : public FaultStore {
  public:
   explicit HeldDrainStore(std::unique_ptr<FaultStore> s) : s_(std::move(s)) {}
@@ -30,11 +33,7 @@ class HeldDrainStore final : public FaultStore {
   }
   absl::Status SetDrain(absl::string_view host,
                         absl::string_view reason) override {
-    {
-      MutexLock l(&mu_);
-      entered_ = true;
-      while (!released_) cv_.Wait(&mu_);
-    }
+    Hold();
     return s_->SetDrain(host, reason);
   }
   absl::StatusOr<v1::Fault> Upsert(const v1::Fault& f, bool* i) override {
@@ -88,6 +87,14 @@ class HeldDrainStore final : public FaultStore {
       const override {
     return s_->LoraPolicies();
   }
+  absl::Status SaveJobHosts(const v1::SetJobHostsRequest& n) override {
+    Hold();
+    return s_->SaveJobHosts(n);
+  }
+  absl::StatusOr<std::map<std::string, v1::SetJobHostsRequest>> ScheduledHosts()
+      const override {
+    return s_->ScheduledHosts();
+  }
   absl::Status SaveMigration(const v1::Migration& m) override {
     return s_->SaveMigration(m);
   }
@@ -103,6 +110,11 @@ class HeldDrainStore final : public FaultStore {
   const std::string& path() const override { return s_->path(); }
 
  private:
+  void Hold() {
+    MutexLock l(&mu_);
+    entered_ = true;
+    while (!released_) cv_.Wait(&mu_);
+  }
   std::unique_ptr<FaultStore> s_;
   Mutex mu_;
   CondVar cv_;
@@ -115,30 +127,59 @@ class NullSink : public CommandSink {
   void Send(const v1::ConnectResponse&) override {}
 };
 
-TEST(DurableWriteLockTest, ABatchIsJoinedWhileADrainIsBeingWritten) {
+// A controller on a HeldDrainStore with `host`'s agent connected (core
+// null on failure).
+struct HeldCore {
+  // Once the store holds a write: sends `batch`, waits for it (generous for
+  // a loaded CI machine: it needs microseconds), then lets the write go.
+  // Whether the batch was joined while the write was held; its status.
+  bool JoinedWhileHeld(const v1::ConnectRequest& batch, absl::Status* status) {
+    for (int i = 0; i < 6000 && !held->entered(); ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    EXPECT_TRUE(held->entered()) << "the write never reached the store";
+    auto joined = std::async(std::launch::async,
+                             [&] { return core->AgentBatch(session, batch); });
+    const bool in_time =
+        joined.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+    held->Release();
+    *status = joined.get();
+    return in_time;
+  }
   HeldDrainStore* held = nullptr;
+  std::unique_ptr<Controller> core;
+  uint64_t session = 0;
+};
+HeldCore StartHeld(const std::string& host, CommandSink* sink) {
+  HeldCore h;
   Controller::Options o;
-  o.open_store = [&held]() -> absl::StatusOr<std::unique_ptr<FaultStore>> {
+  o.open_store = [&h]() -> absl::StatusOr<std::unique_ptr<FaultStore>> {
     auto s = FaultStore::Open(":memory:");
     if (!s.ok()) return s.status();
     auto w = std::make_unique<HeldDrainStore>(std::move(*s));
-    held = w.get();
+    h.held = w.get();
     return std::unique_ptr<FaultStore>(std::move(w));
   };
   auto core = Controller::Create(o);
-  ASSERT_TRUE(core.ok()) << core.status();
-  NullSink sink;
+  EXPECT_TRUE(core.ok()) << core.status();
+  if (!core.ok()) return h;
   v1::NodeRegistration reg;
-  reg.set_host("n1");
-  auto session = (*core)->AgentConnected(reg, &sink);
-  ASSERT_TRUE(session.ok()) << session.status();
-  auto drain = std::async(std::launch::async, [&] {
-    return (*core)->nodes().Drain("n1", "bad NIC");
-  });
-  for (int i = 0; i < 6000 && !held->entered(); ++i) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  ASSERT_TRUE(held->entered());
+  reg.set_host(host);
+  auto session = (*core)->AgentConnected(reg, sink);
+  EXPECT_TRUE(session.ok()) << session.status();
+  if (!session.ok()) return h;
+  h.session = *session;
+  h.core = std::move(*core);
+  return h;
+}
+
+TEST(DurableWriteLockTest, ABatchIsJoinedWhileADrainIsBeingWritten) {
+  NullSink sink;
+  HeldCore h = StartHeld("n1", &sink);
+  ASSERT_NE(h.core, nullptr);
+  Controller* core = h.core.get();
+  auto drain = std::async(std::launch::async,
+                          [&] { return core->nodes().Drain("n1", "bad NIC"); });
   // The drain's write is on its way: a batch is joined meanwhile (before:
   // it waited for the drain, which held the lock until the write ended).
   v1::CommunicatorInfo info;
@@ -149,18 +190,39 @@ TEST(DurableWriteLockTest, ABatchIsJoinedWhileADrainIsBeingWritten) {
   info.set_host("n1");
   v1::ConnectRequest batch;
   *batch.add_communicators() = info;
-  auto joined = std::async(
-      std::launch::async, [&] { return (*core)->AgentBatch(*session, batch); });
-  // Generous (a loaded CI machine): the batch needs microseconds.
-  const bool in_time =
-      joined.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
-  held->Release();
-  EXPECT_TRUE(in_time) << "the batch waited for the drain's disk write";
-  EXPECT_TRUE(joined.get().ok());
+  absl::Status joined;
+  EXPECT_TRUE(h.JoinedWhileHeld(batch, &joined))
+      << "the batch waited for the drain's disk write";
+  EXPECT_TRUE(joined.ok()) << joined;
   auto node = drain.get();
   ASSERT_TRUE(node.ok()) << node.status();
   EXPECT_EQ(node->state(), v1::NODE_STATE_DRAINED);
-  EXPECT_EQ((*core)->ingest().Communicators("j").size(), 1u);
+  EXPECT_EQ(core->ingest().Communicators("j").size(), 1u);
+}
+
+// Round 23: SetJobHosts stores the naming before it sets it, without the
+// lock batches need: a batch of another job is joined while the write is
+// held, and the naming takes effect once it is stored.
+TEST(DurableWriteLockTest, ABatchIsJoinedWhileAJobsHostsAreBeingWritten) {
+  NullSink sink;
+  HeldCore h = StartHeld("n3", &sink);
+  ASSERT_NE(h.core, nullptr);
+  Controller* core = h.core.get();
+  auto naming = std::async(std::launch::async, [&] {
+    return core->ingest().SetJobHosts("good", {"n1", "n2"}, "slurm");
+  });
+  v1::ConnectRequest batch;
+  *batch.add_communicators() = testing::ListedComm(0xabc, "other", 0, 0, 2);
+  absl::Status joined;
+  EXPECT_TRUE(h.JoinedWhileHeld(batch, &joined))
+      << "the batch waited for the naming's store write";
+  EXPECT_TRUE(joined.ok()) << joined;
+  auto named = naming.get();
+  ASSERT_TRUE(named.ok()) << named.status();
+  batch.clear_communicators();
+  *batch.add_communicators() = testing::ListedComm(0xabd, "good", 0, 0, 2);
+  EXPECT_TRUE(absl::IsPermissionDenied(core->AgentBatch(h.session, batch)));
+  core->AgentDisconnected(h.session);
 }
 
 }  // namespace

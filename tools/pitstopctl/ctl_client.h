@@ -16,6 +16,7 @@
 #include "pitstop/v1/controller.grpc.pb.h"
 #include "tools/pitstopctl/commands.h"
 #include "tools/pitstopctl/exit_codes.h"
+#include "tools/pitstopctl/utf8_check.h"
 
 namespace pitstop::ctl {
 
@@ -52,9 +53,15 @@ grpc::Status CallOne(const GlobalOptions& g, const std::string& target,
 }
 
 // Calls the controller; with several (--controller a,b: docs/ha.md) it
-// follows a follower's "leader=" hint, else tries the next address.
+// follows a follower's "leader=" hint, else tries the next address. A
+// request with text that is not UTF-8 is not sent (kExitUsage, naming the
+// field).
 template <typename Req, typename Resp, typename Method>
 int Call(const GlobalOptions& g, Method method, const Req& req, Resp* resp) {
+  if (const std::string bad = NonUtf8Field(req); !bad.empty()) {
+    std::cerr << "pitstopctl: " << bad << " (arguments must be UTF-8)\n";
+    return kExitUsage;
+  }
   const std::vector<std::string> list = SplitControllerList(g.controller);
   grpc::Status s;
   if (list.size() <= 1) {

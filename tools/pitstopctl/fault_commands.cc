@@ -262,18 +262,33 @@ void AddPolicy(CLI::App* app, GlobalOptions* g, int* rc) {
   });
 }
 
-// The scheduler's word on a job's hosts (scheduler role; issue #33).
+// The scheduler's word on a job's hosts (scheduler role; issue #33). No
+// HOST without --clear is a usage error: a prolog whose host list came out
+// empty must not forget a running job's naming.
 void AddJobHosts(CLI::App* app, GlobalOptions* g, int* rc) {
   static std::string job, who;
   static std::vector<std::string> hosts;
+  static bool clear = false;
   CLI::App* cmd = app->add_subcommand(
       "job-hosts",
       "name the hosts a job runs on (scheduler role): only they may report "
-      "for the job or join its migrations; no HOST forgets the naming");
+      "for the job or join its migrations; stored, so a restarted or new "
+      "leader keeps it; --clear forgets it at the job's end");
   cmd->add_option("JOB", job, "job id")->required();
-  cmd->add_option("HOST", hosts, "host names");
-  cmd->add_option("--who", who, "the scheduler's name (logged)");
+  cmd->add_option("HOST", hosts, "host names, as their agents register");
+  cmd->add_flag("--clear", clear,
+                "forget the job's naming (the job has ended); no HOST");
+  cmd->add_option("--who", who, "the scheduler's name (logged and stored)");
   cmd->callback([g, rc] {
+    if (hosts.empty() != clear) {
+      std::cerr << "pitstopctl job-hosts: "
+                << (clear ? "--clear takes no HOST"
+                          : "name at least one HOST, or --clear to forget "
+                            "the naming")
+                << "\n";
+      *rc = kExitUsage;
+      return;
+    }
     v1::SetJobHostsRequest req;
     req.set_job_id(job);
     for (const std::string& h : hosts) req.add_hosts(h);
@@ -284,9 +299,12 @@ void AddJobHosts(CLI::App* app, GlobalOptions* g, int* rc) {
       std::cout << ToJson(r) << "\n";
       return;
     }
+    if (r.hosts().empty()) {
+      std::cout << "job " << r.job_id() << ": naming forgotten\n";
+      return;
+    }
     std::cout << "job " << r.job_id() << ": " << r.hosts_size()
-              << " hosts named" << (r.hosts().empty() ? "" : ": ")
-              << absl::StrJoin(r.hosts(), ",") << "\n";
+              << " hosts named: " << absl::StrJoin(r.hosts(), ",") << "\n";
   });
 }
 

@@ -58,7 +58,7 @@ grpc::ServerUnaryReactor* ControllerService::SetJobHosts(
     v1::SetJobHostsResponse* resp) {
   PITSTOP_AUTHORIZE(SetJobHosts);
   absl::StatusOr<std::vector<std::string>> hosts = s_.ingest->SetJobHosts(
-      req->job_id(), {req->hosts().begin(), req->hosts().end()});
+      req->job_id(), {req->hosts().begin(), req->hosts().end()}, req->who());
   if (hosts.ok()) {
     Logger("controller")
         ->info("job {}: {} hosts named by {}", req->job_id().substr(0, 64),

@@ -57,6 +57,7 @@
 #include "pitstop/v1/agent.pb.h"
 #include "pitstop/v1/common.pb.h"
 #include "pitstop/v1/controller.pb.h"
+#include "src/controller/detect/scheduled_hosts.h"
 
 namespace pitstop::controller {
 
@@ -70,10 +71,6 @@ inline constexpr int32_t kMaxRanks = 1 << 20;
 // Retired communicators (DetectionEngine::RetireComms) whose late records
 // are still recognised and ignored; 8 bytes each.
 inline constexpr size_t kMaxRetiredComms = 4096;
-// Jobs whose hosts a scheduler may name at once, and hosts per job
-// (DetectionEngine::SetJobHosts).
-inline constexpr size_t kMaxScheduledJobs = 65536;
-inline constexpr size_t kMaxScheduledHosts = 65536;
 
 // The controller defaults for every JobPolicy field (observe mode, 1 s
 // windows, 3 of 5 windows, 20% minimum effect, hang timeout max(5 s,
@@ -157,6 +154,9 @@ struct EngineStats {
   // Of those, communicator records of a job from a host its scheduler did
   // not name (DetectionEngine::SetJobHosts).
   uint64_t unscheduled_refused = 0;
+  // Jobs whose hosts a scheduler named now, and their (job, host) pairs.
+  uint64_t scheduled_jobs = 0;
+  uint64_t scheduled_names = 0;
   // Deaths refused (no forged PROCESS_DIED): the process was no live member
   // of a communicator of its job on the reporting host before its death
   // record, or its global rank is held by a live member of its job on
@@ -345,9 +345,8 @@ class DetectionEngine {
   // the job's shares and the host's share of the job but not to the host's
   // own share: made-up jobs that fill a host's share do not starve a job
   // the scheduler placed there. Members registered before are kept. An
-  // empty list forgets the naming. InvalidArgument for an empty job_id or
-  // host, or more than kMaxScheduledHosts hosts; ResourceExhausted beyond
-  // kMaxScheduledJobs jobs.
+  // empty list forgets the naming. Errors from CheckJobHosts
+  // (scheduled_hosts.h: the names and the limits).
   virtual absl::Status SetJobHosts(absl::string_view job_id,
                                    const std::vector<std::string>& hosts) = 0;
   // The hosts named for `job_id`, sorted; empty when none are.

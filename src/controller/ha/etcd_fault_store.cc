@@ -330,6 +330,30 @@ EtcdFaultStore::LoraPolicies() const {
   return DecodeJobRecords<v1::LoraSettings>(path_, "lora policy", *rows);
 }
 
+absl::Status EtcdFaultStore::SaveJobHosts(
+    const v1::SetJobHostsRequest& naming) {
+  if (!naming.hosts().empty()) {
+    return PutJobRecord("job_hosts/", naming.job_id(),
+                        naming.SerializeAsString());
+  }
+  if (naming.job_id().empty()) {
+    return absl::InvalidArgumentError("job_hosts/: empty job id");
+  }
+  MutexLock lock(&mu_);
+  etcdserverpb::RequestOp op;
+  op.mutable_request_delete_range()->set_key(
+      absl::StrCat(prefix_, "job_hosts/", naming.job_id()));
+  return FencedTxn(nullptr, 0, {std::move(op)}).status();
+}
+
+absl::StatusOr<std::map<std::string, v1::SetJobHostsRequest>>
+EtcdFaultStore::ScheduledHosts() const {
+  absl::StatusOr<std::map<std::string, std::string>> rows =
+      JobRecords("job_hosts/");
+  if (!rows.ok()) return rows.status();
+  return DecodeJobRecords<v1::SetJobHostsRequest>(path_, "job hosts", *rows);
+}
+
 absl::Status EtcdFaultStore::SaveMigration(const v1::Migration& m) {
   if (m.migration_id().empty()) {
     return absl::InvalidArgumentError("migration.migration_id: empty");

@@ -1,12 +1,12 @@
 // FaultStore on etcd, for several controllers (docs/ha.md). Keys under a
 // prefix (default "/pitstop/"): faults/ID, drains/HOST, policies/JOB,
-// sync_policies/JOB, lora_policies/JOB, migrations/ID, each value a serialized
-// record, and plans/JOB ("EPOCH\n" then the plan's encoding). Every write is
-// one etcd transaction that compares the leader key's lease and create revision
-// with this controller's fence, so a deposed leader cannot write: etcd refuses,
-// the refusal is counted (fenced_writes_refused) and the write fails with
-// Unavailable. Read-modify-writes also compare the record's mod revision
-// and retry on a concurrent change.
+// sync_policies/JOB, lora_policies/JOB, job_hosts/JOB, migrations/ID, each
+// value a serialized record, and plans/JOB ("EPOCH\n" then the plan's
+// encoding). Every write is one etcd transaction that compares the leader key's
+// lease and create revision with this controller's fence, so a deposed leader
+// cannot write: etcd refuses, the refusal is counted (fenced_writes_refused)
+// and the write fails with Unavailable. Read-modify-writes also compare the
+// record's mod revision and retry on a concurrent change.
 #ifndef PITSTOP_CONTROLLER_HA_ETCD_FAULT_STORE_H_
 #define PITSTOP_CONTROLLER_HA_ETCD_FAULT_STORE_H_
 
@@ -82,6 +82,9 @@ class EtcdFaultStore final : public FaultStore {
   absl::Status SaveLoraPolicy(absl::string_view job_id,
                               const v1::LoraSettings& s) override;
   absl::StatusOr<std::map<std::string, v1::LoraSettings>> LoraPolicies()
+      const override;
+  absl::Status SaveJobHosts(const v1::SetJobHostsRequest& naming) override;
+  absl::StatusOr<std::map<std::string, v1::SetJobHostsRequest>> ScheduledHosts()
       const override;
   absl::Status SaveMigration(const v1::Migration& m) override;
   absl::StatusOr<std::vector<v1::Migration>> Migrations() const override;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "pitstop/logging.h"
 #include "src/controller/controller_metrics.h"
+#include "src/controller/detect/scheduled_hosts.h"
 #include "src/controller/ha/leadership.h"
 #include "src/controller/ingest/ingest_service.h"
 #include "src/controller/store/fault_store.h"
@@ -223,12 +224,38 @@ absl::StatusOr<v1::JobPolicy> IngestService::SetPolicy(
 }
 
 absl::StatusOr<std::vector<std::string>> IngestService::SetJobHosts(
-    const std::string& job_id, const std::vector<std::string>& hosts) {
+    const std::string& job_id, const std::vector<std::string>& hosts,
+    const std::string& who) {
   if (absl::Status s = Required(job_id, "job_id"); !s.ok()) return s;
   if (absl::Status s = CheckLeader(options_.leadership); !s.ok()) return s;
-  IngestLock lock(this);
-  if (absl::Status s = engine_->SetJobHosts(job_id, hosts); !s.ok()) return s;
-  return engine_->JobHosts(job_id);
+  if (absl::Status s = CheckSchedulerName(who); !s.ok()) return s;
+  // As SetPolicy: checked and stored first, then set, so a write the store
+  // refuses (a deposed leader's) changes nothing here either; policy_mu_
+  // keeps namings in one order and holds no agent batch across the store
+  // write. The counts are read under mu_, let go without joining (no
+  // completion may run under policy_mu_): what queued meanwhile is joined
+  // when mu_ is let go at the end, on every path.
+  policy_mu_.Lock();
+  mu_.Lock();
+  const EngineStats st = engine_->stats();
+  const ScheduledCounts now{st.scheduled_jobs, st.scheduled_names,
+                            engine_->JobHosts(job_id).size()};
+  mu_.Unlock();
+  absl::StatusOr<std::vector<std::string>> named =
+      CheckJobHosts(job_id, hosts, now);
+  v1::SetJobHostsRequest record;
+  record.set_job_id(job_id);
+  record.set_who(who);
+  if (named.ok()) *record.mutable_hosts() = {named->begin(), named->end()};
+  absl::Status s =
+      named.ok() ? options_.store->SaveJobHosts(record) : named.status();
+  mu_.Lock();
+  // Refused here only when a new term's engine came meanwhile.
+  if (s.ok()) s = engine_->SetJobHosts(job_id, *named);
+  policy_mu_.Unlock();
+  UnlockIngest();
+  if (!s.ok()) return s;
+  return named;
 }
 
 std::vector<std::string> IngestService::JobHosts(const std::string& job_id) {

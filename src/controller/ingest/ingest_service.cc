@@ -2,6 +2,8 @@
 // and the queries are in ingest_cycle.cc.
 #include "src/controller/ingest/ingest_service.h"
 
+#include <map>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +23,27 @@ absl::StatusOr<std::unique_ptr<DetectionEngine>> IngestService::NewEngine(
   if (!engine.ok()) return engine.status();
   for (const auto& [job, policy] : store->Policies()) {
     (void)(*engine)->SetJobPolicy(job, policy);
+  }
+  // The hosts a scheduler named for the jobs running: a failed read fails
+  // the start (or the take-over), so no job is left open to any host.
+  absl::StatusOr<std::map<std::string, v1::SetJobHostsRequest>> named =
+      store->ScheduledHosts();
+  if (!named.ok()) return named.status();
+  if (!named->empty()) {
+    Logger("controller")
+        ->info("the hosts of {} jobs named by the scheduler loaded from {}",
+               named->size(), store->path());
+  }
+  for (const auto& [job, n] : *named) {
+    // One the engine refuses (an older controller's limits) is logged and
+    // left out.
+    if (absl::Status s =
+            (*engine)->SetJobHosts(job, {n.hosts().begin(), n.hosts().end()});
+        !s.ok()) {
+      Logger("controller")
+          ->error("job {}: stored hosts not loaded: {}", job.substr(0, 64),
+                  s.ToString());
+    }
   }
   // Faults open at the last stop: the same condition seen again updates
   // them instead of opening duplicates.

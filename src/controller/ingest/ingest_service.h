@@ -12,10 +12,12 @@
 // meanwhile before it lets go, and their completions run after it let go
 // (IngestLock): a batch never waits for the lock holder's work to end, only
 // for the step in progress. A cycle lets mu_ go between communicators and
-// while the detectors run on the engine's copy. policy_mu_ keeps policy
-// writes (held across the store write) and their effect in one order;
-// order: policy_mu_, then mu_. No other service's lock is taken under
-// either: a joined batch's parts for the other services run in its
+// while the detectors run on the engine's copy. policy_mu_ keeps policy and
+// job-host writes (held across the store write) and their effect in one
+// order; order: policy_mu_, then mu_ (SetJobHosts lets mu_ go once without
+// joining, as no completion may run under policy_mu_, and joins what queued
+// meanwhile when it lets mu_ go at its end). No other service's lock is taken
+// under either: a joined batch's parts for the other services run in its
 // completion, after mu_ is let go (AfterJoin).
 //
 // Threads: SubmitAgentBatch from agent streams' threads; RunCycle from the
@@ -23,8 +25,9 @@
 // Reset with its cycle lock); the rest from any thread.
 //
 // Needs: the clock, metrics (optional), Leadership (policy writes refused on
-// a follower), the store (policies), and an AfterJoin (the Controller:
-// counters and command acks, trainer reports, flows, migration acks).
+// a follower), the store (policies, the hosts named per job), and an AfterJoin
+// (the Controller: counters and command acks, trainer reports, flows, migration
+// acks).
 #ifndef PITSTOP_CONTROLLER_INGEST_INGEST_SERVICE_H_
 #define PITSTOP_CONTROLLER_INGEST_INGEST_SERVICE_H_
 
@@ -152,10 +155,14 @@ class IngestService {
                                           const v1::JobPolicy& policy);
   // The resolved policy of a job (defaults for unknown jobs).
   v1::JobPolicy JobPolicy(const std::string& job_id);
-  // The scheduler names a job's hosts (DetectionEngine::SetJobHosts; the
-  // leader only, kept in memory). Returns them sorted.
+  // The scheduler (`who`, kept with the naming) names a job's hosts
+  // (DetectionEngine::SetJobHosts; the leader only); an empty list forgets
+  // them. Checked, stored (so a restart or a new leader enforces them),
+  // then set: a write the store refuses changes nothing. Returns them
+  // sorted; errors of CheckJobHosts and CheckSchedulerName.
   absl::StatusOr<std::vector<std::string>> SetJobHosts(
-      const std::string& job_id, const std::vector<std::string>& hosts);
+      const std::string& job_id, const std::vector<std::string>& hosts,
+      const std::string& who);
   // The hosts named for a job; empty when none are.
   std::vector<std::string> JobHosts(const std::string& job_id);
   Stats stats();

@@ -1,9 +1,10 @@
 // Durable controller state: fault records with their lifecycle, node
-// drains and per-job policies. Two implementations: SqliteFaultStore (one
-// controller, the default) and EtcdFaultStore (several controllers on etcd,
-// src/controller/ha/), whose writes are fenced by the leader's lease.
-// Every change is durable before a method returns, so a `kill -9` of the
-// controller loses nothing that a caller was told about.
+// drains, per-job policies and the hosts a scheduler named per job. Two
+// implementations: SqliteFaultStore (one controller, the default) and
+// EtcdFaultStore (several controllers on etcd, src/controller/ha/), whose
+// writes are fenced by the leader's lease. Every change is durable before a
+// method returns, so a `kill -9` of the controller loses nothing that a caller
+// was told about.
 #ifndef PITSTOP_CONTROLLER_STORE_FAULT_STORE_H_
 #define PITSTOP_CONTROLLER_STORE_FAULT_STORE_H_
 
@@ -92,6 +93,16 @@ class FaultStore {
                                       const v1::LoraSettings& s) = 0;
   virtual absl::StatusOr<std::map<std::string, v1::LoraSettings>> LoraPolicies()
       const = 0;
+
+  // The hosts a scheduler named for each job (IngestService::SetJobHosts),
+  // so a restarted controller or a new leader enforces them: SaveJobHosts
+  // replaces the job's naming, and one with no hosts deletes it;
+  // InvalidArgument for an empty job id. ScheduledHosts returns every job's,
+  // by job id (an error, like SyncPolicies: a new leader must not start
+  // with every job open to any host because etcd did not answer).
+  virtual absl::Status SaveJobHosts(const v1::SetJobHostsRequest& naming) = 0;
+  virtual absl::StatusOr<std::map<std::string, v1::SetJobHostsRequest>>
+  ScheduledHosts() const = 0;
 
   // Migration records (src/controller/migration/), keyed by migration_id:
   // SaveMigration inserts or replaces one; Migrations returns all, oldest

@@ -35,6 +35,8 @@ CREATE TABLE IF NOT EXISTS sync_policies (
   job_id TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS lora_policies (
   job_id TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS job_hosts (
+  job_id TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS plans (
   job_id TEXT PRIMARY KEY,
   epoch INTEGER NOT NULL,
@@ -326,6 +328,28 @@ SqliteFaultStore::LoraPolicies() const {
       JobRows("lora_policies");
   if (!rows.ok()) return rows.status();
   return DecodeJobRecords<v1::LoraSettings>(path_, "lora policy", *rows);
+}
+
+absl::Status SqliteFaultStore::SaveJobHosts(
+    const v1::SetJobHostsRequest& naming) {
+  if (!naming.hosts().empty()) {
+    return PutJobRow("job_hosts", naming.job_id(), naming.SerializeAsString());
+  }
+  if (naming.job_id().empty()) {
+    return absl::InvalidArgumentError("job_hosts: empty job id");
+  }
+  MutexLock lock(&mu_);
+  SqliteStmt q(db_, "DELETE FROM job_hosts WHERE job_id = ?1");
+  q.Bind(1, naming.job_id());
+  return q.Run();
+}
+
+absl::StatusOr<std::map<std::string, v1::SetJobHostsRequest>>
+SqliteFaultStore::ScheduledHosts() const {
+  absl::StatusOr<std::map<std::string, std::string>> rows =
+      JobRows("job_hosts");
+  if (!rows.ok()) return rows.status();
+  return DecodeJobRecords<v1::SetJobHostsRequest>(path_, "job hosts", *rows);
 }
 
 absl::Status SqliteFaultStore::SaveMigration(const v1::Migration& m) {

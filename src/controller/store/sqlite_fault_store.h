@@ -76,6 +76,9 @@ class SqliteFaultStore final : public FaultStore {
                               const v1::LoraSettings& s) override;
   absl::StatusOr<std::map<std::string, v1::LoraSettings>> LoraPolicies()
       const override;
+  absl::Status SaveJobHosts(const v1::SetJobHostsRequest& naming) override;
+  absl::StatusOr<std::map<std::string, v1::SetJobHostsRequest>> ScheduledHosts()
+      const override;
   absl::Status SaveMigration(const v1::Migration& m) override;
   absl::StatusOr<std::vector<v1::Migration>> Migrations() const override;
   absl::Status SavePlan(const StoredPlan& plan) override;

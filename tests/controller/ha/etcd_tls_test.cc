@@ -15,21 +15,12 @@
 #include "src/controller/ha/etcd_client.h"
 #include "src/controller/ha/ha_controller.h"
 #include "tests/controller/ha/etcd_fixture.h"
+#include "tests/controller/ha/ha_fixture.h"
 
 namespace pitstop::controller::ha {
 namespace {
 
 using ::testing::HasSubstr;
-
-// Waits up to 20 s (generous: CI machines are loaded) for `pred`.
-template <typename Pred>
-bool WaitFor(Pred pred) {
-  for (int i = 0; i < 400; ++i) {
-    if (pred()) return true;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return pred();
-}
 
 // TLS to etcd: an etcd on loopback that requires client certificates
 // (--client-cert-auth), certificates from tools/gen-dev-certs.sh. With the

@@ -24,6 +24,7 @@
 #include "src/controller/ha/leader_election.h"
 #include "src/controller/migration/migration_manager.h"
 #include "tests/controller/ha/etcd_fixture.h"
+#include "tests/controller/ha/ha_fixture.h"
 #include "tests/controller/test_agent.h"
 
 namespace pitstop::controller::ha {
@@ -32,29 +33,6 @@ namespace {
 using testing::EtcdProcess;
 using ::testing::HasSubstr;
 using testing::TestChannel;
-
-// A fence fixed at what a controller believed when it was paused: models
-// a deposed leader that has not noticed yet.
-class StaleFence final : public WriteFence {
- public:
-  explicit StaleFence(EtcdFence f) : fence_(std::move(f)) {}
-  EtcdFence Current() const override { return fence_; }
-  void Refused() override { ++refused_; }
-  int refused_ = 0;
-
- private:
-  EtcdFence fence_;
-};
-
-// Waits up to 20 s (generous: CI machines are loaded) for `pred`.
-template <typename Pred>
-bool WaitFor(Pred pred) {
-  for (int i = 0; i < 400; ++i) {
-    if (pred()) return true;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return pred();
-}
 
 v1::Fault MakeFault(const std::string& id, const std::string& job) {
   v1::Fault f;
@@ -118,56 +96,6 @@ TEST(HaOptionsTest, RefusesAnAddressFollowersCannotHandOut) {
           {.endpoints = "127.0.0.1:1,etcd-b:2379", .timeout = absl::Seconds(1)})
           .status()));
 }
-
-// One etcd for the suite (starting one takes seconds); each test works
-// under its own key prefix.
-class HaTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    const std::string bin = testing::FindEtcd();
-    if (bin.empty()) return;
-    etcd_ = new EtcdProcess();
-    if (!etcd_->Start(bin, &start_error_)) {
-      delete etcd_;
-      etcd_ = nullptr;
-    }
-  }
-  static void TearDownTestSuite() {
-    delete etcd_;
-    etcd_ = nullptr;
-  }
-  void SetUp() override {
-    if (testing::FindEtcd().empty()) {
-      GTEST_SKIP() << "SKIPPED: etcd binary not found (install etcd-server "
-                      "via tools/install-deps.sh, or set PITSTOP_ETCD)";
-    }
-    ASSERT_NE(etcd_, nullptr) << start_error_;
-    prefix_ = absl::StrCat(
-        "/", ::testing::UnitTest::GetInstance()->current_test_info()->name(),
-        "/");
-  }
-  const std::string& endpoint() const { return etcd_->endpoint(); }
-  std::unique_ptr<EtcdClient> Client() {
-    auto c = EtcdClient::Create(
-        {.endpoints = endpoint(), .timeout = absl::Seconds(2)});
-    EXPECT_TRUE(c.ok()) << c.status();
-    return std::move(*c);
-  }
-  std::unique_ptr<LeaderElection> Election(EtcdClient* c,
-                                           const std::string& self) {
-    LeaderElection::Options o;
-    o.key = prefix_ + "leader";
-    o.self = self;
-    o.ttl = absl::Seconds(2);
-    return std::make_unique<LeaderElection>(c, std::move(o));
-  }
-  static EtcdProcess* etcd_;
-  static std::string start_error_;
-  std::string prefix_;
-};
-
-EtcdProcess* HaTest::etcd_ = nullptr;
-std::string HaTest::start_error_;
 
 TEST_F(HaTest, StoreKeepsFaultsDrainsAndPoliciesWhileLeading) {
   auto client = Client();

@@ -3,7 +3,6 @@
 // file has them; they were kept in memory only, so a restart forgot them.
 // The etcd side (a new leader has them, a deposed leader's write is
 // refused) is in controller_ha_test.
-#include <unistd.h>
 
 #include <filesystem>
 
@@ -11,6 +10,7 @@
 #include "pitstop/clock.h"
 #include "src/controller/controller.h"
 #include "src/controller/store/fault_store.h"
+#include "tests/controller/restart_fixture.h"
 
 namespace pitstop::controller {
 namespace {
@@ -44,27 +44,7 @@ v1::ConnectRequest LoraBatch(const std::string& job) {
   return batch;
 }
 
-class TrainerSettingsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("pitstop-trainer-settings-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  // A controller (re)started on the same database file.
-  std::unique_ptr<Controller> Start() {
-    Controller::Options o;
-    o.clock = &clock_;
-    o.db_path = (dir_ / "pitstop.db").string();
-    auto core = Controller::Create(o);
-    EXPECT_TRUE(core.ok()) << core.status();
-    return core.ok() ? std::move(*core) : nullptr;
-  }
-  FakeClock clock_;
-  std::filesystem::path dir_;
-};
+class TrainerSettingsTest : public testing::RestartFixture {};
 
 TEST_F(TrainerSettingsTest, ARestartedControllerKeepsSyncAndLoraSettings) {
   v1::SyncSettings sync;
