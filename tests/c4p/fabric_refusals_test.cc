@@ -21,6 +21,14 @@ std::string Warnings(const Fabric& f) {
   return all;
 }
 
+// A three-tier CSV of one GPU per host, read.
+absl::StatusOr<Fabric> OneGpuCsv(const std::string& text,
+                                 const std::string& source) {
+  ClosCsvOptions o;
+  o.gpus_per_host = 1;
+  return ParseClosCsv(text, source, o);
+}
+
 void ExpectRefused(const absl::Status& s, const std::string& said) {
   EXPECT_FALSE(s.ok()) << said;
   EXPECT_NE(s.message().find(said), std::string::npos)
@@ -31,12 +39,10 @@ void ExpectRefused(const absl::Status& s, const std::string& said) {
 // the second header is BOM + header. Before, it was read as host "\uFEFFip"
 // on ToR "PSW/ASW" (a phantom host and pod, exit 0).
 TEST(FabricRefusalsTest, ARepeatedHeaderWithAByteOrderMarkIsNotAHost) {
-  ClosCsvOptions o;
-  o.gpus_per_host = 1;
-  auto f = ParseClosCsv(
+  auto f = OneGpuCsv(
       "ip,DSW,PSW,ASW\nh1,G0,P0,S1\nh2,G0,P0,S2\n"
       "\xEF\xBB\xBFip,DSW,PSW,ASW\nh3,G0,P0,S1\n",
-      "ab.csv", o);
+      "ab.csv");
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->hosts().size(), 3u);
   EXPECT_LT(f->FindNode("PSW/ASW"), 0);
@@ -81,17 +87,13 @@ TEST(FabricRefusalsTest, ASimAiLinkLineWithExtraWordsIsRefused) {
 // `P0/nic0`. Before, both were taken under one name (--degrade found the
 // ToR).
 TEST(FabricRefusalsTest, AToRNamedAsAHostsNicIsRefused) {
-  ClosCsvOptions o;
-  o.gpus_per_host = 1;
-  auto f = ParseClosCsv("ip,DSW,PSW,ASW\nh1,G0,P0,S1\nP0,G0,P0,nic0\n",
-                        "nic.csv", o);
+  auto f = OneGpuCsv("ip,DSW,PSW,ASW\nh1,G0,P0,S1\nP0,G0,P0,nic0\n", "nic.csv");
   ExpectRefused(f.status(),
                 "nic.csv:3: two elements are named 'P0/nic0' "
                 "(the nic of host 'P0' from line 3 and the tor "
                 "from line 3)");
   EXPECT_TRUE(
-      ParseClosCsv("ip,DSW,PSW,ASW\nh1,G0,P0,S1\nP0,G0,P0,S2\n", "nic.csv", o)
-          .ok());
+      OneGpuCsv("ip,DSW,PSW,ASW\nh1,G0,P0,S1\nP0,G0,P0,S2\n", "nic.csv").ok());
 }
 
 // A C1 control character (U+009B is a terminal's CSI) is refused like a C0
