@@ -110,11 +110,19 @@ std::string NameProblem(absl::string_view name, size_t max_bytes) {
                         max_bytes, " bytes");
   }
   if (!IsUtf8(name)) return "is not valid UTF-8";
-  for (char c : name) {
-    const auto u = static_cast<unsigned char>(c);
+  for (size_t i = 0; i < name.size(); ++i) {
+    const auto u = static_cast<unsigned char>(name[i]);
     if (u < 0x20 || u == 0x7F) {
       return absl::StrFormat(
           "holds the control character 0x%02X: a name is printable text", u);
+    }
+    // C1 controls U+0080..U+009F (UTF-8 C2 80..C2 9F; U+009B is a terminal's
+    // CSI): before, taken.
+    const auto next =
+        i + 1 < name.size() ? static_cast<unsigned char>(name[i + 1]) : 0;
+    if (u == 0xC2 && next >= 0x80 && next <= 0x9F) {
+      return absl::StrFormat(
+          "holds the control character U+%04X: a name is printable text", next);
     }
   }
   return "";
@@ -155,6 +163,22 @@ absl::Status Fabric::CheckText() {
         " and the ", NodeKindName(again.kind),
         " from this line): --degrade and the live planner could not tell "
         "them apart"));
+  }
+  // A GPU's network attachment is named "<host>/nic<local>" (FindNode,
+  // LinkName): a switch of that name would hide it. Before, CSV row
+  // `P0,G0,P0,nic0` made host P0's NIC and ToR `P0/nic0` share one name.
+  for (size_t id = 0; id < nodes_.size(); ++id) {
+    if (nodes_[id].kind != NodeKind::kGpu) continue;
+    const std::string nic = NicName(static_cast<int>(id));
+    auto it = by_name_.find(nic);
+    if (it == by_name_.end()) continue;
+    const FabricNode& other = nodes_[it->second];
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(other.source_line), "two elements are named '", nic,
+        "' (the nic of host ", QuotedName(hosts_[nodes_[id].host].name),
+        " from line ", hosts_[nodes_[id].host].source_line, " and the ",
+        NodeKindName(other.kind), " from line ", other.source_line,
+        "): --degrade and the live planner could not tell them apart"));
   }
   return absl::OkStatus();
 }

@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -113,12 +114,18 @@ void DropRepeatedHosts(ClosRows* in) {
 }
 
 // Whether `fields` is the header again (exports concatenated with `cat`
-// repeat it: it is not a host). InvalidArgument naming `line` for a header
-// in another column order: it would misread the rows after it.
-absl::StatusOr<bool> RepeatsTheHeader(const std::vector<std::string>& fields,
+// repeat it, each with its byte order mark: it is not a host). InvalidArgument
+// naming `line` for a header in another column order: it would misread the rows
+// after it.
+absl::StatusOr<bool> RepeatsTheHeader(std::vector<std::string> fields,
                                       const std::vector<std::string>& head,
                                       const ClosColumns& col,
                                       const std::string& source, int line) {
+  // Each exported file may start with a UTF-8 byte order mark: `cat a.csv
+  // b.csv` puts one at the start of the second header.
+  if (!fields.empty() && absl::StartsWith(fields[0], "\xEF\xBB\xBF")) {
+    fields[0].erase(0, 3);
+  }
   const ClosColumns again = FindColumns(fields);
   if (again.ip < 0 || again.dsw < 0 || again.psw < 0 || again.asw < 0) {
     return false;
@@ -340,6 +347,22 @@ absl::Status CheckClosOptions(const ClosCsvOptions& o) {
   return absl::OkStatus();
 }
 
+// One term of a cable or node count, and what makes it smaller.
+struct SizeTerm {
+  int64_t n;
+  const char* what;
+  const char* advice;
+};
+
+// The largest of `terms`. Before, the advice was always "fewer
+// --aggs-per-pod or --cores-per-agg", also when the file's ToRs made the
+// routing table too large.
+const SizeTerm& Largest(const std::vector<SizeTerm>& terms) {
+  return *std::max_element(
+      terms.begin(), terms.end(),
+      [](const SizeTerm& a, const SizeTerm& b) { return a.n < b.n; });
+}
+
 // InvalidArgument naming the file for a fabric the planner cannot take:
 // more than kMaxFabricGpus GPUs, or more cables or routes than
 // CheckBuildSize allows. Before, 20,000 hosts ran a minute and more.
@@ -358,12 +381,29 @@ absl::Status CheckClosSize(const ClosRows& in, const ClosTree& tree,
   const int64_t aggs = int64_t{o.aggs_per_pod};
   const int64_t cores = aggs * o.cores_per_agg;
   const int64_t nodes = gpus + hosts + tors + pods * aggs + cores;
+  const std::vector<SizeTerm> cable_terms = {
+      {2 * gpus, "GPU and NIC cables", "fewer hosts or --gpus-per-host"},
+      {tors * aggs, "ToR uplinks", "fewer --aggs-per-pod"},
+      {pods * cores, "agg uplinks", "fewer --cores-per-agg or --aggs-per-pod"}};
+  // Each ToR routes to every node: the ToRs multiply the hosts' nodes.
+  const std::vector<SizeTerm> node_terms = {
+      {gpus + hosts + tors, "GPUs, hosts and ToRs",
+       "fewer ToRs (the hosts under fewer ASWs) or fewer hosts"},
+      {pods * aggs, "aggs", "fewer --aggs-per-pod"},
+      {cores, "cores", "fewer --cores-per-agg or --aggs-per-pod"}};
+  int64_t cables = 0;
+  for (const SizeTerm& t : cable_terms) cables += t.n;
+  const SizeTerm& c = Largest(cable_terms);
+  const SizeTerm& r = Largest(node_terms);
   return CheckBuildSize(
       absl::StrCat(source, ": ", hosts, " hosts, ", tors, " ToRs and ", pods,
                    " pods of ", aggs, " aggs with ", o.cores_per_agg,
                    " uplinks each"),
-      2 * gpus + tors * aggs + pods * cores, tors * nodes,
-      "fewer --aggs-per-pod or --cores-per-agg");
+      cables, tors * nodes,
+      cables > kMaxCables
+          ? absl::StrCat(c.n, " of the cables are ", c.what, ": ", c.advice)
+          : absl::StrCat("the routing table is ", tors, " ToRs x ", nodes,
+                         " nodes, ", r.n, " of them ", r.what, ": ", r.advice));
 }
 
 }  // namespace

@@ -118,6 +118,14 @@ absl::StatusOr<GeneratorOptions> ParseGeneratorSpec(const std::string& spec) {
       return BadKey(spec, absl::StrCat(key, " is given twice"));
     }
     if (absl::Status s = ParseKey(spec, parts[i], &o); !s.ok()) return s;
+    if (o.kind == GeneratorOptions::Kind::kLeafSpine &&
+        (key == "tors_per_pod" || key == "agg_uplinks")) {
+      // Before, ignored: a leaf/spine fabric has no pods.
+      return BadKey(spec, absl::StrCat(key,
+                                       " is a gen:3tier key (a "
+                                       "leaf/spine fabric has no pods "
+                                       "or aggregation switches)"));
+    }
   }
   if (o.gpus % o.gpus_per_host != 0) {
     return BadKey(spec, absl::StrCat("gpus=", o.gpus,

@@ -45,6 +45,13 @@ absl::StatusOr<SimAiLink> ParseSimAiLink(const std::vector<std::string>& w,
                                   "': a latency is a finite number of "
                                   "ms, 0 or more"));
   }
+  if (w.size() > 5) {
+    // Before, words after the error rate were ignored.
+    return LineError(source, line,
+                     absl::StrCat("'", w[5],
+                                  "' after the error rate: expected '<src> "
+                                  "<dst> <N>Gbps <N>ms <error_rate>'"));
+  }
   if (w.size() > 4 && (!absl::SimpleAtod(w[4], &l.error_rate) ||
                        !(l.error_rate >= 0 && l.error_rate <= 1))) {
     // Before, nan was taken.
@@ -122,6 +129,15 @@ absl::Status ParseSimAiSwitches(const std::string& line,
                                     "the NVSwitches first)"));
     }
     f.switch_ids.push_back(v);
+  }
+  // Before, a short line was taken: the NVSwitches are the first
+  // <nvswitches> ids, so the ones left off became ToRs.
+  const int64_t declared = int64_t{f.nvswitches} + f.switches;
+  if (static_cast<int64_t>(f.switch_ids.size()) != declared) {
+    return LineError(
+        source, 2,
+        absl::StrCat("header declares ", declared, " switch ids, line has ",
+                     f.switch_ids.size()));
   }
   return absl::OkStatus();
 }

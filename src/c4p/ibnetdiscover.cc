@@ -41,7 +41,7 @@ bool TakePort(absl::string_view* s, int* port) {
 }
 
 bool ParseGuid(absl::string_view text, uint64_t* out) {
-  absl::ConsumePrefix(&text, "0x");
+  if (!absl::ConsumePrefix(&text, "0x")) absl::ConsumePrefix(&text, "0X");
   return !text.empty() && text.size() <= 16 && absl::SimpleHexAtoi(text, out);
 }
 
@@ -236,6 +236,31 @@ absl::StatusOr<IbFile> ParseIbnetdiscover(const std::string& text,
   return f;
 }
 
+namespace {
+
+// One host-map line split into its words: `<guid> <host>` (or
+// `<guid>,<host>`), or infiniband-diags' node-name-map `<guid> "<name>"`,
+// the name in quotes holding spaces or '#'; a '#' outside quotes starts a
+// comment. False when a quote is not closed or text follows it.
+bool SplitHostMapLine(absl::string_view s, std::vector<absl::string_view>* w) {
+  const size_t quote = s.find('"');
+  if (quote == absl::string_view::npos || s.find('#') < quote) {
+    *w = absl::StrSplit(s.substr(0, s.find('#')), absl::ByAnyChar(" \t,\r"),
+                        absl::SkipEmpty());
+    return true;
+  }
+  const size_t close = s.find('"', quote + 1);
+  if (close == absl::string_view::npos) return false;
+  *w = absl::StrSplit(s.substr(0, quote), absl::ByAnyChar(" \t,\r"),
+                      absl::SkipEmpty());
+  w->push_back(s.substr(quote + 1, close - quote - 1));
+  const absl::string_view rest =
+      absl::StripLeadingAsciiWhitespace(s.substr(close + 1));
+  return rest.empty() || rest[0] == '#';
+}
+
+}  // namespace
+
 absl::StatusOr<IbHostMap> ParseIbHostMap(const std::string& text,
                                          const std::string& source) {
   if (absl::Status s = RefuseUtf16(text, source); !s.ok()) return s;
@@ -245,13 +270,16 @@ absl::StatusOr<IbHostMap> ParseIbHostMap(const std::string& text,
   std::vector<absl::string_view> lines = absl::StrSplit(all, '\n');
   for (size_t i = 0; i < lines.size(); ++i) {
     const int line = static_cast<int>(i) + 1;
-    absl::string_view s = lines[i].substr(0, lines[i].find('#'));
-    std::vector<absl::string_view> w =
-        absl::StrSplit(s, absl::ByAnyChar(" \t,\r"), absl::SkipEmpty());
+    std::vector<absl::string_view> w;
+    if (!SplitHostMapLine(lines[i], &w)) {
+      return LineError(source, line,
+                       "expected '<guid> <host>' or '<guid> \"<host>\"'");
+    }
     if (w.empty()) continue;
     uint64_t guid = 0;
-    if (w.size() != 2 || !ParseGuid(w[0], &guid)) {
-      return LineError(source, line, "expected '<guid> <host>'");
+    if (w.size() != 2 || w[1].empty() || !ParseGuid(w[0], &guid)) {
+      return LineError(source, line,
+                       "expected '<guid> <host>' or '<guid> \"<host>\"'");
     }
     // Checked here, naming this file: before, the fabric check blamed the
     // fabric file's line of the HCA.

@@ -62,8 +62,10 @@ absl::StatusOr<IbFile> ParseIbnetdiscover(const std::string& text,
                                           const std::string& source);
 
 // GUID -> host for HCAs whose node description does not name their host:
-// one `<guid> <host>` per line (`#` comments; the GUID with or without 0x:
-// a node GUID (caguid) or a port GUID; CRLF line ends and a UTF-8 byte
+// one `<guid> <host>` per line, or infiniband-diags' node-name-map
+// `<guid> "<name>"` (the name in quotes may hold spaces; `#` comments; the
+// GUID with or without 0x or 0X: a node GUID (caguid) or a port GUID; CRLF
+// line ends and a UTF-8 byte
 // order mark are read as a Windows editor writes them). InvalidArgument
 // naming source:line, also for a GUID given two different hosts.
 struct IbHostEntry {

@@ -282,6 +282,41 @@ absl::StatusOr<int> AddCables(const IbFile& f,
   return added;
 }
 
+// Warns about the switches no HCA reaches (a Switch block without ports,
+// switches cabled only to each other), naming the first few with their
+// lines; returns how many switches are kept. Before, they were counted
+// among the fabric's switches without a word.
+int WarnUnreachedSwitches(const IbFile& f, const std::vector<int>& tier,
+                          const std::string& source, Fabric* fab) {
+  constexpr int kNamed = 5;
+  int kept = 0, left = 0, first_line = 0;
+  std::string named;
+  for (size_t n = 0; n < f.nodes.size(); ++n) {
+    const IbNode& s = f.nodes[n];
+    if (s.type != 'S') continue;
+    if (tier[n] > 0) {
+      ++kept;
+      continue;
+    }
+    if (left++ == 0) first_line = s.line;
+    if (left <= kNamed) {
+      absl::StrAppend(&named, left > 1 ? ", " : "", s.id,
+                      s.description.empty() ? "" : " \"", s.description,
+                      s.description.empty() ? "" : "\"", " (line ", s.line,
+                      ")");
+    }
+  }
+  if (left > 0) {
+    fab->warnings().push_back(absl::StrCat(
+        source, ":", first_line, ": ", left,
+        " switch(es) no HCA reaches left out (no ports, or cabled only to "
+        "switches no HCA reaches): ",
+        named,
+        left > kNamed ? absl::StrCat(" and ", left - kNamed, " more") : ""));
+  }
+  return kept;
+}
+
 // Warns about the nodes the fabric leaves out: aggregation nodes, and the
 // cables of routers and of switches no HCA reaches.
 void WarnLeftOut(const IbFile& f, const std::string& source, int unreached,
@@ -332,8 +367,7 @@ absl::StatusOr<Fabric> FabricFromIbnetdiscover(const IbFile& f,
       AddCables(f, *cables, node_of, source, &fab, &unreached);
   if (!added.ok()) return added.status();
   WarnLeftOut(f, source, unreached, &fab);
-  int switches = 0;
-  for (const IbNode& n : f.nodes) switches += n.type == 'S';
+  const int switches = WarnUnreachedSwitches(f, tier, source, &fab);
   fab.description = absl::StrCat(
       "ibnetdiscover ", source, ": ", fab.hosts().size(), " hosts, ",
       gpu_of.size(), " HCAs, ", switches, " switches, ", *added, " cables");

@@ -233,5 +233,22 @@ TEST(PlanCliOutputTest, OneGpuIsNamedAndAFabricIsReadFromStdin) {
   }
 }
 
+// Before, a failed write to standard output (a full disk) exited 0.
+TEST(PlanCliOutputTest, AFailedWriteToStdoutExitsOne) {
+  const std::string pitstop = Binary("tools/pitstop/pitstop");
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "SKIPPED: no /dev/full";
+  for (const char* output : {"table", "json"}) {
+    std::string out;
+    EXPECT_EQ(RunCommand("(" + pitstop + " plan --topology " + kSmall +
+                             " --seeds 1 -o " + output + " > /dev/full)",
+                         &out),
+              1)
+        << output << ": " << out;
+    EXPECT_THAT(out, HasSubstr("pitstop plan: cannot write the output: "))
+        << out;
+  }
+}
+
 }  // namespace
 }  // namespace pitstop::c4p

@@ -9,7 +9,10 @@
 //
 // Exit codes: 0 evaluated, 2 usage or input error.
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <new>
 
@@ -245,6 +248,13 @@ int RunPlanChecked(const PlanArgs& a) {
     std::cout << j.dump(2) << "\n";
   } else {
     PrintTable(*r, qps);
+  }
+  // Before, a failed write (`> /dev/full`, a closed pipe) exited 0.
+  errno = 0;
+  if (!std::cout.flush() || std::fflush(stdout) != 0) {
+    std::cerr << "pitstop plan: cannot write the output: "
+              << (errno != 0 ? std::strerror(errno) : "stream error") << "\n";
+    return 1;
   }
   return 0;
 }
