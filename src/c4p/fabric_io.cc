@@ -1,5 +1,7 @@
 #include "src/c4p/fabric_io.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <deque>
@@ -425,11 +427,16 @@ absl::StatusOr<Fabric> LoadFabricFile(const std::string& path,
   // "-" and /dev/stdin read standard input, a pipe too (ReadRegularFile
   // takes regular files only: before, `cat f | pitstop plan --topology
   // /dev/stdin` was refused as a FIFO).
+  // A named pipe (process substitution, mkfifo) is read the same way.
   const bool in = path == "-" || path == "/dev/stdin";
   const std::string what = in ? "<stdin>" : path;
+  struct stat st;
+  const bool fifo =
+      !in && ::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
   absl::StatusOr<std::string> text =
-      in ? ReadStdin(kMaxFabricFileBytes)
-         : ReadRegularFile(path, "fabric", kMaxFabricFileBytes);
+      in     ? ReadStdin(kMaxFabricFileBytes)
+      : fifo ? ReadFifo(path, kMaxFabricFileBytes)
+             : ReadRegularFile(path, "fabric", kMaxFabricFileBytes);
   if (!text.ok()) return text.status();
   if (absl::Status s = RefuseUtf16(*text, what); !s.ok()) return s;
   // A UTF-8 byte order mark (spreadsheet exports write one) is not text.

@@ -1,5 +1,6 @@
 #include "src/c4p/fabric_read_util.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,24 +30,39 @@ absl::Status CheckBuildSize(const std::string& what, int64_t cables,
                    kMaxRouteEntries, " (", advice, ")"));
 }
 
-// Standard input, at most `max` bytes (a pipe: `--topology -`).
-absl::StatusOr<std::string> ReadStdin(uint64_t max) {
+absl::StatusOr<std::string> ReadStream(int fd, const std::string& name,
+                                       uint64_t max) {
   std::string text;
   char buf[1 << 16];
   while (true) {
-    const ssize_t n = ::read(STDIN_FILENO, buf, sizeof(buf));
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("fabric: standard input: ", std::strerror(errno)));
+          absl::StrCat("fabric: ", name, ": ", std::strerror(errno)));
     }
     if (n == 0) return text;
     text.append(buf, static_cast<size_t>(n));
     if (text.size() > max) {
       return absl::InvalidArgumentError(
-          absl::StrCat("fabric: standard input: larger than ", max, " bytes"));
+          absl::StrCat("fabric: ", name, ": larger than ", max, " bytes"));
     }
   }
+}
+
+absl::StatusOr<std::string> ReadStdin(uint64_t max) {
+  return ReadStream(STDIN_FILENO, "standard input", max);
+}
+
+absl::StatusOr<std::string> ReadFifo(const std::string& path, uint64_t max) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fabric: ", path, ": ", std::strerror(errno)));
+  }
+  absl::StatusOr<std::string> text = ReadStream(fd, path, max);
+  ::close(fd);
+  return text;
 }
 
 absl::Status RefuseUtf16(const std::string& text, const std::string& source) {

@@ -31,6 +31,13 @@ absl::Status CheckBuildSize(const std::string& what, int64_t cables,
 // read error.
 absl::StatusOr<std::string> ReadStdin(uint64_t max);
 
+// The same from an open descriptor (`name` in the errors) and from a named
+// pipe: process substitution (`--topology <(zcat f.gz)`, a /dev/fd/N pipe)
+// and mkfifo pipes are streams as standard input is, read to their end.
+absl::StatusOr<std::string> ReadStream(int fd, const std::string& name,
+                                       uint64_t max);
+absl::StatusOr<std::string> ReadFifo(const std::string& path, uint64_t max);
+
 // InvalidArgument "source:line: what".
 absl::Status LineError(const std::string& source, int line,
                        const std::string& what);

@@ -233,6 +233,26 @@ TEST(PlanCliOutputTest, OneGpuIsNamedAndAFabricIsReadFromStdin) {
   }
 }
 
+// Before, a named pipe (process substitution `<(zcat f.gz)`, mkfifo) was
+// refused as "not a regular file (a FIFO)" while a pipe on standard input
+// was read.
+TEST(PlanCliOutputTest, AFabricIsReadFromANamedPipe) {
+  const std::string pitstop = Binary("tools/pitstop/pitstop");
+  if (pitstop.empty()) GTEST_SKIP() << "SKIPPED: PITSTOP_BINARY_DIR not set";
+  const std::string dir = Scratch("fifo");
+  const std::string topo = dir + "/tiny.txt";
+  std::ofstream(topo) << TinySimAiText(TinySimAiLinks());
+  const std::string fifo = dir + "/fabric.pipe";
+  std::string out;
+  EXPECT_EQ(RunCommand("mkfifo " + fifo + " && { cat " + topo + " > " + fifo +
+                           " & } && " + pitstop +
+                           " plan --seeds 1 --topology " + fifo,
+                       &out),
+            0)
+      << out;
+  EXPECT_THAT(out, HasSubstr("SimAI file " + fifo + ": 2 host(s)")) << out;
+}
+
 // Before, a failed write to standard output (a full disk) exited 0.
 TEST(PlanCliOutputTest, AFailedWriteToStdoutExitsOne) {
   const std::string pitstop = Binary("tools/pitstop/pitstop");
