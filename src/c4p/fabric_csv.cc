@@ -57,6 +57,12 @@ struct ClosRows {
   std::map<std::string, std::vector<int>> left_out;
 };
 
+// Why a record whose quoted ip, DSW, PSW or ASW runs past its line is left
+// out (a quote opened by mistake, not a name: names hold no line break).
+constexpr char kLineBreakInName[] =
+    "with a line break inside a quoted ip, DSW, PSW or ASW (RFC 4180 allows "
+    "one; a name cannot hold it)";
+
 // Why a raw row cannot place a host ("" when it can).
 std::string IncompleteWhy(const std::vector<std::string>& c, size_t columns,
                           const ClosColumns& col, ClosRow* r) {
@@ -74,8 +80,7 @@ std::string IncompleteWhy(const std::vector<std::string>& c, size_t columns,
   }
   for (const std::string* name : {&r->ip, &r->dsw, &r->psw, &r->asw}) {
     if (name->find_first_of("\r\n") == std::string::npos) continue;
-    return "with a line break inside a quoted ip, DSW, PSW or ASW (RFC 4180 "
-           "allows one; a name cannot hold it)";
+    return kLineBreakInName;
   }
   return "";
 }
@@ -172,6 +177,10 @@ absl::StatusOr<ClosRows> ReadClosRows(const std::string& text,
     why = *header ? "repeating the header"
                   : IncompleteWhy(fields, head.size(), col, &r);
     if (!why.empty()) {
+      // Only its first line: the lines a stray quote swallowed are read as
+      // rows of their own (before, well-formed rows after it were lost
+      // without being named).
+      if (why == kLineBreakInName) span = 1;
       out.left_out[why].push_back(r.line);
       continue;
     }

@@ -134,6 +134,14 @@ bool SplitCsvRecord(absl::string_view line, std::vector<std::string>* fields,
       }
     } else {
       const size_t comma = std::min(line.find(',', at), line.size());
+      // RFC 4180: a quote only encloses a field. Inside an unquoted one it
+      // is a typo (`S1"`), which would otherwise name a switch of its own.
+      const size_t quote = line.substr(at, comma - at).find('"');
+      if (quote != absl::string_view::npos) {
+        *why = absl::StrCat("with a quote inside an unquoted field at column ",
+                            at + quote + 1);
+        return false;
+      }
       field = std::string(
           absl::StripTrailingAsciiWhitespace(line.substr(at, comma - at)));
       at = comma;

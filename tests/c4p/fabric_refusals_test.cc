@@ -52,6 +52,31 @@ TEST(FabricRefusalsTest, ARepeatedHeaderWithAByteOrderMarkIsNotAHost) {
       << Warnings(*f);
 }
 
+// A stray quote. Before, `S1"` named a ToR of its own, and a quote opened
+// in an ip swallowed the rows after it up to the next quote (h6 and h7
+// lost, only line 3 named).
+TEST(FabricRefusalsTest, AStrayQuoteLeavesOutItsRowAndNoOther) {
+  auto f = OneGpuCsv(
+      "ip,DSW,PSW,ASW\nh1,G0,P0,S1\nh2,G0,P0,S1\"\nh3,G0,P0,S2\n", "q.csv");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->hosts().size(), 2u);
+  EXPECT_LT(f->FindNode("P0/S1\""), 0);
+  EXPECT_NE(Warnings(*f).find("quote inside an unquoted field at column 12: "
+                              "line 3"),
+            std::string::npos)
+      << Warnings(*f);
+  auto g = OneGpuCsv(
+      "ip,DSW,PSW,ASW\nh1,G0,P0,S1\n\"h5,G0,P0,S1\nh6,G0,P0,S1\n"
+      "h7,G0,P0,S2\nh8\",G0,P0,S2\n",
+      "open.csv");
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::vector<std::string> hosts;
+  for (const auto& h : g->hosts()) hosts.push_back(h.name);
+  EXPECT_EQ(hosts, (std::vector<std::string>{"h1", "h6", "h7"}));
+  EXPECT_NE(Warnings(*g).find("line 3"), std::string::npos) << Warnings(*g);
+  EXPECT_NE(Warnings(*g).find("line 6"), std::string::npos) << Warnings(*g);
+}
+
 // The tiny SimAI file with line 2 `switches` and link line `at` (0-based)
 // replaced by `link`, read.
 absl::Status TinySimAi(const std::string& switches, size_t at = 0,
