@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "pitstop/utf8.h"
 #include "src/c4p/fabric.h"
 
 namespace pitstop::c4p {
@@ -67,40 +68,6 @@ bool HasFabricLink(const Fabric& f, int node) {
 }
 
 std::string Gbps(double v) { return absl::StrCat(v, " Gbps"); }
-
-// Well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, at most
-// U+10FFFF), as the JSON the names are written into requires.
-bool IsUtf8(absl::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    int more = 0;
-    unsigned char lo = 0x80, hi = 0xBF;  // range of the second byte
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      more = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      more = 2;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      more = 3;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return false;
-    }
-    if (i + more >= s.size()) return false;
-    for (int k = 1; k <= more; ++k) {
-      const auto b = static_cast<unsigned char>(s[i + k]);
-      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return false;
-    }
-    i += more + 1;
-  }
-  return true;
-}
 
 }  // namespace
 

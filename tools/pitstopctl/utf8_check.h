@@ -5,18 +5,11 @@
 #ifndef PITSTOP_TOOLS_PITSTOPCTL_UTF8_CHECK_H_
 #define PITSTOP_TOOLS_PITSTOPCTL_UTF8_CHECK_H_
 
-#include <cstddef>
 #include <string>
 
-#include "absl/strings/string_view.h"
 #include "google/protobuf/message.h"
 
 namespace pitstop::ctl {
-
-// The offset of the first byte of `s` that is not part of well-formed UTF-8
-// (Unicode's table 3-7: no overlong forms, surrogates or code points above
-// U+10FFFF), or npos.
-size_t FirstNonUtf8(absl::string_view s);
 
 // "" when every string field of `m` (nested messages too) is UTF-8; else
 // the first that is not, as "hosts[1]: byte 255 at offset 1 is not UTF-8".
